@@ -1,0 +1,251 @@
+//! Element-wise kernels: binary arithmetic with broadcasting, activations, SwiGLU, repeat,
+//! concat and copies. All split the destination by rows.
+
+use crate::dtype::DType;
+use crate::kernels::{read_f32, split_range, write_f32, RawTensor, Task, Work};
+use crate::op::Op;
+
+#[inline(always)]
+fn zip_apply(out: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
+    if a.len() == b.len() {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+    } else {
+        let nb = b.len();
+        for (i, (o, &x)) in out.iter_mut().zip(a).enumerate() {
+            *o = f(x, b[i % nb]);
+        }
+    }
+}
+
+/// `dst = a ∘ b` with b broadcast (add, sub, mul, div).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape.
+pub(crate) unsafe fn binary(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a, b) = (&task.dst, task.s0(), task.s1());
+    let (sa, sb) = work.scratch.split_at_mut(a.ne[0]);
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: (i1, i2, i3) is a row of dst and (same shape) of a; b's indices are reduced
+        // modulo its shape. dst rows of this chunk are written by this thread only.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let ra = a.load_row(i1, i2, i3, sa);
+            let rb = b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], sb);
+            match task.op {
+                Op::Add => zip_apply(out, ra, rb, |x, y| x + y),
+                Op::Sub => zip_apply(out, ra, rb, |x, y| x - y),
+                Op::Mul => zip_apply(out, ra, rb, |x, y| x * y),
+                _ => zip_apply(out, ra, rb, |x, y| x / y),
+            }
+        }
+    }
+}
+
+/// SiLU, `x·σ(x)`.
+#[inline(always)]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU, tanh form.
+#[inline(always)]
+pub(crate) fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const C: f32 = 0.044_715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + C * x * x)).tanh())
+}
+
+#[inline(always)]
+fn map(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
+    for (o, &x) in out.iter_mut().zip(a) {
+        *o = f(x);
+    }
+}
+
+/// Unary ops: scale, sqr, sqrt, silu, gelu, relu.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape.
+pub(crate) unsafe fn unary(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a) = (&task.dst, task.s0());
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: row (i1, i2, i3) exists in dst and a (same shape); this thread owns it in dst.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            match task.op {
+                Op::Scale { s } => map(out, x, |v| v * s),
+                Op::Sqr => map(out, x, |v| v * v),
+                Op::Sqrt => map(out, x, f32::sqrt),
+                Op::Silu => map(out, x, silu),
+                Op::Gelu => map(out, x, gelu),
+                _ => map(out, x, |v| v.max(0.0)),
+            }
+        }
+    }
+}
+
+/// SwiGLU: `silu(g)·u` from the halves of src0, or from src0 and src1.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let d = &task.dst;
+    let n = d.ne[0];
+    let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: rows in range for dst and the sources (same row shape); dst row owned.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let (g, u) = match &task.src[1] {
+                None => {
+                    let x = task.s0().load_row(i1, i2, i3, s0);
+                    (&x[..n], &x[n..2 * n])
+                }
+                Some(b) => (
+                    task.s0().load_row(i1, i2, i3, s0),
+                    b.load_row(i1, i2, i3, s1),
+                ),
+            };
+            for ((o, &gv), &uv) in out.iter_mut().zip(g).zip(u) {
+                *o = silu(gv) * uv;
+            }
+        }
+    }
+}
+
+/// Repeat: `dst[i] = a[i mod a.ne]`.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn repeat(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a) = (&task.dst, task.s0());
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: a's indices are reduced modulo its shape; dst row owned by this thread.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let x = a.load_row(i1 % a.ne[1], i2 % a.ne[2], i3 % a.ne[3], work.scratch);
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = x[k % x.len()];
+            }
+        }
+    }
+}
+
+/// Concat along `dim`.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn concat(
+    task: &Task,
+    dim: usize,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a, b) = (&task.dst, task.s0(), task.s1());
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: every index is checked against a's extent along `dim` before choosing the
+        // source, so reads stay in range; dst row owned by this thread.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            if dim == 0 {
+                let (sa, sb) = work.scratch.split_at_mut(a.ne[0]);
+                let ra = a.load_row(i1, i2, i3, sa);
+                let rb = b.load_row(i1, i2, i3, sb);
+                out[..ra.len()].copy_from_slice(ra);
+                out[ra.len()..].copy_from_slice(rb);
+            } else {
+                let mut idx = [0, i1, i2, i3];
+                let src = if idx[dim] < a.ne[dim] {
+                    a
+                } else {
+                    idx[dim] -= a.ne[dim];
+                    b
+                };
+                let x = src.load_row(idx[1], idx[2], idx[3], work.scratch);
+                out.copy_from_slice(x);
+            }
+        }
+    }
+}
+
+/// Copies row `(i1, i2, i3)` of `s` into row `(j1, j2, j3)` of `d`, converting the type.
+///
+/// # Safety
+/// Both rows exist and have `s.ne[0]` elements; the destination row is owned by this thread.
+unsafe fn copy_row(
+    s: &RawTensor,
+    (i1, i2, i3): (usize, usize, usize),
+    d: &RawTensor,
+    (j1, j2, j3): (usize, usize, usize),
+    scratch: &mut [f32],
+) {
+    let n = s.ne[0];
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        let sp = s.row_ptr(i1, i2, i3);
+        let dp = d.row_ptr(j1, j2, j3);
+        if s.dtype == d.dtype && s.dense_rows() && d.dense_rows() {
+            std::ptr::copy_nonoverlapping(sp, dp, s.dtype.row_size(n));
+        } else if s.dtype == d.dtype {
+            let ts = s.dtype.type_size();
+            for i0 in 0..n {
+                std::ptr::copy_nonoverlapping(sp.add(i0 * s.nb[0]), dp.add(i0 * d.nb[0]), ts);
+            }
+        } else {
+            let x = s.load_row(i1, i2, i3, scratch);
+            if d.dense_rows() && d.dtype != DType::F32 {
+                let bytes = std::slice::from_raw_parts_mut(dp, d.dtype.row_size(n));
+                let f = crate::types::traits(d.dtype)
+                    .from_f32
+                    .expect("builder admits only float destinations");
+                f(x, bytes);
+            } else {
+                for (i0, &v) in x.iter().enumerate() {
+                    write_f32(dp.add(i0 * d.nb[0]), d.dtype, v);
+                }
+            }
+        }
+    }
+}
+
+/// Dup (contiguous copy / cast) and cpy (into another tensor, same element count).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder rejects copies whose source and
+/// destination share storage.
+pub(crate) unsafe fn copy(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, s) = (&task.dst, task.s0());
+    if s.ne == d.ne {
+        for r in split_range(d.nrows(), n_chunks, chunk) {
+            let ix = d.unravel_row(r);
+            // SAFETY: same shapes, so the row exists in both; dst row owned by this thread.
+            unsafe { copy_row(s, ix, d, ix, work.scratch) };
+        }
+        return;
+    }
+    // Different shapes, same element count: element k of s (logical order) goes to element
+    // k of d.
+    let unravel = |t: &RawTensor, k: usize| -> usize {
+        let i0 = k % t.ne[0];
+        let r = k / t.ne[0];
+        let (i1, i2, i3) = t.unravel_row(r);
+        t.offset(i0, i1, i2, i3)
+    };
+    for k in split_range(d.nelements(), n_chunks, chunk) {
+        // SAFETY: k < nelements of both tensors, so both offsets are inside their spans;
+        // element k of dst belongs to this chunk only.
+        unsafe {
+            let v = read_f32(s.data.add(unravel(s, k)), s.dtype);
+            write_f32(d.data.add(unravel(d, k)), d.dtype, v);
+        }
+    }
+}

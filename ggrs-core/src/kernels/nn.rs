@@ -1,0 +1,159 @@
+//! Attention pieces: causal mask, softmax, rotary position embedding.
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::kernels::{split_range, Task, Work};
+use crate::op::{Op, RopeMode};
+
+/// `dst = a` with −∞ above the causal diagonal.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn diag_mask_inf(
+    task: &Task,
+    n_past: usize,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a) = (&task.dst, task.s0());
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: same shapes; dst row owned by this thread.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            let out = d.row_f32_mut(i1, i2, i3);
+            for (i0, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+                *o = if i0 > n_past + i1 {
+                    f32::NEG_INFINITY
+                } else {
+                    v
+                };
+            }
+        }
+    }
+}
+
+/// Softmax of `a·scale + mask` along rows.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn soft_max(
+    task: &Task,
+    scale: f32,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a) = (&task.dst, task.s0());
+    let mask = task.src[1];
+    let n = a.ne[0];
+    let (sa, sm) = work.scratch.split_at_mut(n);
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: a and dst share the shape; the mask row index is i1 < m.ne[1] and the
+        // outer indices are reduced modulo the mask's shape (checked by the builder).
+        unsafe {
+            let x = a.load_row(i1, i2, i3, sa);
+            let out = d.row_f32_mut(i1, i2, i3);
+            match &mask {
+                Some(m) => {
+                    let mr = m.load_row(i1, i2 % m.ne[2], i3 % m.ne[3], sm);
+                    for ((o, &v), &mv) in out.iter_mut().zip(x).zip(mr) {
+                        *o = v * scale + mv;
+                    }
+                }
+                None => {
+                    for (o, &v) in out.iter_mut().zip(x) {
+                        *o = v * scale;
+                    }
+                }
+            }
+            let max = out.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            if max == f32::NEG_INFINITY {
+                out.fill(0.0);
+                continue;
+            }
+            let mut sum = 0f64;
+            for o in out.iter_mut() {
+                let e = (*o - max).exp();
+                *o = e;
+                sum += e as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            for o in out.iter_mut() {
+                *o *= inv;
+            }
+        }
+    }
+}
+
+/// Rotary embedding. For each (head, token) row, the cos/sin table of the token's position is
+/// computed as ggml does — `θ₀ = p`, `θ_{i+1} = θ_i · base^(−2/n_dims)` in f32, angles scaled
+/// by `freq_scale` — and reused for consecutive rows of the same token.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; pos is a dense i32 tensor of `a.ne[2]` entries.
+pub(crate) unsafe fn rope(
+    task: &Task,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) -> Result<()> {
+    let Op::Rope {
+        n_dims,
+        mode,
+        freq_base,
+        freq_scale,
+    } = task.op
+    else {
+        return Ok(());
+    };
+    let (d, a, pos) = (&task.dst, task.s0(), task.s1());
+    let ne0 = a.ne[0];
+    let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
+    let (cache, sx) = work.scratch.split_at_mut(n_dims);
+    let mut cached: Option<usize> = None;
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: i2 < pos.ne[0] (checked by the builder) so the position read is in range;
+        // same shapes for a and dst; dst row owned by this thread.
+        unsafe {
+            if cached != Some(i2) {
+                debug_assert_eq!(pos.dtype, DType::I32);
+                let p = *(pos.data.add(i2 * pos.nb[0]) as *const i32);
+                let mut theta = p as f32;
+                for i in 0..n_dims / 2 {
+                    let t = freq_scale * theta;
+                    cache[2 * i] = t.cos();
+                    cache[2 * i + 1] = t.sin();
+                    theta *= theta_scale;
+                }
+                cached = Some(i2);
+            }
+            let x = a.load_row(i1, i2, i3, sx);
+            let out = d.row_f32_mut(i1, i2, i3);
+            match mode {
+                RopeMode::Normal => {
+                    for i in 0..n_dims / 2 {
+                        let (c, s) = (cache[2 * i], cache[2 * i + 1]);
+                        let (x0, x1) = (x[2 * i], x[2 * i + 1]);
+                        out[2 * i] = x0 * c - x1 * s;
+                        out[2 * i + 1] = x0 * s + x1 * c;
+                    }
+                }
+                RopeMode::Neox => {
+                    let h = n_dims / 2;
+                    for i in 0..h {
+                        let (c, s) = (cache[2 * i], cache[2 * i + 1]);
+                        let (x0, x1) = (x[i], x[i + h]);
+                        out[i] = x0 * c - x1 * s;
+                        out[i + h] = x0 * s + x1 * c;
+                    }
+                }
+            }
+            out[n_dims..ne0].copy_from_slice(&x[n_dims..ne0]);
+        }
+    }
+    Ok(())
+}

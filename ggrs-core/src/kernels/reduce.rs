@@ -1,0 +1,161 @@
+//! Reductions and row normalisations: sum, sum_rows, mean, argmax, norm, rms_norm.
+
+use crate::kernels::{split_range, Task, TaskPlan, Work};
+use crate::op::Op;
+use crate::tensor::TensorMeta;
+
+/// `sum` runs over a chunk count fixed by the shape (not the thread count), each chunk
+/// writing an f64 partial that FINALIZE adds in order: the result is the same whatever the
+/// number of threads.
+pub(crate) fn plan_sum(src: &TensorMeta) -> TaskPlan {
+    let n_chunks = src.nrows().clamp(1, 64);
+    TaskPlan {
+        n_chunks,
+        init: false,
+        finalize: true,
+        work_shared: n_chunks * std::mem::size_of::<f64>(),
+        scratch_f32: src.ne[0] + 16,
+        tiles: (0, 0),
+    }
+}
+
+/// Partial sum of chunk `chunk` into the shared buffer.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the shared buffer holds `n_chunks` f64 slots
+/// (planned by [`plan_sum`]) and slot `chunk` is written by this thread only.
+pub(crate) unsafe fn sum_chunk(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let a = task.s0();
+    let mut acc = 0f64;
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: r < a.nrows().
+        let x = unsafe { a.load_row(i1, i2, i3, work.scratch) };
+        for &v in x {
+            acc += v as f64;
+        }
+    }
+    // SAFETY: slot `chunk` < n_chunks lies in the planned shared buffer (8-byte aligned: the
+    // work buffer is 64-byte aligned) and belongs to this chunk.
+    unsafe { *(work.shared as *mut f64).add(chunk) = acc };
+}
+
+/// Adds the partials in chunk order.
+///
+/// # Safety
+/// Every chunk of this node has run; one thread calls this.
+pub(crate) unsafe fn sum_finalize(task: &Task, work: &mut Work) {
+    let n = task.plan.n_chunks;
+    // SAFETY: the shared buffer holds n f64 partials written by the chunks.
+    let partials = unsafe { std::slice::from_raw_parts(work.shared as *const f64, n) };
+    let total: f64 = partials.iter().sum();
+    // SAFETY: dst is a 1-element F32 tensor in the arena.
+    unsafe { *(task.dst.data as *mut f32) = total as f32 };
+}
+
+/// Sum (or mean) of each row.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn sum_rows(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a) = (&task.dst, task.s0());
+    let mean = matches!(task.op, Op::Mean);
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: dst has a's rows (with ne[0] = 1); this thread owns dst row r.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            let s: f64 = x.iter().map(|&v| v as f64).sum();
+            let v = if mean {
+                (s / a.ne[0] as f64) as f32
+            } else {
+                s as f32
+            };
+            d.row_f32_mut(i1, i2, i3)[0] = v;
+        }
+    }
+}
+
+/// Index of each row's maximum (first on ties), as i32.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn argmax(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a) = (&task.dst, task.s0());
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: dst is a dense i32 tensor with one element per row of a; this thread owns
+        // element r.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            let mut best = 0usize;
+            let mut max = f32::NEG_INFINITY;
+            for (i, &v) in x.iter().enumerate() {
+                if v > max {
+                    max = v;
+                    best = i;
+                }
+            }
+            *(d.data as *mut i32).add(r) = best as i32;
+        }
+    }
+}
+
+/// Layer norm of each row (no affine part).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn norm(task: &Task, eps: f32, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a) = (&task.dst, task.s0());
+    let n = a.ne[0];
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: same shapes; dst row owned by this thread.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            let out = d.row_f32_mut(i1, i2, i3);
+            let sum: f64 = x.iter().map(|&v| v as f64).sum();
+            let mean = (sum / n as f64) as f32;
+            let mut sum2 = 0f64;
+            for (o, &v) in out.iter_mut().zip(x) {
+                let c = v - mean;
+                *o = c;
+                sum2 += (c * c) as f64;
+            }
+            let variance = (sum2 / n as f64) as f32;
+            let scale = 1.0 / (variance + eps).sqrt();
+            for o in out.iter_mut() {
+                *o *= scale;
+            }
+        }
+    }
+}
+
+/// RMS norm of each row (no weight).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn rms_norm(
+    task: &Task,
+    eps: f32,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a) = (&task.dst, task.s0());
+    let n = a.ne[0];
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: same shapes; dst row owned by this thread.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            let out = d.row_f32_mut(i1, i2, i3);
+            let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+            let mean = (sum / n as f64) as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = v * scale;
+            }
+        }
+    }
+}

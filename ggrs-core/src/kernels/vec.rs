@@ -1,0 +1,305 @@
+//! Vector primitives (dot products, conversions) with run-time SIMD selection.
+//!
+//! Each primitive has one portable body written as 16 independent f32 lanes (multiply, then
+//! add: never fused) reduced in a fixed tree. That body is compiled several times — plain,
+//! with AVX2+FMA+F16C, with AVX-512 — and the best variant the CPU supports is chosen once,
+//! at first use, through a cached function pointer. Because the arithmetic is the same
+//! sequence of IEEE operations in every variant, the SIMD variants give the same bits as the
+//! scalar reference. Set `GGRS_FORCE_SCALAR=1` to force the plain variant.
+
+use std::sync::OnceLock;
+
+use half::{bf16, f16};
+
+/// The instruction-set level the kernels run at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SimdLevel {
+    /// Portable code only.
+    Scalar,
+    /// x86-64 AVX2 with FMA and F16C.
+    Avx2,
+    /// x86-64 AVX-512 (F, BW, VL; VNNI where present).
+    Avx512,
+}
+
+/// The level detected on this CPU (or `Scalar` when `GGRS_FORCE_SCALAR` is set to anything
+/// but `0`). Detected once.
+pub fn simd_level() -> SimdLevel {
+    static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        if std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| v != "0" && !v.is_empty()) {
+            return SimdLevel::Scalar;
+        }
+        detect()
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> SimdLevel {
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
+        SimdLevel::Avx512
+    } else if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
+        SimdLevel::Avx2
+    } else {
+        SimdLevel::Scalar
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> SimdLevel {
+    SimdLevel::Scalar
+}
+
+const LANES: usize = 16;
+/// Values converted at a time by the f16/bf16 dot products.
+const BLOCK: usize = 128;
+
+#[inline(always)]
+fn lanes_fma(acc: &mut [f32; LANES], a: &[f32], b: &[f32]) {
+    let n = a.len().min(b.len()) / LANES * LANES;
+    for (ca, cb) in a[..n].chunks_exact(LANES).zip(b[..n].chunks_exact(LANES)) {
+        for l in 0..LANES {
+            acc[l] += ca[l] * cb[l];
+        }
+    }
+}
+
+#[inline(always)]
+fn reduce_lanes(acc: &[f32; LANES]) -> f32 {
+    let mut s8 = [0f32; 8];
+    for l in 0..8 {
+        s8[l] = acc[l] + acc[l + 8];
+    }
+    let mut s4 = [0f32; 4];
+    for l in 0..4 {
+        s4[l] = s8[l] + s8[l + 4];
+    }
+    (s4[0] + s4[2]) + (s4[1] + s4[3])
+}
+
+#[inline(always)]
+fn dot_f32_body(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [0f32; LANES];
+    lanes_fma(&mut acc, &a[..n], &b[..n]);
+    let mut tail = 0f32;
+    for i in n / LANES * LANES..n {
+        tail += a[i] * b[i];
+    }
+    reduce_lanes(&acc) + tail
+}
+
+#[inline(always)]
+fn f16_to_f32_block(src: &[f16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = s.to_f32();
+    }
+}
+
+#[inline(always)]
+fn bf16_to_f32_block(src: &[bf16], dst: &mut [f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits((s.to_bits() as u32) << 16);
+    }
+}
+
+macro_rules! dot_half_body {
+    ($a:expr, $b:expr, $conv:ident) => {{
+        let (a, b) = ($a, $b);
+        let n = a.len().min(b.len());
+        let mut acc = [0f32; LANES];
+        let mut fa = [0f32; BLOCK];
+        let mut fb = [0f32; BLOCK];
+        let full = n / LANES * LANES;
+        let mut i = 0;
+        while i < full {
+            let len = BLOCK.min(full - i);
+            $conv(&a[i..i + len], &mut fa[..len]);
+            $conv(&b[i..i + len], &mut fb[..len]);
+            lanes_fma(&mut acc, &fa[..len], &fb[..len]);
+            i += len;
+        }
+        let mut tail = 0f32;
+        if full < n {
+            let len = n - full;
+            $conv(&a[full..n], &mut fa[..len]);
+            $conv(&b[full..n], &mut fb[..len]);
+            for k in 0..len {
+                tail += fa[k] * fb[k];
+            }
+        }
+        reduce_lanes(&acc) + tail
+    }};
+}
+
+#[inline(always)]
+fn dot_f16_body(a: &[f16], b: &[f16]) -> f32 {
+    dot_half_body!(a, b, f16_to_f32_block)
+}
+
+#[inline(always)]
+fn dot_bf16_body(a: &[bf16], b: &[bf16]) -> f32 {
+    dot_half_body!(a, b, bf16_to_f32_block)
+}
+
+/// Defines a public dispatching function `$name` over the portable `$body`, with AVX2 and
+/// AVX-512 builds of the same body.
+macro_rules! simd_dispatch {
+    ($(#[$doc:meta])* $name:ident, $scalar:ident, $avx2:ident, $avx512:ident,
+     fn($($arg:ident: $ty:ty),*) -> $ret:ty = $body:ident) => {
+        /// The portable build (the reference the SIMD builds are tested against).
+        pub fn $scalar($($arg: $ty),*) -> $ret {
+            $body($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $avx2($($arg: $ty),*) -> $ret {
+            $body($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+        unsafe fn $avx512($($arg: $ty),*) -> $ret {
+            $body($($arg),*)
+        }
+
+        $(#[$doc])*
+        #[inline]
+        pub fn $name($($arg: $ty),*) -> $ret {
+            static IMPL: OnceLock<fn($($ty),*) -> $ret> = OnceLock::new();
+            let f = IMPL.get_or_init(|| {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    match simd_level() {
+                        SimdLevel::Avx512 => {
+                            return |$($arg: $ty),*| {
+                                // SAFETY: chosen only when the CPU reports AVX-512 F/BW/VL,
+                                // FMA and F16C.
+                                unsafe { $avx512($($arg),*) }
+                            }
+                        }
+                        SimdLevel::Avx2 => {
+                            return |$($arg: $ty),*| {
+                                // SAFETY: chosen only when the CPU reports AVX2, FMA, F16C.
+                                unsafe { $avx2($($arg),*) }
+                            }
+                        }
+                        SimdLevel::Scalar => {}
+                    }
+                }
+                $scalar
+            });
+            f($($arg),*)
+        }
+
+        #[cfg(all(test, target_arch = "x86_64"))]
+        impl SimdVariants {
+            /// Every variant this CPU can run, with its level.
+            #[allow(dead_code)]
+            pub(crate) fn $name() -> Vec<(SimdLevel, fn($($ty),*) -> $ret)> {
+                let mut v: Vec<(SimdLevel, fn($($ty),*) -> $ret)> = vec![(SimdLevel::Scalar, $scalar)];
+                let lvl = detect();
+                if lvl >= SimdLevel::Avx2 {
+                    // SAFETY: the CPU reports AVX2, FMA and F16C.
+                    v.push((SimdLevel::Avx2, |$($arg: $ty),*| unsafe { $avx2($($arg),*) }));
+                }
+                if lvl >= SimdLevel::Avx512 {
+                    // SAFETY: the CPU reports AVX-512 F/BW/VL, FMA and F16C.
+                    v.push((SimdLevel::Avx512, |$($arg: $ty),*| unsafe { $avx512($($arg),*) }));
+                }
+                v
+            }
+        }
+    };
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) struct SimdVariants;
+
+simd_dispatch!(
+    /// `Σ a[i]·b[i]` over the shorter length, f32.
+    dot_f32, dot_f32_scalar, dot_f32_avx2, dot_f32_avx512,
+    fn(a: &[f32], b: &[f32]) -> f32 = dot_f32_body
+);
+
+simd_dispatch!(
+    /// `Σ a[i]·b[i]` of f16 vectors, accumulated in f32 (products of f16 values are exact in
+    /// f32).
+    dot_f16, dot_f16_scalar, dot_f16_avx2, dot_f16_avx512,
+    fn(a: &[f16], b: &[f16]) -> f32 = dot_f16_body
+);
+
+simd_dispatch!(
+    /// `Σ a[i]·b[i]` of bf16 vectors, accumulated in f32.
+    dot_bf16, dot_bf16_scalar, dot_bf16_avx2, dot_bf16_avx512,
+    fn(a: &[bf16], b: &[bf16]) -> f32 = dot_bf16_body
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i as f32 + seed as f32) * 0.37).sin() * 3.0)
+            .collect()
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn simd_variants_match_scalar_bit_for_bit() {
+        let a = data(600, 1);
+        let b = data(600, 7);
+        let ah: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+        let bh: Vec<f16> = b.iter().map(|&x| f16::from_f32(x)).collect();
+        let ab: Vec<bf16> = a.iter().map(|&x| bf16::from_f32(x)).collect();
+        let bb: Vec<bf16> = b.iter().map(|&x| bf16::from_f32(x)).collect();
+        for n in 0..=515 {
+            for off in 0..3 {
+                let r = off..off + n;
+                let want = dot_f32_scalar(&a[r.clone()], &b[r.clone()]);
+                let naive: f64 = a[r.clone()]
+                    .iter()
+                    .zip(&b[r.clone()])
+                    .map(|(x, y)| *x as f64 * *y as f64)
+                    .sum();
+                assert!(
+                    (want as f64 - naive).abs() <= 1e-4 * (1.0 + naive.abs()),
+                    "n={n}"
+                );
+                for (lvl, f) in SimdVariants::dot_f32() {
+                    assert_eq!(
+                        f(&a[r.clone()], &b[r.clone()]).to_bits(),
+                        want.to_bits(),
+                        "{lvl:?} n={n}"
+                    );
+                }
+                let want = dot_f16_scalar(&ah[r.clone()], &bh[r.clone()]);
+                for (lvl, f) in SimdVariants::dot_f16() {
+                    assert_eq!(
+                        f(&ah[r.clone()], &bh[r.clone()]).to_bits(),
+                        want.to_bits(),
+                        "{lvl:?} n={n}"
+                    );
+                }
+                let want = dot_bf16_scalar(&ab[r.clone()], &bb[r.clone()]);
+                for (lvl, f) in SimdVariants::dot_bf16() {
+                    assert_eq!(
+                        f(&ab[r.clone()], &bb[r.clone()]).to_bits(),
+                        want.to_bits(),
+                        "{lvl:?} n={n}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The operations a tensor can be the result of, with their parameters.
+
+/// How `rope` pairs the dimensions it rotates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])` (ggml mode 0; LLaMA as converted by llama.cpp).
+    Normal,
+    /// Halves: `x[i]` pairs with `x[i + n_dims/2]` (ggml mode 2; GPT-NeoX, Qwen2).
+    Neox,
+}
+
+/// The op that produced a tensor, with its parameters (ggml's `op` + `op_params`).
+///
+/// Sources are stored on the tensor (`src[0]`, `src[1]`, …) in the order the builder
+/// functions of [`Context`](crate::Context) take them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Op {
+    /// A leaf: data set by the caller (inputs, weights).
+    None,
+    /// Contiguous copy of `src0` (same type).
+    Dup,
+    /// Copy of `src0` into `src1` (converting type); the result is a view of `src1`.
+    Cpy,
+    /// `src0 + src1`, `src1` broadcast.
+    Add,
+    /// `src0 - src1`, `src1` broadcast.
+    Sub,
+    /// `src0 * src1`, `src1` broadcast.
+    Mul,
+    /// `src0 / src1`, `src1` broadcast.
+    Div,
+    /// `src0 * s`.
+    Scale {
+        /// The factor.
+        s: f32,
+    },
+    /// `x²`.
+    Sqr,
+    /// `√x`.
+    Sqrt,
+    /// `x·σ(x)`.
+    Silu,
+    /// GELU, tanh approximation.
+    Gelu,
+    /// `max(x, 0)`.
+    Relu,
+    /// `silu(a)·b`: halves of `src0`, or `src0` and `src1`.
+    Swiglu,
+    /// Sum of all elements.
+    Sum,
+    /// Sum of each row.
+    SumRows,
+    /// Mean of each row.
+    Mean,
+    /// Index of each row's largest value.
+    Argmax,
+    /// `src0` tiled to the shape of `src1`.
+    Repeat,
+    /// `src0` and `src1` joined along `dim`.
+    Concat {
+        /// The axis (0..4).
+        dim: usize,
+    },
+    /// Layer normalisation of each row, without affine parameters.
+    Norm {
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// RMS normalisation of each row, without weight.
+    RmsNorm {
+        /// Added to the mean square.
+        eps: f32,
+    },
+    /// Rows of `src0` picked by the indices in `src1`.
+    GetRows,
+    /// Rows of `src1` written into `src0` at the indices in `src2`; a view of `src0`.
+    SetRows,
+    /// Matrix product `src1 · src0ᵀ`.
+    MulMat,
+    /// Entries above the causal diagonal set to −∞.
+    DiagMaskInf {
+        /// Positions already in the cache before the first row.
+        n_past: usize,
+    },
+    /// `softmax(src0 · scale + src1)` along rows; `src1` (mask) optional.
+    SoftMax {
+        /// Applied before the mask.
+        scale: f32,
+    },
+    /// Rotary position embedding with positions from `src1`.
+    Rope {
+        /// How many leading dimensions of each head are rotated.
+        n_dims: usize,
+        /// Pairing of rotated dimensions.
+        mode: RopeMode,
+        /// θ base (10000 for LLaMA).
+        freq_base: f32,
+        /// Position scale (1 for no scaling).
+        freq_scale: f32,
+    },
+    /// A view into `src0` at a byte offset (no data moved).
+    View,
+    /// `src0` with another shape (no data moved).
+    Reshape,
+    /// `src0` with its axes permuted (no data moved).
+    Permute {
+        /// `axes[i]` is where axis `i` of the source goes.
+        axes: [usize; 4],
+    },
+    /// `src0` with axes 0 and 1 swapped (no data moved).
+    Transpose,
+}
+
+impl Op {
+    /// The op's name, as printed in graphs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::None => "NONE",
+            Op::Dup => "DUP",
+            Op::Cpy => "CPY",
+            Op::Add => "ADD",
+            Op::Sub => "SUB",
+            Op::Mul => "MUL",
+            Op::Div => "DIV",
+            Op::Scale { .. } => "SCALE",
+            Op::Sqr => "SQR",
+            Op::Sqrt => "SQRT",
+            Op::Silu => "SILU",
+            Op::Gelu => "GELU",
+            Op::Relu => "RELU",
+            Op::Swiglu => "SWIGLU",
+            Op::Sum => "SUM",
+            Op::SumRows => "SUM_ROWS",
+            Op::Mean => "MEAN",
+            Op::Argmax => "ARGMAX",
+            Op::Repeat => "REPEAT",
+            Op::Concat { .. } => "CONCAT",
+            Op::Norm { .. } => "NORM",
+            Op::RmsNorm { .. } => "RMS_NORM",
+            Op::GetRows => "GET_ROWS",
+            Op::SetRows => "SET_ROWS",
+            Op::MulMat => "MUL_MAT",
+            Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
+            Op::SoftMax { .. } => "SOFT_MAX",
+            Op::Rope { .. } => "ROPE",
+            Op::View => "VIEW",
+            Op::Reshape => "RESHAPE",
+            Op::Permute { .. } => "PERMUTE",
+            Op::Transpose => "TRANSPOSE",
+        }
+    }
+
+    /// True for ops that only reinterpret their source's data (views): they cost nothing at
+    /// compute time and need no barrier.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self,
+            Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose
+        )
+    }
+
+    /// The parameters as `key=value` text, empty when the op has none.
+    pub fn params_string(&self) -> String {
+        match self {
+            Op::Scale { s } => format!("s={s}"),
+            Op::Concat { dim } => format!("dim={dim}"),
+            Op::Norm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
+            Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
+            Op::SoftMax { scale } => format!("scale={scale}"),
+            Op::Rope {
+                n_dims,
+                mode,
+                freq_base,
+                freq_scale,
+            } => format!("n_dims={n_dims} mode={mode:?} base={freq_base} scale={freq_scale}"),
+            Op::Permute { axes } => format!("axes={axes:?}"),
+            _ => String::new(),
+        }
+    }
+}

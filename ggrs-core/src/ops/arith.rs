@@ -1,0 +1,158 @@
+//! Element-wise ops: binary arithmetic with broadcasting, unary activations, repeat, concat.
+
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::ops::{can_repeat, shape_err};
+use crate::tensor::Tensor;
+
+impl Context {
+    fn binary(&mut self, op: Op, a: Tensor, b: Tensor) -> Result<Tensor> {
+        let name = op.name();
+        let ma = self.expect_type(name, "a", a, &[DType::F32])?.ne;
+        let mb = self.expect_type(name, "b", b, &[DType::F32])?.ne;
+        if !can_repeat(&mb, &ma) {
+            return Err(shape_err(
+                name,
+                ma,
+                mb,
+                "each dimension of b must divide the same dimension of a (b is broadcast)",
+            ));
+        }
+        self.new_tensor_with(DType::F32, ma, op, [Some(a), Some(b), None])
+    }
+
+    /// `a + b`. a: `[n0, n1, n2, n3]` f32; b: f32 whose every `ne[i]` divides `a`'s (b is
+    /// repeated to a's shape) → `[n0, n1, n2, n3]` f32. Either may be non-contiguous.
+    pub fn add(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.binary(Op::Add, a, b)
+    }
+
+    /// `a - b`, broadcasting b as [`Context::add`] does.
+    pub fn sub(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.binary(Op::Sub, a, b)
+    }
+
+    /// `a * b` element-wise, broadcasting b as [`Context::add`] does.
+    pub fn mul(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.binary(Op::Mul, a, b)
+    }
+
+    /// `a / b` element-wise, broadcasting b as [`Context::add`] does.
+    pub fn div(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        self.binary(Op::Div, a, b)
+    }
+
+    fn unary(&mut self, op: Op, a: Tensor) -> Result<Tensor> {
+        let ne = self.expect_type(op.name(), "a", a, &[DType::F32])?.ne;
+        self.new_tensor_with(DType::F32, ne, op, [Some(a), None, None])
+    }
+
+    /// `a · s`. a: any shape f32 → same shape f32.
+    pub fn scale(&mut self, a: Tensor, s: f32) -> Result<Tensor> {
+        self.unary(Op::Scale { s }, a)
+    }
+
+    /// `a²` element-wise. Any shape f32 → same shape.
+    pub fn sqr(&mut self, a: Tensor) -> Result<Tensor> {
+        self.unary(Op::Sqr, a)
+    }
+
+    /// `√a` element-wise. Any shape f32 → same shape.
+    pub fn sqrt(&mut self, a: Tensor) -> Result<Tensor> {
+        self.unary(Op::Sqrt, a)
+    }
+
+    /// `a · σ(a)` (SiLU). Any shape f32 → same shape.
+    pub fn silu(&mut self, a: Tensor) -> Result<Tensor> {
+        self.unary(Op::Silu, a)
+    }
+
+    /// GELU in its tanh form, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`. Any shape f32 →
+    /// same shape.
+    pub fn gelu(&mut self, a: Tensor) -> Result<Tensor> {
+        self.unary(Op::Gelu, a)
+    }
+
+    /// `max(a, 0)`. Any shape f32 → same shape.
+    pub fn relu(&mut self, a: Tensor) -> Result<Tensor> {
+        self.unary(Op::Relu, a)
+    }
+
+    /// SwiGLU over a fused tensor: a: `[2n, r1, r2, r3]` f32 whose first half of each row is
+    /// the gate g and second half the value u → `[n, r1, r2, r3]`, `silu(g) · u`.
+    pub fn swiglu(&mut self, a: Tensor) -> Result<Tensor> {
+        let mut ne = self.expect_type("SWIGLU", "a", a, &[DType::F32])?.ne;
+        if ne[0] % 2 != 0 {
+            return Err(shape_err(
+                "SWIGLU",
+                ne,
+                [0; 4],
+                "ne[0] must be even (two halves)",
+            ));
+        }
+        ne[0] /= 2;
+        self.new_tensor_with(DType::F32, ne, Op::Swiglu, [Some(a), None, None])
+    }
+
+    /// SwiGLU of two tensors: g, u: same shape f32 → same shape, `silu(g) · u`.
+    pub fn swiglu_split(&mut self, g: Tensor, u: Tensor) -> Result<Tensor> {
+        let ng = self.expect_type("SWIGLU", "g", g, &[DType::F32])?.ne;
+        let nu = self.expect_type("SWIGLU", "u", u, &[DType::F32])?.ne;
+        if ng != nu {
+            return Err(shape_err(
+                "SWIGLU",
+                ng,
+                nu,
+                "g and u must have the same shape",
+            ));
+        }
+        self.new_tensor_with(DType::F32, ng, Op::Swiglu, [Some(g), Some(u), None])
+    }
+
+    /// a tiled to `b`'s shape (b's data is not read). a: f32 whose every `ne[i]` divides
+    /// `b.ne[i]` → b's shape, f32.
+    pub fn repeat(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        let ne = self.meta(b)?.ne;
+        self.repeat_to(a, ne)
+    }
+
+    /// a tiled to shape `ne`; every `a.ne[i]` must divide `ne[i]`.
+    pub fn repeat_to(&mut self, a: Tensor, ne: [usize; 4]) -> Result<Tensor> {
+        let na = self.expect_type("REPEAT", "a", a, &[DType::F32])?.ne;
+        if !can_repeat(&na, &ne) {
+            return Err(shape_err(
+                "REPEAT",
+                na,
+                ne,
+                "each dimension of a must divide the target's",
+            ));
+        }
+        self.new_tensor_with(DType::F32, ne, Op::Repeat, [Some(a), None, None])
+    }
+
+    /// a and b joined along `dim`: shapes equal except on `dim`; f32 → f32 with
+    /// `ne[dim] = a.ne[dim] + b.ne[dim]`.
+    pub fn concat(&mut self, a: Tensor, b: Tensor, dim: usize) -> Result<Tensor> {
+        if dim >= 4 {
+            return Err(Error::InvalidArgument {
+                op: "CONCAT",
+                detail: format!("dim {dim} is not an axis (0..4)"),
+            });
+        }
+        let na = self.expect_type("CONCAT", "a", a, &[DType::F32])?.ne;
+        let nb = self.expect_type("CONCAT", "b", b, &[DType::F32])?.ne;
+        if (0..4).any(|i| i != dim && na[i] != nb[i]) {
+            return Err(shape_err(
+                "CONCAT",
+                na,
+                nb,
+                format!("shapes must agree on every axis but {dim}"),
+            ));
+        }
+        let mut ne = na;
+        ne[dim] += nb[dim];
+        self.new_tensor_with(DType::F32, ne, Op::Concat { dim }, [Some(a), Some(b), None])
+    }
+}

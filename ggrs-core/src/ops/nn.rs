@@ -1,0 +1,295 @@
+//! Neural-network ops: normalisation, embeddings, matrix products, attention pieces, rotary.
+
+use crate::context::Context;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op::{Op, RopeMode};
+use crate::ops::shape_err;
+use crate::tensor::Tensor;
+
+/// Parameters of [`Context::rope_ext`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeParams {
+    /// Leading dimensions of each head that are rotated (even, ≤ head size); the rest pass
+    /// through unchanged.
+    pub n_dims: usize,
+    /// How rotated dimensions pair up.
+    pub mode: RopeMode,
+    /// θ base: dimension pair `i` turns by `pos · base^(−2i/n_dims)`.
+    pub freq_base: f32,
+    /// Positions are multiplied by this (linear RoPE scaling; 1 for none).
+    pub freq_scale: f32,
+}
+
+impl RopeParams {
+    /// `n_dims` rotated dimensions in `mode`, base 10000, no scaling.
+    pub fn new(n_dims: usize, mode: RopeMode) -> RopeParams {
+        RopeParams {
+            n_dims,
+            mode,
+            freq_base: 10000.0,
+            freq_scale: 1.0,
+        }
+    }
+}
+
+impl Context {
+    /// Layer normalisation of each row: `(x − mean) / √(var + eps)` (no affine parameters:
+    /// multiply and add them after). a: `[n0, n1, n2, n3]` f32 → same.
+    pub fn norm(&mut self, a: Tensor, eps: f32) -> Result<Tensor> {
+        let ne = self.expect_type("NORM", "a", a, &[DType::F32])?.ne;
+        self.new_tensor_with(DType::F32, ne, Op::Norm { eps }, [Some(a), None, None])
+    }
+
+    /// RMS normalisation of each row: `x / √(mean(x²) + eps)` (no weight: multiply it after).
+    /// a: `[n0, n1, n2, n3]` f32 → same.
+    pub fn rms_norm(&mut self, a: Tensor, eps: f32) -> Result<Tensor> {
+        let ne = self.expect_type("RMS_NORM", "a", a, &[DType::F32])?.ne;
+        self.new_tensor_with(DType::F32, ne, Op::RmsNorm { eps }, [Some(a), None, None])
+    }
+
+    /// Embedding lookup. a: `[n0, rows, n2, n3]` of any type with an f32 conversion (F32, F16,
+    /// BF16, block types), rows dense; ids: `[n, n2, n3]` i32 with values in `0..rows` →
+    /// `[n0, n, n2, n3]` f32, where `out[:, i, j, k] = a[:, ids[i, j, k], j, k]`.
+    /// An id out of range is reported when the graph runs.
+    pub fn get_rows(&mut self, a: Tensor, ids: Tensor) -> Result<Tensor> {
+        let ma = self.meta(a)?;
+        let (na, ta) = (ma.ne, ma.dtype);
+        if crate::types::traits(ta).to_f32.is_none() {
+            return Err(Error::UnsupportedType {
+                op: "GET_ROWS",
+                dtype: ta,
+                detail: "a needs a conversion to f32".into(),
+            });
+        }
+        if !ma.rows_contiguous() {
+            return Err(Error::Layout {
+                op: "GET_ROWS",
+                name: self.display_name(a),
+                required: "row-contiguous",
+            });
+        }
+        let ni = self.expect_type("GET_ROWS", "ids", ids, &[DType::I32])?.ne;
+        if ni[1] != na[2] || ni[2] != na[3] || ni[3] != 1 {
+            return Err(shape_err(
+                "GET_ROWS",
+                na,
+                ni,
+                "ids must be [n, a.ne[2], a.ne[3]]",
+            ));
+        }
+        self.new_tensor_with(
+            DType::F32,
+            [na[0], ni[0], ni[1], ni[2]],
+            Op::GetRows,
+            [Some(a), Some(ids), None],
+        )
+    }
+
+    /// Writes rows into a tensor at given indices (the KV-cache write). dst: `[n0, rows, n2,
+    /// n3]` F32, F16 or BF16 in the arena, rows dense; src: `[n0, n, n2, n3]` f32;
+    /// ids: `[n]` or `[n, m2, m3]` i32 with `m2 | n2`, `m3 | n3` (broadcast) and values in
+    /// `0..rows`. Sets `dst[:, ids[i, j % m2, k % m3], j, k] = src[:, i, j, k]` (converting)
+    /// and returns a view of dst that depends on the write: expand it into the graph before
+    /// the nodes that read dst.
+    pub fn set_rows(&mut self, dst: Tensor, src: Tensor, ids: Tensor) -> Result<Tensor> {
+        let md = self.expect_type(
+            "SET_ROWS",
+            "dst",
+            dst,
+            &[DType::F32, DType::F16, DType::BF16],
+        )?;
+        let (nd, nbd, dense) = (md.ne, md.nb, md.rows_contiguous());
+        if !dense {
+            return Err(Error::Layout {
+                op: "SET_ROWS",
+                name: self.display_name(dst),
+                required: "row-contiguous",
+            });
+        }
+        let ns = self.expect_type("SET_ROWS", "src", src, &[DType::F32])?.ne;
+        let ni = self.expect_type("SET_ROWS", "ids", ids, &[DType::I32])?.ne;
+        if ns[0] != nd[0] || ns[2] != nd[2] || ns[3] != nd[3] {
+            return Err(shape_err(
+                "SET_ROWS",
+                nd,
+                ns,
+                "src must be [dst.ne[0], n, dst.ne[2], dst.ne[3]]",
+            ));
+        }
+        if ni[0] != ns[1] || ns[2] % ni[1] != 0 || ns[3] % ni[2] != 0 || ni[3] != 1 {
+            return Err(shape_err(
+                "SET_ROWS",
+                ns,
+                ni,
+                "ids must be [src.ne[1], m2, m3] with m2 | src.ne[2] and m3 | src.ne[3]",
+            ));
+        }
+        self.expect_writable("SET_ROWS", dst)?;
+        for (what, t) in [("src", src), ("ids", ids)] {
+            if self.shares_storage(dst, t)? {
+                return Err(Error::Overlap {
+                    op: "SET_ROWS",
+                    a: self.display_name(dst),
+                    b: format!("{what} {}", self.display_name(t)),
+                });
+            }
+        }
+        let t = self.new_view(dst, Op::SetRows, nd, nbd, 0)?;
+        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids)];
+        Ok(t)
+    }
+
+    /// Matrix product, ggml's convention: a: `[k, n, a2, a3]` (weights; any type with a dot
+    /// product: F32, F16, BF16, block types; rows dense), b: `[k, m, b2, b3]` f32 (any strides)
+    /// with `a2 | b2` and `a3 | b3` → `[n, m, b2, b3]` f32 with
+    /// `out[i, j] = Σ_k a[k, i] · b[k, j]`, i.e. `b · aᵀ`, a broadcast over axes 2 and 3
+    /// (so grouped-query attention needs no copies of K and V).
+    pub fn mul_mat(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {
+        let ma = self.meta(a)?;
+        let (na, ta, dense) = (ma.ne, ma.dtype, ma.rows_contiguous());
+        let tr = crate::types::traits(ta);
+        if !crate::kernels::matmul::supports(ta) || tr.to_f32.is_none() {
+            return Err(Error::UnsupportedType {
+                op: "MUL_MAT",
+                dtype: ta,
+                detail: "a must be F32, F16, BF16 or a block type with a dot product".into(),
+            });
+        }
+        if !dense {
+            return Err(Error::Layout {
+                op: "MUL_MAT",
+                name: self.display_name(a),
+                required: "row-contiguous (nb[0] = type size)",
+            });
+        }
+        let nb = self.expect_type("MUL_MAT", "b", b, &[DType::F32])?.ne;
+        if na[0] != nb[0] {
+            return Err(shape_err(
+                "MUL_MAT",
+                na,
+                nb,
+                "a.ne[0] must equal b.ne[0] (the shared dimension k)",
+            ));
+        }
+        if nb[2] % na[2] != 0 || nb[3] % na[3] != 0 {
+            return Err(shape_err(
+                "MUL_MAT",
+                na,
+                nb,
+                "a.ne[2] must divide b.ne[2] and a.ne[3] must divide b.ne[3] (a is broadcast)",
+            ));
+        }
+        self.new_tensor_with(
+            DType::F32,
+            [na[1], nb[1], nb[2], nb[3]],
+            Op::MulMat,
+            [Some(a), Some(b), None],
+        )
+    }
+
+    /// Causal mask: a: `[n_kv, n_q, n2, n3]` f32 → same, with `out[i, j] = −∞` where
+    /// `i > n_past + j` (query row j sees keys 0..=n_past + j), else `a[i, j]`.
+    pub fn diag_mask_inf(&mut self, a: Tensor, n_past: usize) -> Result<Tensor> {
+        let ne = self.expect_type("DIAG_MASK_INF", "a", a, &[DType::F32])?.ne;
+        self.new_tensor_with(
+            DType::F32,
+            ne,
+            Op::DiagMaskInf { n_past },
+            [Some(a), None, None],
+        )
+    }
+
+    /// Softmax of each row of `a · scale + mask`. a: `[n0, n1, n2, n3]` f32; mask (optional):
+    /// `[n0, m1, m2, m3]` F32 or F16 with `m1 ≥ n1`, `m2 | n2`, `m3 | n3` (row j of a uses
+    /// mask row j; broadcast over axes 2, 3) → same shape as a, f32. Rows that are all −∞
+    /// give zeros.
+    pub fn soft_max_ext(&mut self, a: Tensor, mask: Option<Tensor>, scale: f32) -> Result<Tensor> {
+        let na = self.expect_type("SOFT_MAX", "a", a, &[DType::F32])?.ne;
+        if let Some(mk) = mask {
+            let nm = self
+                .expect_type("SOFT_MAX", "mask", mk, &[DType::F32, DType::F16])?
+                .ne;
+            if nm[0] != na[0] || nm[1] < na[1] || na[2] % nm[2] != 0 || na[3] % nm[3] != 0 {
+                return Err(shape_err(
+                    "SOFT_MAX",
+                    na,
+                    nm,
+                    "mask must be [a.ne[0], ≥ a.ne[1], m2 | a.ne[2], m3 | a.ne[3]]",
+                ));
+            }
+            if !self.meta(mk)?.rows_contiguous() {
+                return Err(Error::Layout {
+                    op: "SOFT_MAX",
+                    name: self.display_name(mk),
+                    required: "row-contiguous",
+                });
+            }
+        }
+        self.new_tensor_with(DType::F32, na, Op::SoftMax { scale }, [Some(a), mask, None])
+    }
+
+    /// Plain softmax of each row (see [`Context::soft_max_ext`]).
+    pub fn soft_max(&mut self, a: Tensor) -> Result<Tensor> {
+        self.soft_max_ext(a, None, 1.0)
+    }
+
+    /// Rotary position embedding with base 10000 and no scaling; see [`Context::rope_ext`].
+    pub fn rope(
+        &mut self,
+        a: Tensor,
+        pos: Tensor,
+        n_dims: usize,
+        mode: RopeMode,
+    ) -> Result<Tensor> {
+        self.rope_ext(a, pos, RopeParams::new(n_dims, mode))
+    }
+
+    /// Rotary position embedding. a: `[head_dim, n_head, n_tokens, n3]` f32; pos:
+    /// `[n_tokens]` i32 → same shape as a, f32. For token t at position p, dimension pair i
+    /// (`i < n_dims/2`) turns by `θ = p · freq_scale · base^(−2i/n_dims)`:
+    /// `(x0, x1) → (x0·cos θ − x1·sin θ, x0·sin θ + x1·cos θ)`, where `(x0, x1)` is
+    /// `(x[2i], x[2i+1])` in [`RopeMode::Normal`] and `(x[i], x[i + n_dims/2])` in
+    /// [`RopeMode::Neox`]. Dimensions from `n_dims` on are copied.
+    pub fn rope_ext(&mut self, a: Tensor, pos: Tensor, p: RopeParams) -> Result<Tensor> {
+        let na = self.expect_type("ROPE", "a", a, &[DType::F32])?.ne;
+        let np = self.expect_type("ROPE", "pos", pos, &[DType::I32])?.ne;
+        if np[0] != na[2] || np[1] * np[2] * np[3] != 1 {
+            return Err(shape_err(
+                "ROPE",
+                na,
+                np,
+                "pos must be [a.ne[2]] (one position per token)",
+            ));
+        }
+        if p.n_dims == 0 || p.n_dims % 2 != 0 || p.n_dims > na[0] {
+            return Err(Error::InvalidArgument {
+                op: "ROPE",
+                detail: format!(
+                    "n_dims = {} must be even, positive and at most the head size {}",
+                    p.n_dims, na[0]
+                ),
+            });
+        }
+        if !(p.freq_base > 0.0) || !p.freq_scale.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: "ROPE",
+                detail: format!(
+                    "freq_base = {} must be > 0 and freq_scale = {} finite",
+                    p.freq_base, p.freq_scale
+                ),
+            });
+        }
+        self.new_tensor_with(
+            DType::F32,
+            na,
+            Op::Rope {
+                n_dims: p.n_dims,
+                mode: p.mode,
+                freq_base: p.freq_base,
+                freq_scale: p.freq_scale,
+            },
+            [Some(a), Some(pos), None],
+        )
+    }
+}
