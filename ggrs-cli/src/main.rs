@@ -1,4 +1,58 @@
-//! `ggrs`: the command line.
-fn main() {
-    println!("ggrs {}", env!("CARGO_PKG_VERSION"));
+//! `ggrs`: the command line over ggrs-core and ggrs-llama. It parses arguments and prints;
+//! everything a library user would also need lives in the libraries.
+
+mod inspect;
+mod quantize;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Pure-Rust GGML-style inference: run, inspect and quantize GGUF models.
+#[derive(Parser, Debug)]
+#[command(name = "ggrs", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print a GGUF file's metadata and tensor table (like gguf-dump).
+    Inspect(inspect::Args),
+    /// Write a copy of a GGUF model with its weights converted to another type.
+    Quantize(quantize::Args),
+}
+
+/// An error with its chain of causes, for printing.
+pub(crate) fn report(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Quantize(a) => quantize::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", report(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What subcommands return.
+pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;

@@ -69,6 +69,7 @@ pub struct Context {
     capacity: usize,
     used: usize,
     no_alloc: bool,
+    deferred: bool,
     tensors: Vec<TensorMeta>,
     external: Vec<Arc<dyn ExternalData>>,
 }
@@ -102,6 +103,7 @@ impl Context {
             capacity,
             used: 0,
             no_alloc: params.no_alloc,
+            deferred: false,
             tensors: Vec::new(),
             external: Vec::new(),
         }
@@ -153,6 +155,19 @@ impl Context {
     /// True for a context that allocates no data.
     pub fn is_no_alloc(&self) -> bool {
         self.no_alloc
+    }
+
+    /// Turns deferred allocation on or off. While it is on, the results of ops get no data
+    /// when they are made; [`Context::alloc_graph`] later places them in the arena, reusing
+    /// the memory of intermediates whose consumers have all run. Leaves (inputs made with
+    /// `new_tensor`) are still allocated at once.
+    pub fn set_deferred_alloc(&mut self, on: bool) {
+        self.deferred = on;
+    }
+
+    /// True while deferred allocation is on.
+    pub fn is_deferred_alloc(&self) -> bool {
+        self.deferred
     }
 
     /// Number of tensors in the context.
@@ -282,7 +297,7 @@ impl Context {
     // ---------------------------------------------------------------------------------------
 
     /// Bump-allocates `size` bytes aligned to [`ARENA_ALIGN`]; returns the offset.
-    fn alloc(&mut self, size: usize, what: &dyn Fn() -> String) -> Result<usize> {
+    pub(crate) fn alloc(&mut self, size: usize, what: &dyn Fn() -> String) -> Result<usize> {
         let start = self.used.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
         let end = start.checked_add(size);
         match end {
@@ -361,12 +376,16 @@ impl Context {
                 ),
             });
         }
-        let mut total: usize = dtype.row_size(out[0]);
+        let overflow = || Error::InvalidArgument {
+            op,
+            detail: format!("shape {ne:?} overflows the address space"),
+        };
+        // The row size itself may overflow (`row_size` does not check), so start from it.
+        let mut total: usize = (out[0] / dtype.block_size())
+            .checked_mul(dtype.type_size())
+            .ok_or_else(overflow)?;
         for &n in &out[1..] {
-            total = total.checked_mul(n).ok_or_else(|| Error::InvalidArgument {
-                op,
-                detail: format!("shape {ne:?} overflows the address space"),
-            })?;
+            total = total.checked_mul(n).ok_or_else(overflow)?;
         }
         Ok(out)
     }
@@ -428,8 +447,16 @@ impl Context {
         op: Op,
         src: [Option<Tensor>; MAX_SRC],
     ) -> Result<Tensor> {
+        // Op results take shapes from their operands (or, for repeat_to, from the caller):
+        // check that the byte size is addressable before computing strides.
+        Context::check_shape(op.name(), dtype, &ne)?;
         let nb = contiguous_strides(dtype, &ne);
         let size = nbytes_of(dtype, &ne, &nb);
+        let data_size = if self.deferred && op != Op::None {
+            None
+        } else {
+            Some(size)
+        };
         let meta = TensorMeta {
             dtype,
             ne,
@@ -442,7 +469,7 @@ impl Context {
             flags: TensorFlags::default(),
             data: DataLoc::None,
         };
-        self.push_tensor(meta, Some(size))
+        self.push_tensor(meta, data_size)
     }
 
     /// Makes a leaf tensor whose data lies in `buf` at byte `offset` (no copy): weights in a
@@ -519,8 +546,23 @@ impl Context {
         let root_meta = self.meta(root)?;
         let root_bytes = root_meta.nbytes();
         let dtype = s.dtype;
-        let need = nbytes_of(dtype, &ne, &nb);
-        let total = base_offs + offset;
+        // Sizes, strides and offsets come from the caller: an overflow is an invalid view
+        // (a wrapped span could otherwise pass the bounds check below).
+        let (need, total) = match (
+            checked_nbytes(dtype, &ne, &nb),
+            base_offs.checked_add(offset),
+        ) {
+            (Some(need), Some(total)) if total.checked_add(need).is_some() => (need, total),
+            _ => {
+                return Err(Error::InvalidView {
+                    op: op.name(),
+                    detail: format!(
+                        "view {ne:?} with strides {nb:?} at offset {offset} overflows the \
+                         address space"
+                    ),
+                })
+            }
+        };
         if need > 0 && total + need > root_bytes {
             return Err(Error::InvalidView {
                 op: op.name(),
@@ -726,4 +768,23 @@ impl Context {
         let root = |t: Tensor| -> Result<Tensor> { Ok(self.meta(t)?.view_src.unwrap_or(t)) };
         Ok(root(a)? == root(b)?)
     }
+}
+
+/// Bytes spanned by a tensor of this shape and strides (as `nbytes_of`), or `None` when the
+/// span does not fit in `usize`.
+fn checked_nbytes(dtype: DType, ne: &[usize; 4], nb: &[usize; 4]) -> Option<usize> {
+    if ne.contains(&0) {
+        return Some(0);
+    }
+    let mut n = if dtype.block_size() == 1 {
+        (ne[0] - 1)
+            .checked_mul(nb[0])?
+            .checked_add(dtype.type_size())?
+    } else {
+        (ne[0] / dtype.block_size()).checked_mul(dtype.type_size())?
+    };
+    for i in 1..4 {
+        n = n.checked_add((ne[i] - 1).checked_mul(nb[i])?)?;
+    }
+    Some(n)
 }

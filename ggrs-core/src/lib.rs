@@ -1,16 +1,164 @@
 //! # ggrs-core
 //!
 //! GGML-style tensors in a static arena, a graph builder and a multi-threaded CPU executor.
+//!
+//! Work happens in three steps, as in ggml:
+//!
+//! 1. **Build.** Tensors live in a [`Context`], one memory arena of a size fixed when it is
+//!    made. Op methods such as [`Context::mul_mat`] or [`Context::add`] check their operands'
+//!    shapes and return a new tensor that records the op and its sources; they compute
+//!    nothing.
+//! 2. **Graph.** [`Graph::build`] walks the source links back from an output and lists every
+//!    tensor it depends on, sources before the tensors that read them.
+//! 3. **Compute.** An [`Executor`], a pool of threads started once and reused, runs the
+//!    graph's nodes in that order and writes each result into the arena.
+//!
+//! Shapes use ggml's axis order: `ne = [n0, n1, n2, n3]`, `n0` innermost (adjacent in memory),
+//! so a matrix of `rows` rows of `cols` values has the shape `[cols, rows]`.
+//!
+//! ## f(x) = a·x² + b
+//!
+//! ```
+//! use ggrs_core::{Context, Executor, Graph, Result, Tensor};
+//!
+//! /// Builds f = a·x² + b in `ctx`; returns (x, f).
+//! fn build(ctx: &mut Context) -> Result<(Tensor, Tensor)> {
+//!     let x = ctx.new_f32(2.0)?; // a 1-element f32 tensor (a leaf: no op)
+//!     let a = ctx.new_f32(3.0)?;
+//!     let b = ctx.new_f32(4.0)?;
+//!     ctx.set_name(x, "x")?;
+//!     let x2 = ctx.mul(x, x)?; // nodes: ops recorded, nothing computed yet
+//!     let ax2 = ctx.mul(a, x2)?;
+//!     let f = ctx.add(ax2, b)?;
+//!     ctx.set_name(f, "f")?;
+//!     Ok((x, f))
+//! }
+//!
+//! # fn main() -> Result<()> {
+//! // Measure mode: a context that allocates nothing and counts the bytes the same tensors
+//! // need (metadata, data, alignment) ...
+//! let mut measure = Context::measure();
+//! build(&mut measure)?;
+//! // ... so that the real context can be made exactly that large.
+//! let mut ctx = Context::with_mem_size(measure.used_mem());
+//! let (x, f) = build(&mut ctx)?;
+//!
+//! let graph = Graph::build(&ctx, f)?;
+//! assert_eq!((graph.nodes().len(), graph.leafs().len()), (3, 3));
+//! println!("{}", graph.display(&ctx)); // one line per node and leaf
+//! let _dot: String = graph.to_dot(&ctx); // the same as Graphviz DOT
+//!
+//! let mut exec = Executor::new(1); // threads start here and are reused by every compute
+//! exec.compute(&mut ctx, &graph)?;
+//! assert_eq!(ctx.get_f32_scalar(f)?, 16.0); // 3·2² + 4
+//!
+//! // Set an input and compute the same graph again.
+//! ctx.set_f32(x, &[-1.5])?;
+//! exec.compute(&mut ctx, &graph)?;
+//! assert_eq!(ctx.get_f32_scalar(f)?, 10.75); // 3·2.25 + 4
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## A dense layer: mul_mat, bias, activation, softmax
+//!
+//! ```
+//! use ggrs_core::{Context, DType, Executor, Graph, Result};
+//!
+//! # fn main() -> Result<()> {
+//! let (k, n, m) = (4, 3, 2); // 4 inputs, 3 outputs, a batch of 2 rows
+//! let mut ctx = Context::with_mem_size(64 * 1024);
+//! let w = ctx.new_tensor_2d(DType::F32, k, n)?; // [k, n]: n rows of k weights
+//! let bias = ctx.new_tensor_1d(DType::F32, n)?; // [n]
+//! let x = ctx.new_tensor_2d(DType::F32, k, m)?; // [k, m]: m rows of k inputs
+//!
+//! // mul_mat(w, x): [k, n] × [k, m] → [n, m], out[i, j] = Σ_k w[k, i]·x[k, j] (x·wᵀ)
+//! let y = ctx.mul_mat(w, x)?;
+//! let y = ctx.add(y, bias)?; // bias [n] is broadcast over the m rows
+//! let y = ctx.silu(y)?;
+//! let probs = ctx.soft_max(y)?; // softmax of each row of n values
+//!
+//! let wv: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.7).sin()).collect();
+//! let bv = [0.1, -0.2, 0.3];
+//! let xv: Vec<f32> = (0..k * m).map(|i| i as f32 * 0.25 - 1.0).collect();
+//! ctx.set_f32(w, &wv)?;
+//! ctx.set_f32(bias, &bv)?;
+//! ctx.set_f32(x, &xv)?;
+//!
+//! let graph = Graph::build(&ctx, probs)?;
+//! Executor::new(2).compute(&mut ctx, &graph)?; // 2 threads; same result with any count
+//! let got = ctx.to_f32_vec(probs)?; // [n, m]: row j holds the n probabilities of input j
+//!
+//! // The same with plain loops.
+//! for j in 0..m {
+//!     let z: Vec<f32> = (0..n)
+//!         .map(|i| {
+//!             let s: f32 = (0..k).map(|c| wv[i * k + c] * xv[j * k + c]).sum::<f32>() + bv[i];
+//!             s / (1.0 + (-s).exp()) // silu
+//!         })
+//!         .collect();
+//!     let total: f32 = z.iter().map(|v| v.exp()).sum();
+//!     for i in 0..n {
+//!         assert!((got[j * n + i] - z[i].exp() / total).abs() < 1e-5);
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/simple_graph.rs` in the repository walks through the same steps at more length
+//! (`cargo run --release --example simple_graph`).
+//!
+//! ## Where things are
+//!
+//! - [`context`]: the [`Context`] arena. One 64-byte-aligned buffer; tensor metadata and data
+//!   are bump-allocated from it and never freed one by one. [`Context::measure`] builds
+//!   without data to learn a graph's size; [`Context::checkpoint`] and [`Context::rewind`]
+//!   drop everything made after a point (keep the weights, drop a step's graph). Running out
+//!   of room is an [`Error::OutOfMemory`]. Weights may also point into external read-only
+//!   buffers such as a memory-mapped file ([`Context::new_tensor_external`]).
+//! - [`alloc`]: graph allocation with memory reuse ([`Context::alloc_graph`]): with deferred
+//!   allocation on, intermediates get arena space just before they are computed and give it
+//!   back once their last consumer has run, so a step needs its peak memory, not the sum.
+//! - [`tensor`]: [`Tensor`] handles and [`TensorMeta`], ggml's layout: `ne[4]` element counts
+//!   (`ne[0]` innermost) and `nb[4]` byte strides (`nb[0]` the type size, `nb[1]` a row's
+//!   bytes, `ne[0] / block_size · block_bytes` for block types). Views (`view_*`, `reshape`,
+//!   `permute`, `transpose`) share their source's data with other strides; `cont` copies.
+//! - Ops: methods of [`Context`], each stating its shape contract in its doc comment
+//!   (arithmetic with broadcasting, activations, `mul_mat`, norms, `soft_max`, `rope`,
+//!   `get_rows`/`set_rows`, reductions, views and copies). [`Op`] names what made a tensor.
+//! - [`graph`]: [`Graph`], nodes in topological order and leaves apart, printable
+//!   ([`Graph::display`]) and exportable as Graphviz DOT ([`Graph::to_dot`]).
+//! - [`exec`]: [`Executor`]. It plans each node (task count, work buffer size; [`Plan`]),
+//!   then its persistent threads run every node in up to three phases: INIT on all threads
+//!   before the main work (e.g. `mul_mat` converting its activations to the weight's
+//!   dot-product type), COMPUTE in chunks taken from an atomic counter, FINALIZE on one thread
+//!   for ops that combine partial results. Views cost no barrier. Each output element is
+//!   computed by one thread in a fixed order, so results do not depend on the thread count.
+//!   Optional per-node timing ([`Executor::set_profiling`]) and an abort callback.
+//! - [`dtype`] and [`types`]: [`DType`] (GGUF type ids, block and byte sizes) and per-type
+//!   traits (row conversions to and from f32, the type a dot product pairs with);
+//!   [`quants`]: block-quantized types.
+//! - [`kernels`]: the CPU kernels behind each op. Vector primitives in [`kernels::vec`] are
+//!   compiled as plain Rust and for AVX2 and AVX-512; the best version for the CPU is chosen
+//!   once at run time. Set the environment variable `GGRS_FORCE_SCALAR=1` to force the plain
+//!   versions (to compare against them, or to rule out a SIMD bug).
+//! - [`gguf`]: GGUF files, read through a memory map without copying tensor data, and
+//!   written; [`quantize`]: converting a GGUF file's weights to another type.
+//! - [`error`]: the one [`Error`] type; every fallible call returns [`Result`].
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod context;
 pub mod dtype;
 pub mod error;
 pub mod exec;
+pub mod gguf;
 pub mod graph;
 pub mod kernels;
 pub mod op;
 mod ops;
+pub mod quantize;
 pub mod quants;
 pub mod tensor;
 pub mod types;

@@ -26,6 +26,12 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::TensorMeta;
 
+/// True when `mul_mat` accepts weights of `dtype` (F32, F16, BF16 and every block type
+/// with a dot-product kernel in this build).
+pub fn mul_mat_supports(dtype: DType) -> bool {
+    matmul::supports(dtype)
+}
+
 /// A tensor as a kernel sees it: a data pointer, type, shape and strides.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RawTensor {
@@ -302,7 +308,8 @@ pub(crate) fn plan(
         Op::Cpy => {
             let s = s0.expect("cpy src0");
             if s.ne == dst.ne {
-                row_plan(0)
+                // A converting or strided row is gathered into scratch first (copy_row).
+                row_plan(s.ne[0] + 16)
             } else {
                 TaskPlan {
                     n_chunks: dst.nelements().div_ceil(16384).clamp(1, nth * 4),

@@ -104,6 +104,31 @@ fn f16_to_f32_block(src: &[f16], dst: &mut [f32]) {
     }
 }
 
+/// Converts f16 values with the F16C instruction `vcvtph2ps`, 8 at a time.
+///
+/// # Safety
+/// The CPU supports AVX and F16C.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn f16_to_f32_block_f16c(src: &[f16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let n = src.len().min(dst.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, so 8 f16 (16 bytes) are readable at src[i] and 8 f32 writable at
+        // dst[i]; both intrinsics accept unaligned addresses.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for j in i..n {
+        dst[j] = src[j].to_f32();
+    }
+}
+
 #[inline(always)]
 fn bf16_to_f32_block(src: &[bf16], dst: &mut [f32]) {
     for (d, s) in dst.iter_mut().zip(src) {
@@ -112,7 +137,7 @@ fn bf16_to_f32_block(src: &[bf16], dst: &mut [f32]) {
 }
 
 macro_rules! dot_half_body {
-    ($a:expr, $b:expr, $conv:ident) => {{
+    ($a:expr, $b:expr, $conv:expr) => {{
         let (a, b) = ($a, $b);
         let n = a.len().min(b.len());
         let mut acc = [0f32; LANES];
@@ -138,11 +163,6 @@ macro_rules! dot_half_body {
         }
         reduce_lanes(&acc) + tail
     }};
-}
-
-#[inline(always)]
-fn dot_f16_body(a: &[f16], b: &[f16]) -> f32 {
-    dot_half_body!(a, b, f16_to_f32_block)
 }
 
 #[inline(always)]
@@ -232,17 +252,74 @@ simd_dispatch!(
 );
 
 simd_dispatch!(
-    /// `Σ a[i]·b[i]` of f16 vectors, accumulated in f32 (products of f16 values are exact in
-    /// f32).
-    dot_f16, dot_f16_scalar, dot_f16_avx2, dot_f16_avx512,
-    fn(a: &[f16], b: &[f16]) -> f32 = dot_f16_body
-);
-
-simd_dispatch!(
     /// `Σ a[i]·b[i]` of bf16 vectors, accumulated in f32.
     dot_bf16, dot_bf16_scalar, dot_bf16_avx2, dot_bf16_avx512,
     fn(a: &[bf16], b: &[bf16]) -> f32 = dot_bf16_body
 );
+
+#[inline(always)]
+fn dot_f16_with(a: &[f16], b: &[f16], conv: impl Fn(&[f16], &mut [f32])) -> f32 {
+    dot_half_body!(a, b, conv)
+}
+
+/// The portable build of [`dot_f16`] (the reference the SIMD builds are tested against).
+pub fn dot_f16_scalar(a: &[f16], b: &[f16]) -> f32 {
+    dot_f16_with(a, b, f16_to_f32_block)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2(a: &[f16], b: &[f16]) -> f32 {
+    // SAFETY: this function only runs on CPUs with AVX2 and F16C (see `dot_f16`).
+    dot_f16_with(a, b, |s, d| unsafe { f16_to_f32_block_f16c(s, d) })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn dot_f16_avx512(a: &[f16], b: &[f16]) -> f32 {
+    // SAFETY: this function only runs on CPUs with AVX-512 and F16C (see `dot_f16`).
+    dot_f16_with(a, b, |s, d| unsafe { f16_to_f32_block_f16c(s, d) })
+}
+
+/// `Σ a[i]·b[i]` of f16 vectors, accumulated in f32 (products of f16 values are exact in
+/// f32). The SIMD builds convert with F16C; all builds give the same bits.
+#[inline]
+pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
+    static IMPL: OnceLock<fn(&[f16], &[f16]) -> f32> = OnceLock::new();
+    let f = IMPL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match simd_level() {
+                // SAFETY: chosen only when the CPU reports AVX-512 F/BW/VL, FMA and F16C.
+                SimdLevel::Avx512 => return |a, b| unsafe { dot_f16_avx512(a, b) },
+                // SAFETY: chosen only when the CPU reports AVX2, FMA and F16C.
+                SimdLevel::Avx2 => return |a, b| unsafe { dot_f16_avx2(a, b) },
+                SimdLevel::Scalar => {}
+            }
+        }
+        dot_f16_scalar
+    });
+    f(a, b)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+impl SimdVariants {
+    /// Every build of [`dot_f16`] this CPU can run.
+    pub(crate) fn dot_f16() -> Vec<(SimdLevel, fn(&[f16], &[f16]) -> f32)> {
+        let mut v: Vec<(SimdLevel, fn(&[f16], &[f16]) -> f32)> =
+            vec![(SimdLevel::Scalar, dot_f16_scalar)];
+        let lvl = detect();
+        if lvl >= SimdLevel::Avx2 {
+            // SAFETY: the CPU reports AVX2, FMA and F16C.
+            v.push((SimdLevel::Avx2, |a, b| unsafe { dot_f16_avx2(a, b) }));
+        }
+        if lvl >= SimdLevel::Avx512 {
+            // SAFETY: the CPU reports AVX-512 F/BW/VL, FMA and F16C.
+            v.push((SimdLevel::Avx512, |a, b| unsafe { dot_f16_avx512(a, b) }));
+        }
+        v
+    }
+}
 
 #[cfg(test)]
 mod tests {

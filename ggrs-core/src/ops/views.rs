@@ -33,8 +33,10 @@ impl Context {
     /// A 1-D view of `ne0` elements at byte `offset`.
     pub fn view_1d(&mut self, a: Tensor, ne0: usize, offset: usize) -> Result<Tensor> {
         let dt = self.meta(a)?.dtype;
-        let nb = contiguous_strides(dt, &[ne0, 1, 1, 1]);
-        self.view(a, [ne0, 1, 1, 1], nb, offset)
+        let row = (ne0 / dt.block_size())
+            .checked_mul(dt.type_size())
+            .ok_or_else(|| view_overflow("VIEW"))?;
+        self.view(a, [ne0, 1, 1, 1], [dt.type_size(), row, row, row], offset)
     }
 
     /// A 2-D view: `ne1` rows of `ne0` elements, rows `nb1` bytes apart, at byte `offset`.
@@ -48,7 +50,8 @@ impl Context {
     ) -> Result<Tensor> {
         let dt = self.meta(a)?.dtype;
         let ts = dt.type_size();
-        self.view(a, [ne0, ne1, 1, 1], [ts, nb1, nb1 * ne1, nb1 * ne1], offset)
+        let nb2 = nb1.checked_mul(ne1).ok_or_else(|| view_overflow("VIEW"))?;
+        self.view(a, [ne0, ne1, 1, 1], [ts, nb1, nb2, nb2], offset)
     }
 
     /// A 3-D view with row stride `nb1` and plane stride `nb2` (bytes).
@@ -65,7 +68,8 @@ impl Context {
     ) -> Result<Tensor> {
         let dt = self.meta(a)?.dtype;
         let ts = dt.type_size();
-        self.view(a, [ne0, ne1, ne2, 1], [ts, nb1, nb2, nb2 * ne2], offset)
+        let nb3 = nb2.checked_mul(ne2).ok_or_else(|| view_overflow("VIEW"))?;
+        self.view(a, [ne0, ne1, ne2, 1], [ts, nb1, nb2, nb3], offset)
     }
 
     /// A 4-D view with strides `nb1`, `nb2`, `nb3` (bytes).
@@ -101,7 +105,8 @@ impl Context {
                 required: "contiguous",
             });
         }
-        if ne4.iter().product::<usize>() != m.nelements() {
+        let count = ne4.iter().try_fold(1usize, |p, &n| p.checked_mul(n));
+        if count != Some(m.nelements()) {
             return Err(Error::InvalidView {
                 op: "RESHAPE",
                 detail: format!(
@@ -109,7 +114,7 @@ impl Context {
                     m.ne,
                     m.nelements(),
                     ne,
-                    ne4.iter().product::<usize>()
+                    count.map_or("more than usize::MAX".to_string(), |c| c.to_string())
                 ),
             });
         }
@@ -266,5 +271,13 @@ impl Context {
         let t = self.new_view(b, Op::Cpy, nbe, nbb, 0)?;
         self.meta_mut(t)?.src = [Some(a), Some(b), None];
         Ok(t)
+    }
+}
+
+/// The error for a view whose strides overflow the address space.
+fn view_overflow(op: &'static str) -> Error {
+    Error::InvalidView {
+        op,
+        detail: "the view's strides overflow the address space".into(),
     }
 }

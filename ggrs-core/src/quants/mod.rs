@@ -1,8 +1,274 @@
-//! Block-quantized types (Q4_0, Q8_0, the k-quants…): block layouts, reference
-//! quantize/dequantize and dot products.
+//! Block-quantized types (Q4_0 … Q8_1 and the k-quants Q2_K … Q8_K): block layouts,
+//! reference quantize/dequantize and scalar dot products, bit-compatible with GGUF files and
+//! with ggml's reference code.
+//!
+//! # Layout
+//!
+//! A block type stores [`BlockQuant::BLOCK_SIZE`] values (32, or 256 for the k-quants) in one
+//! `#[repr(C)]` struct whose size is checked at compile time. A row of `n` values is `n /
+//! BLOCK_SIZE` blocks laid end to end, exactly as in a GGUF file. Rows in a file are only
+//! 2-byte aligned in general, so every function here takes rows as byte slices and reads
+//! blocks through [`bytemuck`] (a zero-copy cast when the bytes are aligned, an unaligned copy
+//! otherwise): no `unsafe` anywhere in this module.
+//!
+//! # Bit-exactness
+//!
+//! - Dequantization reproduces ggml's `dequantize_row_*` bit for bit: the same f32 operations
+//!   in the same order and grouping (e.g. Q4_K computes `d1 = d * sc; m1 = min * m;
+//!   y = d1 * q - m1`), so dequantizing a model and rounding to f16 gives llama.cpp's bytes.
+//! - Quantization reproduces ggml's reference quantizers (`quantize_row_*_ref`, what
+//!   `llama-quantize` runs when no importance matrix is given): same rounding (`roundf`,
+//!   truncating casts, `nearest_int`), same scale search, same f16 rounding of scales.
+//!   Note that ggml's *CPU* activation quantizers (`quantize_row_q8_0` with AVX) round ties to
+//!   even and use `127 / amax` instead of `1 / (amax / 127)`; the reference rounding used here
+//!   can differ from them by one unit in a few values.
+//! - The scalar dot products follow ggml's `ggml_vec_dot_*_generic`: an integer dot product per
+//!   block, scaled and accumulated in f32 in the same order.
+//!
+//! # Dot products and SIMD
+//!
+//! A weight type's dot product pairs it with its [`BlockQuant::VecDot`] type, as in ggml:
+//! Q4_0, Q5_0, Q8_0 → Q8_0; Q4_1, Q5_1 → Q8_1; the k-quants → Q8_K. `mul_mat` converts f32
+//! activations to that type once (INIT), then calls the dot product per output element.
+//! The scalar functions (`q4_0::vec_dot_q4_0_q8_0_scalar` …) are always compiled and are the
+//! reference; [`vec_dot_kernel`] is the dispatch point where SIMD versions are chosen once at
+//! run time (see [`dispatch`]).
+
+use std::borrow::Cow;
+
+use bytemuck::Pod;
+use half::f16;
 
 use crate::dtype::DType;
+use crate::error::{Error, Result};
 use crate::types::{FromF32Fn, ToF32Fn};
+
+pub mod dispatch;
+pub mod k_quants;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q5;
+pub mod q8;
+
+pub use dispatch::{vec_dot_kernel, vec_dot_scalar_kernel};
+pub use k_quants::q2_k::BlockQ2K;
+pub use k_quants::q3_k::BlockQ3K;
+pub use k_quants::q4_k::BlockQ4K;
+pub use k_quants::q5_k::BlockQ5K;
+pub use k_quants::q6_k::BlockQ6K;
+pub use k_quants::q8_k::BlockQ8K;
+pub use k_quants::QK_K;
+pub use q4_0::BlockQ4_0;
+pub use q4_1::BlockQ4_1;
+pub use q5::{BlockQ5_0, BlockQ5_1};
+pub use q8::{BlockQ8_0, BlockQ8_1};
+
+/// A dot-product kernel: `n` values of a row of the weight type (`a`) against a row of its
+/// `VecDot` type (`b`), both as bytes. The same type as `mul_mat`'s kernel pointer.
+pub type VecDotKernel = fn(n: usize, a: &[u8], b: &[u8]) -> f32;
+
+/// One block type: its layout, its reference quantizer and dequantizer, and its dot product
+/// with the block type activations are converted to.
+///
+/// Implemented by [`BlockQ4_0`], [`BlockQ4_1`], [`BlockQ5_0`], [`BlockQ5_1`], [`BlockQ8_0`],
+/// [`BlockQ8_1`], [`BlockQ2K`], [`BlockQ3K`], [`BlockQ4K`], [`BlockQ5K`], [`BlockQ6K`] and
+/// [`BlockQ8K`]. Work on rows of bytes with [`dequantize_row`], [`quantize_row`] and
+/// [`vec_dot_row`].
+pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
+    /// The GGUF type this block encodes.
+    const DTYPE: DType;
+    /// Values per block (32, or [`QK_K`] = 256 for the k-quants).
+    const BLOCK_SIZE: usize;
+    /// Bytes per block (the struct's size, as stored in a GGUF file).
+    const BYTES: usize = std::mem::size_of::<Self>();
+
+    /// The block type the other operand of [`BlockQuant::vec_dot`] is quantized to
+    /// (ggml's `vec_dot_type`).
+    type VecDot: BlockQuant;
+
+    /// Decodes this block into `out[..BLOCK_SIZE]`, bit-exact with ggml's `dequantize_row_*`.
+    ///
+    /// Panics if `out` holds fewer than `BLOCK_SIZE` values (the row functions check this).
+    fn dequantize(&self, out: &mut [f32]);
+
+    /// Encodes `x[..BLOCK_SIZE]`, bit-exact with ggml's `quantize_row_*_ref`.
+    ///
+    /// Panics if `x` holds fewer than `BLOCK_SIZE` values (the row functions check this).
+    fn quantize(x: &[f32]) -> Self;
+
+    /// Scalar reference dot product of a row of blocks with a row of `VecDot` blocks (the
+    /// shorter of the two sets the length), accumulated as ggml's `ggml_vec_dot_*_generic`.
+    fn vec_dot(a: &[Self], b: &[Self::VecDot]) -> f32;
+}
+
+// ------------------------------------------------------------------------------------------
+// f16 scales as ggml rounds them
+// ------------------------------------------------------------------------------------------
+
+/// f16 → f32 (exact).
+#[inline(always)]
+pub(crate) fn fp16(h: f16) -> f32 {
+    h.to_f32()
+}
+
+/// f32 → f16 as ggml's `GGML_FP32_TO_FP16`: round to nearest even, overflow to infinity, and
+/// every NaN to the canonical quiet NaN `0x7E00` (with the sign kept).
+#[inline(always)]
+pub(crate) fn to_fp16(x: f32) -> f16 {
+    if x.is_nan() {
+        let sign = ((x.to_bits() >> 16) & 0x8000) as u16;
+        f16::from_bits(sign | 0x7E00)
+    } else {
+        f16::from_f32(x)
+    }
+}
+
+/// C's `MAX(a, b)` macro on floats (`a > b ? a : b`), which keeps a NaN in `b`; `f32::max`
+/// would drop it.
+#[inline(always)]
+pub(crate) fn c_max(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Rows of blocks as bytes
+// ------------------------------------------------------------------------------------------
+
+/// The blocks in `bytes` (a whole number of blocks): borrowed when the bytes are aligned for
+/// `B`, copied otherwise (rows of a GGUF file are only guaranteed 2-byte alignment).
+pub fn cast_blocks<B: BlockQuant>(bytes: &[u8]) -> Result<Cow<'_, [B]>> {
+    if bytes.len() / B::BYTES * B::BYTES != bytes.len() {
+        return Err(Error::InvalidArgument {
+            op: "quants::cast_blocks",
+            detail: format!(
+                "{} bytes is not a whole number of {}-byte {} blocks",
+                bytes.len(),
+                B::BYTES,
+                B::DTYPE
+            ),
+        });
+    }
+    Ok(match bytemuck::try_cast_slice::<u8, B>(bytes) {
+        Ok(blocks) => Cow::Borrowed(blocks),
+        Err(_) => Cow::Owned(
+            bytes
+                .chunks_exact(B::BYTES)
+                .map(bytemuck::pod_read_unaligned::<B>)
+                .collect(),
+        ),
+    })
+}
+
+fn row_error<B: BlockQuant>(op: &'static str, values: usize, bytes: usize) -> Error {
+    Error::InvalidArgument {
+        op,
+        detail: format!(
+            "{} values and {} bytes do not make a row of {} ({} values per {}-byte block: \
+             the value count must be a multiple of {} and the bytes {} per block)",
+            values,
+            bytes,
+            B::DTYPE,
+            B::BLOCK_SIZE,
+            B::BYTES,
+            B::BLOCK_SIZE,
+            B::BYTES
+        ),
+    }
+}
+
+/// Checks that `values` values and `bytes` bytes make one row of `B`; returns the block count.
+fn check_row<B: BlockQuant>(op: &'static str, values: usize, bytes: usize) -> Result<usize> {
+    let nb = values / B::BLOCK_SIZE;
+    if nb * B::BLOCK_SIZE != values || bytes != nb * B::BYTES {
+        return Err(row_error::<B>(op, values, bytes));
+    }
+    Ok(nb)
+}
+
+/// Decodes a row of `B` blocks (`src`, `dst.len() / BLOCK_SIZE` blocks) into `dst`,
+/// bit-exact with ggml's `dequantize_row_*`.
+///
+/// Errors when `dst.len()` is not a multiple of the block size or `src` is not exactly the
+/// row's size in bytes.
+pub fn dequantize_row<B: BlockQuant>(src: &[u8], dst: &mut [f32]) -> Result<()> {
+    check_row::<B>("quants::dequantize_row", dst.len(), src.len())?;
+    let blocks = cast_blocks::<B>(src)?;
+    for (b, out) in blocks.iter().zip(dst.chunks_exact_mut(B::BLOCK_SIZE)) {
+        b.dequantize(out);
+    }
+    Ok(())
+}
+
+/// Encodes `src` (a multiple of the block size) into a row of `B` blocks in `dst` (exactly
+/// the row's size in bytes), bit-exact with ggml's `quantize_row_*_ref`.
+pub fn quantize_row<B: BlockQuant>(src: &[f32], dst: &mut [u8]) -> Result<()> {
+    check_row::<B>("quants::quantize_row", src.len(), dst.len())?;
+    for (x, out) in src
+        .chunks_exact(B::BLOCK_SIZE)
+        .zip(dst.chunks_exact_mut(B::BYTES))
+    {
+        out.copy_from_slice(bytemuck::bytes_of(&B::quantize(x)));
+    }
+    Ok(())
+}
+
+/// Scalar dot product of `n` values: `a` a row of `B`, `b` a row of `B::VecDot`, both exactly
+/// `n` values long.
+pub fn vec_dot_row<B: BlockQuant>(n: usize, a: &[u8], b: &[u8]) -> Result<f32> {
+    check_row::<B>("quants::vec_dot_row (a)", n, a.len())?;
+    check_row::<B::VecDot>("quants::vec_dot_row (b)", n, b.len())?;
+    let xa = cast_blocks::<B>(a)?;
+    let xb = cast_blocks::<B::VecDot>(b)?;
+    Ok(B::vec_dot(&xa, &xb))
+}
+
+/// [`vec_dot_row`] with the [`VecDotKernel`] signature: the kernel form of the scalar
+/// reference.
+///
+/// `mul_mat` passes rows of exactly `n` values. Should the slices be shorter or not whole
+/// blocks, only the whole blocks present in both are used (debug builds assert instead).
+pub fn vec_dot_scalar<B: BlockQuant>(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let nb = n / B::BLOCK_SIZE;
+    debug_assert!(
+        nb * B::BLOCK_SIZE == n
+            && a.len() == nb * B::BYTES
+            && b.len() == nb * <B::VecDot as BlockQuant>::BYTES,
+        "vec_dot {}: n = {n}, {} and {} bytes",
+        B::DTYPE,
+        a.len(),
+        b.len()
+    );
+    let na = nb.min(a.len() / B::BYTES);
+    let nbb = nb.min(b.len() / <B::VecDot as BlockQuant>::BYTES);
+    let a = &a[..na * B::BYTES];
+    let b = &b[..nbb * <B::VecDot as BlockQuant>::BYTES];
+    match (cast_blocks::<B>(a), cast_blocks::<B::VecDot>(b)) {
+        (Ok(xa), Ok(xb)) => B::vec_dot(&xa, &xb),
+        // Unreachable: both slices were cut to whole blocks above.
+        _ => 0.0,
+    }
+}
+
+// The `ToF32Fn` / `FromF32Fn` forms used by `types::traits`. Their callers (tensor readers,
+// `get_rows`, `mul_mat` INIT, `set_f32`) always pass exact rows; a mismatch is a bug upstream,
+// reported in debug builds, and leaves the output untouched in release builds.
+fn to_f32_fn<B: BlockQuant>(src: &[u8], dst: &mut [f32]) {
+    let r = dequantize_row::<B>(src, dst);
+    debug_assert!(r.is_ok(), "{r:?}");
+}
+
+fn from_f32_fn<B: BlockQuant>(src: &[f32], dst: &mut [u8]) {
+    let r = quantize_row::<B>(src, dst);
+    debug_assert!(r.is_ok(), "{r:?}");
+}
+
+// ------------------------------------------------------------------------------------------
+// Entry points for `types::traits` and `mul_mat`
+// ------------------------------------------------------------------------------------------
 
 /// Conversions a block type provides.
 #[derive(Clone, Copy)]
@@ -12,12 +278,138 @@ pub(crate) struct QuantTraits {
     pub vec_dot_type: DType,
 }
 
+fn traits_of<B: BlockQuant>() -> QuantTraits {
+    QuantTraits {
+        to_f32: Some(to_f32_fn::<B>),
+        from_f32: Some(from_f32_fn::<B>),
+        vec_dot_type: <B::VecDot as BlockQuant>::DTYPE,
+    }
+}
+
+/// Evaluates `$body` with the type alias `$B` naming the block struct of `$dtype`, or `$none`
+/// when `$dtype` is not a block type.
+macro_rules! with_block {
+    ($dtype:expr, $B:ident => $body:expr, _ => $none:expr) => {
+        match $dtype {
+            DType::Q4_0 => {
+                type $B = BlockQ4_0;
+                $body
+            }
+            DType::Q4_1 => {
+                type $B = BlockQ4_1;
+                $body
+            }
+            DType::Q5_0 => {
+                type $B = BlockQ5_0;
+                $body
+            }
+            DType::Q5_1 => {
+                type $B = BlockQ5_1;
+                $body
+            }
+            DType::Q8_0 => {
+                type $B = BlockQ8_0;
+                $body
+            }
+            DType::Q8_1 => {
+                type $B = BlockQ8_1;
+                $body
+            }
+            DType::Q2K => {
+                type $B = BlockQ2K;
+                $body
+            }
+            DType::Q3K => {
+                type $B = BlockQ3K;
+                $body
+            }
+            DType::Q4K => {
+                type $B = BlockQ4K;
+                $body
+            }
+            DType::Q5K => {
+                type $B = BlockQ5K;
+                $body
+            }
+            DType::Q6K => {
+                type $B = BlockQ6K;
+                $body
+            }
+            DType::Q8K => {
+                type $B = BlockQ8K;
+                $body
+            }
+            _ => $none,
+        }
+    };
+}
+
 /// The traits of a block type, or `None` where this build has none.
-pub(crate) fn traits(_dtype: DType) -> Option<QuantTraits> {
-    None
+pub(crate) fn traits(dtype: DType) -> Option<QuantTraits> {
+    with_block!(dtype, B => Some(traits_of::<B>()), _ => None)
 }
 
 /// The fused dequantize-and-dot kernel of a block type, or `None` where this build has none.
-pub(crate) fn vec_dot(_dtype: DType) -> Option<crate::kernels::matmul::VecDotFn> {
-    None
+pub(crate) fn vec_dot(dtype: DType) -> Option<crate::kernels::matmul::VecDotFn> {
+    vec_dot_kernel(dtype)
+}
+
+/// The [`BlockQuant::VecDot`] type of a block type (`None` for non-block types).
+pub fn vec_dot_type(dtype: DType) -> Option<DType> {
+    with_block!(dtype, B => Some(<<B as BlockQuant>::VecDot as BlockQuant>::DTYPE), _ => None)
+}
+
+/// Dequantizes a row of any block type `dtype` (see [`dequantize_row`]).
+pub fn dequantize_row_dyn(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    with_block!(dtype, B => dequantize_row::<B>(src, dst),
+        _ => Err(not_a_block_type("quants::dequantize_row_dyn", dtype)))
+}
+
+/// Quantizes a row into any block type `dtype` (see [`quantize_row`]).
+pub fn quantize_row_dyn(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    with_block!(dtype, B => quantize_row::<B>(src, dst),
+        _ => Err(not_a_block_type("quants::quantize_row_dyn", dtype)))
+}
+
+/// Scalar dot product for weight type `dtype` (see [`vec_dot_row`]).
+pub fn vec_dot_row_dyn(dtype: DType, n: usize, a: &[u8], b: &[u8]) -> Result<f32> {
+    with_block!(dtype, B => vec_dot_row::<B>(n, a, b),
+        _ => Err(not_a_block_type("quants::vec_dot_row_dyn", dtype)))
+}
+
+fn not_a_block_type(op: &'static str, dtype: DType) -> Error {
+    Error::UnsupportedType {
+        op,
+        dtype,
+        detail: "not a block-quantized type (use q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, \
+                 q2_K … q6_K or q8_K)"
+            .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_match_dtype() {
+        fn check<B: BlockQuant>(t: DType) -> Option<()> {
+            assert_eq!(B::DTYPE, t);
+            assert_eq!(B::BYTES, B::DTYPE.type_size(), "{}", B::DTYPE);
+            assert_eq!(B::BLOCK_SIZE, B::DTYPE.block_size(), "{}", B::DTYPE);
+            Some(())
+        }
+        for t in DType::ALL {
+            let is_block = with_block!(t, B => check::<B>(t), _ => None).is_some();
+            assert_eq!(is_block, t.is_quantized(), "{t}");
+        }
+    }
+
+    #[test]
+    fn fp16_rounding_like_ggml() {
+        assert_eq!(to_fp16(f32::NAN).to_bits() & 0x7fff, 0x7E00);
+        assert_eq!(to_fp16(1e6).to_bits(), 0x7C00);
+        // 1 + 2^-11 is a tie between 1 and 1 + 2^-10: to even.
+        assert_eq!(to_fp16(1.0 + 1.0 / 2048.0).to_bits(), 0x3C00);
+    }
 }

@@ -1,0 +1,593 @@
+//! Reading GGUF files: a bounds-checked parser over any byte buffer, and [`GgufFile::open`],
+//! which runs it over a read-only memory map of the file.
+//!
+//! The parser never trusts a number it reads: every length and count is compared with the
+//! bytes left in the buffer before anything is read or allocated, every type id is looked up
+//! before use, and every tensor's data range is checked against the data section. A bad file
+//! is a [`GgufError`] naming the field and its byte offset.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::error::GgufError;
+use super::value::{Value, ValueType};
+use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH};
+use crate::context::{Context, ExternalData};
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+type Result<T> = std::result::Result<T, GgufError>;
+
+/// Bytes a tensor info takes at the least: name length (8), `n_dims` (4), one dimension (8),
+/// type (4), offset (8).
+const MIN_TENSOR_INFO: usize = 32;
+/// Bytes a metadata entry takes at the least: key length (8), value type (4), a 1-byte value.
+const MIN_KV: usize = 13;
+/// Initial capacity reserved for an array, at most: a count that passed the size check is
+/// still only a claim, so larger arrays grow as their elements are actually read.
+const MAX_RESERVE: usize = 1 << 16;
+
+/// Where a tensor is and what it holds, as read from the file's tensor infos.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Tensor name (`token_embd.weight`, `blk.0.attn_q.weight`…).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Element counts, innermost first; axes past `n_dims` are 1.
+    pub ne: [usize; 4],
+    /// Number of axes stored in the file (1 to 4).
+    pub n_dims: usize,
+    /// Byte offset of the data, relative to the start of the data section.
+    pub offset: u64,
+    /// Bytes of data: `dtype.row_size(ne[0]) * ne[1] * ne[2] * ne[3]`.
+    pub size: usize,
+}
+
+impl TensorInfo {
+    /// The stored axes: `&ne[..n_dims]`.
+    pub fn shape(&self) -> &[usize] {
+        &self.ne[..self.n_dims.clamp(1, 4)]
+    }
+
+    /// Number of elements (`ne[0] * ne[1] * ne[2] * ne[3]`, saturating).
+    pub fn nelements(&self) -> usize {
+        self.ne.iter().fold(1usize, |a, &n| a.saturating_mul(n))
+    }
+}
+
+/// A parsed GGUF file: its metadata, tensor infos and the bytes they point into.
+///
+/// Parsing validates the whole header, metadata and tensor-info region and every tensor's
+/// data range; tensor data itself is not read until asked for, and never copied. A
+/// `GgufFile` is `Send + Sync` and can be shared across threads.
+pub struct GgufFile {
+    data: Arc<dyn ExternalData>,
+    version: u32,
+    alignment: usize,
+    data_start: usize,
+    metadata: Vec<(String, Value)>,
+    kv_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+}
+
+impl fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("bytes", &self.data.bytes().len())
+            .field("alignment", &self.alignment)
+            .field("data_start", &self.data_start)
+            .field("metadata", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Opens and parses the GGUF file at `path` through a read-only memory map (no copy of
+    /// tensor data is made). Fails with [`GgufError::Io`] if the file cannot be opened or
+    /// mapped, and with the parser's errors if it is not a valid GGUF v2/v3 file.
+    ///
+    /// The file must not be modified or truncated while the `GgufFile` (or any tensor
+    /// loaded from it) is alive: the mapping shows the file's current contents.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let io = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            // Nothing to map (mapping zero bytes fails on some systems): let the parser
+            // report the missing header.
+            return GgufFile::from_bytes(Arc::new(Vec::<u8>::new()));
+        }
+        // SAFETY: the mapping is read-only and private to this process; memmap2 keeps it
+        // valid for the life of the `Mmap`, which the returned file (and every tensor
+        // pointing into it) holds through an `Arc`. What no code here can rule out is
+        // another process truncating or rewriting the file meanwhile; like every reader of
+        // mapped model files (llama.cpp included), we document that the file must not change
+        // while it is open.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        GgufFile::from_bytes(Arc::new(map))
+    }
+
+    /// Parses a GGUF file held in any buffer (a `Vec<u8>`, a mapping…), with the same checks
+    /// as [`GgufFile::open`]. Tensor data stays in `data`.
+    pub fn from_bytes(data: Arc<dyn ExternalData>) -> Result<GgufFile> {
+        let parsed = parse(data.bytes())?;
+        Ok(GgufFile {
+            data,
+            version: parsed.version,
+            alignment: parsed.alignment,
+            data_start: parsed.data_start,
+            metadata: parsed.metadata,
+            kv_index: parsed.kv_index,
+            tensors: parsed.tensors,
+            tensor_index: parsed.tensor_index,
+        })
+    }
+
+    /// The format version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The data alignment in bytes (`general.alignment`, 32 when absent).
+    pub fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    /// File offset where the data section starts (tensor offsets are relative to it).
+    pub fn data_offset(&self) -> usize {
+        self.data_start
+    }
+
+    /// Every metadata entry, in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    /// The value of metadata key `key`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.kv_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    /// Every tensor info, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The info of the tensor named `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The data bytes of a tensor of this file (no copy). An info that does not come from
+    /// this file and does not fit in it gives an empty slice.
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let bytes = self.data.bytes();
+        let range = usize::try_from(info.offset)
+            .ok()
+            .and_then(|o| o.checked_add(self.data_start))
+            .and_then(|start| Some(start..start.checked_add(info.size)?));
+        range.and_then(|r| bytes.get(r)).unwrap_or(&[])
+    }
+
+    /// The whole file's bytes, to make tensors that point into it with
+    /// [`Context::new_tensor_external`] (at `data_offset() + info.offset`).
+    pub fn data(&self) -> Arc<dyn ExternalData> {
+        Arc::clone(&self.data)
+    }
+
+    /// Makes in `ctx` a leaf tensor named `name` whose data is this file's (no copy): the
+    /// context keeps the file's bytes alive. Fails if there is no such tensor, or if the
+    /// context cannot take it (arena full, data misaligned in memory for its type).
+    pub fn load_tensor(&self, ctx: &mut Context, name: &str) -> Result<Tensor> {
+        let info = self.tensor(name).ok_or_else(|| GgufError::TensorNotFound {
+            name: name.to_owned(),
+        })?;
+        let wrap = |source| GgufError::Context {
+            name: name.to_owned(),
+            source: Box::new(source),
+        };
+        // Cannot overflow: parsing checked that data_start + offset + size is within the
+        // buffer, whose length is a usize.
+        let offset = self.data_start + info.offset as usize;
+        let t = ctx
+            .new_tensor_external(info.dtype, info.shape(), self.data(), offset)
+            .map_err(wrap)?;
+        ctx.set_name(t, name).map_err(wrap)
+    }
+}
+
+/// The part of the file being parsed, for error messages.
+enum Part {
+    Header,
+    Kv { index: usize, key: Option<String> },
+    Tensor { index: usize, name: Option<String> },
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Header => f.write_str("header"),
+            Part::Kv { index, key: None } => write!(f, "metadata entry {index}"),
+            Part::Kv {
+                index,
+                key: Some(k),
+            } => write!(f, "metadata entry {index}, key `{k}`"),
+            Part::Tensor { index, name: None } => write!(f, "tensor info {index}"),
+            Part::Tensor {
+                index,
+                name: Some(n),
+            } => write!(f, "tensor info {index}, `{n}`"),
+        }
+    }
+}
+
+/// A little-endian cursor that reports every short read as [`GgufError::Truncated`].
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    part: Part,
+}
+
+impl<'a> Cursor<'a> {
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// "`what` (`part`)", built only when an error is.
+    fn at(&self, what: &str) -> String {
+        format!("{what} ({})", self.part)
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated {
+                what: self.at(what),
+                offset: self.pos as u64,
+                needed: n as u64,
+                available: self.remaining() as u64,
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn bytes<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        self.bytes(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        self.bytes(what).map(u64::from_le_bytes)
+    }
+
+    /// Reads a u64 count of items that take at least `min_size` bytes each, and checks that
+    /// the rest of the buffer could hold them.
+    fn count(&mut self, what: &str, min_size: usize) -> Result<usize> {
+        self.count_of(what, "", min_size)
+    }
+
+    /// [`Cursor::count`] for the field named `what` followed by `suffix` (so that no name
+    /// needs to be built unless there is an error).
+    fn count_of(&mut self, what: &str, suffix: &str, min_size: usize) -> Result<usize> {
+        let offset = self.pos as u64;
+        if self.remaining() < 8 {
+            return Err(GgufError::Truncated {
+                what: self.at(&format!("{what}{suffix}")),
+                offset,
+                needed: 8,
+                available: self.remaining() as u64,
+            });
+        }
+        let n = self.u64(what)?;
+        let max = (self.remaining() / min_size.max(1)) as u64;
+        if n > max {
+            return Err(GgufError::TooLarge {
+                what: self.at(&format!("{what}{suffix}")),
+                count: n,
+                offset,
+                max,
+            });
+        }
+        // Fits: n <= remaining bytes, which is a usize.
+        Ok(n as usize)
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        let n = self.count_of(what, " length", 1)?;
+        let start = self.pos;
+        let bytes = self.take(n, what)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(GgufError::InvalidUtf8 {
+                what: self.at(what),
+                offset: start as u64,
+            }),
+        }
+    }
+
+    fn value_type(&mut self, what: &str) -> Result<ValueType> {
+        let offset = self.pos as u64;
+        let id = self.u32(what)?;
+        ValueType::from_id(id).ok_or_else(|| GgufError::UnknownValueType {
+            id,
+            offset,
+            what: self.at(what),
+        })
+    }
+
+    /// Reads one value of type `ty`; `depth` is the number of arrays it is inside.
+    fn value(&mut self, ty: ValueType, depth: usize) -> Result<Value> {
+        Ok(match ty {
+            ValueType::U8 => Value::U8(u8::from_le_bytes(self.bytes("u8 value")?)),
+            ValueType::I8 => Value::I8(i8::from_le_bytes(self.bytes("i8 value")?)),
+            ValueType::U16 => Value::U16(u16::from_le_bytes(self.bytes("u16 value")?)),
+            ValueType::I16 => Value::I16(i16::from_le_bytes(self.bytes("i16 value")?)),
+            ValueType::U32 => Value::U32(u32::from_le_bytes(self.bytes("u32 value")?)),
+            ValueType::I32 => Value::I32(i32::from_le_bytes(self.bytes("i32 value")?)),
+            ValueType::U64 => Value::U64(u64::from_le_bytes(self.bytes("u64 value")?)),
+            ValueType::I64 => Value::I64(i64::from_le_bytes(self.bytes("i64 value")?)),
+            ValueType::F32 => Value::F32(f32::from_le_bytes(self.bytes("f32 value")?)),
+            ValueType::F64 => Value::F64(f64::from_le_bytes(self.bytes("f64 value")?)),
+            // Any non-zero byte is true, as in C.
+            ValueType::Bool => Value::Bool(self.bytes::<1>("bool value")?[0] != 0),
+            ValueType::String => Value::String(self.string("string value")?),
+            ValueType::Array => {
+                let offset = self.pos as u64;
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(GgufError::TooDeep {
+                        what: self.part.to_string(),
+                        offset,
+                        max: MAX_ARRAY_DEPTH,
+                    });
+                }
+                let elem = self.value_type("array element type")?;
+                let n = self.count("array length", elem.min_encoded_size())?;
+                let mut items = Vec::with_capacity(n.min(MAX_RESERVE));
+                for _ in 0..n {
+                    items.push(self.value(elem, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+        })
+    }
+}
+
+/// What [`parse`] finds in a buffer.
+struct Parsed {
+    version: u32,
+    alignment: usize,
+    data_start: usize,
+    metadata: Vec<(String, Value)>,
+    kv_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+}
+
+fn parse(buf: &[u8]) -> Result<Parsed> {
+    let mut c = Cursor {
+        buf,
+        pos: 0,
+        part: Part::Header,
+    };
+
+    // --- header: magic, version, tensor count, metadata count ---
+    let head = &buf[..buf.len().min(4)];
+    if head != &MAGIC[..head.len()] || head.is_empty() {
+        return Err(GgufError::BadMagic {
+            found: head.to_vec(),
+        });
+    }
+    c.take(4, "magic")?;
+    let version = c.u32("version")?;
+    if version != 2 && version != 3 {
+        let hint = if version == 1 {
+            "; version 1 used 32-bit counts: convert the file with a current llama.cpp"
+        } else if matches!(version.swap_bytes(), 2 | 3) {
+            "; this looks like a big-endian file, which is not supported"
+        } else {
+            ""
+        };
+        return Err(GgufError::UnsupportedVersion { version, hint });
+    }
+    let n_tensors = c.count("tensor count", MIN_TENSOR_INFO)?;
+    let n_kv = c.count("metadata entry count", MIN_KV)?;
+
+    // --- metadata ---
+    let mut metadata = Vec::with_capacity(n_kv.min(MAX_RESERVE));
+    let mut kv_index = HashMap::with_capacity(n_kv.min(MAX_RESERVE));
+    for index in 0..n_kv {
+        c.part = Part::Kv { index, key: None };
+        let key_offset = c.pos as u64;
+        let key = c.string("key")?;
+        if kv_index.contains_key(&key) {
+            return Err(GgufError::DuplicateKey {
+                key,
+                offset: key_offset,
+            });
+        }
+        c.part = Part::Kv {
+            index,
+            key: Some(key.clone()),
+        };
+        let ty = c.value_type("value type")?;
+        let value = c.value(ty, 0)?;
+        kv_index.insert(key.clone(), index);
+        metadata.push((key, value));
+    }
+
+    let alignment = match kv_index.get(ALIGNMENT_KEY) {
+        None => DEFAULT_ALIGNMENT,
+        Some(&i) => {
+            let v = &metadata[i].1;
+            match v.as_u32().filter(|a| a.is_power_of_two()) {
+                Some(a) => a as usize,
+                None => {
+                    return Err(GgufError::BadAlignment {
+                        value: format!("{v:?}"),
+                    })
+                }
+            }
+        }
+    };
+
+    // --- tensor infos ---
+    let mut tensors = Vec::with_capacity(n_tensors.min(MAX_RESERVE));
+    let mut tensor_index = HashMap::with_capacity(n_tensors.min(MAX_RESERVE));
+    for index in 0..n_tensors {
+        c.part = Part::Tensor { index, name: None };
+        let name_offset = c.pos as u64;
+        let name = c.string("tensor name")?;
+        if tensor_index.contains_key(&name) {
+            return Err(GgufError::DuplicateTensor {
+                name,
+                offset: name_offset,
+            });
+        }
+        c.part = Part::Tensor {
+            index,
+            name: Some(name.clone()),
+        };
+        let dims_offset = c.pos;
+        let n_dims = c.u32("dimension count")?;
+        if !(1..=4).contains(&n_dims) {
+            return Err(GgufError::BadShape {
+                name,
+                ne: Vec::new(),
+                detail: format!(
+                    "{n_dims} dimensions (at offset {dims_offset}); a tensor has 1 to 4"
+                ),
+            });
+        }
+        let mut raw = [1u64; 4];
+        for d in raw.iter_mut().take(n_dims as usize) {
+            *d = c.u64("dimension")?;
+        }
+        let type_offset = c.pos as u64;
+        let type_id = c.u32("tensor type")?;
+        let offset = c.u64("tensor data offset")?;
+        let Some(dtype) = DType::from_id(type_id) else {
+            return Err(GgufError::UnknownTensorType {
+                name,
+                id: type_id,
+                offset: type_offset,
+            });
+        };
+        let (ne, size) = tensor_layout(&name, dtype, &raw[..n_dims as usize])?;
+        if offset % alignment as u64 != 0 {
+            return Err(GgufError::Misaligned {
+                tensor: name,
+                offset,
+                alignment,
+            });
+        }
+        tensor_index.insert(name.clone(), index);
+        tensors.push(TensorInfo {
+            name,
+            dtype,
+            ne,
+            n_dims: n_dims as usize,
+            offset,
+            size,
+        });
+    }
+
+    // --- data section: at the next multiple of the alignment ---
+    let infos_end = c.pos;
+    let data_start = match infos_end.checked_next_multiple_of(alignment) {
+        Some(s) if s <= buf.len() => s,
+        // A file without tensors may end without padding.
+        _ if n_tensors == 0 => buf.len(),
+        s => {
+            return Err(GgufError::Truncated {
+                what: "padding before the data section".into(),
+                offset: infos_end as u64,
+                needed: s.map_or(u64::MAX, |s| (s - infos_end) as u64),
+                available: (buf.len() - infos_end) as u64,
+            })
+        }
+    };
+    let data_len = buf.len() - data_start;
+    for t in &tensors {
+        let fits = t
+            .offset
+            .checked_add(t.size as u64)
+            .is_some_and(|end| end <= data_len as u64);
+        if !fits {
+            return Err(GgufError::BadOffset {
+                tensor: t.name.clone(),
+                offset: t.offset,
+                size: t.size as u64,
+                data_len: data_len as u64,
+                data_start: data_start as u64,
+            });
+        }
+    }
+
+    Ok(Parsed {
+        version,
+        alignment,
+        data_start,
+        metadata,
+        kv_index,
+        tensors,
+        tensor_index,
+    })
+}
+
+/// Checks a tensor's dimensions and returns them padded to 4 axes with its size in bytes.
+pub(super) fn tensor_layout(name: &str, dtype: DType, dims: &[u64]) -> Result<([usize; 4], usize)> {
+    let bad = |detail: String| GgufError::BadShape {
+        name: name.to_owned(),
+        ne: dims.to_vec(),
+        detail,
+    };
+    if dims.is_empty() || dims.len() > 4 {
+        return Err(bad(format!(
+            "{} dimensions; a tensor has 1 to 4",
+            dims.len()
+        )));
+    }
+    let mut ne = [1usize; 4];
+    for (n, &d) in ne.iter_mut().zip(dims) {
+        *n = usize::try_from(d)
+            .map_err(|_| bad("a dimension overflows the address space".into()))?;
+    }
+    let block = dtype.block_size();
+    if ne[0] % block != 0 {
+        return Err(bad(format!(
+            "ne[0] = {} is not a multiple of the {dtype} block size {block}",
+            ne[0]
+        )));
+    }
+    let overflow = || bad("the element count overflows the address space".into());
+    // The element count must fit as well as the byte size (block types store fewer bytes
+    // than elements).
+    ne.iter()
+        .try_fold(1usize, |a, &n| a.checked_mul(n))
+        .ok_or_else(overflow)?;
+    // `dtype.row_size` would overflow unchecked on a hostile ne[0]: same formula, checked.
+    let row = (ne[0] / block)
+        .checked_mul(dtype.type_size())
+        .ok_or_else(overflow)?;
+    let size = ne[1..]
+        .iter()
+        .try_fold(row, |a, &n| a.checked_mul(n))
+        .ok_or_else(overflow)?;
+    Ok((ne, size))
+}

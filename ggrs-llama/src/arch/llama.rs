@@ -1,0 +1,147 @@
+//! The LLaMA / Qwen2 graph (llama.cpp's `build_llama`, Qwen2 adding Q/K/V biases and NEOX
+//! rotary):
+//!
+//! ```text
+//! x = token_embd[tokens]                                   // [n_embd, n_tokens]
+//! for each layer:
+//!     h = rms_norm(x) · attn_norm
+//!     q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)          // heads × head_dim
+//!     q, k = rope(q, pos), rope(k, pos)
+//!     cache_k[cell] = k; cache_v[cell] = v                  // set_rows
+//!     a = softmax(K·q / √head_dim + mask) applied to V      // over cells 0..n_kv, GQA by broadcast
+//!     x = x + Wo·a (+bo)
+//!     h = rms_norm(x) · ffn_norm
+//!     x = x + W_down·(silu(W_gate·h) · (W_up·h))
+//! logits = output · (rms_norm(x) · output_norm)             // [n_vocab, n_outputs]
+//! ```
+
+use ggrs_core::{Context, DType, RopeParams, Tensor};
+
+use crate::arch::{ModelTensors, StepInputs, StepShape};
+use crate::error::Result;
+use crate::hparams::HParams;
+use crate::kv_cache::KvCache;
+
+fn add_bias(ctx: &mut Context, x: Tensor, b: Option<Tensor>) -> Result<Tensor> {
+    Ok(match b {
+        Some(b) => ctx.add(x, b)?,
+        None => x,
+    })
+}
+
+/// Builds the step graph; returns the inputs to fill and the logits tensor
+/// (`[n_vocab, n_outputs]`).
+pub fn build(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ModelTensors,
+    kv: &KvCache,
+    shape: StepShape,
+) -> Result<(StepInputs, Tensor)> {
+    let StepShape {
+        n_tokens: n,
+        n_kv,
+        n_outputs,
+    } = shape;
+    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+    let e_kv = hp.n_embd_kv();
+    let size = kv.size();
+    let kv_ts = kv.dtype.type_size();
+
+    let tokens = ctx.new_tensor_1d(DType::I32, n)?;
+    ctx.set_name(tokens, "inp_tokens")?;
+    let pos = ctx.new_tensor_1d(DType::I32, n)?;
+    ctx.set_name(pos, "inp_pos")?;
+    let k_rows = ctx.new_tensor_1d(DType::I32, n)?;
+    ctx.set_name(k_rows, "inp_k_rows")?;
+    let v_rows = ctx.new_tensor_1d(DType::I32, e_kv * n)?;
+    ctx.set_name(v_rows, "inp_v_rows")?;
+    let mask = ctx.new_tensor_2d(DType::F32, n_kv, n)?;
+    ctx.set_name(mask, "inp_mask")?;
+    let out_ids = if n_outputs < n {
+        let t = ctx.new_tensor_1d(DType::I32, n_outputs)?;
+        ctx.set_name(t, "inp_out_ids")?;
+        Some(t)
+    } else {
+        None
+    };
+    let rope = RopeParams {
+        n_dims: hp.n_rot,
+        mode: hp.arch.rope_mode(),
+        freq_base: hp.rope_freq_base,
+        freq_scale: hp.rope_freq_scale,
+    };
+    let kq_scale = 1.0 / (hd as f32).sqrt();
+
+    let mut x = ctx.get_rows(w.tok_embd, tokens)?; // [n_embd, n]
+    for (il, l) in w.layers.iter().enumerate() {
+        let last = il + 1 == w.layers.len();
+        let inp_sa = x;
+        let h = ctx.rms_norm(x, hp.rms_eps)?;
+        let h = ctx.mul(h, l.attn_norm)?;
+
+        let q = ctx.mul_mat(l.wq, h)?; // [nh·hd, n]
+        let q = add_bias(ctx, q, l.bq)?;
+        let k = ctx.mul_mat(l.wk, h)?; // [nhkv·hd, n]
+        let k = add_bias(ctx, k, l.bk)?;
+        let v = ctx.mul_mat(l.wv, h)?; // [nhkv·hd, n]
+        let v = add_bias(ctx, v, l.bv)?;
+
+        let q = ctx.reshape_3d(q, hd, nh, n)?;
+        let q = ctx.rope_ext(q, pos, rope)?; // [hd, nh, n]
+        let k = ctx.reshape_3d(k, hd, nhkv, n)?;
+        let k = ctx.rope_ext(k, pos, rope)?; // [hd, nhkv, n]
+
+        // Write this step's keys and values into the cache.
+        let k2 = ctx.reshape_2d(k, e_kv, n)?;
+        let k_cache = ctx.set_rows(kv.k[il], k2, k_rows)?; // [e_kv, size]
+        let v_flat_src = ctx.reshape_2d(v, 1, e_kv * n)?;
+        let v_flat = ctx.reshape_2d(kv.v[il], 1, size * e_kv)?;
+        let v_cache = ctx.set_rows(v_flat, v_flat_src, v_rows)?; // [1, size·e_kv]
+
+        // Attention over cells 0..n_kv.
+        let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
+        let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
+        let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
+        let kq = ctx.soft_max_ext(kq, Some(mask), kq_scale)?;
+        let vv = ctx.view_3d(v_cache, n_kv, hd, nhkv, size * kv_ts, hd * size * kv_ts, 0)?; // [n_kv, hd, nhkv]
+        let kqv = ctx.mul_mat(vv, kq)?; // [hd, n, nh]
+        let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
+        let merged = ctx.cont(merged)?;
+        let attn = ctx.reshape_2d(merged, hd * nh, n)?;
+        let mut cur = ctx.mul_mat(l.wo, attn)?; // [n_embd, n]
+        cur = add_bias(ctx, cur, l.bo)?;
+
+        let mut inp_sa = inp_sa;
+        if last {
+            if let Some(ids) = out_ids {
+                cur = ctx.get_rows(cur, ids)?;
+                inp_sa = ctx.get_rows(inp_sa, ids)?;
+            }
+        }
+        let ffn_inp = ctx.add(cur, inp_sa)?;
+        let h = ctx.rms_norm(ffn_inp, hp.rms_eps)?;
+        let h = ctx.mul(h, l.ffn_norm)?;
+        let gate = ctx.mul_mat(l.ffn_gate, h)?; // [n_ff, n]
+        let up = ctx.mul_mat(l.ffn_up, h)?;
+        let act = ctx.swiglu_split(gate, up)?;
+        let down = ctx.mul_mat(l.ffn_down, act)?; // [n_embd, n]
+        x = ctx.add(down, ffn_inp)?;
+    }
+    let h = ctx.rms_norm(x, hp.rms_eps)?;
+    let h = ctx.mul(h, w.output_norm)?;
+    let logits = ctx.mul_mat(w.output, h)?; // [n_vocab, n_outputs]
+    ctx.set_name(logits, "logits")?;
+    ctx.set_output(logits)?;
+    Ok((
+        StepInputs {
+            tokens,
+            pos,
+            k_rows,
+            v_rows,
+            mask,
+            out_ids,
+        },
+        logits,
+    ))
+}

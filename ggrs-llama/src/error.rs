@@ -1,0 +1,95 @@
+//! The error type of `ggrs-llama`.
+
+use ggrs_core::gguf::GgufError;
+
+/// Shorthand for `Result<T, LlamaError>`.
+pub type Result<T> = std::result::Result<T, LlamaError>;
+
+/// Everything that can go wrong loading a model or generating with it.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaError {
+    /// An error from the tensor library (shapes, memory, compute).
+    #[error(transparent)]
+    Core(#[from] ggrs_core::Error),
+    /// The model file could not be read.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The tokenizer could not be built or used.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// The file's `general.architecture` is not one this build runs.
+    #[error("unsupported architecture `{0}` (this build runs: {supported})", supported = crate::hparams::Arch::SUPPORTED)]
+    UnsupportedArch(String),
+    /// A required metadata key is missing.
+    #[error("the model file has no `{0}` key")]
+    MissingKey(String),
+    /// A metadata key holds a value of the wrong type or out of range.
+    #[error("the model file's `{key}` is invalid: {detail}")]
+    BadKey {
+        /// The key.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A required tensor is missing.
+    #[error("the model file has no tensor `{0}`")]
+    MissingTensor(String),
+    /// A tensor has the wrong shape.
+    #[error("tensor `{name}` has shape {got:?}, the hyperparameters need {expected:?}")]
+    BadShape {
+        /// Tensor name.
+        name: String,
+        /// Shape found (`ne`).
+        got: Vec<usize>,
+        /// Shape needed.
+        expected: Vec<usize>,
+    },
+    /// A tensor's type cannot be used where it is.
+    #[error("tensor `{name}` has type {dtype}, which {detail}")]
+    BadTensorType {
+        /// Tensor name.
+        name: String,
+        /// Its type.
+        dtype: ggrs_core::DType,
+        /// Why it does not work.
+        detail: String,
+    },
+    /// The tokens do not fit in the context.
+    #[error(
+        "{n_tokens} tokens do not fit in the context: {n_past} already used of {n_ctx} \
+         (use a larger context size or a shorter prompt)"
+    )]
+    ContextFull {
+        /// Tokens to add.
+        n_tokens: usize,
+        /// Tokens already in the cache.
+        n_past: usize,
+        /// Context size.
+        n_ctx: usize,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is out of range (the vocabulary has {n_vocab} tokens)")]
+    TokenOutOfRange {
+        /// The id.
+        id: i64,
+        /// Vocabulary size.
+        n_vocab: usize,
+    },
+    /// Nothing to evaluate.
+    #[error("the prompt is empty: give at least one token")]
+    EmptyPrompt,
+    /// An argument outside its domain.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The generation was stopped by the caller.
+    #[error("generation cancelled")]
+    Cancelled,
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,190 @@
+//! Hyperparameters read from a GGUF file's `<arch>.*` keys.
+
+use ggrs_core::gguf::GgufFile;
+use ggrs_core::RopeMode;
+
+use crate::error::{LlamaError, Result};
+
+/// The model families this crate builds graphs for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// LLaMA 1/2/3, Mistral and relatives (`llama`).
+    Llama,
+    /// Qwen2 / Qwen2.5 (`qwen2`): LLaMA layout with Q/K/V biases and NEOX rotary.
+    Qwen2,
+}
+
+impl Arch {
+    /// Names accepted in `general.architecture`.
+    pub const SUPPORTED: &'static str = "llama, qwen2";
+
+    /// The architecture named `name`.
+    pub fn from_name(name: &str) -> Result<Arch> {
+        match name {
+            "llama" => Ok(Arch::Llama),
+            "qwen2" => Ok(Arch::Qwen2),
+            other => Err(LlamaError::UnsupportedArch(other.to_string())),
+        }
+    }
+
+    /// The GGUF name (key prefix).
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+
+    /// How this family pairs rotary dimensions.
+    pub fn rope_mode(self) -> RopeMode {
+        match self {
+            Arch::Llama => RopeMode::Normal,
+            Arch::Qwen2 => RopeMode::Neox,
+        }
+    }
+}
+
+/// A model's shape and constants.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HParams {
+    /// Model family.
+    pub arch: Arch,
+    /// Vocabulary size.
+    pub n_vocab: usize,
+    /// Context length the model was trained for.
+    pub n_ctx_train: usize,
+    /// Embedding width.
+    pub n_embd: usize,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Feed-forward inner width.
+    pub n_ff: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
+    pub n_head_kv: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Rotated dimensions per head.
+    pub n_rot: usize,
+    /// Rotary base.
+    pub rope_freq_base: f32,
+    /// Rotary position scale (1 / linear scaling factor).
+    pub rope_freq_scale: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+}
+
+fn get_usize(f: &GgufFile, key: &str) -> Result<Option<usize>> {
+    match f.get(key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(|x| Some(x as usize))
+            .ok_or_else(|| LlamaError::BadKey {
+                key: key.to_string(),
+                detail: format!("expected a non-negative integer, found {}", v.type_name()),
+            }),
+    }
+}
+
+fn get_f32(f: &GgufFile, key: &str) -> Result<Option<f32>> {
+    match f.get(key) {
+        None => Ok(None),
+        Some(v) => v.as_f32().map(Some).ok_or_else(|| LlamaError::BadKey {
+            key: key.to_string(),
+            detail: format!("expected a number, found {}", v.type_name()),
+        }),
+    }
+}
+
+fn require<T>(v: Option<T>, key: &str) -> Result<T> {
+    v.ok_or_else(|| LlamaError::MissingKey(key.to_string()))
+}
+
+impl HParams {
+    /// Reads the hyperparameters of `f`. Keys llama.cpp treats as optional take its defaults
+    /// (`rope.dimension_count` = head size, `head_count_kv` = `head_count`, rope base 10000).
+    pub fn from_gguf(f: &GgufFile) -> Result<HParams> {
+        let arch_name = f
+            .get("general.architecture")
+            .ok_or_else(|| LlamaError::MissingKey("general.architecture".into()))?
+            .as_str()
+            .ok_or_else(|| LlamaError::BadKey {
+                key: "general.architecture".into(),
+                detail: "expected a string".into(),
+            })?
+            .to_string();
+        let arch = Arch::from_name(&arch_name)?;
+        let k = |s: &str| format!("{arch_name}.{s}");
+        let n_embd = require(
+            get_usize(f, &k("embedding_length"))?,
+            &k("embedding_length"),
+        )?;
+        let n_layer = require(get_usize(f, &k("block_count"))?, &k("block_count"))?;
+        let n_ff = require(
+            get_usize(f, &k("feed_forward_length"))?,
+            &k("feed_forward_length"),
+        )?;
+        let n_head = require(
+            get_usize(f, &k("attention.head_count"))?,
+            &k("attention.head_count"),
+        )?;
+        let n_ctx_train = get_usize(f, &k("context_length"))?.unwrap_or(2048);
+        let n_head_kv = get_usize(f, &k("attention.head_count_kv"))?.unwrap_or(n_head);
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_embd % n_head != 0 {
+            return Err(LlamaError::BadKey {
+                key: k("attention.head_count_kv"),
+                detail: format!(
+                    "{n_head} query heads, {n_head_kv} KV heads and width {n_embd} do not fit \
+                     (heads must divide the width, KV heads the query heads)"
+                ),
+            });
+        }
+        let head_dim = get_usize(f, &k("attention.key_length"))?.unwrap_or(n_embd / n_head);
+        let n_rot = get_usize(f, &k("rope.dimension_count"))?.unwrap_or(head_dim);
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(LlamaError::BadKey {
+                key: k("rope.dimension_count"),
+                detail: format!("{n_rot} must be even and at most the head size {head_dim}"),
+            });
+        }
+        let rope_freq_base = get_f32(f, &k("rope.freq_base"))?.unwrap_or(10000.0);
+        let scale = get_f32(f, &k("rope.scale_linear"))?
+            .or(get_f32(f, &k("rope.scaling.factor"))?)
+            .unwrap_or(1.0);
+        let rms_eps = require(
+            get_f32(f, &k("attention.layer_norm_rms_epsilon"))?,
+            &k("attention.layer_norm_rms_epsilon"),
+        )?;
+        let n_vocab = match get_usize(f, &k("vocab_size"))? {
+            Some(n) => n,
+            None => f
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map(|a| a.len())
+                .or_else(|| f.tensor("token_embd.weight").map(|t| t.ne[1]))
+                .ok_or_else(|| LlamaError::MissingKey("tokenizer.ggml.tokens".into()))?,
+        };
+        Ok(HParams {
+            arch,
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_rot,
+            rope_freq_base,
+            rope_freq_scale: if scale > 0.0 { 1.0 / scale } else { 1.0 },
+            rms_eps,
+        })
+    }
+
+    /// Width of the keys (and values) of all KV heads together.
+    pub fn n_embd_kv(&self) -> usize {
+        self.head_dim * self.n_head_kv
+    }
+}

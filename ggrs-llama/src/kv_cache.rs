@@ -1,0 +1,194 @@
+//! The KV cache: per-layer key and value tensors, and which cell holds which
+//! (sequence, position).
+//!
+//! Keys of layer l are a `[n_embd_kv, size]` tensor: one row per cell. Values are stored
+//! transposed, `[size, n_embd_kv]`, so that attention can read them as the rows of
+//! `V^T` without a copy (`mul_mat` needs its first operand row-contiguous). A step writes
+//! its keys with `set_rows` (row `cell[t]` for token t) and its values with `set_rows` over
+//! the flattened value tensor (element `d·size + cell[t]`).
+
+use ggrs_core::{Context, DType, Tensor};
+
+use crate::batch::{Batch, SeqId};
+use crate::error::{LlamaError, Result};
+use crate::hparams::HParams;
+
+/// One slot of the cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cell {
+    /// Position of the token held, or `None` when free.
+    pub pos: Option<i32>,
+    /// Bit s set: the cell belongs to sequence s.
+    pub seqs: u64,
+}
+
+impl Cell {
+    fn has(&self, s: SeqId) -> bool {
+        self.seqs & (1u64 << s) != 0
+    }
+}
+
+/// Per-layer cache tensors and cell bookkeeping.
+#[derive(Debug)]
+pub struct KvCache {
+    /// Key tensors, `[n_embd_kv, size]` per layer.
+    pub k: Vec<Tensor>,
+    /// Value tensors, `[size, n_embd_kv]` per layer (transposed).
+    pub v: Vec<Tensor>,
+    /// Cells.
+    pub cells: Vec<Cell>,
+    /// Element type of keys and values.
+    pub dtype: DType,
+}
+
+/// Where a step's tokens go and what they may see.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// Cell of each token.
+    pub cells: Vec<usize>,
+    /// Cells attention reads: `0..n_kv`.
+    pub n_kv: usize,
+}
+
+impl KvCache {
+    /// Makes the cache tensors in `ctx` (which must have room: see [`KvCache::bytes`]).
+    pub fn new(ctx: &mut Context, hp: &HParams, size: usize, dtype: DType) -> Result<KvCache> {
+        if !matches!(dtype, DType::F16 | DType::F32 | DType::BF16) {
+            return Err(LlamaError::InvalidArgument(format!(
+                "KV cache type must be f16, bf16 or f32, not {dtype}"
+            )));
+        }
+        let e = hp.n_embd_kv();
+        let mut k = Vec::with_capacity(hp.n_layer);
+        let mut v = Vec::with_capacity(hp.n_layer);
+        for l in 0..hp.n_layer {
+            let kt = ctx.new_tensor_2d(dtype, e, size)?;
+            ctx.set_name(kt, format!("cache_k_l{l}"))?;
+            let vt = ctx.new_tensor_2d(dtype, size, e)?;
+            ctx.set_name(vt, format!("cache_v_l{l}"))?;
+            if !ctx.is_no_alloc() {
+                // Free cells are masked out, but their bytes still meet the value matrix
+                // (0 · NaN would poison a sum): start from zeros.
+                ctx.data_mut(kt)?.fill(0);
+                ctx.data_mut(vt)?.fill(0);
+            }
+            k.push(kt);
+            v.push(vt);
+        }
+        Ok(KvCache {
+            k,
+            v,
+            cells: vec![Cell::default(); size],
+            dtype,
+        })
+    }
+
+    /// Arena bytes the cache takes (data and metadata).
+    pub fn bytes(hp: &HParams, size: usize, dtype: DType) -> usize {
+        let per = dtype.row_size(hp.n_embd_kv()) * size;
+        2 * hp.n_layer * Context::mem_size_for(1, per)
+    }
+
+    /// Number of cells.
+    pub fn size(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Cells in use.
+    pub fn used(&self) -> usize {
+        self.cells.iter().filter(|c| c.pos.is_some()).count()
+    }
+
+    /// Frees every cell.
+    pub fn clear(&mut self) {
+        self.cells.fill(Cell::default());
+    }
+
+    /// Frees the cells of `seq` at positions `from..` (all with `from` = 0).
+    pub fn remove(&mut self, seq: SeqId, from: i32) {
+        for c in &mut self.cells {
+            if c.has(seq) && c.pos.is_some_and(|p| p >= from) {
+                c.seqs &= !(1u64 << seq);
+                if c.seqs == 0 {
+                    c.pos = None;
+                }
+            }
+        }
+    }
+
+    /// Highest position held for `seq`, if any.
+    pub fn max_pos(&self, seq: SeqId) -> Option<i32> {
+        self.cells
+            .iter()
+            .filter(|c| c.has(seq))
+            .filter_map(|c| c.pos)
+            .max()
+    }
+
+    /// Finds a cell for every token of `batch` (a run of free cells, as llama.cpp does),
+    /// marks them used and returns the placement. Fails when the cache is full.
+    pub fn place(&mut self, batch: &Batch) -> Result<Placement> {
+        let n = batch.len();
+        let size = self.size();
+        let used = self.used();
+        if n > size - used {
+            return Err(LlamaError::ContextFull {
+                n_tokens: n,
+                n_past: used,
+                n_ctx: size,
+            });
+        }
+        // First run of n free cells; else any free cells in order.
+        let mut start = None;
+        let mut run = 0;
+        for (i, c) in self.cells.iter().enumerate() {
+            if c.pos.is_none() {
+                run += 1;
+                if run == n {
+                    start = Some(i + 1 - n);
+                    break;
+                }
+            } else {
+                run = 0;
+            }
+        }
+        let cells: Vec<usize> = match start {
+            Some(s) => (s..s + n).collect(),
+            None => self
+                .cells
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.pos.is_none())
+                .map(|(i, _)| i)
+                .take(n)
+                .collect(),
+        };
+        for (t, &c) in cells.iter().enumerate() {
+            self.cells[c] = Cell {
+                pos: Some(batch.pos[t]),
+                seqs: 1u64 << batch.seq[t],
+            };
+        }
+        let n_kv = self
+            .cells
+            .iter()
+            .rposition(|c| c.pos.is_some())
+            .map_or(0, |i| i + 1);
+        Ok(Placement { cells, n_kv })
+    }
+
+    /// The attention mask of a placed batch, `[n_kv, n_tokens]` row-major by token: 0 where
+    /// token t may see cell c (same sequence, position ≤ its own), −∞ elsewhere.
+    pub fn mask(&self, batch: &Batch, n_kv: usize) -> Vec<f32> {
+        let mut m = vec![f32::NEG_INFINITY; n_kv * batch.len()];
+        for t in 0..batch.len() {
+            let (s, p) = (batch.seq[t], batch.pos[t]);
+            for (c, cell) in self.cells[..n_kv].iter().enumerate() {
+                if cell.has(s) && cell.pos.is_some_and(|cp| cp <= p) {
+                    m[t * n_kv + c] = 0.0;
+                }
+            }
+        }
+        m
+    }
+}

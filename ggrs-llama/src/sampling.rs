@@ -1,0 +1,354 @@
+//! Choosing the next token from logits: penalties, top-k, top-p, min-p, temperature, and a
+//! seeded random draw (llama.cpp's default order), or greedy argmax.
+
+use std::collections::VecDeque;
+
+/// How to pick tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 or less picks the most likely token (greedy).
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0: all).
+    pub top_k: usize,
+    /// Keep the smallest set of most likely tokens whose probabilities add up to p (1: all).
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely one (0: none).
+    pub min_p: f32,
+    /// Divide positive (multiply negative) logits of recent tokens by this (1: off).
+    pub repeat_penalty: f32,
+    /// Subtract `count · frequency_penalty` from the logits of recent tokens (0: off).
+    pub frequency_penalty: f32,
+    /// Subtract this from the logits of tokens that occurred recently (0: off).
+    pub presence_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub penalty_last_n: usize,
+    /// Seed of the random draw: the same seed gives the same choices.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    /// llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, no
+    /// penalties (last 64 tokens when enabled), seed 0.
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            penalty_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Always the most likely token.
+    pub fn greedy() -> SamplingParams {
+        SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        }
+    }
+
+    /// Checks the ranges of the parameters.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.temperature.is_finite() {
+            return Err(format!("temperature {} is not finite", self.temperature));
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return Err(format!("top-p {} is outside 0..=1", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min-p {} is outside 0..=1", self.min_p));
+        }
+        if !(self.repeat_penalty > 0.0) {
+            return Err(format!(
+                "repeat penalty {} must be > 0",
+                self.repeat_penalty
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A small, seedable random generator (SplitMix64).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator starting from `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform value in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Picks tokens; remembers recent ones for the penalties.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: Rng,
+    recent: VecDeque<u32>,
+}
+
+/// Index of the largest value (the first on ties); 0 for an empty slice.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// The `k` most likely tokens and their log-probabilities under `softmax(logits)`, most
+/// likely first.
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let lse = max as f64
+        + logits
+            .iter()
+            .map(|&x| ((x - max) as f64).exp())
+            .sum::<f64>()
+            .ln();
+    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+    let k = k.min(idx.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    idx.select_nth_unstable_by(k - 1, |&a, &b| {
+        logits[b as usize].total_cmp(&logits[a as usize])
+    });
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    idx.into_iter()
+        .map(|i| (i, (logits[i as usize] as f64 - lse) as f32))
+        .collect()
+}
+
+impl Sampler {
+    /// A sampler with `params` (seeded from `params.seed`).
+    pub fn new(params: SamplingParams) -> Sampler {
+        Sampler {
+            rng: Rng::new(params.seed),
+            params,
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Records `token` as generated (or part of the prompt), for the penalties.
+    pub fn accept(&mut self, token: u32) {
+        if self.params.penalty_last_n == 0 {
+            return;
+        }
+        if self.recent.len() == self.params.penalty_last_n {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+    }
+
+    /// Forgets the recent tokens.
+    pub fn reset(&mut self) {
+        self.recent.clear();
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        if self.recent.is_empty()
+            || (p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0)
+        {
+            return;
+        }
+        let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        for &t in &self.recent {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&t, &c) in &counts {
+            let Some(l) = logits.get_mut(t as usize) else {
+                continue;
+            };
+            if *l <= 0.0 {
+                *l *= p.repeat_penalty;
+            } else {
+                *l /= p.repeat_penalty;
+            }
+            *l -= c as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+
+    /// Picks the next token from `logits` (one value per vocabulary entry). Does not record
+    /// it: call [`Sampler::accept`] with the token kept.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let mut l = logits.to_vec();
+        self.apply_penalties(&mut l);
+        let p = &self.params;
+        if p.temperature <= 0.0 || l.len() <= 1 {
+            return argmax(&l);
+        }
+        // Candidates sorted by logit, most likely first.
+        let mut cand: Vec<(u32, f32)> = l.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect();
+        if p.top_k > 0 && p.top_k < cand.len() {
+            cand.select_nth_unstable_by(p.top_k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.truncate(p.top_k);
+        }
+        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let probs = |c: &[(u32, f32)]| -> Vec<f64> {
+            let max = c[0].1;
+            let e: Vec<f64> = c.iter().map(|&(_, x)| ((x - max) as f64).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.into_iter().map(|x| x / s).collect()
+        };
+        if p.top_p < 1.0 {
+            let pr = probs(&cand);
+            let mut cum = 0.0;
+            let mut keep = cand.len();
+            for (i, &q) in pr.iter().enumerate() {
+                cum += q;
+                if cum >= p.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cand.truncate(keep.max(1));
+        }
+        if p.min_p > 0.0 {
+            let floor = cand[0].1 + p.min_p.ln();
+            let keep = cand.iter().take_while(|&&(_, x)| x >= floor).count();
+            cand.truncate(keep.max(1));
+        }
+        for c in &mut cand {
+            c.1 /= p.temperature;
+        }
+        let pr = probs(&cand);
+        let r = self.rng.next_f64();
+        let mut cum = 0.0;
+        for (i, &q) in pr.iter().enumerate() {
+            cum += q;
+            if r < cum {
+                return cand[i].0;
+            }
+        }
+        cand[cand.len() - 1].0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.5, -1.0, 0.0, 2.9]
+    }
+
+    #[test]
+    fn greedy_is_argmax() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        assert_eq!(s.sample(&logits()), 1);
+    }
+
+    #[test]
+    fn same_seed_same_choices() {
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams {
+                seed,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                temperature: 1.5,
+                ..SamplingParams::default()
+            });
+            (0..50).map(|_| s.sample(&logits())).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn filters_restrict_the_choices() {
+        // top-k 2 leaves tokens 1 and 5 only.
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 2,
+            top_p: 1.0,
+            min_p: 0.0,
+            temperature: 5.0,
+            ..SamplingParams::default()
+        });
+        for _ in 0..200 {
+            assert!(matches!(s.sample(&logits()), 1 | 5));
+        }
+        // min-p 0.5: exp(2.5 - 3) = 0.61 ≥ 0.5 keeps 2; exp(1 - 3) = 0.14 drops 0.
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.5,
+            temperature: 5.0,
+            ..SamplingParams::default()
+        });
+        let seen: std::collections::BTreeSet<u32> = (0..500).map(|_| s.sample(&logits())).collect();
+        assert_eq!(seen, [1, 2, 5].into_iter().collect());
+        // top-p 0.3: token 1 alone has p ≈ 0.37 after softmax over all six.
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 0,
+            top_p: 0.3,
+            min_p: 0.0,
+            temperature: 1.0,
+            ..SamplingParams::default()
+        });
+        for _ in 0..100 {
+            assert_eq!(s.sample(&logits()), 1);
+        }
+    }
+
+    #[test]
+    fn penalties_change_the_winner() {
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 1.5,
+            ..SamplingParams::greedy()
+        });
+        s.accept(1);
+        // 3.0 / 1.5 = 2.0 < 2.9: token 5 wins.
+        assert_eq!(s.sample(&logits()), 5);
+        let mut s = Sampler::new(SamplingParams {
+            frequency_penalty: 0.2,
+            presence_penalty: 0.0,
+            ..SamplingParams::greedy()
+        });
+        s.accept(1);
+        assert_eq!(s.sample(&logits()), 5);
+    }
+
+    #[test]
+    fn logprobs_are_normalised() {
+        let t = top_logprobs(&logits(), 6);
+        let total: f64 = t.iter().map(|&(_, lp)| (lp as f64).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6);
+        assert_eq!(t[0].0, 1);
+        assert_eq!(t[1].0, 5);
+    }
+}

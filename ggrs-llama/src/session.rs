@@ -1,0 +1,301 @@
+//! A session: one context holding the imported weights, the KV cache and, per step, the
+//! step's graph; an executor; the logits of the last step.
+//!
+//! The context's size is measured, not guessed: at creation the session builds the largest
+//! step it accepts (`n_batch` tokens, every cache cell attended, the outputs it is set up
+//! for) in a measuring context with the graph allocator, and makes its arena exactly that
+//! large. Each step builds its graph after a checkpoint, places intermediates with
+//! [`Context::alloc_graph`] (memory reused across layers), computes, copies the logits out
+//! and rewinds.
+
+use std::sync::Arc;
+
+use ggrs_core::{Checkpoint, Context, DType, Executor, Graph};
+
+use crate::arch::{llama, ModelTensors, StepInputs, StepShape};
+use crate::batch::{Batch, SeqId};
+use crate::error::{LlamaError, Result};
+use crate::kv_cache::{KvCache, Placement};
+use crate::model::Model;
+
+/// How to set up a [`Session`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionParams {
+    /// Context size in tokens (KV cache cells); 0: the model's training context, at most 4096.
+    pub n_ctx: usize,
+    /// Most tokens evaluated in one graph; longer inputs are split.
+    pub n_batch: usize,
+    /// Threads (0: one per physical core).
+    pub n_threads: usize,
+    /// Element type of the KV cache (F16 by default, F32 or BF16).
+    pub kv_type: DType,
+    /// Whether a step may ask for the logits of every token (needed for perplexity); when
+    /// false only the last token of a step gets logits.
+    pub logits_all: bool,
+}
+
+impl Default for SessionParams {
+    fn default() -> Self {
+        SessionParams {
+            n_ctx: 0,
+            n_batch: 512,
+            n_threads: 0,
+            kv_type: DType::F16,
+            logits_all: false,
+        }
+    }
+}
+
+/// Evaluation state for one model: see the [module docs](self).
+pub struct Session {
+    model: Arc<Model>,
+    params: SessionParams,
+    ctx: Context,
+    exec: Executor,
+    weights: ModelTensors,
+    kv: KvCache,
+    base: Checkpoint,
+    logits: Vec<f32>,
+    n_outputs: usize,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("params", &self.params)
+            .field("arena_bytes", &self.ctx.capacity())
+            .field("kv_used", &self.kv.used())
+            .finish()
+    }
+}
+
+fn build_step(
+    ctx: &mut Context,
+    model: &Model,
+    w: &ModelTensors,
+    kv: &KvCache,
+    shape: StepShape,
+) -> Result<(StepInputs, ggrs_core::Tensor, Graph)> {
+    let (inp, logits) = llama::build(ctx, &model.hparams, w, kv, shape)?;
+    let graph = Graph::build(ctx, logits)?;
+    ctx.alloc_graph(&graph)?;
+    Ok((inp, logits, graph))
+}
+
+impl Session {
+    /// Sets up a session: measures and allocates its arena, imports the weights, makes the
+    /// KV cache and starts the worker threads.
+    pub fn new(model: Arc<Model>, params: SessionParams) -> Result<Session> {
+        let hp = &model.hparams;
+        let mut params = params;
+        if params.n_ctx == 0 {
+            params.n_ctx = hp.n_ctx_train.clamp(1, 4096);
+        }
+        if params.n_batch == 0 {
+            return Err(LlamaError::InvalidArgument(
+                "n_batch must be at least 1".into(),
+            ));
+        }
+        params.n_batch = params.n_batch.min(params.n_ctx);
+        let worst = StepShape {
+            n_tokens: params.n_batch,
+            n_kv: params.n_ctx,
+            n_outputs: if params.logits_all { params.n_batch } else { 1 },
+        };
+        // Measure: the same allocations as the real context will make, without data.
+        let mut m = Context::measure();
+        let w = ModelTensors::import(&model, &mut m)?;
+        let kv = KvCache::new(&mut m, hp, params.n_ctx, params.kv_type)?;
+        m.set_deferred_alloc(true);
+        build_step(&mut m, &model, &w, &kv, worst)?;
+        let size = m.used_mem();
+
+        let mut ctx = Context::with_mem_size(size);
+        let weights = ModelTensors::import(&model, &mut ctx)?;
+        let kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
+        ctx.set_deferred_alloc(true);
+        let base = ctx.checkpoint();
+        Ok(Session {
+            exec: Executor::new(params.n_threads),
+            model,
+            params,
+            ctx,
+            weights,
+            kv,
+            base,
+            logits: Vec::new(),
+            n_outputs: 0,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// The parameters in force (with defaults resolved).
+    pub fn params(&self) -> &SessionParams {
+        &self.params
+    }
+
+    /// Bytes of the session's arena (KV cache, weight metadata and the largest step graph).
+    pub fn arena_bytes(&self) -> usize {
+        self.ctx.capacity()
+    }
+
+    /// The KV cache.
+    pub fn kv_cache(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Tokens in the cache for sequence 0 (its next position).
+    pub fn n_past(&self) -> usize {
+        self.kv.max_pos(0).map_or(0, |p| p as usize + 1)
+    }
+
+    /// Forgets every cached token.
+    pub fn clear(&mut self) {
+        self.kv.clear();
+        self.logits.clear();
+        self.n_outputs = 0;
+    }
+
+    /// Forgets the tokens of `seq` from position `from` on.
+    pub fn remove(&mut self, seq: SeqId, from: i32) {
+        self.kv.remove(seq, from);
+    }
+
+    /// Turns per-node timing of the executor on or off.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.exec.set_profiling(on);
+    }
+
+    /// Per-node times of the last graph computed (when profiling is on).
+    pub fn profile(&self) -> &[ggrs_core::NodeTiming] {
+        self.exec.profile()
+    }
+
+    /// Evaluates `batch`, split into pieces of at most `n_batch` tokens. Afterwards
+    /// [`Session::logits`] holds one row of `n_vocab` logits per entry that asked for them,
+    /// in batch order. On error, the cells of the failed piece are freed.
+    pub fn decode(&mut self, batch: &Batch) -> Result<()> {
+        let hp = &self.model.hparams;
+        batch.validate(hp.n_vocab)?;
+        if !self.params.logits_all && batch.n_outputs() > 1 {
+            return Err(LlamaError::InvalidArgument(
+                "this session gives logits for one token per step; create it with \
+                 logits_all = true to get more"
+                    .into(),
+            ));
+        }
+        if batch.len() > self.kv.size() - self.kv.used() {
+            return Err(LlamaError::ContextFull {
+                n_tokens: batch.len(),
+                n_past: self.kv.used(),
+                n_ctx: self.kv.size(),
+            });
+        }
+        self.logits.clear();
+        self.n_outputs = 0;
+        let nb = self.params.n_batch;
+        let mut start = 0;
+        while start < batch.len() {
+            let end = (start + nb).min(batch.len());
+            let piece = Batch {
+                tokens: batch.tokens[start..end].to_vec(),
+                pos: batch.pos[start..end].to_vec(),
+                seq: batch.seq[start..end].to_vec(),
+                logits: batch.logits[start..end].to_vec(),
+            };
+            let placed = self.kv.place(&piece)?;
+            if let Err(e) = self.run_piece(&piece, &placed) {
+                for &c in &placed.cells {
+                    self.kv.cells[c] = Default::default();
+                }
+                self.ctx.rewind(self.base)?;
+                return Err(e);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn run_piece(&mut self, piece: &Batch, placed: &Placement) -> Result<()> {
+        let hp = &self.model.hparams;
+        let n = piece.len();
+        let outputs: Vec<i32> = (0..n)
+            .filter(|&i| piece.logits[i])
+            .map(|i| i as i32)
+            .collect();
+        if outputs.is_empty() {
+            // Still run the step to fill the cache; compute one output and drop it.
+        }
+        let n_out = outputs.len().max(1);
+        let shape = StepShape {
+            n_tokens: n,
+            n_kv: placed.n_kv,
+            n_outputs: n_out,
+        };
+        self.ctx.rewind(self.base)?;
+        let (inp, logits, graph) =
+            build_step(&mut self.ctx, &self.model, &self.weights, &self.kv, shape)?;
+        let toks: Vec<i32> = piece.tokens.iter().map(|&t| t as i32).collect();
+        self.ctx.set_i32(inp.tokens, &toks)?;
+        self.ctx.set_i32(inp.pos, &piece.pos)?;
+        let cells: Vec<i32> = placed.cells.iter().map(|&c| c as i32).collect();
+        self.ctx.set_i32(inp.k_rows, &cells)?;
+        let size = self.kv.size();
+        let e_kv = hp.n_embd_kv();
+        let mut v_rows = Vec::with_capacity(e_kv * n);
+        for &c in &placed.cells {
+            for d in 0..e_kv {
+                v_rows.push((d * size + c) as i32);
+            }
+        }
+        self.ctx.set_i32(inp.v_rows, &v_rows)?;
+        let mask = self.kv.mask(piece, placed.n_kv);
+        self.ctx.set_f32(inp.mask, &mask)?;
+        if let Some(ids) = inp.out_ids {
+            let ids_v: Vec<i32> = if outputs.is_empty() {
+                vec![n as i32 - 1]
+            } else {
+                outputs.clone()
+            };
+            self.ctx.set_i32(ids, &ids_v)?;
+        }
+        self.exec.compute(&mut self.ctx, &graph)?;
+        if !outputs.is_empty() {
+            let v = self.ctx.to_f32_vec(logits)?;
+            self.logits.extend_from_slice(&v);
+            self.n_outputs += outputs.len();
+        }
+        self.ctx.rewind(self.base)?;
+        Ok(())
+    }
+
+    /// Evaluates `tokens` of sequence 0 after what the cache holds; logits for the last one
+    /// (or every one, with `all_logits`, if the session allows it).
+    pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<()> {
+        let start = self.n_past() as i32;
+        self.decode(&Batch::from_tokens(tokens, start, 0, all_logits))
+    }
+
+    /// Logits of the last step: `n_outputs × n_vocab` values, one row per output.
+    pub fn all_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Rows in [`Session::all_logits`].
+    pub fn n_outputs(&self) -> usize {
+        self.n_outputs
+    }
+
+    /// Logits of the last output of the last step (`n_vocab` values; empty before any step).
+    pub fn logits(&self) -> &[f32] {
+        let nv = self.model.hparams.n_vocab;
+        if self.n_outputs == 0 {
+            return &[];
+        }
+        &self.logits[(self.n_outputs - 1) * nv..self.n_outputs * nv]
+    }
+}

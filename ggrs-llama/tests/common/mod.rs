@@ -1,0 +1,220 @@
+//! Comparing a model's logits with llama.cpp's reference outputs (`shared/reference`).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggrs_llama::{Model, Session, SessionParams};
+use serde_json::Value;
+
+/// `shared/reference`, beside the repository.
+pub fn reference_dir() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.join("../../shared/reference")
+}
+
+/// One prompt of a `*.public.jsonl` file.
+pub struct RefPrompt {
+    pub prompt: String,
+    pub tokens: Vec<u32>,
+    /// Per prompt position: the reference's top-k `(id, logit)`.
+    pub prompt_topk: Vec<Vec<(u32, f32)>>,
+    pub greedy: Vec<u32>,
+    pub greedy_topk: Vec<Vec<(u32, f32)>>,
+}
+
+fn topk(v: &Value) -> Vec<Vec<(u32, f32)>> {
+    v.as_array()
+        .expect("array of positions")
+        .iter()
+        .map(|pos| {
+            pos.as_array()
+                .expect("array of pairs")
+                .iter()
+                .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap() as f32))
+                .collect()
+        })
+        .collect()
+}
+
+/// Reads a reference jsonl file.
+pub fn read_jsonl(path: &std::path::Path) -> Vec<RefPrompt> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("valid json");
+            RefPrompt {
+                prompt: v["prompt"].as_str().unwrap_or_default().to_string(),
+                tokens: v["tokens"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_u64().unwrap() as u32)
+                    .collect(),
+                prompt_topk: topk(&v["prompt_topk"]),
+                greedy: v["greedy"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t.as_u64().unwrap() as u32)
+                    .collect(),
+                greedy_topk: topk(&v["greedy_topk"]),
+            }
+        })
+        .collect()
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// What a comparison found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub positions: usize,
+    pub argmax_checked: usize,
+    pub argmax_equal: usize,
+    pub max_abs_diff: f32,
+    pub over_tol: usize,
+    pub greedy_prompts: usize,
+    /// Prompts whose first `greedy_prefix` greedy tokens are identical.
+    pub greedy_prefix_ok: usize,
+    /// Failures of the "identical up to the first near-tie" rule.
+    pub greedy_failures: Vec<String>,
+}
+
+/// Evaluates every prompt of `refs` with `model` and compares with the reference:
+/// prompt logits in one batch, then greedy decoding one token at a time.
+pub fn compare(
+    model: &Arc<Model>,
+    refs: &[RefPrompt],
+    tol: f32,
+    n_threads: usize,
+    greedy_prefix: usize,
+) -> Report {
+    let mut rep = Report::default();
+    let params = SessionParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_threads,
+        logits_all: true,
+        ..Default::default()
+    };
+    let mut s = Session::new(model.clone(), params).expect("session");
+    let nv = model.hparams.n_vocab;
+    for r in refs {
+        s.clear();
+        s.eval(&r.tokens, true).expect("prompt eval");
+        let all = s.all_logits().to_vec();
+        assert_eq!(all.len(), r.tokens.len() * nv);
+        for (i, top) in r.prompt_topk.iter().enumerate() {
+            let row = &all[i * nv..(i + 1) * nv];
+            rep.positions += 1;
+            for &(id, l) in top {
+                let d = (row[id as usize] - l).abs();
+                rep.max_abs_diff = rep.max_abs_diff.max(d);
+                if d > tol {
+                    rep.over_tol += 1;
+                }
+            }
+            if top.len() > 1 && top[0].1 - top[1].1 > tol {
+                rep.argmax_checked += 1;
+                if argmax(row) == top[0].0 {
+                    rep.argmax_equal += 1;
+                }
+            }
+        }
+        // Greedy continuation, one token per step.
+        let mut tok = argmax(&all[(r.tokens.len() - 1) * nv..]);
+        let mut ours = Vec::new();
+        for step in 0..r.greedy.len() {
+            ours.push(tok);
+            if step + 1 < r.greedy.len() {
+                s.eval(&[tok], false).expect("decode step");
+                tok = argmax(s.logits());
+            }
+        }
+        rep.greedy_prompts += 1;
+        if ours[..greedy_prefix.min(ours.len())] == r.greedy[..greedy_prefix.min(r.greedy.len())] {
+            rep.greedy_prefix_ok += 1;
+        }
+        for j in 0..r.greedy.len() {
+            let t = &r.greedy_topk[j];
+            if t.len() > 1 && t[0].1 - t[1].1 <= tol {
+                break;
+            }
+            if ours[j] != r.greedy[j] {
+                rep.greedy_failures.push(format!(
+                    "prompt {:?}: step {j}: ours {} vs reference {} (ours so far {:?}, reference {:?})",
+                    r.prompt, ours[j], r.greedy[j], &ours[..=j], &r.greedy[..=j]
+                ));
+                break;
+            }
+        }
+    }
+    rep
+}
+
+/// Where models are cached: `$GGRS_MODEL_DIR` or `~/.cache/ggrs/models`.
+pub fn model_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GGRS_MODEL_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache/ggrs/models")
+}
+
+/// The source model fetched by `scripts/fetch-model.sh`.
+pub const SOURCE_MODEL: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+/// The Qwen2.5-Coder-0.5B file of type `kind` ("f16", "q8_0", "q4_0"), made from the
+/// fetched source with our own quantizer as llama.cpp's were (F16 with requantizing, the
+/// others `--pure` from the F16) and cached beside it. `None` (with a note) when the source
+/// is missing, unless `GGRS_REQUIRE_MODELS=1`, which makes that a failure.
+pub fn qwen05b(kind: &str) -> Option<PathBuf> {
+    use ggrs_core::quantize::{quantize_file, QuantizeOptions};
+    let dir = model_dir();
+    let src = dir.join(SOURCE_MODEL);
+    if !src.exists() {
+        let msg = format!(
+            "{} is missing: run scripts/fetch-model.sh to test against the real model",
+            src.display()
+        );
+        if std::env::var("GGRS_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return None;
+    }
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let derived = dir.join("derived");
+    std::fs::create_dir_all(&derived).expect("create the derived-model directory");
+    let make = |from: &std::path::Path, kind: &str| -> PathBuf {
+        let out = derived.join(format!("qwen05b-{kind}.gguf"));
+        if !out.exists() {
+            let target = ggrs_core::DType::from_name(kind).expect("known type");
+            let input = ggrs_core::gguf::GgufFile::open(from).expect("open the source model");
+            let tmp = out.with_extension("part");
+            let opts = QuantizeOptions {
+                target,
+                allow_requantize: true,
+                n_threads: 0,
+            };
+            quantize_file(&input, &tmp, &opts, |_| {}).expect("quantize");
+            std::fs::rename(&tmp, &out).expect("rename the derived model");
+        }
+        out
+    };
+    let f16 = make(&src, "f16");
+    Some(if kind == "f16" { f16 } else { make(&f16, kind) })
+}
