@@ -1,8 +1,13 @@
 //! `ggrs`: the command line over ggrs-core and ggrs-llama. It parses arguments and prints;
 //! everything a library user would also need lives in the libraries.
 
+mod bench;
+mod common;
 mod inspect;
+mod perplexity;
 mod quantize;
+mod run;
+mod tokenize;
 
 use std::process::ExitCode;
 
@@ -18,6 +23,14 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Generate text from a prompt (streams to stdout, timings to stderr).
+    Run(run::Args),
+    /// Print the token ids (and pieces) of a text.
+    Tokenize(tokenize::Args),
+    /// Perplexity of a text file (llama.cpp's protocol).
+    Perplexity(perplexity::Args),
+    /// Measure prompt (pp) and generation (tg) speed, like llama-bench.
+    Bench(bench::Args),
     /// Print a GGUF file's metadata and tensor table (like gguf-dump).
     Inspect(inspect::Args),
     /// Write a copy of a GGUF model with its weights converted to another type.
@@ -42,6 +55,10 @@ pub(crate) fn report(e: &dyn std::error::Error) -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
     };

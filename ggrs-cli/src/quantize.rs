@@ -52,15 +52,17 @@ pub fn run(a: Args) -> CliResult {
     };
     let t0 = Instant::now();
     let mut err = std::io::stderr();
+    // On a terminal one line is redrawn; in a log, a line per tenth of the work.
+    let tty = std::io::IsTerminal::is_terminal(&err);
+    let mut next_tenth = 1;
     let report = quantize_file(&input, &a.output, &opts, |p| {
         let pct = if p.bytes_total > 0 {
             100.0 * p.bytes_done as f64 / p.bytes_total as f64
         } else {
             100.0
         };
-        let _ = write!(
-            err,
-            "\r[{:>4}/{:<4}] {:>5.1}%  {:<32} {:>5} -> {:<5}",
+        let line = format!(
+            "[{:>4}/{:<4}] {:>5.1}%  {:<32} {:>5} -> {:<5}",
             p.index + 1,
             p.total,
             pct,
@@ -68,9 +70,17 @@ pub fn run(a: Args) -> CliResult {
             p.from.name(),
             p.to.name()
         );
-        let _ = err.flush();
+        if tty {
+            let _ = write!(err, "\r{line}");
+            let _ = err.flush();
+        } else if pct >= next_tenth as f64 * 10.0 || p.index + 1 == p.total {
+            let _ = writeln!(err, "{line}");
+            next_tenth = (pct / 10.0) as usize + 1;
+        }
     })?;
-    eprintln!();
+    if tty {
+        eprintln!();
+    }
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     eprintln!(
         "{} tensors ({} converted to {}), {:.1} MiB -> {:.1} MiB in {:.1} s",

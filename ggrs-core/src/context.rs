@@ -440,13 +440,16 @@ impl Context {
         Ok(t)
     }
 
-    pub(crate) fn new_tensor_with(
+    pub(crate) fn new_tensor_with<const N: usize>(
         &mut self,
         dtype: DType,
         ne: [usize; 4],
         op: Op,
-        src: [Option<Tensor>; MAX_SRC],
+        srcs: [Option<Tensor>; N],
     ) -> Result<Tensor> {
+        const { assert!(N <= MAX_SRC) };
+        let mut src = [None; MAX_SRC];
+        src[..N].copy_from_slice(&srcs);
         // Op results take shapes from their operands (or, for repeat_to, from the caller):
         // check that the byte size is addressable before computing strides.
         Context::check_shape(op.name(), dtype, &ne)?;
@@ -588,7 +591,7 @@ impl Context {
             ne,
             nb,
             op,
-            src: [Some(src), None, None],
+            src: [Some(src), None, None, None],
             view_src: Some(root),
             view_offs: total,
             name: String::new(),

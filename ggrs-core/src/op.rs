@@ -87,6 +87,12 @@ pub enum Op {
         /// Applied before the mask.
         scale: f32,
     },
+    /// Fused attention `softmax(src1·src0 · scale + src3) · src2` (q, k, v, mask), computed
+    /// as ggml's CPU flash-attention kernel does (see `Context::flash_attn_ext`).
+    FlashAttnExt {
+        /// Applied to each key·query product before the mask.
+        scale: f32,
+    },
     /// Rotary position embedding with positions from `src1`.
     Rope {
         /// How many leading dimensions of each head are rotated.
@@ -142,6 +148,7 @@ impl Op {
             Op::MulMat => "MUL_MAT",
             Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
             Op::SoftMax { .. } => "SOFT_MAX",
+            Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
             Op::Rope { .. } => "ROPE",
             Op::View => "VIEW",
             Op::Reshape => "RESHAPE",
@@ -166,7 +173,7 @@ impl Op {
             Op::Concat { dim } => format!("dim={dim}"),
             Op::Norm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
-            Op::SoftMax { scale } => format!("scale={scale}"),
+            Op::SoftMax { scale } | Op::FlashAttnExt { scale } => format!("scale={scale}"),
             Op::Rope {
                 n_dims,
                 mode,

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::op::Op;
 
 /// Most sources an op reads.
-pub const MAX_SRC: usize = 3;
+pub const MAX_SRC: usize = 4;
 /// Most dimensions a tensor has.
 pub const MAX_DIMS: usize = 4;
 

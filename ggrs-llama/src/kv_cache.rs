@@ -1,11 +1,9 @@
 //! The KV cache: per-layer key and value tensors, and which cell holds which
 //! (sequence, position).
 //!
-//! Keys of layer l are a `[n_embd_kv, size]` tensor: one row per cell. Values are stored
-//! transposed, `[size, n_embd_kv]`, so that attention can read them as the rows of
-//! `V^T` without a copy (`mul_mat` needs its first operand row-contiguous). A step writes
-//! its keys with `set_rows` (row `cell[t]` for token t) and its values with `set_rows` over
-//! the flattened value tensor (element `d·size + cell[t]`).
+//! Keys and values of layer l are `[n_embd_kv, size]` tensors: one row per cell, as
+//! flash attention reads them (llama.cpp's layout with flash attention on). A step writes
+//! its keys and values with `set_rows` (row `cell[t]` for token t).
 
 use ggrs_core::{Context, DType, Tensor};
 
@@ -33,7 +31,7 @@ impl Cell {
 pub struct KvCache {
     /// Key tensors, `[n_embd_kv, size]` per layer.
     pub k: Vec<Tensor>,
-    /// Value tensors, `[size, n_embd_kv]` per layer (transposed).
+    /// Value tensors, `[n_embd_kv, size]` per layer.
     pub v: Vec<Tensor>,
     /// Cells.
     pub cells: Vec<Cell>,
@@ -64,7 +62,7 @@ impl KvCache {
         for l in 0..hp.n_layer {
             let kt = ctx.new_tensor_2d(dtype, e, size)?;
             ctx.set_name(kt, format!("cache_k_l{l}"))?;
-            let vt = ctx.new_tensor_2d(dtype, size, e)?;
+            let vt = ctx.new_tensor_2d(dtype, e, size)?;
             ctx.set_name(vt, format!("cache_v_l{l}"))?;
             if !ctx.is_no_alloc() {
                 // Free cells are masked out, but their bytes still meet the value matrix

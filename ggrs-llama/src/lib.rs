@@ -1,21 +1,60 @@
 //! # ggrs-llama
 //!
 //! LLaMA-family inference on top of `ggrs-core`: GGUF model loading, the per-step graph with
-//! a KV cache, tokenizers, sampling and generation.
+//! a KV cache, tokenizers, sampling, generation and perplexity.
+//!
+//! ```no_run
+//! use std::ops::ControlFlow;
+//! use std::sync::Arc;
+//! use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
+//!
+//! # fn main() -> ggrs_llama::Result<()> {
+//! // The model is immutable and can be shared by sessions on several threads.
+//! let model = Arc::new(Model::load("qwen2.5-coder-0.5b-instruct-q4_0.gguf")?);
+//! // A session owns a KV cache, a measured compute arena and its worker threads.
+//! let mut session = Session::new(model.clone(), SessionParams { n_ctx: 2048, ..Default::default() })?;
+//! let params = GenerateParams {
+//!     max_tokens: 64,
+//!     sampling: SamplingParams { temperature: 0.7, seed: 1, ..Default::default() },
+//!     stop: vec!["\n\n".into()],
+//!     ..Default::default()
+//! };
+//! let out = session.generate("fn fibonacci(n: u64) -> u64 {", &params, |event| {
+//!     print!("{}", event.text); // text arrives as soon as it is complete UTF-8
+//!     ControlFlow::Continue(())
+//! })?;
+//! eprintln!("{:.1} tokens/s, stopped by {:?}", out.timings.gen_tps(), out.stop);
+//! # Ok(()) }
+//! ```
+//!
+//! Lower level: [`Session::decode`] evaluates a [`Batch`] of (token, position, sequence)
+//! entries and leaves the logits in [`Session::all_logits`]; [`sampling::Sampler`] picks
+//! tokens; [`tokenizer::Tokenizer`] encodes and decodes text;
+//! [`perplexity::perplexity`] runs llama.cpp's perplexity protocol.
+//!
+//! Modules in dependency order: [`hparams`] (what the GGUF says about the model),
+//! [`model`] (weights in the mapping), [`kv_cache`] and [`batch`], [`arch`] (the graph of
+//! one step, built with ggrs-core's public API), [`session`], [`sampling`], [`generate`],
+//! [`perplexity`], [`tokenizer`].
 #![warn(missing_docs)]
 
 pub mod arch;
 pub mod batch;
 pub mod error;
+pub mod generate;
 pub mod hparams;
 pub mod kv_cache;
 pub mod model;
+pub mod perplexity;
 pub mod sampling;
 pub mod session;
 pub mod tokenizer;
 
 pub use batch::Batch;
 pub use error::{LlamaError, Result};
+pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use hparams::{Arch, HParams};
 pub use model::Model;
+pub use sampling::{Sampler, SamplingParams};
 pub use session::{Session, SessionParams};
+pub use tokenizer::Tokenizer;

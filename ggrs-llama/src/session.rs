@@ -57,6 +57,54 @@ pub struct Session {
     base: Checkpoint,
     logits: Vec<f32>,
     n_outputs: usize,
+    op_profile: Option<OpProfile>,
+}
+
+/// Time per op type over the steps of a session (see [`Session::op_profile`]).
+#[derive(Debug, Clone, Default)]
+pub struct OpProfile {
+    /// Steps recorded.
+    pub steps: usize,
+    /// Per op name: nodes run and total time.
+    pub ops: std::collections::BTreeMap<&'static str, (usize, std::time::Duration)>,
+}
+
+impl OpProfile {
+    /// The profile as a table, most expensive op first.
+    pub fn table(&self) -> String {
+        let total: std::time::Duration = self.ops.values().map(|v| v.1).sum();
+        let mut rows: Vec<_> = self.ops.iter().collect();
+        rows.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        let mut s = format!(
+            "{:<16} {:>8} {:>12} {:>7}   ({} steps, {:.1} ms)\n",
+            "op",
+            "nodes",
+            "time (ms)",
+            "share",
+            self.steps,
+            total.as_secs_f64() * 1e3
+        );
+        for (op, (n, t)) in rows {
+            s += &format!(
+                "{:<16} {:>8} {:>12.2} {:>6.1}%\n",
+                op,
+                n,
+                t.as_secs_f64() * 1e3,
+                100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12)
+            );
+        }
+        s
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(p) = &self.op_profile {
+            if std::env::var_os("GGRS_PROFILE").is_some() {
+                eprintln!("\nggrs profile (GGRS_PROFILE):\n{}", p.table());
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -125,6 +173,13 @@ impl Session {
             base,
             logits: Vec::new(),
             n_outputs: 0,
+            op_profile: None,
+        })
+        .map(|mut s: Session| {
+            if std::env::var_os("GGRS_PROFILE").is_some() {
+                s.set_profiling(true);
+            }
+            s
         })
     }
 
@@ -166,8 +221,16 @@ impl Session {
     }
 
     /// Turns per-node timing of the executor on or off.
+    /// (`GGRS_PROFILE=1` in the environment turns it on at creation and prints the
+    /// per-op table when the session is dropped.)
     pub fn set_profiling(&mut self, on: bool) {
         self.exec.set_profiling(on);
+        self.op_profile = on.then(OpProfile::default);
+    }
+
+    /// Time per op type over every step since profiling was turned on.
+    pub fn op_profile(&self) -> Option<&OpProfile> {
+        self.op_profile.as_ref()
     }
 
     /// Per-node times of the last graph computed (when profiling is on).
@@ -221,7 +284,6 @@ impl Session {
     }
 
     fn run_piece(&mut self, piece: &Batch, placed: &Placement) -> Result<()> {
-        let hp = &self.model.hparams;
         let n = piece.len();
         let outputs: Vec<i32> = (0..n)
             .filter(|&i| piece.logits[i])
@@ -244,15 +306,6 @@ impl Session {
         self.ctx.set_i32(inp.pos, &piece.pos)?;
         let cells: Vec<i32> = placed.cells.iter().map(|&c| c as i32).collect();
         self.ctx.set_i32(inp.k_rows, &cells)?;
-        let size = self.kv.size();
-        let e_kv = hp.n_embd_kv();
-        let mut v_rows = Vec::with_capacity(e_kv * n);
-        for &c in &placed.cells {
-            for d in 0..e_kv {
-                v_rows.push((d * size + c) as i32);
-            }
-        }
-        self.ctx.set_i32(inp.v_rows, &v_rows)?;
         let mask = self.kv.mask(piece, placed.n_kv);
         self.ctx.set_f32(inp.mask, &mask)?;
         if let Some(ids) = inp.out_ids {
@@ -264,6 +317,14 @@ impl Session {
             self.ctx.set_i32(ids, &ids_v)?;
         }
         self.exec.compute(&mut self.ctx, &graph)?;
+        if let Some(p) = &mut self.op_profile {
+            p.steps += 1;
+            for t in self.exec.profile() {
+                let e = p.ops.entry(t.op).or_default();
+                e.0 += 1;
+                e.1 += t.time;
+            }
+        }
         if !outputs.is_empty() {
             let v = self.ctx.to_f32_vec(logits)?;
             self.logits.extend_from_slice(&v);

@@ -1,11 +1,12 @@
 //! A reusable barrier whose last arriving thread runs an action before releasing the others.
-//! Waiting threads spin briefly, then yield, then park on a condition variable, so that a
-//! pool with more threads than cores does not burn the cores its peers need.
+//! Waiting threads spin, then yield, then park on a condition variable (see `spin`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use crossbeam_utils::{Backoff, CachePadded};
+use crossbeam_utils::CachePadded;
+
+use super::spin::spin_while;
 
 pub(crate) struct Barrier {
     n: usize,
@@ -42,11 +43,9 @@ impl Barrier {
             }
             return;
         }
-        let backoff = Backoff::new();
         while self.generation.load(Ordering::Acquire) == gen {
-            if !backoff.is_completed() {
-                backoff.snooze();
-                continue;
+            if spin_while(self.n, || self.generation.load(Ordering::Acquire) == gen) {
+                break;
             }
             self.sleepers.fetch_add(1, Ordering::SeqCst);
             let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());

@@ -8,6 +8,7 @@
 
 mod barrier;
 mod pool;
+mod spin;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -9,6 +9,8 @@ use std::thread::JoinHandle;
 
 use crossbeam_utils::{Backoff, CachePadded};
 
+use super::spin::spin_while;
+
 /// A job as the workers see it: a type-erased `&(dyn Fn(usize) + Sync)`.
 type JobRef = *const (dyn Fn(usize) + Sync);
 
@@ -45,12 +47,13 @@ impl Pool {
             lock: Mutex::new(()),
             cv: Condvar::new(),
         });
-        let handles = (1..n_threads.max(1))
+        let n = n_threads.max(1);
+        let handles = (1..n)
             .map(|ith| {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("ggrs-worker-{ith}"))
-                    .spawn(move || worker(s, ith))
+                    .spawn(move || worker(s, ith, n))
                     .expect("spawning a worker thread failed (out of threads or memory)")
             })
             .collect();
@@ -97,10 +100,9 @@ impl Pool {
     }
 }
 
-fn worker(s: Arc<Shared>, ith: usize) {
+fn worker(s: Arc<Shared>, ith: usize, n_threads: usize) {
     let mut seen = 0usize;
     loop {
-        let backoff = Backoff::new();
         loop {
             if s.shutdown.load(Ordering::Acquire) {
                 return;
@@ -108,8 +110,9 @@ fn worker(s: Arc<Shared>, ith: usize) {
             if s.generation.load(Ordering::Acquire) != seen {
                 break;
             }
-            if !backoff.is_completed() {
-                backoff.snooze();
+            if spin_while(n_threads, || {
+                s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire)
+            }) {
                 continue;
             }
             s.sleepers.fetch_add(1, Ordering::SeqCst);

@@ -81,7 +81,8 @@ pub(crate) unsafe fn unary(task: &Task, chunk: usize, n_chunks: usize, work: &mu
                 Op::Scale { s } => map(out, x, |v| v * s),
                 Op::Sqr => map(out, x, |v| v * v),
                 Op::Sqrt => map(out, x, f32::sqrt),
-                Op::Silu => map(out, x, silu),
+                // ggml's vectorised SiLU (see `ggml_arith`), so results match llama.cpp's.
+                Op::Silu => crate::kernels::ggml_arith::swiglu_row(out, x, None),
                 Op::Gelu => map(out, x, gelu),
                 _ => map(out, x, |v| v.max(0.0)),
             }
@@ -112,9 +113,8 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
                     b.load_row(i1, i2, i3, s1),
                 ),
             };
-            for ((o, &gv), &uv) in out.iter_mut().zip(g).zip(u) {
-                *o = silu(gv) * uv;
-            }
+            // ggml's vectorised SiLU (see `ggml_arith`), so results match llama.cpp's.
+            crate::kernels::ggml_arith::swiglu_row(out, g, Some(u));
         }
     }
 }

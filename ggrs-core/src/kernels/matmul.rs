@@ -85,8 +85,12 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
 pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) {
     let (a, b) = (task.s0(), task.s1());
     let vdt = traits(a.dtype).vec_dot_type;
-    let from = traits(vdt)
-        .from_f32
+    // Q8_0 activations: ggml's run-time (x86) quantizer, so codes match llama.cpp's (see
+    // `ggml_arith`). Other block types: the fastest quantizer, whose bytes are the
+    // reference quantizer's.
+    let from = crate::kernels::ggml_arith::activation_quantizer(vdt)
+        .or_else(|| crate::quants::dispatch::activation_quantizer(vdt))
+        .or(traits(vdt).from_f32)
         .expect("supports() checked the vec-dot type converts from f32");
     let rs = vdt.row_size(a.ne[0]);
     for r in split_range(b.nrows(), nth, ith) {
@@ -135,15 +139,88 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
         }
     };
     let cols = split_range(m, ncb, cb);
-    for i in split_range(n, nrb, rb) {
-        // SAFETY: i < a.ne[1] and (a2, a3) within a's outer shape (ggml's broadcast rule,
-        // checked by the builder); the dst elements of this tile belong to this chunk.
-        unsafe {
-            let arow = std::slice::from_raw_parts(a.row_ptr(i, a2, a3) as *const u8, rs_a);
-            for j in cols.clone() {
-                let v = dot(k, arow, b_row(j));
-                *(d.data.add(d.offset(i, j, i2, i3)) as *mut f32) = v;
+    // Block types: 4 × 4 tiles of weight rows × activation columns (each weight block
+    // decoded once per four columns, each activation block loaded once per four rows), then
+    // 4 × 1 and 1 × 4 tiles for what is left (four independent dot products in flight). The
+    // tile kernels give every element the bits of the one-element kernel of the same build,
+    // so results do not depend on the tiling (or on the thread count).
+    let tiles = if a.dtype.is_quantized() {
+        crate::quants::dispatch::active_variant(a.dtype)
+    } else {
+        None
+    };
+    let dot = tiles.map_or(dot, |v| v.dot);
+    // Weight types whose results must match llama.cpp's bit for bit (Q8_0, Q4_0, F16) use
+    // ggml's x86 summation order (see `kernels::ggml_arith`): the SIMD tile kernels that
+    // keep it (`quants::dispatch::SumOrder`), else ggml_arith's, one element at a time.
+    let ggml_dot = crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]);
+    let (dot, tiles) = match ggml_dot {
+        Some(g) => {
+            let order = crate::quants::dispatch::ggml_sum_order(a.dtype, a.ne);
+            match crate::quants::dispatch::active_variant_in(a.dtype, order) {
+                Some(v) if a.dtype.is_quantized() => (v.dot, Some(v)),
+                _ => (g, None),
             }
+        }
+        None => (dot, tiles),
+    };
+    let rows = split_range(n, nrb, rb);
+    let a_row = |i: usize| -> &[u8] {
+        // SAFETY: i < a.ne[1] and (a2, a3) within a's outer shape (ggml's broadcast rule,
+        // checked by the builder).
+        unsafe { std::slice::from_raw_parts(a.row_ptr(i, a2, a3) as *const u8, rs_a) }
+    };
+    // Output element (i, j) of this batch; the callers write only elements of this chunk's
+    // tile, which no other chunk touches.
+    let out = |i: usize, j: usize| -> *mut f32 {
+        // SAFETY: i < n and j < m: the offset lies inside dst.
+        unsafe { d.data.add(d.offset(i, j, i2, i3)) as *mut f32 }
+    };
+    let mut i = rows.start;
+    if let Some(v) = tiles {
+        while i + 4 <= rows.end {
+            let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
+            let mut j = cols.start;
+            while j + 4 <= cols.end {
+                let t = (v.tile)(k, ar, [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)]);
+                for (r, row) in t.iter().enumerate() {
+                    for (c, &val) in row.iter().enumerate() {
+                        // SAFETY: an element of this chunk's tile (see `out`).
+                        unsafe { *out(i + r, j + c) = val };
+                    }
+                }
+                j += 4;
+            }
+            for j in j..cols.end {
+                let r = (v.rows4)(k, ar, b_row(j));
+                for (t, &val) in r.iter().enumerate() {
+                    // SAFETY: an element of this chunk's tile (see `out`).
+                    unsafe { *out(i + t, j) = val };
+                }
+            }
+            i += 4;
+        }
+    }
+    for i in i..rows.end {
+        let arow = a_row(i);
+        let mut j = cols.start;
+        if let Some(v) = tiles {
+            while j + 4 <= cols.end {
+                let r = (v.dot4)(
+                    k,
+                    arow,
+                    [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)],
+                );
+                for (t, &val) in r.iter().enumerate() {
+                    // SAFETY: an element of this chunk's tile (see `out`).
+                    unsafe { *out(i, j + t) = val };
+                }
+                j += 4;
+            }
+        }
+        for j in j..cols.end {
+            // SAFETY: an element of this chunk's tile (see `out`).
+            unsafe { *out(i, j) = dot(k, arow, b_row(j)) };
         }
     }
 }

@@ -14,7 +14,9 @@
 //! This module and the executor are where `unsafe` lives: kernels read and write through raw
 //! pointers that the executor derived from a context it holds exclusively.
 
+pub(crate) mod attn;
 pub(crate) mod elementwise;
+pub(crate) mod ggml_arith;
 pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod reduce;
@@ -24,7 +26,7 @@ pub mod vec;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::op::Op;
-use crate::tensor::TensorMeta;
+use crate::tensor::{TensorMeta, MAX_SRC};
 
 /// True when `mul_mat` accepts weights of `dtype` (F32, F16, BF16 and every block type
 /// with a dot-product kernel in this build).
@@ -219,7 +221,7 @@ impl TaskPlan {
 pub(crate) struct Task {
     pub op: Op,
     pub dst: RawTensor,
-    pub src: [Option<RawTensor>; 3],
+    pub src: [Option<RawTensor>; MAX_SRC],
     pub plan: TaskPlan,
 }
 
@@ -275,7 +277,7 @@ pub(crate) fn row_chunks(rows: usize, row_len: usize, n_threads: usize) -> usize
 pub(crate) fn plan(
     op: &Op,
     dst: &TensorMeta,
-    src: &[Option<&TensorMeta>; 3],
+    src: &[Option<&TensorMeta>; MAX_SRC],
     nth: usize,
 ) -> TaskPlan {
     let rows = dst.nrows();
@@ -319,6 +321,12 @@ pub(crate) fn plan(
         }
         // Row ops that may need a converted/gathered source row (+ mask row) in scratch.
         Op::SoftMax { .. } => row_plan(2 * s0ne0 + 16),
+        Op::FlashAttnExt { .. } => attn::plan(
+            s0.expect("flash_attn_ext q"),
+            src[1].expect("flash_attn_ext k"),
+            src[2].expect("flash_attn_ext v"),
+            nth,
+        ),
         Op::GetRows => row_plan(0),
         Op::Argmax | Op::SumRows | Op::Mean => {
             let s = s0.expect("reduction source");
@@ -375,6 +383,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::MulMat => matmul::compute(task, chunk, n, work),
             Op::DiagMaskInf { n_past } => nn::diag_mask_inf(task, n_past, chunk, n, work),
             Op::SoftMax { scale } => nn::soft_max(task, scale, chunk, n, work),
+            Op::FlashAttnExt { scale } => attn::flash_attn_ext(task, scale, chunk, n, work),
             Op::Rope { .. } => return nn::rope(task, chunk, n, work),
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }

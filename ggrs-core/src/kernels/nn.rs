@@ -2,6 +2,7 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::kernels::ggml_arith::rotate_pair;
 use crate::kernels::{split_range, Task, Work};
 use crate::op::{Op, RopeMode};
 
@@ -133,22 +134,22 @@ pub(crate) unsafe fn rope(
             }
             let x = a.load_row(i1, i2, i3, sx);
             let out = d.row_f32_mut(i1, i2, i3);
+            // The rotations use the FMAs of ggml's compiled kernel (see `ggml_arith`).
+            let h = n_dims / 2;
+            let fused_pairs = h / 4 * 4;
             match mode {
                 RopeMode::Normal => {
-                    for i in 0..n_dims / 2 {
+                    for i in 0..h {
                         let (c, s) = (cache[2 * i], cache[2 * i + 1]);
                         let (x0, x1) = (x[2 * i], x[2 * i + 1]);
-                        out[2 * i] = x0 * c - x1 * s;
-                        out[2 * i + 1] = x0 * s + x1 * c;
+                        (out[2 * i], out[2 * i + 1]) = rotate_pair(x0, x1, c, s, i < fused_pairs);
                     }
                 }
                 RopeMode::Neox => {
-                    let h = n_dims / 2;
                     for i in 0..h {
                         let (c, s) = (cache[2 * i], cache[2 * i + 1]);
                         let (x0, x1) = (x[i], x[i + h]);
-                        out[i] = x0 * c - x1 * s;
-                        out[i + h] = x0 * s + x1 * c;
+                        (out[i], out[i + h]) = rotate_pair(x0, x1, c, s, true);
                     }
                 }
             }

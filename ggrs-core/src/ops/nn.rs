@@ -136,7 +136,7 @@ impl Context {
             }
         }
         let t = self.new_view(dst, Op::SetRows, nd, nbd, 0)?;
-        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids)];
+        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids), None];
         Ok(t)
     }
 
@@ -227,6 +227,103 @@ impl Context {
             }
         }
         self.new_tensor_with(DType::F32, na, Op::SoftMax { scale }, [Some(a), mask, None])
+    }
+
+    /// Fused attention, ggml's `flash_attn_ext`: for each query row, head and outer index,
+    /// `softmax(K·q · scale + mask) · V` without materialising the score matrix.
+    ///
+    /// Shapes (ggml's contract):
+    /// - q: `[d_k, n_q, n_head, n3]` f32, rows dense (a permuted view is fine);
+    /// - k: `[d_k, n_kv, n_head_kv, k3]` F16, rows dense, `n_head_kv | n_head`, `k3 | n3`
+    ///   (grouped-query attention by broadcast: head h reads key head `h / (n_head/n_head_kv)`);
+    /// - v: `[d_v, n_kv, n_head_v, v3]` F16, rows dense, `n_head_v | n_head`, `v3 | n3`;
+    /// - mask (optional): `[n_kv, m1 ≥ n_q, m2 | n_head, m3 | n3]` F16 or F32, rows dense,
+    ///   added to the scaled scores (−∞ hides a key; query row i uses mask row i);
+    /// - result: `[d_v, n_head, n_q, n3]` f32, contiguous — already in the
+    ///   `[d_v·n_head, n_q]` order an output projection wants (reshape it).
+    ///
+    /// A query that sees no key gives zeros. The arithmetic is that of ggml's CPU kernel on
+    /// x86-64 (so results match llama.cpp's to the bit, not only to rounding): fewer than 64
+    /// queries run the one-row kernel (q rounded to f16, scores by an f16 dot product, online
+    /// softmax with the value accumulator kept in f16); 64 or more run the tiled kernel
+    /// (64 × 64 tiles, f32 accumulators, ggml's vectorised `exp`). See `kernels::attn`.
+    pub fn flash_attn_ext(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Option<Tensor>,
+        scale: f32,
+    ) -> Result<Tensor> {
+        const OP: &str = "FLASH_ATTN_EXT";
+        let mq = self.expect_type(OP, "q", q, &[DType::F32])?;
+        let (nq, q_dense) = (mq.ne, mq.rows_contiguous());
+        let mk = self.expect_type(OP, "k (cast it to F16 first)", k, &[DType::F16])?;
+        let (nk, k_dense) = (mk.ne, mk.rows_contiguous());
+        let mv = self.expect_type(OP, "v (cast it to F16 first)", v, &[DType::F16])?;
+        let (nv, v_dense) = (mv.ne, mv.rows_contiguous());
+        for (t, dense) in [(q, q_dense), (k, k_dense), (v, v_dense)] {
+            if !dense {
+                return Err(Error::Layout {
+                    op: OP,
+                    name: self.display_name(t),
+                    required: "row-contiguous",
+                });
+            }
+        }
+        if nk[0] != nq[0] || nk[2] == 0 || nq[2] % nk[2] != 0 || nk[3] == 0 || nq[3] % nk[3] != 0 {
+            return Err(shape_err(
+                OP,
+                nq,
+                nk,
+                "k must be [q.ne[0], n_kv, h | q.ne[2], k3 | q.ne[3]]",
+            ));
+        }
+        if nv[1] != nk[1] || nv[2] == 0 || nq[2] % nv[2] != 0 || nv[3] == 0 || nq[3] % nv[3] != 0 {
+            return Err(shape_err(
+                OP,
+                nk,
+                nv,
+                "v must be [d_v, k.ne[1], h | q.ne[2], v3 | q.ne[3]]",
+            ));
+        }
+        if !scale.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                detail: format!("scale = {scale} must be finite"),
+            });
+        }
+        if let Some(mk) = mask {
+            let m = self.expect_type(OP, "mask", mk, &[DType::F16, DType::F32])?;
+            let (nm, m_dense) = (m.ne, m.rows_contiguous());
+            if nm[0] != nk[1]
+                || nm[1] < nq[1]
+                || nm[2] == 0
+                || nq[2] % nm[2] != 0
+                || nm[3] == 0
+                || nq[3] % nm[3] != 0
+            {
+                return Err(shape_err(
+                    OP,
+                    nq,
+                    nm,
+                    "mask must be [k.ne[1], ≥ q.ne[1], m2 | q.ne[2], m3 | q.ne[3]]",
+                ));
+            }
+            if !m_dense {
+                return Err(Error::Layout {
+                    op: OP,
+                    name: self.display_name(mk),
+                    required: "row-contiguous",
+                });
+            }
+        }
+        self.new_tensor_with(
+            DType::F32,
+            [nv[0], nq[2], nq[1], nq[3]],
+            Op::FlashAttnExt { scale },
+            [Some(q), Some(k), Some(v), mask],
+        )
     }
 
     /// Plain softmax of each row (see [`Context::soft_max_ext`]).

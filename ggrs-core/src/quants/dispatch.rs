@@ -1,21 +1,93 @@
 //! Choosing a dot-product kernel per block type, once per process.
 //!
 //! Every block type has a scalar reference kernel (`vec_dot_scalar::<B>`), always compiled.
-//! Faster kernels (AVX2, AVX-512/VNNI, NEON) plug in here: give `detect` an arm that checks
-//! the CPU feature at run time (`is_x86_feature_detected!`) and returns the kernel. The choice
-//! is made on first use and cached, so `mul_mat` pays one table read per node. A SIMD kernel
-//! must keep the [`VecDotKernel`] contract (a row of the weight type and a row of its `VecDot`
-//! type, `n` values each) and be tested against the scalar one it replaces.
+//! Faster kernels (see `quants/simd/`: AVX2, AVX-512, AVX-512 VNNI; no NEON in this build)
+//! plug in here: `detect` picks, per type, the best build the CPU runs, on first use, and
+//! caches it, so `mul_mat` pays one table read per node. `GGRS_FORCE_SCALAR=1` (read once,
+//! see [`crate::kernels::vec::simd_level`]) keeps every type on its scalar kernel;
+//! [`force_scalar`] does the same from inside a process, for benchmarks.
+//!
+//! A SIMD kernel keeps the [`VecDotKernel`] contract (a row of the weight type and a row of
+//! its `VecDot` type, `n` values each) and differs from the scalar one only in the order of
+//! its f32 additions. Each also comes in tiles — [`VecDot4Kernel`] (one weight row against
+//! four activation rows), [`VecDotRows4Kernel`] (four weight rows against one) and
+//! [`VecDotTileKernel`] (four against four) — whose results are bit-identical to one-element
+//! calls. [`vec_dot_variants`] lists every build this CPU runs, for tests and benchmarks.
+//!
+//! Summation orders: `mul_mat` must give llama.cpp's bits for Q4_0 and Q8_0 weights (see
+//! `kernels::ggml_arith`), so those keep ggml's x86 order, which [`ggml_sum_order`] names
+//! for a weight shape. The SIMD builds of Q4_0, Q5_0 and Q8_0 keep
+//! [`SumOrder::GgmlLanes`]; Q4_0 also has builds in [`SumOrder::GgmlBlockChain`]
+//! ([`vec_dot_variants_in`], [`active_variant_in`]).
+//!
+//! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
+//! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see
+//! [`quantizer_variants`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use crate::dtype::DType;
-use crate::quants::{vec_dot_scalar, BlockQuant, VecDotKernel};
+use crate::kernels::vec::{simd_level, SimdLevel};
+use crate::quants::{simd, vec_dot_scalar, BlockQuant, VecDotKernel};
+use crate::types::FromF32Fn;
 
 use super::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
     BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
+
+/// A dot product of one weight row with four rows of its `VecDot` type (`n` values each):
+/// `[dot(a, b[0]), …, dot(a, b[3])]`, each bit-identical to the one-row kernel of the same
+/// build. `mul_mat` uses it to load each weight block once per four activation columns.
+pub type VecDot4Kernel = fn(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4];
+
+/// A dot product of four weight rows with one row of their `VecDot` type (`n` values each):
+/// `[dot(a[0], b), …, dot(a[3], b)]`, each bit-identical to the one-row kernel of the same
+/// build. `mul_mat` uses it when it has fewer than four columns (decoding).
+pub type VecDotRows4Kernel = fn(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4];
+
+/// Dot products of four weight rows with four rows of their `VecDot` type: `t[r][c] =
+/// dot(a[r], b[c])`, each bit-identical to the one-row kernel of the same build. `mul_mat`
+/// uses it for prompts (each weight block decoded once per four columns, each activation
+/// block loaded once per four rows).
+pub type VecDotTileKernel = fn(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4];
+
+/// The instruction set a dot-product kernel is written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable code: the reference.
+    Scalar,
+    /// x86-64 AVX2 with FMA and F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL (with FMA, F16C), without VNNI instructions.
+    Avx512,
+    /// x86-64 AVX-512 F/BW/VL with VNNI (`vpdpbusd`, `vpdpwssd`).
+    Avx512Vnni,
+}
+
+/// One build of a weight type's dot product.
+#[derive(Clone, Copy)]
+pub struct VecDotVariant {
+    /// The instruction set it is written for.
+    pub isa: Isa,
+    /// One weight row · one activation row.
+    pub dot: VecDotKernel,
+    /// One weight row · four activation rows.
+    pub dot4: VecDot4Kernel,
+    /// Four weight rows · one activation row.
+    pub rows4: VecDotRows4Kernel,
+    /// Four weight rows · four activation rows.
+    pub tile: VecDotTileKernel,
+}
+
+impl std::fmt::Debug for VecDotVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VecDotVariant")
+            .field("isa", &self.isa)
+            .finish()
+    }
+}
 
 /// The block types, in the order of the kernel table.
 const BLOCK_TYPES: [DType; 12] = [
@@ -39,8 +111,31 @@ fn slot(dtype: DType) -> Option<usize> {
 
 /// The scalar reference dot product of weight type `dtype` (`None` for non-block types).
 pub fn vec_dot_scalar_kernel(dtype: DType) -> Option<VecDotKernel> {
-    fn k<B: BlockQuant>() -> Option<VecDotKernel> {
-        Some(vec_dot_scalar::<B>)
+    scalar_variant(dtype).map(|v| v.dot)
+}
+
+fn scalar_x4<B: BlockQuant>(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4] {
+    b.map(|r| vec_dot_scalar::<B>(n, a, r))
+}
+
+fn scalar_rows4<B: BlockQuant>(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4] {
+    a.map(|r| vec_dot_scalar::<B>(n, r, b))
+}
+
+fn scalar_tile<B: BlockQuant>(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4] {
+    a.map(|r| b.map(|c| vec_dot_scalar::<B>(n, r, c)))
+}
+
+/// The scalar reference of weight type `dtype` as a variant.
+fn scalar_variant(dtype: DType) -> Option<VecDotVariant> {
+    fn k<B: BlockQuant>() -> Option<VecDotVariant> {
+        Some(VecDotVariant {
+            isa: Isa::Scalar,
+            dot: vec_dot_scalar::<B>,
+            dot4: scalar_x4::<B>,
+            rows4: scalar_rows4::<B>,
+            tile: scalar_tile::<B>,
+        })
     }
     match dtype {
         DType::Q4_0 => k::<BlockQ4_0>(),
@@ -59,20 +154,204 @@ pub fn vec_dot_scalar_kernel(dtype: DType) -> Option<VecDotKernel> {
     }
 }
 
-/// The fastest kernel this CPU runs for `dtype`, if faster than the scalar one.
-///
-/// This is the plug-in point for SIMD kernels; none is registered yet, so every type uses
-/// its scalar reference.
-fn detect(dtype: DType) -> Option<VecDotKernel> {
-    let _ = dtype;
-    None
+/// The SIMD instruction sets, best first.
+const SIMD_ISAS: [Isa; 3] = [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2];
+
+/// Every build of weight type `dtype`'s dot product that this CPU runs, the scalar reference
+/// first, then by instruction set (empty for non-block types). Not affected by
+/// `GGRS_FORCE_SCALAR` or [`force_scalar`]: this is what tests compare and benchmarks time.
+pub fn vec_dot_variants(dtype: DType) -> Vec<VecDotVariant> {
+    let mut v: Vec<VecDotVariant> = scalar_variant(dtype).into_iter().collect();
+    if !v.is_empty() {
+        for isa in SIMD_ISAS.into_iter().rev() {
+            if let Some((dot, dot4, rows4, tile)) = simd::kernels(dtype, isa, false) {
+                v.push(VecDotVariant {
+                    isa,
+                    dot,
+                    dot4,
+                    rows4,
+                    tile,
+                });
+            }
+        }
+    }
+    v
 }
 
-/// The dot-product kernel `mul_mat` uses for weight type `dtype`: the best one for this CPU,
-/// chosen on first use (`None` for non-block types).
+/// The fastest build this CPU runs for `dtype`, if faster than the scalar one: the best of
+/// [`SIMD_ISAS`] that [`simd_level`] allows (`GGRS_FORCE_SCALAR` makes it `Scalar`).
+fn detect(dtype: DType) -> Option<VecDotVariant> {
+    SIMD_ISAS
+        .into_iter()
+        .filter(|&isa| allowed(isa))
+        .find_map(|isa| {
+            simd::kernels(dtype, isa, false).map(|(dot, dot4, rows4, tile)| VecDotVariant {
+                isa,
+                dot,
+                dot4,
+                rows4,
+                tile,
+            })
+        })
+}
+
+/// The order in which a dot product adds its f32 terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SumOrder {
+    /// The build's own order: builds of one type differ in rounding only.
+    Any,
+    /// ggml's x86 `ggml_vec_dot_q*_q8_0` / tinyBLAS order: eight f32 lanes of four products,
+    /// `lane = fma(dx·dy, lane_sum, lane)` per block, lanes added as
+    /// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+    GgmlLanes,
+    /// ggml's repacked-Q4_0 (`q4_0_8x8`) order: `acc = fma(block_sum, dx·dy, acc)` per block.
+    GgmlBlockChain,
+}
+
+/// The order `mul_mat` keeps for weight type `dtype` of shape `ne` so that its results are
+/// llama.cpp's to the bit (see `kernels::ggml_arith`): Q8_0 in [`SumOrder::GgmlLanes`]; Q4_0
+/// too, except 2-D weights whose row count is a multiple of 8, which llama.cpp repacks
+/// ([`SumOrder::GgmlBlockChain`]); [`SumOrder::Any`] for the other types.
+pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
+    match dtype {
+        DType::Q8_0 => SumOrder::GgmlLanes,
+        DType::Q4_0 if ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1 => {
+            SumOrder::GgmlBlockChain
+        }
+        DType::Q4_0 => SumOrder::GgmlLanes,
+        _ => SumOrder::Any,
+    }
+}
+
+/// The builds of `dtype`'s dot product this CPU runs that keep `order`: for
+/// [`SumOrder::Any`], [`vec_dot_variants`]; for the ggml orders, the SIMD builds that keep
+/// them (the scalar reference does not: it sums as ggml's generic C code).
+pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> {
+    let chain = match order {
+        SumOrder::Any => return vec_dot_variants(dtype),
+        SumOrder::GgmlLanes => {
+            if !matches!(dtype, DType::Q4_0 | DType::Q5_0 | DType::Q8_0) {
+                return Vec::new();
+            }
+            false
+        }
+        SumOrder::GgmlBlockChain => true,
+    };
+    SIMD_ISAS
+        .into_iter()
+        .rev()
+        .filter_map(|isa| {
+            simd::kernels(dtype, isa, chain).map(|(dot, dot4, rows4, tile)| VecDotVariant {
+                isa,
+                dot,
+                dot4,
+                rows4,
+                tile,
+            })
+        })
+        .collect()
+}
+
+/// The fastest build of `dtype`'s dot product keeping `order`: [`active_variant`] for
+/// [`SumOrder::Any`]; for a ggml order, the best SIMD build keeping it, or `None` (no such
+/// build on this CPU, or SIMD switched off by `GGRS_FORCE_SCALAR` / [`force_scalar`]; the
+/// caller then uses portable code in that order).
+pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant> {
+    type Table = [Option<VecDotVariant>; BLOCK_TYPES.len()];
+    static LANES: OnceLock<Table> = OnceLock::new();
+    static CHAIN: OnceLock<Table> = OnceLock::new();
+    let table = match order {
+        SumOrder::Any => return active_variant(dtype),
+        SumOrder::GgmlLanes => &LANES,
+        SumOrder::GgmlBlockChain => &CHAIN,
+    };
+    let i = slot(dtype)?;
+    if FORCE_SCALAR.load(Ordering::Relaxed) || simd_level() == SimdLevel::Scalar {
+        return None;
+    }
+    let table = table.get_or_init(|| {
+        BLOCK_TYPES.map(|t| {
+            vec_dot_variants_in(t, order)
+                .into_iter()
+                .rev()
+                .find(|v| allowed(v.isa))
+        })
+    });
+    table[i]
+}
+
+/// True when [`simd_level`] lets kernels of `isa` run (`GGRS_FORCE_SCALAR` allows none).
+fn allowed(isa: Isa) -> bool {
+    match isa {
+        Isa::Scalar => true,
+        Isa::Avx2 => simd_level() >= SimdLevel::Avx2,
+        Isa::Avx512 | Isa::Avx512Vnni => simd_level() >= SimdLevel::Avx512,
+    }
+}
+
+static FORCE_SCALAR: AtomicBool = AtomicBool::new(false);
+
+/// Makes [`vec_dot_kernel`], [`active_variant`] and [`activation_quantizer`] return the
+/// scalar reference (`true`) or the detected build again (`false`), for the whole process,
+/// from the next `mul_mat` node on. Meant for benchmarks and A/B comparisons inside one process (`GGRS_FORCE_SCALAR` is
+/// read once, at first use); do not flip it while graphs run on other threads if their
+/// results must be reproducible bit for bit.
+pub fn force_scalar(on: bool) {
+    FORCE_SCALAR.store(on, Ordering::Relaxed);
+}
+
+/// The build `mul_mat` uses for weight type `dtype`: the best one for this CPU, chosen on
+/// first use, or the scalar one under [`force_scalar`] (`None` for non-block types).
+pub fn active_variant(dtype: DType) -> Option<VecDotVariant> {
+    static TABLE: OnceLock<[Option<VecDotVariant>; BLOCK_TYPES.len()]> = OnceLock::new();
+    let i = slot(dtype)?;
+    if FORCE_SCALAR.load(Ordering::Relaxed) {
+        return scalar_variant(dtype);
+    }
+    let table = TABLE.get_or_init(|| BLOCK_TYPES.map(|t| detect(t).or_else(|| scalar_variant(t))));
+    table[i]
+}
+
+/// The dot-product kernel `mul_mat` uses for weight type `dtype` (see [`active_variant`]).
 pub fn vec_dot_kernel(dtype: DType) -> Option<VecDotKernel> {
-    static TABLE: OnceLock<[Option<VecDotKernel>; BLOCK_TYPES.len()]> = OnceLock::new();
-    let table =
-        TABLE.get_or_init(|| BLOCK_TYPES.map(|t| detect(t).or_else(|| vec_dot_scalar_kernel(t))));
-    slot(dtype).and_then(|i| table[i])
+    active_variant(dtype).map(|v| v.dot)
+}
+
+/// Every quantizer into block type `dtype` this CPU runs, the reference
+/// (`quants::quantize_row`) first. All write the same bytes; the SIMD ones exist for
+/// `mul_mat`'s INIT. Not affected by `GGRS_FORCE_SCALAR` or [`force_scalar`].
+pub fn quantizer_variants(dtype: DType) -> Vec<(Isa, FromF32Fn)> {
+    let Some(reference) = crate::quants::traits(dtype).and_then(|t| t.from_f32) else {
+        return Vec::new();
+    };
+    let mut v = vec![(Isa::Scalar, reference)];
+    for isa in SIMD_ISAS.into_iter().rev() {
+        if let Some(q) = simd::quantizer(dtype, isa) {
+            v.push((isa, q));
+        }
+    }
+    v
+}
+
+/// The quantizer `mul_mat` uses to convert activations to block type `dtype`: the fastest
+/// this CPU runs (bytes identical to the reference), or the reference under
+/// `GGRS_FORCE_SCALAR` / [`force_scalar`]. `None` for non-block types.
+pub fn activation_quantizer(dtype: DType) -> Option<FromF32Fn> {
+    static TABLE: OnceLock<[Option<FromF32Fn>; BLOCK_TYPES.len()]> = OnceLock::new();
+    let i = slot(dtype)?;
+    let reference = crate::quants::traits(dtype).and_then(|t| t.from_f32);
+    if FORCE_SCALAR.load(Ordering::Relaxed) || simd_level() == SimdLevel::Scalar {
+        return reference;
+    }
+    let table = TABLE.get_or_init(|| {
+        BLOCK_TYPES.map(|t| {
+            let best = quantizer_variants(t)
+                .into_iter()
+                .rev()
+                .find(|(isa, _)| *isa != Isa::Scalar);
+            best.map(|(_, q)| q)
+                .or_else(|| crate::quants::traits(t).and_then(|tr| tr.from_f32))
+        })
+    });
+    table[i]
 }

@@ -8,7 +8,8 @@
 //!     q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)          // heads × head_dim
 //!     q, k = rope(q, pos), rope(k, pos)
 //!     cache_k[cell] = k; cache_v[cell] = v                  // set_rows
-//!     a = softmax(K·q / √head_dim + mask) applied to V      // over cells 0..n_kv, GQA by broadcast
+//!     a = softmax(K·q / √head_dim + mask) applied to V      // over cells 0..n_kv, GQA by broadcast:
+//!                                                           // flash_attn_ext for an F16 cache
 //!     x = x + Wo·a (+bo)
 //!     h = rms_norm(x) · ffn_norm
 //!     x = x + W_down·(silu(W_gate·h) · (W_up·h))
@@ -45,7 +46,6 @@ pub fn build(
     } = shape;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let e_kv = hp.n_embd_kv();
-    let size = kv.size();
     let kv_ts = kv.dtype.type_size();
 
     let tokens = ctx.new_tensor_1d(DType::I32, n)?;
@@ -54,8 +54,6 @@ pub fn build(
     ctx.set_name(pos, "inp_pos")?;
     let k_rows = ctx.new_tensor_1d(DType::I32, n)?;
     ctx.set_name(k_rows, "inp_k_rows")?;
-    let v_rows = ctx.new_tensor_1d(DType::I32, e_kv * n)?;
-    ctx.set_name(v_rows, "inp_v_rows")?;
     let mask = ctx.new_tensor_2d(DType::F32, n_kv, n)?;
     ctx.set_name(mask, "inp_mask")?;
     let out_ids = if n_outputs < n {
@@ -92,22 +90,28 @@ pub fn build(
         let k = ctx.reshape_3d(k, hd, nhkv, n)?;
         let k = ctx.rope_ext(k, pos, rope)?; // [hd, nhkv, n]
 
-        // Write this step's keys and values into the cache.
+        // Write this step's keys and values into the cache (one row per cell each).
         let k2 = ctx.reshape_2d(k, e_kv, n)?;
         let k_cache = ctx.set_rows(kv.k[il], k2, k_rows)?; // [e_kv, size]
-        let v_flat_src = ctx.reshape_2d(v, 1, e_kv * n)?;
-        let v_flat = ctx.reshape_2d(kv.v[il], 1, size * e_kv)?;
-        let v_cache = ctx.set_rows(v_flat, v_flat_src, v_rows)?; // [1, size·e_kv]
+        let v2 = ctx.reshape_2d(v, e_kv, n)?;
+        let v_cache = ctx.set_rows(kv.v[il], v2, k_rows)?; // [e_kv, size]
 
         // Attention over cells 0..n_kv.
         let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
+        let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
         let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
-        let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
-        let kq = ctx.soft_max_ext(kq, Some(mask), kq_scale)?;
-        let vv = ctx.view_3d(v_cache, n_kv, hd, nhkv, size * kv_ts, hd * size * kv_ts, 0)?; // [n_kv, hd, nhkv]
-        let kqv = ctx.mul_mat(vv, kq)?; // [hd, n, nh]
-        let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
-        let merged = ctx.cont(merged)?;
+        let merged = if kv.dtype == DType::F16 {
+            // llama.cpp's default (flash attention on): same arithmetic, hence same logits.
+            ctx.flash_attn_ext(qq, kk, vv, Some(mask), kq_scale)? // [hd, nh, n]
+        } else {
+            let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
+            let kq = ctx.soft_max_ext(kq, Some(mask), kq_scale)?;
+            let vt = ctx.transpose(vv)?;
+            let vt = ctx.cont(vt)?; // [n_kv, hd, nhkv]
+            let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]
+            let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
+            ctx.cont(merged)?
+        };
         let attn = ctx.reshape_2d(merged, hd * nh, n)?;
         let mut cur = ctx.mul_mat(l.wo, attn)?; // [n_embd, n]
         cur = add_bias(ctx, cur, l.bo)?;
@@ -138,7 +142,6 @@ pub fn build(
             tokens,
             pos,
             k_rows,
-            v_rows,
             mask,
             out_ids,
         },

@@ -102,10 +102,8 @@ pub struct StepInputs {
     pub tokens: Tensor,
     /// Positions, `[n_tokens]` i32.
     pub pos: Tensor,
-    /// Cache row of each token, `[n_tokens]` i32.
+    /// Cache row (cell) of each token, `[n_tokens]` i32, for keys and values alike.
     pub k_rows: Tensor,
-    /// Flattened value-cache index of each (dimension, token), `[n_embd_kv · n_tokens]` i32.
-    pub v_rows: Tensor,
     /// Attention mask, `[n_kv, n_tokens]` f32.
     pub mask: Tensor,
     /// Tokens whose logits are computed, `[n_outputs]` i32 (absent when all are).

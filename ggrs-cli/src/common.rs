@@ -1,0 +1,155 @@
+//! Arguments shared by the commands that load a model.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggrs_llama::{Model, SamplingParams, Session, SessionParams};
+
+/// File name of the default model in the model directory.
+pub const DEFAULT_MODEL: &str = "derived/qwen05b-q4_0.gguf";
+
+/// The model directory: `$GGRS_MODEL_DIR` or `~/.cache/ggrs/models`.
+pub fn model_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GGRS_MODEL_DIR") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache/ggrs/models")
+}
+
+/// Model and session options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// GGUF model file [default: the model made by scripts/fetch-model.sh]
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// Threads (0: one per physical core).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Context size in tokens (0: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    pub ctx_size: usize,
+    /// Most tokens evaluated in one graph.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+}
+
+impl ModelArgs {
+    /// The model path: given, or the default one (which must exist).
+    pub fn path(&self) -> Result<PathBuf, String> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
+        }
+        let p = model_dir().join(DEFAULT_MODEL);
+        if p.exists() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "no model given and the default model {} is missing: run scripts/fetch-model.sh \
+                 or pass -m FILE",
+                p.display()
+            ))
+        }
+    }
+
+    /// Loads the model.
+    pub fn load(&self) -> Result<Arc<Model>, Box<dyn std::error::Error>> {
+        Ok(Arc::new(Model::load(self.path()?)?))
+    }
+
+    /// A session on `model`.
+    pub fn session(
+        &self,
+        model: Arc<Model>,
+        logits_all: bool,
+    ) -> Result<Session, ggrs_llama::LlamaError> {
+        Session::new(
+            model,
+            SessionParams {
+                n_ctx: self.ctx_size,
+                n_batch: self.batch_size,
+                n_threads: self.threads,
+                logits_all,
+                ..SessionParams::default()
+            },
+        )
+    }
+}
+
+/// Sampling options (llama.cpp's names and defaults).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature (0: greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the penalties look back over.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Frequency penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Presence penalty (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Random seed [default: from the clock; printed with the timings].
+    #[arg(short = 's', long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// The sampling parameters (resolving the seed).
+    pub fn params(&self) -> SamplingParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed,
+        }
+    }
+}
+
+/// The prompt: `-p TEXT` or `-f FILE`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PromptArgs {
+    /// Prompt text.
+    #[arg(short = 'p', long, conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long)]
+    pub file: Option<PathBuf>,
+}
+
+impl PromptArgs {
+    /// The prompt text.
+    pub fn text(&self) -> Result<String, String> {
+        match (&self.prompt, &self.file) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))
+            }
+            (None, None) => Err("give a prompt with -p TEXT or -f FILE".into()),
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! `ggrs run`: generate text from a prompt, streaming it to stdout.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+
+use ggrs_llama::{GenerateParams, StopReason};
+use serde_json::json;
+
+use crate::common::{ModelArgs, PromptArgs, SamplingArgs};
+use crate::CliResult;
+
+/// Arguments of `ggrs run`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    /// Most tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    n_predict: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print the prompt before the generated text.
+    #[arg(long)]
+    echo: bool,
+    /// Print one JSON object (token ids, text, timings) instead of streaming text.
+    #[arg(long)]
+    json: bool,
+    /// With --json: the K most likely tokens and their log-probabilities at each step.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    top_logprobs: usize,
+}
+
+fn piece(tok: &ggrs_llama::Tokenizer, id: u32) -> String {
+    tok.token_to_piece(id)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Runs `ggrs run`.
+pub fn run(a: Args) -> CliResult {
+    let prompt = a.prompt.text()?;
+    let model = a.model.load()?;
+    let mut session = a.model.session(model.clone(), false)?;
+    let params = GenerateParams {
+        max_tokens: a.n_predict,
+        sampling: a.sampling.params(),
+        stop: a.stop.clone(),
+        ignore_eos: a.ignore_eos,
+        top_logprobs: a.top_logprobs,
+    };
+    let mut out = std::io::stdout().lock();
+    if a.echo && !a.json {
+        write!(out, "{prompt}")?;
+        out.flush()?;
+    }
+    let json = a.json;
+    let g = session.generate(&prompt, &params, |ev| {
+        if !json {
+            let _ = write!(out, "{}", ev.text);
+            let _ = out.flush();
+        }
+        ControlFlow::Continue(())
+    })?;
+    let t = g.timings;
+    let tok = model.tokenizer();
+    if json {
+        let logprobs: Vec<_> = g
+            .tokens
+            .iter()
+            .zip(&g.logprobs)
+            .map(|(&id, (lp, top))| {
+                json!({
+                    "token": id,
+                    "text": piece(tok, id),
+                    "logprob": lp,
+                    "top_logprobs": top.iter().map(|&(t, l)| json!({"token": t, "text": piece(tok, t), "logprob": l})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let stop = match &g.stop {
+            StopReason::EndOfGeneration(id) => json!({"type": "eog", "token": id}),
+            StopReason::MaxTokens => json!({"type": "max_tokens"}),
+            StopReason::StopString(s) => json!({"type": "stop_string", "stop": s}),
+            StopReason::ContextFull => json!({"type": "context_full"}),
+            StopReason::Callback => json!({"type": "cancelled"}),
+        };
+        let mut obj = json!({
+            "model": a.model.path()?.display().to_string(),
+            "prompt_tokens": g.prompt_tokens,
+            "tokens": g.tokens,
+            "text": g.text,
+            "stop": stop,
+            "seed": params.sampling.seed,
+            "timings": {
+                "prompt_n": t.prompt_tokens, "prompt_ms": t.prompt_secs * 1e3, "prompt_per_second": t.prompt_tps(),
+                "predicted_n": t.gen_tokens, "predicted_ms": t.gen_secs * 1e3, "predicted_per_second": t.gen_tps(),
+            },
+        });
+        if a.top_logprobs > 0 {
+            obj["logprobs"] = json!(logprobs);
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&obj)?)?;
+    } else {
+        writeln!(out)?;
+    }
+    eprintln!(
+        "\nprompt: {} tokens in {:.1} ms ({:.1} t/s) | generation: {} tokens in {:.1} ms ({:.1} t/s) | seed {} | stop: {:?}",
+        t.prompt_tokens,
+        t.prompt_secs * 1e3,
+        t.prompt_tps(),
+        t.gen_tokens,
+        t.gen_secs * 1e3,
+        t.gen_tps(),
+        params.sampling.seed,
+        g.stop
+    );
+    Ok(())
+}

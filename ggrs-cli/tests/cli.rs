@@ -1,0 +1,145 @@
+//! The command line prints errors and exits non-zero on bad input.
+
+use std::process::Command;
+
+fn ggrs(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggrs"))
+        .args(args)
+        .output()
+        .expect("run ggrs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tiny() -> String {
+    format!(
+        "{}/../../shared/reference/tiny/tiny-llama-f16.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn missing_model_file_is_an_error() {
+    let (ok, _, err) = ggrs(&["run", "-m", "/nonexistent/model.gguf", "-p", "hi"]);
+    assert!(!ok);
+    assert!(
+        err.starts_with("error:") && err.contains("/nonexistent/model.gguf"),
+        "{err}"
+    );
+}
+
+#[test]
+fn not_a_gguf_file_is_an_error() {
+    let (ok, _, err) = ggrs(&["inspect", env!("CARGO_MANIFEST_DIR")]);
+    assert!(!ok, "{err}");
+    let p = std::env::temp_dir().join(format!("ggrs-cli-bad-{}.gguf", std::process::id()));
+    std::fs::write(&p, b"GGML this is not gguf").unwrap();
+    let (ok, _, err) = ggrs(&["inspect", p.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("error:"), "{err}");
+}
+
+#[test]
+fn unknown_quantize_type_is_an_error() {
+    let (ok, _, err) = ggrs(&["quantize", &tiny(), "/tmp/x.gguf", "q9_9"]);
+    assert!(!ok);
+    assert!(err.contains("unknown type `q9_9`"), "{err}");
+}
+
+#[test]
+fn tokenize_and_run_on_the_tiny_model() {
+    let (ok, out, err) = ggrs(&[
+        "tokenize",
+        "-m",
+        &tiny(),
+        "-p",
+        "The capital of France is",
+        "--ids",
+    ]);
+    assert!(ok, "{err}");
+    // The reference's token ids for this prompt (BOS added).
+    assert_eq!(out.trim(), "[1, 450, 7483, 310, 3444, 338]");
+    let (ok, out, err) = ggrs(&[
+        "run",
+        "-m",
+        &tiny(),
+        "-p",
+        "The capital of France is",
+        "-n",
+        "5",
+        "--temp",
+        "0",
+        "--json",
+        "--top-logprobs",
+        "3",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["prompt_tokens"].as_array().unwrap().len(), 6);
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 5);
+    // Greedy: the reference's first generated tokens (tiny-llama-f16.public.jsonl).
+    assert_eq!(v["tokens"][0], 18446);
+    assert_eq!(v["tokens"][1], 7344);
+    let lp = &v["logprobs"][0]["top_logprobs"];
+    assert_eq!(lp.as_array().unwrap().len(), 3);
+    // The reference's top three at the last prompt position, in order.
+    let ids: Vec<u64> = lp
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["token"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [18446, 29500, 30494]);
+}
+
+#[test]
+fn prompt_longer_than_context_is_an_error() {
+    let long = "word ".repeat(100);
+    let (ok, _, err) = ggrs(&["run", "-m", &tiny(), "-c", "32", "-p", &long]);
+    assert!(!ok);
+    assert!(err.contains("do not fit in the context"), "{err}");
+}
+
+#[test]
+fn bench_prints_a_row_per_test_and_thread_count() {
+    let (ok, out, err) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "--threads-list",
+        "1,2",
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("| pp16 |") || l.contains("| tg4 |"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    let (ok, out, err) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "8",
+        "-n",
+        "0",
+        "-r",
+        "1",
+        "--json",
+        "-d",
+        "4",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(v["test"], "pp8 @ d4");
+    assert!(v["tps_median"].as_f64().unwrap() > 0.0);
+}

@@ -1,0 +1,630 @@
+//! `flash_attn_ext`: attention without the score matrix, with the arithmetic of ggml's CPU
+//! kernel.
+//!
+//! llama.cpp runs attention through ggml's flash-attention kernel by default (`-fa auto`
+//! resolves to on for the CPU backend). Its rounding differs from softmax followed by two
+//! matrix products — above all, the one-row kernel keeps the weighted sum of values in **f16**
+//! — and in a quantized model the difference does not stay small: every activation row is
+//! rounded to 8 bits before the next matrix product, so a change in the last bits of an
+//! attention output moves quantization codes, and the logits drift apart by tenths. Matching
+//! llama.cpp therefore means doing what its kernel does, operation by operation. This module
+//! follows ggml's `ggml_compute_forward_flash_attn_ext_f16` (llama.cpp commit 0c1e570) as GCC
+//! compiles it for x86-64 with AVX-512 (`-march=native`, where the compiler contracts
+//! `a*b + c` into an FMA and `_mm512_reduce_add_ps` adds in a fixed tree):
+//!
+//! **One-row kernel** (fewer than [`TILE_Q`] queries per head, e.g. every decode step):
+//! for each (query, head) row, q is rounded to f16; for every key not masked with −∞,
+//! `s = dot_f16(k, q)·scale + mask` (the dot product in ggml's AVX-512 order: 64 FMA lanes,
+//! then a fixed reduction tree, the tail in f64); then an online softmax: a new maximum
+//! rescales the f16 accumulator by `exp(M_old − M)` (`y = f16(y·ms)`), and the value row is
+//! added as `y = f16(fma(v, exp(s − M), y))`; the running sum is `S = fma(S, ms, vs)`.
+//! The output is `f32(y) · (1/S)`.
+//!
+//! **Tiled kernel** (at least [`TILE_Q`] queries): queries in tiles of 64 (of one head), keys in
+//! tiles of [`TILE_KV`]; scores `Σ_d q·k` as a chain of FMAs over `d` in f32 (q not rounded),
+//! scaled, masked; per key tile the row maximum updates `M` (rescaling the f32 accumulator and
+//! the sum by `expf(M_old − M)`), the weights are `ggml_v_expf(s − M)` (ggml's vectorised
+//! exponential, reproduced lane by lane in [`v_expf`]) summed 16 at a time in f64, and the
+//! accumulator gets `fma(w, v, acc)` over the tile's keys in order. Key tiles whose mask is
+//! −∞ for every query of the tile are skipped. The output is `acc · (1/S)`.
+//!
+//! Every output row is computed by one thread in this fixed order, so results do not depend
+//! on the thread count. Not reproduced: ggml's split-key decode path (one query, at least 512
+//! keys, the keys split across *its* threads and the parts merged), whose result depends on
+//! ggml's thread count; such rows use the one-row kernel here.
+//!
+//! `exp` is the C library's `expf` in both (Rust's `f32::exp` calls the same function).
+//! On x86-64 with AVX2, FMA and F16C the loops run vectorised through the same IEEE operations
+//! (conversions round to nearest even, FMAs are exact-then-rounded), so every variant gives
+//! the same bits; `GGRS_FORCE_SCALAR=1` forces the portable one.
+
+use half::f16;
+
+use crate::dtype::DType;
+use crate::kernels::ggml_arith::{dot_f16_vec_f32_body, fast, reduce16, v_expf16};
+use crate::kernels::{split_range, RawTensor, Task, TaskPlan, Work};
+use crate::tensor::TensorMeta;
+
+/// Queries per tile of the tiled kernel; fewer queries than this use the one-row kernel
+/// (ggml's `GGML_FA_TILE_Q`).
+pub const TILE_Q: usize = 64;
+/// Keys per tile of the tiled kernel (ggml's `GGML_FA_TILE_KV`).
+pub const TILE_KV: usize = 64;
+
+fn use_tiled(n_q: usize) -> bool {
+    n_q >= TILE_Q
+}
+
+/// Scratch (f32 slots) of the one-row kernel: q rounded to f16 (as f32), a converted key row,
+/// the f16 accumulator (two per slot).
+fn row_scratch(dk: usize, dv: usize) -> usize {
+    2 * dk + dv.div_ceil(2) + 16
+}
+
+/// Scratch (f32 slots) of the tiled kernel.
+fn tile_scratch(dk: usize, dv: usize) -> usize {
+    TILE_Q * dk // q tile
+        + dk * TILE_KV // key tile, transposed
+        + dk // one converted key row
+        + 2 * TILE_Q * TILE_KV // scores, mask
+        + TILE_Q * dv // accumulators
+        + TILE_KV * dv // value tile
+        + 2 * TILE_Q // S, M
+        + 16
+}
+
+pub(crate) fn plan(q: &TensorMeta, k: &TensorMeta, v: &TensorMeta, nth: usize) -> TaskPlan {
+    let (dk, dv, n_q) = (k.ne[0], v.ne[0], q.ne[1]);
+    let heads = q.ne[2] * q.ne[3];
+    let (units, scratch) = if use_tiled(n_q) {
+        (heads * n_q.div_ceil(TILE_Q), tile_scratch(dk, dv))
+    } else {
+        (heads * n_q, row_scratch(dk, dv))
+    };
+    TaskPlan {
+        n_chunks: units.min(nth * 4).max(1),
+        scratch_f32: scratch,
+        ..TaskPlan::default()
+    }
+}
+
+/// The operands of one node, with the broadcast factors.
+struct Attn<'a> {
+    q: &'a RawTensor,
+    k: &'a RawTensor,
+    v: &'a RawTensor,
+    mask: Option<&'a RawTensor>,
+    dst: &'a RawTensor,
+    scale: f32,
+    fast: bool,
+}
+
+impl Attn<'_> {
+    fn dk(&self) -> usize {
+        self.k.ne[0]
+    }
+    fn dv(&self) -> usize {
+        self.v.ne[0]
+    }
+    fn n_kv(&self) -> usize {
+        self.k.ne[1]
+    }
+
+    /// Key row `ic` for query head `(iq2, iq3)`.
+    ///
+    /// # Safety
+    /// `ic < n_kv`, `iq2 < q.ne[2]`, `iq3 < q.ne[3]`; the builder checked the broadcast rule.
+    unsafe fn k_row(&self, ic: usize, iq2: usize, iq3: usize) -> &[u16] {
+        let (k, q) = (self.k, self.q);
+        let (i2, i3) = (iq2 / (q.ne[2] / k.ne[2]), iq3 / (q.ne[3] / k.ne[3]));
+        // SAFETY: indices in range (caller); F16 rows are dense and 2-byte aligned.
+        unsafe { std::slice::from_raw_parts(k.row_ptr(ic, i2, i3) as *const u16, k.ne[0]) }
+    }
+
+    /// Value row `ic` for query head `(iq2, iq3)`.
+    ///
+    /// # Safety
+    /// As [`Attn::k_row`].
+    unsafe fn v_row(&self, ic: usize, iq2: usize, iq3: usize) -> &[u16] {
+        let (v, q) = (self.v, self.q);
+        let (i2, i3) = (iq2 / (q.ne[2] / v.ne[2]), iq3 / (q.ne[3] / v.ne[3]));
+        // SAFETY: indices in range (caller); F16 rows are dense and 2-byte aligned.
+        unsafe { std::slice::from_raw_parts(v.row_ptr(ic, i2, i3) as *const u16, v.ne[0]) }
+    }
+
+    /// Mask value for key `ic` of query `iq1` in head `(iq2, iq3)` (0 without a mask).
+    ///
+    /// # Safety
+    /// `ic < n_kv`, `iq1 < q.ne[1]` and the head indices in range; the builder checked the
+    /// mask's shape (`ne[0] = n_kv`, `ne[1] ≥ n_q`, broadcast over axes 2 and 3).
+    #[inline]
+    unsafe fn mask_at(&self, ic: usize, iq1: usize, iq2: usize, iq3: usize) -> f32 {
+        match self.mask {
+            None => 0.0,
+            // SAFETY: in range as stated; F16/F32 elements are aligned.
+            Some(m) => unsafe {
+                let p = m.data.add(m.offset(ic, iq1, iq2 % m.ne[2], iq3 % m.ne[3]));
+                if m.dtype == DType::F16 {
+                    h2f(*(p as *const u16))
+                } else {
+                    *(p as *const f32)
+                }
+            },
+        }
+    }
+
+    /// Query row `(iq1, iq2, iq3)`.
+    ///
+    /// # Safety
+    /// Indices in range; q is F32 with dense rows.
+    unsafe fn q_row(&self, iq1: usize, iq2: usize, iq3: usize) -> &[f32] {
+        // SAFETY: forwarded; the builder checked q's type and row layout.
+        unsafe { self.q.row_f32(iq1, iq2, iq3) }
+    }
+
+    /// Output row of query `iq1`, head `iq2` (the result is `[d_v, n_head, n_q, n3]`).
+    ///
+    /// # Safety
+    /// Indices in range; only the thread computing this (query, head) writes it.
+    unsafe fn out_row<'o>(&self, iq1: usize, iq2: usize, iq3: usize) -> &'o mut [f32] {
+        // SAFETY: forwarded; dst is a dense f32 tensor made by the builder.
+        unsafe { self.dst.row_f32_mut(iq2, iq1, iq3) }
+    }
+}
+
+/// COMPUTE: chunk `chunk` of `n_chunks` — a range of (query, head) rows for the one-row
+/// kernel, a range of query tiles for the tiled kernel.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder checked the shape contract.
+pub(crate) unsafe fn flash_attn_ext(
+    task: &Task,
+    scale: f32,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let a = Attn {
+        q: task.s0(),
+        k: task.s1(),
+        v: task.src[2]
+            .as_ref()
+            .expect("the builder gives flash_attn_ext a value tensor"),
+        mask: task.src[3].as_ref(),
+        dst: &task.dst,
+        scale,
+        fast: fast(),
+    };
+    let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
+    if use_tiled(n_q) {
+        let n_tiles = n_q.div_ceil(TILE_Q);
+        for u in split_range(n_tiles * n_head * n3, n_chunks, chunk) {
+            let (t, iq2, iq3) = (u % n_tiles, (u / n_tiles) % n_head, u / (n_tiles * n_head));
+            // SAFETY: t < n_tiles, iq2 < n_head, iq3 < n3; this chunk owns the tile's rows;
+            // the fast variant only when the CPU has its features.
+            unsafe {
+                #[cfg(target_arch = "x86_64")]
+                if a.fast {
+                    x86::tile(&a, t * TILE_Q, iq2, iq3, work.scratch);
+                    continue;
+                }
+                tile_body::<false>(&a, t * TILE_Q, iq2, iq3, work.scratch)
+            };
+        }
+    } else {
+        for r in split_range(n_q * n_head * n3, n_chunks, chunk) {
+            let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+            // SAFETY: indices in range; this chunk owns the row.
+            unsafe { one_row(&a, iq1, iq2, iq3, work.scratch) };
+        }
+    }
+}
+
+/// The one-row kernel for query `iq1` of head `(iq2, iq3)`.
+///
+/// # Safety
+/// Indices in range; `sc` holds [`row_scratch`] values.
+unsafe fn one_row(a: &Attn, iq1: usize, iq2: usize, iq3: usize, sc: &mut [f32]) {
+    let (dk, dv) = (a.dk(), a.dv());
+    let (qh, rest) = sc.split_at_mut(dk);
+    let (kr, rest) = rest.split_at_mut(dk);
+    let acc: &mut [u16] = &mut bytemuck::cast_slice_mut(&mut rest[..dv.div_ceil(2)])[..dv];
+    // SAFETY: indices in range (caller).
+    let q = unsafe { a.q_row(iq1, iq2, iq3) };
+    for (h, &x) in qh.iter_mut().zip(q) {
+        *h = h2f(f2h(x));
+    }
+    acc.fill(0);
+    let mut sum = 0f32; // S
+    let mut max = f32::NEG_INFINITY; // M
+    for ic in 0..a.n_kv() {
+        // SAFETY: ic < n_kv, other indices from the caller.
+        let mv = unsafe { a.mask_at(ic, iq1, iq2, iq3) };
+        if mv == f32::NEG_INFINITY {
+            continue;
+        }
+        // SAFETY: as above.
+        let (k, v) = unsafe { (a.k_row(ic, iq2, iq3), a.v_row(ic, iq2, iq3)) };
+        f16_to_f32(k, kr, a.fast);
+        let mut s = dot_f16_ggml(kr, qh, a.fast);
+        s *= a.scale;
+        s += mv;
+        let (ms, vs);
+        if s > max {
+            let old = max;
+            max = s;
+            ms = (old - max).exp();
+            vs = 1.0;
+            scale_f16(acc, ms, a.fast);
+        } else {
+            ms = 1.0;
+            vs = (s - max).exp();
+        }
+        mad_f16(acc, v, vs, a.fast);
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    // SAFETY: indices in range; this thread owns the row.
+    let out = unsafe { a.out_row(iq1, iq2, iq3) };
+    for (o, &y) in out.iter_mut().zip(acc.iter()) {
+        *o = h2f(y) * inv;
+    }
+}
+
+/// The tiled kernel for queries `q0..q0 + 64` (clipped) of head `(iq2, iq3)`. `FAST`: the
+/// caller runs with AVX2 + FMA + F16C (conversions use F16C; the loops, written with plain
+/// FMAs, vectorise).
+///
+/// # Safety
+/// `q0 < n_q`, head indices in range; `sc` holds [`tile_scratch`] values; with `FAST`, the
+/// CPU has the features.
+#[inline(always)]
+unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usize, sc: &mut [f32]) {
+    let (dk, dv, n_kv) = (a.dk(), a.dv(), a.n_kv());
+    let rows = TILE_Q.min(a.q.ne[1] - q0);
+    let (qt, rest) = sc.split_at_mut(TILE_Q * dk);
+    let (kt, rest) = rest.split_at_mut(dk * TILE_KV);
+    let (krow, rest) = rest.split_at_mut(dk);
+    let (kq, rest) = rest.split_at_mut(TILE_Q * TILE_KV);
+    let (mk, rest) = rest.split_at_mut(TILE_Q * TILE_KV);
+    let (acc, rest) = rest.split_at_mut(TILE_Q * dv);
+    let (vt, rest) = rest.split_at_mut(TILE_KV * dv);
+    let (ssum, rest) = rest.split_at_mut(TILE_Q);
+    let (smax, _) = rest.split_at_mut(TILE_Q);
+
+    for r in 0..rows {
+        // SAFETY: q0 + r < n_q.
+        let q = unsafe { a.q_row(q0 + r, iq2, iq3) };
+        qt[r * dk..(r + 1) * dk].copy_from_slice(q);
+    }
+    acc[..rows * dv].fill(0.0);
+    ssum.fill(0.0);
+    smax.fill(f32::NEG_INFINITY);
+    kt.fill(0.0);
+    vt.fill(0.0);
+    let mut skip = [false; TILE_Q];
+
+    for ic0 in (0..n_kv).step_by(TILE_KV) {
+        let n_t = TILE_KV.min(n_kv - ic0);
+        if a.mask.is_some() {
+            let mut all_masked = true;
+            for r in 0..rows {
+                let mr = &mut mk[r * TILE_KV..(r + 1) * TILE_KV];
+                for (c, m) in mr.iter_mut().enumerate() {
+                    *m = if c < n_t {
+                        // SAFETY: ic0 + c < n_kv, q0 + r < n_q.
+                        unsafe { a.mask_at(ic0 + c, q0 + r, iq2, iq3) }
+                    } else {
+                        f32::NEG_INFINITY
+                    };
+                    all_masked &= *m == f32::NEG_INFINITY;
+                }
+            }
+            if all_masked {
+                continue;
+            }
+        }
+        // Keys of the tile, transposed: kt[d][c].
+        for c in 0..n_t {
+            // SAFETY: ic0 + c < n_kv.
+            f16_to_f32(unsafe { a.k_row(ic0 + c, iq2, iq3) }, krow, FAST);
+            for (d, &x) in krow.iter().enumerate() {
+                kt[d * TILE_KV + c] = x;
+            }
+        }
+        for r in 0..rows {
+            let s = &mut kq[r * TILE_KV..(r + 1) * TILE_KV];
+            s.fill(0.0);
+            for d in 0..dk {
+                fma_into_body(s, qt[r * dk + d], &kt[d * TILE_KV..(d + 1) * TILE_KV]);
+            }
+            for x in s.iter_mut() {
+                *x *= a.scale;
+            }
+            for x in &mut s[n_t..] {
+                *x = f32::NEG_INFINITY;
+            }
+            if a.mask.is_some() {
+                for (x, &m) in s.iter_mut().zip(&mk[r * TILE_KV..(r + 1) * TILE_KV]) {
+                    *x += m;
+                }
+            }
+            let tile_max = s
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+            skip[r] = tile_max == f32::NEG_INFINITY;
+            if skip[r] {
+                continue;
+            }
+            let old = smax[r];
+            let new = old.max(tile_max);
+            if new > old {
+                let ms = (old - new).exp();
+                for y in &mut acc[r * dv..(r + 1) * dv] {
+                    *y *= ms;
+                }
+                ssum[r] *= ms;
+            }
+            smax[r] = new;
+            ssum[r] = (ssum[r] as f64 + soft_max_sum(s, new)) as f32;
+        }
+        // Values of the tile; rows past the end stay zero (their weights are zero too).
+        for c in 0..n_t {
+            // SAFETY: ic0 + c < n_kv.
+            f16_to_f32(
+                unsafe { a.v_row(ic0 + c, iq2, iq3) },
+                &mut vt[c * dv..(c + 1) * dv],
+                FAST,
+            );
+        }
+        vt[n_t * dv..].fill(0.0);
+        for r in 0..rows {
+            if skip[r] {
+                continue;
+            }
+            let y = &mut acc[r * dv..(r + 1) * dv];
+            for c in 0..TILE_KV {
+                fma_into_body(y, kq[r * TILE_KV + c], &vt[c * dv..(c + 1) * dv]);
+            }
+        }
+    }
+    for r in 0..rows {
+        let inv = if ssum[r] == 0.0 { 0.0 } else { 1.0 / ssum[r] };
+        // SAFETY: q0 + r < n_q; this thread owns the tile's rows.
+        let out = unsafe { a.out_row(q0 + r, iq2, iq3) };
+        for (o, &y) in out.iter_mut().zip(&acc[r * dv..(r + 1) * dv]) {
+            *o = y * inv;
+        }
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// Arithmetic primitives (portable bodies; vectorised variants below run the same operations)
+// -------------------------------------------------------------------------------------------
+
+#[inline(always)]
+fn h2f(h: u16) -> f32 {
+    f16::from_bits(h).to_f32()
+}
+
+#[inline(always)]
+fn f2h(x: f32) -> u16 {
+    f16::from_f32(x).to_bits()
+}
+
+/// `acc[j] = fma(a, b[j], acc[j])`: one step of ggml's `simd_gemm` FMA chains.
+#[inline(always)]
+fn fma_into_body(acc: &mut [f32], a: f32, b: &[f32]) {
+    for (y, &x) in acc.iter_mut().zip(b) {
+        *y = a.mul_add(x, *y);
+    }
+}
+
+#[inline(always)]
+fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        // SAFETY: `fast` is only true when the CPU has AVX2, FMA and F16C.
+        return unsafe { x86::f16_to_f32(src, dst) };
+    }
+    let _ = fast;
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = h2f(s);
+    }
+}
+
+fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        // SAFETY: as in `f16_to_f32`.
+        return unsafe { x86::dot_f16_ggml(x, y) };
+    }
+    let _ = fast;
+    dot_f16_vec_f32_body(x, y)
+}
+
+/// ggml's `ggml_vec_scale_f16`: `y = f16(f32(y) · v)`.
+fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        // SAFETY: as in `f16_to_f32`.
+        return unsafe { x86::scale_f16(y, v) };
+    }
+    let _ = fast;
+    for h in y.iter_mut() {
+        *h = f2h(h2f(*h) * v);
+    }
+}
+
+/// ggml's `ggml_vec_mad_f16` (the FMA is explicit in its SIMD body and contracted by the
+/// compiler in its tail): `y = f16(fma(f32(x), v, f32(y)))`.
+fn mad_f16(y: &mut [u16], x: &[u16], v: f32, fast: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        // SAFETY: as in `f16_to_f32`.
+        return unsafe { x86::mad_f16(y, x, v) };
+    }
+    let _ = fast;
+    for (h, &s) in y.iter_mut().zip(x) {
+        *h = f2h(h2f(s).mul_add(v, h2f(*h)));
+    }
+}
+
+/// ggml's `ggml_vec_soft_max_f32` on AVX-512 for a row whose length is a multiple of 16:
+/// `x = v_expf(x − max)` in place, returning the sum (each group of 16 added by
+/// [`reduce16`], the groups in f64).
+#[inline(always)]
+fn soft_max_sum(x: &mut [f32], max: f32) -> f64 {
+    debug_assert_eq!(x.len() % 16, 0);
+    let mut sum = 0f64;
+    for c in x.chunks_exact_mut(16) {
+        let mut d = [0f32; 16];
+        for (o, &i) in d.iter_mut().zip(c.iter()) {
+            *o = i - max;
+        }
+        let v = v_expf16(&d);
+        c.copy_from_slice(&v);
+        sum += reduce16(&v) as f64;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The primitives with AVX2 + FMA + F16C: the same operations, eight lanes at a time.
+    use std::arch::x86_64::{
+        __m128i, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps,
+        _mm256_storeu_ps, _mm_loadu_si128, _mm_storeu_si128,
+    };
+
+    use super::{f2h, h2f};
+
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n: 8 u16 readable at src[i], 8 f32 writable at dst[i];
+            // unaligned loads and stores.
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        for j in i..n {
+            dst[j] = h2f(src[j]);
+        }
+    }
+
+    /// # Safety
+    /// As [`f16_to_f32`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scale_f16(y: &mut [u16], v: f32) {
+        let n = y.len();
+        let mut i = 0;
+        // SAFETY: plain register operation.
+        let vv = _mm256_set1_ps(v);
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n: 8 u16 readable and writable at y[i]; rounding mode 0 is
+            // round to nearest even, as `f2h`.
+            unsafe {
+                let p = y.as_mut_ptr().add(i) as *mut __m128i;
+                let r = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p)), vv);
+                _mm_storeu_si128(p, _mm256_cvtps_ph::<0>(r));
+            }
+            i += 8;
+        }
+        for h in &mut y[i..] {
+            *h = f2h(h2f(*h) * v);
+        }
+    }
+
+    /// # Safety
+    /// As [`f16_to_f32`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn mad_f16(y: &mut [u16], x: &[u16], v: f32) {
+        let n = y.len().min(x.len());
+        let mut i = 0;
+        let vv = _mm256_set1_ps(v);
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n for both slices; rounding mode 0 is round to nearest even.
+            unsafe {
+                let p = y.as_mut_ptr().add(i) as *mut __m128i;
+                let xs = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i));
+                let r = _mm256_fmadd_ps(xs, vv, _mm256_cvtph_ps(_mm_loadu_si128(p)));
+                _mm_storeu_si128(p, _mm256_cvtps_ph::<0>(r));
+            }
+            i += 8;
+        }
+        for j in i..n {
+            y[j] = f2h(h2f(x[j]).mul_add(v, h2f(y[j])));
+        }
+    }
+
+    /// The tiled kernel compiled with the features (see [`super::tile_body`]).
+    ///
+    /// # Safety
+    /// As [`super::tile_body`]; the CPU supports AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn tile(a: &super::Attn, q0: usize, iq2: usize, iq3: usize, sc: &mut [f32]) {
+        // SAFETY: forwarded.
+        unsafe { super::tile_body::<true>(a, q0, iq2, iq3, sc) }
+    }
+
+    /// # Safety
+    /// As [`f16_to_f32`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_f16_ggml(x: &[f32], y: &[f32]) -> f32 {
+        crate::kernels::ggml_arith::dot_f16_vec_f32_body(x, y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let t = (i as f32 + seed as f32 * 0.37).sin() * 3.0 + (i % 7) as f32 * 0.01;
+                h2f(f2h(t))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn vectorised_primitives_equal_portable_ones() {
+        if !fast() {
+            return;
+        }
+        for n in 0..=515 {
+            for off in [0, 1, 3] {
+                let x = data(n + off, 1);
+                let y = data(n + off, 2);
+                let (x, y) = (&x[off..], &y[off..]);
+                let a = dot_f16_ggml(x, y, false);
+                let b = dot_f16_ggml(x, y, true);
+                assert_eq!(a.to_bits(), b.to_bits(), "dot n={n} off={off}");
+
+                let h: Vec<u16> = x.iter().map(|&v| f2h(v)).collect();
+                let mut p = vec![0f32; n];
+                let mut q = vec![0f32; n];
+                f16_to_f32(&h, &mut p, false);
+                f16_to_f32(&h, &mut q, true);
+                assert_eq!(p, q, "f16_to_f32 n={n}");
+
+                let mut ya: Vec<u16> = y.iter().map(|&v| f2h(v)).collect();
+                let mut yb = ya.clone();
+                mad_f16(&mut ya, &h, 0.3791, false);
+                mad_f16(&mut yb, &h, 0.3791, true);
+                assert_eq!(ya, yb, "mad_f16 n={n}");
+                scale_f16(&mut ya, 0.8123, false);
+                scale_f16(&mut yb, 0.8123, true);
+                assert_eq!(ya, yb, "scale_f16 n={n}");
+            }
+        }
+    }
+}

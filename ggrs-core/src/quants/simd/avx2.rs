@@ -1,0 +1,737 @@
+//! AVX2 (+FMA, F16C) dot-product kernels: one 32-value block per 256-bit register.
+//!
+//! Every kernel has the form `k::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`: `nb` blocks
+//! of `R` weight rows dotted with `C` rows of the vec-dot type (see `simd/mod.rs` for why
+//! the tile shape does not change any element's result).
+//!
+//! Integer parts, all exact for every code pattern:
+//! - Q4_0/Q5_0: `vpmaddubsw` multiplies unsigned by signed bytes, so one operand is offset
+//!   and the offset's contribution subtracted, on the weight side
+//!   (`Σ x·y = Σ x·(y + 128) − 128·Σ x`) or the activation side (`Σ (u − o)·y =
+//!   Σ u·y − o·Σ y`), whichever the tile shares more (see [`BiasedDot`]); 16-bit pair sums
+//!   stay below 2¹⁵;
+//! - Q8_0 × Q8_0 widens both operands to 16 bits (`vpmaddwd`): with |x| up to 128 the
+//!   trick above would saturate, and `vpsignb` cannot negate −128;
+//! - the k-quants keep their codes unsigned (≤ 63) against signed activations.
+//!
+//! # Safety
+//! Each kernel needs a CPU with AVX2, FMA and F16C, and `nb` whole blocks readable at every
+//! `x[r]` and every `y[c]`.
+
+use std::arch::x86_64::*;
+use std::mem::offset_of;
+
+use super::x86::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u32};
+use crate::quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQuant};
+
+const Q4_0: usize = BlockQ4_0::BYTES;
+const Q5_0: usize = BlockQ5_0::BYTES;
+const Q8_0: usize = BlockQ8_0::BYTES;
+const Q4K: usize = BlockQ4K::BYTES;
+const Q6K: usize = BlockQ6K::BYTES;
+const Q8K: usize = BlockQ8K::BYTES;
+
+/// The 16 low nibbles of `q` in bytes 0..16, the 16 high nibbles in bytes 16..32: the codes of
+/// a Q4_0/Q5_0 block in value order.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn nibbles(q: __m128i) -> __m256i {
+    // SAFETY: register-only AVX2 operations; the caller guarantees AVX2.
+    unsafe {
+        _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(q), q),
+            _mm256_set1_epi8(0x0F),
+        )
+    }
+}
+
+/// Every element's lanes reduced in a fixed order.
+///
+/// # Safety
+/// The CPU supports AVX.
+#[inline(always)]
+unsafe fn finish<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            // SAFETY: the caller guarantees AVX.
+            out[r][c] = unsafe { hsum256(acc[r][c]) };
+        }
+    }
+    out
+}
+
+/// The integer dot product of the 32-value kernels: eight 32-bit lanes, lane `l` the exact
+/// `Σ x·y` over bytes `4l..4l + 4` of a block. The instructions multiply unsigned by signed
+/// bytes, so one operand is offset, on either side:
+/// - weight side: `Σ x·y = Σ x·(y + 128) − 128·Σ x` from the signed codes `xs` and the
+///   activations made unsigned, `v = y ^ 0x80`; the correction is per weight block, paid
+///   once per row (the better side when a tile has more columns than rows);
+/// - activation side: `Σ x·y = Σ u·y − o·Σ y` from the unsigned codes `u = x + o` and the
+///   signed activations; the correction is per activation block, paid once per column.
+///
+/// Both give the same exact integers, so the side never changes a result.
+pub(super) trait BiasedDot {
+    /// The weight-side correction, `128·Σ x` per lane in the implementation's form.
+    ///
+    /// # Safety
+    /// The CPU supports the implementation's instructions.
+    unsafe fn weight_prepare(xs: __m256i) -> __m256i;
+    /// The lane sums from the weight side; `prep` is `weight_prepare(xs)`.
+    ///
+    /// # Safety
+    /// As `weight_prepare`.
+    unsafe fn weight_lanes(prep: __m256i, xs: __m256i, v: __m256i) -> __m256i;
+    /// The activation-side correction, `o·Σ y` per lane (`off` holds `o` in every byte).
+    ///
+    /// # Safety
+    /// As `weight_prepare`.
+    unsafe fn act_prepare(off: __m256i, y: __m256i) -> __m256i;
+    /// The lane sums from the activation side; `prep` is `act_prepare(off, y)`.
+    ///
+    /// # Safety
+    /// As `weight_prepare`.
+    unsafe fn act_lanes(prep: __m256i, u: __m256i, y: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` (pairs, 16 bits) then `vpmaddwd` by ones (quads, 32 bits); exact for
+/// |x| ≤ 16 and u ≤ 31 (pair sums at most 2·255·16 or 2·31·128, below 2¹⁵).
+pub(super) struct Maddubs;
+
+impl BiasedDot for Maddubs {
+    #[inline(always)]
+    unsafe fn weight_prepare(xs: __m256i) -> __m256i {
+        // SAFETY: register-only AVX2 operations (the caller guarantees AVX2).
+        unsafe { Self::quads(_mm256_set1_epi8(-128), xs) }
+    }
+
+    #[inline(always)]
+    unsafe fn weight_lanes(prep: __m256i, xs: __m256i, v: __m256i) -> __m256i {
+        // SAFETY: as `weight_prepare`.
+        unsafe { _mm256_sub_epi32(Self::quads(v, xs), prep) }
+    }
+
+    #[inline(always)]
+    unsafe fn act_prepare(off: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: as `weight_prepare`.
+        unsafe { Self::quads(off, y) }
+    }
+
+    #[inline(always)]
+    unsafe fn act_lanes(prep: __m256i, u: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: as `weight_prepare`.
+        unsafe { _mm256_sub_epi32(Self::quads(u, y), prep) }
+    }
+}
+
+impl Maddubs {
+    /// `Σ u·s` over each 4 bytes, `u` unsigned, `s` signed, `2·u·|s|` < 2¹⁵.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2.
+    #[inline(always)]
+    unsafe fn quads(u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: register-only AVX2 operations.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)) }
+    }
+}
+
+/// How the 32-value kernels sum their blocks' lane sums in f32: the two orders of ggml's x86
+/// kernels.
+pub(super) trait Accumulate {
+    /// Per-element accumulator.
+    type Acc: Copy;
+    /// Whether blocks are added a tile at a time ([`Accumulate::add_tile`]) rather than an
+    /// element at a time ([`Accumulate::add`]).
+    const TILED: bool;
+    /// The empty accumulator.
+    ///
+    /// # Safety
+    /// The CPU supports AVX.
+    unsafe fn zero() -> Self::Acc;
+    /// Adds one block to one element: `d = dx·dy` and its eight exact lane sums.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    unsafe fn add(acc: Self::Acc, d: f32, lanes: __m256i) -> Self::Acc;
+    /// Adds one block to every element of a tile: element `(r, c)` gets `d = dx[r]·dy[c]`
+    /// and its eight exact lane sums `lanes[r][c]`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    unsafe fn add_tile<const R: usize, const C: usize>(
+        acc: &mut [[Self::Acc; C]; R],
+        dx: &[f32; R],
+        dy: &[f32; C],
+        lanes: &[[__m256i; C]; R],
+    );
+    /// The element's value.
+    ///
+    /// # Safety
+    /// The CPU supports AVX.
+    unsafe fn total(acc: Self::Acc) -> f32;
+}
+
+/// ggml's `ggml_vec_dot_q*_q8_0` and tinyBLAS order: eight f32 lanes, per block
+/// `lane = fma(dx·dy, lane_sum, lane)`, added at the end as
+/// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+pub(super) struct Lanes8;
+
+/// ggml's repacked-Q4_0 (`q4_0_8x8`) order: the block's exact integer sum, then one f32
+/// chain per element, `acc = fma(block_sum, dx·dy, acc)`.
+pub(super) struct BlockChain;
+
+impl Accumulate for Lanes8 {
+    type Acc = __m256;
+    const TILED: bool = false;
+
+    #[inline(always)]
+    unsafe fn add(acc: __m256, d: f32, lanes: __m256i) -> __m256 {
+        // SAFETY: register-only AVX2/FMA operations.
+        unsafe { _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        // SAFETY: register-only AVX operation.
+        unsafe { _mm256_setzero_ps() }
+    }
+
+    #[inline(always)]
+    unsafe fn add_tile<const R: usize, const C: usize>(
+        acc: &mut [[__m256; C]; R],
+        dx: &[f32; R],
+        dy: &[f32; C],
+        lanes: &[[__m256i; C]; R],
+    ) {
+        for r in 0..R {
+            for c in 0..C {
+                // SAFETY: forwarded from the caller.
+                acc[r][c] = unsafe { Self::add(acc[r][c], dx[r] * dy[c], lanes[r][c]) };
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn total(acc: __m256) -> f32 {
+        // SAFETY: the caller guarantees AVX.
+        unsafe { hsum256(acc) }
+    }
+}
+
+/// The totals of four vectors of eight `i32` lanes, `[Σ l[0], Σ l[1], Σ l[2], Σ l[3]]`
+/// (exact).
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn sum4x8(l: [__m256i; 4]) -> __m128i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        // Per 128-bit half: pairs, then quads, of each vector; then the halves added.
+        let t = _mm256_hadd_epi32(_mm256_hadd_epi32(l[0], l[1]), _mm256_hadd_epi32(l[2], l[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256::<1>(t))
+    }
+}
+
+/// `fma(Σ l[k], d[k], a[k])` for k in 0..4, one per f32 lane (the block sums exact).
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[inline(always)]
+unsafe fn chain4(l: [__m256i; 4], d: [f32; 4], a: [f32; 4]) -> [f32; 4] {
+    // SAFETY: register operations and loads/stores of local 4-value arrays.
+    unsafe {
+        let s = _mm_cvtepi32_ps(sum4x8(l));
+        let v = _mm_fmadd_ps(s, _mm_loadu_ps(d.as_ptr()), _mm_loadu_ps(a.as_ptr()));
+        let mut out = [0f32; 4];
+        _mm_storeu_ps(out.as_mut_ptr(), v);
+        out
+    }
+}
+
+impl Accumulate for BlockChain {
+    type Acc = f32;
+    const TILED: bool = true;
+
+    #[inline(always)]
+    unsafe fn add(acc: f32, d: f32, lanes: __m256i) -> f32 {
+        // SAFETY: register-only AVX2 operations.
+        let s = unsafe { _mm_extract_epi32::<0>(sum4x8([lanes; 4])) };
+        (s as f32).mul_add(d, acc)
+    }
+
+    #[inline(always)]
+    unsafe fn zero() -> f32 {
+        0.0
+    }
+
+    #[inline(always)]
+    unsafe fn add_tile<const R: usize, const C: usize>(
+        acc: &mut [[f32; C]; R],
+        dx: &[f32; R],
+        dy: &[f32; C],
+        lanes: &[[__m256i; C]; R],
+    ) {
+        // Each element: acc = fma(block_sum, dx·dy, acc); four elements at a time where the
+        // tile has them, one per f32 lane (the same operation on each).
+        if C == 4 {
+            for r in 0..R {
+                let d = std::array::from_fn(|c| dx[r] * dy[c]);
+                let a = std::array::from_fn(|c| acc[r][c]);
+                // SAFETY: AVX2 and FMA are the caller's guarantee.
+                let v = unsafe { chain4(std::array::from_fn(|c| lanes[r][c]), d, a) };
+                acc[r][..4].copy_from_slice(&v);
+            }
+        } else if R == 4 {
+            for c in 0..C {
+                let d = std::array::from_fn(|r| dx[r] * dy[c]);
+                let a = std::array::from_fn(|r| acc[r][c]);
+                // SAFETY: AVX2 and FMA are the caller's guarantee.
+                let v = unsafe { chain4(std::array::from_fn(|r| lanes[r][c]), d, a) };
+                for (r, &val) in v.iter().enumerate() {
+                    acc[r][c] = val;
+                }
+            }
+        } else {
+            for r in 0..R {
+                for c in 0..C {
+                    // SAFETY: AVX2 and FMA are the caller's guarantee.
+                    acc[r][c] = unsafe { Self::add(acc[r][c], dx[r] * dy[c], lanes[r][c]) };
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn total(acc: f32) -> f32 {
+        acc
+    }
+}
+
+/// Shared loop of the 32-value kernels: per block, eight exact lane sums of four products
+/// ([`BiasedDot`]), summed in f32 in one of ggml's x86 orders ([`Accumulate`]).
+///
+/// # Safety
+/// As the kernels; `D`'s instructions are supported.
+#[inline(always)]
+pub(super) unsafe fn blocks_lanes<
+    X: BlockDecode,
+    D: BiasedDot,
+    A: Accumulate,
+    const R: usize,
+    const C: usize,
+>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let bias = _mm256_set1_epi8(-128);
+        let off = _mm256_set1_epi8(X::OFFSET as i8);
+        // The offset goes on the side with fewer rows in the tile (see `BiasedDot`).
+        let act_side = R > C;
+        let mut acc = [[A::zero(); C]; R];
+        for i in 0..nb {
+            let mut dx = [0f32; R];
+            let mut xs = [_mm256_setzero_si256(); R];
+            let mut prep = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let xb = x[r].add(i * X::BYTES);
+                dx[r] = f16_at(xb);
+                if act_side {
+                    xs[r] = X::decode_unsigned(xb);
+                } else {
+                    xs[r] = X::decode(xb);
+                    prep[r] = D::weight_prepare(xs[r]);
+                }
+            }
+            let mut dy = [0f32; C];
+            let mut lanes = [[_mm256_setzero_si256(); C]; R];
+            for c in 0..C {
+                let yb = y[c].add(i * Q8_0);
+                let v = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8_0, qs)).cast());
+                dy[c] = f16_at(yb.add(offset_of!(BlockQ8_0, d)));
+                let (ya, yprep) = if act_side {
+                    (v, D::act_prepare(off, v))
+                } else {
+                    (_mm256_xor_si256(v, bias), _mm256_setzero_si256())
+                };
+                for r in 0..R {
+                    let l = if act_side {
+                        D::act_lanes(yprep, xs[r], ya)
+                    } else {
+                        D::weight_lanes(prep[r], xs[r], ya)
+                    };
+                    if A::TILED {
+                        lanes[r][c] = l;
+                    } else {
+                        acc[r][c] = A::add(acc[r][c], dx[r] * dy[c], l);
+                    }
+                }
+            }
+            if A::TILED {
+                A::add_tile(&mut acc, &dx, &dy, &lanes);
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = A::total(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+const _: () = assert!(offset_of!(BlockQ4_0, d) == 0 && offset_of!(BlockQ5_0, d) == 0);
+
+/// Bit `j` of `bits` as `0x10` in byte `j` (0 otherwise): Q5_0's fifth bits in value order.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn fifth_bits(bits: u32) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        // Byte j takes byte j / 8 of `bits` (the broadcast puts every byte of `bits` in both
+        // 128-bit halves, which `vpshufb` shuffles separately)...
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            ),
+        );
+        // ...and keeps bit j % 8 of it.
+        let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+}
+
+/// How a 32-value weight type's blocks decode to codes.
+pub(super) trait BlockDecode {
+    /// Bytes per block (the scale `d` is its first field).
+    const BYTES: usize;
+    /// The offset `o` of the unsigned codes: `x = u − o`.
+    const OFFSET: u8;
+    /// The unsigned codes `u` of the block at `p`, in value order.
+    ///
+    /// # Safety
+    /// A whole block readable at `p`; the CPU supports AVX2.
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i;
+    /// The signed codes `x = u − o` (wrapping bytes; exact for |x| ≤ 128).
+    ///
+    /// # Safety
+    /// As `decode_unsigned`.
+    #[inline(always)]
+    unsafe fn decode(p: *const u8) -> __m256i {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            _mm256_sub_epi8(
+                Self::decode_unsigned(p),
+                _mm256_set1_epi8(Self::OFFSET as i8),
+            )
+        }
+    }
+}
+
+/// Q4_0: codes 0..=15, offset 8.
+pub(super) struct Q4_0Block;
+/// Q5_0: codes 0..=31, offset 16.
+pub(super) struct Q5_0Block;
+/// Q8_0: the i8 codes plus 128 (a `xor` with 0x80), offset 128 (|x| ≤ 128: only for exact
+/// `BiasedDot`s, i.e. VNNI).
+pub(super) struct Q8_0Block;
+
+impl BlockDecode for Q8_0Block {
+    const BYTES: usize = Q8_0;
+    const OFFSET: u8 = 128;
+
+    #[inline(always)]
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i {
+        // SAFETY: the block's 32 code bytes (caller); unaligned load.
+        unsafe {
+            let q = _mm256_loadu_si256(p.add(offset_of!(BlockQ8_0, qs)).cast());
+            _mm256_xor_si256(q, _mm256_set1_epi8(-128))
+        }
+    }
+}
+
+impl BlockDecode for Q4_0Block {
+    const BYTES: usize = Q4_0;
+    const OFFSET: u8 = 8;
+
+    #[inline(always)]
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i {
+        // SAFETY: the block's 16 code bytes (caller); unaligned load.
+        unsafe { nibbles(_mm_loadu_si128(p.add(offset_of!(BlockQ4_0, qs)).cast())) }
+    }
+}
+
+impl BlockDecode for Q5_0Block {
+    const BYTES: usize = Q5_0;
+    const OFFSET: u8 = 16;
+
+    #[inline(always)]
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i {
+        // SAFETY: the block's code and fifth-bit bytes (caller); unaligned loads.
+        unsafe {
+            let low = nibbles(_mm_loadu_si128(p.add(offset_of!(BlockQ5_0, qs)).cast()));
+            _mm256_or_si256(low, fifth_bits(read_u32(p.add(offset_of!(BlockQ5_0, qh)))))
+        }
+    }
+}
+
+/// Q4_0 × Q8_0 (see the module docs for the contract).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_0_q8_0<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { blocks_lanes::<Q4_0Block, Maddubs, Lanes8, R, C>(nb, x, y) }
+}
+
+/// Q5_0 × Q8_0 (see the module docs for the contract).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_0_q8_0<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { blocks_lanes::<Q5_0Block, Maddubs, Lanes8, R, C>(nb, x, y) }
+}
+
+/// Q4_0 × Q8_0 in ggml's repacked-Q4_0 order ([`BlockChain`]).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_0_q8_0_chain<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { blocks_lanes::<Q4_0Block, Maddubs, BlockChain, R, C>(nb, x, y) }
+}
+
+/// Q8_0 × Q8_0 (see the module docs for the contract).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q8_0_q8_0<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let qs = offset_of!(BlockQ8_0, qs);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..nb {
+            let mut dx = [0f32; R];
+            let mut x0 = [_mm256_setzero_si256(); R];
+            let mut x1 = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let xb = x[r].add(i * Q8_0);
+                dx[r] = f16_at(xb.add(offset_of!(BlockQ8_0, d)));
+                // Codes 0..16 and 16..32 as 16-bit integers.
+                x0[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(xb.add(qs).cast()));
+                x1[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(xb.add(qs + 16).cast()));
+            }
+            for c in 0..C {
+                let yb = y[c].add(i * Q8_0);
+                let y0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(yb.add(qs).cast()));
+                let y1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(yb.add(qs + 16).cast()));
+                let dy = f16_at(yb.add(offset_of!(BlockQ8_0, d)));
+                for r in 0..R {
+                    // Pair sums of values 0..16 and 16..32, added pairwise into the lanes of
+                    // ggml's order (lane l: values 4l..4l + 4): `vphaddd` gives quads
+                    // 0 1 4 5 in the low half and 2 3 6 7 in the high half; one 64-bit
+                    // permutation puts them in value order.
+                    let p0 = _mm256_madd_epi16(x0[r], y0);
+                    let p1 = _mm256_madd_epi16(x1[r], y1);
+                    let q = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(p0, p1));
+                    let d = _mm256_set1_ps(dx[r] * dy);
+                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc[r][c]);
+                }
+            }
+        }
+        finish(acc)
+    }
+}
+
+/// Q4_K × Q8_K (see the module docs for the contract; the Q8_K blocks' `bsums` must be the
+/// sums of their codes).
+///
+/// Per super-block and column: `d·Σ_j sc_j·Σ q·y − dmin·Σ_j m_j·Σ y`, the first sum from
+/// `vpmaddubsw` (codes × activations) then `vpmaddwd` (× the sub-block scale), the second
+/// from the group sums.
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_q8_k<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; `scales` is
+    // 12 bytes inside the block, read through a reference to `[u8; 12]` (alignment 1).
+    unsafe {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut acc_min = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..nb {
+            for r in 0..R {
+                let xb = x[r].add(i * Q4K);
+                let dx = f16_at(xb.add(offset_of!(BlockQ4K, d)));
+                let dmx = f16_at(xb.add(offset_of!(BlockQ4K, dmin)));
+                let sm = q4k_scales_mins(&*xb.add(offset_of!(BlockQ4K, scales)).cast::<[u8; 12]>());
+                // Minimum j for the two 16-value groups of sub-block j.
+                let m = _mm_loadl_epi64(sm.as_ptr().add(8).cast());
+                let mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for k in 0..4 {
+                    // 64 values: sub-block 2k in the low nibbles, 2k + 1 in the high ones.
+                    let q = _mm256_loadu_si256(xb.add(offset_of!(BlockQ4K, qs) + 32 * k).cast());
+                    let lo = _mm256_and_si256(q, low4);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), low4);
+                    let s_lo = _mm256_set1_epi16(sm[2 * k] as i16);
+                    let s_hi = _mm256_set1_epi16(sm[2 * k + 1] as i16);
+                    for c in 0..C {
+                        let yq = y[c].add(i * Q8K + offset_of!(BlockQ8K, qs) + 64 * k);
+                        let v0 = _mm256_loadu_si256(yq.cast());
+                        let v1 = _mm256_loadu_si256(yq.add(32).cast());
+                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, v0), s_lo);
+                        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, v1), s_hi);
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p0, p1));
+                    }
+                }
+                for c in 0..C {
+                    let yb = y[c].add(i * Q8K);
+                    let yd = read_f32(yb.add(offset_of!(BlockQ8K, d)));
+                    let bsums = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8K, bsums)).cast());
+                    let msum = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
+                    let d = _mm256_set1_ps(dx * yd);
+                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                    let dm = _mm256_set1_ps(dmx * yd);
+                    acc_min[r][c] = _mm256_fmadd_ps(dm, msum, acc_min[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum256(acc[r][c]) - hsum256(acc_min[r][c]);
+            }
+        }
+        out
+    }
+}
+
+/// Q6_K × Q8_K (see the module docs for the contract; the Q8_K blocks' `bsums` must be the
+/// sums of their codes).
+///
+/// Codes are kept unsigned (0..=63); the `− 32` is applied once per super-block as
+/// `32·Σ_j sc_j·bsums_j`.
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_q8_k<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let bits45 = _mm256_set1_epi8(0x30);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..nb {
+            for r in 0..R {
+                let xb = x[r].add(i * Q6K);
+                let dx = f16_at(xb.add(offset_of!(BlockQ6K, d)));
+                let sc_ptr = xb.add(offset_of!(BlockQ6K, scales));
+                let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc_ptr.cast()));
+
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for c in 0..C {
+                    let bsums = y[c].add(i * Q8K + offset_of!(BlockQ8K, bsums));
+                    let off = _mm256_madd_epi16(sc16, _mm256_loadu_si256(bsums.cast()));
+                    sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32::<5>(off));
+                }
+                for h in 0..2 {
+                    let ql = xb.add(offset_of!(BlockQ6K, ql) + 64 * h);
+                    let ql0 = _mm256_loadu_si256(ql.cast());
+                    let ql1 = _mm256_loadu_si256(ql.add(32).cast());
+                    let qh = _mm256_loadu_si256(xb.add(offset_of!(BlockQ6K, qh) + 32 * h).cast());
+                    // Values 128h + 32g + l, g = 0..4: low bits from `ql` (low nibbles of
+                    // bytes 0..32, of 32..64, high nibbles of 0..32, of 32..64), high bits
+                    // from bit pair g of `qh[l]`.
+                    let codes = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql0, low4),
+                            _mm256_and_si256(_mm256_slli_epi16::<4>(qh), bits45),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql1, low4),
+                            _mm256_and_si256(_mm256_slli_epi16::<2>(qh), bits45),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), low4),
+                            _mm256_and_si256(qh, bits45),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), low4),
+                            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), bits45),
+                        ),
+                    ];
+                    // Sub-blocks 8h + 2g (values 0..16 of group g) and 8h + 2g + 1 (16..32).
+                    let mut scales = [_mm256_setzero_si256(); 4];
+                    for (g, s) in scales.iter_mut().enumerate() {
+                        let j = 8 * h + 2 * g;
+                        let (s0, s1) = (*sc_ptr.add(j) as i8, *sc_ptr.add(j + 1) as i8);
+                        *s = _mm256_set_m128i(_mm_set1_epi16(s1 as i16), _mm_set1_epi16(s0 as i16));
+                    }
+                    for c in 0..C {
+                        let yq = y[c].add(i * Q8K + offset_of!(BlockQ8K, qs) + 128 * h);
+                        for g in 0..4 {
+                            let v = _mm256_loadu_si256(yq.add(32 * g).cast());
+                            let p = _mm256_maddubs_epi16(codes[g], v);
+                            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, scales[g]));
+                        }
+                    }
+                }
+                for c in 0..C {
+                    let yd = read_f32(y[c].add(i * Q8K + offset_of!(BlockQ8K, d)));
+                    let d = _mm256_set1_ps(dx * yd);
+                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                }
+            }
+        }
+        finish(acc)
+    }
+}

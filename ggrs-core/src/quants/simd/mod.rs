@@ -1,0 +1,339 @@
+//! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
+//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI).
+//!
+//! # How the kernels are built
+//!
+//! Each kernel is one `#[target_feature]` function generic over a tile shape: `R` weight
+//! rows times `C` activation columns. Each weight block is decoded once (nibbles unpacked,
+//! scales converted) and dotted with the `C` columns, each activation block loaded once for
+//! the `R` rows, and every element of the tile has its own accumulators and exactly the
+//! sequence of operations of the 1 × 1 kernel, so its bits do not depend on the tile.
+//! `mul_mat` uses 4 × 4 tiles where it has four rows and four columns (prompts: each weight
+//! block decoded once per four columns, each activation block loaded once per four rows),
+//! and 4 × 1 or 1 × 4 tiles for the rest (decoding: four independent dot products in flight
+//! hide the latency of each).
+//!
+//! The integer part of every block's dot product is exact for *every* code pattern a block
+//! may hold, −128 included: signed × signed products go through an unsigned operand offset
+//! by a constant (`Σ x·y = Σ x·(y + 128) − 128·Σ x`) or through 16-bit products, never
+//! through `vpsignb`, which overflows on −128. The k-quant kernels use Q8_K's per-16 sums
+//! `bsums`, which must be the sums of the codes (as the Q8_K quantizer writes them; the
+//! scalar Q4_K kernel relies on them too). What differs from the scalar reference is only the
+//! order and fusion of the f32 operations (per-block scales applied with FMA, partial sums
+//! kept in vector lanes and added in a fixed tree at the end; see below).
+//!
+//! Summation order. The Q4_0, Q5_0 and Q8_0 kernels keep ggml's x86 order exactly (eight
+//! f32 lanes of four products, one FMA per block and lane, a fixed final tree: what
+//! `ggml_vec_dot_q*_q8_0` and tinyBLAS do), and Q4_0 also comes in the order of ggml's
+//! repacked `q4_0_8x8` kernels (one FMA per block on the exact block sum), so that `mul_mat`
+//! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). The
+//! k-quant kernels keep their own order.
+//!
+//! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
+//!
+//! `quantize` holds AVX2 activation quantizers (f32 → Q8_0 / Q8_K) that write the reference
+//! quantizers' bytes exactly, for `mul_mat`'s INIT.
+//!
+//! No NEON kernels: this tree is only built for x86-64 (no aarch64 target is installed
+//! here), and code that cannot be compiled or tested is not shipped.
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod quantize;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use crate::dtype::DType;
+use crate::quants::dispatch::{Isa, VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
+use crate::quants::{BlockQuant, VecDotKernel};
+use crate::types::FromF32Fn;
+
+/// Whole blocks usable in a call with `n` values: `n / BLOCK_SIZE`, cut to the blocks present
+/// in every operand (debug builds assert that the operands are exact rows).
+#[inline(always)]
+pub(crate) fn usable_blocks<B: BlockQuant>(n: usize, xs: &[&[u8]], ys: &[&[u8]]) -> usize {
+    let yb = <B::VecDot as BlockQuant>::BYTES;
+    let nb = n / B::BLOCK_SIZE;
+    debug_assert!(
+        nb * B::BLOCK_SIZE == n
+            && xs.iter().all(|a| a.len() == nb * B::BYTES)
+            && ys.iter().all(|b| b.len() == nb * yb),
+        "vec_dot {}: n = {n}, {:?} bytes against {:?}",
+        B::DTYPE,
+        xs.iter().map(|a| a.len()).collect::<Vec<_>>(),
+        ys.iter().map(|b| b.len()).collect::<Vec<_>>()
+    );
+    let mut k = nb;
+    for a in xs {
+        k = k.min(a.len() / B::BYTES);
+    }
+    for b in ys {
+        k = k.min(b.len() / yb);
+    }
+    k
+}
+
+/// Defines, in a module `$name`, the safe forms ([`VecDotKernel`], [`VecDot4Kernel`],
+/// [`VecDotRows4Kernel`], [`VecDotTileKernel`]) of one `#[target_feature]` kernel
+/// `$m::$f::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`, collected in `$name::FORMS`.
+///
+/// The wrappers are private to this crate and only handed out by [`kernels`] after the CPU
+/// was checked for the kernel's instruction set: that check is what makes their `unsafe`
+/// calls sound.
+macro_rules! wrappers {
+    ($name:ident, $B:ty, $m:ident :: $f:ident) => {
+        mod $name {
+            use super::*;
+
+            pub(super) fn one(n: usize, a: &[u8], b: &[u8]) -> f32 {
+                let nb = usable_blocks::<$B>(n, &[a], &[b]);
+                // SAFETY: `kernels` hands this function out only when the CPU supports the
+                // kernel's target features; every row holds at least `nb` whole blocks of
+                // its type (checked above), which is all the kernel reads.
+                unsafe { $m::$f::<1, 1>(nb, [a.as_ptr()], [b.as_ptr()])[0][0] }
+            }
+
+            pub(super) fn four(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4] {
+                let nb = usable_blocks::<$B>(n, &[a], &b);
+                // SAFETY: as in `one`.
+                unsafe { $m::$f::<1, 4>(nb, [a.as_ptr()], b.map(|s| s.as_ptr()))[0] }
+            }
+
+            pub(super) fn rows4(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4] {
+                let nb = usable_blocks::<$B>(n, &a, &[b]);
+                // SAFETY: as in `one`.
+                let t = unsafe { $m::$f::<4, 1>(nb, a.map(|s| s.as_ptr()), [b.as_ptr()]) };
+                t.map(|r| r[0])
+            }
+
+            pub(super) fn tile(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4] {
+                let nb = usable_blocks::<$B>(n, &a, &b);
+                // SAFETY: as in `one`.
+                unsafe { $m::$f::<4, 4>(nb, a.map(|s| s.as_ptr()), b.map(|s| s.as_ptr())) }
+            }
+
+            pub(super) const FORMS: Forms = (one, four, rows4, tile);
+        }
+    };
+}
+
+/// A kernel's forms: one element, one row × four columns, four rows × one column, four rows
+/// × four columns.
+pub(crate) type Forms = (
+    VecDotKernel,
+    VecDot4Kernel,
+    VecDotRows4Kernel,
+    VecDotTileKernel,
+);
+
+#[cfg(target_arch = "x86_64")]
+mod forms {
+    use super::*;
+    use crate::quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8_0};
+
+    wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
+    wrappers!(q5_0_avx2, BlockQ5_0, avx2::q5_0_q8_0);
+    wrappers!(q8_0_avx2, BlockQ8_0, avx2::q8_0_q8_0);
+    wrappers!(q4_k_avx2, BlockQ4K, avx2::q4_k_q8_k);
+    wrappers!(q6_k_avx2, BlockQ6K, avx2::q6_k_q8_k);
+
+    wrappers!(q4_k_avx512, BlockQ4K, avx512::q4_k_q8_k);
+    wrappers!(q6_k_avx512, BlockQ6K, avx512::q6_k_q8_k);
+
+    wrappers!(q4_0_vnni, BlockQ4_0, avx512::q4_0_q8_0_vnni);
+    wrappers!(q5_0_vnni, BlockQ5_0, avx512::q5_0_q8_0_vnni);
+    wrappers!(q8_0_vnni, BlockQ8_0, avx512::q8_0_q8_0_vnni);
+    wrappers!(q4_k_vnni, BlockQ4K, avx512::q4_k_q8_k_vnni);
+    wrappers!(q6_k_vnni, BlockQ6K, avx512::q6_k_q8_k_vnni);
+
+    wrappers!(q4_0_avx2_chain, BlockQ4_0, avx2::q4_0_q8_0_chain);
+    wrappers!(q4_0_vnni_chain, BlockQ4_0, avx512::q4_0_q8_0_chain_vnni);
+
+    /// The kernel forms of `dtype` written for `isa`, without checking the CPU.
+    pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
+        let forms: Forms = match (isa, dtype) {
+            (Isa::Avx2, DType::Q4_0) => q4_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q5_0) => q5_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q8_0) => q8_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q4K) => q4_k_avx2::FORMS,
+            (Isa::Avx2, DType::Q6K) => q6_k_avx2::FORMS,
+            (Isa::Avx512, DType::Q4K) => q4_k_avx512::FORMS,
+            (Isa::Avx512, DType::Q6K) => q6_k_avx512::FORMS,
+            (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni::FORMS,
+            (Isa::Avx512Vnni, DType::Q5_0) => q5_0_vnni::FORMS,
+            (Isa::Avx512Vnni, DType::Q8_0) => q8_0_vnni::FORMS,
+            (Isa::Avx512Vnni, DType::Q4K) => q4_k_vnni::FORMS,
+            (Isa::Avx512Vnni, DType::Q6K) => q6_k_vnni::FORMS,
+            _ => return None,
+        };
+        Some(forms)
+    }
+
+    /// The kernel forms of `dtype` in ggml's repacked-Q4_0 order for `isa`, without checking
+    /// the CPU.
+    pub(super) fn chain_table(dtype: DType, isa: Isa) -> Option<Forms> {
+        match (isa, dtype) {
+            (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain::FORMS),
+            (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain::FORMS),
+            _ => None,
+        }
+    }
+}
+
+/// True when this CPU runs code built for `isa`.
+pub(crate) fn cpu_has(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+        let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
+        match isa {
+            Isa::Scalar => true,
+            Isa::Avx2 => avx2,
+            Isa::Avx512 => avx512,
+            Isa::Avx512Vnni => avx512 && has!("avx512vnni"),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        isa == Isa::Scalar
+    }
+}
+
+/// The SIMD kernel forms of weight type `dtype` for `isa` (in ggml's repacked-Q4_0 order
+/// when `chain`), if this build has them and this CPU runs them. `Isa::Scalar` has none here
+/// (see `dispatch`).
+pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
+    if isa == Isa::Scalar || !cpu_has(isa) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if chain {
+            forms::chain_table(dtype, isa)
+        } else {
+            forms::table(dtype, isa)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, chain);
+        None
+    }
+}
+
+/// The SIMD activation quantizer into `dtype` for `isa`, if this build has one and this CPU
+/// runs it. It writes exactly the reference quantizer's bytes.
+pub(crate) fn quantizer(dtype: DType, isa: Isa) -> Option<FromF32Fn> {
+    if isa != Isa::Avx2 || !cpu_has(isa) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        fn q8_0(src: &[f32], dst: &mut [u8]) {
+            // SAFETY: handed out by `quantizer` only when the CPU supports AVX2 (and FMA,
+            // F16C); the function checks the lengths itself.
+            unsafe { quantize::quantize_row_q8_0(src, dst) }
+        }
+        fn q8_k(src: &[f32], dst: &mut [u8]) {
+            // SAFETY: as above.
+            unsafe { quantize::quantize_row_q8_k(src, dst) }
+        }
+        match dtype {
+            DType::Q8_0 => Some(q8_0),
+            DType::Q8K => Some(q8_k),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = dtype;
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dtype::DType;
+    use crate::kernels::RawTensor;
+    use crate::quants::dispatch::{ggml_sum_order, vec_dot_variants_in, SumOrder};
+
+    /// `nb` blocks of `t` with random codes and finite scales (deterministic).
+    fn blocks(t: DType, nb: usize, seed: &mut u64) -> Vec<u8> {
+        let mut next = || {
+            *seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (*seed >> 33) as u32
+        };
+        let mut out = vec![0u8; nb * t.type_size()];
+        for blk in out.chunks_exact_mut(t.type_size()) {
+            for b in blk.iter_mut() {
+                *b = next() as u8;
+            }
+            let h = half::f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0);
+            blk[0..2].copy_from_slice(&h.to_le_bytes());
+        }
+        out
+    }
+
+    /// The SIMD builds `mul_mat` may use in place of `kernels::ggml_arith`'s dot products
+    /// give ggml_arith's bits: the same choice of order for the same weight shape, and the
+    /// same arithmetic.
+    #[test]
+    fn ggml_order_builds_match_ggml_arith() {
+        let mut seed = 7u64;
+        let k = 9 * 32;
+        for (t, rows) in [
+            (DType::Q4_0, 8),
+            (DType::Q4_0, 12),
+            (DType::Q4_0, 7),
+            (DType::Q8_0, 8),
+        ] {
+            let ne = [k, rows, 1, 1];
+            let a = RawTensor {
+                data: std::ptr::null_mut(),
+                dtype: t,
+                ne,
+                nb: [
+                    t.type_size(),
+                    t.row_size(k),
+                    t.row_size(k) * rows,
+                    t.row_size(k) * rows,
+                ],
+            };
+            let g = crate::kernels::ggml_arith::mul_mat_dot(&a, 4)
+                .expect("ggml_arith has a kernel for Q4_0 and Q8_0");
+            let order = ggml_sum_order(t, ne);
+            assert_ne!(order, SumOrder::Any);
+            let builds = vec_dot_variants_in(t, order);
+            assert!(
+                !builds.is_empty()
+                    || !crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx2)
+            );
+            let w = blocks(t, 4 * k / 32, &mut seed);
+            let y = blocks(DType::Q8_0, 4 * k / 32, &mut seed);
+            let (rs, ys) = (t.row_size(k), DType::Q8_0.row_size(k));
+            let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rs..(r + 1) * rs]);
+            let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * ys..(c + 1) * ys]);
+            for v in builds {
+                let tile = (v.tile)(k, wr, yr);
+                for r in 0..4 {
+                    for c in 0..4 {
+                        let want = g(k, wr[r], yr[c]);
+                        assert_eq!(
+                            tile[r][c].to_bits(),
+                            want.to_bits(),
+                            "{t} rows={rows} {:?} ({r}, {c})",
+                            v.isa
+                        );
+                        assert_eq!((v.dot)(k, wr[r], yr[c]).to_bits(), want.to_bits());
+                    }
+                }
+            }
+        }
+    }
+}

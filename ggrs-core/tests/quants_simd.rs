@@ -1,0 +1,830 @@
+//! The SIMD dot-product kernels of the block types against the scalar reference, through the
+//! public test-support API (`quants::dispatch::vec_dot_variants`), and `mul_mat` through the
+//! executor against the per-element dot product of the kernel it selected.
+//!
+//! # Tolerance
+//!
+//! A SIMD kernel computes every block's integer sum exactly, as the scalar one does, and
+//! differs only in how it rounds and orders the f32 work: block scales applied by FMA,
+//! partial sums held in 8 or 16 vector lanes and added in a tree at the end. Reordering or
+//! fusing a sum of `k` rounded terms moves it by at most about `k·2⁻²⁴·Σ|terms|`; here
+//! `k` ≤ 16 blocks + 16 lanes, so `k·2⁻²⁴` < 2·10⁻⁶, and the test bound is
+//! `|simd − scalar| ≤ 1e-5 · M`, where `M = Σ_i |x_i|·|y_i|` over the dequantized values
+//! (for Q4_K, whose values are `d·sc·q − dmin·m`, the two parts counted separately:
+//! `Σ_i (|d·sc·q_i| + |dmin·m|)·|y_i|`). `M` bounds every partial sum, so this is a relative
+//! error of 1e-5 that stays meaningful when the dot product itself cancels to near zero.
+//! Where all terms have one sign (the extreme blocks), `M` is the result itself and the test
+//! also asserts the plain relative error ≤ 1e-5.
+
+use ggrs_core::quants::dispatch::{self, Isa, SumOrder, VecDotVariant};
+use ggrs_core::quants::{self, QK_K};
+use ggrs_core::{Context, DType, Executor, Graph};
+use half::f16;
+
+/// The weight types with SIMD kernels.
+const SIMD_TYPES: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q5_0,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q6K,
+];
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next64() % n
+    }
+
+    /// Any finite f16, subnormals and the largest ones included.
+    fn finite_f16(&mut self) -> f16 {
+        loop {
+            let h = f16::from_bits(self.next64() as u16);
+            if h.is_finite() {
+                return h;
+            }
+        }
+    }
+
+    /// A finite f16 scale of modest size (2^-14 .. 2^4), either sign.
+    fn modest_f16(&mut self) -> f16 {
+        let sign = (self.below(2) as u16) << 15;
+        let e = 1 + self.below(18) as u16;
+        let m = self.below(1024) as u16;
+        f16::from_bits(sign | (e << 10) | m)
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Blocks
+// ------------------------------------------------------------------------------------------
+
+/// Byte offsets of a weight type's f16 scales.
+fn f16_fields(t: DType) -> &'static [usize] {
+    match t {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4K => &[0, 2],
+        DType::Q6K => &[208],
+        _ => unreachable!("no SIMD kernel for {t}"),
+    }
+}
+
+/// Sets Q8_K block `p`'s scale and makes its group sums the sums of its codes (what makes a
+/// Q8_K block valid).
+fn fix_q8k(p: &mut [u8], d: f32) {
+    p[0..4].copy_from_slice(&d.to_le_bytes());
+    for j in 0..16 {
+        let s: i32 = (0..16).map(|i| p[4 + 16 * j + i] as i8 as i32).sum();
+        p[260 + 2 * j..262 + 2 * j].copy_from_slice(&(s as i16).to_le_bytes());
+    }
+}
+
+/// `nb` blocks of type `t` of random bytes with finite scales: every code pattern a file
+/// (or, for Q8_0/Q8_K, the activation quantizer and more) may hold. `wide` draws scales from
+/// the whole finite f16 range, otherwise from 2^-14 .. 2^4.
+fn random_blocks(t: DType, r: &mut Rng, nb: usize, wide: bool) -> Vec<u8> {
+    let ts = t.type_size();
+    let mut out = vec![0u8; nb * ts];
+    for p in out.chunks_exact_mut(ts) {
+        for b in p.iter_mut() {
+            *b = r.next64() as u8;
+        }
+        if t == DType::Q8K {
+            let e = r.below(30) as i32 - 20;
+            let d = (1.0 + r.below(1000) as f32 / 1000.0) * 2f32.powi(e);
+            fix_q8k(p, if r.below(2) == 0 { d } else { -d });
+            continue;
+        }
+        for &off in f16_fields(t) {
+            let h = if wide { r.finite_f16() } else { r.modest_f16() };
+            p[off..off + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Extreme blocks: every code at the top (or bottom, `low`) of its range, scales positive
+/// and large, so that every product has the same sign and the integer sums are as large as
+/// the format allows.
+fn extreme_blocks(t: DType, nb: usize, low: bool, scale: f16) -> Vec<u8> {
+    let ts = t.type_size();
+    let mut out = vec![0u8; nb * ts];
+    for p in out.chunks_exact_mut(ts) {
+        match t {
+            // Nibble 0 is −8 (low) and 15 is +7.
+            DType::Q4_0 => p[2..].fill(if low { 0x00 } else { 0xFF }),
+            // Code 0 is −16, 31 is +15.
+            DType::Q5_0 => p[2..].fill(if low { 0x00 } else { 0xFF }),
+            DType::Q8_0 => p[2..].fill(if low { 0x80 } else { 0x7F }),
+            DType::Q8K => {
+                p[4..260].fill(if low { 0x80 } else { 0x7F });
+                fix_q8k(p, 0.75);
+            }
+            // Scales and minimums 63 (all scale bytes 0xFF); codes 15, or 0 (then, with
+            // d = 0 below, every value is −dmin·63: negative, as the activations are when
+            // `low`).
+            DType::Q4K => {
+                p[4..16].fill(0xFF);
+                p[16..].fill(if low { 0x00 } else { 0xFF });
+            }
+            // Codes 63 (+31) or 0 (−32); scales 127.
+            DType::Q6K => {
+                p[..192].fill(if low { 0x00 } else { 0xFF });
+                p[192..208].fill(0x7F);
+            }
+            _ => unreachable!(),
+        }
+        if t != DType::Q8K {
+            for &off in f16_fields(t) {
+                p[off..off + 2].copy_from_slice(&scale.to_le_bytes());
+            }
+            if t == DType::Q4K && low {
+                // d = 0: only the minimum term, −dmin·63·y, positive against negative y.
+                p[0..2].copy_from_slice(&f16::ZERO.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// The tolerance's scale
+// ------------------------------------------------------------------------------------------
+
+fn f16_at(p: &[u8], off: usize) -> f64 {
+    f16::from_le_bytes([p[off], p[off + 1]]).to_f64()
+}
+
+fn dequantize(t: DType, q: &[u8]) -> Vec<f32> {
+    let mut y = vec![0f32; q.len() / t.type_size() * t.block_size()];
+    quants::dequantize_row_dyn(t, q, &mut y).expect("whole blocks");
+    y
+}
+
+/// `M` of the module docs, in f64.
+fn magnitude(t: DType, a: &[u8], b: &[u8]) -> f64 {
+    let vt = quants::vec_dot_type(t).expect("block type");
+    let y = dequantize(vt, b);
+    if t != DType::Q4K {
+        let x = dequantize(t, a);
+        return x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| (*p as f64 * *q as f64).abs())
+            .sum();
+    }
+    // Q4_K from the format: d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
+    // nibbles (values 64c + l in the low nibbles of byte 32c + l, 64c + 32 + l in the high).
+    let mut m = 0.0;
+    for (blk, ys) in a.chunks_exact(144).zip(y.chunks_exact(QK_K)) {
+        let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
+        let s = &blk[4..16];
+        let scale_min = |j: usize| -> (u8, u8) {
+            if j < 4 {
+                (s[j] & 63, s[j + 4] & 63)
+            } else {
+                (
+                    (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4),
+                    (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                )
+            }
+        };
+        for (v, &yv) in ys.iter().enumerate() {
+            let (c, l, high) = (v / 64, v % 32, (v % 64) >= 32);
+            let byte = blk[16 + 32 * c + l];
+            let q = if high { byte >> 4 } else { byte & 15 };
+            let (sc, mn) = scale_min(2 * c + high as usize);
+            m += ((d * sc as f64 * q as f64).abs() + (dmin * mn as f64).abs()) * (yv as f64).abs();
+        }
+    }
+    m
+}
+
+// ------------------------------------------------------------------------------------------
+// Kernels against the scalar reference
+// ------------------------------------------------------------------------------------------
+
+/// The instruction sets this CPU runs, as the test sees them.
+fn cpu_isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Scalar];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+        let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
+        if avx2 {
+            v.push(Isa::Avx2);
+        }
+        if avx512 {
+            v.push(Isa::Avx512);
+            if has!("avx512vnni") {
+                v.push(Isa::Avx512Vnni);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn every_build_the_cpu_runs_is_listed() {
+    let isas = cpu_isas();
+    for t in SIMD_TYPES {
+        let got: Vec<Isa> = dispatch::vec_dot_variants(t)
+            .iter()
+            .map(|v| v.isa)
+            .collect();
+        // The 32-value types have no AVX-512 build without VNNI (AVX2's serves).
+        let want: Vec<Isa> = isas
+            .iter()
+            .copied()
+            .filter(|&i| t.block_size() == QK_K || i != Isa::Avx512)
+            .collect();
+        assert_eq!(got, want, "{t}");
+    }
+    // The ggml orders: every SIMD build of Q4_0, Q5_0, Q8_0 keeps ggml's lanes; Q4_0 also
+    // has builds in the repacked order; nothing else does.
+    let simd32: Vec<Isa> = isas
+        .iter()
+        .copied()
+        .filter(|&i| i == Isa::Avx2 || i == Isa::Avx512Vnni)
+        .collect();
+    for t in [DType::Q4_0, DType::Q5_0, DType::Q8_0] {
+        let got: Vec<Isa> = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes)
+            .iter()
+            .map(|v| v.isa)
+            .collect();
+        assert_eq!(got, simd32, "{t}");
+    }
+    let got: Vec<Isa> = dispatch::vec_dot_variants_in(DType::Q4_0, SumOrder::GgmlBlockChain)
+        .iter()
+        .map(|v| v.isa)
+        .collect();
+    assert_eq!(got, simd32);
+    for t in [DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q4_1] {
+        assert!(
+            dispatch::vec_dot_variants_in(t, SumOrder::GgmlBlockChain).is_empty(),
+            "{t}"
+        );
+    }
+    assert!(dispatch::vec_dot_variants_in(DType::Q4K, SumOrder::GgmlLanes).is_empty());
+    // Types without SIMD kernels have their scalar reference only; others none.
+    for t in [
+        DType::Q4_1,
+        DType::Q5_1,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q5K,
+        DType::Q8K,
+    ] {
+        let got: Vec<Isa> = dispatch::vec_dot_variants(t)
+            .iter()
+            .map(|v| v.isa)
+            .collect();
+        assert_eq!(got, [Isa::Scalar], "{t}");
+    }
+    assert!(dispatch::vec_dot_variants(DType::F32).is_empty());
+    assert!(dispatch::vec_dot_variants(DType::F16).is_empty());
+}
+
+/// `src` copied to byte offset `off` of a fresh buffer: a row starting at any alignment.
+fn at_offset(src: &[u8], off: usize) -> (Vec<u8>, usize) {
+    let mut buf = vec![0u8; src.len() + off];
+    buf[off..].copy_from_slice(src);
+    (buf, off)
+}
+
+/// Checks every build against the scalar one for rows `a` (weights) and `b` (activations)
+/// of `n` values, each at several start offsets; also the tile forms (1 × 4, 4 × 1, 4 × 4)
+/// against one-element calls, bit for bit. `same_sign`: all terms share a sign, so the
+/// plain relative error is checked too.
+fn check_row(t: DType, variants: &[VecDotVariant], n: usize, a: &[u8], b: &[u8], same_sign: bool) {
+    let want = (variants[0].dot)(n, a, b);
+    let m = magnitude(t, a, b);
+    assert!(want.is_finite(), "{t} n={n}: scalar result {want}");
+    assert!(
+        (want as f64).abs() <= m * (1.0 + 1e-5) + 1e-30,
+        "{t} n={n}: |{want}| > M = {m}"
+    );
+    for v in &variants[1..] {
+        for (oa, ob) in [(0, 0), (1, 3), (3, 1), (2, 5)] {
+            let (ba, oa) = at_offset(a, oa);
+            let (bb, ob) = at_offset(b, ob);
+            let (ra, rb) = (&ba[oa..], &bb[ob..]);
+            let got = (v.dot)(n, ra, rb);
+            let err = (got as f64 - want as f64).abs();
+            assert!(
+                err <= 1e-5 * m,
+                "{t} {:?} n={n} offsets ({oa}, {ob}): {got} vs scalar {want} (M = {m})",
+                v.isa
+            );
+            if same_sign {
+                assert!(
+                    err <= 1e-5 * (want as f64).abs(),
+                    "{t} {:?} n={n}: {got} vs scalar {want}: relative error {}",
+                    v.isa,
+                    err / (want as f64).abs()
+                );
+            }
+            let four = (v.dot4)(n, ra, [rb, b, rb, b]);
+            let each = [got, (v.dot)(n, ra, b), got, (v.dot)(n, ra, b)];
+            assert_eq!(
+                four.map(f32::to_bits),
+                each.map(f32::to_bits),
+                "{t} {:?} n={n}: four-column form differs from one-column calls",
+                v.isa
+            );
+            let rows = (v.rows4)(n, [ra, a, ra, a], rb);
+            let each = [got, (v.dot)(n, a, rb), got, (v.dot)(n, a, rb)];
+            assert_eq!(
+                rows.map(f32::to_bits),
+                each.map(f32::to_bits),
+                "{t} {:?} n={n}: four-row form differs from one-row calls",
+                v.isa
+            );
+            let tile = (v.tile)(n, [a, ra, a, ra], [rb, b, b, rb]);
+            let ab = (v.dot)(n, a, b);
+            let arb = (v.dot)(n, a, rb);
+            let rab = (v.dot)(n, ra, b);
+            let each = [
+                [arb, ab, ab, arb],
+                [got, rab, rab, got],
+                [arb, ab, ab, arb],
+                [got, rab, rab, got],
+            ];
+            assert_eq!(
+                tile.map(|r| r.map(f32::to_bits)),
+                each.map(|r| r.map(f32::to_bits)),
+                "{t} {:?} n={n}: 4 × 4 form differs from one-element calls",
+                v.isa
+            );
+        }
+    }
+}
+
+/// Row lengths tested, in blocks: every count up to 16 (32-value types) or 8 (k-quants), and
+/// a long row.
+fn block_counts(t: DType) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..=if t.block_size() == 32 { 16 } else { 8 }).collect();
+    v.push(if t.block_size() == 32 { 77 } else { 19 });
+    v
+}
+
+#[test]
+fn simd_matches_scalar_on_random_blocks() {
+    let mut r = Rng(0x5EED);
+    for t in SIMD_TYPES {
+        let vt = quants::vec_dot_type(t).expect("block type");
+        let variants = dispatch::vec_dot_variants(t);
+        assert_eq!(variants[0].isa, Isa::Scalar);
+        for nb in block_counts(t) {
+            let n = nb * t.block_size();
+            for rep in 0..6 {
+                let wide = rep % 2 == 1;
+                let a = random_blocks(t, &mut r, nb, wide);
+                let b = random_blocks(vt, &mut r, nb, wide);
+                check_row(t, &variants, n, &a, &b, false);
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_matches_scalar_on_quantized_data() {
+    // Activations as `mul_mat` makes them (the reference quantizer), weights quantized from
+    // smooth data: the common case, with little cancellation.
+    for t in SIMD_TYPES {
+        let vt = quants::vec_dot_type(t).expect("block type");
+        let variants = dispatch::vec_dot_variants(t);
+        for nb in block_counts(t) {
+            let n = nb * t.block_size();
+            let xw: Vec<f32> = (0..n)
+                .map(|i| 0.1 + 2.0 * (i as f32 * 0.37).cos())
+                .collect();
+            let xa: Vec<f32> = (0..n)
+                .map(|i| (i as f32 * 0.11 + 0.5).sin() * 3.0)
+                .collect();
+            let mut a = vec![0u8; t.row_size(n)];
+            let mut b = vec![0u8; vt.row_size(n)];
+            quants::quantize_row_dyn(t, &xw, &mut a).expect("whole blocks");
+            quants::quantize_row_dyn(vt, &xa, &mut b).expect("whole blocks");
+            check_row(t, &variants, n, &a, &b, false);
+        }
+    }
+}
+
+#[test]
+fn simd_matches_scalar_on_extreme_blocks() {
+    for t in SIMD_TYPES {
+        let vt = quants::vec_dot_type(t).expect("block type");
+        let variants = dispatch::vec_dot_variants(t);
+        for nb in block_counts(t) {
+            let n = nb * t.block_size();
+            for scale in [f16::MAX, f16::from_f32(1.0), f16::from_f32(1.0e-3)] {
+                for low in [false, true] {
+                    // Weights at one end of their range, activations at the same end (all
+                    // products positive): ±127 Q8 codes and, for `low`, −128.
+                    let a = extreme_blocks(t, nb, low, scale);
+                    let b = extreme_blocks(vt, nb, low, scale);
+                    check_row(t, &variants, n, &a, &b, true);
+                    // ±127 exactly: activations at +127 or −127 whatever the weights.
+                    let mut b127 = b.clone();
+                    for p in b127.chunks_exact_mut(vt.type_size()) {
+                        let qs = if vt == DType::Q8K { 4..260 } else { 2..34 };
+                        if low {
+                            p[qs].fill(0x81);
+                        }
+                        if vt == DType::Q8K {
+                            fix_q8k(p, 0.75);
+                        }
+                    }
+                    check_row(t, &variants, n, &a, &b127, true);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn kernels_accept_short_and_empty_rows() {
+    for t in SIMD_TYPES {
+        for v in dispatch::vec_dot_variants(t) {
+            assert_eq!((v.dot)(0, &[], &[]), 0.0, "{t} {:?}", v.isa);
+            assert_eq!(
+                (v.dot4)(0, &[], [&[], &[], &[], &[]]),
+                [0.0; 4],
+                "{t} {:?}",
+                v.isa
+            );
+            assert_eq!(
+                (v.rows4)(0, [&[], &[], &[], &[]], &[]),
+                [0.0; 4],
+                "{t} {:?}",
+                v.isa
+            );
+            assert_eq!(
+                (v.tile)(0, [&[], &[], &[], &[]], [&[], &[], &[], &[]]),
+                [[0.0; 4]; 4],
+                "{t} {:?}",
+                v.isa
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// ggml's summation orders, bit for bit
+// ------------------------------------------------------------------------------------------
+
+/// The signed codes of 32-value block `blk` of type `t`, in value order (from the formats:
+/// Q4_0 nibble − 8, value j in the low nibble of byte j, j + 16 in the high one; Q5_0 the
+/// same plus bit j of the 32-bit `qh` as bit 4, − 16; Q8_0 the bytes as i8).
+fn codes32(t: DType, blk: &[u8]) -> [i32; 32] {
+    let mut v = [0i32; 32];
+    match t {
+        DType::Q4_0 => {
+            for j in 0..16 {
+                v[j] = (blk[2 + j] & 15) as i32 - 8;
+                v[j + 16] = (blk[2 + j] >> 4) as i32 - 8;
+            }
+        }
+        DType::Q5_0 => {
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            for j in 0..16 {
+                let hi0 = ((qh >> j) & 1) as i32;
+                let hi1 = ((qh >> (j + 16)) & 1) as i32;
+                v[j] = ((blk[6 + j] & 15) as i32 | hi0 << 4) - 16;
+                v[j + 16] = ((blk[6 + j] >> 4) as i32 | hi1 << 4) - 16;
+            }
+        }
+        DType::Q8_0 => {
+            for j in 0..32 {
+                v[j] = blk[2 + j] as i8 as i32;
+            }
+        }
+        _ => unreachable!(),
+    }
+    v
+}
+
+/// ggml's x86 orders written out plainly (see `SumOrder`).
+fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f32 {
+    let (ta, tb) = (t.type_size(), 34);
+    let mut lanes = [0f32; 8];
+    let mut chain = 0f32;
+    for i in 0..k / 32 {
+        let (xa, yb) = (&a[i * ta..(i + 1) * ta], &b[i * tb..(i + 1) * tb]);
+        let d = f16_at(xa, 0) as f32 * f16_at(yb, 0) as f32;
+        let (x, y) = (codes32(t, xa), codes32(DType::Q8_0, yb));
+        let mut block = 0i32;
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let s: i32 = (4 * l..4 * l + 4).map(|j| x[j] * y[j]).sum();
+            *lane = d.mul_add(s as f32, *lane);
+            block += s;
+        }
+        chain = (block as f32).mul_add(d, chain);
+    }
+    match order {
+        SumOrder::GgmlLanes => {
+            let l = lanes;
+            ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+        }
+        SumOrder::GgmlBlockChain => chain,
+        SumOrder::Any => unreachable!(),
+    }
+}
+
+#[test]
+fn simd_builds_keep_ggml_orders_bit_for_bit() {
+    let mut r = Rng(31);
+    let cases = [
+        (DType::Q4_0, SumOrder::GgmlLanes),
+        (DType::Q5_0, SumOrder::GgmlLanes),
+        (DType::Q8_0, SumOrder::GgmlLanes),
+        (DType::Q4_0, SumOrder::GgmlBlockChain),
+    ];
+    for (t, order) in cases {
+        let builds = dispatch::vec_dot_variants_in(t, order);
+        for nb in (0..=16).chain([77]) {
+            let k = 32 * nb;
+            for rep in 0..3 {
+                let wide = rep == 2;
+                let w = random_blocks(t, &mut r, 4 * nb, wide);
+                let y = random_blocks(DType::Q8_0, &mut r, 4 * nb, wide);
+                let (rs, ys) = (t.row_size(k), DType::Q8_0.row_size(k));
+                let wr: [&[u8]; 4] = std::array::from_fn(|i| &w[i * rs..(i + 1) * rs]);
+                let yr: [&[u8]; 4] = std::array::from_fn(|j| &y[j * ys..(j + 1) * ys]);
+                let want: [[u32; 4]; 4] = std::array::from_fn(|i| {
+                    std::array::from_fn(|j| ggml_order_dot(t, order, k, wr[i], yr[j]).to_bits())
+                });
+                for v in &builds {
+                    let what = format!("{t} {order:?} {:?} k={k}", v.isa);
+                    assert_eq!(
+                        (v.tile)(k, wr, yr).map(|x| x.map(f32::to_bits)),
+                        want,
+                        "{what}"
+                    );
+                    assert_eq!((v.dot)(k, wr[1], yr[2]).to_bits(), want[1][2], "{what}");
+                    let four = (v.dot4)(k, wr[3], yr).map(f32::to_bits);
+                    assert_eq!(four, want[3], "{what}");
+                    let rows = (v.rows4)(k, wr, yr[0]).map(f32::to_bits);
+                    assert_eq!(rows, want.map(|row| row[0]), "{what}");
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Activation quantizers: the reference's bytes, exactly
+// ------------------------------------------------------------------------------------------
+
+/// `groups` groups of 32 values, each of a kind the quantizers must get exactly right:
+/// ties, subnormals, huge values, a maximum magnitude reached by both signs (the first one
+/// sets Q8_K's sign), NaN and infinities (handed back to the reference), −0.
+fn awkward_values(r: &mut Rng, groups: usize) -> Vec<f32> {
+    let mut x = vec![0f32; 32 * groups];
+    for g in x.chunks_exact_mut(32) {
+        let kind = r.below(16);
+        let s = (1 + r.below(1000)) as f32 * 0.01;
+        for v in g.iter_mut() {
+            let u = (r.below(1 << 24) as f32) / 16_777_216.0 * 2.0 - 1.0;
+            *v = match kind {
+                0 => 0.0,
+                1 => s,
+                2 => u * 1e-20,
+                3 => u * 1e-40,
+                4 => u * 1e30,
+                5 => u * 3e38,
+                // Half-integers with a maximum of 127: Q8_0's scale is exactly 1, every value
+                // a tie for `roundf`.
+                6 => (r.below(255) as i32 - 127) as f32 * 0.5,
+                7 => -0.0,
+                8 => (r.below(41) as f32 - 20.0) * 0.25,
+                9 => f32::from_bits(1 + r.below(8) as u32),
+                _ => u * s,
+            };
+        }
+        match kind {
+            6 => g[r.below(32) as usize] = 127.0,
+            8 => {
+                // The largest magnitude twice, opposite signs, in random order.
+                let (i, j) = (r.below(16) as usize, 16 + r.below(16) as usize);
+                let sign = if r.below(2) == 0 { 1.0 } else { -1.0 };
+                g[i] = 7.5 * sign;
+                g[j] = -7.5 * sign;
+            }
+            10 => g[r.below(32) as usize] = f32::NAN,
+            11 => {
+                g[r.below(32) as usize] = if r.below(2) == 0 {
+                    f32::INFINITY
+                } else {
+                    f32::NEG_INFINITY
+                }
+            }
+            12 => g[r.below(32) as usize] = s * 1000.0,
+            _ => {}
+        }
+    }
+    x
+}
+
+#[test]
+fn simd_quantizers_write_the_reference_bytes() {
+    let mut r = Rng(2024);
+    for t in [DType::Q8_0, DType::Q8K] {
+        let variants = dispatch::quantizer_variants(t);
+        assert_eq!(variants[0].0, Isa::Scalar, "{t}");
+        if cpu_isas().contains(&Isa::Avx2) {
+            assert!(
+                variants.iter().any(|(isa, _)| *isa == Isa::Avx2),
+                "{t}: no AVX2 quantizer"
+            );
+        }
+        let per = t.block_size() / 32;
+        for rep in 0..400 {
+            let nb = 1 + rep % 7;
+            // One spare value in front: rows start at any multiple of 4 bytes.
+            let x = awkward_values(&mut r, nb * per + 1);
+            let len = nb * t.block_size();
+            let src = if rep % 2 == 0 {
+                &x[..len]
+            } else {
+                &x[1..1 + len]
+            };
+            let mut want = vec![0u8; t.row_size(src.len())];
+            quants::quantize_row_dyn(t, src, &mut want).expect("whole blocks");
+            for (isa, q) in &variants {
+                // Output at an odd byte offset too.
+                let mut buf = vec![0xAAu8; want.len() + 1];
+                q(src, &mut buf[1..]);
+                let diff = buf[1..].iter().zip(&want).position(|(a, b)| a != b);
+                assert!(
+                    diff.is_none(),
+                    "{t} {isa:?} rep {rep}: byte {diff:?} differs from the reference"
+                );
+            }
+        }
+    }
+    assert!(dispatch::quantizer_variants(DType::F32).is_empty());
+}
+
+// ------------------------------------------------------------------------------------------
+// Selection
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn best_build_is_selected_and_env_forces_scalar() {
+    let forced = std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| !v.is_empty() && v != "0");
+    let best = *cpu_isas().last().expect("scalar at least");
+    for t in SIMD_TYPES {
+        let isa = dispatch::active_variant(t).expect("block type").isa;
+        assert_eq!(isa, if forced { Isa::Scalar } else { best }, "{t}");
+    }
+    for t in [DType::Q4_1, DType::Q2K, DType::Q8K] {
+        assert_eq!(
+            dispatch::active_variant(t).expect("block type").isa,
+            Isa::Scalar
+        );
+    }
+    assert!(dispatch::active_variant(DType::F32).is_none());
+    if !forced {
+        // Run this very test again in a child process with the variable set.
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "best_build_is_selected_and_env_forces_scalar",
+                "--test-threads=1",
+            ])
+            .env("GGRS_FORCE_SCALAR", "1")
+            .output()
+            .expect("the test binary runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "child run:\n{text}"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// mul_mat through the executor
+// ------------------------------------------------------------------------------------------
+
+/// `mul_mat(w, x)` for `w: [k, n]` of type `t` and `x: [k, m]` f32, on `threads` threads.
+fn run_mul_mat(
+    t: DType,
+    w: &[u8],
+    x: &[f32],
+    k: usize,
+    n: usize,
+    m: usize,
+    threads: usize,
+) -> Vec<f32> {
+    let mut ctx = Context::with_mem_size(8 << 20);
+    let a = ctx.new_tensor(t, &[k, n]).expect("arena");
+    let b = ctx.new_tensor(DType::F32, &[k, m]).expect("arena");
+    ctx.set_bytes(a, w).expect("whole rows");
+    ctx.set_f32(b, x).expect("k·m values");
+    let out = ctx.mul_mat(a, b).expect("shapes agree");
+    let g = Graph::build(&ctx, out).expect("one node");
+    Executor::new(threads)
+        .compute(&mut ctx, &g)
+        .expect("computes");
+    ctx.to_f32_vec(out).expect("f32 result")
+}
+
+/// Through the executor, every output element is bit for bit the selected kernel's dot
+/// product of its weight row and its quantized activation column (for Q4_0 and Q8_0: ggml's
+/// order for the weight's shape), whatever the thread count and whether it went through a
+/// tile, and the SIMD result is
+/// within the tolerance of the scalar one ([`dispatch::force_scalar`]). The only test in
+/// this file that flips `force_scalar` or runs graphs, so no other test sees the switch.
+#[test]
+fn mul_mat_uses_the_selected_kernel_per_element() {
+    let mut r = Rng(77);
+    // 37 rows: Q4_0 in ggml's lane order; 40 (a multiple of 8): in its repacked order.
+    for (t, n) in SIMD_TYPES
+        .map(|t| (t, 37))
+        .into_iter()
+        .chain([(DType::Q4_0, 40)])
+    {
+        let vt = quants::vec_dot_type(t).expect("block type");
+        let k = 4 * t.block_size() + if t.block_size() == 32 { 96 } else { 0 };
+        let order = dispatch::ggml_sum_order(t, [k, n, 1, 1]);
+        let w = random_blocks(t, &mut r, n * k / t.block_size(), false);
+        let rs = t.row_size(k);
+        for m in [1, 3, 4, 5, 9, 18] {
+            // Activations that every Q8 quantizer maps to the same codes (integers times 1/8,
+            // each group of 32 reaching ±127/8): `mul_mat`'s INIT may use a run-time
+            // quantizer whose rounding differs from the reference's on other values.
+            let mut x: Vec<f32> = (0..k * m)
+                .map(|_| (r.below(255) as i32 - 127) as f32 * 0.125)
+                .collect();
+            for g in x.chunks_exact_mut(32) {
+                let sign = if r.below(2) == 0 { 1.0 } else { -1.0 };
+                g[r.below(32) as usize] = sign * 127.0 * 0.125;
+            }
+            let cols: Vec<Vec<u8>> = x
+                .chunks_exact(k)
+                .map(|c| {
+                    let mut q = vec![0u8; vt.row_size(k)];
+                    quants::quantize_row_dyn(vt, c, &mut q).expect("whole blocks");
+                    q
+                })
+                .collect();
+            for forced in [false, true] {
+                dispatch::force_scalar(forced);
+                let v = dispatch::active_variant(t).expect("block type");
+                if forced {
+                    assert_eq!(v.isa, Isa::Scalar);
+                }
+                for threads in [1, 2, 3] {
+                    let got = run_mul_mat(t, &w, &x, k, n, m, threads);
+                    for j in 0..m {
+                        for i in 0..n {
+                            let row = &w[i * rs..(i + 1) * rs];
+                            // Q4_0 and Q8_0 keep ggml's order whichever code runs them.
+                            let want = match order {
+                                SumOrder::Any => (v.dot)(k, row, &cols[j]),
+                                _ => ggml_order_dot(t, order, k, row, &cols[j]),
+                            };
+                            assert_eq!(
+                                got[j * n + i].to_bits(),
+                                want.to_bits(),
+                                "{t} {:?} {order:?} m={m} threads={threads} out[{i}, {j}]",
+                                v.isa
+                            );
+                        }
+                    }
+                }
+            }
+            dispatch::force_scalar(false);
+            // SIMD against scalar through the whole graph.
+            let simd = run_mul_mat(t, &w, &x, k, n, m, 2);
+            dispatch::force_scalar(true);
+            let scalar = run_mul_mat(t, &w, &x, k, n, m, 2);
+            dispatch::force_scalar(false);
+            for j in 0..m {
+                for i in 0..n {
+                    let mg = magnitude(t, &w[i * rs..(i + 1) * rs], &cols[j]);
+                    let (s, q) = (simd[j * n + i] as f64, scalar[j * n + i] as f64);
+                    assert!(
+                        (s - q).abs() <= 1e-5 * mg,
+                        "{t} m={m} out[{i}, {j}]: {s} vs {q}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Bad input gets typed errors that name the problem: unknown architecture, missing or
+//! misshapen tensors, prompts longer than the context, out-of-range token ids, empty prompts.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
+use ggrs_llama::{Batch, GenerateParams, LlamaError, Model, Session, SessionParams};
+
+fn tiny_path() -> PathBuf {
+    common::reference_dir().join("tiny/tiny-llama-f16.gguf")
+}
+
+/// Writes a copy of the tiny model with `edit_kv` applied to the metadata and tensors
+/// filtered/reshaped by `keep` (None drops the tensor; Some(ne) keeps it with that shape,
+/// its data cut or zero-padded to fit).
+fn rewrite(
+    out: &Path,
+    edit_kv: impl Fn(&str, &Value) -> Option<Value>,
+    keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
+) {
+    let src = GgufFile::open(tiny_path()).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if let Some(v) = edit_kv(k, v) {
+            w.add_kv(k.clone(), v).unwrap();
+        }
+    }
+    let mut kept = Vec::new();
+    for t in src.tensors() {
+        if let Some(ne) = keep(&t.name, t.shape()) {
+            w.add_tensor_info(t.name.clone(), t.dtype, &ne).unwrap();
+            kept.push(t.clone());
+        }
+    }
+    let mut i = 0;
+    w.write_to_path(out, |info, sink| {
+        let data = src.tensor_data(&kept[i]);
+        i += 1;
+        let mut bytes = data[..data.len().min(info.size)].to_vec();
+        bytes.resize(info.size, 0);
+        sink.write_all(&bytes)
+    })
+    .unwrap();
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ggrs-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn unknown_architecture_is_named() {
+    let p = tmp("arch.gguf");
+    rewrite(
+        &p,
+        |k, v| {
+            Some(if k == "general.architecture" {
+                Value::String("gptj".into())
+            } else {
+                v.clone()
+            })
+        },
+        |_, ne| Some(ne.to_vec()),
+    );
+    let e = Model::load(&p).unwrap_err();
+    assert!(
+        matches!(&e, LlamaError::UnsupportedArch(a) if a == "gptj"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("gptj") && e.to_string().contains("llama"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let p = tmp("missing.gguf");
+    rewrite(
+        &p,
+        |_, v| Some(v.clone()),
+        |n, ne| (n != "blk.1.ffn_up.weight").then(|| ne.to_vec()),
+    );
+    let e = Model::load(&p).unwrap_err();
+    assert!(
+        matches!(&e, LlamaError::MissingTensor(n) if n == "blk.1.ffn_up.weight"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_shape_is_named() {
+    let p = tmp("shape.gguf");
+    rewrite(
+        &p,
+        |_, v| Some(v.clone()),
+        |n, ne| {
+            Some(if n == "blk.2.attn_k.weight" {
+                vec![ne[0], ne[1] * 2]
+            } else {
+                ne.to_vec()
+            })
+        },
+    );
+    let e = Model::load(&p).unwrap_err();
+    match &e {
+        LlamaError::BadShape {
+            name,
+            got,
+            expected,
+        } => {
+            assert_eq!(name, "blk.2.attn_k.weight");
+            assert_eq!(got[1], 128);
+            assert_eq!(expected, &vec![128, 64]);
+        }
+        other => panic!("expected BadShape, got {other}"),
+    }
+}
+
+#[test]
+fn missing_hyperparameter_is_named() {
+    let p = tmp("key.gguf");
+    rewrite(
+        &p,
+        |k, v| (k != "llama.block_count").then(|| v.clone()),
+        |_, ne| Some(ne.to_vec()),
+    );
+    let e = Model::load(&p).unwrap_err();
+    assert!(
+        matches!(&e, LlamaError::MissingKey(k) if k == "llama.block_count"),
+        "{e}"
+    );
+}
+
+#[test]
+fn session_rejects_bad_prompts() {
+    let model = Arc::new(Model::load(tiny_path()).unwrap());
+    let mut s = Session::new(
+        model.clone(),
+        SessionParams {
+            n_ctx: 16,
+            n_batch: 8,
+            n_threads: 2,
+            ..SessionParams::default()
+        },
+    )
+    .unwrap();
+    // Longer than the context.
+    let long: Vec<u32> = (0..20).map(|i| 100 + i).collect();
+    let e = s.eval(&long, false).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LlamaError::ContextFull {
+                n_tokens: 20,
+                n_ctx: 16,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        s.kv_cache().used(),
+        0,
+        "a rejected prompt leaves the cache empty"
+    );
+    // Out-of-range token id.
+    let e = s.eval(&[1, 32000], false).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LlamaError::TokenOutOfRange {
+                id: 32000,
+                n_vocab: 32000
+            }
+        ),
+        "{e}"
+    );
+    // Empty prompts.
+    assert!(matches!(
+        s.eval(&[], false).unwrap_err(),
+        LlamaError::EmptyPrompt
+    ));
+    let e = s
+        .generate_tokens(&[], &GenerateParams::default(), |_| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap_err();
+    assert!(matches!(e, LlamaError::EmptyPrompt), "{e}");
+    // Filling the cache across steps: 10 fit, 10 more do not.
+    s.eval(&long[..10], false).unwrap();
+    let e = s.eval(&long[..10], false).unwrap_err();
+    assert!(
+        matches!(e, LlamaError::ContextFull { n_past: 10, .. }),
+        "{e}"
+    );
+    // A bad batch: mismatched field lengths, negative position.
+    let mut b = Batch::from_tokens(&[5, 6], 0, 0, false);
+    b.pos.pop();
+    assert!(matches!(
+        s.decode(&b).unwrap_err(),
+        LlamaError::InvalidArgument(_)
+    ));
+    // More than one output without logits_all.
+    let b = Batch::from_tokens(&[5, 6], 11, 0, true);
+    assert!(matches!(
+        s.decode(&b).unwrap_err(),
+        LlamaError::InvalidArgument(_)
+    ));
+}
+
+#[test]
+fn greedy_generation_is_reproducible_and_stops() {
+    let model = Arc::new(Model::load(tiny_path()).unwrap());
+    let mut s = Session::new(
+        model.clone(),
+        SessionParams {
+            n_ctx: 64,
+            n_threads: 2,
+            ..SessionParams::default()
+        },
+    )
+    .unwrap();
+    let params = GenerateParams {
+        max_tokens: 12,
+        sampling: ggrs_llama::SamplingParams {
+            temperature: 0.9,
+            seed: 42,
+            ..Default::default()
+        },
+        ..GenerateParams::default()
+    };
+    let a = s
+        .generate("Once upon a time", &params, |_| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    s.clear();
+    let mut streamed = String::new();
+    let b = s
+        .generate("Once upon a time", &params, |ev| {
+            streamed.push_str(&ev.text);
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(a.tokens, b.tokens, "same seed, same tokens");
+    assert_eq!(streamed, b.text, "streamed pieces add up to the text");
+    assert!(a.tokens.len() <= 12);
+    // A callback can stop the generation.
+    s.clear();
+    let c = s
+        .generate("Once upon a time", &params, |_| {
+            std::ops::ControlFlow::Break(())
+        })
+        .unwrap();
+    assert_eq!(c.tokens.len(), 1);
+    assert_eq!(c.stop, ggrs_llama::StopReason::Callback);
+}
