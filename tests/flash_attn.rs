@@ -26,6 +26,8 @@ struct Case {
     /// Outer axis of q (k and v have 1: broadcast).
     n3: usize,
     mask: Option<MaskKind>,
+    /// ggml's split-key part count (1: never split).
+    kv_splits: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -134,7 +136,7 @@ fn build(ctx: &mut Context, rng: &mut Rng, c: &Case) -> Result<Built> {
         }
     };
     let scale = 1.0 / (c.dk as f32).sqrt();
-    let out = ctx.flash_attn_ext(q, k, v, mask.as_ref().map(|m| m.0), scale)?;
+    let out = ctx.flash_attn_ext_split(q, k, v, mask.as_ref().map(|m| m.0), scale, c.kv_splits)?;
     let want = reference(c, &qv, &kv, &vv, mask.as_ref().map(|m| &m.1), scale);
     Ok(Built::new(out, want))
 }
@@ -168,16 +170,29 @@ fn flash_attn_matches_the_naive_reference() {
         (40, 56, 66, 100, 4, 2, 1, per_head),
         (32, 32, 130, 130, 3, 3, 2, shared(0)),
     ]
-    .map(|(dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask)| Case {
-        dk,
-        dv,
-        n_q,
-        n_kv,
-        n_head,
-        n_head_kv,
-        n3,
-        mask,
+    .map(|(dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask)| {
+        (dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask, 1)
     });
+    // Split-key decode (one query, ≥ 512 keys): 2 and 3 parts, uneven, with an empty part.
+    let split = [
+        (64, 64, 1, 600, 4, 2, 1, shared(0), 2),
+        (64, 64, 1, 777, 14, 2, 1, per_head, 3),
+        (32, 48, 1, 513, 2, 1, 1, None, 2),
+        (64, 64, 1, 513, 2, 2, 1, None, 200),
+    ];
+    let cases = cases.into_iter().chain(split).map(
+        |(dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask, kv_splits)| Case {
+            dk,
+            dv,
+            n_q,
+            n_kv,
+            n_head,
+            n_head_kv,
+            n3,
+            mask,
+            kv_splits,
+        },
+    );
     for c in cases {
         let name = format!("flash_attn {c:?}");
         let tol = if c.n_q >= 64 { TOL_F32 } else { TOL_ONE_ROW };
@@ -204,7 +219,8 @@ fn fnv1a(v: &[f32]) -> u64 {
 /// The inputs the recorded ggml runs used: q[i] = 2·sin(0.37·i + 0.1), k[i] = 1.5·cos(0.21·i),
 /// v[i] = 2·sin(0.13·i + 1) (in f64, then rounded to the tensor's type; i is the flat
 /// index); mask `[n_kv, n_q]` F16 hiding key j from query i when
-/// `j > i + n_kv − n_q` or `j % 7 == 3`; scale 1/√d.
+/// `j > i + n_kv − n_q` or `j % 7 == 3`; scale 1/√d. `ggml_threads` is the thread count of
+/// the ggml run (it matters only on the split-key path: `kv_splits`).
 fn ggml_inputs(
     ctx: &mut Context,
     d: usize,
@@ -213,6 +229,7 @@ fn ggml_inputs(
     n_head: usize,
     n_head_kv: usize,
     with_mask: bool,
+    ggml_threads: usize,
 ) -> Result<Tensor> {
     let q = ctx.new_tensor(DType::F32, &[d, n_q, n_head, 1])?;
     let qv: Vec<f32> = (0..d * n_q * n_head)
@@ -246,52 +263,78 @@ fn ggml_inputs(
     } else {
         None
     };
-    ctx.flash_attn_ext(q, k, v, mask, 1.0 / (d as f32).sqrt())
+    ctx.flash_attn_ext_split(q, k, v, mask, 1.0 / (d as f32).sqrt(), ggml_threads)
 }
 
-/// `(d, n_q, n_kv, n_head, n_head_kv, mask)` of a recorded ggml run.
-type GgmlCase = (usize, usize, usize, usize, usize, bool);
+/// `(d, n_q, n_kv, n_head, n_head_kv, mask, ggml threads)` of a recorded ggml run.
+type GgmlCase = (usize, usize, usize, usize, usize, bool, usize);
 /// What ggml printed: FNV-1a of the output bits, bits of the first and the last value.
 type GgmlBits = (u64, u32, u32);
 
 #[test]
 fn flash_attn_gives_ggmls_bits() {
-    // (d, n_q, n_kv, n_head, n_head_kv, mask) → (FNV-1a of the output bits, first, last), as
-    // printed by ggml (1, 2 and 3 threads gave the same bits there too).
-    let recorded: [(GgmlCase, GgmlBits); 7] = [
+    // (d, n_q, n_kv, n_head, n_head_kv, mask, ggml threads) → (FNV-1a of the output bits,
+    // first, last), as printed by ggml. Below 512 keys or with several queries, ggml gave the
+    // same bits on 1, 2 and 3 threads; the single-query cases with 512 keys or more take its
+    // split-key path, whose bits depend on its thread count (reproduced by `kv_splits`).
+    let recorded: [(GgmlCase, GgmlBits); 13] = [
         (
-            (64, 5, 9, 4, 2, true),
+            (64, 5, 9, 4, 2, true, 1),
             (0xa214_9a88_e832_15fc, 0x3f3e_f7e5, 0xbf2c_ab6a),
         ),
         (
-            (32, 7, 20, 4, 2, true),
+            (32, 7, 20, 4, 2, true, 1),
             (0xb6e7_1901_ae7b_a78d, 0xbec8_e3d9, 0x3eb9_5329),
         ),
         (
-            (64, 3, 10, 2, 1, false),
+            (64, 3, 10, 2, 1, false, 1),
             (0x860e_ee96_4d52_1416, 0x3e31_ab65, 0xbe3b_dfdd),
         ),
         (
-            (64, 70, 150, 2, 1, true),
+            (64, 70, 150, 2, 1, true, 1),
             (0xb894_3f41_6723_78c5, 0x3c80_b8fa, 0xbbdb_faa1),
         ),
         (
-            (64, 130, 130, 6, 2, true),
+            (64, 130, 130, 6, 2, true, 1),
             (0x23fe_6b87_cb8f_b474, 0x3fd7_6000, 0xbd35_4c65),
         ),
         (
-            (40, 66, 100, 2, 2, true),
+            (40, 66, 100, 2, 2, true, 1),
             (0xfa2b_36b6_2b88_2cb1, 0x3bf4_c27c, 0x3c11_36c5),
         ),
         (
-            (64, 64, 64, 2, 1, false),
+            (64, 64, 64, 2, 1, false, 1),
             (0x1725_33c1_edbf_eed3, 0x3c89_bcfe, 0xbcb8_9606),
         ),
+        (
+            (64, 1, 600, 4, 2, true, 2),
+            (0xf9ba_40ba_adce_61e9, 0x3bbd_960d, 0x3c30_2a5c),
+        ),
+        (
+            (64, 1, 777, 14, 2, true, 2),
+            (0x9e99_9cf8_9c47_2dfa, 0xbae7_3b54, 0xbbc1_f95b),
+        ),
+        (
+            (64, 1, 600, 4, 2, true, 3),
+            (0xd89c_8c8f_0b02_689d, 0x3bbd_a23c, 0x3c30_7e8e),
+        ),
+        (
+            (64, 1, 600, 4, 2, true, 1),
+            (0x11e7_2050_7323_79d8, 0x3bbc_cd11, 0x3c30_0778),
+        ),
+        (
+            (64, 1, 512, 2, 1, false, 2),
+            (0xe236_dd4e_fe19_0f1e, 0xbb54_ed9d, 0xbaf9_679d),
+        ),
+        (
+            (32, 1, 515, 4, 2, true, 2),
+            (0x9043_8502_bdca_7dee, 0x3942_dea0, 0xbbba_56f8),
+        ),
     ];
-    for ((d, n_q, n_kv, nh, nhkv, m), (hash, first, last)) in recorded {
+    for ((d, n_q, n_kv, nh, nhkv, m, gt), (hash, first, last)) in recorded {
         for n_threads in [1, 2, 3, 4] {
             let mut ctx = Context::with_mem_size(64 << 20);
-            let out = ggml_inputs(&mut ctx, d, n_q, n_kv, nh, nhkv, m).expect("build");
+            let out = ggml_inputs(&mut ctx, d, n_q, n_kv, nh, nhkv, m, gt).expect("build");
             let mut g = Graph::new();
             g.build_forward_expand(&ctx, out).expect("graph");
             Executor::new(n_threads)
@@ -299,7 +342,8 @@ fn flash_attn_gives_ggmls_bits() {
                 .expect("compute");
             let got = ctx.to_f32_vec(out).expect("read");
             let what = format!(
-                "d={d} n_q={n_q} n_kv={n_kv} heads={nh}/{nhkv} mask={m} threads={n_threads}"
+                "d={d} n_q={n_q} n_kv={n_kv} heads={nh}/{nhkv} mask={m} ggml threads={gt} \
+                 threads={n_threads}"
             );
             assert_eq!(got[0].to_bits(), first, "{what}: first value {}", got[0]);
             assert_eq!(got[got.len() - 1].to_bits(), last, "{what}: last value");

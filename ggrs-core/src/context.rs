@@ -500,7 +500,7 @@ impl Context {
         }
         let align = crate::types::data_align(dtype);
         let addr = bytes.as_ptr() as usize + offset;
-        if addr % align != 0 {
+        if !addr.is_multiple_of(align) {
             return Err(Error::InvalidArgument {
                 op: "new_tensor_external",
                 detail: format!("{dtype} data must be {align}-byte aligned, address is {addr:#x}"),

@@ -126,7 +126,10 @@
 //!   `permute`, `transpose`) share their source's data with other strides; `cont` copies.
 //! - Ops: methods of [`Context`], each stating its shape contract in its doc comment
 //!   (arithmetic with broadcasting, activations, `mul_mat`, norms, `soft_max`, `rope`,
-//!   `get_rows`/`set_rows`, reductions, views and copies). [`Op`] names what made a tensor.
+//!   `flash_attn_ext`, `get_rows`/`set_rows`, reductions, views and copies). [`Op`] names
+//!   what made a tensor. Where llama.cpp's results are the oracle (`mul_mat` on Q8_0, Q4_0
+//!   and F16 weights, activation quantization, SiLU, rope, attention), kernels add in the
+//!   order ggml's x86 build does, so a model's logits match llama.cpp's to the bit.
 //! - [`graph`]: [`Graph`], nodes in topological order and leaves apart, printable
 //!   ([`Graph::display`]) and exportable as Graphviz DOT ([`Graph::to_dot`]).
 //! - [`exec`]: [`Executor`]. It plans each node (task count, work buffer size; [`Plan`]),

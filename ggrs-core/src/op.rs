@@ -92,6 +92,9 @@ pub enum Op {
     FlashAttnExt {
         /// Applied to each key·query product before the mask.
         scale: f32,
+        /// Parts a single query's keys are split into when there are at least 512 of them
+        /// (ggml's split-key decode path; 1: never split).
+        kv_splits: usize,
     },
     /// Rotary position embedding with positions from `src1`.
     Rope {
@@ -173,7 +176,8 @@ impl Op {
             Op::Concat { dim } => format!("dim={dim}"),
             Op::Norm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
-            Op::SoftMax { scale } | Op::FlashAttnExt { scale } => format!("scale={scale}"),
+            Op::SoftMax { scale } => format!("scale={scale}"),
+            Op::FlashAttnExt { scale, kv_splits } => format!("scale={scale} kv_splits={kv_splits}"),
             Op::Rope {
                 n_dims,
                 mode,

@@ -11,6 +11,9 @@ use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
 
+/// Attention reads the cache in multiples of this many cells (llama.cpp's padding).
+const KV_PAD: usize = 256;
+
 /// One slot of the cache.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cell {
@@ -44,7 +47,7 @@ pub struct KvCache {
 pub struct Placement {
     /// Cell of each token.
     pub cells: Vec<usize>,
-    /// Cells attention reads: `0..n_kv`.
+    /// Cells attention reads: `0..n_kv` (see [`KvCache::place`] for the padding).
     pub n_kv: usize,
 }
 
@@ -167,11 +170,15 @@ impl KvCache {
                 seqs: 1u64 << batch.seq[t],
             };
         }
-        let n_kv = self
+        let used = self
             .cells
             .iter()
             .rposition(|c| c.pos.is_some())
             .map_or(0, |i| i + 1);
+        // As llama.cpp: attend to a padded number of cells, a multiple of 256 and at least 256
+        // (at most the cache size). The extra cells are masked and change no sum, but
+        // flash attention's split-key decode path divides this count among its parts.
+        let n_kv = size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD));
         Ok(Placement { cells, n_kv })
     }
 

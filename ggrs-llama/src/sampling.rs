@@ -64,7 +64,7 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return Err(format!("min-p {} is outside 0..=1", self.min_p));
         }
-        if !(self.repeat_penalty > 0.0) {
+        if self.repeat_penalty.is_nan() || self.repeat_penalty <= 0.0 {
             return Err(format!(
                 "repeat penalty {} must be > 0",
                 self.repeat_penalty

@@ -32,6 +32,11 @@ pub struct SessionParams {
     /// Whether a step may ask for the logits of every token (needed for perplexity); when
     /// false only the last token of a step gets logits.
     pub logits_all: bool,
+    /// Parts flash attention splits a decode step's keys into once it attends to 512 cells
+    /// or more. llama.cpp splits them across its threads, so its logits there depend on its
+    /// thread count: 2 (the default) reproduces `llama.cpp -t 2`, the reference outputs, bit
+    /// for bit; 1 never splits. ggrs's own results never depend on `n_threads`.
+    pub attn_kv_splits: usize,
 }
 
 impl Default for SessionParams {
@@ -42,6 +47,7 @@ impl Default for SessionParams {
             n_threads: 0,
             kv_type: DType::F16,
             logits_all: false,
+            attn_kv_splits: 2,
         }
     }
 }
@@ -74,7 +80,7 @@ impl OpProfile {
     pub fn table(&self) -> String {
         let total: std::time::Duration = self.ops.values().map(|v| v.1).sum();
         let mut rows: Vec<_> = self.ops.iter().collect();
-        rows.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
         let mut s = format!(
             "{:<16} {:>8} {:>12} {:>7}   ({} steps, {:.1} ms)\n",
             "op",
@@ -144,11 +150,17 @@ impl Session {
                 "n_batch must be at least 1".into(),
             ));
         }
+        if params.attn_kv_splits == 0 {
+            return Err(LlamaError::InvalidArgument(
+                "attn_kv_splits must be at least 1 (1: never split)".into(),
+            ));
+        }
         params.n_batch = params.n_batch.min(params.n_ctx);
         let worst = StepShape {
             n_tokens: params.n_batch,
             n_kv: params.n_ctx,
             n_outputs: if params.logits_all { params.n_batch } else { 1 },
+            attn_kv_splits: params.attn_kv_splits,
         };
         // Measure: the same allocations as the real context will make, without data.
         let mut m = Context::measure();
@@ -297,6 +309,7 @@ impl Session {
             n_tokens: n,
             n_kv: placed.n_kv,
             n_outputs: n_out,
+            attn_kv_splits: self.params.attn_kv_splits,
         };
         self.ctx.rewind(self.base)?;
         let (inp, logits, graph) =

@@ -39,8 +39,12 @@ fn last_token_logits_equal_all_logits_row() {
             .zip(got)
             .map(|(x, y)| (x - y).abs())
             .fold(0f32, f32::max);
+        // The output projection of one row sums as ggml's `vec_dot` does and that of several
+        // rows as its tinyBLAS does (llama.cpp's own split, which ggrs reproduces bit for bit),
+        // so with F16 weights the two may differ in the last bits; anything beyond a few
+        // roundings of a logit (|logit| < 20 here) is a real difference.
         assert!(
-            diff == 0.0,
+            diff <= 1e-5,
             "prompt {:?}: last-token logits differ by {diff}",
             r.prompt
         );

@@ -12,6 +12,7 @@ use ggrs_llama::{Model, Session, SessionParams};
 const GPL3: &str = "/usr/share/common-licenses/GPL-3";
 
 fn check(kind: &str, want: f64) {
+    let _one_at_a_time = common::serial();
     let Some(path) = common::qwen05b(kind) else {
         return;
     };

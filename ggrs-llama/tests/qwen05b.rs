@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ggrs_llama::Model;
 
 fn check(kind: &str, tol: f32) {
+    let _one_at_a_time = common::serial();
     let Some(path) = common::qwen05b(kind) else {
         return;
     };

@@ -40,7 +40,7 @@ pub(crate) fn spin_while(n_threads: usize, pending: impl Fn() -> bool) -> bool {
             return true;
         }
         i = i.wrapping_add(1);
-        if i % 64 == 0 {
+        if i.is_multiple_of(64) {
             let t = start.elapsed();
             if t > spin + yld {
                 return false;

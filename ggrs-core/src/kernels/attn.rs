@@ -28,10 +28,16 @@
 //! accumulator gets `fma(w, v, acc)` over the tile's keys in order. Key tiles whose mask is
 //! −∞ for every query of the tile are skipped. The output is `acc · (1/S)`.
 //!
-//! Every output row is computed by one thread in this fixed order, so results do not depend
-//! on the thread count. Not reproduced: ggml's split-key decode path (one query, at least 512
-//! keys, the keys split across *its* threads and the parts merged), whose result depends on
-//! ggml's thread count; such rows use the one-row kernel here.
+//! **Split keys** (one query per head, at least [`SPLIT_MIN_KV`] keys, `kv_splits ≥ 2`):
+//! ggml splits the keys into as many parts as it runs threads, runs the one-row kernel on
+//! each part (keeping its maximum `M`, sum `S` and unnormalised accumulator widened to f32)
+//! and merges the parts in order: `M' = max(M, Mₚ)`, `acc = fma(acc, e^(M−M'), accₚ·e^(Mₚ−M'))`,
+//! `S = fma(S, e^(M−M'), Sₚ·e^(Mₚ−M'))`, then `acc · (1/S)`. The part count is the op's
+//! `kv_splits` (llama.cpp's thread count), not ours; parts run as separate chunks and are
+//! merged in FINALIZE.
+//!
+//! Every output row (or part) is computed by one thread in this fixed order, so results do
+//! not depend on the thread count.
 //!
 //! `exp` is the C library's `expf` in both (Rust's `f32::exp` calls the same function).
 //! On x86-64 with AVX2, FMA and F16C the loops run vectorised through the same IEEE operations
@@ -51,8 +57,16 @@ pub const TILE_Q: usize = 64;
 /// Keys per tile of the tiled kernel (ggml's `GGML_FA_TILE_KV`).
 pub const TILE_KV: usize = 64;
 
+/// Fewest keys for which ggml splits a single query's keys across its threads.
+pub const SPLIT_MIN_KV: usize = 512;
+
 fn use_tiled(n_q: usize) -> bool {
     n_q >= TILE_Q
+}
+
+/// Whether the split-key path runs: one query per head, one outer index, enough keys.
+fn use_split(q_ne: [usize; 4], n_kv: usize, kv_splits: usize) -> bool {
+    kv_splits >= 2 && q_ne[1] == 1 && q_ne[3] == 1 && n_kv >= SPLIT_MIN_KV
 }
 
 /// Scratch (f32 slots) of the one-row kernel: q rounded to f16 (as f32), a converted key row,
@@ -73,9 +87,27 @@ fn tile_scratch(dk: usize, dv: usize) -> usize {
         + 16
 }
 
-pub(crate) fn plan(q: &TensorMeta, k: &TensorMeta, v: &TensorMeta, nth: usize) -> TaskPlan {
+pub(crate) fn plan(
+    q: &TensorMeta,
+    k: &TensorMeta,
+    v: &TensorMeta,
+    kv_splits: usize,
+    nth: usize,
+) -> TaskPlan {
     let (dk, dv, n_q) = (k.ne[0], v.ne[0], q.ne[1]);
     let heads = q.ne[2] * q.ne[3];
+    if use_split(q.ne, k.ne[1], kv_splits) {
+        // One chunk per (head, part); partial results in the shared buffer, merged in
+        // FINALIZE.
+        let parts = heads * kv_splits;
+        return TaskPlan {
+            n_chunks: parts,
+            finalize: true,
+            work_shared: parts * (2 + dv) * std::mem::size_of::<f32>(),
+            scratch_f32: row_scratch(dk, dv).max(dv),
+            ..TaskPlan::default()
+        };
+    }
     let (units, scratch) = if use_tiled(n_q) {
         (heads * n_q.div_ceil(TILE_Q), tile_scratch(dk, dv))
     } else {
@@ -180,6 +212,7 @@ impl Attn<'_> {
 pub(crate) unsafe fn flash_attn_ext(
     task: &Task,
     scale: f32,
+    kv_splits: usize,
     chunk: usize,
     n_chunks: usize,
     work: &mut Work,
@@ -196,6 +229,31 @@ pub(crate) unsafe fn flash_attn_ext(
         fast: fast(),
     };
     let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
+    if use_split(a.q.ne, a.n_kv(), kv_splits) {
+        let n_kv = a.n_kv();
+        let per = n_kv.div_ceil(kv_splits);
+        let stride = 2 + a.dv();
+        for u in split_range(n_head * kv_splits, n_chunks, chunk) {
+            let (h, part) = (u / kv_splits, u % kv_splits);
+            let keys = (part * per).min(n_kv)..((part + 1) * per).min(n_kv);
+            // SAFETY: slot u of the shared buffer (planned for n_head · kv_splits slots of
+            // `stride` f32) belongs to this chunk only; indices in range.
+            unsafe {
+                let slot = std::slice::from_raw_parts_mut(
+                    (work.shared as *mut f32).add(u * stride),
+                    stride,
+                );
+                let (max, sum) = one_row_keys(&a, 0, h, 0, keys, work.scratch);
+                slot[0] = max;
+                slot[1] = sum;
+                let acc = row_acc(work.scratch, a.dk(), a.dv());
+                for (o, &y) in slot[2..].iter_mut().zip(acc.iter()) {
+                    *o = h2f(y);
+                }
+            }
+        }
+        return;
+    }
     if use_tiled(n_q) {
         let n_tiles = n_q.div_ceil(TILE_Q);
         for u in split_range(n_tiles * n_head * n3, n_chunks, chunk) {
@@ -225,6 +283,35 @@ pub(crate) unsafe fn flash_attn_ext(
 /// # Safety
 /// Indices in range; `sc` holds [`row_scratch`] values.
 unsafe fn one_row(a: &Attn, iq1: usize, iq2: usize, iq3: usize, sc: &mut [f32]) {
+    // SAFETY: forwarded.
+    let (_, sum) = unsafe { one_row_keys(a, iq1, iq2, iq3, 0..a.n_kv(), sc) };
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    // SAFETY: indices in range; this thread owns the row.
+    let out = unsafe { a.out_row(iq1, iq2, iq3) };
+    for (o, &y) in out.iter_mut().zip(row_acc(sc, a.dk(), a.dv()).iter()) {
+        *o = h2f(y) * inv;
+    }
+}
+
+/// The f16 accumulator of the one-row kernel in its scratch.
+fn row_acc(sc: &mut [f32], dk: usize, dv: usize) -> &mut [u16] {
+    let rest = &mut sc[2 * dk..2 * dk + dv.div_ceil(2)];
+    &mut bytemuck::cast_slice_mut(rest)[..dv]
+}
+
+/// The one-row kernel over keys `keys`: leaves the f16 accumulator (unnormalised) in the
+/// scratch ([`row_acc`]) and returns the running maximum and sum `(M, S)`.
+///
+/// # Safety
+/// Indices in range, `keys` within `0..n_kv`; `sc` holds [`row_scratch`] values.
+unsafe fn one_row_keys(
+    a: &Attn,
+    iq1: usize,
+    iq2: usize,
+    iq3: usize,
+    keys: std::ops::Range<usize>,
+    sc: &mut [f32],
+) -> (f32, f32) {
     let (dk, dv) = (a.dk(), a.dv());
     let (qh, rest) = sc.split_at_mut(dk);
     let (kr, rest) = rest.split_at_mut(dk);
@@ -237,7 +324,7 @@ unsafe fn one_row(a: &Attn, iq1: usize, iq2: usize, iq3: usize, sc: &mut [f32]) 
     acc.fill(0);
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
-    for ic in 0..a.n_kv() {
+    for ic in keys {
         // SAFETY: ic < n_kv, other indices from the caller.
         let mv = unsafe { a.mask_at(ic, iq1, iq2, iq3) };
         if mv == f32::NEG_INFINITY {
@@ -263,11 +350,59 @@ unsafe fn one_row(a: &Attn, iq1: usize, iq2: usize, iq3: usize, sc: &mut [f32]) 
         mad_f16(acc, v, vs, a.fast);
         sum = sum.mul_add(ms, vs);
     }
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    // SAFETY: indices in range; this thread owns the row.
-    let out = unsafe { a.out_row(iq1, iq2, iq3) };
-    for (o, &y) in out.iter_mut().zip(acc.iter()) {
-        *o = h2f(y) * inv;
+    (max, sum)
+}
+
+/// FINALIZE of the split-key path: merges each head's parts in order, as ggml's
+/// `ggml_flash_attn_ext_reduce_partials` does (the compiler fuses `old·e₀ + new·e₁` into
+/// `fma(old, e₀, new·e₁)`), and writes the normalised rows. Nothing to do otherwise.
+///
+/// # Safety
+/// See [`crate::kernels::finalize`]; every chunk of the node has run.
+pub(crate) unsafe fn finalize(task: &Task, kv_splits: usize, work: &mut Work) {
+    let (q, k) = (task.s0(), task.s1());
+    let Some(v) = task.src[2].as_ref() else {
+        return;
+    };
+    if !use_split(q.ne, k.ne[1], kv_splits) {
+        return;
+    }
+    let dv = v.ne[0];
+    let stride = 2 + dv;
+    let acc = &mut work.scratch[..dv];
+    for h in 0..q.ne[2] {
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        acc.fill(0.0);
+        for part in 0..kv_splits {
+            // SAFETY: the slot was written by its chunk (all chunks have run); nobody writes
+            // the shared buffer meanwhile.
+            let slot = unsafe {
+                std::slice::from_raw_parts(
+                    (work.shared as *const f32).add((h * kv_splits + part) * stride),
+                    stride,
+                )
+            };
+            let (m_p, s_p) = (slot[0], slot[1]);
+            if s_p == 0.0 {
+                continue;
+            }
+            let m_new = max.max(m_p);
+            let (e_old, e_new) = ((max - m_new).exp(), (m_p - m_new).exp());
+            for (y, &yp) in acc.iter_mut().zip(&slot[2..]) {
+                *y = y.mul_add(e_old, yp * e_new);
+            }
+            sum = sum.mul_add(e_old, s_p * e_new);
+            max = m_new;
+        }
+        if sum != 0.0 {
+            let inv = 1.0 / sum;
+            for y in acc.iter_mut() {
+                *y *= inv;
+            }
+        }
+        // SAFETY: head h < n_head of the single query; FINALIZE runs on one thread.
+        let out = unsafe { task.dst.row_f32_mut(h, 0, 0) };
+        out.copy_from_slice(acc);
     }
 }
 

@@ -321,10 +321,11 @@ pub(crate) fn plan(
         }
         // Row ops that may need a converted/gathered source row (+ mask row) in scratch.
         Op::SoftMax { .. } => row_plan(2 * s0ne0 + 16),
-        Op::FlashAttnExt { .. } => attn::plan(
+        Op::FlashAttnExt { kv_splits, .. } => attn::plan(
             s0.expect("flash_attn_ext q"),
             src[1].expect("flash_attn_ext k"),
             src[2].expect("flash_attn_ext v"),
+            *kv_splits,
             nth,
         ),
         Op::GetRows => row_plan(0),
@@ -383,7 +384,9 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::MulMat => matmul::compute(task, chunk, n, work),
             Op::DiagMaskInf { n_past } => nn::diag_mask_inf(task, n_past, chunk, n, work),
             Op::SoftMax { scale } => nn::soft_max(task, scale, chunk, n, work),
-            Op::FlashAttnExt { scale } => attn::flash_attn_ext(task, scale, chunk, n, work),
+            Op::FlashAttnExt { scale, kv_splits } => {
+                attn::flash_attn_ext(task, scale, kv_splits, chunk, n, work)
+            }
             Op::Rope { .. } => return nn::rope(task, chunk, n, work),
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }
@@ -398,8 +401,10 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
 pub(crate) unsafe fn finalize(task: &Task, work: &mut Work) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        if let Op::Sum = task.op {
-            reduce::sum_finalize(task, work)
+        match task.op {
+            Op::Sum => reduce::sum_finalize(task, work),
+            Op::FlashAttnExt { kv_splits, .. } => attn::finalize(task, kv_splits, work),
+            _ => {}
         }
     }
 }

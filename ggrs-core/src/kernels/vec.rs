@@ -262,6 +262,9 @@ fn dot_f16_with(a: &[f16], b: &[f16], conv: impl Fn(&[f16], &mut [f32])) -> f32 
     dot_half_body!(a, b, conv)
 }
 
+/// A dot product of two f16 vectors.
+type DotF16Fn = fn(&[f16], &[f16]) -> f32;
+
 /// The portable build of [`dot_f16`] (the reference the SIMD builds are tested against).
 pub fn dot_f16_scalar(a: &[f16], b: &[f16]) -> f32 {
     dot_f16_with(a, b, f16_to_f32_block)
@@ -285,7 +288,7 @@ unsafe fn dot_f16_avx512(a: &[f16], b: &[f16]) -> f32 {
 /// f32). The SIMD builds convert with F16C; all builds give the same bits.
 #[inline]
 pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
-    static IMPL: OnceLock<fn(&[f16], &[f16]) -> f32> = OnceLock::new();
+    static IMPL: OnceLock<DotF16Fn> = OnceLock::new();
     let f = IMPL.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
@@ -305,9 +308,8 @@ pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
 #[cfg(all(test, target_arch = "x86_64"))]
 impl SimdVariants {
     /// Every build of [`dot_f16`] this CPU can run.
-    pub(crate) fn dot_f16() -> Vec<(SimdLevel, fn(&[f16], &[f16]) -> f32)> {
-        let mut v: Vec<(SimdLevel, fn(&[f16], &[f16]) -> f32)> =
-            vec![(SimdLevel::Scalar, dot_f16_scalar)];
+    pub(crate) fn dot_f16() -> Vec<(SimdLevel, DotF16Fn)> {
+        let mut v: Vec<(SimdLevel, DotF16Fn)> = vec![(SimdLevel::Scalar, dot_f16_scalar)];
         let lvl = detect();
         if lvl >= SimdLevel::Avx2 {
             // SAFETY: the CPU reports AVX2, FMA and F16C.

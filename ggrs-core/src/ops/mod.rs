@@ -50,7 +50,7 @@ impl Context {
 
 /// True when `b` can be tiled to `a`'s shape (each `a.ne[i]` a multiple of `b.ne[i]`).
 pub(crate) fn can_repeat(b: &[usize; 4], a: &[usize; 4]) -> bool {
-    (0..4).all(|i| (b[i] == 0 && a[i] == 0) || (b[i] != 0 && a[i] % b[i] == 0))
+    (0..4).all(|i| (b[i] == 0 && a[i] == 0) || (b[i] != 0 && a[i].is_multiple_of(b[i])))
 }
 
 pub(crate) fn shape_err(

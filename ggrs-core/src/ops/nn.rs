@@ -255,7 +255,32 @@ impl Context {
         mask: Option<Tensor>,
         scale: f32,
     ) -> Result<Tensor> {
+        self.flash_attn_ext_split(q, k, v, mask, scale, 1)
+    }
+
+    /// [`Context::flash_attn_ext`], with ggml's split-key path for decoding: when there is a
+    /// single query per head (`n_q = 1`, `n3 = 1`) and at least 512 keys, ggml splits the
+    /// keys into as many contiguous parts as it runs threads (`⌈n_kv / parts⌉` keys each),
+    /// runs the one-row kernel on each and merges the parts (running maxima and sums
+    /// rescaled, in part order). `kv_splits` is that part count: 2 reproduces a llama.cpp run
+    /// on 2 threads bit for bit; 1 never splits. The result depends on `kv_splits` only,
+    /// never on the thread count of the executor. Same shape contract; `kv_splits ≥ 1`.
+    pub fn flash_attn_ext_split(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Option<Tensor>,
+        scale: f32,
+        kv_splits: usize,
+    ) -> Result<Tensor> {
         const OP: &str = "FLASH_ATTN_EXT";
+        if kv_splits == 0 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                detail: "kv_splits must be at least 1 (1: never split the keys)".into(),
+            });
+        }
         let mq = self.expect_type(OP, "q", q, &[DType::F32])?;
         let (nq, q_dense) = (mq.ne, mq.rows_contiguous());
         let mk = self.expect_type(OP, "k (cast it to F16 first)", k, &[DType::F16])?;
@@ -321,7 +346,7 @@ impl Context {
         self.new_tensor_with(
             DType::F32,
             [nv[0], nq[2], nq[1], nq[3]],
-            Op::FlashAttnExt { scale },
+            Op::FlashAttnExt { scale, kv_splits },
             [Some(q), Some(k), Some(v), mask],
         )
     }
@@ -359,7 +384,7 @@ impl Context {
                 "pos must be [a.ne[2]] (one position per token)",
             ));
         }
-        if p.n_dims == 0 || p.n_dims % 2 != 0 || p.n_dims > na[0] {
+        if p.n_dims == 0 || !p.n_dims.is_multiple_of(2) || p.n_dims > na[0] {
             return Err(Error::InvalidArgument {
                 op: "ROPE",
                 detail: format!(
@@ -368,7 +393,7 @@ impl Context {
                 ),
             });
         }
-        if !(p.freq_base > 0.0) || !p.freq_scale.is_finite() {
+        if p.freq_base.is_nan() || p.freq_base <= 0.0 || !p.freq_scale.is_finite() {
             return Err(Error::InvalidArgument {
                 op: "ROPE",
                 detail: format!(

@@ -18,7 +18,7 @@ impl Context {
         offset: usize,
     ) -> Result<Tensor> {
         let m = self.meta(a)?;
-        if m.dtype.is_quantized() && ne[0] % m.dtype.block_size() != 0 {
+        if m.dtype.is_quantized() && !ne[0].is_multiple_of(m.dtype.block_size()) {
             return Err(Error::InvalidView {
                 op: "VIEW",
                 detail: format!(

@@ -43,6 +43,7 @@ pub fn build(
         n_tokens: n,
         n_kv,
         n_outputs,
+        attn_kv_splits,
     } = shape;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let e_kv = hp.n_embd_kv();
@@ -102,7 +103,8 @@ pub fn build(
         let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
         let merged = if kv.dtype == DType::F16 {
             // llama.cpp's default (flash attention on): same arithmetic, hence same logits.
-            ctx.flash_attn_ext(qq, kk, vv, Some(mask), kq_scale)? // [hd, nh, n]
+            ctx.flash_attn_ext_split(qq, kk, vv, Some(mask), kq_scale, attn_kv_splits)?
+        // [hd, nh, n]
         } else {
             let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
             let kq = ctx.soft_max_ext(kq, Some(mask), kq_scale)?;

@@ -119,4 +119,6 @@ pub struct StepShape {
     pub n_kv: usize,
     /// Tokens whose logits are wanted.
     pub n_outputs: usize,
+    /// Flash attention's split-key part count (see [`crate::SessionParams::attn_kv_splits`]).
+    pub attn_kv_splits: usize,
 }

@@ -230,3 +230,11 @@ pub fn qwen05b(kind: &str) -> Option<PathBuf> {
     let f16 = make(&src, "f16");
     Some(if kind == "f16" { f16 } else { make(&f16, kind) })
 }
+
+/// Held by each test that runs the real model, so that the tests of one binary (which cargo
+/// runs on parallel threads) take the machine's cores one after the other instead of
+/// oversubscribing them.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
