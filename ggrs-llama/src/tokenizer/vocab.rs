@@ -221,7 +221,14 @@ impl<'a, F: Fn(&str) -> Option<&'a Value>> Keys<'a, F> {
         }
     }
 
-    fn strings(&self, key: &'static str) -> Result<Option<Vec<String>>> {
+    /// The elements of array `key`, each converted by `convert` (`None` when the key is
+    /// absent; an error naming the index of the first element of another type).
+    fn elements<T>(
+        &self,
+        key: &'static str,
+        expected: &'static str,
+        convert: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<Vec<T>>> {
         let Some(items) = self.array(key)? else {
             return Ok(None);
         };
@@ -229,55 +236,27 @@ impl<'a, F: Fn(&str) -> Option<&'a Value>> Keys<'a, F> {
             .iter()
             .enumerate()
             .map(|(index, v)| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .ok_or(TokenizerError::WrongElementType {
-                        key,
-                        index,
-                        expected: "a string",
-                        found: v.type_name(),
-                    })
+                convert(v).ok_or(TokenizerError::WrongElementType {
+                    key,
+                    index,
+                    expected,
+                    found: v.type_name(),
+                })
             })
             .collect::<Result<Vec<_>>>()
             .map(Some)
+    }
+
+    fn strings(&self, key: &'static str) -> Result<Option<Vec<String>>> {
+        self.elements(key, "a string", |v| v.as_str().map(str::to_owned))
     }
 
     fn floats(&self, key: &'static str) -> Result<Option<Vec<f32>>> {
-        let Some(items) = self.array(key)? else {
-            return Ok(None);
-        };
-        items
-            .iter()
-            .enumerate()
-            .map(|(index, v)| {
-                v.as_f32().ok_or(TokenizerError::WrongElementType {
-                    key,
-                    index,
-                    expected: "a number",
-                    found: v.type_name(),
-                })
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        self.elements(key, "a number", Value::as_f32)
     }
 
     fn ints(&self, key: &'static str) -> Result<Option<Vec<i64>>> {
-        let Some(items) = self.array(key)? else {
-            return Ok(None);
-        };
-        items
-            .iter()
-            .enumerate()
-            .map(|(index, v)| {
-                v.as_i64().ok_or(TokenizerError::WrongElementType {
-                    key,
-                    index,
-                    expected: "an integer",
-                    found: v.type_name(),
-                })
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+        self.elements(key, "an integer", Value::as_i64)
     }
 }
 
