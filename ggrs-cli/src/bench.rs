@@ -5,8 +5,12 @@
 //! depth. Token ids are drawn at random from the vocabulary, as llama-bench does. Each test
 //! runs once to warm up, then `--reps` times; the table gives mean ± standard deviation
 //! and the median.
+//!
+//! `--profile` also times every node of every measured step and prints, after the table,
+//! the time per op type and the most expensive nodes of each test.
 
-use std::time::Instant;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use ggrs_llama::sampling::Rng;
 use serde_json::json;
@@ -47,6 +51,69 @@ pub struct Args {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+    /// Print a per-op profile of each test (time per op type and per node). Profiling
+    /// runs each node on its own (no two nodes at once) so that every time is that node's
+    /// own: the speeds measured with it are a little lower.
+    #[arg(long)]
+    profile: bool,
+}
+
+/// Node times summed over the measured steps of one test.
+#[derive(Default)]
+struct Profile {
+    steps: usize,
+    /// Per op name: nodes run and total time.
+    ops: BTreeMap<&'static str, (usize, Duration)>,
+    /// Per graph node (index, op, shape): times run and total time.
+    nodes: BTreeMap<(usize, &'static str, [usize; 4]), (usize, Duration)>,
+}
+
+impl Profile {
+    /// Adds the per-node times of the step the session just computed.
+    fn add(&mut self, s: &ggrs_llama::Session) {
+        self.steps += 1;
+        for t in s.profile() {
+            let o = self.ops.entry(t.op).or_default();
+            o.0 += 1;
+            o.1 += t.time;
+            let n = self.nodes.entry((t.node, t.op, t.ne)).or_default();
+            n.0 += 1;
+            n.1 += t.time;
+        }
+    }
+
+    /// Per-op table, then the `top` most expensive nodes.
+    fn table(&self, title: &str, top: usize) -> String {
+        let total: Duration = self.ops.values().map(|v| v.1).sum();
+        let share = |t: Duration| 100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12);
+        let mut out = format!(
+            "\nprofile of {title}: {} steps, {:.2} ms in nodes\n\n| op | nodes | ms | share |\n| --- | ---: | ---: | ---: |\n",
+            self.steps,
+            total.as_secs_f64() * 1e3
+        );
+        let mut ops: Vec<_> = self.ops.iter().collect();
+        ops.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+        for (op, (n, t)) in ops {
+            out += &format!(
+                "| {op} | {n} | {:.2} | {:.1}% |\n",
+                t.as_secs_f64() * 1e3,
+                share(*t)
+            );
+        }
+        out += &format!(
+            "\n| node | op | shape | runs | µs per run | share |\n| ---: | --- | --- | ---: | ---: | ---: |\n"
+        );
+        let mut nodes: Vec<_> = self.nodes.iter().collect();
+        nodes.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+        for ((i, op, ne), (n, t)) in nodes.into_iter().take(top) {
+            out += &format!(
+                "| {i} | {op} | {ne:?} | {n} | {:.1} | {:.1}% |\n",
+                t.as_secs_f64() * 1e6 / *n as f64,
+                share(*t)
+            );
+        }
+        out
+    }
 }
 
 struct Stats {
@@ -96,6 +163,7 @@ pub fn run(a: Args) -> CliResult {
             .map(|_| (rng.next_u64() % hp.n_vocab as u64) as u32)
             .collect()
     };
+    let mut profiles: Vec<String> = Vec::new();
     if !a.json {
         println!("| model | size | params | threads | test | t/s (mean ± sd) | median t/s |");
         println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -106,6 +174,9 @@ pub fn run(a: Args) -> CliResult {
         margs.ctx_size = a.depth + max_p.max(max_n) + 1;
         margs.batch_size = max_p.max(a.depth).max(1);
         let mut s = margs.session(model.clone(), false)?;
+        if a.profile {
+            s.set_profiling(true);
+        }
         let mut tests: Vec<(String, usize, bool)> = Vec::new();
         tests.extend(
             a.n_prompt
@@ -126,6 +197,7 @@ pub fn run(a: Args) -> CliResult {
                 label
             };
             let mut speeds = Vec::with_capacity(a.reps);
+            let mut prof = Profile::default();
             for rep in 0..=a.reps {
                 s.clear();
                 if a.depth > 0 {
@@ -133,19 +205,31 @@ pub fn run(a: Args) -> CliResult {
                 }
                 let toks = random_tokens(n);
                 let t0 = Instant::now();
+                let mut secs = 0.0;
                 if is_pp {
                     s.eval(&toks, false)?;
+                    secs = t0.elapsed().as_secs_f64();
+                    if a.profile && rep > 0 {
+                        prof.add(&s);
+                    }
                 } else {
                     for &tok in &toks {
+                        let t = Instant::now();
                         s.eval(&[tok], false)?;
+                        secs += t.elapsed().as_secs_f64();
+                        if a.profile && rep > 0 {
+                            prof.add(&s);
+                        }
                     }
                 }
-                let secs = t0.elapsed().as_secs_f64();
                 if rep > 0 {
                     speeds.push(n as f64 / secs);
                 }
             }
             let st = stats(&speeds);
+            if a.profile {
+                profiles.push(prof.table(&format!("{label}, {t} threads"), 25));
+            }
             if a.json {
                 println!(
                     "{}",
@@ -163,6 +247,13 @@ pub fn run(a: Args) -> CliResult {
                     st.median
                 );
             }
+        }
+    }
+    for p in &profiles {
+        if a.json {
+            eprint!("{p}");
+        } else {
+            print!("{p}");
         }
     }
     Ok(())

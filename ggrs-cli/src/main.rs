@@ -2,7 +2,9 @@
 //! everything a library user would also need lives in the libraries.
 
 mod bench;
+mod chat;
 mod common;
+mod convert;
 mod inspect;
 mod perplexity;
 mod quantize;
@@ -25,6 +27,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streams to stdout, timings to stderr).
     Run(run::Args),
+    /// Chat interactively: one line per message, replies streamed, context kept between turns.
+    Chat(chat::Args),
     /// Print the token ids (and pieces) of a text.
     Tokenize(tokenize::Args),
     /// Perplexity of a text file (llama.cpp's protocol).
@@ -35,6 +39,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write a copy of a GGUF model with its weights converted to another type.
     Quantize(quantize::Args),
+    /// Convert a Hugging Face checkpoint directory (safetensors) to a GGUF model.
+    Convert(convert::Args),
 }
 
 /// An error with its chain of causes, for printing.
@@ -56,11 +62,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Convert(a) => convert::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -21,8 +21,9 @@ pub struct Args {
     #[arg(value_name = "TYPE")]
     target: String,
     /// Convert every 2-D weight (token embeddings and output included) to TYPE and keep
-    /// 1-D tensors as they are. This is what ggrs always does (llama.cpp's mixed k-quant
-    /// recipes are not implemented); the flag is accepted for compatibility.
+    /// 1-D tensors as they are. Without it, the output projection gets Q6_K (Q8_0 when its
+    /// rows are not a multiple of 256) as in llama.cpp's default recipe; llama.cpp's per-layer
+    /// k-quant mixtures (Q4_K_M, …) are not implemented.
     #[arg(long)]
     pure: bool,
     /// Allow converting tensors that are block-quantized already.
@@ -49,6 +50,7 @@ pub fn run(a: Args) -> CliResult {
         target,
         allow_requantize: a.allow_requantize,
         n_threads: a.threads,
+        pure: a.pure,
     };
     let t0 = Instant::now();
     let mut err = std::io::stderr();

@@ -30,6 +30,21 @@ pub struct Args {
     /// Print the prompt before the generated text.
     #[arg(long)]
     echo: bool,
+    /// Treat the prompt as one user message of a chat: format it with the model's chat
+    /// template (`tokenizer.chat_template`, or ChatGLM's built-in format).
+    #[arg(long)]
+    chat: bool,
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// The prompt as token ids (comma-separated), used as given: no BOS or template added.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "IDS",
+        conflicts_with = "chat"
+    )]
+    prompt_ids: Option<Vec<u32>>,
     /// Print one JSON object (token ids, text, timings) instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -46,8 +61,29 @@ fn piece(tok: &ggrs_llama::Tokenizer, id: u32) -> String {
 
 /// Runs `ggrs run`.
 pub fn run(a: Args) -> CliResult {
-    let prompt = a.prompt.text()?;
     let model = a.model.load()?;
+    let glm1 = model.hparams.arch == ggrs_llama::Arch::ChatGlm1;
+    let (prompt, tokens) = if let Some(ids) = &a.prompt_ids {
+        (String::new(), ids.clone())
+    } else if glm1 {
+        // ChatGLM-6B v1: its own prompt convention (`text [gMASK] <sop>`; chat turns).
+        let text = a.prompt.text()?;
+        let text = match a.chat {
+            true => ggrs_llama::arch::chatglm1::chat_prompt(&[], &text),
+            false => text,
+        };
+        let ids = ggrs_llama::arch::chatglm1::encode_prompt(&model, &text)?;
+        (text, ids)
+    } else if a.chat {
+        let prompt = a.prompt.text()?;
+        let text = crate::chat::format_single_turn(&model, &prompt, a.system.as_deref())?;
+        let ids = ggrs_llama::chat::encode_prompt(model.tokenizer(), &text)?;
+        (text, ids)
+    } else {
+        let prompt = a.prompt.text()?;
+        let ids = model.tokenizer().encode(&prompt, true, true)?;
+        (prompt, ids)
+    };
     let mut session = a.model.session(model.clone(), false)?;
     let params = GenerateParams {
         max_tokens: a.n_predict,
@@ -62,7 +98,7 @@ pub fn run(a: Args) -> CliResult {
         out.flush()?;
     }
     let json = a.json;
-    let g = session.generate(&prompt, &params, |ev| {
+    let g = session.generate_tokens(&tokens, &params, |ev| {
         if !json {
             let _ = write!(out, "{}", ev.text);
             let _ = out.flush();

@@ -71,6 +71,11 @@ pub enum Op {
         /// Added to the mean square.
         eps: f32,
     },
+    /// RMS normalisation of each row of `src0`, times `src1` element-wise (fused).
+    RmsNormMul {
+        /// Added to the mean square.
+        eps: f32,
+    },
     /// Rows of `src0` picked by the indices in `src1`.
     GetRows,
     /// Rows of `src1` written into `src0` at the indices in `src2`; a view of `src0`.
@@ -106,6 +111,14 @@ pub enum Op {
         freq_base: f32,
         /// Position scale (1 for no scaling).
         freq_scale: f32,
+    },
+    /// Rotary embedding of a section of each row, with positions from `src1` and the
+    /// per-pair frequencies from `src2` (see `Context::rope_freqs`).
+    RopeFreqs {
+        /// First rotated dimension of each row.
+        offset: usize,
+        /// Pairing of rotated dimensions.
+        mode: RopeMode,
     },
     /// A view into `src0` at a byte offset (no data moved).
     View,
@@ -146,6 +159,7 @@ impl Op {
             Op::Concat { .. } => "CONCAT",
             Op::Norm { .. } => "NORM",
             Op::RmsNorm { .. } => "RMS_NORM",
+            Op::RmsNormMul { .. } => "RMS_NORM_MUL",
             Op::GetRows => "GET_ROWS",
             Op::SetRows => "SET_ROWS",
             Op::MulMat => "MUL_MAT",
@@ -153,6 +167,7 @@ impl Op {
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
             Op::Rope { .. } => "ROPE",
+            Op::RopeFreqs { .. } => "ROPE_FREQS",
             Op::View => "VIEW",
             Op::Reshape => "RESHAPE",
             Op::Permute { .. } => "PERMUTE",
@@ -174,7 +189,7 @@ impl Op {
         match self {
             Op::Scale { s } => format!("s={s}"),
             Op::Concat { dim } => format!("dim={dim}"),
-            Op::Norm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
+            Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => format!("eps={eps:e}"),
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
             Op::FlashAttnExt { scale, kv_splits } => format!("scale={scale} kv_splits={kv_splits}"),
@@ -184,6 +199,7 @@ impl Op {
                 freq_base,
                 freq_scale,
             } => format!("n_dims={n_dims} mode={mode:?} base={freq_base} scale={freq_scale}"),
+            Op::RopeFreqs { offset, mode } => format!("offset={offset} mode={mode:?}"),
             Op::Permute { axes } => format!("axes={axes:?}"),
             _ => String::new(),
         }

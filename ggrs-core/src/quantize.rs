@@ -2,7 +2,11 @@
 //!
 //! Every 2-D (or higher) tensor whose name ends in `weight` is converted to the target
 //! type; everything else (norms, biases: 1-D tensors) is copied unchanged, as llama.cpp's
-//! quantize tool keeps them. A row is converted by decoding it to f32 (exact for F16 and
+//! quantize tool keeps them. Unless [`QuantizeOptions::pure`] is set, the output projection
+//! follows llama.cpp's default recipe (see [`target_type_for`]): it gets Q6_K (Q8_0 when its
+//! rows do not divide into 256-value blocks) for every block-quantized target but Q8_0, and
+//! tensors whose rows do not divide into the target's blocks fall back to a type whose blocks
+//! fit, as llama.cpp does. A row is converted by decoding it to f32 (exact for F16 and
 //! BF16, the type's dequantizer for block types) and encoding that with the target type's
 //! reference quantizer, which is how llama.cpp's `--pure` quantization and its F16
 //! conversion (`--allow-requantize`) proceed, so the result is bit-identical to theirs.
@@ -24,6 +28,9 @@ pub struct QuantizeOptions {
     pub allow_requantize: bool,
     /// Threads converting rows (0: one per physical core).
     pub n_threads: usize,
+    /// Give every 2-D weight the target type (llama.cpp's `--pure`); when false, the output
+    /// projection keeps more bits as llama.cpp's default recipe does.
+    pub pure: bool,
 }
 
 /// Progress of a conversion, reported once per tensor after it is written.
@@ -122,7 +129,8 @@ pub fn file_type_id(t: DType) -> Option<u32> {
     })
 }
 
-/// The type tensor `info` gets: the target for weights of two or more axes, else its own.
+/// The type tensor `info` gets: the target for weights of two or more axes, else its own
+/// (the `--pure` rule, without shape fallbacks).
 pub fn target_type(info: &TensorInfo, target: DType) -> DType {
     let n_dims = (1..4).rev().find(|&i| info.ne[i] > 1).map_or(1, |i| i + 1);
     if info.name.ends_with("weight") && n_dims >= 2 {
@@ -130,6 +138,48 @@ pub fn target_type(info: &TensorInfo, target: DType) -> DType {
     } else {
         info.dtype
     }
+}
+
+/// The type tensor `info` gets in a file converted to `target`, as llama.cpp's quantize tool
+/// chooses it for a legacy or k-quant target:
+/// - 1-D tensors and tensors not named `*weight` keep their type;
+/// - unless `pure`, the output projection (`output.weight`, or `token_embd.weight` when the
+///   file has no `output.weight` and so ties them) gets Q6_K, or Q8_0 when its rows are not a
+///   multiple of 256, for every block-quantized target other than Q8_0;
+/// - a block type whose blocks do not divide the rows falls back: Q6_K → Q8_0, Q5_K → Q5_1,
+///   Q4_K → Q5_0, Q3_K/Q2_K → Q4_0; if that still does not fit, F16.
+pub fn target_type_for(info: &TensorInfo, target: DType, pure: bool, has_output: bool) -> DType {
+    let mut t = target_type(info, target);
+    if t == info.dtype || !t.is_quantized() {
+        return t;
+    }
+    let is_output =
+        info.name == "output.weight" || (!has_output && info.name == "token_embd.weight");
+    if !pure && is_output && t != DType::Q8_0 {
+        t = if info.ne[0].is_multiple_of(DType::Q6K.block_size()) {
+            DType::Q6K
+        } else {
+            DType::Q8_0
+        };
+    }
+    if !info.ne[0].is_multiple_of(t.block_size()) {
+        let fallback = match t {
+            DType::Q6K => Some(DType::Q8_0),
+            DType::Q5K => Some(DType::Q5_1),
+            DType::Q4K => Some(DType::Q5_0),
+            DType::Q3K | DType::Q2K => Some(DType::Q4_0),
+            _ => None,
+        };
+        // Without a fallback the type stays, and `quantize_file` reports the mismatch.
+        if let Some(f) = fallback {
+            t = if info.ne[0].is_multiple_of(f.block_size()) {
+                f
+            } else {
+                DType::F16
+            };
+        }
+    }
+    t
 }
 
 /// Writes `input` to `out` with its weights converted as the [module docs](self) say,
@@ -157,8 +207,9 @@ pub fn quantize_file(
     }
     w.set_kv("general.quantization_version", Value::U32(2))?;
     let mut plan = Vec::with_capacity(input.tensors().len());
+    let has_output = input.tensors().iter().any(|t| t.name == "output.weight");
     for t in input.tensors() {
-        let new = target_type(t, to);
+        let new = target_type_for(t, to, opts.pure, has_output);
         if new != t.dtype {
             if t.dtype.is_quantized() && !opts.allow_requantize {
                 return Err(QuantizeError::Requantize {

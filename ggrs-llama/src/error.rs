@@ -17,6 +17,9 @@ pub enum LlamaError {
     /// The tokenizer could not be built or used.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// A conversation could not be formatted as a prompt.
+    #[error(transparent)]
+    Chat(#[from] crate::chat::ChatError),
     /// The file's `general.architecture` is not one this build runs.
     #[error("unsupported architecture `{0}` (this build runs: {supported})", supported = crate::hparams::Arch::SUPPORTED)]
     UnsupportedArch(String),

@@ -139,7 +139,12 @@ impl Session {
         params: &GenerateParams,
         on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
     ) -> Result<Generation> {
-        let tokens = self.model().tokenizer().encode(prompt, true, true)?;
+        let tokens = if self.model().hparams.arch == crate::Arch::ChatGlm1 {
+            // ChatGLM-6B v1: `text [gMASK] <sop>` with its text conventions.
+            crate::arch::chatglm1::encode_prompt(self.model(), prompt)?
+        } else {
+            self.model().tokenizer().encode(prompt, true, true)?
+        };
         self.generate_tokens(&tokens, params, on_token)
     }
 
@@ -171,6 +176,7 @@ impl Session {
         }
         let model = self.model().clone();
         let tok = model.tokenizer();
+        let glm1 = model.hparams.arch == crate::Arch::ChatGlm1;
         let mut sampler = Sampler::new(params.sampling.clone());
         for &t in prompt {
             sampler.accept(t);
@@ -212,7 +218,15 @@ impl Session {
                 stop = StopReason::EndOfGeneration(id);
                 break;
             }
-            text.push_str(&decoder.push(id)?);
+            // ChatGLM-6B v1 writes newlines, tabs and space runs as tokens of their own.
+            let conventional = match glm1 {
+                true => crate::arch::chatglm1::token_text(tok, id),
+                false => None,
+            };
+            match conventional {
+                Some(t) => text.push_str(&t),
+                None => text.push_str(&decoder.push(id)?),
+            }
             // A stop string anywhere in the new text ends the generation there.
             let mut search_from =
                 emitted.saturating_sub(params.stop.iter().map(|s| s.len()).max().unwrap_or(0));

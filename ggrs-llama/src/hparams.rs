@@ -12,17 +12,25 @@ pub enum Arch {
     Llama,
     /// Qwen2 / Qwen2.5 (`qwen2`): LLaMA layout with Q/K/V biases and NEOX rotary.
     Qwen2,
+    /// ChatGLM2 / ChatGLM3 / GLM-4 (`chatglm`): fused QKV with bias, rotary on half of each
+    /// head, SwiGLU with a fused gate|up projection.
+    ChatGlm,
+    /// ChatGLM-6B v1 (`chatglm1`, ggrs's own layout): LayerNorm with bias, α-scaled residuals,
+    /// per-head interleaved fused QKV, 2-D rotary, bidirectional prompt context.
+    ChatGlm1,
 }
 
 impl Arch {
     /// Names accepted in `general.architecture`.
-    pub const SUPPORTED: &'static str = "llama, qwen2";
+    pub const SUPPORTED: &'static str = "llama, qwen2, chatglm, chatglm1";
 
     /// The architecture named `name`.
     pub fn from_name(name: &str) -> Result<Arch> {
         match name {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
+            "chatglm" => Ok(Arch::ChatGlm),
+            "chatglm1" => Ok(Arch::ChatGlm1),
             other => Err(LlamaError::UnsupportedArch(other.to_string())),
         }
     }
@@ -32,6 +40,8 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::ChatGlm => "chatglm",
+            Arch::ChatGlm1 => "chatglm1",
         }
     }
 
@@ -40,6 +50,8 @@ impl Arch {
         match self {
             Arch::Llama => RopeMode::Normal,
             Arch::Qwen2 => RopeMode::Neox,
+            Arch::ChatGlm => RopeMode::Normal,
+            Arch::ChatGlm1 => RopeMode::Neox,
         }
     }
 }
@@ -153,10 +165,12 @@ impl HParams {
         let scale = get_f32(f, &k("rope.scale_linear"))?
             .or(get_f32(f, &k("rope.scaling.factor"))?)
             .unwrap_or(1.0);
-        let rms_eps = require(
-            get_f32(f, &k("attention.layer_norm_rms_epsilon"))?,
-            &k("attention.layer_norm_rms_epsilon"),
-        )?;
+        // ChatGLM v1 normalises with LayerNorm: its epsilon fills this field.
+        let eps_key = match arch {
+            Arch::ChatGlm1 => k("attention.layer_norm_epsilon"),
+            _ => k("attention.layer_norm_rms_epsilon"),
+        };
+        let rms_eps = require(get_f32(f, &eps_key)?, &eps_key)?;
         let n_vocab = match get_usize(f, &k("vocab_size"))? {
             Some(n) => n,
             None => f

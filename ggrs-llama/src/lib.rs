@@ -35,11 +35,13 @@
 //! Modules in dependency order: [`hparams`] (what the GGUF says about the model),
 //! [`model`] (weights in the mapping), [`kv_cache`] and [`batch`], [`arch`] (the graph of
 //! one step, built with ggrs-core's public API), [`session`], [`sampling`], [`generate`],
-//! [`perplexity`], [`tokenizer`].
+//! [`chat`] (conversation → prompt, multi-turn chat), [`perplexity`], [`tokenizer`].
 #![warn(missing_docs)]
 
 pub mod arch;
 pub mod batch;
+pub mod convert;
+pub mod chat;
 pub mod error;
 pub mod generate;
 pub mod hparams;
@@ -51,6 +53,7 @@ pub mod session;
 pub mod tokenizer;
 
 pub use batch::Batch;
+pub use chat::{Chat, ChatTemplate, Message};
 pub use error::{LlamaError, Result};
 pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use hparams::{Arch, HParams};

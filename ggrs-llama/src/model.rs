@@ -32,12 +32,19 @@ pub struct WeightRef {
 pub struct LayerWeights {
     /// RMSNorm weight before attention, `[n_embd]`.
     pub attn_norm: WeightRef,
-    /// Query projection, `[n_embd, n_head·head_dim]`.
-    pub wq: WeightRef,
-    /// Key projection, `[n_embd, n_head_kv·head_dim]`.
-    pub wk: WeightRef,
-    /// Value projection, `[n_embd, n_head_kv·head_dim]`.
-    pub wv: WeightRef,
+    /// Its bias, `[n_embd]` (LayerNorm models: ChatGLM v1).
+    pub attn_norm_b: Option<WeightRef>,
+    /// Query projection, `[n_embd, n_head·head_dim]` (absent when Q, K, V are fused).
+    pub wq: Option<WeightRef>,
+    /// Key projection, `[n_embd, n_head_kv·head_dim]` (absent when fused).
+    pub wk: Option<WeightRef>,
+    /// Value projection, `[n_embd, n_head_kv·head_dim]` (absent when fused).
+    pub wv: Option<WeightRef>,
+    /// Fused Q, K, V projection (ChatGLM), `[n_embd, (n_head + 2·n_head_kv)·head_dim]`:
+    /// each output row holds Q, then K, then V.
+    pub wqkv: Option<WeightRef>,
+    /// Bias of the fused projection, `[(n_head + 2·n_head_kv)·head_dim]`.
+    pub bqkv: Option<WeightRef>,
     /// Output projection, `[n_head·head_dim, n_embd]`.
     pub wo: WeightRef,
     /// Optional biases of q, k, v and o.
@@ -50,9 +57,16 @@ pub struct LayerWeights {
     pub bo: Option<WeightRef>,
     /// RMSNorm weight before the feed-forward block, `[n_embd]`.
     pub ffn_norm: WeightRef,
-    /// Gate projection, `[n_embd, n_ff]`.
-    pub ffn_gate: WeightRef,
-    /// Up projection, `[n_embd, n_ff]`.
+    /// Its bias, `[n_embd]` (LayerNorm models).
+    pub ffn_norm_b: Option<WeightRef>,
+    /// Up projection bias, `[n_ff]` (ChatGLM v1).
+    pub ffn_up_b: Option<WeightRef>,
+    /// Down projection bias, `[n_embd]` (ChatGLM v1).
+    pub ffn_down_b: Option<WeightRef>,
+    /// Gate projection, `[n_embd, n_ff]` (absent when fused into `ffn_up`).
+    pub ffn_gate: Option<WeightRef>,
+    /// Up projection, `[n_embd, n_ff]`; ChatGLM: gate and up fused, `[n_embd, 2·n_ff]`, the
+    /// first `n_ff` outputs the gate, the last `n_ff` the up projection.
     pub ffn_up: WeightRef,
     /// Down projection, `[n_ff, n_embd]`.
     pub ffn_down: WeightRef,
@@ -65,6 +79,8 @@ pub struct Weights {
     pub tok_embd: WeightRef,
     /// Final RMSNorm weight, `[n_embd]`.
     pub output_norm: WeightRef,
+    /// Its bias, `[n_embd]` (LayerNorm models).
+    pub output_norm_b: Option<WeightRef>,
     /// Output projection, `[n_embd, n_vocab]` (the embeddings when tied).
     pub output: WeightRef,
     /// Transformer blocks.
@@ -160,44 +176,97 @@ impl Model {
     /// Builds a model from an opened GGUF file.
     pub fn from_gguf(file: GgufFile) -> Result<Model> {
         let hp = HParams::from_gguf(&file)?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let tokenizer = if file.get("tokenizer.ggml.model").is_none() {
+            // A file converted without a tokenizer: ids only (see `placeholder_tokenizer`).
+            placeholder_tokenizer(&file, &hp)?
+        } else {
+            Tokenizer::from_gguf(&file)?
+        };
+        let glm1 = hp.arch == Arch::ChatGlm1;
+        if glm1 {
+            crate::arch::chatglm1::Glm1Params::from_gguf(&file, &hp)?;
+        }
         let base = file.data().bytes().as_ptr() as usize;
         let l = Loader { file: &file, base };
         let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
         let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
         let tok_embd = l.get("token_embd.weight", &[e, v])?;
         let output_norm = l.get("output_norm.weight", &[e])?;
+        // Norm and FFN biases: required by ChatGLM v1, read when present otherwise.
+        let bias = |name: &str, len: usize| match glm1 {
+            true => l.get(name, &[len]).map(Some),
+            false => l.opt(name, &[len]),
+        };
+        let output_norm_b = bias("output_norm.bias", e)?;
         let output = l
             .opt("output.weight", &[e, v])?
             .unwrap_or_else(|| tok_embd.clone());
         check_matrix_type(&output)?;
         let mut layers = Vec::with_capacity(hp.n_layer);
+        // ChatGLM (as llama.cpp loads it): Q, K, V fused when `attn_qkv` exists (separate
+        // projections otherwise), and the FFN gate fused into `ffn_up`.
+        let chatglm = hp.arch == Arch::ChatGlm;
+        let qkv = q + 2 * kv;
         for i in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
+            let wqkv = if glm1 {
+                Some(l.get(&n("attn_qkv.weight"), &[e, qkv])?)
+            } else if chatglm {
+                l.opt(&n("attn_qkv.weight"), &[e, qkv])?
+            } else {
+                None
+            };
+            let split = |s: &str, rows: usize| match wqkv {
+                Some(_) => Ok(None),
+                None => l.get(&n(s), &[e, rows]).map(Some),
+            };
+            let (wq, wk, wv) = (
+                split("attn_q.weight", q)?,
+                split("attn_k.weight", kv)?,
+                split("attn_v.weight", kv)?,
+            );
             let lw = LayerWeights {
                 attn_norm: l.get(&n("attn_norm.weight"), &[e])?,
-                wq: l.get(&n("attn_q.weight"), &[e, q])?,
-                wk: l.get(&n("attn_k.weight"), &[e, kv])?,
-                wv: l.get(&n("attn_v.weight"), &[e, kv])?,
+                attn_norm_b: bias(&n("attn_norm.bias"), e)?,
+                ffn_norm_b: bias(&n("ffn_norm.bias"), e)?,
+                ffn_up_b: bias(&n("ffn_up.bias"), f)?,
+                ffn_down_b: bias(&n("ffn_down.bias"), e)?,
+                bqkv: match wqkv {
+                    Some(_) if glm1 => Some(l.get(&n("attn_qkv.bias"), &[qkv])?),
+                    Some(_) => l.opt(&n("attn_qkv.bias"), &[qkv])?,
+                    None => None,
+                },
+                wqkv,
+                wq,
+                wk,
+                wv,
                 wo: l.get(&n("attn_output.weight"), &[q, e])?,
                 bq: l.opt(&n("attn_q.bias"), &[q])?,
                 bk: l.opt(&n("attn_k.bias"), &[kv])?,
                 bv: l.opt(&n("attn_v.bias"), &[kv])?,
                 bo: l.opt(&n("attn_output.bias"), &[e])?,
                 ffn_norm: l.get(&n("ffn_norm.weight"), &[e])?,
-                ffn_gate: l.get(&n("ffn_gate.weight"), &[e, f])?,
-                ffn_up: l.get(&n("ffn_up.weight"), &[e, f])?,
+                ffn_gate: if chatglm || glm1 {
+                    None
+                } else {
+                    Some(l.get(&n("ffn_gate.weight"), &[e, f])?)
+                },
+                ffn_up: l.get(&n("ffn_up.weight"), &[e, if chatglm { 2 * f } else { f }])?,
                 ffn_down: l.get(&n("ffn_down.weight"), &[f, e])?,
             };
             for w in [
-                &lw.wq,
-                &lw.wk,
-                &lw.wv,
-                &lw.wo,
-                &lw.ffn_gate,
-                &lw.ffn_up,
-                &lw.ffn_down,
-            ] {
+                lw.wq.as_ref(),
+                lw.wk.as_ref(),
+                lw.wv.as_ref(),
+                lw.wqkv.as_ref(),
+                Some(&lw.wo),
+                lw.ffn_gate.as_ref(),
+                Some(&lw.ffn_up),
+                Some(&lw.ffn_down),
+            ]
+            .into_iter()
+            .flatten()
+            {
                 check_matrix_type(w)?;
             }
             for w in [
@@ -206,7 +275,12 @@ impl Model {
                 lw.bq.as_ref(),
                 lw.bk.as_ref(),
                 lw.bv.as_ref(),
+                lw.bqkv.as_ref(),
                 lw.bo.as_ref(),
+                lw.attn_norm_b.as_ref(),
+                lw.ffn_norm_b.as_ref(),
+                lw.ffn_up_b.as_ref(),
+                lw.ffn_down_b.as_ref(),
             ]
             .into_iter()
             .flatten()
@@ -231,6 +305,7 @@ impl Model {
             weights: Weights {
                 tok_embd,
                 output_norm,
+                output_norm_b,
                 output,
                 layers,
             },
@@ -242,6 +317,12 @@ impl Model {
     /// The tokenizer read from the file.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// True when the file carries a vocabulary (`tokenizer.ggml.model`); without one the
+    /// tokenizer only names ids (`<id>`) and text prompts are refused.
+    pub fn has_vocab(&self) -> bool {
+        self.file.get("tokenizer.ggml.model").is_some()
     }
 
     /// The opened file (metadata, tensor table).
@@ -270,3 +351,31 @@ impl Model {
 
 /// Shared handle to a model.
 pub type SharedModel = Arc<Model>;
+
+/// The tokenizer of a model file that carries no vocabulary (`ggrs convert` of a checkpoint
+/// without tokenizer files): one placeholder token `<id>` per embedding row and the special
+/// ids the file gives. It decodes ids to `<id>` text and must not be used to encode text
+/// (callers check `tokenizer.ggml.model` first: see [`Model::has_vocab`]).
+fn placeholder_tokenizer(file: &GgufFile, hp: &HParams) -> Result<Tokenizer> {
+    let id = |key: &str| {
+        file.get(key)
+            .and_then(|v| v.as_u64())
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| (v as usize) < hp.n_vocab)
+    };
+    let parts = crate::tokenizer::VocabParts {
+        model: "llama".into(),
+        tokens: (0..hp.n_vocab).map(|i| format!("<{i}>")).collect(),
+        special: crate::tokenizer::SpecialTokens {
+            bos: id("tokenizer.ggml.bos_token_id"),
+            eos: id("tokenizer.ggml.eos_token_id"),
+            pad: id("tokenizer.ggml.padding_token_id"),
+            mask: id("tokenizer.ggml.mask_token_id"),
+            ..Default::default()
+        },
+        add_bos: Some(false),
+        add_eos: Some(false),
+        ..Default::default()
+    };
+    Ok(Tokenizer::new(crate::tokenizer::Vocab::from_parts(parts)?))
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ggrs_core::{Checkpoint, Context, DType, Executor, Graph};
 
-use crate::arch::{llama, ModelTensors, StepInputs, StepShape};
+use crate::arch::{chatglm, llama, ModelTensors, StepInputs, StepShape};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::kv_cache::{KvCache, Placement};
@@ -64,6 +64,8 @@ pub struct Session {
     logits: Vec<f32>,
     n_outputs: usize,
     op_profile: Option<OpProfile>,
+    /// ChatGLM v1 context anchors (unused by other architectures).
+    glm1: crate::arch::chatglm1::Glm1State,
 }
 
 /// Time per op type over the steps of a session (see [`Session::op_profile`]).
@@ -130,7 +132,15 @@ fn build_step(
     kv: &KvCache,
     shape: StepShape,
 ) -> Result<(StepInputs, ggrs_core::Tensor, Graph)> {
-    let (inp, logits) = llama::build(ctx, &model.hparams, w, kv, shape)?;
+    let hp = &model.hparams;
+    let (inp, logits) = match hp.arch {
+        crate::Arch::ChatGlm => chatglm::build(ctx, hp, w, kv, shape)?,
+        crate::Arch::ChatGlm1 => {
+            let gp = crate::arch::chatglm1::Glm1Params::from_gguf(model.gguf(), hp)?;
+            crate::arch::chatglm1::build(ctx, hp, &gp, w, kv, shape)?
+        }
+        _ => llama::build(ctx, hp, w, kv, shape)?,
+    };
     let graph = Graph::build(ctx, logits)?;
     ctx.alloc_graph(&graph)?;
     Ok((inp, logits, graph))
@@ -186,6 +196,7 @@ impl Session {
             logits: Vec::new(),
             n_outputs: 0,
             op_profile: None,
+            glm1: Default::default(),
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -223,6 +234,7 @@ impl Session {
     /// Forgets every cached token.
     pub fn clear(&mut self) {
         self.kv.clear();
+        self.glm1.clear();
         self.logits.clear();
         self.n_outputs = 0;
     }
@@ -230,6 +242,7 @@ impl Session {
     /// Forgets the tokens of `seq` from position `from` on.
     pub fn remove(&mut self, seq: SeqId, from: i32) {
         self.kv.remove(seq, from);
+        self.glm1.remove(seq, from);
     }
 
     /// Turns per-node timing of the executor on or off.
@@ -316,10 +329,22 @@ impl Session {
             build_step(&mut self.ctx, &self.model, &self.weights, &self.kv, shape)?;
         let toks: Vec<i32> = piece.tokens.iter().map(|&t| t as i32).collect();
         self.ctx.set_i32(inp.tokens, &toks)?;
-        self.ctx.set_i32(inp.pos, &piece.pos)?;
+        // ChatGLM v1: two position streams and a bidirectional-context mask.
+        let glm1 = if self.model.hparams.arch == crate::Arch::ChatGlm1 {
+            let (model, hp) = (&self.model, &self.model.hparams);
+            let gp = crate::arch::chatglm1::Glm1Params::from_gguf(model.gguf(), hp)?;
+            Some(self.glm1.step_inputs(&gp, piece, &self.kv, placed.n_kv)?)
+        } else {
+            None
+        };
+        let pos = glm1.as_ref().map_or(&piece.pos, |g| &g.0);
+        self.ctx.set_i32(inp.pos, pos)?;
         let cells: Vec<i32> = placed.cells.iter().map(|&c| c as i32).collect();
         self.ctx.set_i32(inp.k_rows, &cells)?;
-        let mask = self.kv.mask(piece, placed.n_kv);
+        let mask = match glm1 {
+            Some((_, m)) => m,
+            None => self.kv.mask(piece, placed.n_kv),
+        };
         self.ctx.set_f32(inp.mask, &mask)?;
         if let Some(ids) = inp.out_ids {
             let ids_v: Vec<i32> = if outputs.is_empty() {

@@ -1,13 +1,20 @@
 //! The executor: plans a graph and runs it on a persistent thread pool.
 //!
-//! Every thread walks the graph's nodes in order. For each node that moves data:
-//! INIT (if the op has one) on all threads, a barrier, then COMPUTE chunks taken from an
-//! atomic counter, then a barrier whose last arriving thread runs FINALIZE (if any), records
-//! the node's time, and checks the abort callback. Nodes that move no data (views) are
-//! skipped without a barrier. With one thread there are no barriers at all.
+//! The data-moving nodes are grouped into epochs (see `schedule`): runs of consecutive
+//! nodes that touch memory independently. Every thread walks the epochs in order; within
+//! one it takes INIT pieces (if a node has INIT) and then COMPUTE chunks of each node from
+//! atomic counters. The thread that finishes a node's last chunk runs its FINALIZE (if any),
+//! records its time and checks the abort callback. A thread moves to the next epoch once
+//! every node of this one is complete: it waits for *work* to be done, never for a peer to
+//! arrive, so a peer that was preempted while holding no chunk delays nobody (it catches up
+//! by finding every counter exhausted). Nodes that move no data (views) are skipped.
+//!
+//! Results do not depend on the thread count: each output element is computed by one chunk
+//! in a fixed order, whichever thread takes it.
 
-mod barrier;
 mod pool;
+mod schedule;
+mod signal;
 mod spin;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,11 +25,12 @@ use crate::context::{Context, ARENA_ALIGN};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::kernels::{self, RawTensor, Task, TaskPlan, Work};
-use crate::op::Op;
 use crate::tensor::{DataLoc, MAX_SRC};
 
-use barrier::Barrier;
+use crossbeam_utils::CachePadded;
 use pool::Pool;
+use schedule::Schedule;
+use signal::Signal;
 
 /// How a graph will run: per-node plans and the work buffer they need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,10 +151,22 @@ impl Executor {
         let scratch_f32 = scratch_per_thread(&plan);
         let work_ptr = WorkPtr(self.work.as_mut_ptr() as *mut u8);
         let nth = self.n_threads;
+        let sched = schedule::schedule(&tasks, nth, self.profiling);
+        let mut pos = vec![usize::MAX; tasks.len()];
+        for (k, n) in sched.nodes.iter().enumerate() {
+            pos[n.node] = k;
+        }
         let job = Job {
             tasks: &tasks,
-            counters: tasks.iter().map(|_| AtomicUsize::new(0)).collect(),
-            barrier: Barrier::new(nth),
+            sched: &sched,
+            state: sched.nodes.iter().map(|_| NodeState::default()).collect(),
+            pos,
+            epoch_done: sched
+                .epochs
+                .iter()
+                .map(|_| CachePadded::new(AtomicUsize::new(0)))
+                .collect(),
+            signal: Signal::new(),
             n_threads: nth,
             work: work_ptr,
             shared_size,
@@ -155,15 +175,14 @@ impl Executor {
             stop: AtomicBool::new(false),
             error: Mutex::new(None),
             completed: AtomicUsize::new(0),
-            timing: if self.profiling {
-                Some(Mutex::new((Instant::now(), Vec::new())))
-            } else {
-                None
-            },
+            timing: self
+                .profiling
+                .then(|| Mutex::new((Instant::now(), Vec::new()))),
         };
         self.pool.run(&|ith| job.run(ith));
         if let Some(t) = &job.timing {
             self.profile = std::mem::take(&mut t.lock().unwrap_or_else(|e| e.into_inner()).1);
+            self.profile.sort_by_key(|t| t.node);
         }
         if let Some(e) = job.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(e);
@@ -270,15 +289,33 @@ fn resolve(ctx: &mut Context, graph: &Graph, plan: &Plan) -> Result<Vec<Task>> {
 struct WorkPtr(*mut u8);
 // SAFETY: the work buffer is owned by the executor, which is exclusively borrowed for the
 // computation; threads write disjoint parts of it (their own scratch, or their own slots of
-// the shared part) between barriers.
+// the shared part) and the schedule orders every other access (see `schedule`).
 unsafe impl Send for WorkPtr {}
 // SAFETY: as above.
 unsafe impl Sync for WorkPtr {}
 
+/// Progress counters of one scheduled node (one cache line per node).
+#[derive(Default)]
+#[repr(align(64))]
+struct NodeState {
+    /// INIT pieces taken / finished.
+    init_taken: AtomicUsize,
+    init_done: AtomicUsize,
+    /// COMPUTE chunks taken / finished.
+    taken: AtomicUsize,
+    done: AtomicUsize,
+}
+
 struct Job<'a> {
     tasks: &'a [Task],
-    counters: Vec<AtomicUsize>,
-    barrier: Barrier,
+    sched: &'a Schedule,
+    /// Per scheduled node (indexed like `sched.nodes`).
+    state: Vec<NodeState>,
+    /// Position in `sched.nodes` of each graph node (only meaningful for scheduled ones).
+    pos: Vec<usize>,
+    /// Nodes of each epoch completed.
+    epoch_done: Vec<CachePadded<AtomicUsize>>,
+    signal: Signal,
     n_threads: usize,
     work: WorkPtr,
     shared_size: usize,
@@ -296,16 +333,25 @@ impl Job<'_> {
         if slot.is_none() {
             *slot = Some(e);
         }
-        self.stop.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::SeqCst);
+        drop(slot);
+        self.signal.notify();
     }
 
-    /// Bookkeeping after node `i`: FINALIZE, timing, abort check. Runs on one thread while
-    /// the others wait.
-    fn after_node(&self, i: usize, work: &mut Work) {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Bookkeeping after every chunk of scheduled node `k` (in epoch `e`) finished: FINALIZE,
+    /// timing, abort check, then the node counts as complete. Runs on the thread that
+    /// finished the last chunk.
+    fn complete(&self, k: usize, e: usize, work: &mut Work) {
+        let i = self.sched.nodes[k].node;
         let task = &self.tasks[i];
-        if task.plan.finalize && !self.stop.load(Ordering::Acquire) {
-            // SAFETY: every chunk of the node has run (we are past its barrier) and no other
-            // thread runs until this returns.
+        if task.plan.finalize && !self.stopped() {
+            // SAFETY: every chunk of the node has finished (this thread finished the last
+            // one and the counter's read-modify-write chain orders the others before it);
+            // no node that touches the same memory or the shared buffer runs in this epoch.
             unsafe { kernels::finalize(task, work) };
         }
         if let Some(t) = &self.timing {
@@ -320,18 +366,17 @@ impl Job<'_> {
                 time,
             });
         }
-        self.completed.store(i + 1, Ordering::Relaxed);
+        let completed = self.completed.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(f) = self.abort {
-            if !self.stop.load(Ordering::Acquire) && f() {
-                let next_real = self.tasks[i + 1..].iter().any(|t| !t.plan.is_noop());
-                if next_real {
-                    self.fail(Error::Aborted {
-                        completed: i + 1,
-                        total: self.tasks.len(),
-                    });
-                }
+            if !self.stopped() && f() && completed < self.sched.nodes.len() {
+                self.fail(Error::Aborted {
+                    completed,
+                    total: self.sched.nodes.len(),
+                });
             }
         }
+        self.epoch_done[e].fetch_add(1, Ordering::SeqCst);
+        self.signal.notify();
     }
 
     fn run(&self, ith: usize) {
@@ -350,35 +395,63 @@ impl Job<'_> {
             shared: self.work.0,
             scratch,
         };
-        for (i, task) in self.tasks.iter().enumerate() {
-            if task.plan.is_noop() || matches!(task.op, Op::None) {
-                continue;
+        for (e, range) in self.sched.epochs.iter().enumerate() {
+            if e > 0 {
+                // Epoch e - 1 complete implies every earlier one is: each of its nodes
+                // started only after the epoch before it completed.
+                let prev = &self.epoch_done[e - 1];
+                let want = self.sched.epochs[e - 1].len();
+                self.signal.wait_until(nth, || {
+                    prev.load(Ordering::SeqCst) == want || self.stopped()
+                });
             }
-            if task.plan.init {
-                // SAFETY: the task was resolved for this computation; each thread converts
-                // its own rows.
-                unsafe { kernels::init(task, ith, nth, &mut work) };
-                if nth > 1 {
-                    self.barrier.wait(|| {});
-                }
-            }
-            loop {
-                let c = self.counters[i].fetch_add(1, Ordering::Relaxed);
-                if c >= task.plan.n_chunks {
-                    break;
-                }
-                // SAFETY: chunk c is taken by this thread only (atomic counter); INIT is done.
-                if let Err(e) = unsafe { kernels::compute_chunk(task, c, &mut work) } {
-                    self.fail(e);
-                }
-            }
-            if nth > 1 {
-                self.barrier.wait(|| self.after_node(i, &mut work));
-            } else {
-                self.after_node(i, &mut work);
-            }
-            if self.stop.load(Ordering::Acquire) {
+            if self.stopped() {
                 break;
+            }
+            for k in range.clone() {
+                let ns = self.sched.nodes[k];
+                let st = &self.state[k];
+                let task = &self.tasks[ns.node];
+                // INIT pieces of this node, taken from a counter like chunks.
+                loop {
+                    let c = st.init_taken.fetch_add(1, Ordering::Relaxed);
+                    if c >= ns.n_init {
+                        break;
+                    }
+                    // SAFETY: piece c of n_init is this thread's only (atomic counter); it
+                    // writes its own rows of the shared buffer, which no other node of the
+                    // epoch touches (see `schedule`).
+                    unsafe { kernels::init(task, c, ns.n_init, &mut work) };
+                    st.init_done.fetch_add(1, Ordering::SeqCst);
+                    self.signal.notify();
+                }
+                if st.taken.load(Ordering::Relaxed) >= task.plan.n_chunks {
+                    continue;
+                }
+                if let Some(from) = ns.init_from {
+                    let kf = self.pos[from];
+                    let (done, want) = (&self.state[kf].init_done, self.sched.nodes[kf].n_init);
+                    self.signal.wait_until(nth, || {
+                        done.load(Ordering::SeqCst) == want || self.stopped()
+                    });
+                }
+                loop {
+                    if self.stopped() {
+                        break;
+                    }
+                    let c = st.taken.fetch_add(1, Ordering::Relaxed);
+                    if c >= task.plan.n_chunks {
+                        break;
+                    }
+                    // SAFETY: chunk c is taken by this thread only (atomic counter); the
+                    // node's INIT is done and its sources were completed in earlier epochs.
+                    if let Err(e) = unsafe { kernels::compute_chunk(task, c, &mut work) } {
+                        self.fail(e);
+                    }
+                    if st.done.fetch_add(1, Ordering::AcqRel) + 1 == task.plan.n_chunks {
+                        self.complete(k, e, &mut work);
+                    }
+                }
             }
         }
     }

@@ -56,16 +56,22 @@ fn half_at(b: &[u8], i: usize) -> f32 {
 /// The dot product ggml would use for weight `a` against `n_cols` activation rows per batch
 /// (`None`: no ggml-order kernel for this type; use the generic one).
 pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
-    let (k, rows) = (a.ne[0], a.ne[1]);
+    let rows = a.ne[1];
     match a.dtype {
         DType::Q8_0 => Some(dot_q8_0_lanes),
         // llama.cpp repacks 2-D Q4_0 weights whose row count is a multiple of 8.
         DType::Q4_0 if rows % 8 == 0 && a.ne[2] == 1 && a.ne[3] == 1 => Some(dot_q4_0_chain),
         DType::Q4_0 => Some(dot_q4_0_lanes),
-        DType::F16 if n_cols >= 2 && k % 16 == 0 && rows % 4 == 0 => Some(dot_f16_lanes16),
+        DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
         _ => None,
     }
+}
+
+/// True when ggml multiplies the F16 weight `a` by `n_cols` columns per batch with tinyBLAS
+/// ([`dot_f16_lanes16`]'s order), false for `ggml_vec_dot_f16` ([`dot_f16_vec`]).
+pub(crate) fn f16_uses_lanes16(a: &RawTensor, n_cols: usize) -> bool {
+    n_cols >= 2 && a.ne[0] % 16 == 0 && a.ne[1] % 4 == 0
 }
 
 /// The runtime quantizer of activations for `vdt`, when it differs from the type's
@@ -292,6 +298,97 @@ dispatch_dot!(
     dot_f16_vec_body
 );
 
+/// True when the AVX-512 F16 tiles below may run (x86-64 with AVX-512 F/BW/VL next to AVX2,
+/// FMA and F16C, and SIMD not switched off).
+#[inline]
+pub(crate) fn f16_tiles() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        fast()
+            && simd_level() >= SimdLevel::Avx512
+            && has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`dot_f16_lanes16`] of `R` weight rows against `C` activation rows (`n` values each, `n` a
+/// multiple of 16): `t[r][c] = dot_f16_lanes16(n, a[r], b[c])` bit for bit, with each
+/// conversion done once per tile. Needs [`f16_tiles`].
+pub(crate) fn f16_lanes16_tile<const R: usize, const C: usize>(
+    n: usize,
+    a: [&[u8]; R],
+    b: [&[u8]; C],
+) -> [[f32; C]; R] {
+    assert!(
+        f16_tiles() && n % 16 == 0 && a.iter().chain(&b).all(|r| r.len() >= 2 * n),
+        "f16_lanes16_tile: AVX-512 and whole rows of n = 16·j values"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the CPU features and the row lengths were checked above.
+        unsafe { x86::f16_lanes16_tile::<R, C>(n, a.map(|r| r.as_ptr()), b.map(|r| r.as_ptr())) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("f16_tiles() is false off x86-64")
+}
+
+/// [`f16_lanes16_tile`] with the activation rows already widened to f32 (`b[c]` holds `n`
+/// f16 values as f32, exactly): the same bits, without a conversion per use of a column.
+/// Needs [`f16_tiles`].
+pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
+    n: usize,
+    a: [&[u8]; R],
+    b: [&[f32]; C],
+) -> [[f32; C]; R] {
+    assert!(
+        f16_tiles() && n % 16 == 0 && a.iter().all(|r| r.len() >= 2 * n) && b.iter().all(|r| r.len() >= n),
+        "f16_lanes16_tile_f32: AVX-512 and whole rows of n = 16·j values"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the CPU features and the row lengths were checked above.
+        unsafe {
+            x86::f16_lanes16_tile_f32::<R, C>(n, a.map(|r| r.as_ptr()), b.map(|r| r.as_ptr()))
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("f16_tiles() is false off x86-64")
+}
+
+/// [`dot_f16_vec`] of `R` weight rows against one activation row: `[dot_f16_vec(n, a[r],
+/// b)]` bit for bit, the activation converted once for all rows. Needs [`f16_tiles`].
+pub(crate) fn f16_vec_rows<const R: usize>(n: usize, a: [&[u8]; R], b: &[u8]) -> [f32; R] {
+    assert!(
+        f16_tiles() && a.iter().chain([&b]).all(|r| r.len() >= 2 * n),
+        "f16_vec_rows: AVX-512 and whole rows of n values"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the CPU features and the row lengths were checked above.
+        let mut out = unsafe { x86::f16_vec_rows::<R>(n, a.map(|r| r.as_ptr()), b.as_ptr()) };
+        // The tail (n % 64 values), in f64 as `dot_f16_vec_body`.
+        let np = n & !63;
+        if np < n {
+            for (r, o) in out.iter_mut().enumerate() {
+                let mut sum = *o as f64;
+                for i in np..n {
+                    sum += (half_at(a[r], 2 * i) * half_at(b, 2 * i)) as f64;
+                }
+                *o = sum as f32;
+            }
+        }
+        out
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("f16_tiles() is false off x86-64")
+}
+
 // -------------------------------------------------------------------------------------------
 // Element-wise approximations
 // -------------------------------------------------------------------------------------------
@@ -472,6 +569,128 @@ mod x86 {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
     }
 
+    use std::arch::x86_64::{
+        __m256i, __m512, _mm256_loadu_si256, _mm512_add_ps, _mm512_cvtph_ps, _mm512_fmadd_ps,
+        _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+
+    /// Sixteen f16 values at `p` widened to f32.
+    ///
+    /// # Safety
+    /// 32 bytes are readable at `p`; the CPU supports AVX-512 F/BW/VL.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn load16(p: *const u8) -> __m512 {
+        // SAFETY: forwarded; unaligned load.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+
+    /// The lanes of `v` reduced as [`super::reduce16`].
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F/BW/VL.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn reduce(v: __m512) -> f32 {
+        let mut lanes = [0f32; 16];
+        // SAFETY: `lanes` holds 16 f32; unaligned store.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
+        super::reduce16(&lanes)
+    }
+
+    /// [`super::dot_f16_lanes16_body`] for `R × C` pairs of rows: one register of 16 FMA
+    /// lanes per pair, each row converted once per 16 values.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F/BW/VL (and AVX2, FMA, F16C); `n % 16 == 0` and `2·n` bytes are
+    /// readable at every `a[r]` and `b[c]`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn f16_lanes16_tile<const R: usize, const C: usize>(
+        n: usize,
+        a: [*const u8; R],
+        b: [*const u8; C],
+    ) -> [[f32; C]; R] {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for i in (0..n).step_by(16) {
+            // SAFETY: i + 16 <= n: 32 bytes readable at offset 2·i of every row.
+            unsafe {
+                let av: [__m512; R] = std::array::from_fn(|r| load16(a[r].add(2 * i)));
+                for c in 0..C {
+                    let bv = load16(b[c].add(2 * i));
+                    for r in 0..R {
+                        acc[r][c] = _mm512_fmadd_ps(av[r], bv, acc[r][c]);
+                    }
+                }
+            }
+        }
+        // SAFETY: AVX-512 F (caller).
+        acc.map(|row| row.map(|v| unsafe { reduce(v) }))
+    }
+
+    /// [`f16_lanes16_tile`] with f32 activation rows (f16 values widened).
+    ///
+    /// # Safety
+    /// As [`f16_lanes16_tile`], with `n` f32 readable at every `b[c]`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
+        n: usize,
+        a: [*const u8; R],
+        b: [*const f32; C],
+    ) -> [[f32; C]; R] {
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
+        for i in (0..n).step_by(16) {
+            // SAFETY: i + 16 <= n: 32 bytes at offset 2·i of every weight row, 16 f32 at
+            // offset i of every activation row.
+            unsafe {
+                let av: [__m512; R] = std::array::from_fn(|r| load16(a[r].add(2 * i)));
+                for c in 0..C {
+                    let bv = _mm512_loadu_ps(b[c].add(i));
+                    for r in 0..R {
+                        acc[r][c] = _mm512_fmadd_ps(av[r], bv, acc[r][c]);
+                    }
+                }
+            }
+        }
+        // SAFETY: AVX-512 F (caller).
+        acc.map(|row| row.map(|v| unsafe { reduce(v) }))
+    }
+
+    /// [`super::dot_f16_vec_body`] for `R` weight rows against one activation row, without
+    /// the tail (`n % 64` values; the caller adds it): four registers of 16 lanes per row.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F/BW/VL (and AVX2, FMA, F16C); `2·n` bytes are readable at every
+    /// `a[r]` and at `b`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn f16_vec_rows<const R: usize>(
+        n: usize,
+        a: [*const u8; R],
+        b: *const u8,
+    ) -> [f32; R] {
+        let np = n & !63;
+        let mut acc = [[_mm512_setzero_ps(); 4]; R];
+        for blk in (0..np).step_by(64) {
+            for q in 0..4 {
+                let off = 2 * (blk + 16 * q);
+                // SAFETY: blk + 16·q + 16 <= np <= n.
+                unsafe {
+                    let bv = load16(b.add(off));
+                    for r in 0..R {
+                        acc[r][q] = _mm512_fmadd_ps(load16(a[r].add(off)), bv, acc[r][q]);
+                    }
+                }
+            }
+        }
+        // Registers 0 + 2 and 1 + 3 (lanes t and t + 32), then those two (t and t + 16).
+        // SAFETY: AVX-512 F (caller).
+        acc.map(|v| unsafe {
+            reduce(_mm512_add_ps(
+                _mm512_add_ps(v[0], v[2]),
+                _mm512_add_ps(v[1], v[3]),
+            ))
+        })
+    }
+
     /// [`super::dot_f16_lanes16_body`] with F16C conversions: lanes 0–7 and 8–15 in two
     /// registers, one FMA each per 16 values, then the same reduction.
     ///
@@ -606,6 +825,47 @@ mod tests {
                 dot_f16_lanes16_body(m, &hx, &hy).to_bits(),
                 "n={m}"
             );
+        }
+    }
+
+    /// The AVX-512 F16 tiles give the one-element kernels' bits.
+    #[test]
+    fn f16_tiles_equal_one_element_kernels() {
+        if !f16_tiles() {
+            return;
+        }
+        for n in [0usize, 16, 48, 64, 80, 896, 1000, 1024] {
+            let rows: Vec<Vec<u8>> = (0..8).map(|s| f16s(&vals(n, 10 + s))).collect();
+            let a: [&[u8]; 4] = std::array::from_fn(|r| &rows[r][..]);
+            let b: [&[u8]; 4] = std::array::from_fn(|c| &rows[4 + c][..]);
+            if n % 16 == 0 {
+                let t = f16_lanes16_tile::<4, 4>(n, a, b);
+                let t1 = f16_lanes16_tile::<1, 3>(n, [a[1]], [b[0], b[1], b[2]]);
+                for r in 0..4 {
+                    for c in 0..4 {
+                        let want = dot_f16_lanes16_body(n, a[r], b[c]).to_bits();
+                        assert_eq!(t[r][c].to_bits(), want, "n={n} ({r}, {c})");
+                    }
+                }
+                for c in 0..3 {
+                    assert_eq!(t1[0][c].to_bits(), dot_f16_lanes16_body(n, a[1], b[c]).to_bits());
+                }
+                let wide: Vec<Vec<f32>> = b
+                    .iter()
+                    .map(|r| r.chunks_exact(2).map(|h| half_at(h, 0)).collect())
+                    .collect();
+                let t2 = f16_lanes16_tile_f32::<4, 3>(n, a, [&wide[0], &wide[1], &wide[3]]);
+                for r in 0..4 {
+                    for (c, bc) in [0, 1, 3].into_iter().enumerate() {
+                        let want = dot_f16_lanes16_body(n, a[r], b[bc]).to_bits();
+                        assert_eq!(t2[r][c].to_bits(), want, "n={n} ({r}, {bc})");
+                    }
+                }
+            }
+            let v = f16_vec_rows::<4>(n, a, b[0]);
+            for r in 0..4 {
+                assert_eq!(v[r].to_bits(), dot_f16_vec_body(n, a[r], b[0]).to_bits(), "n={n}");
+            }
         }
     }
 

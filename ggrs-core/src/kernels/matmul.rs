@@ -6,6 +6,7 @@
 //! activation columns per batch; each output element is one dot product computed by one
 //! thread, so results do not depend on the thread count.
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::dtype::DType;
@@ -63,6 +64,10 @@ fn grid(n: usize, m: usize, batches: usize, nth: usize) -> (usize, usize) {
 }
 
 pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize) -> TaskPlan {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kind) = panels::kind(a.dtype, a.ne) {
+        return panels::plan(kind, a, b, dst, nth);
+    }
     let k = a.ne[0];
     let conv = needs_conversion(a.dtype, b);
     let vdt = traits(a.dtype).vec_dot_type;
@@ -73,7 +78,14 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
         init: conv,
         finalize: false,
         work_shared: if conv { vdt.row_size(k) * b.nrows() } else { 0 },
-        scratch_f32: if conv { k + 16 } else { 0 },
+        // F16 prompts: a tile's columns widened to f32 (see `tile`).
+        scratch_f32: if a.dtype == DType::F16 {
+            (k + 16).max(TILE * k)
+        } else if conv {
+            k + 16
+        } else {
+            0
+        },
         tiles: (nrb, ncb),
     }
 }
@@ -93,6 +105,8 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
         .or(traits(vdt).from_f32)
         .expect("supports() checked the vec-dot type converts from f32");
     let rs = vdt.row_size(a.ne[0]);
+    #[cfg(target_arch = "x86_64")]
+    let panel = panels::planned(task);
     for r in split_range(b.nrows(), nth, ith) {
         let (j, i2, i3) = b.unravel_row(r);
         // SAFETY: r < b.nrows(); slot r of the shared buffer is written by this thread only
@@ -101,6 +115,13 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
             let x = b.load_row(j, i2, i3, work.scratch);
             let out = std::slice::from_raw_parts_mut(work.shared.add(r * rs), rs);
             from(x, out);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(kind) = panel {
+                // SAFETY: the panel plan sizes the shared buffer for the side data of
+                // every row after the converted rows; slot r is this thread's.
+                let aux = panels::aux_row(work.shared, rs, b.nrows(), a.ne[0], r);
+                crate::quants::dispatch::panel::activation_aux(kind, out, aux);
+            }
         }
     }
 }
@@ -110,15 +131,45 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
 /// # Safety
 /// See [`crate::kernels::compute_chunk`]; INIT has run.
 pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
-    let (a, b, d) = (task.s0(), task.s1(), &task.dst);
     let _ = n_chunks;
-    let k = a.ne[0];
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kind) = panels::planned(task) {
+        // SAFETY: forwarded; the plan was made by `panels::plan` for this node.
+        return unsafe { panels::compute(kind, task, chunk, work) };
+    }
+    let d = &task.dst;
     let (n, m) = (d.ne[0], d.ne[1]);
     let (nrb, ncb) = task.plan.tiles;
     let cb = chunk % ncb;
     let rb = (chunk / ncb) % nrb;
     let batch = chunk / (ncb * nrb);
     let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
+    // SAFETY: forwarded; the rows and columns lie inside dst.
+    unsafe {
+        tile(
+            task,
+            work,
+            (i2, i3),
+            split_range(n, nrb, rb),
+            split_range(m, ncb, cb),
+        )
+    };
+}
+
+/// Output rows `rows` × columns `cols` of batch `(i2, i3)`, with the dot-product kernels.
+///
+/// # Safety
+/// As [`compute`]; no other chunk writes these elements.
+unsafe fn tile(
+    task: &Task,
+    work: &mut Work,
+    (i2, i3): (usize, usize),
+    rows: std::ops::Range<usize>,
+    cols: std::ops::Range<usize>,
+) {
+    let (a, b, d) = (task.s0(), task.s1(), &task.dst);
+    let k = a.ne[0];
+    let m = d.ne[1];
     // Broadcast: weight batch for output batch (i2, i3), as ggml maps it.
     let (a2, a3) = (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3]));
     let dot = vec_dot(a.dtype).expect("supports() checked");
@@ -126,19 +177,19 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
     let vdt = traits(a.dtype).vec_dot_type;
     let rs_b = vdt.row_size(k);
     let rs_a = a.dtype.row_size(k);
+    let shared = work.shared;
     let b_row = |j: usize| -> &[u8] {
         // SAFETY: j < m; with conversion, row (j, i2, i3) is slot r of the shared buffer,
         // written in INIT; without, b is dense f32 and the row lies in its span.
         unsafe {
             if conv {
                 let r = j + m * (i2 + d.ne[2] * i3);
-                std::slice::from_raw_parts(work.shared.add(r * rs_b), rs_b)
+                std::slice::from_raw_parts(shared.add(r * rs_b), rs_b)
             } else {
                 std::slice::from_raw_parts(b.row_ptr(j, i2, i3), rs_b)
             }
         }
     };
-    let cols = split_range(m, ncb, cb);
     // Block types: 4 × 4 tiles of weight rows × activation columns (each weight block
     // decoded once per four columns, each activation block loaded once per four rows), then
     // 4 × 1 and 1 × 4 tiles for what is left (four independent dot products in flight). The
@@ -164,7 +215,6 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
         }
         None => (dot, tiles),
     };
-    let rows = split_range(n, nrb, rb);
     let a_row = |i: usize| -> &[u8] {
         // SAFETY: i < a.ne[1] and (a2, a3) within a's outer shape (ggml's broadcast rule,
         // checked by the builder).
@@ -176,6 +226,62 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
         // SAFETY: i < n and j < m: the offset lies inside dst.
         unsafe { d.data.add(d.offset(i, j, i2, i3)) as *mut f32 }
     };
+    // F16 weights on AVX-512: tiles of four rows (each conversion shared), ggml's orders.
+    #[cfg(target_arch = "x86_64")]
+    if a.dtype == DType::F16 && crate::kernels::ggml_arith::f16_tiles() {
+        use crate::kernels::ggml_arith::{
+            f16_lanes16_tile, f16_lanes16_tile_f32, f16_uses_lanes16, f16_vec_rows,
+        };
+        // The tile's columns widened to f32 once (exact), when the scratch holds them.
+        let wide = (f16_uses_lanes16(a, b.ne[1])
+            && rows.len() >= 8
+            && work.scratch.len() >= cols.len() * k)
+            .then(|| {
+                let w = &mut work.scratch[..cols.len() * k];
+                for (c, j) in cols.clone().enumerate() {
+                    let src: &[f16] = bytemuck::cast_slice(&b_row(j)[..2 * k]);
+                    src.convert_to_f32_slice(&mut w[c * k..(c + 1) * k]);
+                }
+                &*w
+            });
+        let mut i = rows.start;
+        while i + 4 <= rows.end {
+            let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
+            let put = |j: usize, col: [f32; 4]| {
+                for (r, &val) in col.iter().enumerate() {
+                    // SAFETY: an element of this chunk's tile (see `out`).
+                    unsafe { *out(i + r, j) = val };
+                }
+            };
+            let mut j = cols.start;
+            if let Some(w) = wide {
+                let wr = |j: usize| &w[(j - cols.start) * k..(j - cols.start + 1) * k];
+                while j + 4 <= cols.end {
+                    let t = f16_lanes16_tile_f32::<4, 4>(k, ar, [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)]);
+                    for c in 0..4 {
+                        put(j + c, [t[0][c], t[1][c], t[2][c], t[3][c]]);
+                    }
+                    j += 4;
+                }
+                for j in j..cols.end {
+                    let t = f16_lanes16_tile::<4, 1>(k, ar, [b_row(j)]);
+                    put(j, [t[0][0], t[1][0], t[2][0], t[3][0]]);
+                }
+            } else {
+                for j in j..cols.end {
+                    put(j, f16_vec_rows::<4>(k, ar, b_row(j)));
+                }
+            }
+            i += 4;
+        }
+        for i in i..rows.end {
+            for j in cols.clone() {
+                // SAFETY: an element of this chunk's tile (see `out`).
+                unsafe { *out(i, j) = dot(k, a_row(i), b_row(j)) };
+            }
+        }
+        return;
+    }
     let mut i = rows.start;
     if let Some(v) = tiles {
         while i + 4 <= rows.end {
@@ -221,6 +327,176 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
         for j in j..cols.end {
             // SAFETY: an element of this chunk's tile (see `out`).
             unsafe { *out(i, j) = dot(k, arow, b_row(j)) };
+        }
+    }
+}
+
+/// The panel path (x86-64, AVX-512 VNNI): Q4_0 and Q8_0 weights in ggml's order, sixteen
+/// weight rows packed at a time (`quants::simd::panel`) and dotted with every activation
+/// column while the packed panel sits in L1/L2. Chunks are ranges of whole panels, so each
+/// panel is packed once per node and batch; the `n % 16` rows left over go through [`tile`]
+/// in the last chunk. Each element is still one dot product in a fixed order: results do
+/// not depend on the thread count (and equal the tile kernels' bits).
+#[cfg(target_arch = "x86_64")]
+mod panels {
+    use super::*;
+    use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder};
+    use crate::quants::dispatch::panel::{self, Kind, AUX_BYTES, ROWS};
+
+    /// The panel kernel for a weight of type `dtype` and shape `ne`, when it applies: the
+    /// ggml order of the shape has a panel kernel, the weight has at least one panel, and the
+    /// ggml-order build `mul_mat` would otherwise use is the VNNI one (so `GGRS_FORCE_SCALAR`
+    /// and `dispatch::force_scalar` switch this path off too).
+    pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
+        if ne[1] < ROWS || ne[0] % 32 != 0 || !crate::quants::dispatch::panels_allowed() {
+            return None;
+        }
+        let order = ggml_sum_order(dtype, ne);
+        let kind = match (dtype, order) {
+            (DType::Q4_0, SumOrder::GgmlBlockChain) => Kind::Q4_0Chain,
+            (DType::Q8_0, SumOrder::GgmlLanes) => Kind::Q8_0Lanes,
+            _ => return None,
+        };
+        (active_variant_in(dtype, order)?.isa == Isa::Avx512Vnni).then_some(kind)
+    }
+
+    /// The panel kernel of a node planned by [`plan`] (marked by `tiles.1 == 0`, which the
+    /// tile path never plans), so that INIT and COMPUTE follow the plan even if a switch
+    /// changed since.
+    pub(super) fn planned(task: &Task) -> Option<Kind> {
+        if task.plan.tiles.1 != 0 {
+            return None;
+        }
+        match task.s0().dtype {
+            DType::Q4_0 => Some(Kind::Q4_0Chain),
+            DType::Q8_0 => Some(Kind::Q8_0Lanes),
+            _ => None,
+        }
+    }
+
+    /// The side data of converted row `r` in the shared buffer (after the `rows` converted
+    /// rows of `rs` bytes).
+    ///
+    /// # Safety
+    /// The shared buffer was sized by [`plan`]; `r < rows`; nobody else accesses the slot.
+    pub(super) unsafe fn aux_row<'w>(
+        shared: *mut u8,
+        rs: usize,
+        rows: usize,
+        k: usize,
+        r: usize,
+    ) -> &'w mut [u8] {
+        let len = k / 32 * AUX_BYTES;
+        // SAFETY: the caller's guarantee; the slot lies inside the planned size.
+        unsafe { std::slice::from_raw_parts_mut(shared.add(rs * rows + r * len), len) }
+    }
+
+    pub(super) fn plan(
+        kind: Kind,
+        a: &TensorMeta,
+        b: &TensorMeta,
+        dst: &TensorMeta,
+        nth: usize,
+    ) -> TaskPlan {
+        let k = a.ne[0];
+        let nb = k / 32;
+        let np = dst.ne[0] / ROWS;
+        let batches = dst.ne[2] * dst.ne[3];
+        // Several chunks per thread so that threads finishing early pick up more.
+        let nrb = (nth * 8).div_ceil(batches).clamp(1, np.max(1));
+        let rs = DType::Q8_0.row_size(k);
+        TaskPlan {
+            n_chunks: (batches * nrb).max(1),
+            init: true,
+            finalize: false,
+            work_shared: (rs + nb * AUX_BYTES) * b.nrows(),
+            scratch_f32: (k + 16).max((nb * kind.block_bytes()).div_ceil(4) + 16),
+            tiles: (nrb, 0),
+        }
+    }
+
+    /// One chunk: a range of panels of one batch, against every column.
+    ///
+    /// # Safety
+    /// As [`super::compute`], for a plan made by [`plan`].
+    pub(super) unsafe fn compute(kind: Kind, task: &Task, chunk: usize, work: &mut Work) {
+        let (a, b, d) = (task.s0(), task.s1(), &task.dst);
+        let k = a.ne[0];
+        let nb = k / 32;
+        let (n, m) = (d.ne[0], d.ne[1]);
+        let np = n / ROWS;
+        let nrb = task.plan.tiles.0;
+        let (rb, batch) = (chunk % nrb, chunk / nrb);
+        let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
+        let (a2, a3) = (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3]));
+        let rs = DType::Q8_0.row_size(k);
+        let rs_a = a.dtype.row_size(k);
+        let slot = |j: usize| j + m * (i2 + d.ne[2] * i3);
+        let y = |j: usize| -> *const u8 {
+            // SAFETY: slot(j) < b.nrows(): converted row in the shared buffer.
+            unsafe { work.shared.add(slot(j) * rs) }
+        };
+        let aux = |j: usize| -> *const u8 {
+            // SAFETY: as `y`; the side data follow the converted rows (see `plan`).
+            unsafe { work.shared.add(rs * b.nrows() + slot(j) * nb * AUX_BYTES) }
+        };
+        assert!(
+            work.scratch.len() * 4 >= nb * kind.block_bytes(),
+            "the panel plan sizes the scratch for one packed panel"
+        );
+        let buf = work.scratch.as_mut_ptr() as *mut u8;
+        for p in split_range(np, nrb, rb) {
+            let i0 = p * ROWS;
+            // SAFETY: i0 + r < n rows of batch (a2, a3).
+            let rows: [*const u8; ROWS] =
+                std::array::from_fn(|r| unsafe { a.row_ptr(i0 + r, a2, a3) as *const u8 });
+            // The next panel, while this one is packed, when the rows are contiguous.
+            let ahead = if p + 1 < np && a.nb[1] == rs_a {
+                panel::Ahead {
+                    start: rows[0].wrapping_add(ROWS * rs_a),
+                    len: ROWS * rs_a,
+                }
+            } else {
+                panel::Ahead::NONE
+            };
+            // SAFETY: the CPU has the panel kernels' features (`kind` checked); each row
+            // holds nb blocks; the scratch holds one packed panel (asserted above).
+            unsafe { panel::pack(kind, nb, &rows, buf, ahead) };
+            let mut j = 0;
+            macro_rules! columns {
+                ($c:literal) => {
+                    while j + $c <= m {
+                        let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
+                        let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
+                        let mut out = [[0f32; ROWS]; $c];
+                        // SAFETY: as `pack`; INIT wrote the columns and their side data.
+                        unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
+                        for (c, col) in out.iter().enumerate() {
+                            for (r, &v) in col.iter().enumerate() {
+                                // SAFETY: an element of this chunk's panel, inside dst.
+                                unsafe {
+                                    *(d.data.add(d.offset(i0 + r, j + c, i2, i3)) as *mut f32) = v
+                                };
+                            }
+                        }
+                        j += $c;
+                    }
+                };
+            }
+            match kind {
+                Kind::Q4_0Chain => {
+                    columns!(8);
+                    columns!(4);
+                }
+                Kind::Q8_0Lanes => {
+                    columns!(2);
+                }
+            }
+            columns!(1);
+        }
+        if rb == nrb - 1 && np * ROWS < n {
+            // SAFETY: the leftover rows, written by this chunk only.
+            unsafe { tile(task, work, (i2, i3), np * ROWS..n, 0..m) };
         }
     }
 }

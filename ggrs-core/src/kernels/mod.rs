@@ -20,6 +20,7 @@ pub(crate) mod ggml_arith;
 pub(crate) mod matmul;
 pub(crate) mod nn;
 pub(crate) mod reduce;
+pub(crate) mod rope_freqs;
 pub(crate) mod rows;
 pub mod vec;
 
@@ -379,6 +380,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::Argmax => reduce::argmax(task, chunk, n, work),
             Op::Norm { eps } => reduce::norm(task, eps, chunk, n, work),
             Op::RmsNorm { eps } => reduce::rms_norm(task, eps, chunk, n, work),
+            Op::RmsNormMul { eps } => reduce::rms_norm_mul(task, eps, chunk, n, work),
             Op::GetRows => return rows::get_rows(task, chunk, n),
             Op::SetRows => return rows::set_rows(task, chunk, n, work),
             Op::MulMat => matmul::compute(task, chunk, n, work),
@@ -388,6 +390,9 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
                 attn::flash_attn_ext(task, scale, kv_splits, chunk, n, work)
             }
             Op::Rope { .. } => return nn::rope(task, chunk, n, work),
+            Op::RopeFreqs { offset, mode } => {
+                rope_freqs::rope_freqs(task, offset, mode, chunk, n, work)
+            }
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }
     }

@@ -150,11 +150,50 @@ pub(crate) unsafe fn rms_norm(
         unsafe {
             let x = a.load_row(i1, i2, i3, work.scratch);
             let out = d.row_f32_mut(i1, i2, i3);
-            let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
-            let mean = (sum / n as f64) as f32;
-            let scale = 1.0 / (mean + eps).sqrt();
+            let scale = rms_scale(x, n, eps);
             for (o, &v) in out.iter_mut().zip(x) {
                 *o = v * scale;
+            }
+        }
+    }
+}
+
+/// `1 / √(mean(x²) + eps)` of a row of `n` values (squares summed in f64, in order).
+#[inline]
+fn rms_scale(x: &[f32], n: usize, eps: f32) -> f32 {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / n as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// `rms_norm(a) · w`: each value is `(x · scale) · w`, rounded to f32 at the same two steps
+/// as the unfused `rms_norm` then `mul`, so the results are the same bits. w's rows are
+/// broadcast (indices modulo its shape).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape, and
+/// the scratch holds `2 · a.ne[0]` values.
+pub(crate) unsafe fn rms_norm_mul(
+    task: &Task,
+    eps: f32,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a, w) = (&task.dst, task.s0(), task.s1());
+    let n = a.ne[0];
+    let (sa, sw) = work.scratch.split_at_mut(n);
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: same shapes for a and dst; w's indices are reduced modulo its shape (the
+        // builder checked it divides a's); the dst row is owned by this chunk.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, sa);
+            let g = w.load_row(i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3], sw);
+            let out = d.row_f32_mut(i1, i2, i3);
+            let scale = rms_scale(x, n, eps);
+            for ((o, &v), &gv) in out.iter_mut().zip(x).zip(g) {
+                *o = (v * scale) * gv;
             }
         }
     }

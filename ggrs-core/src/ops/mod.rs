@@ -5,8 +5,10 @@
 //! `[a, b, c]` means `ne[0] = a` (innermost), `ne[1] = b`, `ne[2] = c`.
 
 mod arith;
+mod fused;
 pub(crate) mod nn;
 mod reduce;
+mod rope_freqs;
 mod views;
 
 use crate::context::Context;

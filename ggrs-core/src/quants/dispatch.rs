@@ -1,10 +1,11 @@
 //! Choosing a dot-product kernel per block type, once per process.
 //!
 //! Every block type has a scalar reference kernel (`vec_dot_scalar::<B>`), always compiled.
-//! Faster kernels (see `quants/simd/`: AVX2, AVX-512, AVX-512 VNNI; no NEON in this build)
-//! plug in here: `detect` picks, per type, the best build the CPU runs, on first use, and
-//! caches it, so `mul_mat` pays one table read per node. `GGRS_FORCE_SCALAR=1` (read once,
-//! see [`crate::kernels::vec::simd_level`]) keeps every type on its scalar kernel;
+//! Faster kernels (see `quants/simd/`: AVX2, AVX-512, AVX-512 VNNI; on aarch64 NEON and
+//! NEON `dotprod`, for Q4_0 and Q8_0) plug in here: `detect` picks, per type, the best
+//! build the CPU runs, on first use, and caches it, so `mul_mat` pays one table read per
+//! node. `GGRS_FORCE_SCALAR=1` (read once, see [`crate::kernels::vec::simd_level`]) keeps
+//! every type on its scalar kernel;
 //! [`force_scalar`] does the same from inside a process, for benchmarks.
 //!
 //! A SIMD kernel keeps the [`VecDotKernel`] contract (a row of the weight type and a row of
@@ -31,6 +32,10 @@ use crate::dtype::DType;
 use crate::kernels::vec::{simd_level, SimdLevel};
 use crate::quants::{simd, vec_dot_scalar, BlockQuant, VecDotKernel};
 use crate::types::FromF32Fn;
+
+/// The panel kernels of `mul_mat` (see `quants::simd::panel`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use super::simd::panel;
 
 use super::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
@@ -64,6 +69,12 @@ pub enum Isa {
     Avx512,
     /// x86-64 AVX-512 F/BW/VL with VNNI (`vpdpbusd`, `vpdpwssd`).
     Avx512Vnni,
+    /// AArch64 NEON (Advanced SIMD), base ARMv8-A.
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// AArch64 NEON with the dot-product extension (`sdot`).
+    #[cfg(target_arch = "aarch64")]
+    NeonDotprod,
 }
 
 /// One build of a weight type's dot product.
@@ -155,7 +166,11 @@ fn scalar_variant(dtype: DType) -> Option<VecDotVariant> {
 }
 
 /// The SIMD instruction sets, best first.
+#[cfg(not(target_arch = "aarch64"))]
 const SIMD_ISAS: [Isa; 3] = [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2];
+/// The SIMD instruction sets, best first.
+#[cfg(target_arch = "aarch64")]
+const SIMD_ISAS: [Isa; 2] = [Isa::NeonDotprod, Isa::Neon];
 
 /// Every build of weight type `dtype`'s dot product that this CPU runs, the scalar reference
 /// first, then by instruction set (empty for non-block types). Not affected by
@@ -266,7 +281,7 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
         SumOrder::GgmlBlockChain => &CHAIN,
     };
     let i = slot(dtype)?;
-    if FORCE_SCALAR.load(Ordering::Relaxed) || simd_level() == SimdLevel::Scalar {
+    if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {
         return None;
     }
     let table = table.get_or_init(|| {
@@ -286,10 +301,36 @@ fn allowed(isa: Isa) -> bool {
         Isa::Scalar => true,
         Isa::Avx2 => simd_level() >= SimdLevel::Avx2,
         Isa::Avx512 | Isa::Avx512Vnni => simd_level() >= SimdLevel::Avx512,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDotprod => !simd_off(),
     }
 }
 
+/// True when `GGRS_FORCE_SCALAR` switched every SIMD kernel off (on x86-64, also when the CPU
+/// has no AVX2).
+fn simd_off() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    let off = simd::neon::env_forces_scalar();
+    #[cfg(not(target_arch = "aarch64"))]
+    let off = simd_level() == SimdLevel::Scalar;
+    off
+}
+
 static FORCE_SCALAR: AtomicBool = AtomicBool::new(false);
+static NO_PANELS: AtomicBool = AtomicBool::new(false);
+
+/// Switches `mul_mat`'s panel kernels (AVX-512 VNNI, Q4_0 and Q8_0 weights with sixteen
+/// rows or more; see `quants::simd::panel`) off (`true`) or back on (`false`) for the whole
+/// process, from the next plan on: the tile kernels run instead, with the same bits. For
+/// benchmarks and A/B comparisons; like [`force_scalar`], do not flip it while graphs run.
+pub fn force_no_panels(on: bool) {
+    NO_PANELS.store(on, Ordering::Relaxed);
+}
+
+/// True unless [`force_no_panels`] switched the panel kernels off.
+pub(crate) fn panels_allowed() -> bool {
+    !NO_PANELS.load(Ordering::Relaxed)
+}
 
 /// Makes [`vec_dot_kernel`], [`active_variant`] and [`activation_quantizer`] return the
 /// scalar reference (`true`) or the detected build again (`false`), for the whole process,
@@ -340,7 +381,7 @@ pub fn activation_quantizer(dtype: DType) -> Option<FromF32Fn> {
     static TABLE: OnceLock<[Option<FromF32Fn>; BLOCK_TYPES.len()]> = OnceLock::new();
     let i = slot(dtype)?;
     let reference = crate::quants::traits(dtype).and_then(|t| t.from_f32);
-    if FORCE_SCALAR.load(Ordering::Relaxed) || simd_level() == SimdLevel::Scalar {
+    if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {
         return reference;
     }
     let table = TABLE.get_or_init(|| {

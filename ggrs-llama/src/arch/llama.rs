@@ -18,7 +18,7 @@
 
 use ggrs_core::{Context, DType, RopeParams, Tensor};
 
-use crate::arch::{ModelTensors, StepInputs, StepShape};
+use crate::arch::{need, ModelTensors, StepInputs, StepShape};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
@@ -76,14 +76,13 @@ pub fn build(
     for (il, l) in w.layers.iter().enumerate() {
         let last = il + 1 == w.layers.len();
         let inp_sa = x;
-        let h = ctx.rms_norm(x, hp.rms_eps)?;
-        let h = ctx.mul(h, l.attn_norm)?;
+        let h = ctx.rms_norm_mul(x, l.attn_norm, hp.rms_eps)?; // fused: same bits as rms_norm · w
 
-        let q = ctx.mul_mat(l.wq, h)?; // [nh·hd, n]
+        let q = ctx.mul_mat(need(l.wq, "attn_q.weight")?, h)?; // [nh·hd, n]
         let q = add_bias(ctx, q, l.bq)?;
-        let k = ctx.mul_mat(l.wk, h)?; // [nhkv·hd, n]
+        let k = ctx.mul_mat(need(l.wk, "attn_k.weight")?, h)?; // [nhkv·hd, n]
         let k = add_bias(ctx, k, l.bk)?;
-        let v = ctx.mul_mat(l.wv, h)?; // [nhkv·hd, n]
+        let v = ctx.mul_mat(need(l.wv, "attn_v.weight")?, h)?; // [nhkv·hd, n]
         let v = add_bias(ctx, v, l.bv)?;
 
         let q = ctx.reshape_3d(q, hd, nh, n)?;
@@ -126,16 +125,14 @@ pub fn build(
             }
         }
         let ffn_inp = ctx.add(cur, inp_sa)?;
-        let h = ctx.rms_norm(ffn_inp, hp.rms_eps)?;
-        let h = ctx.mul(h, l.ffn_norm)?;
-        let gate = ctx.mul_mat(l.ffn_gate, h)?; // [n_ff, n]
+        let h = ctx.rms_norm_mul(ffn_inp, l.ffn_norm, hp.rms_eps)?;
+        let gate = ctx.mul_mat(need(l.ffn_gate, "ffn_gate.weight")?, h)?; // [n_ff, n]
         let up = ctx.mul_mat(l.ffn_up, h)?;
         let act = ctx.swiglu_split(gate, up)?;
         let down = ctx.mul_mat(l.ffn_down, act)?; // [n_embd, n]
         x = ctx.add(down, ffn_inp)?;
     }
-    let h = ctx.rms_norm(x, hp.rms_eps)?;
-    let h = ctx.mul(h, w.output_norm)?;
+    let h = ctx.rms_norm_mul(x, w.output_norm, hp.rms_eps)?;
     let logits = ctx.mul_mat(w.output, h)?; // [n_vocab, n_outputs]
     ctx.set_name(logits, "logits")?;
     ctx.set_output(logits)?;

@@ -1,11 +1,13 @@
 //! Per-architecture graph builders. Each builds, with ggrs-core's public API only, the
 //! graph of one evaluation step: the batch's tokens in, K/V written to the cache, logits out.
 
+pub mod chatglm;
+pub mod chatglm1;
 pub mod llama;
 
 use ggrs_core::{Context, Tensor};
 
-use crate::error::Result;
+use crate::error::{LlamaError, Result};
 use crate::model::{Model, WeightRef};
 
 /// Weights imported into a session's context (external tensors pointing into the mapping).
@@ -13,12 +15,18 @@ use crate::model::{Model, WeightRef};
 pub struct LayerTensors {
     /// See [`crate::model::LayerWeights`] for shapes.
     pub attn_norm: Tensor,
-    /// Query projection.
-    pub wq: Tensor,
+    /// Attention norm bias (LayerNorm models).
+    pub attn_norm_b: Option<Tensor>,
+    /// Query projection (absent when fused into `wqkv`).
+    pub wq: Option<Tensor>,
     /// Key projection.
-    pub wk: Tensor,
+    pub wk: Option<Tensor>,
     /// Value projection.
-    pub wv: Tensor,
+    pub wv: Option<Tensor>,
+    /// Fused Q|K|V projection (ChatGLM).
+    pub wqkv: Option<Tensor>,
+    /// Bias of the fused projection.
+    pub bqkv: Option<Tensor>,
     /// Output projection.
     pub wo: Tensor,
     /// Query bias.
@@ -31,9 +39,15 @@ pub struct LayerTensors {
     pub bo: Option<Tensor>,
     /// FFN norm weight.
     pub ffn_norm: Tensor,
-    /// Gate projection.
-    pub ffn_gate: Tensor,
-    /// Up projection.
+    /// FFN norm bias (LayerNorm models).
+    pub ffn_norm_b: Option<Tensor>,
+    /// Up projection bias.
+    pub ffn_up_b: Option<Tensor>,
+    /// Down projection bias.
+    pub ffn_down_b: Option<Tensor>,
+    /// Gate projection (absent when fused into `ffn_up`).
+    pub ffn_gate: Option<Tensor>,
+    /// Up projection (ChatGLM: gate and up fused).
     pub ffn_up: Tensor,
     /// Down projection.
     pub ffn_down: Tensor,
@@ -46,6 +60,8 @@ pub struct ModelTensors {
     pub tok_embd: Tensor,
     /// Final norm weight.
     pub output_norm: Tensor,
+    /// Final norm bias (LayerNorm models).
+    pub output_norm_b: Option<Tensor>,
     /// Output projection.
     pub output: Tensor,
     /// Blocks.
@@ -59,6 +75,7 @@ impl ModelTensors {
         let mut imp = |r: &WeightRef| model.import(ctx, r);
         let tok_embd = imp(&w.tok_embd)?;
         let output_norm = imp(&w.output_norm)?;
+        let output_norm_b = w.output_norm_b.as_ref().map(&mut imp).transpose()?;
         let output = if w.output.name == w.tok_embd.name {
             tok_embd
         } else {
@@ -69,19 +86,29 @@ impl ModelTensors {
             let mut opt =
                 |r: &Option<WeightRef>| r.as_ref().map(|r| model.import(ctx, r)).transpose();
             let (bq, bk, bv, bo) = (opt(&l.bq)?, opt(&l.bk)?, opt(&l.bv)?, opt(&l.bo)?);
+            let (wq, wk, wv) = (opt(&l.wq)?, opt(&l.wk)?, opt(&l.wv)?);
+            let (wqkv, bqkv, ffn_gate) = (opt(&l.wqkv)?, opt(&l.bqkv)?, opt(&l.ffn_gate)?);
+            let (attn_norm_b, ffn_norm_b) = (opt(&l.attn_norm_b)?, opt(&l.ffn_norm_b)?);
+            let (ffn_up_b, ffn_down_b) = (opt(&l.ffn_up_b)?, opt(&l.ffn_down_b)?);
             let mut imp = |r: &WeightRef| model.import(ctx, r);
             layers.push(LayerTensors {
                 attn_norm: imp(&l.attn_norm)?,
-                wq: imp(&l.wq)?,
-                wk: imp(&l.wk)?,
-                wv: imp(&l.wv)?,
+                attn_norm_b,
+                wq,
+                wk,
+                wv,
+                wqkv,
+                bqkv,
                 wo: imp(&l.wo)?,
                 bq,
                 bk,
                 bv,
                 bo,
                 ffn_norm: imp(&l.ffn_norm)?,
-                ffn_gate: imp(&l.ffn_gate)?,
+                ffn_norm_b,
+                ffn_up_b,
+                ffn_down_b,
+                ffn_gate,
                 ffn_up: imp(&l.ffn_up)?,
                 ffn_down: imp(&l.ffn_down)?,
             });
@@ -89,10 +116,17 @@ impl ModelTensors {
         Ok(ModelTensors {
             tok_embd,
             output_norm,
+            output_norm_b,
             output,
             layers,
         })
     }
+}
+
+/// A weight the graph builder needs: the tensor, or an error naming it if the model has none
+/// (the loader checks each architecture's weights, so this only fails on a loader bug).
+pub fn need(t: Option<Tensor>, name: &'static str) -> Result<Tensor> {
+    t.ok_or_else(|| LlamaError::MissingTensor(format!("blk.*.{name} (needed by this graph)")))
 }
 
 /// The input tensors of one step (leaves the session fills before computing).

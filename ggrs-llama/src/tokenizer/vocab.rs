@@ -364,6 +364,9 @@ const FIM_REP_TEXTS: &[&str] = &[
     "<reponame>",
 ];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+/// Turn starts that end generation with the ChatGLM pre-tokenizers (`chatglm-spm`,
+/// `chatglm-bpe`, `glm4`).
+const CHATGLM_EOG_TEXTS: &[&str] = &["<|user|>", "<|observation|>"];
 /// Tokens that end generation, besides EOS, EOT, EOM and the FIM pad/repo/separator tokens.
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
@@ -631,6 +634,14 @@ impl Vocab {
                 eog.push(id);
                 tokens[id as usize].ty = TokenType::Control;
             }
+        }
+        // ChatGLM3 / GLM-4: the start of a user or observation turn ends the assistant's turn
+        // (their generation configs stop on these beside EOS).
+        if matches!(
+            parts.pre.as_deref(),
+            Some("chatglm-spm" | "chatglm-bpe" | "glm4")
+        ) {
+            eog.extend(CHATGLM_EOG_TEXTS.iter().filter_map(|t| token_to_id.get(*t)));
         }
         eog.extend(
             [special.eos, special.eot, special.eom]

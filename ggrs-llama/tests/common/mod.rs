@@ -221,6 +221,8 @@ pub fn qwen05b(kind: &str) -> Option<PathBuf> {
                 target,
                 allow_requantize: true,
                 n_threads: 0,
+                // The reference files were made with llama.cpp's `--pure`.
+                pure: true,
             };
             quantize_file(&input, &tmp, &opts, |_| {}).expect("quantize");
             std::fs::rename(&tmp, &out).expect("rename the derived model");

@@ -34,17 +34,23 @@
 //! `quantize` holds AVX2 activation quantizers (f32 → Q8_0 / Q8_K) that write the reference
 //! quantizers' bytes exactly, for `mul_mat`'s INIT.
 //!
-//! No NEON kernels: this tree is only built for x86-64 (no aarch64 target is installed
-//! here), and code that cannot be compiled or tested is not shipped.
+//! `neon` holds the AArch64 kernels (Q4_0·Q8_0 and Q8_0·Q8_0 in ggml's x86 lane order and,
+//! for Q4_0, its repacked order; base NEON and `dotprod` builds) and the Q8_0 activation
+//! quantizer. They are built and tested for aarch64 by `scripts/check-neon.sh` (cross
+//! compiler and qemu).
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod panel;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 
 use crate::dtype::DType;
 use crate::quants::dispatch::{Isa, VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
@@ -183,6 +189,40 @@ mod forms {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod forms {
+    use super::*;
+    use crate::quants::{BlockQ4_0, BlockQ8_0};
+
+    wrappers!(q4_0_neon, BlockQ4_0, neon::q4_0_q8_0);
+    wrappers!(q8_0_neon, BlockQ8_0, neon::q8_0_q8_0);
+    wrappers!(q4_0_neon_chain, BlockQ4_0, neon::q4_0_q8_0_chain);
+    wrappers!(q4_0_dotprod, BlockQ4_0, neon::q4_0_q8_0_dotprod);
+    wrappers!(q8_0_dotprod, BlockQ8_0, neon::q8_0_q8_0_dotprod);
+    wrappers!(q4_0_dotprod_chain, BlockQ4_0, neon::q4_0_q8_0_chain_dotprod);
+
+    /// The kernel forms of `dtype` written for `isa`, without checking the CPU.
+    pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
+        match (isa, dtype) {
+            (Isa::Neon, DType::Q4_0) => Some(q4_0_neon::FORMS),
+            (Isa::Neon, DType::Q8_0) => Some(q8_0_neon::FORMS),
+            (Isa::NeonDotprod, DType::Q4_0) => Some(q4_0_dotprod::FORMS),
+            (Isa::NeonDotprod, DType::Q8_0) => Some(q8_0_dotprod::FORMS),
+            _ => None,
+        }
+    }
+
+    /// The kernel forms of `dtype` in ggml's repacked-Q4_0 order for `isa`, without checking
+    /// the CPU.
+    pub(super) fn chain_table(dtype: DType, isa: Isa) -> Option<Forms> {
+        match (isa, dtype) {
+            (Isa::Neon, DType::Q4_0) => Some(q4_0_neon_chain::FORMS),
+            (Isa::NeonDotprod, DType::Q4_0) => Some(q4_0_dotprod_chain::FORMS),
+            _ => None,
+        }
+    }
+}
+
 /// True when this CPU runs code built for `isa`.
 pub(crate) fn cpu_has(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -197,7 +237,17 @@ pub(crate) fn cpu_has(isa: Isa) -> bool {
             Isa::Avx512Vnni => avx512 && has!("avx512vnni"),
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        use std::arch::is_aarch64_feature_detected as has;
+        match isa {
+            Isa::Scalar => true,
+            Isa::Neon => has!("neon"),
+            Isa::NeonDotprod => has!("neon") && has!("dotprod"),
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => false,
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         isa == Isa::Scalar
     }
@@ -210,7 +260,7 @@ pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
     if isa == Isa::Scalar || !cpu_has(isa) {
         return None;
     }
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         if chain {
             forms::chain_table(dtype, isa)
@@ -218,7 +268,7 @@ pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
             forms::table(dtype, isa)
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = (dtype, chain);
         None
@@ -228,6 +278,17 @@ pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
 /// The SIMD activation quantizer into `dtype` for `isa`, if this build has one and this CPU
 /// runs it. It writes exactly the reference quantizer's bytes.
 pub(crate) fn quantizer(dtype: DType, isa: Isa) -> Option<FromF32Fn> {
+    #[cfg(target_arch = "aarch64")]
+    {
+        fn q8_0(src: &[f32], dst: &mut [u8]) {
+            // SAFETY: handed out below only when the CPU supports NEON; the function checks
+            // the lengths itself.
+            unsafe { neon::quantize_row_q8_0(src, dst) }
+        }
+        if isa == Isa::Neon && dtype == DType::Q8_0 && cpu_has(isa) {
+            return Some(q8_0);
+        }
+    }
     if isa != Isa::Avx2 || !cpu_has(isa) {
         return None;
     }

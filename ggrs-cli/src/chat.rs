@@ -1,0 +1,115 @@
+//! `ggrs chat`: an interactive conversation (one line per user message, the reply streamed),
+//! and the prompt formatting behind `ggrs run --chat`.
+
+use std::io::{BufRead, Write};
+use std::ops::ControlFlow;
+
+use ggrs_llama::chat::{Chat, ChatTemplate, Message};
+use ggrs_llama::{GenerateParams, Model};
+
+use crate::common::{ModelArgs, SamplingArgs};
+use crate::CliResult;
+
+/// Arguments of `ggrs chat`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// A system message that opens the conversation.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens per reply.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    n_predict: usize,
+    /// Stop a reply when its text contains this string (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+}
+
+/// The prompt text of a one-message conversation (`ggrs run --chat`): the optional system
+/// message, then `user`, formatted by the model's template (or ChatGLM's built-in format).
+pub fn format_single_turn(
+    model: &Model,
+    user: &str,
+    system: Option<&str>,
+) -> Result<String, ggrs_llama::chat::ChatError> {
+    let mut msgs: Vec<Message> = system.map(Message::system).into_iter().collect();
+    msgs.push(Message::user(user));
+    ChatTemplate::for_model(model)?.render(&msgs, true)
+}
+
+/// Runs `ggrs chat`.
+pub fn run(a: Args) -> CliResult {
+    let path = a.model.path()?;
+    let model = a.model.load()?;
+    let session = a.model.session(model, false)?;
+    let mut chat = Chat::new(session)?;
+    chat.set_system(a.system.clone());
+    let params = GenerateParams {
+        max_tokens: a.n_predict,
+        sampling: a.sampling.params(),
+        stop: a.stop.clone(),
+        ..GenerateParams::default()
+    };
+    eprintln!(
+        "ggrs chat with {} (seed {}). One message per line; /reset starts over; \
+         /quit or end of input ends.",
+        path.display(),
+        params.sampling.seed
+    );
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut out = std::io::stdout().lock();
+    let mut line = String::new();
+    loop {
+        eprint!("> ");
+        std::io::stderr().flush()?;
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            eprintln!();
+            break;
+        }
+        let msg = line.trim_end_matches(['\n', '\r']);
+        match msg.trim() {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/reset" => {
+                chat.reset();
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        let result = chat.send(msg, &params, |ev| {
+            let _ = write!(out, "{}", ev.text);
+            let _ = out.flush();
+            ControlFlow::Continue(())
+        });
+        writeln!(out)?;
+        match result {
+            Ok(g) => {
+                let t = g.timings;
+                eprintln!(
+                    "[prompt: {} new tokens, {:.1} t/s | reply: {} tokens, {:.1} t/s | \
+                     context: {} tokens | stop: {:?}]",
+                    t.prompt_tokens,
+                    t.prompt_tps(),
+                    t.gen_tokens,
+                    t.gen_tps(),
+                    chat.cached_tokens(),
+                    g.stop
+                );
+            }
+            Err(e) => {
+                // The turn is dropped; the conversation before it is kept.
+                eprintln!(
+                    "error: {} (the message was dropped; /reset starts a new conversation)",
+                    crate::report(&e)
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! Which nodes may run at the same time: the graph's data-moving nodes grouped into
+//! *epochs*.
+//!
+//! An epoch is a run of consecutive nodes that touch memory independently: no node of it
+//! reads or writes bytes another node of it writes (in arena or external memory, compared
+//! as address ranges, so views and reused graph-allocator memory are seen for what they are),
+//! and at most one of them writes the shared work buffer. Threads may take chunks of any node
+//! of the current epoch; a node of the next epoch starts only when every node of this one is
+//! complete. So a chain of dependent element-wise nodes costs one wait per node, while
+//! `mul_mat`s reading the same activations (Q, K and V; gate and up) run as one step.
+//!
+//! A `mul_mat` whose INIT would convert the same activations to the same `vec_dot_type` as
+//! the `mul_mat` whose conversion is still in the shared buffer reuses it instead of
+//! converting again.
+
+use crate::kernels::{RawTensor, Task};
+use crate::op::Op;
+use crate::tensor::MAX_SRC;
+use crate::types::traits;
+
+/// How the executor runs one data-moving node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NodeSched {
+    /// Index of the node in the graph (and in the task list).
+    pub node: usize,
+    /// INIT pieces this node runs itself (0: no INIT, or it reuses another node's).
+    pub n_init: usize,
+    /// The node whose INIT output this node's COMPUTE reads (itself, or the node whose
+    /// conversion it reuses); `None` without INIT.
+    pub init_from: Option<usize>,
+}
+
+/// Epochs in order; each a list of nodes in graph order.
+#[derive(Debug, Default)]
+pub(super) struct Schedule {
+    pub nodes: Vec<NodeSched>,
+    /// `epochs[e]` is the range of `nodes` forming epoch `e`.
+    pub epochs: Vec<std::ops::Range<usize>>,
+}
+
+/// Byte range `[start, end)` a tensor's elements lie in (empty for empty tensors).
+fn span(t: &RawTensor) -> (usize, usize) {
+    if t.ne.contains(&0) || t.data.is_null() {
+        return (0, 0);
+    }
+    let start = t.data as usize;
+    let first = if t.dtype.is_quantized() {
+        // Block types: dimension 0 is a dense row of blocks.
+        t.dtype.row_size(t.ne[0])
+    } else {
+        t.dtype.type_size() + (t.ne[0] - 1) * t.nb[0]
+    };
+    let rest: usize = (1..4).map(|d| (t.ne[d] - 1) * t.nb[d]).sum();
+    (start, start + first + rest)
+}
+
+fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
+}
+
+/// What a node of the current epoch touches.
+struct Access {
+    reads: [(usize, usize); MAX_SRC],
+    write: (usize, usize),
+}
+
+/// The identity of a `mul_mat` INIT's output: the activations' place, shape, strides and
+/// type, and the type they are converted to.
+fn init_key(t: &Task) -> Option<(usize, [usize; 4], [usize; 4], crate::DType)> {
+    match (t.op, t.plan.init, t.src[0], t.src[1]) {
+        (Op::MulMat, true, Some(a), Some(b)) => Some((
+            b.data as usize,
+            b.ne,
+            b.nb,
+            traits(a.dtype).vec_dot_type,
+        )),
+        _ => None,
+    }
+}
+
+/// Groups the data-moving tasks into epochs. With `serial` every node is an epoch of its
+/// own (used while profiling, so that each node's time is its own).
+pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedule {
+    let mut s = Schedule::default();
+    let mut cur: Vec<Access> = Vec::new();
+    let mut epoch_start = 0;
+    // Whether a node of the current epoch writes or reads the shared work buffer.
+    let mut shared_busy = false;
+    // The mul_mat whose INIT output is in the shared buffer, its key and its src1 span.
+    let mut owner: Option<(usize, (usize, [usize; 4], [usize; 4], crate::DType), (usize, usize))> =
+        None;
+    for (i, t) in tasks.iter().enumerate() {
+        if t.plan.is_noop() || matches!(t.op, Op::None) {
+            continue;
+        }
+        let key = init_key(t);
+        let reuse = match (key, owner) {
+            (Some(k), Some((p, ok, _))) if k == ok => Some(p),
+            _ => None,
+        };
+        let uses_shared = reuse.is_none() && t.plan.work_shared > 0;
+        let write = span(&t.dst);
+        let reads = t.src.map(|r| r.map_or((0, 0), |r| span(&r)));
+        let conflict = serial
+            || (uses_shared && shared_busy)
+            || cur.iter().any(|a| {
+                overlaps(write, a.write)
+                    || a.reads.iter().any(|&r| overlaps(write, r))
+                    || reads.iter().any(|&r| overlaps(r, a.write))
+            });
+        if conflict && !cur.is_empty() {
+            s.epochs.push(epoch_start..s.nodes.len());
+            epoch_start = s.nodes.len();
+            cur.clear();
+            shared_busy = false;
+        }
+        shared_busy |= uses_shared || reuse.is_some();
+        let (n_init, init_from) = match (key, reuse) {
+            (Some(_), Some(p)) => (0, Some(p)),
+            (Some(_), None) => {
+                let rows = t.src[1].map_or(1, |b| b.nrows());
+                (rows.clamp(1, 4 * n_threads), Some(i))
+            }
+            (None, _) => (0, None),
+        };
+        if uses_shared {
+            owner = key.map(|k| (i, k, t.src[1].map_or((0, 0), |b| span(&b))));
+        }
+        // Writing the converted activations' source makes the conversion stale.
+        if let Some((_, _, src)) = owner {
+            if overlaps(write, src) {
+                owner = None;
+            }
+        }
+        s.nodes.push(NodeSched {
+            node: i,
+            n_init,
+            init_from,
+        });
+        cur.push(Access { reads, write });
+    }
+    if s.nodes.len() > epoch_start {
+        s.epochs.push(epoch_start..s.nodes.len());
+    }
+    s
+}

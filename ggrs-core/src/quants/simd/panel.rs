@@ -1,0 +1,555 @@
+//! Panel kernels for `mul_mat` on AVX-512 VNNI: Q4_0 and Q8_0 weights, sixteen rows at a
+//! time, one weight row per 32-bit lane.
+//!
+//! # Layout
+//!
+//! A *panel* is sixteen consecutive weight rows, repacked block by block (the `nb` blocks of
+//! 32 values of a row) into vectors whose 32-bit lane `r` belongs to row `r`:
+//!
+//! ```text
+//! block i of a panel (Q4_0: 320 bytes, Q8_0: 576 bytes)
+//!   [ dx: 16 × f32 ]                       the rows' scales, widened from f16
+//!   [ v_0 ] … [ v_{G−1} ]                  G = 4 (Q4_0) or 8 (Q8_0) vectors of 64 bytes;
+//!                                          lane r of v_g = bytes 4g..4g+4 of row r's codes
+//! ```
+//!
+//! Q4_0 keeps its nibbles as stored (byte `j` of a block holds value `j` in its low nibble,
+//! value `j + 16` in its high nibble, both offset by 8), so `v_g`'s low nibbles are values
+//! `4g..4g+4` and its high nibbles values `16 + 4g..16 + 4g + 4`. Q8_0's codes are stored as
+//! `x ^ 0x80 = x + 128`, unsigned.
+//!
+//! # Arithmetic
+//!
+//! `vpdpbusd` with a vector of unsigned weight bytes and one activation quad broadcast to
+//! every lane adds, in each lane, four products of *that lane's row*. The weight offset `o`
+//! (8 or 128) comes back out through a seed: the accumulator starts at `−o · Σ y` over the
+//! activation values involved, precomputed once per activation block ([`activation_aux`]).
+//! So every lane holds an exact integer and the f32 work can follow ggml's orders bit for bit
+//! (see `dispatch::SumOrder` and `kernels::ggml_arith`), sixteen rows per instruction:
+//!
+//! - Q4_0, [`SumOrder::GgmlBlockChain`](crate::quants::dispatch::SumOrder): the block's exact
+//!   sum `s` (eight `vpdpbusd` over the 32 values), then `acc = fma(s, dx·dy, acc)`;
+//! - Q8_0, [`SumOrder::GgmlLanes`](crate::quants::dispatch::SumOrder): eight accumulators,
+//!   one per quad `g` of the block, `acc_g = fma(s_g, dx·dy, acc_g)`, and at the end
+//!   `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
+//!
+//! A panel is packed once ([`pack`]) and then dotted with as many activation columns as the
+//! caller has ([`gemm`]): for a prompt each weight block is unpacked once per up to eight
+//! columns; for one column (decoding), the packing is a handful of shuffles per block.
+//!
+//! # Safety
+//! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
+//! pointer contracts are stated on each function.
+
+use std::arch::x86_64::*;
+
+use super::x86::{read_f32, read_u16, read_u32};
+
+/// Weight rows per panel.
+pub(crate) const ROWS: usize = 16;
+
+/// Bytes of one activation block's side data ([`activation_aux`]): `dy` (f32), the seed of
+/// the whole block (i32) and the eight seeds of its quads (i32).
+pub(crate) const AUX_BYTES: usize = 40;
+
+/// Bytes of a Q8_0 block (activations).
+const Q8_0_BYTES: usize = 34;
+/// Bytes of a Q4_0 block.
+const Q4_0_BYTES: usize = 18;
+
+/// A weight format and summation order the panel kernels implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Q4_0 weights, one FMA per block ([`SumOrder::GgmlBlockChain`]).
+    ///
+    /// [`SumOrder::GgmlBlockChain`]: crate::quants::dispatch::SumOrder::GgmlBlockChain
+    Q4_0Chain,
+    /// Q8_0 weights, eight lanes per element ([`SumOrder::GgmlLanes`]).
+    ///
+    /// [`SumOrder::GgmlLanes`]: crate::quants::dispatch::SumOrder::GgmlLanes
+    Q8_0Lanes,
+}
+
+impl Kind {
+    /// Bytes of one packed block of a panel (sixteen rows).
+    pub(crate) const fn block_bytes(self) -> usize {
+        match self {
+            Kind::Q4_0Chain => 64 + 4 * 64,
+            Kind::Q8_0Lanes => 64 + 8 * 64,
+        }
+    }
+
+    /// Bytes of one block of the weight type in its file layout.
+    #[cfg(test)]
+    pub(crate) const fn src_block_bytes(self) -> usize {
+        match self {
+            Kind::Q4_0Chain => Q4_0_BYTES,
+            Kind::Q8_0Lanes => Q8_0_BYTES,
+        }
+    }
+
+    /// The offset `o` of the unsigned weight codes (`u = x + o`).
+    const fn offset(self) -> i32 {
+        match self {
+            Kind::Q4_0Chain => 8,
+            Kind::Q8_0Lanes => 128,
+        }
+    }
+}
+
+/// The side data of one Q8_0 activation row for weights of `kind`: per block, `dy` as f32,
+/// `−o · Σ y` over the block and `−o · Σ y` over each of its eight quads (`o` the weights'
+/// code offset), little-endian, [`AUX_BYTES`] per block. `row` holds whole Q8_0 blocks and
+/// `aux` room for as many.
+pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
+    let o = kind.offset();
+    for (blk, out) in row
+        .chunks_exact(Q8_0_BYTES)
+        .zip(aux.chunks_exact_mut(AUX_BYTES))
+    {
+        let dy = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        out[0..4].copy_from_slice(&dy.to_le_bytes());
+        let mut total = 0i32;
+        for g in 0..8 {
+            let s: i32 = blk[2 + 4 * g..6 + 4 * g]
+                .iter()
+                .map(|&b| b as i8 as i32)
+                .sum();
+            total += s;
+            out[8 + 4 * g..12 + 4 * g].copy_from_slice(&(-o * s).to_le_bytes());
+        }
+        out[4..8].copy_from_slice(&(-o * total).to_le_bytes());
+    }
+}
+
+/// The 16 f16 scales of block `i` of the rows, widened to f32.
+///
+/// # Safety
+/// AVX-512 F; two bytes readable at `rows[r] + i · bytes`.
+#[inline(always)]
+unsafe fn scales(rows: &[*const u8; ROWS], i: usize, bytes: usize) -> __m512 {
+    let mut h = [0u16; ROWS];
+    for (r, v) in h.iter_mut().enumerate() {
+        // SAFETY: the block's first two bytes are its f16 scale (caller).
+        *v = unsafe { read_u16(rows[r].add(i * bytes)) };
+    }
+    // SAFETY: `h` holds 32 bytes; unaligned load; F16C/AVX-512 F are the caller's guarantee.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().cast())) }
+}
+
+/// Packs `nb` blocks of sixteen Q4_0 rows (`rows[r]`, row `r`) into `out` (see the module
+/// docs).
+///
+/// # Safety
+/// The CPU features of the module; `nb` whole Q4_0 blocks readable at every `rows[r]`;
+/// `nb · Kind::Q4_0Chain.block_bytes()` bytes writable at `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pack_q4_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ahead) {
+    // SAFETY: reads stay inside block i < nb of each row, writes inside packed block i.
+    unsafe {
+        // Level 1: from two vectors of four rows × four dwords (row-major), the dwords 0
+        // and 1 (`lo`) or 2 and 3 (`hi`) of all eight rows, dword-major.
+        let idx_lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+        let idx_hi =
+            _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+        let bb = Kind::Q4_0Chain.block_bytes();
+        for i in 0..nb {
+            prefetch(ahead, i, nb);
+            let dst = out.add(i * bb);
+            _mm512_storeu_ps(dst.cast(), scales(rows, i, Q4_0_BYTES));
+            let ld = |r: usize| _mm_loadu_si128(rows[r].add(i * Q4_0_BYTES + 2).cast());
+            let quad = |k: usize| {
+                let z = _mm512_castsi128_si512(ld(4 * k));
+                let z = _mm512_inserti32x4::<1>(z, ld(4 * k + 1));
+                let z = _mm512_inserti32x4::<2>(z, ld(4 * k + 2));
+                _mm512_inserti32x4::<3>(z, ld(4 * k + 3))
+            };
+            let (a0, a1, a2, a3) = (quad(0), quad(1), quad(2), quad(3));
+            let b01_lo = _mm512_permutex2var_epi32(a0, idx_lo, a1);
+            let b01_hi = _mm512_permutex2var_epi32(a0, idx_hi, a1);
+            let b23_lo = _mm512_permutex2var_epi32(a2, idx_lo, a3);
+            let b23_hi = _mm512_permutex2var_epi32(a2, idx_hi, a3);
+            // Level 2: rows 0..8 of a dword next to rows 8..16 of it.
+            let v = [
+                _mm512_shuffle_i64x2::<0x44>(b01_lo, b23_lo),
+                _mm512_shuffle_i64x2::<0xEE>(b01_lo, b23_lo),
+                _mm512_shuffle_i64x2::<0x44>(b01_hi, b23_hi),
+                _mm512_shuffle_i64x2::<0xEE>(b01_hi, b23_hi),
+            ];
+            for (g, vg) in v.iter().enumerate() {
+                _mm512_storeu_si512(dst.add(64 + 64 * g).cast(), *vg);
+            }
+        }
+    }
+}
+
+/// Packs `nb` blocks of sixteen Q8_0 rows into `out` (see the module docs).
+///
+/// # Safety
+/// As [`pack_q4_0`], for Q8_0 blocks and `Kind::Q8_0Lanes.block_bytes()`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pack_q8_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ahead) {
+    // SAFETY: reads stay inside block i < nb of each row, writes inside packed block i.
+    unsafe {
+        // Level 1: from two vectors of two rows × eight dwords, dwords 0..4 (`lo`) or 4..8
+        // (`hi`) of the four rows, one 128-bit lane per dword.
+        let idx_lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+        let idx_hi = _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
+        let flip = _mm512_set1_epi8(-128);
+        let bb = Kind::Q8_0Lanes.block_bytes();
+        for i in 0..nb {
+            prefetch(ahead, i, nb);
+            let dst = out.add(i * bb);
+            _mm512_storeu_ps(dst.cast(), scales(rows, i, Q8_0_BYTES));
+            let ld = |r: usize| _mm256_loadu_si256(rows[r].add(i * Q8_0_BYTES + 2).cast());
+            let pair = |k: usize| {
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(2 * k)), ld(2 * k + 1))
+            };
+            let mut c_lo = [_mm512_setzero_si512(); 4];
+            let mut c_hi = [_mm512_setzero_si512(); 4];
+            for p in 0..4 {
+                let (x, y) = (pair(2 * p), pair(2 * p + 1));
+                c_lo[p] = _mm512_permutex2var_epi32(x, idx_lo, y);
+                c_hi[p] = _mm512_permutex2var_epi32(x, idx_hi, y);
+            }
+            // Level 2: per half panel q (rows 8q..8q+8), pairs of dwords:
+            // [d rows 0..4, d+1 rows 0..4, d rows 4..8, d+1 rows 4..8].
+            let mut d = [[_mm512_setzero_si512(); 4]; 2];
+            for q in 0..2 {
+                d[q][0] = _mm512_shuffle_i64x2::<0x44>(c_lo[2 * q], c_lo[2 * q + 1]);
+                d[q][1] = _mm512_shuffle_i64x2::<0xEE>(c_lo[2 * q], c_lo[2 * q + 1]);
+                d[q][2] = _mm512_shuffle_i64x2::<0x44>(c_hi[2 * q], c_hi[2 * q + 1]);
+                d[q][3] = _mm512_shuffle_i64x2::<0xEE>(c_hi[2 * q], c_hi[2 * q + 1]);
+            }
+            // Level 3: one dword of all sixteen rows, made unsigned.
+            for s in 0..4 {
+                let even = _mm512_shuffle_i64x2::<0x88>(d[0][s], d[1][s]);
+                let odd = _mm512_shuffle_i64x2::<0xDD>(d[0][s], d[1][s]);
+                let at = dst.add(64 + 128 * s);
+                _mm512_storeu_si512(at.cast(), _mm512_xor_si512(even, flip));
+                _mm512_storeu_si512(at.add(64).cast(), _mm512_xor_si512(odd, flip));
+            }
+        }
+    }
+}
+
+/// A memory range to prefetch while packing (the next panel's rows, when they are
+/// contiguous): `len` bytes at `start`, spread evenly over the blocks of the pack. Prefetches
+/// never fault, but callers pass ranges inside the weight tensor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ahead {
+    /// First byte.
+    pub start: *const u8,
+    /// Bytes (0: nothing to prefetch).
+    pub len: usize,
+}
+
+impl Ahead {
+    /// Nothing to prefetch.
+    pub(crate) const NONE: Ahead = Ahead {
+        start: std::ptr::null(),
+        len: 0,
+    };
+}
+
+/// Prefetches (into L2) the `i`-th of `nb` even shares of `ahead`, one per 64-byte line.
+#[inline(always)]
+fn prefetch(ahead: Ahead, i: usize, nb: usize) {
+    if ahead.len == 0 {
+        return;
+    }
+    let (from, to) = (ahead.len * i / nb, ahead.len * (i + 1) / nb);
+    let mut off = from & !63;
+    while off < to {
+        // SAFETY: a prefetch is a hint that never faults; the address lies in the caller's
+        // range (`wrapping_add` keeps the pointer arithmetic defined regardless).
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(ahead.start.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
+/// Packs `nb` blocks of the sixteen weight rows `rows` (file layout of `kind`'s type) into
+/// `out`, [`Kind::block_bytes`] per block, prefetching `ahead` on the way.
+///
+/// # Safety
+/// The CPU features of the module; `nb` whole blocks readable at every `rows[r]`;
+/// `nb · kind.block_bytes()` bytes writable at `out`.
+pub(crate) unsafe fn pack(
+    kind: Kind,
+    nb: usize,
+    rows: &[*const u8; ROWS],
+    out: *mut u8,
+    ahead: Ahead,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match kind {
+            Kind::Q4_0Chain => pack_q4_0(nb, rows, out, ahead),
+            Kind::Q8_0Lanes => pack_q8_0(nb, rows, out, ahead),
+        }
+    }
+}
+
+/// `C` columns against a Q4_0 panel in the chain order.
+///
+/// # Safety
+/// As [`gemm`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4_0_chain<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+) -> [__m512; C] {
+    // SAFETY: packed block i < nb of the panel, Q8_0 block i of each column and its side
+    // data are readable (caller); unaligned loads.
+    unsafe {
+        let low = _mm512_set1_epi8(0x0F);
+        let bb = Kind::Q4_0Chain.block_bytes();
+        let mut acc = [_mm512_setzero_ps(); C];
+        for i in 0..nb {
+            let p = panel.add(i * bb);
+            let dx = _mm512_loadu_ps(p.cast());
+            let mut lo = [_mm512_setzero_si512(); 4];
+            let mut hi = [_mm512_setzero_si512(); 4];
+            for g in 0..4 {
+                let v = _mm512_loadu_si512(p.add(64 + 64 * g).cast());
+                lo[g] = _mm512_and_si512(v, low);
+                hi[g] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+            }
+            for c in 0..C {
+                let yq = y[c].add(i * Q8_0_BYTES + 2);
+                let ax = aux[c].add(i * AUX_BYTES);
+                // Two integer chains (values 0..16 and 16..32), added exactly.
+                let mut s0 = _mm512_set1_epi32(read_u32(ax.add(4)) as i32);
+                let mut s1 = _mm512_setzero_si512();
+                for g in 0..4 {
+                    let y0 = _mm512_set1_epi32(read_u32(yq.add(4 * g)) as i32);
+                    let y1 = _mm512_set1_epi32(read_u32(yq.add(16 + 4 * g)) as i32);
+                    s0 = _mm512_dpbusd_epi32(s0, lo[g], y0);
+                    s1 = _mm512_dpbusd_epi32(s1, hi[g], y1);
+                }
+                let s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+                let d = _mm512_mul_ps(dx, _mm512_set1_ps(read_f32(ax)));
+                acc[c] = _mm512_fmadd_ps(s, d, acc[c]);
+            }
+        }
+        acc
+    }
+}
+
+/// `C` columns against a Q8_0 panel in the lane order.
+///
+/// # Safety
+/// As [`gemm`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q8_0_lanes<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+) -> [__m512; C] {
+    // SAFETY: as `q4_0_chain`.
+    unsafe {
+        let bb = Kind::Q8_0Lanes.block_bytes();
+        let mut acc = [[_mm512_setzero_ps(); 8]; C];
+        for i in 0..nb {
+            let p = panel.add(i * bb);
+            let dx = _mm512_loadu_ps(p.cast());
+            for c in 0..C {
+                let yq = y[c].add(i * Q8_0_BYTES + 2);
+                let ax = aux[c].add(i * AUX_BYTES);
+                let d = _mm512_mul_ps(dx, _mm512_set1_ps(read_f32(ax)));
+                for g in 0..8 {
+                    let seed = _mm512_set1_epi32(read_u32(ax.add(8 + 4 * g)) as i32);
+                    let w = _mm512_loadu_si512(p.add(64 + 64 * g).cast());
+                    let yv = _mm512_set1_epi32(read_u32(yq.add(4 * g)) as i32);
+                    let s = _mm512_dpbusd_epi32(seed, w, yv);
+                    acc[c][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c][g]);
+                }
+            }
+        }
+        acc.map(|a| {
+            _mm512_add_ps(
+                _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])),
+            )
+        })
+    }
+}
+
+/// Dot products of a packed panel (`nb` blocks, sixteen rows) with `C` Q8_0 activation rows
+/// `y[c]` and their side data `aux[c]` ([`activation_aux`] for the same `kind`): `out[c][r]`
+/// is row `r` · column `c`, with the bits of ggml's order for `kind` (see the module docs).
+///
+/// # Safety
+/// The CPU features of the module; `nb` packed blocks readable at `panel`, `nb` Q8_0 blocks
+/// at every `y[c]` and `nb · AUX_BYTES` bytes at every `aux[c]`.
+pub(crate) unsafe fn gemm<const C: usize>(
+    kind: Kind,
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
+    unsafe {
+        let acc = match kind {
+            Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
+            Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
+        };
+        for (o, a) in out.iter_mut().zip(acc) {
+            store(o, a);
+        }
+    }
+}
+
+/// Stores 16 lanes.
+///
+/// # Safety
+/// AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn store(o: &mut [f32; ROWS], a: __m512) {
+    // SAFETY: `o` holds 16 f32; unaligned store.
+    unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::ggml_arith::{dot_q4_0_chain, dot_q8_0_lanes, quantize_row_q8_0_x86};
+
+    /// Values per block.
+    const QK: usize = 32;
+
+    fn cpu_ok() -> bool {
+        crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx512Vnni)
+    }
+
+    fn rng(seed: &mut u64) -> u32 {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (*seed >> 33) as u32
+    }
+
+    /// `rows` weight rows of `nb` blocks with random codes (all 256 byte values for Q8_0,
+    /// −128 included) and random f16 scales.
+    fn weights(kind: Kind, rows: usize, nb: usize, seed: &mut u64) -> Vec<u8> {
+        let bytes = kind.src_block_bytes();
+        let mut w = vec![0u8; rows * nb * bytes];
+        for blk in w.chunks_exact_mut(bytes) {
+            for b in blk.iter_mut() {
+                *b = rng(seed) as u8;
+            }
+            let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
+            blk[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        }
+        w
+    }
+
+    fn run<const C: usize>(kind: Kind, nb: usize, seed: &mut u64) {
+        let k = nb * QK;
+        let rs = nb * kind.src_block_bytes();
+        let w = weights(kind, ROWS, nb, seed);
+        let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * rs..].as_ptr());
+        let mut panel = vec![0u8; nb * kind.block_bytes()];
+        let cols: Vec<Vec<u8>> = (0..C)
+            .map(|_| {
+                let x: Vec<f32> = (0..k)
+                    .map(|_| (rng(seed) % 20001) as f32 / 1000.0 - 10.0)
+                    .collect();
+                let mut q = vec![0u8; nb * Q8_0_BYTES];
+                quantize_row_q8_0_x86(&x, &mut q);
+                q
+            })
+            .collect();
+        let auxs: Vec<Vec<u8>> = cols
+            .iter()
+            .map(|q| {
+                let mut a = vec![0u8; nb * AUX_BYTES];
+                activation_aux(kind, q, &mut a);
+                a
+            })
+            .collect();
+        let y: [*const u8; C] = std::array::from_fn(|c| cols[c].as_ptr());
+        let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
+        let mut out = [[0f32; ROWS]; C];
+        // SAFETY: the CPU was checked; the buffers hold nb blocks each.
+        unsafe {
+            pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE);
+            gemm::<C>(kind, nb, panel.as_ptr(), &y, &aux, &mut out);
+        }
+        for c in 0..C {
+            for r in 0..ROWS {
+                let row = &w[r * rs..(r + 1) * rs];
+                let want = match kind {
+                    Kind::Q4_0Chain => dot_q4_0_chain(k, row, &cols[c]),
+                    Kind::Q8_0Lanes => dot_q8_0_lanes(k, row, &cols[c]),
+                };
+                assert_eq!(
+                    out[c][r].to_bits(),
+                    want.to_bits(),
+                    "{kind:?} nb={nb} C={C} row {r} col {c}: {} vs {want}",
+                    out[c][r]
+                );
+            }
+        }
+    }
+
+    /// Every element of a panel product has the bits of ggml_arith's one-element kernel in
+    /// the same order (itself checked against the portable ggml-order code).
+    #[test]
+    fn panel_products_match_ggml_order_kernels() {
+        if !cpu_ok() {
+            return;
+        }
+        let mut seed = 11u64;
+        for kind in [Kind::Q4_0Chain, Kind::Q8_0Lanes] {
+            for nb in [1usize, 2, 3, 28, 152] {
+                run::<1>(kind, nb, &mut seed);
+                run::<2>(kind, nb, &mut seed);
+                run::<3>(kind, nb, &mut seed);
+                run::<8>(kind, nb, &mut seed);
+            }
+        }
+    }
+
+    /// The packed vectors hold, in lane r, bytes 4g..4g+4 of row r's codes (Q8_0 flipped).
+    #[test]
+    fn packing_transposes_quads() {
+        if !cpu_ok() {
+            return;
+        }
+        let mut seed = 3u64;
+        for kind in [Kind::Q4_0Chain, Kind::Q8_0Lanes] {
+            let nb = 5;
+            let bytes = kind.src_block_bytes();
+            let w = weights(kind, ROWS, nb, &mut seed);
+            let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * nb * bytes..].as_ptr());
+            let mut panel = vec![0u8; nb * kind.block_bytes()];
+            // SAFETY: the CPU was checked; the buffers hold nb blocks each.
+            unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
+            let groups = (bytes - 2) / 4;
+            let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
+            for i in 0..nb {
+                let blk = &panel[i * kind.block_bytes()..];
+                for r in 0..ROWS {
+                    let src = &w[(r * nb + i) * bytes..];
+                    let d = half::f16::from_le_bytes([src[0], src[1]]).to_f32();
+                    let got = f32::from_le_bytes(blk[4 * r..4 * r + 4].try_into().unwrap());
+                    assert_eq!(got.to_bits(), d.to_bits());
+                    for g in 0..groups {
+                        for t in 0..4 {
+                            assert_eq!(blk[64 + 64 * g + 4 * r + t], src[2 + 4 * g + t] ^ flip);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
