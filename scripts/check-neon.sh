@@ -44,6 +44,9 @@ fi
 
 export RUSTC=$RUSTC_AARCH64
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+# Static executables: under bookworm's qemu-user 7.2, a dynamically linked aarch64 program
+# hangs in its first pthread_create (the test harness spawns threads); static ones run.
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
 echo "check-neon: $("$RUSTC" --version), target $TARGET, CARGO_TARGET_DIR=$CARGO_TARGET_DIR"
 
 # Builds one test target and prints the path of its executable.

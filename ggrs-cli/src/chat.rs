@@ -46,6 +46,13 @@ pub fn run(a: Args) -> CliResult {
     let model = a.model.load()?;
     let session = a.model.session(model, false)?;
     let mut chat = Chat::new(session)?;
+    if a.system.is_some() && *chat.template() == ChatTemplate::ChatGlm1 {
+        return Err(
+            "ChatGLM-6B (chatglm1) has no system message: its official chat format is \
+                    question/answer rounds only; drop --system"
+                .into(),
+        );
+    }
     chat.set_system(a.system.clone());
     let params = GenerateParams {
         max_tokens: a.n_predict,

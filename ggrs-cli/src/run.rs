@@ -67,6 +67,13 @@ pub fn run(a: Args) -> CliResult {
         (String::new(), ids.clone())
     } else if glm1 {
         // ChatGLM-6B v1: its own prompt convention (`text [gMASK] <sop>`; chat turns).
+        if a.system.is_some() {
+            return Err(
+                "ChatGLM-6B (chatglm1) has no system role: drop --system, or put the \
+                 instruction into the prompt"
+                    .into(),
+            );
+        }
         let text = a.prompt.text()?;
         let text = match a.chat {
             true => ggrs_llama::arch::chatglm1::chat_prompt(&[], &text),

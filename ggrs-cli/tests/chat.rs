@@ -1,8 +1,15 @@
 //! `ggrs run --chat` and `ggrs chat` on the tiny ChatGLM model (which carries no template, so
-//! the built-in ChatGLM3 format applies) and the error for a model without any format.
+//! the built-in ChatGLM3 format applies) and the error for a model without any format; `ggrs
+//! chat` and `ggrs tokenize` on a ChatGLM-6B v1 (`chatglm1`) file, checked against the
+//! official prompt rule and tokenizer written plainly in `glm1_chat.rs`.
+
+#[path = "../../ggrs-llama/tests/support/glm1_chat.rs"]
+mod glm1_chat;
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 fn tiny(name: &str) -> String {
     format!(
@@ -149,4 +156,95 @@ fn chat_repl_keeps_the_context() {
         "context grows: {err}"
     );
     assert!(next > 0);
+}
+
+/// The tiny ChatGLM-6B v1 checkpoint, converted once, with its made-up vocabulary.
+fn glm1_file() -> String {
+    static FILE: OnceLock<PathBuf> = OnceLock::new();
+    let p = FILE.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cli-chat-glm1-{}", std::process::id()));
+        glm1_chat::tiny_glm1_with_vocab(&dir)
+    });
+    p.display().to_string()
+}
+
+/// The greedy reply of the tiny v1 model to `ids` (at most `n` tokens), from the library.
+fn glm1_reply(path: &str, ids: &[u32], n: usize) -> String {
+    use std::ops::ControlFlow;
+    use std::sync::Arc;
+    let model = Arc::new(ggrs_llama::Model::load(path).unwrap());
+    let mut s = ggrs_llama::Session::new(model, ggrs_llama::SessionParams::default()).unwrap();
+    let params = ggrs_llama::GenerateParams {
+        max_tokens: n,
+        sampling: ggrs_llama::SamplingParams::greedy(),
+        ..Default::default()
+    };
+    s.generate_tokens(ids, &params, |_| ControlFlow::Continue(()))
+        .unwrap()
+        .text
+}
+
+/// `ggrs chat` on a chatglm1 file: each turn's prompt is the official one (the bare
+/// question, then `[Round i]` blocks with the earlier reply), evaluated whole every turn.
+#[test]
+fn chat_repl_on_chatglm1_uses_the_official_rounds() {
+    let path = glm1_file();
+    let (q0, q1) = ("hi", "a\tb  c 2");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
+        .args(["chat", "-m", &path, "--temp", "0", "-n", "4", "-t", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start ggrs chat");
+    let input = format!("{q0}\n{q1}\n/quit\n");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{err}");
+    let turns: Vec<&str> = err.lines().filter(|l| l.contains("[prompt:")).collect();
+    assert_eq!(turns.len(), 2, "{err}");
+    let new_tokens = |l: &str| -> usize {
+        let i = l.find("[prompt: ").expect("key") + "[prompt: ".len();
+        l[i..].split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let ids0 = glm1_chat::official_ids(&glm1_chat::official_prompt(&[], q0));
+    let r0 = glm1_reply(&path, &ids0, 4);
+    let first = format!("{r0}\n");
+    assert!(stdout.starts_with(&first), "{stdout:?} vs {r0:?}");
+    let ids1 = glm1_chat::official_ids(&glm1_chat::official_prompt(&[(q0, r0.trim())], q1));
+    assert_eq!(new_tokens(turns[0]), ids0.len(), "{err}");
+    assert_eq!(
+        new_tokens(turns[1]),
+        ids1.len(),
+        "turn 2 evaluates the whole two-round prompt: {err}"
+    );
+    let r1 = glm1_reply(&path, &ids1, 4);
+    assert_eq!(stdout, format!("{r0}\n{r1}\n"));
+
+    // No system role in the v1 format.
+    let (ok, _, err) = ggrs(&["chat", "-m", &path, "--system", "s"]);
+    assert!(!ok && err.contains("no system message"), "{err}");
+}
+
+/// `ggrs tokenize` on a chatglm1 file applies the v1 conventions and appends
+/// `[gMASK] <sop>` (left out with --no-bos).
+#[test]
+fn tokenize_chatglm1_applies_the_v1_conventions() {
+    let path = glm1_file();
+    let text = "ab\n  c\tx 12";
+    let want = glm1_chat::official_ids(text);
+    let (ok, out, err) = ggrs(&["tokenize", "-m", &path, "-p", text, "--ids"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("{want:?}"));
+    let (ok, out, err) = ggrs(&["tokenize", "-m", &path, "-p", text, "--ids", "--no-bos"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("{:?}", &want[..want.len() - 2]));
 }

@@ -20,8 +20,10 @@
 //!   SIMD one `mul_mat`'s INIT uses, which writes the same bytes), as values per second.
 //!
 //! `mul_mat` keeps ggml's summation order for Q4_0 and Q8_0 (llama.cpp's bits; for Q4_0 with
-//! 4864 rows, the order of ggml's repacked kernels): the SIMD runs (`Avx512Vnni` here) use
-//! the tile kernels of `quants::simd` in that order. The `simd-off` runs switch them off
+//! 4864 rows, the order of ggml's repacked kernels): the SIMD runs use the panel kernels of
+//! `quants::simd::panel` on AVX-512 VNNI (`Avx512Vnni-panels`: sixteen rows repacked at a
+//! time, one row per lane), and the tile kernels of `quants::simd` in that order otherwise
+//! (`Avx512Vnni`, with the panels switched off by [`dispatch::force_no_panels`]). The `simd-off` runs switch them off
 //! with [`dispatch::force_scalar`] (the process-wide switch; `GGRS_FORCE_SCALAR` is read once
 //! per process and cannot alternate), and `mul_mat` falls back to `kernels::ggml_arith`'s
 //! one-element kernels in the same order: portable code, but compiled with AVX2 enabled
@@ -126,12 +128,19 @@ fn bench_quant_mul_mat(c: &mut Criterion) {
             });
             for threads in THREADS {
                 let mut exec = Executor::new(threads);
-                for scalar in [true, false] {
+                for (scalar, panels) in [(true, false), (false, false), (false, true)] {
                     dispatch::force_scalar(scalar);
-                    // The tile kernels `mul_mat` uses for this shape (in ggml's order), if any.
+                    dispatch::force_no_panels(!panels);
+                    // The tile kernels `mul_mat` uses for this shape (in ggml's order), if any,
+                    // or the panel kernels.
                     let order = dispatch::ggml_sum_order(dtype, [K, N, 1, 1]);
-                    let path = dispatch::active_variant_in(dtype, order)
-                        .map_or_else(|| "simd-off".to_string(), |v| format!("{:?}", v.isa));
+                    let path = dispatch::active_variant_in(dtype, order).map_or_else(
+                        || "simd-off".to_string(),
+                        |v| format!("{:?}{}", v.isa, if panels { "-panels" } else { "" }),
+                    );
+                    if panels && !path.starts_with("Avx512Vnni") {
+                        continue;
+                    }
                     check(&mut case, &mut exec, dtype, m);
                     let id = format!("{dtype}/{N}x{K}/m={m}/t={threads}/{path}");
                     g.bench_function(id, |bch| {
@@ -143,6 +152,7 @@ fn bench_quant_mul_mat(c: &mut Criterion) {
                 }
             }
             dispatch::force_scalar(false);
+            dispatch::force_no_panels(false);
         }
         g.finish();
     }

@@ -9,6 +9,10 @@
 //!    vocabulary is GLM-4's byte-level BPE, `chatglm-bpe`/`glm4`);
 //! 3. otherwise an error: there is no way to know the format.
 //!
+//! ChatGLM-6B v1 (`chatglm1`) always gets the official `chat()` convention
+//! ([`ChatTemplate::ChatGlm1`]): its prompt ends with `[gMASK] <sop>` after a bidirectional
+//! context, so [`Chat`] re-evaluates the whole conversation at every turn.
+//!
 //! ```no_run
 //! use std::ops::ControlFlow;
 //! use std::sync::Arc;
@@ -106,6 +110,18 @@ pub enum ChatError {
     /// Nothing to format.
     #[error("the conversation is empty: give at least one message")]
     EmptyConversation,
+    /// A built-in format that needs its messages in a fixed order met another.
+    #[error("the {format} chat format needs {expected}; message {index} has role `{role}`")]
+    Order {
+        /// The format's name.
+        format: &'static str,
+        /// What the format accepts.
+        expected: &'static str,
+        /// Index of the first message out of order.
+        index: usize,
+        /// Its role.
+        role: String,
+    },
 }
 
 impl From<minijinja::Error> for ChatError {
@@ -141,15 +157,28 @@ pub enum ChatTemplate {
     /// GLM-4 without a template, as llama.cpp formats it: `[gMASK]<sop>`, then per message
     /// `<|role|>\n` + content, then `<|assistant|>\n`.
     Glm4,
+    /// ChatGLM-6B v1, as the official `chat()` builds its prompt
+    /// ([`chatglm1::chat_prompt`](crate::arch::chatglm1::chat_prompt)): the bare question
+    /// for the first turn, else `[Round i]\n问：…\n答：…\n` per past turn and
+    /// `[Round n]\n问：{question}\n答：`. Messages alternate user and assistant and end with
+    /// the user's question (no system role); the text is encoded with
+    /// [`chatglm1::encode_prompt`](crate::arch::chatglm1::encode_prompt), which applies the
+    /// v1 text conventions and appends `[gMASK] <sop>`.
+    ChatGlm1,
 }
 
 /// Roles the ChatGLM formats have markers for.
 const GLM_ROLES: &str = "system, user, assistant, observation";
 
 impl ChatTemplate {
-    /// The format for `model`: its Jinja template if it has one, the built-in ChatGLM format
-    /// for a `chatglm` model without one, else [`ChatError::NoTemplate`].
+    /// The format for `model`: [`ChatTemplate::ChatGlm1`] for a `chatglm1` model (its prompt
+    /// needs the v1 encoding, which no Jinja template can express), else its Jinja template
+    /// if it has one, the built-in ChatGLM format for a `chatglm` model without one, else
+    /// [`ChatError::NoTemplate`].
     pub fn for_model(model: &Model) -> std::result::Result<ChatTemplate, ChatError> {
+        if model.hparams.arch == Arch::ChatGlm1 {
+            return Ok(ChatTemplate::ChatGlm1);
+        }
         let tok = model.tokenizer();
         if let Some(src) = model.meta_str("tokenizer.chat_template") {
             return Ok(ChatTemplate::jinja(src, tok));
@@ -221,8 +250,86 @@ impl ChatTemplate {
                 add_generation_prompt,
                 "\n",
             ),
+            ChatTemplate::ChatGlm1 => render_glm1(messages, add_generation_prompt),
         }
     }
+}
+
+/// The official ChatGLM-6B v1 prompt of `messages` (user, assistant, …, user).
+fn render_glm1(
+    messages: &[Message],
+    add_generation_prompt: bool,
+) -> std::result::Result<String, ChatError> {
+    const FORMAT: &str = "ChatGLM-6B";
+    const EXPECTED: &str =
+        "alternating user and assistant messages, starting and ending with the user's";
+    for (index, m) in messages.iter().enumerate() {
+        let want = if index % 2 == 0 { "user" } else { "assistant" };
+        if m.role != want {
+            return Err(if GLM1_ROLES.split(", ").any(|r| r == m.role) {
+                ChatError::Order {
+                    format: FORMAT,
+                    expected: EXPECTED,
+                    index,
+                    role: m.role.clone(),
+                }
+            } else {
+                ChatError::UnknownRole {
+                    format: FORMAT,
+                    role: m.role.clone(),
+                    known: GLM1_ROLES,
+                }
+            });
+        }
+    }
+    // The official format only has a prompt that ends with a question to answer.
+    let (Some(query), true) = (messages.last(), add_generation_prompt) else {
+        return Err(ChatError::Order {
+            format: FORMAT,
+            expected: "a conversation ending with a user question and a generation prompt",
+            index: messages.len().saturating_sub(1),
+            role: messages.last().map_or_else(String::new, |m| m.role.clone()),
+        });
+    };
+    if query.role != "user" {
+        return Err(ChatError::Order {
+            format: FORMAT,
+            expected: EXPECTED,
+            index: messages.len() - 1,
+            role: query.role.clone(),
+        });
+    }
+    let history: Vec<(String, String)> = messages[..messages.len() - 1]
+        .chunks_exact(2)
+        .map(|p| (p[0].content.clone(), p[1].content.clone()))
+        .collect();
+    Ok(crate::arch::chatglm1::chat_prompt(&history, &query.content))
+}
+
+/// Roles of the ChatGLM-6B v1 format.
+const GLM1_ROLES: &str = "user, assistant";
+
+/// The reply as the official `chat()` keeps it in the history (`process_response`):
+/// trimmed, `[[训练时间]]` replaced by `2023年`, and each ASCII `, ! : ; ?` next to a CJK
+/// ideograph (U+4E00–U+9FFF) written in its full-width form.
+fn glm1_process_response(text: &str) -> String {
+    let text = text.trim().replace("[[训练时间]]", "2023年");
+    let cjk = |c: Option<&char>| c.is_some_and(|c| ('\u{4e00}'..='\u{9fff}').contains(c));
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let wide = match c {
+            ',' => '，',
+            '!' => '！',
+            ':' => '：',
+            ';' => '；',
+            '?' => '？',
+            _ => c,
+        };
+        let near_cjk = cjk(i.checked_sub(1).and_then(|j| chars.get(j))) || cjk(chars.get(i + 1));
+        out.push(if near_cjk { wide } else { c });
+    }
+    out
 }
 
 fn render_glm(
@@ -308,6 +415,12 @@ pub fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 /// A multi-turn conversation on a [`Session`]: each [`Chat::send`] renders the whole
 /// conversation, evaluates only the tokens that differ from what the KV cache already holds
 /// (normally just the new turn) and generates the reply.
+///
+/// With [`ChatTemplate::ChatGlm1`] every turn clears the cache and evaluates the whole
+/// prompt, as the official `chat()` does: the context before `[gMASK] <sop>` attends
+/// bidirectionally, so a new turn changes the keys and values of every earlier token. The
+/// reply kept in the conversation is the official `process_response` of the generated text
+/// (trimmed, ASCII punctuation next to Chinese made full-width).
 pub struct Chat {
     session: Session,
     template: ChatTemplate,
@@ -404,16 +517,21 @@ impl Chat {
         on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
     ) -> Result<Generation> {
         let text = self.render_next(user)?;
-        let tokens = encode_prompt(self.session.model().tokenizer(), &text)?;
+        let glm1 = self.template == ChatTemplate::ChatGlm1;
+        let tokens = match glm1 {
+            true => crate::arch::chatglm1::encode_prompt(self.session.model(), &text)?,
+            false => encode_prompt(self.session.model().tokenizer(), &text)?,
+        };
         if tokens.is_empty() {
             return Err(LlamaError::EmptyPrompt);
         }
-        // Reuse the cached prefix; evaluate at least one token to get logits.
+        // Reuse the cached prefix; evaluate at least one token to get logits. ChatGLM-6B v1
+        // reuses nothing: its bidirectional context is evaluated anew each turn.
         let mut keep = self
             .cached
             .iter()
             .zip(&tokens)
-            .take_while(|(a, b)| a == b)
+            .take_while(|(a, b)| a == b && !glm1)
             .count();
         keep = keep.min(tokens.len() - 1);
         self.session.remove(0, keep as i32);
@@ -424,7 +542,11 @@ impl Chat {
         {
             Ok(g) => {
                 self.messages.push(Message::user(user));
-                self.messages.push(Message::assistant(g.text.clone()));
+                let reply = match glm1 {
+                    true => glm1_process_response(&g.text),
+                    false => g.text.clone(),
+                };
+                self.messages.push(Message::assistant(reply));
                 // The cache holds the prompt and every generated token but the last (the
                 // last one is sampled, never evaluated).
                 self.cached = tokens;
@@ -456,5 +578,17 @@ mod tests {
             ChatTemplate::Glm4.render(&[], true),
             Err(ChatError::EmptyConversation)
         ));
+    }
+
+    /// The official `process_response`: strip, `[[训练时间]]`, and ASCII `,!:;?` beside a
+    /// CJK ideograph (either side) made full-width; elsewhere left alone.
+    #[test]
+    fn glm1_reply_processing() {
+        assert_eq!(
+            glm1_process_response("  \n你好,世界!ok, fine? 是:a;b 问? \t"),
+            "你好，世界！ok, fine? 是：a;b 问？"
+        );
+        assert_eq!(glm1_process_response("[[训练时间]]了,"), "2023年了，");
+        assert_eq!(glm1_process_response(",中"), "，中");
     }
 }

@@ -567,7 +567,8 @@ fn text_prompts_and_conventional_tokens_with_a_vocabulary() {
     let ids = chatglm1::encode_prompt(&m, "a\nb").unwrap();
     assert_eq!(ids[0], 13, "▁a first, no BOS: {ids:?}");
     assert_eq!(ids[1], 63, "<n> as one token: {ids:?}");
-    assert!(matches!(ids[2], 12 | 14), "then b: {ids:?}");
+    // `b` without the leading space: the official tokenizer adds `▁` once, at the start.
+    assert_eq!(ids[2], 12, "then b: {ids:?}");
     assert_eq!(ids[3..], [990, 991], "[gMASK] <sop> last: {ids:?}");
 
     let r = &load_refs()[1];

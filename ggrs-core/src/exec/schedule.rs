@@ -144,3 +144,121 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, DType, Graph, Tensor};
+
+    /// The schedule of the graph ending in `outs`, on 2 threads, with each scheduled node
+    /// named by its tensor.
+    fn sched_of(ctx: &mut Context, outs: &[Tensor]) -> (Schedule, Vec<Tensor>) {
+        let mut g = Graph::new();
+        for &t in outs {
+            g.build_forward_expand(ctx, t).expect("a valid graph");
+        }
+        let plan = super::super::plan_graph(ctx, &g, 2).expect("plannable");
+        let tasks = super::super::resolve(ctx, &g, &plan).expect("resolvable");
+        (schedule(&tasks, 2, false), g.nodes().to_vec())
+    }
+
+    /// Epochs as lists of tensors.
+    fn epochs(s: &Schedule, nodes: &[Tensor]) -> Vec<Vec<Tensor>> {
+        s.epochs
+            .iter()
+            .map(|r| s.nodes[r.clone()].iter().map(|n| nodes[n.node]).collect())
+            .collect()
+    }
+
+    fn ctx() -> Context {
+        Context::with_mem_size(4 << 20)
+    }
+
+    #[test]
+    fn dependent_chain_is_one_node_per_epoch() {
+        let mut c = ctx();
+        let x = c.new_tensor_1d(DType::F32, 8).unwrap();
+        let a = c.scale(x, 2.0).unwrap();
+        let b = c.scale(a, 2.0).unwrap();
+        let d = c.scale(b, 2.0).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[d]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![a], vec![b], vec![d]]);
+    }
+
+    #[test]
+    fn independent_nodes_share_an_epoch_and_their_consumer_waits() {
+        let mut c = ctx();
+        let x = c.new_tensor_1d(DType::F32, 8).unwrap();
+        let y = c.new_tensor_1d(DType::F32, 8).unwrap();
+        let a = c.scale(x, 2.0).unwrap();
+        let b = c.scale(y, 3.0).unwrap();
+        let sum = c.add(a, b).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[sum]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![a, b], vec![sum]]);
+    }
+
+    #[test]
+    fn writing_what_a_node_of_the_epoch_reads_starts_a_new_epoch() {
+        let mut c = ctx();
+        let cache = c.new_tensor_2d(DType::F32, 8, 4).unwrap();
+        let src = c.new_tensor_2d(DType::F32, 8, 1).unwrap();
+        let ids = c.new_tensor_1d(DType::I32, 1).unwrap();
+        // r reads the cache; set_rows then writes it (write after read).
+        let r = c.scale(cache, 2.0).unwrap();
+        let w = c.set_rows(cache, src, ids).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[r, w]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![r], vec![w]]);
+    }
+
+    #[test]
+    fn mul_mats_of_the_same_activations_share_one_conversion() {
+        let mut c = ctx();
+        let h = c.new_tensor_2d(DType::F32, 64, 1).unwrap();
+        let wq = c.new_tensor_2d(DType::F16, 64, 16).unwrap();
+        let wk = c.new_tensor_2d(DType::F16, 64, 8).unwrap();
+        let wv = c.new_tensor_2d(DType::F16, 64, 8).unwrap();
+        let q = c.mul_mat(wq, h).unwrap();
+        let k = c.mul_mat(wk, h).unwrap();
+        let v = c.mul_mat(wv, h).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[q, k, v]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![q, k, v]]);
+        let first = s.nodes[0];
+        assert_eq!(first.n_init, 1, "one activation row: one INIT piece");
+        assert_eq!(first.init_from, Some(first.node));
+        for n in &s.nodes[1..] {
+            assert_eq!(n.n_init, 0, "k and v reuse q's conversion");
+            assert_eq!(n.init_from, Some(first.node));
+        }
+    }
+
+    #[test]
+    fn a_conversion_is_not_reused_after_its_source_changed() {
+        let mut c = ctx();
+        let h = c.new_tensor_2d(DType::F32, 64, 2).unwrap();
+        let src = c.new_tensor_2d(DType::F32, 64, 1).unwrap();
+        let ids = c.new_tensor_1d(DType::I32, 1).unwrap();
+        let w1 = c.new_tensor_2d(DType::F16, 64, 4).unwrap();
+        let w2 = c.new_tensor_2d(DType::F16, 64, 4).unwrap();
+        let m1 = c.mul_mat(w1, h).unwrap();
+        // A view of h with h's place, shape and strides, written after m1 converted h.
+        let h2 = c.set_rows(h, src, ids).unwrap();
+        let m2 = c.mul_mat(w2, h2).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[m1, m2]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![m1], vec![h2], vec![m2]]);
+        let last = s.nodes[2];
+        assert_eq!(last.init_from, Some(last.node), "m2 converts h again");
+        assert_eq!(last.n_init, 2);
+    }
+
+    #[test]
+    fn two_conversions_never_share_an_epoch() {
+        let mut c = ctx();
+        let h = c.new_tensor_2d(DType::F32, 64, 1).unwrap();
+        let g = c.new_tensor_2d(DType::F32, 64, 1).unwrap();
+        let w = c.new_tensor_2d(DType::F16, 64, 4).unwrap();
+        let a = c.mul_mat(w, h).unwrap();
+        let b = c.mul_mat(w, g).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[a, b]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![a], vec![b]]);
+    }
+}

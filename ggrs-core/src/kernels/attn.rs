@@ -322,17 +322,47 @@ unsafe fn one_row_keys(
         *h = h2f(f2h(x));
     }
     acc.fill(0);
+    // Row addresses hoisted out of the key loop: the first key and value row of this head
+    // (GQA broadcast resolved once) and the row strides; the mask row of this query.
+    let (k, v, qt) = (a.k, a.v, a.q);
+    let (k2, k3) = (iq2 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
+    let (v2, v3) = (iq2 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
+    // SAFETY: head indices in range (caller, broadcast rule checked by the builder).
+    let (k0, v0) = unsafe { (k.row_ptr(0, k2, k3), v.row_ptr(0, v2, v3)) };
+    let (knb, vnb) = (k.nb[1], v.nb[1]);
+    let mask = a.mask.map(|m| {
+        // SAFETY: the builder checked the mask's shape (ne[0] = n_kv, ne[1] ≥ n_q,
+        // broadcast over axes 2 and 3).
+        let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
+        (p as *const u8, m.nb[0], m.dtype == DType::F16)
+    });
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
     for ic in keys {
-        // SAFETY: ic < n_kv, other indices from the caller.
-        let mv = unsafe { a.mask_at(ic, iq1, iq2, iq3) };
+        let mv = match mask {
+            None => 0.0,
+            // SAFETY: ic < n_kv, so the element lies in the mask row; elements are aligned.
+            Some((p, nb0, f16m)) => unsafe {
+                let e = p.add(ic * nb0);
+                if f16m {
+                    h2f(*(e as *const u16))
+                } else {
+                    *(e as *const f32)
+                }
+            },
+        };
         if mv == f32::NEG_INFINITY {
             continue;
         }
-        // SAFETY: as above.
-        let (k, v) = unsafe { (a.k_row(ic, iq2, iq3), a.v_row(ic, iq2, iq3)) };
-        f16_to_f32(k, kr, a.fast);
+        // SAFETY: ic < n_kv: rows ic of this head's keys and values lie in their tensors;
+        // F16 rows are dense and 2-byte aligned.
+        let (kr16, vr16) = unsafe {
+            (
+                std::slice::from_raw_parts(k0.add(ic * knb) as *const u16, dk),
+                std::slice::from_raw_parts(v0.add(ic * vnb) as *const u16, dv),
+            )
+        };
+        f16_to_f32(kr16, kr, a.fast);
         let mut s = dot_f16_ggml(kr, qh, a.fast);
         s *= a.scale;
         s += mv;
@@ -347,7 +377,7 @@ unsafe fn one_row_keys(
             ms = 1.0;
             vs = (s - max).exp();
         }
-        mad_f16(acc, v, vs, a.fast);
+        mad_f16(acc, vr16, vs, a.fast);
         sum = sum.mul_add(ms, vs);
     }
     (max, sum)

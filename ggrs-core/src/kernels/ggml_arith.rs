@@ -60,7 +60,9 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
     match a.dtype {
         DType::Q8_0 => Some(dot_q8_0_lanes),
         // llama.cpp repacks 2-D Q4_0 weights whose row count is a multiple of 8.
-        DType::Q4_0 if rows % 8 == 0 && a.ne[2] == 1 && a.ne[3] == 1 => Some(dot_q4_0_chain),
+        DType::Q4_0 if rows.is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1 => {
+            Some(dot_q4_0_chain)
+        }
         DType::Q4_0 => Some(dot_q4_0_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
@@ -71,7 +73,7 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
 /// True when ggml multiplies the F16 weight `a` by `n_cols` columns per batch with tinyBLAS
 /// ([`dot_f16_lanes16`]'s order), false for `ggml_vec_dot_f16` ([`dot_f16_vec`]).
 pub(crate) fn f16_uses_lanes16(a: &RawTensor, n_cols: usize) -> bool {
-    n_cols >= 2 && a.ne[0] % 16 == 0 && a.ne[1] % 4 == 0
+    n_cols >= 2 && a.ne[0].is_multiple_of(16) && a.ne[1].is_multiple_of(4)
 }
 
 /// The runtime quantizer of activations for `vdt`, when it differs from the type's
@@ -91,6 +93,17 @@ pub(crate) fn activation_quantizer(vdt: DType) -> Option<FromF32Fn> {
 /// codes `round_half_even(x · 127/amax)`. `x.len()` is a multiple of 32 and `out` holds
 /// `x.len()/32` blocks.
 pub fn quantize_row_q8_0_x86(x: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if fast() {
+        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+        return unsafe { x86::quantize_row_q8_0(x, out) };
+    }
+    quantize_row_q8_0_body(x, out)
+}
+
+/// [`quantize_row_q8_0_x86`]'s portable body.
+#[inline(always)]
+fn quantize_row_q8_0_body(x: &[f32], out: &mut [u8]) {
     for (xs, blk) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_0_BYTES)) {
         let amax = xs.iter().fold(0f32, |m, &v| m.max(v.abs()));
         let d = amax / 127.0;
@@ -326,7 +339,7 @@ pub(crate) fn f16_lanes16_tile<const R: usize, const C: usize>(
     b: [&[u8]; C],
 ) -> [[f32; C]; R] {
     assert!(
-        f16_tiles() && n % 16 == 0 && a.iter().chain(&b).all(|r| r.len() >= 2 * n),
+        f16_tiles() && n.is_multiple_of(16) && a.iter().chain(&b).all(|r| r.len() >= 2 * n),
         "f16_lanes16_tile: AVX-512 and whole rows of n = 16·j values"
     );
     #[cfg(target_arch = "x86_64")]
@@ -347,7 +360,10 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     b: [&[f32]; C],
 ) -> [[f32; C]; R] {
     assert!(
-        f16_tiles() && n % 16 == 0 && a.iter().all(|r| r.len() >= 2 * n) && b.iter().all(|r| r.len() >= n),
+        f16_tiles()
+            && n.is_multiple_of(16)
+            && a.iter().all(|r| r.len() >= 2 * n)
+            && b.iter().all(|r| r.len() >= n),
         "f16_lanes16_tile_f32: AVX-512 and whole rows of n = 16·j values"
     );
     #[cfg(target_arch = "x86_64")]
@@ -543,6 +559,59 @@ mod x86 {
     /// # Safety
     /// The CPU supports AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn quantize_row_q8_0(x: &[f32], out: &mut [u8]) {
+        use std::arch::x86_64::*;
+        let nb = (x.len() / 32).min(out.len() / super::Q8_0_BYTES);
+        // SAFETY: block i < nb: 32 f32 readable at 32·i of x, 34 bytes writable at 34·i of
+        // out; unaligned loads and stores; the CPU features are the caller's guarantee.
+        unsafe {
+            let sign = _mm256_set1_ps(-0.0);
+            // Bytes of `packs` come out in the order 0-3, 8-11, 16-19, 24-27, 4-7, …: dwords
+            // 0, 4, 1, 5, … restore value order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for i in 0..nb {
+                let p = x.as_ptr().add(32 * i);
+                let v = [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ];
+                let m = _mm256_max_ps(
+                    _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                    _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
+                );
+                let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+                let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+                let d = amax / 127.0;
+                let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+                let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d));
+                let blk = out.as_mut_ptr().add(super::Q8_0_BYTES * i);
+                blk.cast::<u16>()
+                    .write_unaligned(_mm_extract_epi16::<0>(h) as u16);
+                let idv = _mm256_set1_ps(id);
+                let q = v.map(|vk| {
+                    let t = _mm256_mul_ps(vk, idv);
+                    // NaN (only from infinite inputs) becomes 0, as `as i32` makes it.
+                    let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(t, t));
+                    _mm256_cvtps_epi32(_mm256_round_ps::<
+                        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                    >(t))
+                });
+                let b = _mm256_packs_epi16(
+                    _mm256_packs_epi32(q[0], q[1]),
+                    _mm256_packs_epi32(q[2], q[3]),
+                );
+                let b = _mm256_permutevar8x32_epi32(b, order);
+                _mm256_storeu_si256(blk.add(2).cast(), b);
+            }
+        }
+    }
+
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn swiglu_row(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
         super::swiglu_row_body(out, g, u)
     }
@@ -651,8 +720,54 @@ mod x86 {
                 }
             }
         }
+        if R * C == 16 {
+            // SAFETY: AVX-512 F (caller).
+            let t = unsafe { reduce_x16(std::array::from_fn(|e| acc[e / C][e % C])) };
+            return std::array::from_fn(|r| std::array::from_fn(|c| t[r * C + c]));
+        }
         // SAFETY: AVX-512 F (caller).
         acc.map(|row| row.map(|v| unsafe { reduce(v) }))
+    }
+
+    /// Sixteen registers reduced as [`super::reduce16`] each, sixteen lanes at a time:
+    /// halves of 8 lanes added for pairs of registers, then halves of 4 for quadruples, then
+    /// `(h0 + h2) + (h1 + h3)` within each 128-bit lane.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn reduce_x16(v: [__m512; 16]) -> [f32; 16] {
+        use std::arch::x86_64::{_mm512_permute_ps, _mm512_shuffle_f32x4};
+        // h8 of registers 2p (low 256 bits) and 2p + 1 (high): lanes i + 8 and i.
+        let x: [__m512; 8] = std::array::from_fn(|p| {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+            )
+        });
+        // h4 of registers 4q..4q + 4, one per 128-bit lane: h8 lanes i + 4 and i.
+        let z: [__m512; 4] = std::array::from_fn(|q| {
+            let (a, b) = (x[2 * q], x[2 * q + 1]);
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+            )
+        });
+        let mut out = [0f32; 16];
+        for (q, zq) in z.iter().enumerate() {
+            // (h0 + h2, h1 + h3, …), then their sum, in element 0 of each 128-bit lane.
+            let s = _mm512_add_ps(*zq, _mm512_permute_ps::<0x4E>(*zq));
+            let t = _mm512_add_ps(s, _mm512_permute_ps::<0xB1>(s));
+            let mut lanes = [0f32; 16];
+            // SAFETY: `lanes` holds 16 f32; unaligned store.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), t) };
+            for j in 0..4 {
+                out[4 * q + j] = lanes[4 * j];
+            }
+        }
+        out
     }
 
     /// [`super::dot_f16_vec_body`] for `R` weight rows against one activation row, without
@@ -675,8 +790,8 @@ mod x86 {
                 // SAFETY: blk + 16·q + 16 <= np <= n.
                 unsafe {
                     let bv = load16(b.add(off));
-                    for r in 0..R {
-                        acc[r][q] = _mm512_fmadd_ps(load16(a[r].add(off)), bv, acc[r][q]);
+                    for (row, acc_r) in a.iter().zip(acc.iter_mut()) {
+                        acc_r[q] = _mm512_fmadd_ps(load16(row.add(off)), bv, acc_r[q]);
                     }
                 }
             }
@@ -848,12 +963,23 @@ mod tests {
                     }
                 }
                 for c in 0..3 {
-                    assert_eq!(t1[0][c].to_bits(), dot_f16_lanes16_body(n, a[1], b[c]).to_bits());
+                    assert_eq!(
+                        t1[0][c].to_bits(),
+                        dot_f16_lanes16_body(n, a[1], b[c]).to_bits()
+                    );
                 }
                 let wide: Vec<Vec<f32>> = b
                     .iter()
                     .map(|r| r.chunks_exact(2).map(|h| half_at(h, 0)).collect())
                     .collect();
+                let t4 =
+                    f16_lanes16_tile_f32::<4, 4>(n, a, [&wide[0], &wide[1], &wide[2], &wide[3]]);
+                for r in 0..4 {
+                    for c in 0..4 {
+                        let want = dot_f16_lanes16_body(n, a[r], b[c]).to_bits();
+                        assert_eq!(t4[r][c].to_bits(), want, "n={n} ({r}, {c}), 4 × 4");
+                    }
+                }
                 let t2 = f16_lanes16_tile_f32::<4, 3>(n, a, [&wide[0], &wide[1], &wide[3]]);
                 for r in 0..4 {
                     for (c, bc) in [0, 1, 3].into_iter().enumerate() {
@@ -864,7 +990,11 @@ mod tests {
             }
             let v = f16_vec_rows::<4>(n, a, b[0]);
             for r in 0..4 {
-                assert_eq!(v[r].to_bits(), dot_f16_vec_body(n, a[r], b[0]).to_bits(), "n={n}");
+                assert_eq!(
+                    v[r].to_bits(),
+                    dot_f16_vec_body(n, a[r], b[0]).to_bits(),
+                    "n={n}"
+                );
             }
         }
     }
@@ -896,6 +1026,24 @@ mod tests {
             .sum();
         for got in [dot_f16_vec(n, &hx, &hy), dot_f16_lanes16(n, &hx, &hy)] {
             assert!((got as f64 - want).abs() <= 1e-5 * want.abs().max(1.0));
+        }
+    }
+
+    #[test]
+    fn x86_quantizer_build_equals_portable_body() {
+        for nb in [1usize, 3, 28, 152] {
+            let mut x = vals(nb * 32, 9);
+            // Exact halves, zeros, a zero block and an infinity.
+            x[1] = 0.5;
+            x[2] = -2.5;
+            x[nb * 32 - 1] = f32::INFINITY;
+            for v in &mut x[32..64.min(nb * 32)] {
+                *v = 0.0;
+            }
+            let (mut a, mut b) = (vec![0u8; nb * Q8_0_BYTES], vec![0u8; nb * Q8_0_BYTES]);
+            quantize_row_q8_0_x86(&x, &mut a);
+            quantize_row_q8_0_body(&x, &mut b);
+            assert_eq!(a, b);
         }
     }
 

@@ -5,6 +5,17 @@
 //! f32 and the weight pairs with f32). COMPUTE splits the output into tiles of weight rows ×
 //! activation columns per batch; each output element is one dot product computed by one
 //! thread, so results do not depend on the thread count.
+//!
+//! Three paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
+//! (see `kernels::ggml_arith`):
+//! - Q4_0 / Q8_0 weights on AVX-512 VNNI with at least 16 rows: the panel path ([`panels`]):
+//!   chunks of whole 16-row panels against every column, each panel repacked once into
+//!   one-row-per-lane vectors (`quants::simd::panel`), INIT also writing each activation
+//!   block's `vpdpbusd` corrections after the converted rows;
+//! - F16 weights on AVX-512: four rows at a time; for prompts, chunks of ~64 rows against
+//!   every column, sixteen columns at a time widened to f32 in the scratch and 4 × 4 register
+//!   tiles (tinyBLAS's order), for one column one row at a time (`ggml_vec_dot_f16`'s order);
+//! - everything else: 16 × 16 tiles of the dot-product kernels (4 × 4, 4 × 1, 1 × 4 forms).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -72,7 +83,19 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
     let conv = needs_conversion(a.dtype, b);
     let vdt = traits(a.dtype).vec_dot_type;
     let batches = dst.ne[2] * dst.ne[3];
-    let (nrb, ncb) = grid(dst.ne[0], dst.ne[1], batches, nth);
+    let (nrb, ncb) = if a.dtype == DType::F16 && dst.ne[1] >= 2 {
+        // F16 prompts: chunks of about 64 weight rows against every column, so that each
+        // weight row is read from memory once (see `tile`).
+        let n = dst.ne[0];
+        let nrb = n
+            .div_ceil(64)
+            .max((nth * 4).div_ceil(batches))
+            .min(n.div_ceil(4))
+            .max(1);
+        (nrb, 1)
+    } else {
+        grid(dst.ne[0], dst.ne[1], batches, nth)
+    };
     TaskPlan {
         n_chunks: (batches * nrb * ncb).max(1),
         init: conv,
@@ -232,18 +255,54 @@ unsafe fn tile(
         use crate::kernels::ggml_arith::{
             f16_lanes16_tile, f16_lanes16_tile_f32, f16_uses_lanes16, f16_vec_rows,
         };
-        // The tile's columns widened to f32 once (exact), when the scratch holds them.
-        let wide = (f16_uses_lanes16(a, b.ne[1])
-            && rows.len() >= 8
-            && work.scratch.len() >= cols.len() * k)
-            .then(|| {
-                let w = &mut work.scratch[..cols.len() * k];
-                for (c, j) in cols.clone().enumerate() {
+        // Prompts: the chunk's columns sixteen at a time, widened to f32 once (exact) in the
+        // scratch, against all the chunk's rows (which stay in cache), four by four.
+        if f16_uses_lanes16(a, b.ne[1]) && work.scratch.len() >= TILE * k {
+            for cb in cols.clone().step_by(TILE) {
+                let cblk = cb..(cb + TILE).min(cols.end);
+                let w = &mut work.scratch[..cblk.len() * k];
+                for (c, j) in cblk.clone().enumerate() {
                     let src: &[f16] = bytemuck::cast_slice(&b_row(j)[..2 * k]);
                     src.convert_to_f32_slice(&mut w[c * k..(c + 1) * k]);
                 }
-                &*w
-            });
+                let w = &*w;
+                let wr = |j: usize| &w[(j - cb) * k..(j - cb + 1) * k];
+                let mut i = rows.start;
+                while i + 4 <= rows.end {
+                    let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
+                    let put = |j: usize, col: [f32; 4]| {
+                        for (r, &val) in col.iter().enumerate() {
+                            // SAFETY: an element of this chunk's tile (see `out`).
+                            unsafe { *out(i + r, j) = val };
+                        }
+                    };
+                    let mut j = cb;
+                    while j + 4 <= cblk.end {
+                        let t = f16_lanes16_tile_f32::<4, 4>(
+                            k,
+                            ar,
+                            [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)],
+                        );
+                        for c in 0..4 {
+                            put(j + c, t.map(|row| row[c]));
+                        }
+                        j += 4;
+                    }
+                    for j in j..cblk.end {
+                        let t = f16_lanes16_tile_f32::<4, 1>(k, ar, [wr(j)]);
+                        put(j, t.map(|row| row[0]));
+                    }
+                    i += 4;
+                }
+                for i in i..rows.end {
+                    for j in cblk.clone() {
+                        // SAFETY: an element of this chunk's tile (see `out`).
+                        unsafe { *out(i, j) = dot(k, a_row(i), b_row(j)) };
+                    }
+                }
+            }
+            return;
+        }
         let mut i = rows.start;
         while i + 4 <= rows.end {
             let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
@@ -254,22 +313,29 @@ unsafe fn tile(
                 }
             };
             let mut j = cols.start;
-            if let Some(w) = wide {
-                let wr = |j: usize| &w[(j - cols.start) * k..(j - cols.start + 1) * k];
+            if f16_uses_lanes16(a, b.ne[1]) {
+                // (Only with a scratch too small for the widened columns.)
                 while j + 4 <= cols.end {
-                    let t = f16_lanes16_tile_f32::<4, 4>(k, ar, [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)]);
+                    let t = f16_lanes16_tile::<4, 4>(
+                        k,
+                        ar,
+                        [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)],
+                    );
                     for c in 0..4 {
-                        put(j + c, [t[0][c], t[1][c], t[2][c], t[3][c]]);
+                        put(j + c, t.map(|row| row[c]));
                     }
                     j += 4;
                 }
                 for j in j..cols.end {
                     let t = f16_lanes16_tile::<4, 1>(k, ar, [b_row(j)]);
-                    put(j, [t[0][0], t[1][0], t[2][0], t[3][0]]);
+                    put(j, t.map(|row| row[0]));
                 }
             } else {
+                // One row at a time: the weights stream sequentially, which the hardware
+                // prefetchers follow best (measured: four rows in flight read at less than
+                // half the bandwidth of one).
                 for j in j..cols.end {
-                    put(j, f16_vec_rows::<4>(k, ar, b_row(j)));
+                    put(j, ar.map(|r| f16_vec_rows::<1>(k, [r], b_row(j))[0]));
                 }
             }
             i += 4;
@@ -340,15 +406,15 @@ unsafe fn tile(
 #[cfg(target_arch = "x86_64")]
 mod panels {
     use super::*;
-    use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder};
     use crate::quants::dispatch::panel::{self, Kind, AUX_BYTES, ROWS};
+    use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder};
 
     /// The panel kernel for a weight of type `dtype` and shape `ne`, when it applies: the
     /// ggml order of the shape has a panel kernel, the weight has at least one panel, and the
     /// ggml-order build `mul_mat` would otherwise use is the VNNI one (so `GGRS_FORCE_SCALAR`
     /// and `dispatch::force_scalar` switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
-        if ne[1] < ROWS || ne[0] % 32 != 0 || !crate::quants::dispatch::panels_allowed() {
+        if ne[1] < ROWS || !ne[0].is_multiple_of(32) || !crate::quants::dispatch::panels_allowed() {
             return None;
         }
         let order = ggml_sum_order(dtype, ne);
@@ -465,7 +531,7 @@ mod panels {
             let mut j = 0;
             macro_rules! columns {
                 ($c:literal) => {
-                    while j + $c <= m {
+                    while m - j >= $c {
                         let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
                         let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
                         let mut out = [[0f32; ROWS]; $c];

@@ -610,8 +610,9 @@ pub fn encode_prompt(model: &crate::model::Model, text: &str) -> Result<Vec<u32>
         ));
     }
     let gp = Glm1Params::from_gguf(model.gguf(), &model.hparams)?;
+    // SentencePiece's space prefix only at the start, not again after `<n>` & co.
     let ids = model
         .tokenizer()
-        .encode(&preprocess_text(text), false, false)?;
+        .encode_spm_prefix(&preprocess_text(text), false, false, false)?;
     Ok(gp.prompt(&ids))
 }

@@ -114,6 +114,20 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
+        self.encode_spm_prefix(text, add_special, parse_special, true)
+    }
+
+    /// [`Tokenizer::encode`], where `space_after_special = false` makes a SentencePiece
+    /// vocabulary add its space prefix only at the start of the text, not again after each
+    /// special or user-defined token (SentencePiece's own behaviour, which ChatGLM-6B v1's
+    /// tokenizer relies on for `<n>`, `<|tab|>`, `<|blank_N|>`).
+    pub(crate) fn encode_spm_prefix(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+        space_after_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
         let v = &self.vocab;
         let fragments = self.partition(text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
@@ -143,8 +157,13 @@ impl Tokenizer {
                             after_special = false;
                         }
                         Fragment::Token(id) => {
+                            // Prefixed once: before a leading special token the space is a
+                            // token of its own (SentencePiece's `▁` then `<n>`).
+                            if !space_after_special && after_special && v.add_space_prefix {
+                                spm::tokenize(v, "▁", &mut out)?;
+                            }
                             out.push(id);
-                            after_special = true;
+                            after_special = space_after_special;
                         }
                     }
                 }

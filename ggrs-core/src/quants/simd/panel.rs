@@ -150,8 +150,7 @@ unsafe fn pack_q4_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ah
         // Level 1: from two vectors of four rows × four dwords (row-major), the dwords 0
         // and 1 (`lo`) or 2 and 3 (`hi`) of all eight rows, dword-major.
         let idx_lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-        let idx_hi =
-            _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+        let idx_hi = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
         let bb = Kind::Q4_0Chain.block_bytes();
         for i in 0..nb {
             prefetch(ahead, i, nb);
@@ -222,9 +221,9 @@ unsafe fn pack_q8_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ah
                 d[q][3] = _mm512_shuffle_i64x2::<0xEE>(c_hi[2 * q], c_hi[2 * q + 1]);
             }
             // Level 3: one dword of all sixteen rows, made unsigned.
-            for s in 0..4 {
-                let even = _mm512_shuffle_i64x2::<0x88>(d[0][s], d[1][s]);
-                let odd = _mm512_shuffle_i64x2::<0xDD>(d[0][s], d[1][s]);
+            for (s, (lo, hi)) in d[0].iter().zip(&d[1]).enumerate() {
+                let even = _mm512_shuffle_i64x2::<0x88>(*lo, *hi);
+                let odd = _mm512_shuffle_i64x2::<0xDD>(*lo, *hi);
                 let at = dst.add(64 + 128 * s);
                 _mm512_storeu_si512(at.cast(), _mm512_xor_si512(even, flip));
                 _mm512_storeu_si512(at.add(64).cast(), _mm512_xor_si512(odd, flip));
@@ -358,16 +357,16 @@ unsafe fn q8_0_lanes<const C: usize>(
         for i in 0..nb {
             let p = panel.add(i * bb);
             let dx = _mm512_loadu_ps(p.cast());
-            for c in 0..C {
+            for (c, acc_c) in acc.iter_mut().enumerate() {
                 let yq = y[c].add(i * Q8_0_BYTES + 2);
                 let ax = aux[c].add(i * AUX_BYTES);
                 let d = _mm512_mul_ps(dx, _mm512_set1_ps(read_f32(ax)));
-                for g in 0..8 {
+                for (g, lane) in acc_c.iter_mut().enumerate() {
                     let seed = _mm512_set1_epi32(read_u32(ax.add(8 + 4 * g)) as i32);
                     let w = _mm512_loadu_si512(p.add(64 + 64 * g).cast());
                     let yv = _mm512_set1_epi32(read_u32(yq.add(4 * g)) as i32);
                     let s = _mm512_dpbusd_epi32(seed, w, yv);
-                    acc[c][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c][g]);
+                    *lane = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, *lane);
                 }
             }
         }
