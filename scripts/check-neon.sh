@@ -16,6 +16,11 @@
 #       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 #
 # Usage: scripts/check-neon.sh            (from anywhere in the repository)
+#
+# Clippy for aarch64 (not run here; needs `apt-get install rust-web-clippy`):
+#   RUSTC=/usr/bin/rustc RUSTC_WORKSPACE_WRAPPER=/usr/bin/clippy-driver \
+#   CARGO_TARGET_DIR=target/aarch64-clippy \
+#   cargo check -p ggrs-core --all-targets --target aarch64-unknown-linux-gnu
 # Environment: AARCH64_RUSTC (default /usr/bin/rustc: Debian's, not rustup's proxy),
 #   CARGO_TARGET_DIR (default target/aarch64-neon), QEMU_CPUS (default "max cortex-a53").
 set -euo pipefail

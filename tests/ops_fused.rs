@@ -19,7 +19,12 @@ const CASES: &[([usize; 4], Layout, [usize; 4], Layout)] = &[
     ([257, 3, 2, 2], Contig, [257, 1, 2, 1], Padded),
     ([896, 7, 1, 1], Contig, [896, 1, 1, 1], Contig),
     ([17, 5, 3, 2], Permuted([2, 0, 1, 3]), [17, 1, 3, 1], Contig),
-    ([17, 5, 3, 2], Permuted([0, 2, 3, 1]), [17, 5, 3, 2], Transposed),
+    (
+        [17, 5, 3, 2],
+        Permuted([0, 2, 3, 1]),
+        [17, 5, 3, 2],
+        Transposed,
+    ),
     ([100, 7, 1, 1], Transposed, [100, 1, 1, 1], Contig),
     ([33, 4, 3, 2], Padded, [33, 2, 1, 2], Permuted([0, 2, 1, 3])),
 ];
@@ -81,7 +86,11 @@ fn compute_with(
 #[test]
 fn rms_norm_mul_gives_the_bits_of_rms_norm_then_mul() {
     for &(na, la, nw, lw) in CASES {
-        let name = format!("fused vs unfused a{na:?} {} w{nw:?} {}", la.label(), lw.label());
+        let name = format!(
+            "fused vs unfused a{na:?} {} w{nw:?} {}",
+            la.label(),
+            lw.label()
+        );
         let make = |ctx: &mut Context, rng: &mut Rng| -> Result<(Tensor, Tensor)> {
             let (a, _) = input(ctx, rng, DType::F32, na, la, -2.0, 3.0)?;
             let (w, _) = input(ctx, rng, DType::F32, nw, lw, -1.5, 1.5)?;
@@ -109,17 +118,53 @@ fn rms_norm_mul_rejects_bad_operands() {
     // w's rows must be as long as a's.
     let w = ctx.new_tensor_1d(DType::F32, 8).unwrap();
     let e = expect_err("short w", ctx.rms_norm_mul(a, w, 1e-6));
-    assert!(matches!(e, Error::ShapeMismatch { op: "RMS_NORM_MUL", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::ShapeMismatch {
+                op: "RMS_NORM_MUL",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     // w's other axes must divide a's.
     let w = ctx.new_tensor_2d(DType::F32, 16, 2).unwrap();
     let e = expect_err("w2 ∤ a2", ctx.rms_norm_mul(a, w, 1e-6));
-    assert!(matches!(e, Error::ShapeMismatch { op: "RMS_NORM_MUL", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::ShapeMismatch {
+                op: "RMS_NORM_MUL",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     // Only f32.
     let w = ctx.new_tensor_1d(DType::F16, 16).unwrap();
     let e = expect_err("f16 w", ctx.rms_norm_mul(a, w, 1e-6));
-    assert!(matches!(e, Error::UnsupportedType { op: "RMS_NORM_MUL", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::UnsupportedType {
+                op: "RMS_NORM_MUL",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     let a16 = ctx.new_tensor_2d(DType::F16, 16, 3).unwrap();
     let w = ctx.new_tensor_1d(DType::F32, 16).unwrap();
     let e = expect_err("f16 a", ctx.rms_norm_mul(a16, w, 1e-6));
-    assert!(matches!(e, Error::UnsupportedType { op: "RMS_NORM_MUL", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::UnsupportedType {
+                op: "RMS_NORM_MUL",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }

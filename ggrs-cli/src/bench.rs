@@ -100,9 +100,8 @@ impl Profile {
                 share(*t)
             );
         }
-        out += &format!(
-            "\n| node | op | shape | runs | µs per run | share |\n| ---: | --- | --- | ---: | ---: | ---: |\n"
-        );
+        out += "\n| node | op | shape | runs | µs per run | share |\n";
+        out += "| ---: | --- | --- | ---: | ---: | ---: |\n";
         let mut nodes: Vec<_> = self.nodes.iter().collect();
         nodes.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
         for ((i, op, ne), (n, t)) in nodes.into_iter().take(top) {

@@ -3,31 +3,17 @@
 //! chat` and `ggrs tokenize` on a ChatGLM-6B v1 (`chatglm1`) file, checked against the
 //! official prompt rule and tokenizer written plainly in `glm1_chat.rs`.
 
+mod common;
 #[path = "../../ggrs-llama/tests/support/glm1_chat.rs"]
 mod glm1_chat;
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-fn tiny(name: &str) -> String {
-    format!(
-        "{}/../../shared/reference/tiny/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
+use common::{ggrs, ggrs_with_stdin};
 
-fn ggrs(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ggrs"))
-        .args(args)
-        .output()
-        .expect("run ggrs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+fn tiny(name: &str) -> String {
+    common::reference(&format!("tiny/{name}"))
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
@@ -108,8 +94,8 @@ fn run_chat_without_a_format_is_an_error() {
 
 #[test]
 fn chat_repl_keeps_the_context() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
-        .args([
+    let out = ggrs_with_stdin(
+        &[
             "chat",
             "-m",
             &tiny("tiny-chatglm-f16.gguf"),
@@ -119,19 +105,9 @@ fn chat_repl_keeps_the_context() {
             "5",
             "-t",
             "2",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ggrs chat");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"Hello there\n\n/reset\nHi\nAnd then?\n")
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
+        ],
+        "Hello there\n\n/reset\nHi\nAnd then?\n",
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     // Three turns (the empty line is skipped), one status line each.
@@ -191,21 +167,11 @@ fn glm1_reply(path: &str, ids: &[u32], n: usize) -> String {
 fn chat_repl_on_chatglm1_uses_the_official_rounds() {
     let path = glm1_file();
     let (q0, q1) = ("hi", "a\tb  c 2");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
-        .args(["chat", "-m", &path, "--temp", "0", "-n", "4", "-t", "2"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ggrs chat");
     let input = format!("{q0}\n{q1}\n/quit\n");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
+    let out = ggrs_with_stdin(
+        &["chat", "-m", &path, "--temp", "0", "-n", "4", "-t", "2"],
+        &input,
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{err}");

@@ -1,24 +1,11 @@
 //! The command line prints errors and exits non-zero on bad input.
 
-use std::process::Command;
+mod common;
 
-fn ggrs(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ggrs"))
-        .args(args)
-        .output()
-        .expect("run ggrs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::ggrs;
 
 fn tiny() -> String {
-    format!(
-        "{}/../../shared/reference/tiny/tiny-llama-f16.gguf",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    common::reference("tiny/tiny-llama-f16.gguf")
 }
 
 #[test]

@@ -1,29 +1,16 @@
 //! `ggrs convert`: converts the ChatGLM-6B v1 tiny checkpoint with progress and a note
 //! about the missing tokenizer, and fails cleanly on bad input.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
+use std::path::PathBuf;
+
+use common::ggrs;
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::DType;
 
-fn ggrs(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ggrs"))
-        .args(args)
-        .output()
-        .expect("run ggrs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn tiny_v1() -> String {
-    format!(
-        "{}/../../shared/reference/chatglm6b-v1/tiny_model",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    common::reference("chatglm6b-v1/tiny_model")
 }
 
 fn scratch(name: &str) -> PathBuf {

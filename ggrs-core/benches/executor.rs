@@ -4,9 +4,11 @@
 //! Run with `cargo bench -p ggrs-core --bench executor`.
 //!
 //! The work per node is negligible, so the time is what the executor spends per node:
-//! planning and resolving it, taking its one chunk from the atomic counter and, with 2
-//! threads, the barrier after it. Throughput is reported in nodes per second (criterion's
-//! `elem/s`); µs per node = 10⁶ / (nodes per second), or the time per iteration / 1000.
+//! planning, resolving and scheduling it, taking its one chunk from the atomic counter and,
+//! with 2 threads, waiting until the node is complete before the next one (each node of a
+//! chain reads the previous one, so every node is an epoch of its own). Throughput is
+//! reported in nodes per second (criterion's `elem/s`); µs per node = 10⁶ / (nodes per
+//! second), or the time per iteration / 1000.
 
 use std::time::Duration;
 

@@ -136,7 +136,9 @@
 //!   then its persistent threads run every node in up to three phases: INIT on all threads
 //!   before the main work (e.g. `mul_mat` converting its activations to the weight's
 //!   dot-product type), COMPUTE in chunks taken from an atomic counter, FINALIZE on one thread
-//!   for ops that combine partial results. Views cost no barrier. Each output element is
+//!   for ops that combine partial results. Views cost nothing; nodes that touch memory
+//!   independently run as one epoch, and a thread waits for work to be done, never for a
+//!   peer to arrive (a preempted peer delays nobody unless it holds a chunk). Each output element is
 //!   computed by one thread in a fixed order, so results do not depend on the thread count.
 //!   Optional per-node timing ([`Executor::set_profiling`]) and an abort callback.
 //! - [`dtype`] and [`types`]: [`DType`] (GGUF type ids, block and byte sizes) and per-type

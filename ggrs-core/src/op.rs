@@ -189,7 +189,9 @@ impl Op {
         match self {
             Op::Scale { s } => format!("s={s}"),
             Op::Concat { dim } => format!("dim={dim}"),
-            Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => format!("eps={eps:e}"),
+            Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => {
+                format!("eps={eps:e}")
+            }
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
             Op::FlashAttnExt { scale, kv_splits } => format!("scale={scale} kv_splits={kv_splits}"),

@@ -204,12 +204,15 @@ struct Stats {
     max_rel: f64,
 }
 
+/// A plain model of a summation order: `(nb, weight row, Q8_0 row) -> dot product`.
+type Model = dyn Fn(usize, &[u8], &[u8]) -> f32;
+
 /// Checks the builds `builds` of `t` against `model` (bitwise) and the scalar reference
 /// (bound), the tile forms against one-element calls, on rows of `nb` blocks.
 fn check_builds(
     t: DType,
     builds: &[VecDotVariant],
-    model: &dyn Fn(usize, &[u8], &[u8]) -> f32,
+    model: &Model,
     nb: usize,
     codes: (Codes, Codes),
     rng: &mut Rng,

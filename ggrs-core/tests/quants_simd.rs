@@ -235,6 +235,8 @@ fn cpu_isas() -> Vec<Isa> {
     v
 }
 
+// The x86 builds; `quants_neon.rs` checks the aarch64 list and selection.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn every_build_the_cpu_runs_is_listed() {
     let isas = cpu_isas();
@@ -682,6 +684,8 @@ fn simd_quantizers_write_the_reference_bytes() {
 // Selection
 // ------------------------------------------------------------------------------------------
 
+// The x86 builds; `quants_neon.rs` checks the aarch64 list and selection.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn best_build_is_selected_and_env_forces_scalar() {
     let forced = std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| !v.is_empty() && v != "0");

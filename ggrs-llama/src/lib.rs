@@ -40,8 +40,8 @@
 
 pub mod arch;
 pub mod batch;
-pub mod convert;
 pub mod chat;
+pub mod convert;
 pub mod error;
 pub mod generate;
 pub mod hparams;
@@ -57,7 +57,7 @@ pub use chat::{Chat, ChatTemplate, Message};
 pub use error::{LlamaError, Result};
 pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use hparams::{Arch, HParams};
-pub use model::Model;
+pub use model::{Model, ModelOptions};
 pub use sampling::{Sampler, SamplingParams};
 pub use session::{Session, SessionParams};
 pub use tokenizer::Tokenizer;

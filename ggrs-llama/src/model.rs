@@ -3,6 +3,14 @@
 //! The model is immutable once loaded and can be shared by many sessions and threads
 //! (`Arc<Model>`): weights are never copied out of the mapping; each session imports them
 //! into its own context as external (read-only) tensors.
+//!
+//! On CPUs with the `mul_mat` panel kernels (Q4_0/Q8_0 on AVX-512 VNNI), loading also
+//! repacks every matrix weight once into the layout those kernels stream
+//! ([`ggrs_core::kernels::PackedWeight`]), which `mul_mat` then reads instead of repacking
+//! the mapped rows on every product (same results, bit for bit). The mapped pages of a
+//! packed weight are released (they come back from the file if another op, e.g. the
+//! embedding lookup, reads them), so resident memory stays about one copy of the weights.
+//! [`ModelOptions::pack_weights`] (or `GGRS_NO_PACK=1`) turns this off.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -94,7 +102,26 @@ pub struct Model {
     /// Weight locations.
     pub weights: Weights,
     tokenizer: Tokenizer,
+    /// Packed copies of matrix weights (see the module docs); they register themselves
+    /// with `mul_mat` and unregister when dropped (fields drop in order: before `file`).
+    packed: Vec<ggrs_core::kernels::PackedWeight>,
     file: GgufFile,
+}
+
+/// How to load a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelOptions {
+    /// Repack matrix weights once at load time for the `mul_mat` panel kernels when the
+    /// CPU has them (see the module docs). Default: on, unless the environment variable
+    /// `GGRS_NO_PACK` is set (to anything but `0`).
+    pub pack_weights: bool,
+}
+
+impl Default for ModelOptions {
+    fn default() -> ModelOptions {
+        let off = std::env::var_os("GGRS_NO_PACK").is_some_and(|v| v != "0");
+        ModelOptions { pack_weights: !off }
+    }
 }
 
 impl std::fmt::Debug for Model {
@@ -169,12 +196,22 @@ impl Model {
     /// Opens and maps a GGUF model file, reads its hyperparameters, tokenizer and the
     /// location of every weight, checking names, shapes and types.
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
-        let file = GgufFile::open(path.as_ref())?;
-        Model::from_gguf(file)
+        Model::load_with(path, ModelOptions::default())
     }
 
-    /// Builds a model from an opened GGUF file.
+    /// As [`Model::load`], with options.
+    pub fn load_with(path: impl AsRef<Path>, opts: ModelOptions) -> Result<Model> {
+        let file = GgufFile::open(path.as_ref())?;
+        Model::from_gguf_with(file, opts)
+    }
+
+    /// Builds a model from an opened GGUF file (default [`ModelOptions`]).
     pub fn from_gguf(file: GgufFile) -> Result<Model> {
+        Model::from_gguf_with(file, ModelOptions::default())
+    }
+
+    /// Builds a model from an opened GGUF file, with options.
+    pub fn from_gguf_with(file: GgufFile, opts: ModelOptions) -> Result<Model> {
         let hp = HParams::from_gguf(&file)?;
         let tokenizer = if file.get("tokenizer.ggml.model").is_none() {
             // A file converted without a tokenizer: ids only (see `placeholder_tokenizer`).
@@ -300,7 +337,7 @@ impl Model {
                 "blk.0.attn_q.bias (qwen2 has Q/K/V biases)".into(),
             ));
         }
-        Ok(Model {
+        let mut model = Model {
             hparams: hp,
             weights: Weights {
                 tok_embd,
@@ -311,7 +348,48 @@ impl Model {
             },
             tokenizer,
             file,
-        })
+            packed: Vec::new(),
+        };
+        if opts.pack_weights {
+            model.pack_weights();
+        }
+        Ok(model)
+    }
+
+    /// Packs every matrix weight the CPU has a panel kernel for (once per distinct weight:
+    /// tied embeddings are packed once) and releases the mapped pages it was packed from.
+    fn pack_weights(&mut self) {
+        let w = &self.weights;
+        let mut mats: Vec<&WeightRef> = vec![&w.output];
+        for l in &w.layers {
+            mats.extend(
+                [&l.wq, &l.wk, &l.wv, &l.wqkv, &l.ffn_gate]
+                    .into_iter()
+                    .flatten(),
+            );
+            mats.extend([&l.wo, &l.ffn_up, &l.ffn_down]);
+        }
+        let mut done = std::collections::HashSet::new();
+        let bytes = self.file.data();
+        let bytes = bytes.bytes();
+        for m in mats {
+            if !done.insert(m.offset) {
+                continue;
+            }
+            let size = m.dtype.row_size(m.ne[0]) * m.ne[1] * m.ne[2] * m.ne[3];
+            let Some(data) = bytes.get(m.offset..m.offset + size) else {
+                continue;
+            };
+            if let Some(p) = ggrs_core::kernels::PackedWeight::pack(m.dtype, m.ne, data) {
+                self.file.release_pages(data);
+                self.packed.push(p);
+            }
+        }
+    }
+
+    /// Bytes of weight copies packed at load time (0 when packing is off or does not apply).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.iter().map(|p| p.bytes()).sum()
     }
 
     /// The tokenizer read from the file.

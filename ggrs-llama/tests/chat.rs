@@ -7,8 +7,9 @@ mod common;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
+use common::argmax;
 use ggrs_llama::chat::{encode_prompt, Chat, ChatError, ChatTemplate, Message};
-use ggrs_llama::{GenerateParams, LlamaError, Model, SamplingParams, Session, SessionParams};
+use ggrs_llama::{LlamaError, Model, Session, SessionParams};
 
 fn conversation() -> Vec<Message> {
     vec![
@@ -159,16 +160,6 @@ fn format_per_model() {
     ));
 }
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 #[test]
 fn multi_turn_chat_reuses_the_cache() {
     let model = tiny("tiny-chatglm-f16.gguf");
@@ -179,14 +170,7 @@ fn multi_turn_chat_reuses_the_cache() {
     };
     let mut chat = Chat::new(Session::new(model.clone(), params).unwrap()).unwrap();
     chat.set_system(Some("Be brief.".into()));
-    let gen = GenerateParams {
-        max_tokens: 6,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let gen = common::greedy(6);
     let first = chat
         .send("Hello there", &gen, |_| ControlFlow::Continue(()))
         .unwrap();

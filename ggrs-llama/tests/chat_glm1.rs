@@ -5,6 +5,7 @@
 //! tokens evaluated (turn 3 shares a first round with turn 2's prompt) and by a fresh
 //! session giving the same reply.
 
+mod common;
 #[path = "support/glm1_chat.rs"]
 mod glm1_chat;
 
@@ -12,8 +13,9 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use common::greedy;
 use ggrs_llama::chat::{Chat, ChatError, ChatTemplate, Message};
-use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
+use ggrs_llama::{Model, Session, SessionParams};
 use glm1_chat::{official_ids, official_prompt, tiny_glm1_with_vocab, EOP};
 
 fn gguf() -> &'static PathBuf {
@@ -34,17 +36,6 @@ fn session() -> Session {
         ..Default::default()
     };
     Session::new(model, params).expect("session")
-}
-
-fn greedy(max_tokens: usize) -> GenerateParams {
-    GenerateParams {
-        max_tokens,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
 }
 
 fn go() -> impl FnMut(&ggrs_llama::TokenEvent) -> ControlFlow<()> {

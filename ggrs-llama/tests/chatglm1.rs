@@ -8,21 +8,22 @@
 //! within 2e-2. Argmax and greedy tokens are compared only where the reference's top two
 //! are further apart than the tolerance (they are as close as 0.0024 at some steps).
 
+mod common;
+
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use common::argmax;
 use ggrs_core::{Context, DType};
 use ggrs_llama::arch::chatglm1::{self, Glm1Params, Glm1State};
 use ggrs_llama::convert::{convert_hf_dir, ConvertOptions, OutType};
 use ggrs_llama::kv_cache::KvCache;
-use ggrs_llama::{
-    Batch, GenerateParams, LlamaError, Model, SamplingParams, Session, SessionParams, StopReason,
-};
+use ggrs_llama::{Batch, LlamaError, Model, Session, SessionParams, StopReason};
 use serde_json::Value;
 
 fn ref_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/chatglm6b-v1")
+    common::reference_dir().join("chatglm6b-v1")
 }
 
 /// One line of `reference.jsonl`.
@@ -138,16 +139,6 @@ fn session_kv(model: &Arc<Model>, n_batch: usize, kv_type: DType) -> Session {
     .expect("session")
 }
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
 /// Compares one row of logits with a reference top-10; returns max |Δ| over the ten.
 /// Also: no token outside the ten may beat the tenth by more than `tol`, and the argmax
 /// must agree where the reference's top two are more than `tol` apart.
@@ -258,14 +249,7 @@ fn generation_through_the_session_api() {
     assert!(e.to_string().contains("--prompt-ids"), "{e}");
     for r in load_refs() {
         let mut s = session(&m, 64);
-        let params = GenerateParams {
-            max_tokens: 16,
-            sampling: SamplingParams {
-                temperature: 0.0,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let params = common::greedy(16);
         let g = s
             .generate_tokens(&r.input_ids, &params, |_| ControlFlow::Continue(()))
             .unwrap();
@@ -573,14 +557,7 @@ fn text_prompts_and_conventional_tokens_with_a_vocabulary() {
 
     let r = &load_refs()[1];
     assert_eq!(r.greedy[..3], [63, 499, 302]);
-    let params = GenerateParams {
-        max_tokens: 3,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let params = common::greedy(3);
     let mut s = session(&m, 64);
     let g = s
         .generate_tokens(&r.input_ids, &params, |_| ControlFlow::Continue(()))

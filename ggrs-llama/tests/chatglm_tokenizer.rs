@@ -3,19 +3,10 @@
 //! `<|user|>`…) parsed from text, and stopping on `<|user|>` / `<|observation|>`.
 //! The vocabularies are small ones built here; the expected ids are worked out by hand.
 
-use ggrs_llama::tokenizer::{Tokenizer, Vocab, VocabParts};
+mod common;
 
-const GLM3_SPECIALS: &[&str] = &[
-    "[MASK]",
-    "[gMASK]",
-    "[sMASK]",
-    "sop",
-    "eop",
-    "<|system|>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|observation|>",
-];
+use common::GLM3_SPECIALS;
+use ggrs_llama::tokenizer::{Tokenizer, Vocab, VocabParts};
 
 /// A ChatGLM3-like SentencePiece vocabulary: <unk> <s> </s>, the byte tokens, a few pieces
 /// and the ChatGLM3 control tokens, as llama.cpp's converter writes them.
@@ -40,7 +31,7 @@ fn glm3(pre: Option<&str>) -> Tokenizer {
         scores.push(s);
     }
     for t in GLM3_SPECIALS {
-        tokens.push((*t).into());
+        tokens.push(t.into());
         types.push(3);
         scores.push(0.0);
     }

@@ -233,6 +233,36 @@ fn hf_from_gguf(
     .unwrap();
 }
 
+/// GGUF → Hugging Face tensor names for [`hf_from_gguf`]: a whole-model tensor by its pair
+/// `(gguf, hf)` in `whole`; block tensor `blk.{i}.{g}` as `{layers}.{i}.{h}` for the pair
+/// `(g, h)` in `block`.
+fn hf_names(
+    whole: &'static [(&'static str, &'static str)],
+    layers: &'static str,
+    block: &'static [(&'static str, &'static str)],
+) -> impl Fn(&str) -> String {
+    move |n| {
+        if let Some((_, h)) = whole.iter().find(|(g, _)| *g == n) {
+            return h.to_string();
+        }
+        let rest = n.strip_prefix("blk.").unwrap();
+        let (i, rest) = rest.split_once('.').unwrap();
+        let (_, m) = block
+            .iter()
+            .find(|(g, _)| *g == rest)
+            .unwrap_or_else(|| panic!("unexpected {rest}"));
+        format!("{layers}.{i}.{m}")
+    }
+}
+
+/// Compares the converted model `out` with llama.cpp's outputs `tiny/<jsonl>` (logits within
+/// 0.01, 2 threads, the first 16 greedy tokens).
+fn compare_with_llama_cpp(out: &Path, jsonl: &str) -> common::Report {
+    let model = Arc::new(ggrs_llama::Model::load(out).expect("load the converted model"));
+    let refs = common::read_jsonl(&common::reference_dir().join("tiny").join(jsonl));
+    common::compare(&model, &refs, 0.01, 2, 16)
+}
+
 /// Every tensor of `orig` is in `conv` with the same type, shape and bytes; every metadata
 /// entry of `orig` is in `conv` with the same value.
 fn assert_same(orig: &GgufFile, conv: &GgufFile) {
@@ -501,29 +531,25 @@ fn llama_round_trip() {
         "tie_word_embeddings": false,
         "torch_dtype": "float16"
     });
-    let names = |n: &str| -> String {
-        match n {
-            "token_embd.weight" => return "model.embed_tokens.weight".into(),
-            "output_norm.weight" => return "model.norm.weight".into(),
-            "output.weight" => return "lm_head.weight".into(),
-            _ => {}
-        }
-        let rest = n.strip_prefix("blk.").unwrap();
-        let (i, rest) = rest.split_once('.').unwrap();
-        let m = match rest {
-            "attn_norm.weight" => "input_layernorm.weight",
-            "attn_q.weight" => "self_attn.q_proj.weight",
-            "attn_k.weight" => "self_attn.k_proj.weight",
-            "attn_v.weight" => "self_attn.v_proj.weight",
-            "attn_output.weight" => "self_attn.o_proj.weight",
-            "ffn_norm.weight" => "post_attention_layernorm.weight",
-            "ffn_gate.weight" => "mlp.gate_proj.weight",
-            "ffn_up.weight" => "mlp.up_proj.weight",
-            "ffn_down.weight" => "mlp.down_proj.weight",
-            other => panic!("unexpected {other}"),
-        };
-        format!("model.layers.{i}.{m}")
-    };
+    let names = hf_names(
+        &[
+            ("token_embd.weight", "model.embed_tokens.weight"),
+            ("output_norm.weight", "model.norm.weight"),
+            ("output.weight", "lm_head.weight"),
+        ],
+        "model.layers",
+        &[
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("attn_q.weight", "self_attn.q_proj.weight"),
+            ("attn_k.weight", "self_attn.k_proj.weight"),
+            ("attn_v.weight", "self_attn.v_proj.weight"),
+            ("attn_output.weight", "self_attn.o_proj.weight"),
+            ("ffn_norm.weight", "post_attention_layernorm.weight"),
+            ("ffn_gate.weight", "mlp.gate_proj.weight"),
+            ("ffn_up.weight", "mlp.up_proj.weight"),
+            ("ffn_down.weight", "mlp.down_proj.weight"),
+        ],
+    );
     let perm = |n: &str| -> Option<usize> {
         if n.ends_with("attn_q.weight") {
             Some(4)
@@ -541,10 +567,7 @@ fn llama_round_trip() {
     assert_same(&g, &conv);
 
     // The converted model still matches llama.cpp's outputs.
-    let model = Arc::new(ggrs_llama::Model::load(&out).expect("load the converted model"));
-    let refs =
-        common::read_jsonl(&common::reference_dir().join("tiny/tiny-llama-f16.public.jsonl"));
-    let rep = common::compare(&model, &refs, 0.01, 2, 16);
+    let rep = compare_with_llama_cpp(&out, "tiny-llama-f16.public.jsonl");
     assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
     assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
     assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
@@ -575,27 +598,29 @@ fn chatglm2_round_trip() {
         "tie_word_embeddings": false,
         "torch_dtype": "float16"
     });
-    let names = |n: &str| -> String {
-        match n {
-            "token_embd.weight" => return "transformer.embedding.word_embeddings.weight".into(),
-            "output_norm.weight" => return "transformer.encoder.final_layernorm.weight".into(),
-            "output.weight" => return "transformer.output_layer.weight".into(),
-            _ => {}
-        }
-        let rest = n.strip_prefix("blk.").unwrap();
-        let (i, rest) = rest.split_once('.').unwrap();
-        let m = match rest {
-            "attn_norm.weight" => "input_layernorm.weight",
-            "attn_qkv.weight" => "self_attention.query_key_value.weight",
-            "attn_qkv.bias" => "self_attention.query_key_value.bias",
-            "attn_output.weight" => "self_attention.dense.weight",
-            "ffn_norm.weight" => "post_attention_layernorm.weight",
-            "ffn_up.weight" => "mlp.dense_h_to_4h.weight",
-            "ffn_down.weight" => "mlp.dense_4h_to_h.weight",
-            other => panic!("unexpected {other}"),
-        };
-        format!("transformer.encoder.layers.{i}.{m}")
-    };
+    let names = hf_names(
+        &[
+            (
+                "token_embd.weight",
+                "transformer.embedding.word_embeddings.weight",
+            ),
+            (
+                "output_norm.weight",
+                "transformer.encoder.final_layernorm.weight",
+            ),
+            ("output.weight", "transformer.output_layer.weight"),
+        ],
+        "transformer.encoder.layers",
+        &[
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("attn_qkv.weight", "self_attention.query_key_value.weight"),
+            ("attn_qkv.bias", "self_attention.query_key_value.bias"),
+            ("attn_output.weight", "self_attention.dense.weight"),
+            ("ffn_norm.weight", "post_attention_layernorm.weight"),
+            ("ffn_up.weight", "mlp.dense_h_to_4h.weight"),
+            ("ffn_down.weight", "mlp.dense_4h_to_h.weight"),
+        ],
+    );
     hf_from_gguf(&g, &dir, config, &names, &|_| None);
     let out = dir.join("back.gguf");
     let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
@@ -612,10 +637,7 @@ fn chatglm2_round_trip() {
     assert_same(&g, &conv);
 
     // The chatglm graph exists in this tree: the converted model matches llama.cpp too.
-    let model = Arc::new(ggrs_llama::Model::load(&out).expect("load the converted model"));
-    let refs =
-        common::read_jsonl(&common::reference_dir().join("tiny/tiny-chatglm-f16.public.jsonl"));
-    let rep = common::compare(&model, &refs, 0.01, 2, 16);
+    let rep = compare_with_llama_cpp(&out, "tiny-chatglm-f16.public.jsonl");
     assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
     assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
 }
@@ -1158,18 +1180,10 @@ fn chatglm3_control_tokens_follow_the_pieces() {
     let g = GgufFile::open(&out).unwrap();
     let (tokens, scores, types) = vocab_of(&g);
     assert_eq!(tokens.len(), 32);
-    let want = [
-        "[MASK]",
-        "[gMASK]",
-        "[sMASK]",
-        "sop",
-        "eop",
-        "<|system|>",
-        "<|user|>",
-        "<|assistant|>",
-        "<|observation|>",
-    ];
-    assert_eq!(&tokens[20..29], &want.map(String::from)[..]);
+    assert_eq!(
+        &tokens[20..29],
+        &common::GLM3_SPECIALS.map(String::from)[..]
+    );
     assert!(types[20..29].iter().all(|&t| t == 3));
     assert_eq!((tokens[29].as_str(), types[29]), ("[PAD29]", 5));
     assert_eq!(&tokens[..3], &["<unk>", "<s>", "</s>"]);

@@ -90,16 +90,6 @@ fn prompt_logits(model: &Arc<Model>, prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
-}
-
 /// A directory removed on drop.
 struct TempDir(PathBuf);
 
@@ -155,7 +145,7 @@ fn quantized_copies_keep_the_argmax() {
         for ((a, b), r) in base.iter().zip(&ours).zip(&refs) {
             for i in 0..a.len() / nv {
                 let (ra, rb) = (&a[i * nv..(i + 1) * nv], &b[i * nv..(i + 1) * nv]);
-                let (ta, tb) = (argmax(ra), argmax(rb));
+                let (ta, tb) = (common::argmax(ra) as usize, common::argmax(rb) as usize);
                 let second = ra
                     .iter()
                     .enumerate()
@@ -227,7 +217,7 @@ fn quantized_copies_keep_the_argmax() {
         .expect("session");
         s.eval(&prompts[0], false).expect("prompt");
         for _ in 0..4 {
-            let t = argmax(s.logits()) as u32;
+            let t = common::argmax(s.logits());
             assert!((t as usize) < nv);
             s.eval(&[t], false).expect("decode");
         }

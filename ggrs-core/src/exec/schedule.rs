@@ -66,14 +66,14 @@ struct Access {
 
 /// The identity of a `mul_mat` INIT's output: the activations' place, shape, strides and
 /// type, and the type they are converted to.
-fn init_key(t: &Task) -> Option<(usize, [usize; 4], [usize; 4], crate::DType)> {
+type InitKey = (usize, [usize; 4], [usize; 4], crate::DType);
+
+/// The [`InitKey`] of `t`, if it is a `mul_mat` with INIT.
+fn init_key(t: &Task) -> Option<InitKey> {
     match (t.op, t.plan.init, t.src[0], t.src[1]) {
-        (Op::MulMat, true, Some(a), Some(b)) => Some((
-            b.data as usize,
-            b.ne,
-            b.nb,
-            traits(a.dtype).vec_dot_type,
-        )),
+        (Op::MulMat, true, Some(a), Some(b)) => {
+            Some((b.data as usize, b.ne, b.nb, traits(a.dtype).vec_dot_type))
+        }
         _ => None,
     }
 }
@@ -87,8 +87,7 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
     // Whether a node of the current epoch writes or reads the shared work buffer.
     let mut shared_busy = false;
     // The mul_mat whose INIT output is in the shared buffer, its key and its src1 span.
-    let mut owner: Option<(usize, (usize, [usize; 4], [usize; 4], crate::DType), (usize, usize))> =
-        None;
+    let mut owner: Option<(usize, InitKey, (usize, usize))> = None;
     for (i, t) in tasks.iter().enumerate() {
         if t.plan.is_noop() || matches!(t.op, Op::None) {
             continue;

@@ -66,6 +66,8 @@ impl TensorInfo {
 /// `GgufFile` is `Send + Sync` and can be shared across threads.
 pub struct GgufFile {
     data: Arc<dyn ExternalData>,
+    /// The mapping behind `data`, when the file was opened from disk (see `release_pages`).
+    map: Option<Arc<memmap2::Mmap>>,
     version: u32,
     alignment: usize,
     data_start: usize,
@@ -113,8 +115,43 @@ impl GgufFile {
         // another process truncating or rewriting the file meanwhile; like every reader of
         // mapped model files (llama.cpp included), we document that the file must not change
         // while it is open.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        GgufFile::from_bytes(Arc::new(map))
+        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?);
+        let mut parsed = GgufFile::from_bytes(map.clone())?;
+        parsed.map = Some(map);
+        Ok(parsed)
+    }
+
+    /// Hints that the mapped pages lying entirely inside `bytes` (a slice of this file's
+    /// data, e.g. a weight that was copied elsewhere) will not be needed soon: they leave
+    /// the process's resident memory. They stay readable: a later read brings them back
+    /// from the file. Returns the bytes released (0 for a file not opened from disk, a
+    /// slice from elsewhere, or if the system refuses).
+    pub fn release_pages(&self, bytes: &[u8]) -> usize {
+        let Some(map) = &self.map else { return 0 };
+        let base = map.as_ptr() as usize;
+        let start = bytes.as_ptr() as usize;
+        if start < base || start + bytes.len() > base + map.len() {
+            return 0;
+        }
+        const PAGE: usize = 4096;
+        let from = (start - base).next_multiple_of(PAGE);
+        let to = (start - base + bytes.len()) / PAGE * PAGE;
+        if to <= from {
+            return 0;
+        }
+        // SAFETY: MADV_DONTNEED on a read-only file mapping that this process never writes
+        // only drops clean pages: the range stays mapped and later reads fault the same
+        // file contents back in, so every slice borrowed from the mapping (tensors, `bytes`)
+        // keeps seeing the same data. The range is page-aligned (the mapping starts on a
+        // page boundary) and inside the mapping (checked above).
+        let done = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+        };
+        if done.is_ok() {
+            to - from
+        } else {
+            0
+        }
     }
 
     /// Parses a GGUF file held in any buffer (a `Vec<u8>`, a mapping…), with the same checks
@@ -123,6 +160,7 @@ impl GgufFile {
         let parsed = parse(data.bytes())?;
         Ok(GgufFile {
             data,
+            map: None,
             version: parsed.version,
             alignment: parsed.alignment,
             data_start: parsed.data_start,

@@ -377,34 +377,6 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     unreachable!("f16_tiles() is false off x86-64")
 }
 
-/// [`dot_f16_vec`] of `R` weight rows against one activation row: `[dot_f16_vec(n, a[r],
-/// b)]` bit for bit, the activation converted once for all rows. Needs [`f16_tiles`].
-pub(crate) fn f16_vec_rows<const R: usize>(n: usize, a: [&[u8]; R], b: &[u8]) -> [f32; R] {
-    assert!(
-        f16_tiles() && a.iter().chain([&b]).all(|r| r.len() >= 2 * n),
-        "f16_vec_rows: AVX-512 and whole rows of n values"
-    );
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: the CPU features and the row lengths were checked above.
-        let mut out = unsafe { x86::f16_vec_rows::<R>(n, a.map(|r| r.as_ptr()), b.as_ptr()) };
-        // The tail (n % 64 values), in f64 as `dot_f16_vec_body`.
-        let np = n & !63;
-        if np < n {
-            for (r, o) in out.iter_mut().enumerate() {
-                let mut sum = *o as f64;
-                for i in np..n {
-                    sum += (half_at(a[r], 2 * i) * half_at(b, 2 * i)) as f64;
-                }
-                *o = sum as f32;
-            }
-        }
-        out
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("f16_tiles() is false off x86-64")
-}
-
 // -------------------------------------------------------------------------------------------
 // Element-wise approximations
 // -------------------------------------------------------------------------------------------
@@ -770,42 +742,6 @@ mod x86 {
         out
     }
 
-    /// [`super::dot_f16_vec_body`] for `R` weight rows against one activation row, without
-    /// the tail (`n % 64` values; the caller adds it): four registers of 16 lanes per row.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F/BW/VL (and AVX2, FMA, F16C); `2·n` bytes are readable at every
-    /// `a[r]` and at `b`.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn f16_vec_rows<const R: usize>(
-        n: usize,
-        a: [*const u8; R],
-        b: *const u8,
-    ) -> [f32; R] {
-        let np = n & !63;
-        let mut acc = [[_mm512_setzero_ps(); 4]; R];
-        for blk in (0..np).step_by(64) {
-            for q in 0..4 {
-                let off = 2 * (blk + 16 * q);
-                // SAFETY: blk + 16·q + 16 <= np <= n.
-                unsafe {
-                    let bv = load16(b.add(off));
-                    for (row, acc_r) in a.iter().zip(acc.iter_mut()) {
-                        acc_r[q] = _mm512_fmadd_ps(load16(row.add(off)), bv, acc_r[q]);
-                    }
-                }
-            }
-        }
-        // Registers 0 + 2 and 1 + 3 (lanes t and t + 32), then those two (t and t + 16).
-        // SAFETY: AVX-512 F (caller).
-        acc.map(|v| unsafe {
-            reduce(_mm512_add_ps(
-                _mm512_add_ps(v[0], v[2]),
-                _mm512_add_ps(v[1], v[3]),
-            ))
-        })
-    }
-
     /// [`super::dot_f16_lanes16_body`] with F16C conversions: lanes 0–7 and 8–15 in two
     /// registers, one FMA each per 16 values, then the same reduction.
     ///
@@ -987,14 +923,6 @@ mod tests {
                         assert_eq!(t2[r][c].to_bits(), want, "n={n} ({r}, {bc})");
                     }
                 }
-            }
-            let v = f16_vec_rows::<4>(n, a, b[0]);
-            for r in 0..4 {
-                assert_eq!(
-                    v[r].to_bits(),
-                    dot_f16_vec_body(n, a[r], b[0]).to_bits(),
-                    "n={n}"
-                );
             }
         }
     }

@@ -12,9 +12,9 @@
 //!   chunks of whole 16-row panels against every column, each panel repacked once into
 //!   one-row-per-lane vectors (`quants::simd::panel`), INIT also writing each activation
 //!   block's `vpdpbusd` corrections after the converted rows;
-//! - F16 weights on AVX-512: four rows at a time; for prompts, chunks of ~64 rows against
-//!   every column, sixteen columns at a time widened to f32 in the scratch and 4 × 4 register
-//!   tiles (tinyBLAS's order), for one column one row at a time (`ggml_vec_dot_f16`'s order);
+//! - F16 weights on AVX-512, prompts: chunks of ~64 rows against every column, sixteen
+//!   columns at a time widened to f32 in the scratch, 4 × 4 register tiles (tinyBLAS's
+//!   order; one column keeps `ggml_vec_dot_f16`'s one-row kernel);
 //! - everything else: 16 × 16 tiles of the dot-product kernels (4 × 4, 4 × 1, 1 × 4 forms).
 
 use half::slice::HalfFloatSliceExt;
@@ -249,15 +249,19 @@ unsafe fn tile(
         // SAFETY: i < n and j < m: the offset lies inside dst.
         unsafe { d.data.add(d.offset(i, j, i2, i3)) as *mut f32 }
     };
-    // F16 weights on AVX-512: tiles of four rows (each conversion shared), ggml's orders.
+    // F16 weights on AVX-512, prompts (tinyBLAS's order): tiles of four rows, each
+    // conversion shared. One column (`ggml_vec_dot_f16`'s order) stays on the one-row
+    // kernel below: the weights stream sequentially, which the hardware prefetchers follow
+    // best (measured: four rows in flight read at less than half the bandwidth of one).
     #[cfg(target_arch = "x86_64")]
-    if a.dtype == DType::F16 && crate::kernels::ggml_arith::f16_tiles() {
-        use crate::kernels::ggml_arith::{
-            f16_lanes16_tile, f16_lanes16_tile_f32, f16_uses_lanes16, f16_vec_rows,
-        };
+    if a.dtype == DType::F16
+        && crate::kernels::ggml_arith::f16_tiles()
+        && crate::kernels::ggml_arith::f16_uses_lanes16(a, b.ne[1])
+    {
+        use crate::kernels::ggml_arith::{f16_lanes16_tile, f16_lanes16_tile_f32};
         // Prompts: the chunk's columns sixteen at a time, widened to f32 once (exact) in the
         // scratch, against all the chunk's rows (which stay in cache), four by four.
-        if f16_uses_lanes16(a, b.ne[1]) && work.scratch.len() >= TILE * k {
+        if work.scratch.len() >= TILE * k {
             for cb in cols.clone().step_by(TILE) {
                 let cblk = cb..(cb + TILE).min(cols.end);
                 let w = &mut work.scratch[..cblk.len() * k];
@@ -312,31 +316,22 @@ unsafe fn tile(
                     unsafe { *out(i + r, j) = val };
                 }
             };
+            // (Only with a scratch too small for the widened columns.)
             let mut j = cols.start;
-            if f16_uses_lanes16(a, b.ne[1]) {
-                // (Only with a scratch too small for the widened columns.)
-                while j + 4 <= cols.end {
-                    let t = f16_lanes16_tile::<4, 4>(
-                        k,
-                        ar,
-                        [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)],
-                    );
-                    for c in 0..4 {
-                        put(j + c, t.map(|row| row[c]));
-                    }
-                    j += 4;
+            while j + 4 <= cols.end {
+                let t = f16_lanes16_tile::<4, 4>(
+                    k,
+                    ar,
+                    [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)],
+                );
+                for c in 0..4 {
+                    put(j + c, t.map(|row| row[c]));
                 }
-                for j in j..cols.end {
-                    let t = f16_lanes16_tile::<4, 1>(k, ar, [b_row(j)]);
-                    put(j, t.map(|row| row[0]));
-                }
-            } else {
-                // One row at a time: the weights stream sequentially, which the hardware
-                // prefetchers follow best (measured: four rows in flight read at less than
-                // half the bandwidth of one).
-                for j in j..cols.end {
-                    put(j, ar.map(|r| f16_vec_rows::<1>(k, [r], b_row(j))[0]));
-                }
+                j += 4;
+            }
+            for j in j..cols.end {
+                let t = f16_lanes16_tile::<4, 1>(k, ar, [b_row(j)]);
+                put(j, t.map(|row| row[0]));
             }
             i += 4;
         }
@@ -394,6 +389,173 @@ unsafe fn tile(
             // SAFETY: an element of this chunk's tile (see `out`).
             unsafe { *out(i, j) = dot(k, arow, b_row(j)) };
         }
+    }
+}
+
+/// A weight matrix repacked once, ahead of any graph, into the panel layout the `mul_mat`
+/// panel kernels stream (`quants::simd::panel`: sixteen rows per panel, one row per vector
+/// lane), 64-byte aligned, owned by whoever loaded the weights (e.g. a model).
+///
+/// While a `PackedWeight` is alive, every `mul_mat` whose weight operand is a dense 2-D
+/// tensor starting at the packed source's address, with the same type and shape, reads the
+/// packed copy instead of repacking the original rows chunk by chunk. The results are the
+/// same bits (the same kernel on the same packed bytes). Every other op (`get_rows`,
+/// conversions) and every other `mul_mat` path keeps reading the original bytes, so these
+/// must stay valid (readable) as long as the tensor is used. Dropping the `PackedWeight`
+/// makes `mul_mat` fall back to packing on the fly.
+pub struct PackedWeight {
+    #[cfg(target_arch = "x86_64")]
+    entry: std::sync::Arc<packed::Packed>,
+}
+
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedWeight")
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+impl PackedWeight {
+    /// Repacks the weight whose `ne[1]` rows of `ne[0]` values of type `dtype` are `data`
+    /// (dense, in file layout) into the panel layout, when this CPU has the panel kernel for
+    /// it (Q4_0 or Q8_0 on AVX-512 VNNI, 2-D, at least 16 rows, rows of whole blocks);
+    /// `None` otherwise (nothing to gain: `mul_mat` keeps its usual path). `data` must stay
+    /// alive and unchanged while the result is (its address identifies the weight).
+    pub fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<PackedWeight> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            packed::pack(dtype, ne, data).map(|entry| PackedWeight { entry })
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dtype, ne, data);
+            None
+        }
+    }
+
+    /// Bytes of the packed copy (the panels; rows past the last whole panel are not packed).
+    pub fn bytes(&self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.entry.lines.len() * 64
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            0
+        }
+    }
+}
+
+impl Drop for PackedWeight {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        packed::unregister(&self.entry);
+    }
+}
+
+/// The registry of packed weights, keyed by the address of their source bytes.
+#[cfg(target_arch = "x86_64")]
+mod packed {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, RwLock};
+
+    use super::panels;
+    use crate::dtype::DType;
+    use crate::kernels::RawTensor;
+    use crate::quants::dispatch::panel::{self, Kind, ROWS};
+
+    /// One 64-byte aligned line of a packed copy.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    pub(super) struct Line(pub [u8; 64]);
+
+    /// A packed copy and what it was made from.
+    pub(super) struct Packed {
+        pub kind: Kind,
+        pub dtype: DType,
+        pub ne: [usize; 4],
+        /// `ne[1] / 16` panels of `ne[0] / 32` packed blocks each.
+        pub lines: Vec<Line>,
+    }
+
+    impl Packed {
+        /// The first byte of panel `p`.
+        pub fn panel(&self, p: usize) -> *const u8 {
+            let bytes = self.ne[0] / 32 * self.kind.block_bytes();
+            debug_assert!(p < self.ne[1] / ROWS);
+            self.lines.as_ptr().cast::<u8>().wrapping_add(p * bytes)
+        }
+    }
+
+    /// Live packed copies by source address.
+    static REGISTRY: RwLock<BTreeMap<usize, Arc<Packed>>> = RwLock::new(BTreeMap::new());
+
+    pub(super) fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<Arc<Packed>> {
+        let kind = panels::kind(dtype, ne)?;
+        if ne[2] != 1 || ne[3] != 1 {
+            return None;
+        }
+        let (k, n) = (ne[0], ne[1]);
+        let rs = dtype.row_size(k);
+        if data.len() < rs * n {
+            return None;
+        }
+        let nb = k / 32;
+        let np = n / ROWS;
+        let panel_bytes = nb * kind.block_bytes();
+        // Block sizes are multiples of 64 bytes (320 and 576).
+        let mut lines = vec![Line([0; 64]); np * panel_bytes / 64];
+        let out = lines.as_mut_ptr().cast::<u8>();
+        for p in 0..np {
+            let rows: [*const u8; ROWS] =
+                std::array::from_fn(|r| data[(p * ROWS + r) * rs..].as_ptr());
+            // SAFETY: `panels::kind` checked the CPU features; each row holds nb whole blocks
+            // inside `data` (length checked); panel p's bytes lie inside `lines`.
+            unsafe {
+                panel::pack(
+                    kind,
+                    nb,
+                    &rows,
+                    out.add(p * panel_bytes),
+                    panel::Ahead::NONE,
+                )
+            };
+        }
+        let entry = Arc::new(Packed {
+            kind,
+            dtype,
+            ne,
+            lines,
+        });
+        REGISTRY
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(data.as_ptr() as usize, Arc::clone(&entry));
+        Some(entry)
+    }
+
+    /// Removes `entry` from the registry (if it is still the one registered).
+    pub(super) fn unregister(entry: &Arc<Packed>) {
+        let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+        let key = reg
+            .iter()
+            .find(|(_, v)| Arc::ptr_eq(v, entry))
+            .map(|(&k, _)| k);
+        if let Some(k) = key {
+            reg.remove(&k);
+        }
+    }
+
+    /// The packed copy of weight `a` for the panel kernel `kind`, if there is one.
+    pub(super) fn lookup(kind: Kind, a: &RawTensor) -> Option<Arc<Packed>> {
+        let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+        if reg.is_empty() {
+            return None;
+        }
+        let e = reg.get(&(a.data as usize))?;
+        let dense = a.nb[0] == a.dtype.type_size() && a.nb[1] == a.dtype.row_size(a.ne[0]);
+        (e.kind == kind && e.dtype == a.dtype && e.ne == a.ne && dense).then(|| Arc::clone(e))
     }
 }
 
@@ -496,7 +658,6 @@ mod panels {
         let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
         let (a2, a3) = (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3]));
         let rs = DType::Q8_0.row_size(k);
-        let rs_a = a.dtype.row_size(k);
         let slot = |j: usize| j + m * (i2 + d.ne[2] * i3);
         let y = |j: usize| -> *const u8 {
             // SAFETY: slot(j) < b.nrows(): converted row in the shared buffer.
@@ -511,23 +672,18 @@ mod panels {
             "the panel plan sizes the scratch for one packed panel"
         );
         let buf = work.scratch.as_mut_ptr() as *mut u8;
+        // A copy packed ahead (`PackedWeight`): stream its panels instead of packing.
+        let packed = super::packed::lookup(kind, a);
         for p in split_range(np, nrb, rb) {
             let i0 = p * ROWS;
-            // SAFETY: i0 + r < n rows of batch (a2, a3).
-            let rows: [*const u8; ROWS] =
-                std::array::from_fn(|r| unsafe { a.row_ptr(i0 + r, a2, a3) as *const u8 });
-            // The next panel, while this one is packed, when the rows are contiguous.
-            let ahead = if p + 1 < np && a.nb[1] == rs_a {
-                panel::Ahead {
-                    start: rows[0].wrapping_add(ROWS * rs_a),
-                    len: ROWS * rs_a,
+            let buf = match &packed {
+                Some(pk) => pk.panel(p),
+                None => {
+                    // SAFETY: as below.
+                    unsafe { pack_panel(kind, a, (a2, a3), p, np, buf) };
+                    buf as *const u8
                 }
-            } else {
-                panel::Ahead::NONE
             };
-            // SAFETY: the CPU has the panel kernels' features (`kind` checked); each row
-            // holds nb blocks; the scratch holds one packed panel (asserted above).
-            unsafe { panel::pack(kind, nb, &rows, buf, ahead) };
             let mut j = 0;
             macro_rules! columns {
                 ($c:literal) => {
@@ -560,9 +716,151 @@ mod panels {
             }
             columns!(1);
         }
+        drop(packed);
         if rb == nrb - 1 && np * ROWS < n {
             // SAFETY: the leftover rows, written by this chunk only.
             unsafe { tile(task, work, (i2, i3), np * ROWS..n, 0..m) };
+        }
+    }
+
+    /// Packs panel `p` (of `np`) of batch `(a2, a3)` of weight `a` into `buf`, prefetching
+    /// the next panel when the rows are contiguous.
+    ///
+    /// # Safety
+    /// As [`compute`]: the CPU has `kind`'s features, `p < np` panels of whole rows exist in
+    /// that batch, `buf` has room for one packed panel.
+    unsafe fn pack_panel(
+        kind: Kind,
+        a: &crate::kernels::RawTensor,
+        (a2, a3): (usize, usize),
+        p: usize,
+        np: usize,
+        buf: *mut u8,
+    ) {
+        let nb = a.ne[0] / 32;
+        let rs_a = a.dtype.row_size(a.ne[0]);
+        let i0 = p * ROWS;
+        // SAFETY: i0 + r < n rows of batch (a2, a3).
+        let rows: [*const u8; ROWS] =
+            std::array::from_fn(|r| unsafe { a.row_ptr(i0 + r, a2, a3) as *const u8 });
+        // The next panel, while this one is packed, when the rows are contiguous.
+        let ahead = if p + 1 < np && a.nb[1] == rs_a {
+            panel::Ahead {
+                start: rows[0].wrapping_add(ROWS * rs_a),
+                len: ROWS * rs_a,
+            }
+        } else {
+            panel::Ahead::NONE
+        };
+        // SAFETY: the caller's guarantees: each row holds nb blocks, `buf` one panel.
+        unsafe { panel::pack(kind, nb, &rows, buf, ahead) };
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use std::sync::Arc;
+
+    use super::PackedWeight;
+    use crate::kernels::ggml_arith::{dot_q4_0_chain, dot_q8_0_lanes, quantize_row_q8_0_x86};
+    use crate::{compute_graph, Context, ContextParams, DType, Graph};
+
+    fn rng(seed: &mut u64) -> u32 {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (*seed >> 33) as u32
+    }
+
+    /// `n` rows of `k` values of `dtype` with random codes and f16 scales in [−1, 1).
+    fn weights(dtype: DType, k: usize, n: usize, seed: &mut u64) -> Vec<u8> {
+        let bs = dtype.type_size();
+        let mut w = vec![0u8; dtype.row_size(k) * n];
+        for blk in w.chunks_exact_mut(bs) {
+            for b in blk.iter_mut() {
+                *b = rng(seed) as u8;
+            }
+            let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
+            blk[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        }
+        w
+    }
+
+    /// `mul_mat` of the external weight `w` (`[k, n]`) with the f32 columns `b` (`[k, m]`).
+    fn product(
+        dtype: DType,
+        k: usize,
+        n: usize,
+        w: &Arc<Vec<u8>>,
+        b: &[f32],
+        nth: usize,
+    ) -> Vec<f32> {
+        let m = b.len() / k;
+        let mut ctx = Context::new(ContextParams {
+            mem_size: 8 << 20,
+            no_alloc: false,
+        });
+        let a = ctx
+            .new_tensor_external(dtype, &[k, n], Arc::clone(w) as _, 0)
+            .expect("the weight fits its buffer");
+        let bt = ctx.new_tensor_2d(DType::F32, k, m).expect("arena room");
+        ctx.set_f32(bt, b).expect("m columns of k values");
+        let out = ctx.mul_mat(a, bt).expect("shapes agree");
+        let g = Graph::build(&ctx, out).expect("one node");
+        compute_graph(&mut ctx, &g, nth).expect("runs");
+        ctx.to_f32_vec(out).expect("f32 output")
+    }
+
+    /// With a packed copy registered, `mul_mat` gives the bits it gives without one, and
+    /// both equal ggml's one-element kernels on the quantized columns (rows past the last
+    /// whole panel included), for one column (decoding) and several (prompts).
+    #[test]
+    fn packed_weights_give_the_unpacked_bits() {
+        let mut seed = 5u64;
+        let (k, n) = (8 * 32, 40);
+        for dtype in [DType::Q4_0, DType::Q8_0] {
+            let w = Arc::new(weights(dtype, k, n, &mut seed));
+            for m in [1usize, 3, 9] {
+                let b: Vec<f32> = (0..k * m)
+                    .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                    .collect();
+                let plain = product(dtype, k, n, &w, &b, 2);
+                let Some(packed) = PackedWeight::pack(dtype, [k, n, 1, 1], &w) else {
+                    return; // no panel kernel on this CPU: nothing packed, nothing to compare
+                };
+                assert_eq!(
+                    packed.bytes(),
+                    n / 16 * k / 32 * if dtype == DType::Q4_0 { 320 } else { 576 }
+                );
+                let with1 = product(dtype, k, n, &w, &b, 1);
+                let with2 = product(dtype, k, n, &w, &b, 2);
+                drop(packed);
+                let rs = dtype.row_size(k);
+                for j in 0..m {
+                    let mut q = vec![0u8; DType::Q8_0.row_size(k)];
+                    quantize_row_q8_0_x86(&b[j * k..(j + 1) * k], &mut q);
+                    for i in 0..n {
+                        let row = &w[i * rs..(i + 1) * rs];
+                        let want = match dtype {
+                            DType::Q4_0 => dot_q4_0_chain(k, row, &q),
+                            _ => dot_q8_0_lanes(k, row, &q),
+                        };
+                        let at = i + n * j;
+                        for (what, got) in [
+                            ("plain", &plain),
+                            ("packed 1t", &with1),
+                            ("packed 2t", &with2),
+                        ] {
+                            assert_eq!(
+                                got[at].to_bits(),
+                                want.to_bits(),
+                                "{dtype} m={m} {what} ({i}, {j}): {} vs {want}",
+                                got[at]
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 }

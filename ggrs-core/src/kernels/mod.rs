@@ -29,6 +29,8 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::{TensorMeta, MAX_SRC};
 
+pub use matmul::PackedWeight;
+
 /// True when `mul_mat` accepts weights of `dtype` (F32, F16, BF16 and every block type
 /// with a dot-product kernel in this build).
 pub fn mul_mat_supports(dtype: DType) -> bool {
@@ -228,7 +230,7 @@ pub(crate) struct Task {
 
 // SAFETY: a Task holds raw pointers into buffers that the executor keeps alive and
 // exclusively borrowed for the whole computation; threads write disjoint chunks of `dst`
-// between barriers (see `compute_chunk`), so sharing tasks across threads is sound.
+// within an epoch (see `compute_chunk` and `exec::schedule`), so sharing tasks is sound.
 unsafe impl Send for Task {}
 // SAFETY: as above.
 unsafe impl Sync for Task {}

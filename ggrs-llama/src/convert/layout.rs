@@ -188,6 +188,18 @@ impl Cfg<'_> {
     }
 }
 
+/// Whether a planned tensor must be in the checkpoint.
+#[derive(Clone, Copy)]
+enum Req {
+    /// Required: a missing one is an error.
+    Need,
+    /// Optional: taken when present.
+    Maybe,
+}
+
+/// One tensor of a block (see [`Plan::block`]).
+type BlockPart<'s> = (Req, &'static str, &'static str, &'s [usize], Transform);
+
 /// Builds the output tensor list against a checkpoint: required tensors must exist,
 /// optional ones are taken when present.
 struct Plan<'a> {
@@ -197,19 +209,23 @@ struct Plan<'a> {
 }
 
 impl Plan<'_> {
-    fn need(
+    fn add(
         &mut self,
+        req: Req,
         hf: String,
         gguf: String,
         shape: Vec<usize>,
         transform: Transform,
     ) -> Result<(), ConvertError> {
         if self.ck.get(&hf).is_none() {
-            return Err(ConvertError::MissingTensor {
-                name: hf,
-                gguf_name: gguf,
-                arch: self.arch.into(),
-            });
+            return match req {
+                Req::Maybe => Ok(()),
+                Req::Need => Err(ConvertError::MissingTensor {
+                    name: hf,
+                    gguf_name: gguf,
+                    arch: self.arch.into(),
+                }),
+            };
         }
         self.tensors.push(Planned {
             hf_name: hf,
@@ -220,45 +236,73 @@ impl Plan<'_> {
         Ok(())
     }
 
-    fn maybe(&mut self, hf: String, gguf: String, shape: Vec<usize>, transform: Transform) {
-        if self.ck.get(&hf).is_some() {
-            self.tensors.push(Planned {
-                hf_name: hf,
-                gguf_name: gguf,
-                shape,
-                transform,
-            });
+    fn need(
+        &mut self,
+        hf: String,
+        gguf: String,
+        shape: Vec<usize>,
+        transform: Transform,
+    ) -> Result<(), ConvertError> {
+        self.add(Req::Need, hf, gguf, shape, transform)
+    }
+
+    /// Plans the tensors of one block, in order: each part is (required or not, name under
+    /// the checkpoint's block prefix `hf`, name under the GGUF block prefix `gguf`, shape,
+    /// row transform).
+    fn block(&mut self, hf: &str, gguf: &str, parts: &[BlockPart]) -> Result<(), ConvertError> {
+        for (req, h, g, shape, transform) in parts {
+            let (h, g) = (format!("{hf}.{h}"), format!("{gguf}.{g}"));
+            self.add(*req, h, g, shape.to_vec(), *transform)?;
         }
+        Ok(())
     }
 }
 
-fn put(md: &mut Vec<(String, Value)>, arch: &str, key: &str, v: Value) {
-    md.push((format!("{arch}.{key}"), v));
+/// The metadata of one conversion, in the order it is written.
+struct Meta {
+    /// The GGUF architecture: the prefix of the architecture keys.
+    arch: &'static str,
+    kv: Vec<(String, Value)>,
 }
 
-fn u32v(key: &str, v: usize) -> Result<Value, ConvertError> {
-    u32::try_from(v)
-        .map(Value::U32)
-        .map_err(|_| ConvertError::Config {
-            key: key.into(),
-            detail: format!("{v} does not fit in a u32"),
-        })
+impl Meta {
+    /// `<arch>.<key>` = `v`.
+    fn put(&mut self, key: &str, v: Value) {
+        self.kv.push((format!("{}.{key}", self.arch), v));
+    }
+
+    /// `<arch>.<key>` = `v` as a u32 for each `(key, config key, v)`, in order; the config
+    /// key `v` was read from is named when it does not fit.
+    fn u32s(&mut self, entries: &[(&str, &str, usize)]) -> Result<(), ConvertError> {
+        for &(key, from, v) in entries {
+            let v = u32::try_from(v).map_err(|_| ConvertError::Config {
+                key: from.into(),
+                detail: format!("{v} does not fit in a u32"),
+            })?;
+            self.put(key, Value::U32(v));
+        }
+        Ok(())
+    }
 }
 
 /// The metadata and tensor list for `arch`, checked against the checkpoint's names (not
-/// yet its shapes: see [`check_shapes`]).
+/// yet its shapes: see [`check`]).
 pub fn build(
     arch: SourceArch,
     cfg: &Json,
     ck: &Checkpoint,
     name: &str,
 ) -> Result<Layout, ConvertError> {
+    use Req::{Maybe, Need};
     let c = Cfg(cfg);
     let a = arch.gguf_name();
-    let mut md: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), Value::String(a.into())),
-        ("general.name".into(), Value::String(name.into())),
-    ];
+    let mut md = Meta {
+        arch: a,
+        kv: vec![
+            ("general.architecture".into(), Value::String(a.into())),
+            ("general.name".into(), Value::String(name.into())),
+        ],
+    };
     let mut plan = Plan {
         ck,
         arch: a,
@@ -266,6 +310,7 @@ pub fn build(
     };
     let mut dropped = Vec::new();
     let n_vocab;
+    let n = Transform::None;
     match arch {
         SourceArch::Llama | SourceArch::Qwen2 => {
             let n_embd = c.positive(&["hidden_size"])?;
@@ -288,56 +333,27 @@ pub fn build(
             let eps = c.opt_f64(&["rms_norm_eps"])?.unwrap_or(1e-6);
             let ctx = c.opt_usize(&["max_position_embeddings"])?.unwrap_or(2048);
             let theta = c.opt_f64(&["rope_theta"])?.unwrap_or(10000.0);
-            put(
-                &mut md,
-                a,
-                "context_length",
-                u32v("max_position_embeddings", ctx)?,
-            );
-            put(&mut md, a, "embedding_length", u32v("hidden_size", n_embd)?);
-            put(
-                &mut md,
-                a,
-                "block_count",
-                u32v("num_hidden_layers", n_layer)?,
-            );
-            put(
-                &mut md,
-                a,
-                "feed_forward_length",
-                u32v("intermediate_size", n_ff)?,
-            );
-            put(
-                &mut md,
-                a,
-                "attention.head_count",
-                u32v("num_attention_heads", n_head)?,
-            );
-            put(
-                &mut md,
-                a,
-                "attention.head_count_kv",
-                u32v("num_key_value_heads", n_head_kv)?,
-            );
-            put(
-                &mut md,
-                a,
-                "attention.layer_norm_rms_epsilon",
-                Value::F32(eps as f32),
-            );
+            md.u32s(&[
+                ("context_length", "max_position_embeddings", ctx),
+                ("embedding_length", "hidden_size", n_embd),
+                ("block_count", "num_hidden_layers", n_layer),
+                ("feed_forward_length", "intermediate_size", n_ff),
+                ("attention.head_count", "num_attention_heads", n_head),
+                ("attention.head_count_kv", "num_key_value_heads", n_head_kv),
+            ])?;
+            md.put("attention.layer_norm_rms_epsilon", Value::F32(eps as f32));
             if let Some(hd) = head_dim_key {
-                put(&mut md, a, "attention.key_length", u32v("head_dim", hd)?);
-                put(&mut md, a, "attention.value_length", u32v("head_dim", hd)?);
+                md.u32s(&[
+                    ("attention.key_length", "head_dim", hd),
+                    ("attention.value_length", "head_dim", hd),
+                ])?;
             }
-            put(&mut md, a, "rope.freq_base", Value::F32(theta as f32));
+            md.put("rope.freq_base", Value::F32(theta as f32));
             if arch == SourceArch::Llama {
-                put(
-                    &mut md,
-                    a,
-                    "rope.dimension_count",
-                    u32v("head_dim", head_dim)?,
-                );
-                put(&mut md, a, "vocab_size", u32v("vocab_size", n_vocab)?);
+                md.u32s(&[
+                    ("rope.dimension_count", "head_dim", head_dim),
+                    ("vocab_size", "vocab_size", n_vocab),
+                ])?;
             }
             if let Some(rs) = cfg.get("rope_scaling").and_then(Json::as_object) {
                 let kind = rs
@@ -347,13 +363,8 @@ pub fn build(
                 let factor = rs.get("factor").and_then(Json::as_f64);
                 match (kind, factor) {
                     (Some("linear"), Some(f)) => {
-                        put(
-                            &mut md,
-                            a,
-                            "rope.scaling.type",
-                            Value::String("linear".into()),
-                        );
-                        put(&mut md, a, "rope.scaling.factor", Value::F32(f as f32));
+                        md.put("rope.scaling.type", Value::String("linear".into()));
+                        md.put("rope.scaling.factor", Value::F32(f as f32));
                     }
                     (Some("default") | None, _) => {}
                     (Some(other), _) => {
@@ -374,117 +385,60 @@ pub fn build(
                     Transform::RopePermute { n_head: n_head_kv },
                 )
             } else {
-                (Transform::None, Transform::None)
+                (n, n)
+            };
+            // Qwen2 always has Q/K/V biases; LLaMA variants may (then permuted like the rows).
+            let qkv_bias = if arch == SourceArch::Qwen2 {
+                Need
+            } else {
+                Maybe
             };
             plan.need(
                 "model.embed_tokens.weight".into(),
                 "token_embd.weight".into(),
                 vec![n_vocab, n_embd],
-                Transform::None,
+                n,
             )?;
+            #[rustfmt::skip]
+            let parts: &[BlockPart] = &[
+                (Need, "input_layernorm.weight", "attn_norm.weight", &[n_embd], n),
+                (Need, "self_attn.q_proj.weight", "attn_q.weight", &[q, n_embd], perm_q),
+                (Need, "self_attn.k_proj.weight", "attn_k.weight", &[kv, n_embd], perm_k),
+                (Need, "self_attn.v_proj.weight", "attn_v.weight", &[kv, n_embd], n),
+                (qkv_bias, "self_attn.q_proj.bias", "attn_q.bias", &[q], perm_q),
+                (qkv_bias, "self_attn.k_proj.bias", "attn_k.bias", &[kv], perm_k),
+                (qkv_bias, "self_attn.v_proj.bias", "attn_v.bias", &[kv], n),
+                (Need, "self_attn.o_proj.weight", "attn_output.weight", &[n_embd, q], n),
+                (Maybe, "self_attn.o_proj.bias", "attn_output.bias", &[n_embd], n),
+                (Need, "post_attention_layernorm.weight", "ffn_norm.weight", &[n_embd], n),
+                (Need, "mlp.gate_proj.weight", "ffn_gate.weight", &[n_ff, n_embd], n),
+                (Need, "mlp.up_proj.weight", "ffn_up.weight", &[n_ff, n_embd], n),
+                (Need, "mlp.down_proj.weight", "ffn_down.weight", &[n_embd, n_ff], n),
+                (Maybe, "mlp.gate_proj.bias", "ffn_gate.bias", &[n_ff], n),
+                (Maybe, "mlp.up_proj.bias", "ffn_up.bias", &[n_ff], n),
+                (Maybe, "mlp.down_proj.bias", "ffn_down.bias", &[n_embd], n),
+            ];
             for i in 0..n_layer {
-                let h = |s: &str| format!("model.layers.{i}.{s}");
-                let g = |s: &str| format!("blk.{i}.{s}");
-                let n = Transform::None;
-                plan.need(
-                    h("input_layernorm.weight"),
-                    g("attn_norm.weight"),
-                    vec![n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("self_attn.q_proj.weight"),
-                    g("attn_q.weight"),
-                    vec![q, n_embd],
-                    perm_q,
-                )?;
-                plan.need(
-                    h("self_attn.k_proj.weight"),
-                    g("attn_k.weight"),
-                    vec![kv, n_embd],
-                    perm_k,
-                )?;
-                plan.need(
-                    h("self_attn.v_proj.weight"),
-                    g("attn_v.weight"),
-                    vec![kv, n_embd],
-                    n,
-                )?;
-                if arch == SourceArch::Qwen2 {
-                    plan.need(h("self_attn.q_proj.bias"), g("attn_q.bias"), vec![q], n)?;
-                    plan.need(h("self_attn.k_proj.bias"), g("attn_k.bias"), vec![kv], n)?;
-                    plan.need(h("self_attn.v_proj.bias"), g("attn_v.bias"), vec![kv], n)?;
-                } else {
-                    plan.maybe(
-                        h("self_attn.q_proj.bias"),
-                        g("attn_q.bias"),
-                        vec![q],
-                        perm_q,
-                    );
-                    plan.maybe(
-                        h("self_attn.k_proj.bias"),
-                        g("attn_k.bias"),
-                        vec![kv],
-                        perm_k,
-                    );
-                    plan.maybe(h("self_attn.v_proj.bias"), g("attn_v.bias"), vec![kv], n);
-                }
-                plan.need(
-                    h("self_attn.o_proj.weight"),
-                    g("attn_output.weight"),
-                    vec![n_embd, q],
-                    n,
-                )?;
-                plan.maybe(
-                    h("self_attn.o_proj.bias"),
-                    g("attn_output.bias"),
-                    vec![n_embd],
-                    n,
-                );
-                plan.need(
-                    h("post_attention_layernorm.weight"),
-                    g("ffn_norm.weight"),
-                    vec![n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("mlp.gate_proj.weight"),
-                    g("ffn_gate.weight"),
-                    vec![n_ff, n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("mlp.up_proj.weight"),
-                    g("ffn_up.weight"),
-                    vec![n_ff, n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("mlp.down_proj.weight"),
-                    g("ffn_down.weight"),
-                    vec![n_embd, n_ff],
-                    n,
-                )?;
-                plan.maybe(h("mlp.gate_proj.bias"), g("ffn_gate.bias"), vec![n_ff], n);
-                plan.maybe(h("mlp.up_proj.bias"), g("ffn_up.bias"), vec![n_ff], n);
-                plan.maybe(h("mlp.down_proj.bias"), g("ffn_down.bias"), vec![n_embd], n);
-                dropped.push(h("self_attn.rotary_emb.inv_freq"));
+                let h = format!("model.layers.{i}");
+                plan.block(&h, &format!("blk.{i}"), parts)?;
+                dropped.push(format!("{h}.self_attn.rotary_emb.inv_freq"));
             }
             plan.need(
                 "model.norm.weight".into(),
                 "output_norm.weight".into(),
                 vec![n_embd],
-                Transform::None,
+                n,
             )?;
             // Like llama.cpp: the output matrix is written when the checkpoint has it; when it
             // does not, the model must tie it to the embeddings.
             let tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(false);
-            let out = ("lm_head.weight".to_string(), "output.weight".to_string());
-            if tied {
-                plan.maybe(out.0, out.1, vec![n_vocab, n_embd], Transform::None);
-            } else {
-                plan.need(out.0, out.1, vec![n_vocab, n_embd], Transform::None)?;
-            }
+            plan.add(
+                if tied { Maybe } else { Need },
+                "lm_head.weight".into(),
+                "output.weight".into(),
+                vec![n_vocab, n_embd],
+                n,
+            )?;
         }
         SourceArch::ChatGlm2 => {
             let n_embd = c.positive(&["hidden_size"])?;
@@ -508,49 +462,25 @@ pub fn build(
                     detail: "is false; llama.cpp's chatglm layout assumes RMSNorm".into(),
                 });
             }
-            put(&mut md, a, "context_length", u32v("seq_length", ctx)?);
-            put(&mut md, a, "embedding_length", u32v("hidden_size", n_embd)?);
-            put(
-                &mut md,
-                a,
-                "feed_forward_length",
-                u32v("ffn_hidden_size", n_ff)?,
-            );
-            put(&mut md, a, "block_count", u32v("num_layers", n_layer)?);
-            put(
-                &mut md,
-                a,
-                "attention.head_count",
-                u32v("num_attention_heads", n_head)?,
-            );
-            put(
-                &mut md,
-                a,
-                "attention.head_count_kv",
-                u32v("multi_query_group_num", n_head_kv)?,
-            );
-            put(
-                &mut md,
-                a,
-                "attention.layer_norm_rms_epsilon",
-                Value::F32(eps as f32),
-            );
+            md.u32s(&[
+                ("context_length", "seq_length", ctx),
+                ("embedding_length", "hidden_size", n_embd),
+                ("feed_forward_length", "ffn_hidden_size", n_ff),
+                ("block_count", "num_layers", n_layer),
+                ("attention.head_count", "num_attention_heads", n_head),
+                (
+                    "attention.head_count_kv",
+                    "multi_query_group_num",
+                    n_head_kv,
+                ),
+            ])?;
+            md.put("attention.layer_norm_rms_epsilon", Value::F32(eps as f32));
             // llama.cpp: half of each head is rotated (partial_rotary_factor 0.5).
-            put(
-                &mut md,
-                a,
-                "rope.dimension_count",
-                u32v("hidden_size", n_embd / n_head / 2)?,
-            );
-            put(
-                &mut md,
-                a,
-                "rope.freq_base",
-                Value::F32((10000.0 * rope_ratio) as f32),
-            );
-            md.push(("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)));
-            let qkv = (n_head + 2 * n_head_kv) * head_dim;
-            let n = Transform::None;
+            md.u32s(&[("rope.dimension_count", "hidden_size", n_embd / n_head / 2)])?;
+            md.put("rope.freq_base", Value::F32((10000.0 * rope_ratio) as f32));
+            md.kv
+                .push(("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)));
+            let (qkv, n_qh) = ((n_head + 2 * n_head_kv) * head_dim, n_head * head_dim);
             let t = |s: &str| format!("transformer.{s}");
             plan.need(
                 t("embedding.word_embeddings.weight"),
@@ -558,51 +488,20 @@ pub fn build(
                 vec![n_vocab, n_embd],
                 n,
             )?;
+            #[rustfmt::skip]
+            let parts: &[BlockPart] = &[
+                (Need, "input_layernorm.weight", "attn_norm.weight", &[n_embd], n),
+                (Need, "self_attention.query_key_value.weight", "attn_qkv.weight",
+                    &[qkv, n_embd], n),
+                (Maybe, "self_attention.query_key_value.bias", "attn_qkv.bias", &[qkv], n),
+                (Need, "self_attention.dense.weight", "attn_output.weight", &[n_embd, n_qh], n),
+                (Need, "post_attention_layernorm.weight", "ffn_norm.weight", &[n_embd], n),
+                (Need, "mlp.dense_h_to_4h.weight", "ffn_up.weight", &[2 * n_ff, n_embd], n),
+                (Need, "mlp.dense_4h_to_h.weight", "ffn_down.weight", &[n_embd, n_ff], n),
+            ];
             for i in 0..n_layer {
-                let h = |s: &str| format!("transformer.encoder.layers.{i}.{s}");
-                let g = |s: &str| format!("blk.{i}.{s}");
-                plan.need(
-                    h("input_layernorm.weight"),
-                    g("attn_norm.weight"),
-                    vec![n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("self_attention.query_key_value.weight"),
-                    g("attn_qkv.weight"),
-                    vec![qkv, n_embd],
-                    n,
-                )?;
-                plan.maybe(
-                    h("self_attention.query_key_value.bias"),
-                    g("attn_qkv.bias"),
-                    vec![qkv],
-                    n,
-                );
-                plan.need(
-                    h("self_attention.dense.weight"),
-                    g("attn_output.weight"),
-                    vec![n_embd, n_head * head_dim],
-                    n,
-                )?;
-                plan.need(
-                    h("post_attention_layernorm.weight"),
-                    g("ffn_norm.weight"),
-                    vec![n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("mlp.dense_h_to_4h.weight"),
-                    g("ffn_up.weight"),
-                    vec![2 * n_ff, n_embd],
-                    n,
-                )?;
-                plan.need(
-                    h("mlp.dense_4h_to_h.weight"),
-                    g("ffn_down.weight"),
-                    vec![n_embd, n_ff],
-                    n,
-                )?;
+                let h = format!("transformer.encoder.layers.{i}");
+                plan.block(&h, &format!("blk.{i}"), parts)?;
             }
             plan.need(
                 t("encoder.final_layernorm.weight"),
@@ -637,44 +536,20 @@ pub fn build(
                 });
             }
             let head_dim = n_embd / n_head;
-            put(
-                &mut md,
-                a,
-                "context_length",
-                u32v("max_sequence_length", ctx)?,
-            );
-            put(&mut md, a, "embedding_length", u32v("hidden_size", n_embd)?);
-            put(
-                &mut md,
-                a,
-                "feed_forward_length",
-                u32v("inner_hidden_size", n_ff)?,
-            );
-            put(&mut md, a, "block_count", u32v("num_layers", n_layer)?);
-            put(
-                &mut md,
-                a,
-                "attention.head_count",
-                u32v("num_attention_heads", n_head)?,
-            );
-            put(
-                &mut md,
-                a,
-                "attention.layer_norm_epsilon",
-                Value::F32(eps as f32),
-            );
-            put(&mut md, a, "rope.freq_base", Value::F32(10000.0));
-            put(
-                &mut md,
-                a,
-                "rope.dimension_count",
-                u32v("hidden_size", head_dim / 2)?,
-            );
+            md.u32s(&[
+                ("context_length", "max_sequence_length", ctx),
+                ("embedding_length", "hidden_size", n_embd),
+                ("feed_forward_length", "inner_hidden_size", n_ff),
+                ("block_count", "num_layers", n_layer),
+                ("attention.head_count", "num_attention_heads", n_head),
+            ])?;
+            md.put("attention.layer_norm_epsilon", Value::F32(eps as f32));
+            md.put("rope.freq_base", Value::F32(10000.0));
+            md.u32s(&[("rope.dimension_count", "hidden_size", head_dim / 2)])?;
             // The official GLMBlock never receives num_layers: its default 28 gives
             // alpha = sqrt(2 * 28) for every model size.
-            put(&mut md, a, "residual_scale", Value::F32(56f32.sqrt()));
-            put(&mut md, a, "position_encoding_2d", Value::Bool(pe2d));
-            let n = Transform::None;
+            md.put("residual_scale", Value::F32(56f32.sqrt()));
+            md.put("position_encoding_2d", Value::Bool(pe2d));
             plan.need(
                 "transformer.word_embeddings.weight".into(),
                 "token_embd.weight".into(),
@@ -741,11 +616,10 @@ pub fn build(
             }
         }
     }
-    let tensors = plan.tensors;
     Ok(Layout {
         arch,
-        metadata: md,
-        tensors,
+        metadata: md.kv,
+        tensors: plan.tensors,
         n_vocab,
         dropped,
     })

@@ -1,10 +1,11 @@
-//! Comparing a model's logits with llama.cpp's reference outputs (`shared/reference`).
+//! Helpers shared by the ggrs-llama tests: comparing a model's logits with llama.cpp's
+//! reference outputs (`shared/reference`), greedy argmax and parameters, common token lists.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ggrs_llama::{Model, Session, SessionParams};
+use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
 use serde_json::Value;
 
 /// `shared/reference`, beside the repository.
@@ -65,7 +66,8 @@ pub fn read_jsonl(path: &std::path::Path) -> Vec<RefPrompt> {
         .collect()
 }
 
-fn argmax(v: &[f32]) -> u32 {
+/// The index of the largest value (the first of equal ones).
+pub fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &x) in v.iter().enumerate() {
         if x > v[best] {
@@ -74,6 +76,32 @@ fn argmax(v: &[f32]) -> u32 {
     }
     best as u32
 }
+
+/// Greedy generation (temperature 0) of at most `max_tokens` tokens.
+pub fn greedy(max_tokens: usize) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// ChatGLM3's control tokens in the order of its tokenizer (and of llama.cpp's converter),
+/// after the SentencePiece pieces.
+pub const GLM3_SPECIALS: [&str; 9] = [
+    "[MASK]",
+    "[gMASK]",
+    "[sMASK]",
+    "sop",
+    "eop",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+];
 
 /// What a comparison found.
 #[derive(Debug, Default)]

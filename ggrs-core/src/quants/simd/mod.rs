@@ -43,14 +43,14 @@
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
-#[cfg(target_arch = "aarch64")]
-pub(crate) mod neon;
 
 use crate::dtype::DType;
 use crate::quants::dispatch::{Isa, VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
