@@ -336,6 +336,19 @@ unsafe fn one_row_keys(
         let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
         (p as *const u8, m.nb[0], m.dtype == DType::F16)
     });
+    #[cfg(target_arch = "x86_64")]
+    if a.fast && dk == x86::D && dv == x86::D {
+        let qh: &[f32; x86::D] = (&*qh).try_into().expect("dk == D was checked just above");
+        let acc: &mut [u16; x86::D] = acc.try_into().expect("dv == D was checked just above");
+        // SAFETY: `fast` means AVX2, FMA and F16C; rows `keys` of this head's keys and values
+        // (dense F16 rows of D elements, strides knb / vnb from k0 / v0) and the mask row's
+        // elements `keys` lie in their tensors (the builder checked the shapes).
+        return unsafe {
+            x86::row_keys_d(
+                qh, acc, k0, knb, v0, vnb, mask, keys.start, keys.end, a.scale,
+            )
+        };
+    }
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
     for ic in keys {
@@ -658,8 +671,10 @@ fn soft_max_sum(x: &mut [f32], max: f32) -> f64 {
 mod x86 {
     //! The primitives with AVX2 + FMA + F16C: the same operations, eight lanes at a time.
     use std::arch::x86_64::{
-        __m128i, _mm256_cvtph_ps, _mm256_cvtps_ph, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_set1_ps,
-        _mm256_storeu_ps, _mm_loadu_si128, _mm_storeu_si128,
+        __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
+        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtph_ps, _mm_cvtsi32_si128,
+        _mm_cvtss_f32, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_ps, _mm_storeu_si128,
     };
 
     use super::{f2h, h2f};
@@ -727,6 +742,114 @@ mod x86 {
         for j in i..n {
             y[j] = f2h(h2f(x[j]).mul_add(v, h2f(y[j])));
         }
+    }
+
+    /// Head size of the specialised one-row loop ([`row_keys_d`]).
+    pub(super) const D: usize = 64;
+
+    /// The one-row key loop of [`super::one_row_keys`] for `dk = dv = D`, with the query and
+    /// the f16 accumulator held in registers: per key the same operations in the same order
+    /// (ggml's 64-lane dot product and its reduction tree, `scale`, mask, `expf`, the f16
+    /// rescale and mad), without the scratch round trips and per-key calls. Returns `(M, S)`
+    /// and leaves the accumulator in `acc_out`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C. For every `ic` in `start..end`, `D` f16 values are
+    /// readable at `k0 + ic·knb` and at `v0 + ic·vnb`, and with a mask `(p, nb0, f16)` one
+    /// element (f16 if `f16`, else f32, aligned) at `p + ic·nb0`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn row_keys_d(
+        qh: &[f32; D],
+        acc_out: &mut [u16; D],
+        k0: *const u8,
+        knb: usize,
+        v0: *const u8,
+        vnb: usize,
+        mask: Option<(*const u8, usize, bool)>,
+        start: usize,
+        end: usize,
+        scale: f32,
+    ) -> (f32, f32) {
+        const N: usize = D / 8;
+        let zero = _mm256_setzero_ps();
+        let mut q = [zero; N];
+        let mut acc = [_mm_setzero_si128(); N];
+        for i in 0..N {
+            // SAFETY: 8 f32 readable at qh[8i], 8 u16 at acc_out[8i] (i < D / 8).
+            unsafe {
+                q[i] = _mm256_loadu_ps(qh.as_ptr().add(8 * i));
+                acc[i] = _mm_loadu_si128(acc_out.as_ptr().add(8 * i) as *const __m128i);
+            }
+        }
+        let mut sum = 0f32; // S
+        let mut max = f32::NEG_INFINITY; // M
+        for ic in start..end {
+            let mv = match mask {
+                None => 0.0,
+                // SAFETY: the element lies in the mask row (caller); f16 → f32 is exact,
+                // as `h2f`.
+                Some((p, nb0, f16m)) => unsafe {
+                    let e = p.add(ic * nb0);
+                    if f16m {
+                        let h = _mm_cvtsi32_si128(*(e as *const u16) as i32);
+                        _mm_cvtss_f32(_mm_cvtph_ps(h))
+                    } else {
+                        *(e as *const f32)
+                    }
+                },
+            };
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            // SAFETY: row ic of keys and values is readable (caller).
+            let (kp, vp) = unsafe { (k0.add(ic * knb) as *const __m128i, v0.add(ic * vnb)) };
+            // ggml's dot: lane t = fma(k_t, q_t, 0); lanes t + 32 then t + 16 folded in,
+            // then `reduce16`.
+            let mut l = [zero; N];
+            for i in 0..N {
+                // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
+                let k = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(kp.add(i)) });
+                l[i] = _mm256_fmadd_ps(k, q[i], zero);
+            }
+            let r0 = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
+            let r1 = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
+            // reduce16: h8 = hi16 + lo16, h4 = hi8 + lo8, (h4₀ + h4₂) + (h4₁ + h4₃).
+            let h8 = _mm256_add_ps(r1, r0);
+            let h4 = _mm_add_ps(_mm256_extractf128_ps::<1>(h8), _mm256_castps256_ps128(h8));
+            let mut h = [0f32; 4];
+            // SAFETY: 4 f32 writable.
+            unsafe { _mm_storeu_ps(h.as_mut_ptr(), h4) };
+            let mut s = (h[0] + h[2]) + (h[1] + h[3]);
+            s *= scale;
+            s += mv;
+            let (ms, vs);
+            if s > max {
+                let old = max;
+                max = s;
+                ms = (old - max).exp();
+                vs = 1.0;
+                let m = _mm256_set1_ps(ms);
+                for y in acc.iter_mut() {
+                    *y = _mm256_cvtps_ph::<0>(_mm256_mul_ps(_mm256_cvtph_ps(*y), m));
+                }
+            } else {
+                ms = 1.0;
+                vs = (s - max).exp();
+            }
+            let w = _mm256_set1_ps(vs);
+            for (i, y) in acc.iter_mut().enumerate() {
+                // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
+                let x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128((vp as *const __m128i).add(i)) });
+                *y = _mm256_cvtps_ph::<0>(_mm256_fmadd_ps(x, w, _mm256_cvtph_ps(*y)));
+            }
+            sum = sum.mul_add(ms, vs);
+        }
+        for (i, y) in acc.iter().enumerate() {
+            // SAFETY: 8 u16 writable at acc_out[8i] (i < D / 8).
+            unsafe { _mm_storeu_si128(acc_out.as_mut_ptr().add(8 * i) as *mut __m128i, *y) };
+        }
+        (max, sum)
     }
 
     /// The tiled kernel compiled with the features (see [`super::tile_body`]).

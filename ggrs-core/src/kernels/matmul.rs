@@ -482,7 +482,7 @@ mod packed {
     impl Packed {
         /// The first byte of panel `p`.
         pub fn panel(&self, p: usize) -> *const u8 {
-            let bytes = self.ne[0] / 32 * self.kind.block_bytes();
+            let bytes = self.kind.panel_bytes(self.ne[0] / 32);
             debug_assert!(p < self.ne[1] / ROWS);
             self.lines.as_ptr().cast::<u8>().wrapping_add(p * bytes)
         }
@@ -503,8 +503,8 @@ mod packed {
         }
         let nb = k / 32;
         let np = n / ROWS;
-        let panel_bytes = nb * kind.block_bytes();
-        // Block sizes are multiples of 64 bytes (320 and 576).
+        let panel_bytes = kind.panel_bytes(nb);
+        // Panels are multiples of 64 bytes (`Kind::panel_bytes`).
         let mut lines = vec![Line([0; 64]); np * panel_bytes / 64];
         let out = lines.as_mut_ptr().cast::<u8>();
         for p in 0..np {
@@ -638,7 +638,7 @@ mod panels {
             init: true,
             finalize: false,
             work_shared: (rs + nb * AUX_BYTES) * b.nrows(),
-            scratch_f32: (k + 16).max((nb * kind.block_bytes()).div_ceil(4) + 16),
+            scratch_f32: (k + 16).max(kind.panel_bytes(nb).div_ceil(4) + 16),
             tiles: (nrb, 0),
         }
     }
@@ -668,7 +668,7 @@ mod panels {
             unsafe { work.shared.add(rs * b.nrows() + slot(j) * nb * AUX_BYTES) }
         };
         assert!(
-            work.scratch.len() * 4 >= nb * kind.block_bytes(),
+            work.scratch.len() * 4 >= kind.panel_bytes(nb),
             "the panel plan sizes the scratch for one packed panel"
         );
         let buf = work.scratch.as_mut_ptr() as *mut u8;
@@ -830,7 +830,7 @@ mod tests {
                 };
                 assert_eq!(
                     packed.bytes(),
-                    n / 16 * k / 32 * if dtype == DType::Q4_0 { 320 } else { 576 }
+                    n / 16 * k / 32 * if dtype == DType::Q4_0 { 288 } else { 576 }
                 );
                 let with1 = product(dtype, k, n, &w, &b, 1);
                 let with2 = product(dtype, k, n, &w, &b, 2);

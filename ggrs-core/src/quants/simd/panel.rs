@@ -7,11 +7,20 @@
 //! 32 values of a row) into vectors whose 32-bit lane `r` belongs to row `r`:
 //!
 //! ```text
-//! block i of a panel (Q4_0: 320 bytes, Q8_0: 576 bytes)
+//! block i of a Q8_0 panel (576 bytes)
 //!   [ dx: 16 × f32 ]                       the rows' scales, widened from f16
-//!   [ v_0 ] … [ v_{G−1} ]                  G = 4 (Q4_0) or 8 (Q8_0) vectors of 64 bytes;
+//!   [ v_0 ] … [ v_7 ]                      8 vectors of 64 bytes;
 //!                                          lane r of v_g = bytes 4g..4g+4 of row r's codes
+//!
+//! blocks 2j and 2j + 1 of a Q4_0 panel (576 bytes; a lone last block: 320 bytes)
+//!   [ dx_2j: 16 × f16 ][ dx_2j+1: 16 × f16 ]   the rows' scales as stored in the file
+//!   [ v_0 ] … [ v_3 ]                      block 2j's 4 vectors, lanes as above
+//!   [ v_0 ] … [ v_3 ]                      block 2j + 1's
 //! ```
+//!
+//! Q4_0 keeps the scales in f16 (widened with `vcvtph2ps`, exactly) so that a decode
+//! streams 288 bytes per block of sixteen rows, as many as the file, and pairs blocks so
+//! that every vector stays 64-byte aligned.
 //!
 //! Q4_0 keeps its nibbles as stored (byte `j` of a block holds value `j` in its low nibble,
 //! value `j + 16` in its high nibble, both offset by 8), so `v_g`'s low nibbles are values
@@ -56,6 +65,15 @@ pub(crate) const AUX_BYTES: usize = 40;
 const Q8_0_BYTES: usize = 34;
 /// Bytes of a Q4_0 block.
 const Q4_0_BYTES: usize = 18;
+/// Bytes of two packed Q4_0 blocks of a panel: 64 bytes of f16 scales, 8 vectors.
+const Q4_0_PAIR: usize = 64 + 8 * 64;
+
+/// Offsets in a packed Q4_0 panel of block `i`'s 16 f16 scales and of its first vector.
+#[inline(always)]
+const fn q4_0_at(i: usize) -> (usize, usize) {
+    let (pair, odd) = (i / 2 * Q4_0_PAIR, i % 2);
+    (pair + 32 * odd, pair + 64 + 256 * odd)
+}
 
 /// A weight format and summation order the panel kernels implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,11 +89,11 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    /// Bytes of one packed block of a panel (sixteen rows).
-    pub(crate) const fn block_bytes(self) -> usize {
+    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64.
+    pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self {
-            Kind::Q4_0Chain => 64 + 4 * 64,
-            Kind::Q8_0Lanes => 64 + 8 * 64,
+            Kind::Q4_0Chain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
+            Kind::Q8_0Lanes => nb * (64 + 8 * 64),
         }
     }
 
@@ -122,19 +140,29 @@ pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     }
 }
 
-/// The 16 f16 scales of block `i` of the rows, widened to f32.
+/// The 16 f16 scales of block `i` of the rows, as stored.
 ///
 /// # Safety
-/// AVX-512 F; two bytes readable at `rows[r] + i · bytes`.
+/// AVX; two bytes readable at `rows[r] + i · bytes`.
 #[inline(always)]
-unsafe fn scales(rows: &[*const u8; ROWS], i: usize, bytes: usize) -> __m512 {
+unsafe fn scales_f16(rows: &[*const u8; ROWS], i: usize, bytes: usize) -> __m256i {
     let mut h = [0u16; ROWS];
     for (r, v) in h.iter_mut().enumerate() {
         // SAFETY: the block's first two bytes are its f16 scale (caller).
         *v = unsafe { read_u16(rows[r].add(i * bytes)) };
     }
-    // SAFETY: `h` holds 32 bytes; unaligned load; F16C/AVX-512 F are the caller's guarantee.
-    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().cast())) }
+    // SAFETY: `h` holds 32 bytes; unaligned load; AVX is the caller's guarantee.
+    unsafe { _mm256_loadu_si256(h.as_ptr().cast()) }
+}
+
+/// The 16 f16 scales of block `i` of the rows, widened to f32.
+///
+/// # Safety
+/// AVX-512 F and F16C; two bytes readable at `rows[r] + i · bytes`.
+#[inline(always)]
+unsafe fn scales(rows: &[*const u8; ROWS], i: usize, bytes: usize) -> __m512 {
+    // SAFETY: forwarded from the caller.
+    unsafe { _mm512_cvtph_ps(scales_f16(rows, i, bytes)) }
 }
 
 /// Packs `nb` blocks of sixteen Q4_0 rows (`rows[r]`, row `r`) into `out` (see the module
@@ -142,7 +170,7 @@ unsafe fn scales(rows: &[*const u8; ROWS], i: usize, bytes: usize) -> __m512 {
 ///
 /// # Safety
 /// The CPU features of the module; `nb` whole Q4_0 blocks readable at every `rows[r]`;
-/// `nb · Kind::Q4_0Chain.block_bytes()` bytes writable at `out`.
+/// `Kind::Q4_0Chain.panel_bytes(nb)` bytes writable at `out`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_q4_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ahead) {
     // SAFETY: reads stay inside block i < nb of each row, writes inside packed block i.
@@ -151,11 +179,11 @@ unsafe fn pack_q4_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ah
         // and 1 (`lo`) or 2 and 3 (`hi`) of all eight rows, dword-major.
         let idx_lo = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
         let idx_hi = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
-        let bb = Kind::Q4_0Chain.block_bytes();
         for i in 0..nb {
             prefetch(ahead, i, nb);
-            let dst = out.add(i * bb);
-            _mm512_storeu_ps(dst.cast(), scales(rows, i, Q4_0_BYTES));
+            let (sc, vec) = q4_0_at(i);
+            _mm256_storeu_si256(out.add(sc).cast(), scales_f16(rows, i, Q4_0_BYTES));
+            let dst = out.add(vec);
             let ld = |r: usize| _mm_loadu_si128(rows[r].add(i * Q4_0_BYTES + 2).cast());
             let quad = |k: usize| {
                 let z = _mm512_castsi128_si512(ld(4 * k));
@@ -176,7 +204,7 @@ unsafe fn pack_q4_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ah
                 _mm512_shuffle_i64x2::<0xEE>(b01_hi, b23_hi),
             ];
             for (g, vg) in v.iter().enumerate() {
-                _mm512_storeu_si512(dst.add(64 + 64 * g).cast(), *vg);
+                _mm512_storeu_si512(dst.add(64 * g).cast(), *vg);
             }
         }
     }
@@ -185,7 +213,7 @@ unsafe fn pack_q4_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ah
 /// Packs `nb` blocks of sixteen Q8_0 rows into `out` (see the module docs).
 ///
 /// # Safety
-/// As [`pack_q4_0`], for Q8_0 blocks and `Kind::Q8_0Lanes.block_bytes()`.
+/// As [`pack_q4_0`], for Q8_0 blocks and `Kind::Q8_0Lanes.panel_bytes(nb)`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pack_q8_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ahead) {
     // SAFETY: reads stay inside block i < nb of each row, writes inside packed block i.
@@ -195,7 +223,7 @@ unsafe fn pack_q8_0(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ah
         let idx_lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
         let idx_hi = _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
         let flip = _mm512_set1_epi8(-128);
-        let bb = Kind::Q8_0Lanes.block_bytes();
+        let bb = Kind::Q8_0Lanes.panel_bytes(1);
         for i in 0..nb {
             prefetch(ahead, i, nb);
             let dst = out.add(i * bb);
@@ -268,11 +296,11 @@ fn prefetch(ahead: Ahead, i: usize, nb: usize) {
 }
 
 /// Packs `nb` blocks of the sixteen weight rows `rows` (file layout of `kind`'s type) into
-/// `out`, [`Kind::block_bytes`] per block, prefetching `ahead` on the way.
+/// `out` ([`Kind::panel_bytes`]), prefetching `ahead` on the way.
 ///
 /// # Safety
 /// The CPU features of the module; `nb` whole blocks readable at every `rows[r]`;
-/// `nb · kind.block_bytes()` bytes writable at `out`.
+/// `kind.panel_bytes(nb)` bytes writable at `out`.
 pub(crate) unsafe fn pack(
     kind: Kind,
     nb: usize,
@@ -305,15 +333,16 @@ unsafe fn q4_0_chain<const C: usize>(
     // data are readable (caller); unaligned loads.
     unsafe {
         let low = _mm512_set1_epi8(0x0F);
-        let bb = Kind::Q4_0Chain.block_bytes();
         let mut acc = [_mm512_setzero_ps(); C];
         for i in 0..nb {
-            let p = panel.add(i * bb);
-            let dx = _mm512_loadu_ps(p.cast());
+            let (sc, vec) = q4_0_at(i);
+            // Exact: every f16 is an f32.
+            let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(sc).cast()));
+            let p = panel.add(vec);
             let mut lo = [_mm512_setzero_si512(); 4];
             let mut hi = [_mm512_setzero_si512(); 4];
             for g in 0..4 {
-                let v = _mm512_loadu_si512(p.add(64 + 64 * g).cast());
+                let v = _mm512_loadu_si512(p.add(64 * g).cast());
                 lo[g] = _mm512_and_si512(v, low);
                 hi[g] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
             }
@@ -352,7 +381,7 @@ unsafe fn q8_0_lanes<const C: usize>(
 ) -> [__m512; C] {
     // SAFETY: as `q4_0_chain`.
     unsafe {
-        let bb = Kind::Q8_0Lanes.block_bytes();
+        let bb = Kind::Q8_0Lanes.panel_bytes(1);
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         for i in 0..nb {
             let p = panel.add(i * bb);
@@ -384,7 +413,7 @@ unsafe fn q8_0_lanes<const C: usize>(
 /// is row `r` · column `c`, with the bits of ggml's order for `kind` (see the module docs).
 ///
 /// # Safety
-/// The CPU features of the module; `nb` packed blocks readable at `panel`, `nb` Q8_0 blocks
+/// The CPU features of the module; a packed panel of `nb` blocks readable at `panel`, `nb` Q8_0 blocks
 /// at every `y[c]` and `nb · AUX_BYTES` bytes at every `aux[c]`.
 pub(crate) unsafe fn gemm<const C: usize>(
     kind: Kind,
@@ -456,7 +485,7 @@ mod tests {
         let rs = nb * kind.src_block_bytes();
         let w = weights(kind, ROWS, nb, seed);
         let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * rs..].as_ptr());
-        let mut panel = vec![0u8; nb * kind.block_bytes()];
+        let mut panel = vec![0u8; kind.panel_bytes(nb)];
         let cols: Vec<Vec<u8>> = (0..C)
             .map(|_| {
                 let x: Vec<f32> = (0..k)
@@ -530,21 +559,36 @@ mod tests {
             let bytes = kind.src_block_bytes();
             let w = weights(kind, ROWS, nb, &mut seed);
             let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * nb * bytes..].as_ptr());
-            let mut panel = vec![0u8; nb * kind.block_bytes()];
+            let mut panel = vec![0u8; kind.panel_bytes(nb)];
             // SAFETY: the CPU was checked; the buffers hold nb blocks each.
             unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
             let groups = (bytes - 2) / 4;
             let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
             for i in 0..nb {
-                let blk = &panel[i * kind.block_bytes()..];
+                // Offsets of block i's scales and vectors, written out per layout.
+                let (sc, vec) = match kind {
+                    Kind::Q4_0Chain => (
+                        576 * (i / 2) + 32 * (i % 2),
+                        576 * (i / 2) + 64 + 256 * (i % 2),
+                    ),
+                    Kind::Q8_0Lanes => (576 * i, 576 * i + 64),
+                };
                 for r in 0..ROWS {
                     let src = &w[(r * nb + i) * bytes..];
                     let d = half::f16::from_le_bytes([src[0], src[1]]).to_f32();
-                    let got = f32::from_le_bytes(blk[4 * r..4 * r + 4].try_into().unwrap());
+                    let got = match kind {
+                        Kind::Q4_0Chain => {
+                            half::f16::from_le_bytes([panel[sc + 2 * r], panel[sc + 2 * r + 1]])
+                                .to_f32()
+                        }
+                        Kind::Q8_0Lanes => f32::from_le_bytes(
+                            panel[sc + 4 * r..sc + 4 * r + 4].try_into().unwrap(),
+                        ),
+                    };
                     assert_eq!(got.to_bits(), d.to_bits());
                     for g in 0..groups {
                         for t in 0..4 {
-                            assert_eq!(blk[64 + 64 * g + 4 * r + t], src[2 + 4 * g + t] ^ flip);
+                            assert_eq!(panel[vec + 64 * g + 4 * r + t], src[2 + 4 * g + t] ^ flip);
                         }
                     }
                 }
