@@ -100,28 +100,20 @@ pub fn build(
     let StepShape {
         n_tokens: n,
         n_kv,
-        n_outputs,
+        n_outputs: _,
         attn_kv_splits,
     } = shape;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let e_kv = hp.n_embd_kv();
     let kv_ts = kv.dtype.type_size();
 
-    let tokens = ctx.new_tensor_1d(DType::I32, n)?;
-    ctx.set_name(tokens, "inp_tokens")?;
-    let pos = ctx.new_tensor_1d(DType::I32, n)?;
-    ctx.set_name(pos, "inp_pos")?;
-    let k_rows = ctx.new_tensor_1d(DType::I32, n)?;
-    ctx.set_name(k_rows, "inp_k_rows")?;
-    let mask = ctx.new_tensor_2d(DType::F32, n_kv, n)?;
-    ctx.set_name(mask, "inp_mask")?;
-    let out_ids = if n_outputs < n {
-        let t = ctx.new_tensor_1d(DType::I32, n_outputs)?;
-        ctx.set_name(t, "inp_out_ids")?;
-        Some(t)
-    } else {
-        None
-    };
+    let StepInputs {
+        tokens,
+        pos,
+        k_rows,
+        mask,
+        out_ids,
+    } = StepInputs::new(ctx, shape, 1, false)?;
     // ② n_rot (rope.dimension_count) is head_dim / 2 in these files: half of each head turns.
     let rope = RopeParams {
         n_dims: hp.n_rot,

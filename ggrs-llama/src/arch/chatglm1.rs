@@ -415,7 +415,7 @@ pub fn build(
     let StepShape {
         n_tokens: n,
         n_kv,
-        n_outputs,
+        n_outputs: _,
         attn_kv_splits,
     } = shape;
     let (d, nh) = (hp.head_dim, hp.n_head);
@@ -425,19 +425,16 @@ pub fn build(
     let f32s = DType::F32.type_size();
     let alpha = gp.residual_scale;
 
-    let tokens = ctx.new_tensor_1d(DType::I32, n)?;
-    ctx.set_name(tokens, "inp_tokens")?;
-    let pos = ctx.new_tensor_1d(DType::I32, 2 * n)?;
-    ctx.set_name(pos, "inp_pos")?;
-    let k_rows = ctx.new_tensor_1d(DType::I32, n)?;
-    ctx.set_name(k_rows, "inp_k_rows")?;
-    let mask = ctx.new_tensor_2d(DType::F32, n_kv, n)?;
-    ctx.set_name(mask, "inp_mask")?;
-    // Always present (all rows when every token is an output), so that the graph the
-    // session measures its arena with has the same leaves as every smaller step.
-    let out_ids = ctx.new_tensor_1d(DType::I32, n_outputs)?;
-    ctx.set_name(out_ids, "inp_out_ids")?;
-    let out_ids = Some(out_ids);
+    // Two position streams; `out_ids` always present (all rows when every token is an
+    // output), so that the graph the session measures its arena with has the same leaves as
+    // every smaller step.
+    let StepInputs {
+        tokens,
+        pos,
+        k_rows,
+        mask,
+        out_ids,
+    } = StepInputs::new(ctx, shape, 2, true)?;
     // Leaves get their memory at once (also with deferred allocation): fill the table now.
     let table = gp.rope_freqs();
     let freqs = ctx.new_tensor_1d(DType::F32, table.len())?;

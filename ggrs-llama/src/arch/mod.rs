@@ -5,7 +5,7 @@ pub mod chatglm;
 pub mod chatglm1;
 pub mod llama;
 
-use ggrs_core::{Context, Tensor};
+use ggrs_core::{Context, DType, Tensor};
 
 use crate::error::{LlamaError, Result};
 use crate::model::{Model, WeightRef};
@@ -142,6 +142,43 @@ pub struct StepInputs {
     pub mask: Tensor,
     /// Tokens whose logits are computed, `[n_outputs]` i32 (absent when all are).
     pub out_ids: Option<Tensor>,
+}
+
+impl StepInputs {
+    /// Creates a step's input tensors (named `inp_tokens`, `inp_pos`, `inp_k_rows`,
+    /// `inp_mask`, `inp_out_ids`) for `shape`: `pos_streams` position values per token (1;
+    /// ChatGLM-6B v1 has 2), and `out_ids` also when every token is an output if
+    /// `always_out_ids` (so a measured graph has the leaves of every smaller step).
+    pub fn new(
+        ctx: &mut Context,
+        shape: StepShape,
+        pos_streams: usize,
+        always_out_ids: bool,
+    ) -> Result<StepInputs> {
+        let n = shape.n_tokens;
+        let tokens = ctx.new_tensor_1d(DType::I32, n)?;
+        ctx.set_name(tokens, "inp_tokens")?;
+        let pos = ctx.new_tensor_1d(DType::I32, pos_streams * n)?;
+        ctx.set_name(pos, "inp_pos")?;
+        let k_rows = ctx.new_tensor_1d(DType::I32, n)?;
+        ctx.set_name(k_rows, "inp_k_rows")?;
+        let mask = ctx.new_tensor_2d(DType::F32, shape.n_kv, n)?;
+        ctx.set_name(mask, "inp_mask")?;
+        let out_ids = if always_out_ids || shape.n_outputs < n {
+            let t = ctx.new_tensor_1d(DType::I32, shape.n_outputs)?;
+            ctx.set_name(t, "inp_out_ids")?;
+            Some(t)
+        } else {
+            None
+        };
+        Ok(StepInputs {
+            tokens,
+            pos,
+            k_rows,
+            mask,
+            out_ids,
+        })
+    }
 }
 
 /// The sizes of a step's graph.
