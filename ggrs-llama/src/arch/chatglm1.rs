@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::{Context, DType, RopeMode, Tensor};
 
-use crate::arch::{need, ModelTensors, StepInputs, StepShape};
+use crate::arch::{cached_attention, need, AttnDims, ModelTensors, StepInputs, StepShape};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
@@ -412,29 +412,23 @@ pub fn build(
     kv: &KvCache,
     shape: StepShape,
 ) -> Result<(StepInputs, Tensor)> {
-    let StepShape {
-        n_tokens: n,
-        n_kv,
-        n_outputs: _,
-        attn_kv_splits,
-    } = shape;
+    let n = shape.n_tokens;
     let (d, nh) = (hp.head_dim, hp.n_head);
+    let dims = AttnDims {
+        head_dim: d,
+        n_head: nh,
+        n_head_kv: nh,
+    };
     let e = d * nh;
     let r = gp.rope_dims;
-    let kv_ts = kv.dtype.type_size();
     let f32s = DType::F32.type_size();
     let alpha = gp.residual_scale;
 
     // Two position streams; `out_ids` always present (all rows when every token is an
     // output), so that the graph the session measures its arena with has the same leaves as
     // every smaller step.
-    let StepInputs {
-        tokens,
-        pos,
-        k_rows,
-        mask,
-        out_ids,
-    } = StepInputs::new(ctx, shape, 2, true)?;
+    let inp = StepInputs::new(ctx, shape, 2, true)?;
+    let (tokens, pos, out_ids) = (inp.tokens, inp.pos, inp.out_ids);
     // Leaves get their memory at once (also with deferred allocation): fill the table now.
     let table = gp.rope_freqs();
     let freqs = ctx.new_tensor_1d(DType::F32, table.len())?;
@@ -444,7 +438,6 @@ pub fn build(
     }
     let pos_a = ctx.view_1d(pos, n, 0)?;
     let pos_b = ctx.view_1d(pos, n, n * DType::I32.type_size())?;
-    let kq_scale = 1.0 / (d as f32).sqrt();
 
     let mut x = ctx.get_rows(w.tok_embd, tokens)?; // [e, n]
     for (il, l) in w.layers.iter().enumerate() {
@@ -467,25 +460,8 @@ pub fn build(
         let v = ctx.cont(v)?; // [d, nh, n]
 
         let k2 = ctx.reshape_2d(k, e, n)?;
-        let k_cache = ctx.set_rows(kv.k[il], k2, k_rows)?; // [e, size]
         let v2 = ctx.reshape_2d(v, e, n)?;
-        let v_cache = ctx.set_rows(kv.v[il], v2, k_rows)?;
-
-        let kk = ctx.view_3d(k_cache, d, n_kv, nh, e * kv_ts, d * kv_ts, 0)?; // [d, n_kv, nh]
-        let vv = ctx.view_3d(v_cache, d, n_kv, nh, e * kv_ts, d * kv_ts, 0)?;
-        let qq = ctx.permute(q, [0, 2, 1, 3])?; // [d, n, nh]
-        let merged = if kv.dtype == DType::F16 {
-            ctx.flash_attn_ext_split(qq, kk, vv, Some(mask), kq_scale, attn_kv_splits)?
-        } else {
-            let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
-            let kq = ctx.soft_max_ext(kq, Some(mask), kq_scale)?;
-            let vt = ctx.transpose(vv)?;
-            let vt = ctx.cont(vt)?; // [n_kv, d, nh]
-            let kqv = ctx.mul_mat(vt, kq)?; // [d, n, nh]
-            let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [d, nh, n]
-            ctx.cont(merged)?
-        };
-        let o = ctx.reshape_2d(merged, e, n)?;
+        let o = cached_attention(ctx, kv, il, &inp, shape, dims, q, [k2, v2])?;
         let o = ctx.mul_mat(l.wo, o)?;
         let o = add_opt(ctx, o, l.bo)?;
         let ra = ctx.scale(a, alpha)?;
@@ -511,16 +487,7 @@ pub fn build(
     let logits = ctx.mul_mat(w.output, h)?; // [n_vocab, n_outputs]
     ctx.set_name(logits, "logits")?;
     ctx.set_output(logits)?;
-    Ok((
-        StepInputs {
-            tokens,
-            pos,
-            k_rows,
-            mask,
-            out_ids,
-        },
-        logits,
-    ))
+    Ok((inp, logits))
 }
 
 /// Longest whitespace run the official tokenizer writes as one `<|blank_N|>` token.

@@ -16,9 +16,9 @@
 //! logits = output · (rms_norm(x) · output_norm)             // [n_vocab, n_outputs]
 //! ```
 
-use ggrs_core::{Context, DType, RopeParams, Tensor};
+use ggrs_core::{Context, RopeParams, Tensor};
 
-use crate::arch::{need, ModelTensors, StepInputs, StepShape};
+use crate::arch::{cached_attention, need, AttnDims, ModelTensors, StepInputs, StepShape};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
@@ -39,30 +39,23 @@ pub fn build(
     kv: &KvCache,
     shape: StepShape,
 ) -> Result<(StepInputs, Tensor)> {
-    let StepShape {
-        n_tokens: n,
-        n_kv,
-        n_outputs: _,
-        attn_kv_splits,
-    } = shape;
+    let n = shape.n_tokens;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+    let dims = AttnDims {
+        head_dim: hd,
+        n_head: nh,
+        n_head_kv: nhkv,
+    };
     let e_kv = hp.n_embd_kv();
-    let kv_ts = kv.dtype.type_size();
 
-    let StepInputs {
-        tokens,
-        pos,
-        k_rows,
-        mask,
-        out_ids,
-    } = StepInputs::new(ctx, shape, 1, false)?;
+    let inp = StepInputs::new(ctx, shape, 1, false)?;
+    let (tokens, pos, out_ids) = (inp.tokens, inp.pos, inp.out_ids);
     let rope = RopeParams {
         n_dims: hp.n_rot,
         mode: hp.arch.rope_mode(),
         freq_base: hp.rope_freq_base,
         freq_scale: hp.rope_freq_scale,
     };
-    let kq_scale = 1.0 / (hd as f32).sqrt();
 
     let mut x = ctx.get_rows(w.tok_embd, tokens)?; // [n_embd, n]
     for (il, l) in w.layers.iter().enumerate() {
@@ -82,30 +75,10 @@ pub fn build(
         let k = ctx.reshape_3d(k, hd, nhkv, n)?;
         let k = ctx.rope_ext(k, pos, rope)?; // [hd, nhkv, n]
 
-        // Write this step's keys and values into the cache (one row per cell each).
+        // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
         let k2 = ctx.reshape_2d(k, e_kv, n)?;
-        let k_cache = ctx.set_rows(kv.k[il], k2, k_rows)?; // [e_kv, size]
         let v2 = ctx.reshape_2d(v, e_kv, n)?;
-        let v_cache = ctx.set_rows(kv.v[il], v2, k_rows)?; // [e_kv, size]
-
-        // Attention over cells 0..n_kv.
-        let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
-        let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
-        let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
-        let merged = if kv.dtype == DType::F16 {
-            // llama.cpp's default (flash attention on): same arithmetic, hence same logits.
-            ctx.flash_attn_ext_split(qq, kk, vv, Some(mask), kq_scale, attn_kv_splits)?
-        // [hd, nh, n]
-        } else {
-            let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
-            let kq = ctx.soft_max_ext(kq, Some(mask), kq_scale)?;
-            let vt = ctx.transpose(vv)?;
-            let vt = ctx.cont(vt)?; // [n_kv, hd, nhkv]
-            let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]
-            let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
-            ctx.cont(merged)?
-        };
-        let attn = ctx.reshape_2d(merged, hd * nh, n)?;
+        let attn = cached_attention(ctx, kv, il, &inp, shape, dims, q, [k2, v2])?;
         let mut cur = ctx.mul_mat(l.wo, attn)?; // [n_embd, n]
         cur = add_bias(ctx, cur, l.bo)?;
 
@@ -128,14 +101,5 @@ pub fn build(
     let logits = ctx.mul_mat(w.output, h)?; // [n_vocab, n_outputs]
     ctx.set_name(logits, "logits")?;
     ctx.set_output(logits)?;
-    Ok((
-        StepInputs {
-            tokens,
-            pos,
-            k_rows,
-            mask,
-            out_ids,
-        },
-        logits,
-    ))
+    Ok((inp, logits))
 }

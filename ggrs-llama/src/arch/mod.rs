@@ -8,6 +8,7 @@ pub mod llama;
 use ggrs_core::{Context, DType, Tensor};
 
 use crate::error::{LlamaError, Result};
+use crate::kv_cache::KvCache;
 use crate::model::{Model, WeightRef};
 
 /// Weights imported into a session's context (external tensors pointing into the mapping).
@@ -179,6 +180,64 @@ impl StepInputs {
             out_ids,
         })
     }
+}
+
+/// The head layout of one attention layer (see [`cached_attention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (a divisor of `n_head`).
+    pub n_head_kv: usize,
+}
+
+/// Writes this step's keys and values (`k`, `v`: `[head_dim·n_head_kv, n_tokens]`, rows may
+/// be strided views) into layer `il`'s cache at the cells `inp.k_rows`, then attends the
+/// queries `q` (`[head_dim, n_head, n_tokens]`) over cells `0..shape.n_kv` under `inp.mask`,
+/// scaled by 1/√head_dim. An f16 cache uses flash attention split in
+/// `shape.attn_kv_splits` parts (llama.cpp's default, so the same arithmetic), another type
+/// `mul_mat` + `soft_max_ext`. Returns `[head_dim·n_head, n_tokens]`, heads of a token
+/// contiguous.
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention(
+    ctx: &mut Context,
+    kv: &KvCache,
+    il: usize,
+    inp: &StepInputs,
+    shape: StepShape,
+    dims: AttnDims,
+    q: Tensor,
+    [k, v]: [Tensor; 2],
+) -> Result<Tensor> {
+    let AttnDims {
+        head_dim: hd,
+        n_head: nh,
+        n_head_kv: nhkv,
+    } = dims;
+    let (n, n_kv) = (shape.n_tokens, shape.n_kv);
+    let (e_kv, kv_ts) = (hd * nhkv, kv.dtype.type_size());
+    let k_cache = ctx.set_rows(kv.k[il], k, inp.k_rows)?; // [e_kv, size]
+    let v_cache = ctx.set_rows(kv.v[il], v, inp.k_rows)?; // [e_kv, size]
+    let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
+    let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
+    let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
+    let kq_scale = 1.0 / (hd as f32).sqrt();
+    let mask = Some(inp.mask);
+    let merged = if kv.dtype == DType::F16 {
+        ctx.flash_attn_ext_split(qq, kk, vv, mask, kq_scale, shape.attn_kv_splits)?
+    // [hd, nh, n]
+    } else {
+        let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
+        let kq = ctx.soft_max_ext(kq, mask, kq_scale)?;
+        let vt = ctx.transpose(vv)?;
+        let vt = ctx.cont(vt)?; // [n_kv, hd, nhkv]
+        let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]
+        let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
+        ctx.cont(merged)?
+    };
+    Ok(ctx.reshape_2d(merged, hd * nh, n)?)
 }
 
 /// The sizes of a step's graph.
