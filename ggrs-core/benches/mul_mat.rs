@@ -13,8 +13,8 @@
 //!   one token), throughput as weight bytes read per second (GB/s, decimal): the figure to
 //!   hold against the machine's memory bandwidth.
 //!
-//! Each iteration is one `Executor::compute` of a one-node graph, plan included, as a model
-//! runs it.
+//! Each iteration is one `Executor::compute` of a one-node graph, as a model runs it (the
+//! executor prepares the graph on the first and reuses that while it stays the same).
 
 use std::time::Duration;
 

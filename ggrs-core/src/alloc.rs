@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use crate::context::{Context, ARENA_ALIGN};
 use crate::error::Result;
 use crate::graph::Graph;
-use crate::tensor::{DataLoc, Tensor};
+use crate::tensor::{DataLoc, Tensor, TensorHash};
 
 /// Free blocks over an address range that grows on demand (offsets relative to its start).
 #[derive(Default)]
@@ -97,8 +97,8 @@ impl Context {
         let root_of =
             |ctx: &Context, t: Tensor| -> Result<Tensor> { Ok(ctx.meta(t)?.view_src.unwrap_or(t)) };
         // Which tensors this call places: nodes without data that are not views.
-        let mut placed: HashMap<Tensor, (usize, usize)> = HashMap::new();
-        let mut uses: HashMap<Tensor, usize> = HashMap::new();
+        let mut placed: HashMap<Tensor, (usize, usize), TensorHash> = HashMap::default();
+        let mut uses: HashMap<Tensor, usize, TensorHash> = HashMap::default();
         for &n in graph.nodes() {
             for s in self.meta(n)?.src.iter().flatten() {
                 *uses.entry(root_of(self, *s)?).or_default() += 1;

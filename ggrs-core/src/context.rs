@@ -72,6 +72,9 @@ pub struct Context {
     deferred: bool,
     tensors: Vec<TensorMeta>,
     external: Vec<Arc<dyn ExternalData>>,
+    /// Changes whenever existing tensors' metadata may change (a rewind, any metadata
+    /// update): the executor reuses what it resolved for a graph only while this stays.
+    layout_gen: u64,
 }
 
 impl std::fmt::Debug for Context {
@@ -106,6 +109,7 @@ impl Context {
             deferred: false,
             tensors: Vec::new(),
             external: Vec::new(),
+            layout_gen: 0,
         }
     }
 
@@ -206,10 +210,17 @@ impl Context {
                 detail: "the checkpoint is newer than the context (rewound past it already)".into(),
             });
         }
+        self.layout_gen += 1;
         self.tensors.truncate(cp.n_tensors);
         self.external.truncate(cp.n_external);
         self.used = cp.used;
         Ok(())
+    }
+
+    /// `(id, layout generation)`: equal between two moments only if no tensor's metadata
+    /// changed in between (see the field).
+    pub(crate) fn layout_key(&self) -> (u32, u64) {
+        (self.id, self.layout_gen)
     }
 
     /// The metadata of `t`.
@@ -230,6 +241,7 @@ impl Context {
 
     pub(crate) fn meta_mut(&mut self, t: Tensor) -> Result<&mut TensorMeta> {
         self.meta(t)?;
+        self.layout_gen += 1;
         Ok(&mut self.tensors[t.id as usize])
     }
 
@@ -720,6 +732,14 @@ impl Context {
         let m = self.meta(t)?;
         let bytes = self.data(t)?;
         crate::types::gather_f32(m.dtype, &m.ne, &m.nb, bytes)
+    }
+
+    /// Appends the values of `t` (any type with a conversion to f32), in logical order, to
+    /// `out`, reusing its spare capacity: [`Context::to_f32_vec`] without a new allocation.
+    pub fn append_f32(&self, t: Tensor, out: &mut Vec<f32>) -> Result<()> {
+        let m = self.meta(t)?;
+        let bytes = self.data(t)?;
+        crate::types::gather_f32_into(m.dtype, &m.ne, &m.nb, bytes, out)
     }
 
     /// The values of an I32 tensor in logical order.

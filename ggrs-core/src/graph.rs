@@ -12,7 +12,7 @@ use std::fmt::Write;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::op::Op;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorHash};
 
 /// Default node limit of a graph (ggml's `GGML_DEFAULT_GRAPH_SIZE`).
 pub const DEFAULT_GRAPH_SIZE: usize = 2048;
@@ -22,8 +22,18 @@ pub const DEFAULT_GRAPH_SIZE: usize = 2048;
 pub struct Graph {
     nodes: Vec<Tensor>,
     leafs: Vec<Tensor>,
-    visited: HashSet<Tensor>,
+    visited: HashSet<Tensor, TensorHash>,
     max_nodes: usize,
+    /// Identifies this graph's contents: new for every graph and after every change (a
+    /// clone keeps it, having the same contents). The executor keys its prepared tasks on it.
+    id: u64,
+}
+
+/// The next [`Graph::id`].
+static NEXT_GRAPH_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_graph_id() -> u64 {
+    NEXT_GRAPH_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Default for Graph {
@@ -43,8 +53,9 @@ impl Graph {
         Graph {
             nodes: Vec::new(),
             leafs: Vec::new(),
-            visited: HashSet::new(),
+            visited: HashSet::default(),
             max_nodes,
+            id: next_graph_id(),
         }
     }
 
@@ -60,6 +71,7 @@ impl Graph {
         if self.visited.contains(&t) {
             return Ok(());
         }
+        self.id = next_graph_id();
         ctx.meta(t)?;
         // Iterative post-order walk: (tensor, index of the next source to visit).
         let mut stack: Vec<(Tensor, usize)> = vec![(t, 0)];
@@ -96,6 +108,11 @@ impl Graph {
         Ok(())
     }
 
+    /// What identifies the graph's contents (see the field).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Nodes (tensors with an op), in the order they are computed.
     pub fn nodes(&self) -> &[Tensor] {
         &self.nodes
@@ -113,6 +130,7 @@ impl Graph {
 
     /// Removes every node and leaf.
     pub fn clear(&mut self) {
+        self.id = next_graph_id();
         self.nodes.clear();
         self.leafs.clear();
         self.visited.clear();

@@ -4,9 +4,12 @@
 //! The context's size is measured, not guessed: at creation the session builds the largest
 //! step it accepts (`n_batch` tokens, every cache cell attended, the outputs it is set up
 //! for) in a measuring context with the graph allocator, and makes its arena exactly that
-//! large. Each step builds its graph after a checkpoint, places intermediates with
-//! [`Context::alloc_graph`] (memory reused across layers), computes, copies the logits out
-//! and rewinds.
+//! large. A step builds its graph after a checkpoint, places intermediates with
+//! [`Context::alloc_graph`] (memory reused across layers), fills the inputs, computes and
+//! copies the logits out. The graph stays in the arena: the next step with the same shape
+//! (token generation, until the padded cache length grows) only fills the inputs and
+//! computes it again, and the executor reuses what it resolved for it; another shape
+//! rewinds to the checkpoint and builds anew.
 
 use std::sync::Arc;
 
@@ -66,6 +69,18 @@ pub struct Session {
     op_profile: Option<OpProfile>,
     /// ChatGLM v1 context anchors (unused by other architectures).
     glm1: crate::arch::chatglm1::Glm1State,
+    /// The graph of the last step, kept (with its tensors in the arena) and computed again
+    /// while steps have its shape: decoding one token at a time, the shape changes only when
+    /// the padded cache length does.
+    built: Option<BuiltStep>,
+}
+
+/// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
+struct BuiltStep {
+    shape: StepShape,
+    inp: StepInputs,
+    logits: ggrs_core::Tensor,
+    graph: Graph,
 }
 
 /// Time per op type over the steps of a session (see [`Session::op_profile`]).
@@ -197,6 +212,7 @@ impl Session {
             n_outputs: 0,
             op_profile: None,
             glm1: Default::default(),
+            built: None,
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -300,6 +316,7 @@ impl Session {
                 for &c in &placed.cells {
                     self.kv.cells[c] = Default::default();
                 }
+                self.built = None;
                 self.ctx.rewind(self.base)?;
                 return Err(e);
             }
@@ -324,9 +341,25 @@ impl Session {
             n_outputs: n_out,
             attn_kv_splits: self.params.attn_kv_splits,
         };
-        self.ctx.rewind(self.base)?;
-        let (inp, logits, graph) =
-            build_step(&mut self.ctx, &self.model, &self.weights, &self.kv, shape)?;
+        if self.built.as_ref().is_none_or(|b| b.shape != shape) {
+            self.built = None;
+            self.ctx.rewind(self.base)?;
+            let (inp, logits, graph) =
+                build_step(&mut self.ctx, &self.model, &self.weights, &self.kv, shape)?;
+            self.built = Some(BuiltStep {
+                shape,
+                inp,
+                logits,
+                graph,
+            });
+        }
+        let Some(BuiltStep {
+            inp, logits, graph, ..
+        }) = &self.built
+        else {
+            unreachable!("the step's graph was built just above")
+        };
+        let (inp, logits) = (*inp, *logits);
         let toks: Vec<i32> = piece.tokens.iter().map(|&t| t as i32).collect();
         self.ctx.set_i32(inp.tokens, &toks)?;
         // ChatGLM v1: two position streams and a bidirectional-context mask.
@@ -354,7 +387,7 @@ impl Session {
             };
             self.ctx.set_i32(ids, &ids_v)?;
         }
-        self.exec.compute(&mut self.ctx, &graph)?;
+        self.exec.compute(&mut self.ctx, graph)?;
         if let Some(p) = &mut self.op_profile {
             p.steps += 1;
             for t in self.exec.profile() {
@@ -364,11 +397,9 @@ impl Session {
             }
         }
         if !outputs.is_empty() {
-            let v = self.ctx.to_f32_vec(logits)?;
-            self.logits.extend_from_slice(&v);
+            self.ctx.append_f32(logits, &mut self.logits)?;
             self.n_outputs += outputs.len();
         }
-        self.ctx.rewind(self.base)?;
         Ok(())
     }
 

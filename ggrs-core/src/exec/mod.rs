@@ -11,6 +11,12 @@
 //!
 //! Results do not depend on the thread count: each output element is computed by one chunk
 //! in a fixed order, whichever thread takes it.
+//!
+//! Planning, resolving the nodes to raw pointers and scheduling are done once per graph: an
+//! executor given the same graph (same contents, `Graph`'s id) of the same context with no
+//! tensor metadata changed since (a rewind or any metadata update changes the context's
+//! layout key) reuses them, so a graph computed once per generated token costs its
+//! preparation once.
 
 mod pool;
 mod schedule;
@@ -25,6 +31,7 @@ use crate::context::{Context, ARENA_ALIGN};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::kernels::{self, RawTensor, Task, TaskPlan, Work};
+use crate::op::Op;
 use crate::tensor::{DataLoc, MAX_SRC};
 
 use crossbeam_utils::CachePadded;
@@ -67,6 +74,23 @@ pub struct Executor {
     abort: Option<AbortFn>,
     profiling: bool,
     profile: Vec<NodeTiming>,
+    /// What the last computation resolved, reused when the same graph of the same
+    /// unchanged context comes again (token generation computes one graph many times).
+    prepared: Option<Prepared>,
+}
+
+/// A graph resolved and scheduled for this executor.
+struct Prepared {
+    /// Graph id, context layout key, profiling: what the rest was made for.
+    key: (u64, (u32, u64), bool),
+    work_size: usize,
+    shared_size: usize,
+    scratch_f32: usize,
+    tasks: Vec<Task>,
+    /// Keeps the packed weight copies the tasks point at alive.
+    _packed: Vec<kernels::matmul::PackedKeep>,
+    sched: Schedule,
+    pos: Vec<usize>,
 }
 
 #[repr(C, align(64))]
@@ -104,6 +128,7 @@ impl Executor {
             abort: None,
             profiling: false,
             profile: Vec::new(),
+            prepared: None,
         }
     }
 
@@ -140,25 +165,25 @@ impl Executor {
 
     /// Computes every node of `graph`, whose tensors live in `ctx`.
     pub fn compute(&mut self, ctx: &mut Context, graph: &Graph) -> Result<()> {
-        let plan = self.plan(ctx, graph)?;
-        let tasks = resolve(ctx, graph, &plan)?;
-        let lines = plan.work_size.div_ceil(ARENA_ALIGN);
+        let key = (graph.id(), ctx.layout_key(), self.profiling);
+        if self.prepared.as_ref().is_none_or(|p| p.key != key) {
+            self.prepared = None;
+            self.prepared = Some(self.prepare(ctx, graph, key)?);
+        }
+        let Some(prep) = &self.prepared else {
+            unreachable!("prepared just above")
+        };
+        let lines = prep.work_size.div_ceil(ARENA_ALIGN);
         if self.work.len() < lines {
             self.work.resize(lines, WorkLine([0; ARENA_ALIGN]));
         }
-        let shared_size = plan.nodes.iter().map(|p| p.work_shared).max().unwrap_or(0);
-        let shared_size = shared_size.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
-        let scratch_f32 = scratch_per_thread(&plan);
+        let (tasks, sched, pos) = (&prep.tasks, &prep.sched, &prep.pos);
+        let (shared_size, scratch_f32) = (prep.shared_size, prep.scratch_f32);
         let work_ptr = WorkPtr(self.work.as_mut_ptr() as *mut u8);
         let nth = self.n_threads;
-        let sched = schedule::schedule(&tasks, nth, self.profiling);
-        let mut pos = vec![usize::MAX; tasks.len()];
-        for (k, n) in sched.nodes.iter().enumerate() {
-            pos[n.node] = k;
-        }
         let job = Job {
-            tasks: &tasks,
-            sched: &sched,
+            tasks,
+            sched,
             state: sched.nodes.iter().map(|_| NodeState::default()).collect(),
             pos,
             epoch_done: sched
@@ -188,6 +213,37 @@ impl Executor {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+impl Executor {
+    /// Plans, resolves and schedules `graph` (whose tensors live in `ctx`) for this executor.
+    fn prepare(
+        &self,
+        ctx: &mut Context,
+        graph: &Graph,
+        key: (u64, (u32, u64), bool),
+    ) -> Result<Prepared> {
+        let plan = self.plan(ctx, graph)?;
+        let (tasks, packed) = resolve(ctx, graph, &plan)?;
+        let shared_size = plan.nodes.iter().map(|p| p.work_shared).max().unwrap_or(0);
+        let shared_size = shared_size.div_ceil(ARENA_ALIGN) * ARENA_ALIGN;
+        let scratch_f32 = scratch_per_thread(&plan);
+        let sched = schedule::schedule(&tasks, self.n_threads, self.profiling);
+        let mut pos = vec![usize::MAX; tasks.len()];
+        for (k, n) in sched.nodes.iter().enumerate() {
+            pos[n.node] = k;
+        }
+        Ok(Prepared {
+            key,
+            work_size: plan.work_size,
+            shared_size,
+            scratch_f32,
+            tasks,
+            _packed: packed,
+            sched,
+            pos,
+        })
     }
 }
 
@@ -229,7 +285,13 @@ pub fn plan_graph(ctx: &Context, graph: &Graph, n_threads: usize) -> Result<Plan
 }
 
 /// Resolves each node to raw pointers into the context's arena and external buffers.
-fn resolve(ctx: &mut Context, graph: &Graph, plan: &Plan) -> Result<Vec<Task>> {
+/// Also returns what keeps the packed weight copies that `mul_mat` tasks point at alive.
+fn resolve(
+    ctx: &mut Context,
+    graph: &Graph,
+    plan: &Plan,
+) -> Result<(Vec<Task>, Vec<kernels::matmul::PackedKeep>)> {
+    let mut keep = Vec::new();
     // External data is only ever read: the builders refuse ops that write into it.
     let ext_ptr = |ctx: &Context, buf: usize| ctx.external_bytes(buf).as_ptr() as *mut u8;
     let mut ext: Vec<*mut u8> = Vec::new();
@@ -261,6 +323,7 @@ fn resolve(ctx: &mut Context, graph: &Graph, plan: &Plan) -> Result<Vec<Task>> {
                 dst: RawTensor::new(m, std::ptr::null_mut()),
                 src: [None; MAX_SRC],
                 plan: p,
+                packed: std::ptr::null(),
             });
             continue;
         }
@@ -275,14 +338,19 @@ fn resolve(ctx: &mut Context, graph: &Graph, plan: &Plan) -> Result<Vec<Task>> {
                 ));
             }
         }
-        resolved.push(Task {
+        let mut task = Task {
             op: m.op,
             dst,
             src,
             plan: p,
-        });
+            packed: std::ptr::null(),
+        };
+        if matches!(m.op, Op::MulMat) {
+            keep.extend(kernels::matmul::attach_packed(&mut task));
+        }
+        resolved.push(task);
     }
-    Ok(resolved)
+    Ok((resolved, keep))
 }
 
 #[derive(Clone, Copy)]
@@ -312,7 +380,7 @@ struct Job<'a> {
     /// Per scheduled node (indexed like `sched.nodes`).
     state: Vec<NodeState>,
     /// Position in `sched.nodes` of each graph node (only meaningful for scheduled ones).
-    pos: Vec<usize>,
+    pos: &'a [usize],
     /// Nodes of each epoch completed.
     epoch_done: Vec<CachePadded<AtomicUsize>>,
     signal: Signal,

@@ -157,7 +157,7 @@ mod tests {
             g.build_forward_expand(ctx, t).expect("a valid graph");
         }
         let plan = super::super::plan_graph(ctx, &g, 2).expect("plannable");
-        let tasks = super::super::resolve(ctx, &g, &plan).expect("resolvable");
+        let (tasks, _packed) = super::super::resolve(ctx, &g, &plan).expect("resolvable");
         (schedule(&tasks, 2, false), g.nodes().to_vec())
     }
 

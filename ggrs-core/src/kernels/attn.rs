@@ -69,6 +69,17 @@ fn use_split(q_ne: [usize; 4], n_kv: usize, kv_splits: usize) -> bool {
     kv_splits >= 2 && q_ne[1] == 1 && q_ne[3] == 1 && n_kv >= SPLIT_MIN_KV
 }
 
+/// Query heads per group of the one-row kernel: the heads that share one key head and one
+/// value head (grouped-query attention), which it runs together so that each key and value
+/// row is read once per group; 1 when keys and values are broadcast differently.
+fn group_size(q_ne: [usize; 4], k_ne: [usize; 4], v_ne: [usize; 4]) -> usize {
+    if k_ne[2] == v_ne[2] && k_ne[3] == q_ne[3] && v_ne[3] == q_ne[3] && k_ne[2] > 0 {
+        q_ne[2] / k_ne[2]
+    } else {
+        1
+    }
+}
+
 /// Scratch (f32 slots) of the one-row kernel: q rounded to f16 (as f32), a converted key row,
 /// the f16 accumulator (two per slot).
 fn row_scratch(dk: usize, dv: usize) -> usize {
@@ -96,22 +107,22 @@ pub(crate) fn plan(
 ) -> TaskPlan {
     let (dk, dv, n_q) = (k.ne[0], v.ne[0], q.ne[1]);
     let heads = q.ne[2] * q.ne[3];
+    let gs = group_size(q.ne, k.ne, v.ne);
     if use_split(q.ne, k.ne[1], kv_splits) {
-        // One chunk per (head, part); partial results in the shared buffer, merged in
-        // FINALIZE.
-        let parts = heads * kv_splits;
+        // One chunk per (head group, part); partial results of each head in the shared
+        // buffer, merged in FINALIZE.
         return TaskPlan {
-            n_chunks: parts,
+            n_chunks: heads / gs * kv_splits,
             finalize: true,
-            work_shared: parts * (2 + dv) * std::mem::size_of::<f32>(),
-            scratch_f32: row_scratch(dk, dv).max(dv),
+            work_shared: heads * kv_splits * (2 + dv) * std::mem::size_of::<f32>(),
+            scratch_f32: (gs * row_scratch(dk, dv)).max(dv),
             ..TaskPlan::default()
         };
     }
     let (units, scratch) = if use_tiled(n_q) {
         (heads * n_q.div_ceil(TILE_Q), tile_scratch(dk, dv))
     } else {
-        (heads * n_q, row_scratch(dk, dv))
+        (heads / gs * n_q, gs * row_scratch(dk, dv))
     };
     TaskPlan {
         n_chunks: units.min(nth * 4).max(1),
@@ -229,24 +240,30 @@ pub(crate) unsafe fn flash_attn_ext(
         fast: fast(),
     };
     let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
+    let gs = group_size(a.q.ne, a.k.ne, a.v.ne);
+    let rs = row_scratch(a.dk(), a.dv());
     if use_split(a.q.ne, a.n_kv(), kv_splits) {
         let n_kv = a.n_kv();
         let per = n_kv.div_ceil(kv_splits);
         let stride = 2 + a.dv();
-        for u in split_range(n_head * kv_splits, n_chunks, chunk) {
-            let (h, part) = (u / kv_splits, u % kv_splits);
+        for u in split_range(n_head / gs * kv_splits, n_chunks, chunk) {
+            let (g, part) = (u / kv_splits, u % kv_splits);
             let keys = (part * per).min(n_kv)..((part + 1) * per).min(n_kv);
-            // SAFETY: slot u of the shared buffer (planned for n_head · kv_splits slots of
-            // `stride` f32) belongs to this chunk only; indices in range.
-            unsafe {
-                let slot = std::slice::from_raw_parts_mut(
-                    (work.shared as *mut f32).add(u * stride),
-                    stride,
-                );
-                let (max, sum) = one_row_keys(&a, 0, h, 0, keys, work.scratch);
+            let heads = g * gs..(g + 1) * gs;
+            // SAFETY: indices in range; the scratch holds gs row scratches (plan).
+            let results = unsafe { group_row_keys(&a, 0, heads.clone(), 0, keys, work.scratch) };
+            for (j, (h, (max, sum))) in heads.zip(results).enumerate() {
+                // SAFETY: slot h · kv_splits + part of the shared buffer (planned for
+                // n_head · kv_splits slots of `stride` f32) belongs to this chunk only.
+                let slot = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        (work.shared as *mut f32).add((h * kv_splits + part) * stride),
+                        stride,
+                    )
+                };
                 slot[0] = max;
                 slot[1] = sum;
-                let acc = row_acc(work.scratch, a.dk(), a.dv());
+                let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
                 for (o, &y) in slot[2..].iter_mut().zip(acc.iter()) {
                     *o = h2f(y);
                 }
@@ -270,27 +287,78 @@ pub(crate) unsafe fn flash_attn_ext(
             };
         }
     } else {
-        for r in split_range(n_q * n_head * n3, n_chunks, chunk) {
-            let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
-            // SAFETY: indices in range; this chunk owns the row.
-            unsafe { one_row(&a, iq1, iq2, iq3, work.scratch) };
+        let n_groups = n_head / gs;
+        for r in split_range(n_q * n_groups * n3, n_chunks, chunk) {
+            let (iq1, g, iq3) = (r % n_q, (r / n_q) % n_groups, r / (n_q * n_groups));
+            let heads = g * gs..(g + 1) * gs;
+            // SAFETY: indices in range; the scratch holds gs row scratches (plan).
+            let results =
+                unsafe { group_row_keys(&a, iq1, heads.clone(), iq3, 0..a.n_kv(), work.scratch) };
+            for (j, (iq2, (_, sum))) in heads.zip(results).enumerate() {
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                // SAFETY: indices in range; this chunk owns the group's rows.
+                let out = unsafe { a.out_row(iq1, iq2, iq3) };
+                let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
+                for (o, &y) in out.iter_mut().zip(acc.iter()) {
+                    *o = h2f(y) * inv;
+                }
+            }
         }
     }
 }
 
-/// The one-row kernel for query `iq1` of head `(iq2, iq3)`.
+/// The one-row kernel for query `iq1` of the heads `heads` (of outer index `iq3`), which
+/// share their key and value heads ([`group_size`]), over keys `keys`: head `heads.start + j`
+/// leaves its f16 accumulator in the `j`-th [`row_scratch`] part of `sc` ([`row_acc`]);
+/// returns each head's `(M, S)`. Every head gets the arithmetic of [`one_row_keys`] in the
+/// same order; on x86-64 with `dk = dv = 64` and one mask row for all heads, up to eight
+/// heads run in lockstep over the keys, so that each key and value row is loaded once for
+/// them and their dependency chains overlap.
 ///
 /// # Safety
-/// Indices in range; `sc` holds [`row_scratch`] values.
-unsafe fn one_row(a: &Attn, iq1: usize, iq2: usize, iq3: usize, sc: &mut [f32]) {
-    // SAFETY: forwarded.
-    let (_, sum) = unsafe { one_row_keys(a, iq1, iq2, iq3, 0..a.n_kv(), sc) };
-    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-    // SAFETY: indices in range; this thread owns the row.
-    let out = unsafe { a.out_row(iq1, iq2, iq3) };
-    for (o, &y) in out.iter_mut().zip(row_acc(sc, a.dk(), a.dv()).iter()) {
-        *o = h2f(y) * inv;
+/// Indices in range, `keys` within `0..n_kv`; `sc` holds `heads.len()` row scratches.
+unsafe fn group_row_keys(
+    a: &Attn,
+    iq1: usize,
+    heads: std::ops::Range<usize>,
+    iq3: usize,
+    keys: std::ops::Range<usize>,
+    sc: &mut [f32],
+) -> Vec<(f32, f32)> {
+    let (dk, dv) = (a.dk(), a.dv());
+    let rs = row_scratch(dk, dv);
+    #[cfg(target_arch = "x86_64")]
+    if a.fast && dk == x86::D && dv == x86::D && a.mask.is_none_or(|m| m.ne[2] == 1) {
+        let mut out = Vec::with_capacity(heads.len());
+        let mut h = heads.start;
+        while h < heads.end {
+            let n = (heads.end - h).min(x86::MAX_GROUP);
+            // SAFETY: forwarded; heads h..h + n are in range and their scratches lie in
+            // `sc` (part j of `heads` at j · rs).
+            unsafe {
+                let part = &mut sc[(h - heads.start) * rs..(h - heads.start + n) * rs];
+                x86::group_keys_d(a, iq1, h..h + n, iq3, keys.clone(), part, rs, &mut out);
+            }
+            h += n;
+        }
+        return out;
     }
+    heads
+        .enumerate()
+        .map(|(j, iq2)| {
+            // SAFETY: forwarded; part j of the scratch is this head's.
+            unsafe {
+                one_row_keys(
+                    a,
+                    iq1,
+                    iq2,
+                    iq3,
+                    keys.clone(),
+                    &mut sc[j * rs..(j + 1) * rs],
+                )
+            }
+        })
+        .collect()
 }
 
 /// The f16 accumulator of the one-row kernel in its scratch.
@@ -674,7 +742,8 @@ mod x86 {
         __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
         _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtph_ps, _mm_cvtsi32_si128,
-        _mm_cvtss_f32, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_ps, _mm_storeu_si128,
+        _mm_cvtss_f32, _mm_loadu_ps, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_ps,
+        _mm_storeu_si128,
     };
 
     use super::{f2h, h2f};
@@ -747,6 +816,9 @@ mod x86 {
     /// Head size of the specialised one-row loop ([`row_keys_d`]).
     pub(super) const D: usize = 64;
 
+    /// The most heads [`group_keys_d`] runs in lockstep.
+    pub(super) const MAX_GROUP: usize = 8;
+
     /// The one-row key loop of [`super::one_row_keys`] for `dk = dv = D`, with the query and
     /// the f16 accumulator held in registers: per key the same operations in the same order
     /// (ggml's 64-lane dot product and its reduction tree, `scale`, mask, `expf`, the f16
@@ -754,9 +826,7 @@ mod x86 {
     /// and leaves the accumulator in `acc_out`.
     ///
     /// # Safety
-    /// The CPU supports AVX2, FMA and F16C. For every `ic` in `start..end`, `D` f16 values are
-    /// readable at `k0 + ic·knb` and at `v0 + ic·vnb`, and with a mask `(p, nb0, f16)` one
-    /// element (f16 if `f16`, else f32, aligned) at `p + ic·nb0`.
+    /// As [`keys_group`].
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn row_keys_d(
@@ -771,21 +841,163 @@ mod x86 {
         end: usize,
         scale: f32,
     ) -> (f32, f32) {
-        const N: usize = D / 8;
-        let zero = _mm256_setzero_ps();
-        let mut q = [zero; N];
-        let mut acc = [_mm_setzero_si128(); N];
-        for i in 0..N {
-            // SAFETY: 8 f32 readable at qh[8i], 8 u16 at acc_out[8i] (i < D / 8).
-            unsafe {
-                q[i] = _mm256_loadu_ps(qh.as_ptr().add(8 * i));
-                acc[i] = _mm_loadu_si128(acc_out.as_ptr().add(8 * i) as *const __m128i);
+        let (mut q, mut acc) = ([*qh], [*acc_out]);
+        let rows = KeyRows {
+            k0,
+            knb,
+            v0,
+            vnb,
+            mask,
+        };
+        // SAFETY: forwarded.
+        let [r] = unsafe { keys_group::<1>(&mut q, &mut acc, &rows, start..end, scale) };
+        *acc_out = acc[0];
+        r
+    }
+
+    /// The key and value rows of one key/value head and the mask row of one query: for every
+    /// key `ic`, `D` f16 values at `k0 + ic·knb` and at `v0 + ic·vnb`, and with a mask
+    /// `(p, nb0, f16)` one element (f16 if `f16`, else f32, aligned) at `p + ic·nb0`.
+    struct KeyRows {
+        k0: *const u8,
+        knb: usize,
+        v0: *const u8,
+        vnb: usize,
+        mask: Option<(*const u8, usize, bool)>,
+    }
+
+    /// [`super::group_row_keys`] for at most [`MAX_GROUP`] heads with `dk = dv = D` and one
+    /// mask row for all of them: appends each head's `(M, S)` to `out` and leaves its
+    /// accumulator in part `j` (of `rs` values) of `sc`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C; indices in range, `keys` within `0..n_kv`; `sc`
+    /// holds `heads.len()` row scratches of `rs` values; the mask (if any) has `ne[2] = 1`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn group_keys_d(
+        a: &super::Attn,
+        iq1: usize,
+        heads: std::ops::Range<usize>,
+        iq3: usize,
+        keys: std::ops::Range<usize>,
+        sc: &mut [f32],
+        rs: usize,
+        out: &mut Vec<(f32, f32)>,
+    ) {
+        macro_rules! run {
+            ($($g:literal)*) => {
+                match heads.len() {
+                    $($g => {
+                        // SAFETY: forwarded.
+                        unsafe { group_n::<$g>(a, iq1, heads.start, iq3, keys, sc, rs, out) }
+                    })*
+                    n => unreachable!("groups hold 1 to {MAX_GROUP} heads, not {n}"),
+                }
+            };
+        }
+        run!(1 2 3 4 5 6 7 8)
+    }
+
+    /// [`group_keys_d`] for `G` heads from `h0`.
+    ///
+    /// # Safety
+    /// As [`group_keys_d`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn group_n<const G: usize>(
+        a: &super::Attn,
+        iq1: usize,
+        h0: usize,
+        iq3: usize,
+        keys: std::ops::Range<usize>,
+        sc: &mut [f32],
+        rs: usize,
+        out: &mut Vec<(f32, f32)>,
+    ) {
+        let (k, v, qt) = (a.k, a.v, a.q);
+        let mut q = [[0f32; D]; G];
+        for (j, qh) in q.iter_mut().enumerate() {
+            // SAFETY: head h0 + j in range (caller).
+            let row = unsafe { a.q_row(iq1, h0 + j, iq3) };
+            for (h, &x) in qh.iter_mut().zip(row) {
+                *h = super::h2f(super::f2h(x));
             }
         }
-        let mut sum = 0f32; // S
-        let mut max = f32::NEG_INFINITY; // M
-        for ic in start..end {
-            let mv = match mask {
+        // The heads share their key and value head (`group_size`).
+        let (k2, k3) = (h0 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
+        let (v2, v3) = (h0 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
+        // SAFETY: head indices in range (caller, broadcast rule checked by the builder); the
+        // mask row of query iq1 (its ne[2] is 1, caller).
+        let rows = unsafe {
+            KeyRows {
+                k0: k.row_ptr(0, k2, k3),
+                knb: k.nb[1],
+                v0: v.row_ptr(0, v2, v3),
+                vnb: v.nb[1],
+                mask: a.mask.map(|m| {
+                    let p = m.data.add(m.offset(0, iq1, 0, iq3 % m.ne[3]));
+                    (p as *const u8, m.nb[0], m.dtype == crate::dtype::DType::F16)
+                }),
+            }
+        };
+        let mut acc = [[0u16; D]; G];
+        // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
+        // their tensors (the builder checked the shapes).
+        let res = unsafe { keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale) };
+        for (j, (acc, r)) in acc.iter().zip(res).enumerate() {
+            super::row_acc(&mut sc[j * rs..(j + 1) * rs], D, D).copy_from_slice(acc);
+            out.push(r);
+        }
+    }
+
+    /// `expf` of `G ≤ 8` values, four lanes at a time (`kernels::expf`).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp_lanes<const G: usize>(x: &[f32; G]) -> [f32; G] {
+        const { assert!(G <= 8) };
+        let (mut xs, mut ys) = ([0f32; 8], [0f32; 8]);
+        xs[..G].copy_from_slice(x);
+        for c in 0..G.div_ceil(4) {
+            // SAFETY: lanes 4c..4c + 4 lie in the arrays of 8 (G ≤ 8); the features
+            // are the caller's.
+            unsafe {
+                let v = crate::kernels::expf::x86::expf4(_mm_loadu_ps(xs.as_ptr().add(4 * c)));
+                _mm_storeu_ps(ys.as_mut_ptr().add(4 * c), v);
+            }
+        }
+        std::array::from_fn(|g| ys[g])
+    }
+
+    /// The key loop for `G` query heads `q` (rounded to f16) sharing `rows`, in lockstep: per
+    /// key, every head gets exactly the operations of the one-head loop (see
+    /// [`row_keys_d`]); the key and value rows are widened once for all of them. Returns each
+    /// head's `(M, S)`, its accumulator in `acc_out`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C; `rows` valid for every key in `keys`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn keys_group<const G: usize>(
+        q: &mut [[f32; D]; G],
+        acc_out: &mut [[u16; D]; G],
+        rows: &KeyRows,
+        keys: std::ops::Range<usize>,
+        scale: f32,
+    ) -> [(f32, f32); G] {
+        const N: usize = D / 8;
+        let zero = _mm256_setzero_ps();
+        let mut acc = [[_mm_setzero_si128(); N]; G];
+        for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
+            for (i, y) in a.iter_mut().enumerate() {
+                // SAFETY: 8 u16 readable at o[8i] (i < D / 8).
+                *y = unsafe { _mm_loadu_si128(o.as_ptr().add(8 * i) as *const __m128i) };
+            }
+        }
+        let mut sum = [0f32; G]; // S
+        let mut max = [f32::NEG_INFINITY; G]; // M
+        for ic in keys {
+            let mv = match rows.mask {
                 None => 0.0,
                 // SAFETY: the element lies in the mask row (caller); f16 → f32 is exact,
                 // as `h2f`.
@@ -803,53 +1015,83 @@ mod x86 {
                 continue;
             }
             // SAFETY: row ic of keys and values is readable (caller).
-            let (kp, vp) = unsafe { (k0.add(ic * knb) as *const __m128i, v0.add(ic * vnb)) };
-            // ggml's dot: lane t = fma(k_t, q_t, 0); lanes t + 32 then t + 16 folded in,
-            // then `reduce16`.
-            let mut l = [zero; N];
-            for i in 0..N {
+            let (kp, vp) = unsafe {
+                (
+                    rows.k0.add(ic * rows.knb) as *const __m128i,
+                    rows.v0.add(ic * rows.vnb) as *const __m128i,
+                )
+            };
+            let mut kr = [zero; N];
+            for (i, x) in kr.iter_mut().enumerate() {
                 // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
-                let k = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(kp.add(i)) });
-                l[i] = _mm256_fmadd_ps(k, q[i], zero);
+                *x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(kp.add(i)) });
             }
-            let r0 = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
-            let r1 = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
-            // reduce16: h8 = hi16 + lo16, h4 = hi8 + lo8, (h4₀ + h4₂) + (h4₁ + h4₃).
-            let h8 = _mm256_add_ps(r1, r0);
-            let h4 = _mm_add_ps(_mm256_extractf128_ps::<1>(h8), _mm256_castps256_ps128(h8));
-            let mut h = [0f32; 4];
-            // SAFETY: 4 f32 writable.
-            unsafe { _mm_storeu_ps(h.as_mut_ptr(), h4) };
-            let mut s = (h[0] + h[2]) + (h[1] + h[3]);
-            s *= scale;
-            s += mv;
-            let (ms, vs);
-            if s > max {
-                let old = max;
-                max = s;
-                ms = (old - max).exp();
-                vs = 1.0;
-                let m = _mm256_set1_ps(ms);
-                for y in acc.iter_mut() {
-                    *y = _mm256_cvtps_ph::<0>(_mm256_mul_ps(_mm256_cvtph_ps(*y), m));
+            let mut s = [0f32; G];
+            for (g, sg) in s.iter_mut().enumerate() {
+                // ggml's dot: lane t = fma(k_t, q_t, 0); lanes t + 32 then t + 16 folded
+                // in, then `reduce16`.
+                let mut l = [zero; N];
+                for i in 0..N {
+                    // SAFETY: 8 f32 readable at q[g][8i] (i < D / 8).
+                    let qv = unsafe { _mm256_loadu_ps(q[g].as_ptr().add(8 * i)) };
+                    l[i] = _mm256_fmadd_ps(kr[i], qv, zero);
                 }
-            } else {
-                ms = 1.0;
-                vs = (s - max).exp();
+                let r0 = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
+                let r1 = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
+                // reduce16: h8 = hi16 + lo16, h4 = hi8 + lo8, (h4₀ + h4₂) + (h4₁ + h4₃).
+                let h8 = _mm256_add_ps(r1, r0);
+                let h4 = _mm_add_ps(_mm256_extractf128_ps::<1>(h8), _mm256_castps256_ps128(h8));
+                let mut h = [0f32; 4];
+                // SAFETY: 4 f32 writable.
+                unsafe { _mm_storeu_ps(h.as_mut_ptr(), h4) };
+                let mut x = (h[0] + h[2]) + (h[1] + h[3]);
+                x *= scale;
+                x += mv;
+                *sg = x;
             }
-            let w = _mm256_set1_ps(vs);
-            for (i, y) in acc.iter_mut().enumerate() {
+            // A new maximum: ms = expf(M_old − M), vs = 1; else ms = 1, vs = expf(s − M);
+            // the exponentials of all heads at once (glibc's `expf`, bit for bit).
+            let (mut arg, mut grew) = ([0f32; G], [false; G]);
+            for g in 0..G {
+                if s[g] > max[g] {
+                    let old = max[g];
+                    max[g] = s[g];
+                    arg[g] = old - max[g];
+                    grew[g] = true;
+                } else {
+                    arg[g] = s[g] - max[g];
+                }
+            }
+            // SAFETY: the CPU supports AVX2 and FMA (caller).
+            let e = unsafe { exp_lanes(&arg) };
+            let ms: [f32; G] = std::array::from_fn(|g| if grew[g] { e[g] } else { 1.0 });
+            let vs: [f32; G] = std::array::from_fn(|g| if grew[g] { 1.0 } else { e[g] });
+            let mut vr = [zero; N];
+            for (i, x) in vr.iter_mut().enumerate() {
                 // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
-                let x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128((vp as *const __m128i).add(i)) });
-                *y = _mm256_cvtps_ph::<0>(_mm256_fmadd_ps(x, w, _mm256_cvtph_ps(*y)));
+                *x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(vp.add(i)) });
             }
-            sum = sum.mul_add(ms, vs);
+            for g in 0..G {
+                if grew[g] {
+                    let m = _mm256_set1_ps(ms[g]);
+                    for y in acc[g].iter_mut() {
+                        *y = _mm256_cvtps_ph::<0>(_mm256_mul_ps(_mm256_cvtph_ps(*y), m));
+                    }
+                }
+                let w = _mm256_set1_ps(vs[g]);
+                for (y, &x) in acc[g].iter_mut().zip(&vr) {
+                    *y = _mm256_cvtps_ph::<0>(_mm256_fmadd_ps(x, w, _mm256_cvtph_ps(*y)));
+                }
+                sum[g] = sum[g].mul_add(ms[g], vs[g]);
+            }
         }
-        for (i, y) in acc.iter().enumerate() {
-            // SAFETY: 8 u16 writable at acc_out[8i] (i < D / 8).
-            unsafe { _mm_storeu_si128(acc_out.as_mut_ptr().add(8 * i) as *mut __m128i, *y) };
+        for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
+            for (i, y) in a.iter().enumerate() {
+                // SAFETY: 8 u16 writable at o[8i] (i < D / 8).
+                unsafe { _mm_storeu_si128(o.as_mut_ptr().add(8 * i) as *mut __m128i, *y) };
+            }
         }
-        (max, sum)
+        std::array::from_fn(|g| (max[g], sum[g]))
     }
 
     /// The tiled kernel compiled with the features (see [`super::tile_body`]).

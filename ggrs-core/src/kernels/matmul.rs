@@ -454,6 +454,31 @@ impl Drop for PackedWeight {
     }
 }
 
+/// Keeps the packed copy a `mul_mat` task points at ([`Task::packed`]) alive while its graph
+/// runs.
+pub(crate) struct PackedKeep {
+    #[cfg(target_arch = "x86_64")]
+    _entry: std::sync::Arc<packed::Packed>,
+}
+
+/// Points `task` (a `mul_mat`) at the packed copy of its weight when it takes the panel path
+/// and one was packed ahead ([`PackedWeight`]), once per graph run rather than per chunk;
+/// the result must outlive every use of the task.
+pub(crate) fn attach_packed(task: &mut Task) -> Option<PackedKeep> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let kind = panels::planned(task)?;
+        let entry = packed::lookup(kind, task.s0())?;
+        task.packed = entry.panel(0);
+        Some(PackedKeep { _entry: entry })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = task;
+        None
+    }
+}
+
 /// The registry of packed weights, keyed by the address of their source bytes.
 #[cfg(target_arch = "x86_64")]
 mod packed {
@@ -630,7 +655,8 @@ mod panels {
         let nb = k / 32;
         let np = dst.ne[0] / ROWS;
         let batches = dst.ne[2] * dst.ne[3];
-        // Several chunks per thread so that threads finishing early pick up more.
+        // Several chunks per thread so that threads finishing early pick up more (but not
+        // many more: each chunk is a new stream for the hardware prefetcher to pick up).
         let nrb = (nth * 8).div_ceil(batches).clamp(1, np.max(1));
         let rs = DType::Q8_0.row_size(k);
         TaskPlan {
@@ -672,13 +698,15 @@ mod panels {
             "the panel plan sizes the scratch for one packed panel"
         );
         let buf = work.scratch.as_mut_ptr() as *mut u8;
-        // A copy packed ahead (`PackedWeight`): stream its panels instead of packing.
-        let packed = super::packed::lookup(kind, a);
+        // A copy packed ahead (`PackedWeight`, attached by the executor): stream its panels
+        // instead of packing.
+        let panel_bytes = kind.panel_bytes(nb);
         for p in split_range(np, nrb, rb) {
             let i0 = p * ROWS;
-            let buf = match &packed {
-                Some(pk) => pk.panel(p),
-                None => {
+            let buf = match task.packed.is_null() {
+                // Panel p < np of the packed copy, which the executor keeps alive.
+                false => task.packed.wrapping_add(p * panel_bytes),
+                true => {
                     // SAFETY: as below.
                     unsafe { pack_panel(kind, a, (a2, a3), p, np, buf) };
                     buf as *const u8
@@ -716,7 +744,6 @@ mod panels {
             }
             columns!(1);
         }
-        drop(packed);
         if rb == nrb - 1 && np * ROWS < n {
             // SAFETY: the leftover rows, written by this chunk only.
             unsafe { tile(task, work, (i2, i3), np * ROWS..n, 0..m) };

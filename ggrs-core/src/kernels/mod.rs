@@ -16,6 +16,7 @@
 
 pub(crate) mod attn;
 pub(crate) mod elementwise;
+pub(crate) mod expf;
 pub(crate) mod ggml_arith;
 pub(crate) mod matmul;
 pub(crate) mod nn;
@@ -226,6 +227,10 @@ pub(crate) struct Task {
     pub dst: RawTensor,
     pub src: [Option<RawTensor>; MAX_SRC],
     pub plan: TaskPlan,
+    /// For a `mul_mat` on the panel path whose weight was packed ahead
+    /// (`matmul::PackedWeight`): the first byte of the packed copy, which the executor keeps
+    /// alive while the graph runs (`matmul::attach_packed`). Null otherwise.
+    pub packed: *const u8,
 }
 
 // SAFETY: a Task holds raw pointers into buffers that the executor keeps alive and

@@ -150,15 +150,39 @@ pub(crate) fn gather_f32(
     nb: &[usize; 4],
     bytes: &[u8],
 ) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    gather_f32_into(dtype, ne, nb, bytes, &mut out)?;
+    Ok(out)
+}
+
+/// As [`gather_f32`], appending to `out` (whose spare capacity is reused).
+pub(crate) fn gather_f32_into(
+    dtype: DType,
+    ne: &[usize; 4],
+    nb: &[usize; 4],
+    bytes: &[u8],
+    out: &mut Vec<f32>,
+) -> Result<()> {
     let f = traits(dtype).to_f32.ok_or(Error::UnsupportedType {
         op: "to_f32_vec",
         dtype,
         detail: "no conversion from this type to f32".into(),
     })?;
     let n: usize = ne.iter().product();
-    let mut out = vec![0f32; n];
+    let dense =
+        nb[0] == 4 && nb[1] == 4 * ne[0] && nb[2] == nb[1] * ne[1] && nb[3] == nb[2] * ne[2];
+    if cfg!(target_endian = "little") && dtype == DType::F32 && dense && bytes.len() >= 4 * n {
+        // Dense little-endian f32 (e.g. logits): one copy.
+        if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(&bytes[..4 * n]) {
+            out.extend_from_slice(v);
+            return Ok(());
+        }
+    }
+    let start = out.len();
+    out.resize(start + n, 0.0);
+    let out = &mut out[start..];
     if n == 0 {
-        return Ok(out);
+        return Ok(());
     }
     let row_dense = dtype.is_quantized() || nb[0] == dtype.type_size();
     let row_bytes = dtype.row_size(ne[0]);
@@ -183,5 +207,5 @@ pub(crate) fn gather_f32(
             }
         }
     }
-    Ok(out)
+    Ok(())
 }

@@ -1,0 +1,50 @@
+//! `flash_attn_ext` for one decoded token: the attention of a Qwen2.5-0.5B layer (14 query
+//! heads sharing 2 key/value heads, head size 64, f16 cache) over 256, 1024 and 4096 cached
+//! keys, on 1 and 2 threads of a persistent [`Executor`], with the keys split in 2 parts as
+//! llama.cpp does on 2 threads (from 512 keys on).
+//!
+//! Run with `cargo bench -p ggrs-core --bench flash_attn`. Throughput is in (key, query
+//! head) pairs per second: at depth `d` one call handles `14·d` of them.
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ggrs_core::{Context, DType, Executor, Graph};
+
+/// Query heads, key/value heads, head size.
+const HEADS: (usize, usize, usize) = (14, 2, 64);
+
+fn bench_flash_attn(c: &mut Criterion) {
+    let mut g = c.benchmark_group("flash_attn_decode");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let (nh, nkv, d) = HEADS;
+    for n_kv in [256usize, 1024, 4096] {
+        let mut ctx = Context::with_mem_size(64 << 20);
+        let tensors = (|| -> ggrs_core::Result<_> {
+            let q = ctx.new_tensor(DType::F32, &[d, 1, nh, 1])?;
+            let k = ctx.new_tensor(DType::F16, &[d, n_kv, nkv, 1])?;
+            let v = ctx.new_tensor(DType::F16, &[d, n_kv, nkv, 1])?;
+            let m = ctx.new_tensor(DType::F16, &[n_kv, 1])?;
+            let wave = |n: usize, f: f32| (0..n).map(|i| (i as f32 * f).sin()).collect::<Vec<_>>();
+            ctx.set_f32(q, &wave(d * nh, 0.37))?;
+            ctx.set_f32(k, &wave(d * n_kv * nkv, 0.21))?;
+            ctx.set_f32(v, &wave(d * n_kv * nkv, 0.13))?;
+            ctx.set_f32(m, &vec![0.0; n_kv])?;
+            let out = ctx.flash_attn_ext_split(q, k, v, Some(m), 0.125, 2)?;
+            Graph::build(&ctx, out)
+        })();
+        let graph = tensors.expect("the bench graph is well formed");
+        g.throughput(Throughput::Elements((nh * n_kv) as u64));
+        for threads in [1usize, 2] {
+            let mut exec = Executor::new(threads);
+            g.bench_function(format!("kv{n_kv}/t{threads}"), |b| {
+                b.iter(|| exec.compute(&mut ctx, &graph).expect("computes"))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_flash_attn);
+criterion_main!(benches);
