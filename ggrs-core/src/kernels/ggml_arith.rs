@@ -206,7 +206,7 @@ fn dot_q4_0_chain_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
 }
 
 #[inline(always)]
-fn dot_f16_lanes16_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+pub(crate) fn dot_f16_lanes16_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let mut lanes = [0f32; 16];
     for i in (0..n / 16 * 16).step_by(16) {
         for (l, lane) in lanes.iter_mut().enumerate() {
@@ -346,6 +346,22 @@ pub(crate) fn f16_lanes16_tile<const R: usize, const C: usize>(
     {
         // SAFETY: the CPU features and the row lengths were checked above.
         unsafe { x86::f16_lanes16_tile::<R, C>(n, a.map(|r| r.as_ptr()), b.map(|r| r.as_ptr())) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("f16_tiles() is false off x86-64")
+}
+
+/// Widens the f16 values in `src` (little-endian, `2 · dst.len()` bytes or more) to f32 in
+/// `dst`, exactly, sixteen at a time. Needs [`f16_tiles`].
+pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
+    assert!(
+        f16_tiles() && src.len() >= 2 * dst.len(),
+        "widen_f16: AVX-512 and two bytes per value"
+    );
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the CPU features and the lengths were checked above.
+    unsafe {
+        x86::widen_f16(src.as_ptr(), dst)
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("f16_tiles() is false off x86-64")
@@ -624,6 +640,26 @@ mod x86 {
     unsafe fn load16(p: *const u8) -> __m512 {
         // SAFETY: forwarded; unaligned load.
         unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+
+    /// See [`super::widen_f16`].
+    ///
+    /// # Safety
+    /// `2 · dst.len()` bytes are readable at `src`; the CPU supports AVX-512 F/BW/VL.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn widen_f16(src: *const u8, dst: &mut [f32]) {
+        let n = dst.len();
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: values i..i + 16 lie in both (caller); unaligned load and store.
+            unsafe { _mm512_storeu_ps(dst.as_mut_ptr().add(i), load16(src.add(2 * i))) };
+            i += 16;
+        }
+        for (j, d) in dst.iter_mut().enumerate().skip(i) {
+            // SAFETY: value j < n lies in `src` (caller).
+            let h = unsafe { std::ptr::read_unaligned(src.add(2 * j) as *const u16) };
+            *d = half::f16::from_bits(u16::from_le(h)).to_f32();
+        }
     }
 
     /// The lanes of `v` reduced as [`super::reduce16`].

@@ -17,7 +17,6 @@
 //!   order; one column keeps `ggml_vec_dot_f16`'s one-row kernel);
 //! - everything else: 16 × 16 tiles of the dot-product kernels (4 × 4, 4 × 1, 1 × 4 forms).
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::dtype::DType;
@@ -96,11 +95,20 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
     } else {
         grid(dst.ne[0], dst.ne[1], batches, nth)
     };
+    let widened = if conv && f16_widens(a.dtype, a.ne, dst.ne[1]) {
+        4 * k * b.nrows()
+    } else {
+        0
+    };
     TaskPlan {
         n_chunks: (batches * nrb * ncb).max(1),
         init: conv,
         finalize: false,
-        work_shared: if conv { vdt.row_size(k) * b.nrows() } else { 0 },
+        work_shared: if conv {
+            vdt.row_size(k) * b.nrows() + widened
+        } else {
+            0
+        },
         // F16 prompts: a tile's columns widened to f32 (see `tile`).
         scratch_f32: if a.dtype == DType::F16 {
             (k + 16).max(TILE * k)
@@ -111,6 +119,30 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
         },
         tiles: (nrb, ncb),
     }
+}
+
+/// Whether an F16 `mul_mat` of weight shape `ne` and `m` columns takes the prompt tiles
+/// (AVX-512, `f16_lanes16` order) with its activation rows widened back to f32 once, in
+/// INIT, after the f16 rows in the shared buffer: every chunk then reads the columns as f32
+/// instead of widening them again.
+fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
+    dtype == DType::F16
+        && m >= 2
+        && ne[0].is_multiple_of(16)
+        && ne[1].is_multiple_of(4)
+        && crate::kernels::ggml_arith::f16_tiles()
+}
+
+/// The widened f32 activation rows of an F16 `mul_mat` planned with them ([`f16_widens`]):
+/// their byte offset in the shared buffer (after the `b.nrows()` f16 rows), if the plan
+/// made room for them.
+fn widened_offset(task: &Task) -> Option<usize> {
+    let (a, b) = (task.s0(), task.s1());
+    let f16_bytes = DType::F16.row_size(a.ne[0]) * b.nrows();
+    (a.dtype == DType::F16
+        && task.plan.init
+        && task.plan.work_shared == f16_bytes + 4 * a.ne[0] * b.nrows())
+    .then_some(f16_bytes)
 }
 
 /// Converts b's rows to the vec-dot type.
@@ -130,6 +162,7 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
     let rs = vdt.row_size(a.ne[0]);
     #[cfg(target_arch = "x86_64")]
     let panel = panels::planned(task);
+    let widened = widened_offset(task);
     for r in split_range(b.nrows(), nth, ith) {
         let (j, i2, i3) = b.unravel_row(r);
         // SAFETY: r < b.nrows(); slot r of the shared buffer is written by this thread only
@@ -138,6 +171,14 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
             let x = b.load_row(j, i2, i3, work.scratch);
             let out = std::slice::from_raw_parts_mut(work.shared.add(r * rs), rs);
             from(x, out);
+            if let Some(off) = widened {
+                // SAFETY: the plan sized the shared buffer for b.nrows() widened rows of k
+                // f32 after the converted rows (`widened_offset`); row r is this thread's.
+                let k = a.ne[0];
+                let wide =
+                    std::slice::from_raw_parts_mut(work.shared.add(off + 4 * r * k) as *mut f32, k);
+                crate::kernels::ggml_arith::widen_f16(out, wide);
+            }
             #[cfg(target_arch = "x86_64")]
             if let Some(kind) = panel {
                 // SAFETY: the panel plan sizes the shared buffer for the side data of
@@ -259,18 +300,37 @@ unsafe fn tile(
         && crate::kernels::ggml_arith::f16_uses_lanes16(a, b.ne[1])
     {
         use crate::kernels::ggml_arith::{f16_lanes16_tile, f16_lanes16_tile_f32};
-        // Prompts: the chunk's columns sixteen at a time, widened to f32 once (exact) in the
-        // scratch, against all the chunk's rows (which stay in cache), four by four.
-        if work.scratch.len() >= TILE * k {
+        // Prompts: the chunk's columns sixteen at a time, as f32 (widened once in INIT, or
+        // here in the scratch), against all the chunk's rows (which stay in cache), four by
+        // four.
+        let wide_rows = widened_offset(task).map(|off| {
+            let rows = b.nrows();
+            // SAFETY: INIT wrote b.nrows() widened rows of k f32 at `off` (4-byte aligned:
+            // the shared buffer is 64-byte aligned and `off` is a multiple of 32 bytes, k
+            // being a multiple of 16); nothing writes them during COMPUTE.
+            unsafe { std::slice::from_raw_parts(shared.add(off) as *const f32, rows * k) }
+        });
+        if wide_rows.is_some() || work.scratch.len() >= TILE * k {
             for cb in cols.clone().step_by(TILE) {
                 let cblk = cb..(cb + TILE).min(cols.end);
-                let w = &mut work.scratch[..cblk.len() * k];
-                for (c, j) in cblk.clone().enumerate() {
-                    let src: &[f16] = bytemuck::cast_slice(&b_row(j)[..2 * k]);
-                    src.convert_to_f32_slice(&mut w[c * k..(c + 1) * k]);
-                }
-                let w = &*w;
-                let wr = |j: usize| &w[(j - cb) * k..(j - cb + 1) * k];
+                let (w, slot0) = match wide_rows {
+                    // Row (j, i2, i3) is slot j + m·(i2 + ne2·i3), as the f16 rows.
+                    Some(all) => (all, Some(m * (i2 + d.ne[2] * i3))),
+                    None => {
+                        let w = &mut work.scratch[..cblk.len() * k];
+                        for (c, j) in cblk.clone().enumerate() {
+                            crate::kernels::ggml_arith::widen_f16(
+                                &b_row(j)[..2 * k],
+                                &mut w[c * k..(c + 1) * k],
+                            );
+                        }
+                        (&*w, None)
+                    }
+                };
+                let wr = |j: usize| {
+                    let row = slot0.map_or(j - cb, |s| s + j);
+                    &w[row * k..(row + 1) * k]
+                };
                 let mut i = rows.start;
                 while i + 4 <= rows.end {
                     let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
@@ -836,6 +896,58 @@ mod tests {
         let g = Graph::build(&ctx, out).expect("one node");
         compute_graph(&mut ctx, &g, nth).expect("runs");
         ctx.to_f32_vec(out).expect("f32 output")
+    }
+
+    /// F16 prompts whose columns are widened once in INIT ([`super::f16_widens`]) give the
+    /// bits of ggml's f16 prompt order, element by element (more than one tile of columns,
+    /// rows not a multiple of the chunk size, 1 and 2 threads).
+    #[test]
+    fn f16_prompts_with_widened_columns_keep_the_f16_order() {
+        let (k, n, m) = (96, 28, 19);
+        let mut seed = 9u64;
+        let wv: Vec<f32> = (0..k * n)
+            .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
+            .collect();
+        let w: Vec<u8> = wv
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect();
+        let b: Vec<f32> = (0..k * m)
+            .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+            .collect();
+        let w = Arc::new(w);
+        if super::f16_widens(DType::F16, [k, n, 1, 1], m) {
+            // The plan makes room for the widened rows after the f16 ones.
+            let mut ctx = Context::with_mem_size(1 << 20);
+            let a = ctx.new_tensor_2d(DType::F16, k, n).expect("room");
+            let bt = ctx.new_tensor_2d(DType::F32, k, m).expect("room");
+            let out = ctx.mul_mat(a, bt).expect("shapes agree");
+            let (am, bm, dm) = (
+                ctx.meta(a).expect("a").clone(),
+                ctx.meta(bt).expect("b").clone(),
+                ctx.meta(out).expect("out").clone(),
+            );
+            let p = super::plan(&am, &bm, &dm, 2);
+            assert_eq!(p.work_shared, (2 + 4) * k * m, "f16 rows, then f32 rows");
+        }
+        for nth in [1, 2] {
+            let got = product(DType::F16, k, n, &w, &b, nth);
+            for j in 0..m {
+                let col: Vec<u8> = b[j * k..(j + 1) * k]
+                    .iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                    .collect();
+                for i in 0..n {
+                    let row = &w[i * 2 * k..(i + 1) * 2 * k];
+                    let want = crate::kernels::ggml_arith::dot_f16_lanes16_body(k, row, &col);
+                    assert_eq!(
+                        got[j * n + i].to_bits(),
+                        want.to_bits(),
+                        "({i}, {j}) on {nth} threads"
+                    );
+                }
+            }
+        }
     }
 
     /// With a packed copy registered, `mul_mat` gives the bits it gives without one, and
