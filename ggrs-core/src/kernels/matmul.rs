@@ -66,6 +66,17 @@ fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
 /// Rows of `dst` (weight rows) and columns (activation rows) per tile at most.
 const TILE: usize = 16;
 
+/// The place in memory order of chunk `rb` of `nrb` when consecutive chunks go to the
+/// `regions` threads in turn: chunk `rb` is piece `rb / regions` of region
+/// `rb % regions`, the regions lying one after the other; so a thread taking every
+/// `regions`-th chunk streams through one contiguous range (a bijection of `0..nrb`).
+fn interleaved_position(rb: usize, nrb: usize, regions: usize) -> usize {
+    let regions = regions.clamp(1, nrb.max(1));
+    let r = rb % regions;
+    let before: usize = (0..r).map(|q| (nrb - q).div_ceil(regions)).sum();
+    before + rb / regions
+}
+
 fn grid(n: usize, m: usize, batches: usize, nth: usize) -> (usize, usize) {
     let ncb = m.div_ceil(TILE).max(1);
     let want = (nth * 4).div_ceil(ncb * batches).max(1);
@@ -118,6 +129,7 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
             0
         },
         tiles: (nrb, ncb),
+        n_threads: nth,
     }
 }
 
@@ -208,13 +220,20 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
     let rb = (chunk / ncb) % nrb;
     let batch = chunk / (ncb * nrb);
     let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
+    // One column (decoding): row blocks laid out so that each thread streams one
+    // contiguous range of weight rows (see `interleaved_position`).
+    let place = if ncb == 1 {
+        interleaved_position(rb, nrb, task.plan.n_threads)
+    } else {
+        rb
+    };
     // SAFETY: forwarded; the rows and columns lie inside dst.
     unsafe {
         tile(
             task,
             work,
             (i2, i3),
-            split_range(n, nrb, rb),
+            split_range(n, nrb, place),
             split_range(m, ncb, cb),
         )
     };
@@ -715,8 +734,10 @@ mod panels {
         let nb = k / 32;
         let np = dst.ne[0] / ROWS;
         let batches = dst.ne[2] * dst.ne[3];
-        // Several chunks per thread so that threads finishing early pick up more (but not
-        // many more: each chunk is a new stream for the hardware prefetcher to pick up).
+        // Several chunks per thread so that threads finishing early pick up more; chunk
+        // `rb` covers the panels of place `interleaved_position(rb, …)`, so that a thread
+        // taking every `nth`-th chunk reads one contiguous range: a new stream for the
+        // hardware prefetcher to pick up costs more than the few bytes per chunk.
         let nrb = (nth * 8).div_ceil(batches).clamp(1, np.max(1));
         let rs = DType::Q8_0.row_size(k);
         TaskPlan {
@@ -726,6 +747,7 @@ mod panels {
             work_shared: (rs + nb * AUX_BYTES) * b.nrows(),
             scratch_f32: (k + 16).max(kind.panel_bytes(nb).div_ceil(4) + 16),
             tiles: (nrb, 0),
+            n_threads: nth,
         }
     }
 
@@ -761,7 +783,10 @@ mod panels {
         // A copy packed ahead (`PackedWeight`, attached by the executor): stream its panels
         // instead of packing.
         let panel_bytes = kind.panel_bytes(nb);
-        for p in split_range(np, nrb, rb) {
+        // Chunks are taken in turn by the threads: lay them out so that each thread's
+        // stream through the weight stays contiguous (see `interleaved_position`).
+        let pos = interleaved_position(rb, nrb, task.plan.n_threads);
+        for p in split_range(np, nrb, pos) {
             let i0 = p * ROWS;
             let buf = match task.packed.is_null() {
                 // Panel p < np of the packed copy, which the executor keeps alive.
@@ -896,6 +921,34 @@ mod tests {
         let g = Graph::build(&ctx, out).expect("one node");
         compute_graph(&mut ctx, &g, nth).expect("runs");
         ctx.to_f32_vec(out).expect("f32 output")
+    }
+
+    /// Chunk places are a permutation of the chunks, every thread's chunks (taken in turn)
+    /// lie next to each other in memory order, in the order it takes them.
+    #[test]
+    fn interleaved_positions_are_a_permutation_of_contiguous_runs() {
+        for nrb in 1..40 {
+            for regions in 0..6 {
+                let places: Vec<usize> = (0..nrb)
+                    .map(|rb| super::interleaved_position(rb, nrb, regions))
+                    .collect();
+                let mut sorted = places.clone();
+                sorted.sort_unstable();
+                assert_eq!(
+                    sorted,
+                    (0..nrb).collect::<Vec<_>>(),
+                    "{nrb} chunks, {regions}"
+                );
+                let r = regions.clamp(1, nrb);
+                for t in 0..r {
+                    let mine: Vec<usize> = places.iter().copied().skip(t).step_by(r).collect();
+                    assert!(
+                        mine.windows(2).all(|w| w[1] == w[0] + 1),
+                        "thread {t} of {r}, {nrb} chunks: {mine:?}"
+                    );
+                }
+            }
+        }
     }
 
     /// F16 prompts whose columns are widened once in INIT ([`super::f16_widens`]) give the

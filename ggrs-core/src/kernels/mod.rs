@@ -211,6 +211,8 @@ pub struct TaskPlan {
     pub scratch_f32: usize,
     /// For tiled ops (`mul_mat`): row blocks × column blocks per batch.
     pub tiles: (usize, usize),
+    /// Threads the plan is for (0 in plans made outside [`plan`]).
+    pub n_threads: usize,
 }
 
 impl TaskPlan {
@@ -283,6 +285,18 @@ pub(crate) fn row_chunks(rows: usize, row_len: usize, n_threads: usize) -> usize
 
 /// Plans one node. `src` are the sources' metadata in order.
 pub(crate) fn plan(
+    op: &Op,
+    dst: &TensorMeta,
+    src: &[Option<&TensorMeta>; MAX_SRC],
+    nth: usize,
+) -> TaskPlan {
+    TaskPlan {
+        n_threads: nth,
+        ..plan_op(op, dst, src, nth)
+    }
+}
+
+fn plan_op(
     op: &Op,
     dst: &TensorMeta,
     src: &[Option<&TensorMeta>; MAX_SRC],

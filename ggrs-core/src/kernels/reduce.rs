@@ -15,7 +15,7 @@ pub(crate) fn plan_sum(src: &TensorMeta) -> TaskPlan {
         finalize: true,
         work_shared: n_chunks * std::mem::size_of::<f64>(),
         scratch_f32: src.ne[0] + 16,
-        tiles: (0, 0),
+        ..TaskPlan::default()
     }
 }
 

@@ -354,22 +354,35 @@ unsafe fn q4_0_chain<const C: usize>(
                 // Integer chains (values 0..16 and 16..32, the latter scaled by 16), added
                 // exactly: every product of the high chain is a multiple of 16, so is their
                 // sum (|sum| < 2^20), and the shift divides it exactly.
+                // One column (decoding): four chains, to shorten the dependency chains;
+                // several: two, so that the accumulators of eight columns stay in registers.
                 let mut s0 = _mm512_set1_epi32(read_u32(ax.add(4)) as i32);
                 let mut s1 = _mm512_setzero_si512();
-                let mut s2 = _mm512_setzero_si512();
-                let mut s3 = _mm512_setzero_si512();
-                for g in 0..2 {
-                    let y0 = _mm512_set1_epi32(read_u32(yq.add(4 * g)) as i32);
-                    let y1 = _mm512_set1_epi32(read_u32(yq.add(16 + 4 * g)) as i32);
-                    let y2 = _mm512_set1_epi32(read_u32(yq.add(8 + 4 * g)) as i32);
-                    let y3 = _mm512_set1_epi32(read_u32(yq.add(24 + 4 * g)) as i32);
-                    s0 = _mm512_dpbusd_epi32(s0, lo[g], y0);
-                    s1 = _mm512_dpbusd_epi32(s1, hi[g], y1);
-                    s2 = _mm512_dpbusd_epi32(s2, lo[g + 2], y2);
-                    s3 = _mm512_dpbusd_epi32(s3, hi[g + 2], y3);
+                if C == 1 {
+                    let mut s2 = _mm512_setzero_si512();
+                    let mut s3 = _mm512_setzero_si512();
+                    for g in 0..2 {
+                        let y0 = _mm512_set1_epi32(read_u32(yq.add(4 * g)) as i32);
+                        let y1 = _mm512_set1_epi32(read_u32(yq.add(16 + 4 * g)) as i32);
+                        let y2 = _mm512_set1_epi32(read_u32(yq.add(8 + 4 * g)) as i32);
+                        let y3 = _mm512_set1_epi32(read_u32(yq.add(24 + 4 * g)) as i32);
+                        s0 = _mm512_dpbusd_epi32(s0, lo[g], y0);
+                        s1 = _mm512_dpbusd_epi32(s1, hi[g], y1);
+                        s2 = _mm512_dpbusd_epi32(s2, lo[g + 2], y2);
+                        s3 = _mm512_dpbusd_epi32(s3, hi[g + 2], y3);
+                    }
+                    s0 = _mm512_add_epi32(s0, s2);
+                    s1 = _mm512_add_epi32(s1, s3);
+                } else {
+                    for g in 0..4 {
+                        let y0 = _mm512_set1_epi32(read_u32(yq.add(4 * g)) as i32);
+                        let y1 = _mm512_set1_epi32(read_u32(yq.add(16 + 4 * g)) as i32);
+                        s0 = _mm512_dpbusd_epi32(s0, lo[g], y0);
+                        s1 = _mm512_dpbusd_epi32(s1, hi[g], y1);
+                    }
                 }
-                let hs = _mm512_srai_epi32::<4>(_mm512_add_epi32(s1, s3));
-                let s = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_add_epi32(s0, s2), hs));
+                let hs = _mm512_srai_epi32::<4>(s1);
+                let s = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, hs));
                 let d = _mm512_mul_ps(dx, _mm512_set1_ps(read_f32(ax)));
                 acc[c] = _mm512_fmadd_ps(s, d, acc[c]);
             }
