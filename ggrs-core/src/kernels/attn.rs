@@ -741,9 +741,9 @@ mod x86 {
     use std::arch::x86_64::{
         __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtph_ps, _mm_cvtsi32_si128,
-        _mm_cvtss_f32, _mm_loadu_ps, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_ps,
-        _mm_storeu_si128,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps,
+        _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_setr_ps,
+        _mm_setzero_si128, _mm_shuffle_ps, _mm_storeu_ps, _mm_storeu_si128,
     };
 
     use super::{f2h, h2f};
@@ -942,7 +942,13 @@ mod x86 {
         let mut acc = [[0u16; D]; G];
         // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
         // their tensors (the builder checked the shapes).
-        let res = unsafe { keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale) };
+        let res = unsafe {
+            if crate::kernels::ggml_arith::f16_tiles() {
+                keys_group_512::<G>(&q, &mut acc, &rows, keys, a.scale)
+            } else {
+                keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale)
+            }
+        };
         for (j, (acc, r)) in acc.iter().zip(res).enumerate() {
             super::row_acc(&mut sc[j * rs..(j + 1) * rs], D, D).copy_from_slice(acc);
             out.push(r);
@@ -957,17 +963,144 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn exp_lanes<const G: usize>(x: &[f32; G]) -> [f32; G] {
         const { assert!(G <= 8) };
-        let (mut xs, mut ys) = ([0f32; 8], [0f32; 8]);
-        xs[..G].copy_from_slice(x);
+        let mut ys = [0f32; 8];
+        let at = |i: usize| if i < G { x[i] } else { 0.0 };
         for c in 0..G.div_ceil(4) {
-            // SAFETY: lanes 4c..4c + 4 lie in the arrays of 8 (G ≤ 8); the features
-            // are the caller's.
+            // Lanes built in registers (a vector load of values just stored one by one
+            // would wait for the stores to retire).
+            let v = _mm_setr_ps(at(4 * c), at(4 * c + 1), at(4 * c + 2), at(4 * c + 3));
+            // SAFETY: lanes 4c..4c + 4 lie in the array of 8 (G ≤ 8); the features are the
+            // caller's.
             unsafe {
-                let v = crate::kernels::expf::x86::expf4(_mm_loadu_ps(xs.as_ptr().add(4 * c)));
-                _mm_storeu_ps(ys.as_mut_ptr().add(4 * c), v);
+                let e = crate::kernels::expf::x86::expf4(v);
+                _mm_storeu_ps(ys.as_mut_ptr().add(4 * c), e);
             }
         }
         std::array::from_fn(|g| ys[g])
+    }
+
+    /// [`keys_group`] on AVX-512: the same operations on each lane, sixteen lanes per
+    /// register. ggml's dot order carries over: with `L_j` the products of values
+    /// `16j..16j + 16`, `(L0 + L2) + (L1 + L3)` holds `r0` in its low half and `r1` in its high
+    /// half, then `h8 = r1 + r0` and the rest as in [`keys_group`].
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F/BW/VL, AVX2, FMA and F16C; `rows` valid for every key in
+    /// `keys`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+    unsafe fn keys_group_512<const G: usize>(
+        q: &[[f32; D]; G],
+        acc_out: &mut [[u16; D]; G],
+        rows: &KeyRows,
+        keys: std::ops::Range<usize>,
+        scale: f32,
+    ) -> [(f32, f32); G] {
+        use std::arch::x86_64::{
+            __m256i, __m512, _mm256_loadu_si256, _mm256_setzero_si256, _mm256_storeu_si256,
+            _mm512_add_ps, _mm512_castps512_ps256, _mm512_cvtph_ps, _mm512_cvtps_ph,
+            _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps,
+            _mm512_set1_ps, _mm512_setzero_ps,
+        };
+        const N: usize = D / 16;
+        let zero = _mm512_setzero_ps();
+        let mut qz = [[zero; N]; G];
+        let mut acc = [[_mm256_setzero_si256(); N]; G];
+        for g in 0..G {
+            for i in 0..N {
+                // SAFETY: 16 values readable at offset 16i of each row (i < D / 16).
+                unsafe {
+                    qz[g][i] = _mm512_loadu_ps(q[g].as_ptr().add(16 * i));
+                    acc[g][i] =
+                        _mm256_loadu_si256(acc_out[g].as_ptr().add(16 * i) as *const __m256i);
+                }
+            }
+        }
+        let mut sum = [0f32; G]; // S
+        let mut max = [f32::NEG_INFINITY; G]; // M
+        for ic in keys {
+            let mv = match rows.mask {
+                None => 0.0,
+                // SAFETY: the element lies in the mask row (caller); f16 → f32 is exact.
+                Some((p, nb0, f16m)) => unsafe {
+                    let e = p.add(ic * nb0);
+                    if f16m {
+                        let h = _mm_cvtsi32_si128(*(e as *const u16) as i32);
+                        _mm_cvtss_f32(_mm_cvtph_ps(h))
+                    } else {
+                        *(e as *const f32)
+                    }
+                },
+            };
+            if mv == f32::NEG_INFINITY {
+                continue;
+            }
+            // SAFETY: row ic of keys and values is readable (caller).
+            let (kp, vp) = unsafe {
+                (
+                    rows.k0.add(ic * rows.knb) as *const __m256i,
+                    rows.v0.add(ic * rows.vnb) as *const __m256i,
+                )
+            };
+            let mut kr: [__m512; N] = [zero; N];
+            for (i, x) in kr.iter_mut().enumerate() {
+                // SAFETY: 16 u16 readable at row offset 16i (i < D / 16).
+                *x = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(kp.add(i)) });
+            }
+            let mut s = [0f32; G];
+            for (g, sg) in s.iter_mut().enumerate() {
+                let l: [__m512; N] =
+                    std::array::from_fn(|i| _mm512_fmadd_ps(kr[i], qz[g][i], zero));
+                let r = _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3]));
+                let (r0, r1) = (_mm512_castps512_ps256(r), _mm512_extractf32x8_ps::<1>(r));
+                let h8 = _mm256_add_ps(r1, r0);
+                let h4 = _mm_add_ps(_mm256_extractf128_ps::<1>(h8), _mm256_castps256_ps128(h8));
+                // (h0 + h2) + (h1 + h3), in registers.
+                let t = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+                let mut x = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps::<1>(t, t)));
+                x *= scale;
+                x += mv;
+                *sg = x;
+            }
+            let (mut arg, mut grew) = ([0f32; G], [false; G]);
+            for g in 0..G {
+                if s[g] > max[g] {
+                    let old = max[g];
+                    max[g] = s[g];
+                    arg[g] = old - max[g];
+                    grew[g] = true;
+                } else {
+                    arg[g] = s[g] - max[g];
+                }
+            }
+            // SAFETY: the CPU supports AVX2 and FMA (caller).
+            let e = unsafe { exp_lanes(&arg) };
+            let mut vr: [__m512; N] = [zero; N];
+            for (i, x) in vr.iter_mut().enumerate() {
+                // SAFETY: 16 u16 readable at row offset 16i (i < D / 16).
+                *x = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(vp.add(i)) });
+            }
+            for g in 0..G {
+                let (ms, vs) = if grew[g] { (e[g], 1.0) } else { (1.0, e[g]) };
+                if grew[g] {
+                    let m = _mm512_set1_ps(ms);
+                    for y in acc[g].iter_mut() {
+                        *y = _mm512_cvtps_ph::<0>(_mm512_mul_ps(_mm512_cvtph_ps(*y), m));
+                    }
+                }
+                let w = _mm512_set1_ps(vs);
+                for (y, &x) in acc[g].iter_mut().zip(&vr) {
+                    *y = _mm512_cvtps_ph::<0>(_mm512_fmadd_ps(x, w, _mm512_cvtph_ps(*y)));
+                }
+                sum[g] = sum[g].mul_add(ms, vs);
+            }
+        }
+        for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
+            for (i, y) in a.iter().enumerate() {
+                // SAFETY: 16 u16 writable at o[16i] (i < D / 16).
+                unsafe { _mm256_storeu_si256(o.as_mut_ptr().add(16 * i) as *mut __m256i, *y) };
+            }
+        }
+        std::array::from_fn(|g| (max[g], sum[g]))
     }
 
     /// The key loop for `G` query heads `q` (rounded to f16) sharing `rows`, in lockstep: per
