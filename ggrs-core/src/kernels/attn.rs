@@ -741,9 +741,9 @@ mod x86 {
     use std::arch::x86_64::{
         __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps,
-        _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehl_ps, _mm_setr_ps,
-        _mm_setzero_si128, _mm_shuffle_ps, _mm_storeu_ps, _mm_storeu_si128,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
+        _mm_loadu_si128, _mm_movehl_ps, _mm_setr_ps, _mm_setzero_si128, _mm_shuffle_ps,
+        _mm_storeu_ps, _mm_storeu_si128,
     };
 
     use super::{f2h, h2f};
@@ -955,6 +955,63 @@ mod x86 {
         }
     }
 
+    impl KeyRows {
+        /// Key `ic`: its mask value and its key and value rows, or `None` if it is masked
+        /// out (−∞).
+        ///
+        /// # Safety
+        /// `ic` is a key the rows are valid for; the CPU supports F16C.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn key(&self, ic: usize) -> Option<(f32, *const u8, *const u8)> {
+            let mv = match self.mask {
+                None => 0.0,
+                // SAFETY: the element lies in the mask row (caller); aligned; f16 → f32 is
+                // exact.
+                Some((p, nb0, f16m)) => unsafe {
+                    let e = p.add(ic * nb0);
+                    if f16m {
+                        let h = std::arch::x86_64::_mm_cvtsi32_si128(*(e as *const u16) as i32);
+                        _mm_cvtss_f32(std::arch::x86_64::_mm_cvtph_ps(h))
+                    } else {
+                        *(e as *const f32)
+                    }
+                },
+            };
+            // SAFETY: rows ic of keys and values lie in their tensors (caller).
+            (mv != f32::NEG_INFINITY)
+                .then(|| unsafe { (mv, self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) })
+        }
+    }
+
+    /// The online-softmax step of `G` heads with scores `s`: a new maximum gives
+    /// `ms = expf(M_old − M)`, `vs = 1`, else `ms = 1`, `vs = expf(s − M)`. Updates `max` and
+    /// returns, per head, that exponential and whether the maximum grew (the exponentials of
+    /// all heads at once: glibc's `expf`, bit for bit).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn softmax_step<const G: usize>(
+        s: &[f32; G],
+        max: &mut [f32; G],
+    ) -> ([f32; G], [bool; G]) {
+        let (mut arg, mut grew) = ([0f32; G], [false; G]);
+        for g in 0..G {
+            if s[g] > max[g] {
+                let old = max[g];
+                max[g] = s[g];
+                arg[g] = old - max[g];
+                grew[g] = true;
+            } else {
+                arg[g] = s[g] - max[g];
+            }
+        }
+        // SAFETY: the features are the caller's.
+        (unsafe { exp_lanes(&arg) }, grew)
+    }
+
     /// `expf` of `G ≤ 8` values, four lanes at a time (`kernels::expf`).
     ///
     /// # Safety
@@ -1018,29 +1075,11 @@ mod x86 {
         let mut sum = [0f32; G]; // S
         let mut max = [f32::NEG_INFINITY; G]; // M
         for ic in keys {
-            let mv = match rows.mask {
-                None => 0.0,
-                // SAFETY: the element lies in the mask row (caller); f16 → f32 is exact.
-                Some((p, nb0, f16m)) => unsafe {
-                    let e = p.add(ic * nb0);
-                    if f16m {
-                        let h = _mm_cvtsi32_si128(*(e as *const u16) as i32);
-                        _mm_cvtss_f32(_mm_cvtph_ps(h))
-                    } else {
-                        *(e as *const f32)
-                    }
-                },
-            };
-            if mv == f32::NEG_INFINITY {
+            // SAFETY: ic is one of the caller's keys.
+            let Some((mv, kp, vp)) = (unsafe { rows.key(ic) }) else {
                 continue;
-            }
-            // SAFETY: row ic of keys and values is readable (caller).
-            let (kp, vp) = unsafe {
-                (
-                    rows.k0.add(ic * rows.knb) as *const __m256i,
-                    rows.v0.add(ic * rows.vnb) as *const __m256i,
-                )
             };
+            let (kp, vp) = (kp as *const __m256i, vp as *const __m256i);
             let mut kr: [__m512; N] = [zero; N];
             for (i, x) in kr.iter_mut().enumerate() {
                 // SAFETY: 16 u16 readable at row offset 16i (i < D / 16).
@@ -1061,19 +1100,8 @@ mod x86 {
                 x += mv;
                 *sg = x;
             }
-            let (mut arg, mut grew) = ([0f32; G], [false; G]);
-            for g in 0..G {
-                if s[g] > max[g] {
-                    let old = max[g];
-                    max[g] = s[g];
-                    arg[g] = old - max[g];
-                    grew[g] = true;
-                } else {
-                    arg[g] = s[g] - max[g];
-                }
-            }
             // SAFETY: the CPU supports AVX2 and FMA (caller).
-            let e = unsafe { exp_lanes(&arg) };
+            let (e, grew) = unsafe { softmax_step(&s, &mut max) };
             let mut vr: [__m512; N] = [zero; N];
             for (i, x) in vr.iter_mut().enumerate() {
                 // SAFETY: 16 u16 readable at row offset 16i (i < D / 16).
@@ -1130,30 +1158,11 @@ mod x86 {
         let mut sum = [0f32; G]; // S
         let mut max = [f32::NEG_INFINITY; G]; // M
         for ic in keys {
-            let mv = match rows.mask {
-                None => 0.0,
-                // SAFETY: the element lies in the mask row (caller); f16 → f32 is exact,
-                // as `h2f`.
-                Some((p, nb0, f16m)) => unsafe {
-                    let e = p.add(ic * nb0);
-                    if f16m {
-                        let h = _mm_cvtsi32_si128(*(e as *const u16) as i32);
-                        _mm_cvtss_f32(_mm_cvtph_ps(h))
-                    } else {
-                        *(e as *const f32)
-                    }
-                },
-            };
-            if mv == f32::NEG_INFINITY {
+            // SAFETY: ic is one of the caller's keys.
+            let Some((mv, kp, vp)) = (unsafe { rows.key(ic) }) else {
                 continue;
-            }
-            // SAFETY: row ic of keys and values is readable (caller).
-            let (kp, vp) = unsafe {
-                (
-                    rows.k0.add(ic * rows.knb) as *const __m128i,
-                    rows.v0.add(ic * rows.vnb) as *const __m128i,
-                )
             };
+            let (kp, vp) = (kp as *const __m128i, vp as *const __m128i);
             let mut kr = [zero; N];
             for (i, x) in kr.iter_mut().enumerate() {
                 // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
@@ -1182,21 +1191,8 @@ mod x86 {
                 x += mv;
                 *sg = x;
             }
-            // A new maximum: ms = expf(M_old − M), vs = 1; else ms = 1, vs = expf(s − M);
-            // the exponentials of all heads at once (glibc's `expf`, bit for bit).
-            let (mut arg, mut grew) = ([0f32; G], [false; G]);
-            for g in 0..G {
-                if s[g] > max[g] {
-                    let old = max[g];
-                    max[g] = s[g];
-                    arg[g] = old - max[g];
-                    grew[g] = true;
-                } else {
-                    arg[g] = s[g] - max[g];
-                }
-            }
             // SAFETY: the CPU supports AVX2 and FMA (caller).
-            let e = unsafe { exp_lanes(&arg) };
+            let (e, grew) = unsafe { softmax_step(&s, &mut max) };
             let ms: [f32; G] = std::array::from_fn(|g| if grew[g] { e[g] } else { 1.0 });
             let vs: [f32; G] = std::array::from_fn(|g| if grew[g] { 1.0 } else { e[g] });
             let mut vr = [zero; N];
