@@ -330,27 +330,6 @@ pub(crate) fn f16_tiles() -> bool {
     }
 }
 
-/// [`dot_f16_lanes16`] of `R` weight rows against `C` activation rows (`n` values each, `n` a
-/// multiple of 16): `t[r][c] = dot_f16_lanes16(n, a[r], b[c])` bit for bit, with each
-/// conversion done once per tile. Needs [`f16_tiles`].
-pub(crate) fn f16_lanes16_tile<const R: usize, const C: usize>(
-    n: usize,
-    a: [&[u8]; R],
-    b: [&[u8]; C],
-) -> [[f32; C]; R] {
-    assert!(
-        f16_tiles() && n.is_multiple_of(16) && a.iter().chain(&b).all(|r| r.len() >= 2 * n),
-        "f16_lanes16_tile: AVX-512 and whole rows of n = 16·j values"
-    );
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: the CPU features and the row lengths were checked above.
-        unsafe { x86::f16_lanes16_tile::<R, C>(n, a.map(|r| r.as_ptr()), b.map(|r| r.as_ptr())) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("f16_tiles() is false off x86-64")
-}
-
 /// Widens the f16 values in `src` (little-endian, `2 · dst.len()` bytes or more) to f32 in
 /// `dst`, exactly, sixteen at a time. Needs [`f16_tiles`].
 pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
@@ -367,9 +346,10 @@ pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
     unreachable!("f16_tiles() is false off x86-64")
 }
 
-/// [`f16_lanes16_tile`] with the activation rows already widened to f32 (`b[c]` holds `n`
-/// f16 values as f32, exactly): the same bits, without a conversion per use of a column.
-/// Needs [`f16_tiles`].
+/// [`dot_f16_lanes16_body`] of `R` weight rows (f16, `n` values each, `n` a multiple of 16)
+/// against `C` activation rows already widened to f32 (`b[c]` holds `n` f16 values as f32,
+/// exactly): `t[r][c]` has the bits of the one-element kernel, each weight row converted
+/// once per 16 values for the whole tile. Needs [`f16_tiles`].
 pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     n: usize,
     a: [&[u8]; R],
@@ -675,39 +655,11 @@ mod x86 {
         super::reduce16(&lanes)
     }
 
-    /// [`super::dot_f16_lanes16_body`] for `R × C` pairs of rows: one register of 16 FMA
-    /// lanes per pair, each row converted once per 16 values.
+    /// [`super::f16_lanes16_tile_f32`]: one register of 16 FMA lanes per pair.
     ///
     /// # Safety
-    /// The CPU supports AVX-512 F/BW/VL (and AVX2, FMA, F16C); `n % 16 == 0` and `2·n` bytes are
-    /// readable at every `a[r]` and `b[c]`.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    pub(super) unsafe fn f16_lanes16_tile<const R: usize, const C: usize>(
-        n: usize,
-        a: [*const u8; R],
-        b: [*const u8; C],
-    ) -> [[f32; C]; R] {
-        let mut acc = [[_mm512_setzero_ps(); C]; R];
-        for i in (0..n).step_by(16) {
-            // SAFETY: i + 16 <= n: 32 bytes readable at offset 2·i of every row.
-            unsafe {
-                let av: [__m512; R] = std::array::from_fn(|r| load16(a[r].add(2 * i)));
-                for c in 0..C {
-                    let bv = load16(b[c].add(2 * i));
-                    for r in 0..R {
-                        acc[r][c] = _mm512_fmadd_ps(av[r], bv, acc[r][c]);
-                    }
-                }
-            }
-        }
-        // SAFETY: AVX-512 F (caller).
-        acc.map(|row| row.map(|v| unsafe { reduce(v) }))
-    }
-
-    /// [`f16_lanes16_tile`] with f32 activation rows (f16 values widened).
-    ///
-    /// # Safety
-    /// As [`f16_lanes16_tile`], with `n` f32 readable at every `b[c]`.
+    /// The CPU supports AVX-512 F/BW/VL; `2n` bytes readable at every `a[r]`, `n` f32 at every
+    /// `b[c]`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
     pub(super) unsafe fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
         n: usize,
@@ -926,20 +878,6 @@ mod tests {
             let a: [&[u8]; 4] = std::array::from_fn(|r| &rows[r][..]);
             let b: [&[u8]; 4] = std::array::from_fn(|c| &rows[4 + c][..]);
             if n % 16 == 0 {
-                let t = f16_lanes16_tile::<4, 4>(n, a, b);
-                let t1 = f16_lanes16_tile::<1, 3>(n, [a[1]], [b[0], b[1], b[2]]);
-                for r in 0..4 {
-                    for c in 0..4 {
-                        let want = dot_f16_lanes16_body(n, a[r], b[c]).to_bits();
-                        assert_eq!(t[r][c].to_bits(), want, "n={n} ({r}, {c})");
-                    }
-                }
-                for c in 0..3 {
-                    assert_eq!(
-                        t1[0][c].to_bits(),
-                        dot_f16_lanes16_body(n, a[1], b[c]).to_bits()
-                    );
-                }
                 let wide: Vec<Vec<f32>> = b
                     .iter()
                     .map(|r| r.chunks_exact(2).map(|h| half_at(h, 0)).collect())

@@ -313,7 +313,7 @@ unsafe fn tile(
         && crate::kernels::ggml_arith::f16_tiles()
         && crate::kernels::ggml_arith::f16_uses_lanes16(a, b.ne[1])
     {
-        use crate::kernels::ggml_arith::{f16_lanes16_tile, f16_lanes16_tile_f32};
+        use crate::kernels::ggml_arith::f16_lanes16_tile_f32;
         // Prompts: the chunk's columns sixteen at a time, as f32 (widened once in INIT, or
         // here in the scratch), against all the chunk's rows (which stay in cache), four by
         // four.
@@ -381,41 +381,8 @@ unsafe fn tile(
             }
             return;
         }
-        let mut i = rows.start;
-        while i + 4 <= rows.end {
-            let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
-            let put = |j: usize, col: [f32; 4]| {
-                for (r, &val) in col.iter().enumerate() {
-                    // SAFETY: an element of this chunk's tile (see `out`).
-                    unsafe { *out(i + r, j) = val };
-                }
-            };
-            // (Only with a scratch too small for the widened columns.)
-            let mut j = cols.start;
-            while j + 4 <= cols.end {
-                let t = f16_lanes16_tile::<4, 4>(
-                    k,
-                    ar,
-                    [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)],
-                );
-                for c in 0..4 {
-                    put(j + c, t.map(|row| row[c]));
-                }
-                j += 4;
-            }
-            for j in j..cols.end {
-                let t = f16_lanes16_tile::<4, 1>(k, ar, [b_row(j)]);
-                put(j, t.map(|row| row[0]));
-            }
-            i += 4;
-        }
-        for i in i..rows.end {
-            for j in cols.clone() {
-                // SAFETY: an element of this chunk's tile (see `out`).
-                unsafe { *out(i, j) = dot(k, a_row(i), b_row(j)) };
-            }
-        }
-        return;
+        // (A scratch too small for the columns, which `plan` never gives: the one-element
+        // kernel below, same bits.)
     }
     let mut i = rows.start;
     if let Some(v) = tiles {
