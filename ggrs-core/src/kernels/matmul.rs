@@ -120,14 +120,7 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
         } else {
             0
         },
-        // F16 prompts: a tile's columns widened to f32 (see `tile`).
-        scratch_f32: if a.dtype == DType::F16 {
-            (k + 16).max(TILE * k)
-        } else if conv {
-            k + 16
-        } else {
-            0
-        },
+        scratch_f32: if conv { k + 16 } else { 0 },
         tiles: (nrb, ncb),
         n_threads: nth,
     }
@@ -313,38 +306,22 @@ unsafe fn tile(
         && crate::kernels::ggml_arith::f16_tiles()
         && crate::kernels::ggml_arith::f16_uses_lanes16(a, b.ne[1])
     {
-        use crate::kernels::ggml_arith::f16_lanes16_tile_f32;
-        // Prompts: the chunk's columns sixteen at a time, as f32 (widened once in INIT, or
-        // here in the scratch), against all the chunk's rows (which stay in cache), four by
-        // four.
-        let wide_rows = widened_offset(task).map(|off| {
-            let rows = b.nrows();
+        // Prompts: the chunk's columns sixteen at a time, as f32 (widened once in INIT),
+        // against all the chunk's rows (which stay in cache), four by four. (A plan made
+        // without the widened rows, as when the F16 tiles were switched off meanwhile: the
+        // one-element kernel below, same bits.)
+        if let Some(off) = widened_offset(task) {
+            use crate::kernels::ggml_arith::f16_lanes16_tile_f32;
             // SAFETY: INIT wrote b.nrows() widened rows of k f32 at `off` (4-byte aligned:
             // the shared buffer is 64-byte aligned and `off` is a multiple of 32 bytes, k
             // being a multiple of 16); nothing writes them during COMPUTE.
-            unsafe { std::slice::from_raw_parts(shared.add(off) as *const f32, rows * k) }
-        });
-        if wide_rows.is_some() || work.scratch.len() >= TILE * k {
+            let wide =
+                unsafe { std::slice::from_raw_parts(shared.add(off) as *const f32, b.nrows() * k) };
+            // Row (j, i2, i3) is slot j + m·(i2 + ne2·i3), as the f16 rows.
+            let slot0 = m * (i2 + d.ne[2] * i3);
+            let wr = |j: usize| &wide[(slot0 + j) * k..(slot0 + j + 1) * k];
             for cb in cols.clone().step_by(TILE) {
                 let cblk = cb..(cb + TILE).min(cols.end);
-                let (w, slot0) = match wide_rows {
-                    // Row (j, i2, i3) is slot j + m·(i2 + ne2·i3), as the f16 rows.
-                    Some(all) => (all, Some(m * (i2 + d.ne[2] * i3))),
-                    None => {
-                        let w = &mut work.scratch[..cblk.len() * k];
-                        for (c, j) in cblk.clone().enumerate() {
-                            crate::kernels::ggml_arith::widen_f16(
-                                &b_row(j)[..2 * k],
-                                &mut w[c * k..(c + 1) * k],
-                            );
-                        }
-                        (&*w, None)
-                    }
-                };
-                let wr = |j: usize| {
-                    let row = slot0.map_or(j - cb, |s| s + j);
-                    &w[row * k..(row + 1) * k]
-                };
                 let mut i = rows.start;
                 while i + 4 <= rows.end {
                     let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
@@ -381,8 +358,6 @@ unsafe fn tile(
             }
             return;
         }
-        // (A scratch too small for the columns, which `plan` never gives: the one-element
-        // kernel below, same bits.)
     }
     let mut i = rows.start;
     if let Some(v) = tiles {
