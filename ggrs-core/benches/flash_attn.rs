@@ -6,7 +6,7 @@
 //! Run with `cargo bench -p ggrs-core --bench flash_attn`. Throughput is in (key, query
 //! head) pairs per second: at depth `d` one call handles `14·d` of them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ggrs_core::{Context, DType, Executor, Graph};
@@ -40,6 +40,32 @@ fn bench_flash_attn(c: &mut Criterion) {
             let mut exec = Executor::new(threads);
             g.bench_function(format!("kv{n_kv}/t{threads}"), |b| {
                 b.iter(|| exec.compute(&mut ctx, &graph).expect("computes"))
+            });
+        }
+        if n_kv == 1024 {
+            // As in a model, where a layer's cache was last read a whole step (and all the
+            // weights) ago: before each call (not timed) the same executor reads 64 MB
+            // (and writes next to nothing), so the call finds its keys and values in memory only.
+            let mut exec = Executor::new(2);
+            let mut big = Context::with_mem_size(100 << 20);
+            let flush = (|| -> ggrs_core::Result<_> {
+                let a = big.new_tensor(DType::F32, &[4096, 4096])?;
+                big.set_f32(a, &vec![1.0; 4096 * 4096])?;
+                let sums = big.sum_rows(a)?;
+                Graph::build(&big, sums)
+            })()
+            .expect("the flush graph is well formed");
+            g.bench_function(format!("kv{n_kv}_cold/t2"), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        exec.compute(&mut big, &flush).expect("computes");
+                        let t = Instant::now();
+                        exec.compute(&mut ctx, &graph).expect("computes");
+                        total += t.elapsed();
+                    }
+                    total
+                })
             });
         }
     }

@@ -741,12 +741,12 @@ mod x86 {
     use std::arch::x86_64::{
         __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
-        _mm_loadu_si128, _mm_movehl_ps, _mm_setr_ps, _mm_setzero_si128, _mm_shuffle_ps,
-        _mm_storeu_ps, _mm_storeu_si128,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtss_f32, _mm_loadu_si128,
+        _mm_setr_ps, _mm_setzero_si128, _mm_storeu_ps, _mm_storeu_si128,
     };
 
     use super::{f2h, h2f};
+    use crate::kernels::expf::x86::expf16;
 
     /// # Safety
     /// The CPU supports AVX2, FMA and F16C.
@@ -944,7 +944,7 @@ mod x86 {
         // their tensors (the builder checked the shapes).
         let res = unsafe {
             if crate::kernels::ggml_arith::f16_tiles() {
-                keys_group_512::<G>(&q, &mut acc, &rows, keys, a.scale)
+                keys_block_512::<G>(&q, &mut acc, &rows, keys, a.scale)
             } else {
                 keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale)
             }
@@ -964,7 +964,21 @@ mod x86 {
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn key(&self, ic: usize) -> Option<(f32, *const u8, *const u8)> {
-            let mv = match self.mask {
+            // SAFETY: forwarded.
+            let mv = unsafe { self.mask_value(ic) };
+            // SAFETY: rows ic of keys and values lie in their tensors (caller).
+            (mv != f32::NEG_INFINITY)
+                .then(|| unsafe { (mv, self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) })
+        }
+
+        /// The mask value of key `ic` (0 without a mask).
+        ///
+        /// # Safety
+        /// As [`KeyRows::key`].
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn mask_value(&self, ic: usize) -> f32 {
+            match self.mask {
                 None => 0.0,
                 // SAFETY: the element lies in the mask row (caller); aligned; f16 → f32 is
                 // exact.
@@ -977,10 +991,7 @@ mod x86 {
                         *(e as *const f32)
                     }
                 },
-            };
-            // SAFETY: rows ic of keys and values lie in their tensors (caller).
-            (mv != f32::NEG_INFINITY)
-                .then(|| unsafe { (mv, self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) })
+            }
         }
     }
 
@@ -1036,16 +1047,34 @@ mod x86 {
         std::array::from_fn(|g| ys[g])
     }
 
-    /// [`keys_group`] on AVX-512: the same operations on each lane, sixteen lanes per
-    /// register. ggml's dot order carries over: with `L_j` the products of values
-    /// `16j..16j + 16`, `(L0 + L2) + (L1 + L3)` holds `r0` in its low half and `r1` in its high
-    /// half, then `h8 = r1 + r0` and the rest as in [`keys_group`].
+    /// Keys per block of [`keys_block_512`].
+    const BLOCK: usize = 16;
+
+    /// Heads whose accumulators [`keys_block_512`] updates in one pass over a block.
+    const PASS: usize = 4;
+
+    /// The key loop of [`keys_group`] on AVX-512, sixteen keys at a time, with every head's
+    /// arithmetic unchanged:
+    ///
+    /// 1. **Scores.** The block's key rows are widened once; per head, each key's 64 products
+    ///    are folded as ggml does (`(L0 + L2) + (L1 + L3)` of the four 16-lane parts), and the
+    ///    sixteen keys' horizontal sums are taken together by a transposing tree
+    ///    ([`sum_lanes_16`]) that adds the same pairs as ggml's `_mm512_reduce_add_ps`, leaving
+    ///    key `j`'s score in lane `j`; then `·scale`, `+mask`.
+    /// 2. **Softmax weights.** Key `j` sees the running maximum `M_{j−1}` = the largest of
+    ///    the maximum so far and the block's earlier (unmasked, non-NaN) scores — a prefix
+    ///    maximum across lanes. Where `s_j > M_{j−1}` the key sets a new maximum and its
+    ///    factors are `ms = expf(M_{j−1} − s_j)`, `vs = 1`, else `ms = 1`,
+    ///    `vs = expf(s_j − M_{j−1})`: exactly the one-key step's, all sixteen from one
+    ///    [`expf16`](crate::kernels::expf::x86::expf16).
+    /// 3. **Accumulators**, key after key as before: `y = f16(y·ms)` on a new maximum,
+    ///    `y = f16(fma(v, vs, y))`, `S = fma(S, ms, vs)`; masked keys are skipped.
     ///
     /// # Safety
     /// The CPU supports AVX-512 F/BW/VL, AVX2, FMA and F16C; `rows` valid for every key in
     /// `keys`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    unsafe fn keys_group_512<const G: usize>(
+    unsafe fn keys_block_512<const G: usize>(
         q: &[[f32; D]; G],
         acc_out: &mut [[u16; D]; G],
         rows: &KeyRows,
@@ -1054,73 +1083,133 @@ mod x86 {
     ) -> [(f32, f32); G] {
         use std::arch::x86_64::{
             __m256i, __m512, _mm256_loadu_si256, _mm256_setzero_si256, _mm256_storeu_si256,
-            _mm512_add_ps, _mm512_castps512_ps256, _mm512_cvtph_ps, _mm512_cvtps_ph,
-            _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps,
-            _mm512_set1_ps, _mm512_setzero_ps,
+            _mm512_add_ps, _mm512_alignr_epi32, _mm512_castps_si512, _mm512_castsi512_ps,
+            _mm512_cmp_ps_mask, _mm512_cvtph_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+            _mm512_mask_blend_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
+            _mm512_storeu_ps, _mm512_sub_ps, _CMP_GT_OQ, _CMP_ORD_Q,
         };
         const N: usize = D / 16;
         let zero = _mm512_setzero_ps();
-        let mut qz = [[zero; N]; G];
+        let (one, neg_inf) = (_mm512_set1_ps(1.0), _mm512_set1_ps(f32::NEG_INFINITY));
+        let (scale_v, widen) = (_mm512_set1_ps(scale), |p: *const u8, i: usize| {
+            // SAFETY: callers pass a row pointer with D f16 values; i < N.
+            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256((p as *const __m256i).add(i)) })
+        });
         let mut acc = [[_mm256_setzero_si256(); N]; G];
-        for g in 0..G {
-            for i in 0..N {
-                // SAFETY: 16 values readable at offset 16i of each row (i < D / 16).
-                unsafe {
-                    qz[g][i] = _mm512_loadu_ps(q[g].as_ptr().add(16 * i));
-                    acc[g][i] =
-                        _mm256_loadu_si256(acc_out[g].as_ptr().add(16 * i) as *const __m256i);
-                }
+        for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
+            for (i, y) in a.iter_mut().enumerate() {
+                // SAFETY: 16 u16 readable at o[16i] (i < D / 16).
+                *y = unsafe { _mm256_loadu_si256(o.as_ptr().add(16 * i) as *const __m256i) };
             }
         }
         let mut sum = [0f32; G]; // S
         let mut max = [f32::NEG_INFINITY; G]; // M
-        for ic in keys {
-            // SAFETY: ic is one of the caller's keys.
-            let Some((mv, kp, vp)) = (unsafe { rows.key(ic) }) else {
-                continue;
-            };
-            let (kp, vp) = (kp as *const __m256i, vp as *const __m256i);
-            let mut kr: [__m512; N] = [zero; N];
-            for (i, x) in kr.iter_mut().enumerate() {
-                // SAFETY: 16 u16 readable at row offset 16i (i < D / 16).
-                *x = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(kp.add(i)) });
+                                              // The block's key and value rows widened, each head's factors, new-maximum bits.
+        let mut kw = [[zero; N]; BLOCK];
+        let mut vw = [[zero; N]; BLOCK];
+        let (mut ms, mut vs) = ([[0f32; BLOCK]; G], [[0f32; BLOCK]; G]);
+        let mut grew = [0u16; G];
+        let mut start = keys.start;
+        while start < keys.end {
+            let nb = (keys.end - start).min(BLOCK);
+            let mut mv = [f32::NEG_INFINITY; BLOCK];
+            let mut live = 0u16;
+            for (j, m) in mv.iter_mut().enumerate().take(nb) {
+                // SAFETY: start + j is one of the caller's keys.
+                *m = unsafe { rows.mask_value(start + j) };
+                live |= u16::from(*m != f32::NEG_INFINITY) << j;
             }
-            let mut s = [0f32; G];
-            for (g, sg) in s.iter_mut().enumerate() {
-                let l: [__m512; N] =
-                    std::array::from_fn(|i| _mm512_fmadd_ps(kr[i], qz[g][i], zero));
-                let r = _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3]));
-                let (r0, r1) = (_mm512_castps512_ps256(r), _mm512_extractf32x8_ps::<1>(r));
-                let h8 = _mm256_add_ps(r1, r0);
-                let h4 = _mm_add_ps(_mm256_extractf128_ps::<1>(h8), _mm256_castps256_ps128(h8));
-                // (h0 + h2) + (h1 + h3), in registers.
-                let t = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-                let mut x = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps::<1>(t, t)));
-                x *= scale;
-                x += mv;
-                *sg = x;
-            }
-            // SAFETY: the CPU supports AVX2 and FMA (caller).
-            let (e, grew) = unsafe { softmax_step(&s, &mut max) };
-            let mut vr: [__m512; N] = [zero; N];
-            for (i, x) in vr.iter_mut().enumerate() {
-                // SAFETY: 16 u16 readable at row offset 16i (i < D / 16).
-                *x = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(vp.add(i)) });
-            }
-            for g in 0..G {
-                let (ms, vs) = if grew[g] { (e[g], 1.0) } else { (1.0, e[g]) };
-                if grew[g] {
-                    let m = _mm512_set1_ps(ms);
-                    for y in acc[g].iter_mut() {
-                        *y = _mm512_cvtps_ph::<0>(_mm512_mul_ps(_mm512_cvtph_ps(*y), m));
+            if live != 0 {
+                for j in 0..nb {
+                    // SAFETY: key start + j is one of the caller's: its rows lie in their
+                    // tensors.
+                    let (kp, vp) = unsafe {
+                        (
+                            rows.k0.add((start + j) * rows.knb),
+                            rows.v0.add((start + j) * rows.vnb),
+                        )
+                    };
+                    for i in 0..N {
+                        kw[j][i] = widen(kp, i);
+                        vw[j][i] = widen(vp, i);
                     }
                 }
-                let w = _mm512_set1_ps(vs);
-                for (y, &x) in acc[g].iter_mut().zip(&vr) {
-                    *y = _mm512_cvtps_ph::<0>(_mm512_fmadd_ps(x, w, _mm512_cvtph_ps(*y)));
+                // SAFETY: 16 f32 readable.
+                let mvv = unsafe { _mm512_loadu_ps(mv.as_ptr()) };
+                let mut scores = [zero; G];
+                for g in 0..G {
+                    // SAFETY: 16 f32 readable at q[g][16i] (i < D / 16).
+                    let qg: [__m512; N] = std::array::from_fn(|i| unsafe {
+                        _mm512_loadu_ps(q[g].as_ptr().add(16 * i))
+                    });
+                    let r: [__m512; BLOCK] = std::array::from_fn(|j| {
+                        let l: [__m512; N] =
+                            std::array::from_fn(|i| _mm512_fmadd_ps(kw[j][i], qg[i], zero));
+                        _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3]))
+                    });
+                    scores[g] = _mm512_add_ps(_mm512_mul_ps(sum_lanes_16(&r), scale_v), mvv);
                 }
-                sum[g] = sum[g].mul_add(ms, vs);
+                for (g, &s) in scores.iter().enumerate() {
+                    // The running maximum before each key: unmasked, ordered scores only
+                    // (a NaN score never becomes the maximum, as `s > M` is false).
+                    let counted = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(s, s) & live;
+                    let carry = _mm512_set1_ps(max[g]);
+                    let incl =
+                        _mm512_max_ps(prefix_max(_mm512_mask_blend_ps(counted, neg_inf, s)), carry);
+                    let before = _mm512_castsi512_ps(_mm512_alignr_epi32::<15>(
+                        _mm512_castps_si512(incl),
+                        _mm512_castps_si512(carry),
+                    ));
+                    let up = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(s, before) & live;
+                    let arg = _mm512_mask_blend_ps(
+                        up,
+                        _mm512_sub_ps(s, before),
+                        _mm512_sub_ps(before, s),
+                    );
+                    // Masked lanes get 0 (their factors are never read).
+                    let e = expf16(_mm512_mask_blend_ps(live, zero, arg));
+                    // SAFETY: 16 f32 writable in each row.
+                    unsafe {
+                        _mm512_storeu_ps(ms[g].as_mut_ptr(), _mm512_mask_blend_ps(up, one, e));
+                        _mm512_storeu_ps(vs[g].as_mut_ptr(), _mm512_mask_blend_ps(up, e, one));
+                    }
+                    grew[g] = up;
+                    max[g] = last_lane(incl);
+                }
+                // PASS heads at a time, their accumulators in registers through the block.
+                let mut g = 0;
+                while g < G {
+                    let n = (G - g).min(PASS);
+                    let factors = Factors {
+                        ms: &ms[g..],
+                        vs: &vs[g..],
+                        grew: &grew[g..],
+                        values: &vw,
+                        live,
+                    };
+                    let (a, s) = (&mut acc[g..g + n], &mut sum[g..g + n]);
+                    macro_rules! pass {
+                        ($($h:literal)*) => {
+                            match n {
+                                $($h => {
+                                    // SAFETY: the features are this function's.
+                                    unsafe {
+                                        accumulate::<$h>(
+                                            a.try_into().expect("n heads"),
+                                            s,
+                                            &factors,
+                                        )
+                                    }
+                                })*
+                                _ => unreachable!("passes hold 1 to {PASS} heads"),
+                            }
+                        };
+                    }
+                    pass!(1 2 3 4);
+                    g += n;
+                }
             }
+            start += nb;
         }
         for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
             for (i, y) in a.iter().enumerate() {
@@ -1129,6 +1218,155 @@ mod x86 {
             }
         }
         std::array::from_fn(|g| (max[g], sum[g]))
+    }
+
+    /// One block's softmax factors for some heads (from the first of them on) and its widened
+    /// value rows, as [`accumulate`] reads them.
+    struct Factors<'a> {
+        ms: &'a [[f32; BLOCK]],
+        vs: &'a [[f32; BLOCK]],
+        grew: &'a [u16],
+        values: &'a [[std::arch::x86_64::__m512; D / 16]; BLOCK],
+        live: u16,
+    }
+
+    /// Step 3 of [`keys_block_512`] for `H` heads: over the block's unmasked keys in order,
+    /// `y = f16(y·ms)` where the key set a new maximum, `y = f16(fma(v, vs, y))` and
+    /// `S = fma(S, ms, vs)`, with the heads' accumulators held in registers.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F/VL and F16C; `f` holds at least `H` heads.
+    #[inline(always)]
+    unsafe fn accumulate<const H: usize>(
+        acc: &mut [[std::arch::x86_64::__m256i; D / 16]; H],
+        sum: &mut [f32],
+        f: &Factors,
+    ) {
+        use std::arch::x86_64::{
+            _mm512_cvtph_ps, _mm512_cvtps_ph, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps,
+        };
+        let mut y = *acc;
+        let mut s: [f32; H] = std::array::from_fn(|h| sum[h]);
+        let mut bits = f.live;
+        while bits != 0 {
+            let j = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            for h in 0..H {
+                let (ms, vs) = (f.ms[h][j], f.vs[h][j]);
+                if f.grew[h] >> j & 1 != 0 {
+                    let m = _mm512_set1_ps(ms);
+                    for x in y[h].iter_mut() {
+                        *x = _mm512_cvtps_ph::<0>(_mm512_mul_ps(_mm512_cvtph_ps(*x), m));
+                    }
+                }
+                let w = _mm512_set1_ps(vs);
+                for (x, &v) in y[h].iter_mut().zip(&f.values[j]) {
+                    *x = _mm512_cvtps_ph::<0>(_mm512_fmadd_ps(v, w, _mm512_cvtph_ps(*x)));
+                }
+                s[h] = s[h].mul_add(ms, vs);
+            }
+        }
+        *acc = y;
+        sum[..H].copy_from_slice(&s);
+    }
+
+    /// The horizontal sums of sixteen registers, `out[j] = Σ r[j]`, each added in the tree of
+    /// `_mm512_reduce_add_ps` (as [`keys_group`] spells it): lanes `i + 8` onto `i`, then
+    /// `i + 4` onto `i`, then `(h₀ + h₂) + (h₁ + h₃)`. Each level adds the same pairs for
+    /// several registers at once; the inputs are paired so that the last level leaves the
+    /// sums in order.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn sum_lanes_16(r: &[std::arch::x86_64::__m512; BLOCK]) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::{_mm512_add_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps};
+        // Quarters (128 bits) 0 + 2 and 1 + 3 of a and of b: [a's 8 sums, b's 8 sums].
+        let l1 = |a, b| {
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            )
+        };
+        // Of [a, b] and [c, d] (8 sums each): halves 0 + 1 of each → [a, b, c, d] (4 each).
+        let l2 = |p, q| {
+            _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(p, q),
+                _mm512_shuffle_f32x4::<0xDD>(p, q),
+            )
+        };
+        // Within each quarter: [x₀ + x₂, x₁ + x₃] of p's and of q's four.
+        let l3 = |p, q| {
+            _mm512_add_ps(
+                _mm512_shuffle_ps::<0x44>(p, q),
+                _mm512_shuffle_ps::<0xEE>(p, q),
+            )
+        };
+        // Within each quarter: [p₀ + p₁, p₂ + p₃, q₀ + q₁, q₂ + q₃].
+        let l4 = |p, q| {
+            _mm512_add_ps(
+                _mm512_shuffle_ps::<0x88>(p, q),
+                _mm512_shuffle_ps::<0xDD>(p, q),
+            )
+        };
+        // Quarter lanes after l2: [0, 4, 8, 12], [1, 5, 9, 13], [2, 6, ...], [3, 7, ...];
+        // l3 of the first two puts keys (0, 1), (4, 5), (8, 9), (12, 13) in the quarters, l4
+        // then lays out 0..16 in order.
+        let q0 = l2(l1(r[0], r[4]), l1(r[8], r[12]));
+        let q1 = l2(l1(r[1], r[5]), l1(r[9], r[13]));
+        let q2 = l2(l1(r[2], r[6]), l1(r[10], r[14]));
+        let q3 = l2(l1(r[3], r[7]), l1(r[11], r[15]));
+        l4(l3(q0, q1), l3(q2, q3))
+    }
+
+    /// The inclusive running maximum across lanes: lane `j` gets `max(x₀, …, x_j)` (no NaN
+    /// in `x`).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn prefix_max(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::{
+            _mm512_alignr_epi32, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_max_ps,
+            _mm512_set1_ps,
+        };
+        let fill = _mm512_castps_si512(_mm512_set1_ps(f32::NEG_INFINITY));
+        let mut x = x;
+        // Lanes shifted up by 1, 2, 4, 8 (−∞ shifted in).
+        macro_rules! step {
+            ($k:literal) => {
+                x = _mm512_max_ps(
+                    x,
+                    _mm512_castsi512_ps(_mm512_alignr_epi32::<{ 16 - $k }>(
+                        _mm512_castps_si512(x),
+                        fill,
+                    )),
+                );
+            };
+        }
+        step!(1);
+        step!(2);
+        step!(4);
+        step!(8);
+        x
+    }
+
+    /// Lane 15.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn last_lane(x: std::arch::x86_64::__m512) -> f32 {
+        use std::arch::x86_64::{
+            _mm512_castps512_ps128, _mm512_permutexvar_ps, _mm512_set1_epi32, _mm_cvtss_f32,
+        };
+        _mm_cvtss_f32(_mm512_castps512_ps128(_mm512_permutexvar_ps(
+            _mm512_set1_epi32(15),
+            x,
+        )))
     }
 
     /// The key loop for `G` query heads `q` (rounded to f16) sharing `rows`, in lockstep: per
@@ -1238,6 +1476,195 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_f16_ggml(x: &[f32], y: &[f32]) -> f32 {
         crate::kernels::ggml_arith::dot_f16_vec_f32_body(x, y)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::kernels::ggml_arith::{f16_tiles, fast};
+
+        /// Keys and values of one head as the cache holds them (rows `stride` u16 apart,
+        /// this head's `D` values first) and a mask row in either element type.
+        struct Case {
+            k: Vec<u16>,
+            v: Vec<u16>,
+            stride: usize,
+            mask_f16: Vec<u16>,
+            mask_f32: Vec<f32>,
+        }
+
+        fn rng(seed: &mut u64) -> f32 {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        }
+
+        /// `n` keys; `spiky`: some keys' rows ×40 (scores jumping by far more than 88, so
+        /// that exponentials leave the table's range), one NaN in a key row.
+        fn case(n: usize, spiky: bool, seed: u64) -> Case {
+            let mut s = seed | 1;
+            let stride = 2 * D;
+            let mut row = |i: usize, scale: f32| -> Vec<u16> {
+                let mut r: Vec<u16> = (0..stride).map(|_| f2h(rng(&mut s) * scale)).collect();
+                if spiky && i % 37 == 5 {
+                    r.iter_mut().take(D).for_each(|x| *x = f2h(h2f(*x) * 40.0));
+                }
+                r
+            };
+            let mut k: Vec<u16> = (0..n).flat_map(|i| row(i, 2.0)).collect();
+            let v: Vec<u16> = (0..n).flat_map(|i| row(i + 1000, 1.0)).collect();
+            if spiky && n > 9 {
+                k[9 * stride + 3] = 0x7e00; // NaN
+            }
+            let masked = |i: usize| i % 7 == 3 || (40..60).contains(&i);
+            let value = |i: usize| match i % 5 {
+                0 => -1.5,
+                1 => 0.25,
+                _ => 0.0,
+            };
+            let mask_f32: Vec<f32> = (0..n)
+                .map(|i| {
+                    if masked(i) {
+                        f32::NEG_INFINITY
+                    } else {
+                        value(i)
+                    }
+                })
+                .collect();
+            let mask_f16 = mask_f32.iter().map(|&x| f2h(x)).collect();
+            Case {
+                k,
+                v,
+                stride,
+                mask_f16,
+                mask_f32,
+            }
+        }
+
+        /// The one-key loop of `one_row_keys` with the portable primitives.
+        fn reference(
+            q: &[f32; D],
+            c: &Case,
+            mask: Option<&[f32]>,
+            keys: std::ops::Range<usize>,
+            scale: f32,
+        ) -> ([u16; D], f32, f32) {
+            let (mut acc, mut max, mut sum) = ([0u16; D], f32::NEG_INFINITY, 0f32);
+            for ic in keys {
+                let mv = mask.map_or(0.0, |m| m[ic]);
+                if mv == f32::NEG_INFINITY {
+                    continue;
+                }
+                let kr: Vec<f32> = c.k[ic * c.stride..][..D].iter().map(|&h| h2f(h)).collect();
+                let vr = &c.v[ic * c.stride..][..D];
+                let mut s = super::super::dot_f16_ggml(&kr, q, false);
+                s *= scale;
+                s += mv;
+                let (ms, vs);
+                if s > max {
+                    let old = max;
+                    max = s;
+                    ms = (old - max).exp();
+                    vs = 1.0;
+                    super::super::scale_f16(&mut acc, ms, false);
+                } else {
+                    ms = 1.0;
+                    vs = (s - max).exp();
+                }
+                super::super::mad_f16(&mut acc, vr, vs, false);
+                sum = sum.mul_add(ms, vs);
+            }
+            (acc, max, sum)
+        }
+
+        fn same(a: f32, b: f32) -> bool {
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+        }
+
+        fn check<const G: usize>() {
+            let scale = 0.125;
+            for (n, spiky) in [(0, false), (1, false), (16, false), (33, true), (600, true)] {
+                let c = case(n, spiky, 7 + n as u64);
+                let mut seed = 99 + G as u64;
+                let q: [[f32; D]; G] =
+                    std::array::from_fn(|_| std::array::from_fn(|_| h2f(f2h(rng(&mut seed)))));
+                let ranges = [0..n, n / 3..n, n.min(5)..n.min(21)];
+                for keys in ranges {
+                    for which in 0..3 {
+                        let mask = match which {
+                            0 => None,
+                            1 => Some((c.mask_f16.as_ptr() as *const u8, 2, true)),
+                            _ => Some((c.mask_f32.as_ptr() as *const u8, 4, false)),
+                        };
+                        let rows = KeyRows {
+                            k0: c.k.as_ptr() as *const u8,
+                            knb: 2 * c.stride,
+                            v0: c.v.as_ptr() as *const u8,
+                            vnb: 2 * c.stride,
+                            mask,
+                        };
+                        let mref = (which > 0).then_some(&c.mask_f32[..]);
+                        let want: Vec<_> = q
+                            .iter()
+                            .map(|qh| reference(qh, &c, mref, keys.clone(), scale))
+                            .collect();
+                        let what = format!("G={G} n={n} keys={keys:?} mask={which}");
+                        let mut runs = Vec::new();
+                        if f16_tiles() {
+                            let mut acc = [[0u16; D]; G];
+                            // SAFETY: the CPU has the features (checked); the rows and the
+                            // mask cover every key of `keys`.
+                            let r = unsafe {
+                                keys_block_512::<G>(&q, &mut acc, &rows, keys.clone(), scale)
+                            };
+                            runs.push(("block", acc, r));
+                        }
+                        if fast() {
+                            let mut acc = [[0u16; D]; G];
+                            // SAFETY: as above (AVX2, FMA, F16C).
+                            let r = unsafe {
+                                keys_group::<G>(
+                                    &mut q.clone(),
+                                    &mut acc,
+                                    &rows,
+                                    keys.clone(),
+                                    scale,
+                                )
+                            };
+                            runs.push(("group", acc, r));
+                        }
+                        for (name, acc, r) in runs {
+                            for (g, (wa, wm, ws)) in want.iter().enumerate() {
+                                let (m, s) = r[g];
+                                assert!(same(m, *wm), "{name} {what} head {g}: M {m} vs {wm}");
+                                assert!(same(s, *ws), "{name} {what} head {g}: S {s} vs {ws}");
+                                for (x, y) in acc[g].iter().zip(wa) {
+                                    assert!(
+                                        same(h2f(*x), h2f(*y)),
+                                        "{name} {what} head {g}: acc {} vs {}",
+                                        h2f(*x),
+                                        h2f(*y)
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        /// The blocked AVX-512 loop and the AVX2 one give the one-key loop's bits, with
+        /// masked keys (whole masked blocks too), partial blocks, NaN scores and
+        /// exponentials outside the table's range.
+        #[test]
+        fn key_loops_equal_the_one_key_loop() {
+            check::<1>();
+            check::<2>();
+            check::<3>();
+            check::<7>();
+            check::<8>();
+        }
     }
 }
 
