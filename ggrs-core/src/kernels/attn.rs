@@ -175,27 +175,6 @@ impl Attn<'_> {
         unsafe { std::slice::from_raw_parts(v.row_ptr(ic, i2, i3) as *const u16, v.ne[0]) }
     }
 
-    /// Mask value for key `ic` of query `iq1` in head `(iq2, iq3)` (0 without a mask).
-    ///
-    /// # Safety
-    /// `ic < n_kv`, `iq1 < q.ne[1]` and the head indices in range; the builder checked the
-    /// mask's shape (`ne[0] = n_kv`, `ne[1] ≥ n_q`, broadcast over axes 2 and 3).
-    #[inline]
-    unsafe fn mask_at(&self, ic: usize, iq1: usize, iq2: usize, iq3: usize) -> f32 {
-        match self.mask {
-            None => 0.0,
-            // SAFETY: in range as stated; F16/F32 elements are aligned.
-            Some(m) => unsafe {
-                let p = m.data.add(m.offset(ic, iq1, iq2 % m.ne[2], iq3 % m.ne[3]));
-                if m.dtype == DType::F16 {
-                    h2f(*(p as *const u16))
-                } else {
-                    *(p as *const f32)
-                }
-            },
-        }
-    }
-
     /// Query row `(iq1, iq2, iq3)`.
     ///
     /// # Safety
@@ -549,22 +528,48 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
     kt.fill(0.0);
     vt.fill(0.0);
     let mut skip = [false; TILE_Q];
+    // Register-blocked score and value products (the same FMA chains) with AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    let x86_512 = crate::kernels::ggml_arith::f16_tiles();
 
     for ic0 in (0..n_kv).step_by(TILE_KV) {
         let n_t = TILE_KV.min(n_kv - ic0);
-        if a.mask.is_some() {
+        if let Some(m) = a.mask {
+            let f16m = m.dtype == DType::F16;
             let mut all_masked = true;
             for r in 0..rows {
+                // SAFETY: ic0 < n_kv, q0 + r < n_q, broadcast indices reduced: the mask row's
+                // elements ic0..ic0 + n_t lie in the mask (the builder checked its shape).
+                let p = unsafe {
+                    m.data
+                        .add(m.offset(ic0, q0 + r, iq2 % m.ne[2], iq3 % m.ne[3]))
+                };
                 let mr = &mut mk[r * TILE_KV..(r + 1) * TILE_KV];
-                for (c, m) in mr.iter_mut().enumerate() {
-                    *m = if c < n_t {
-                        // SAFETY: ic0 + c < n_kv, q0 + r < n_q.
-                        unsafe { a.mask_at(ic0 + c, q0 + r, iq2, iq3) }
-                    } else {
-                        f32::NEG_INFINITY
-                    };
-                    all_masked &= *m == f32::NEG_INFINITY;
+                let dense = m.nb[0] == m.dtype.type_size();
+                if dense && !f16m {
+                    // SAFETY: n_t dense, aligned f32 elements from p (as above).
+                    mr[..n_t].copy_from_slice(unsafe {
+                        std::slice::from_raw_parts(p as *const f32, n_t)
+                    });
+                } else if dense {
+                    // SAFETY: n_t dense, aligned f16 elements from p (as above).
+                    let h = unsafe { std::slice::from_raw_parts(p as *const u16, n_t) };
+                    f16_to_f32(h, &mut mr[..n_t], FAST);
+                } else {
+                    for (c, x) in mr[..n_t].iter_mut().enumerate() {
+                        // SAFETY: element c < n_t of that row; F16/F32 elements are aligned.
+                        *x = unsafe {
+                            let e = p.add(c * m.nb[0]);
+                            if f16m {
+                                h2f(*(e as *const u16))
+                            } else {
+                                *(e as *const f32)
+                            }
+                        };
+                    }
                 }
+                mr[n_t..].fill(f32::NEG_INFINITY);
+                all_masked &= mr.iter().all(|&x| x == f32::NEG_INFINITY);
             }
             if all_masked {
                 continue;
@@ -578,11 +583,22 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
                 kt[d * TILE_KV + c] = x;
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        let blocked = FAST && x86_512 && {
+            // SAFETY: AVX-512 F (checked); the q tile holds TILE_Q rows of dk, the key tile
+            // dk rows of TILE_KV, the scores TILE_Q rows of TILE_KV.
+            unsafe { x86::scores_512(qt, kt, kq, rows, dk) };
+            true
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let blocked = false;
         for r in 0..rows {
             let s = &mut kq[r * TILE_KV..(r + 1) * TILE_KV];
-            s.fill(0.0);
-            for d in 0..dk {
-                fma_into_body(s, qt[r * dk + d], &kt[d * TILE_KV..(d + 1) * TILE_KV]);
+            if !blocked {
+                s.fill(0.0);
+                for d in 0..dk {
+                    fma_into_body(s, qt[r * dk + d], &kt[d * TILE_KV..(d + 1) * TILE_KV]);
+                }
             }
             for x in s.iter_mut() {
                 *x *= a.scale;
@@ -624,6 +640,19 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
             );
         }
         vt[n_t * dv..].fill(0.0);
+        #[cfg(target_arch = "x86_64")]
+        if FAST && x86_512 && dv % 64 == 0 {
+            let mut active = [0usize; TILE_Q];
+            let mut n_active = 0;
+            for r in (0..rows).filter(|&r| !skip[r]) {
+                active[n_active] = r;
+                n_active += 1;
+            }
+            // SAFETY: AVX-512 F (checked); rows `active` of the weights (TILE_KV each) and
+            // of the accumulators (dv each), TILE_KV value rows of dv.
+            unsafe { x86::weighted_values_512(kq, vt, acc, &active[..n_active], dv) };
+            continue;
+        }
         for r in 0..rows {
             if skip[r] {
                 continue;
@@ -1459,6 +1488,116 @@ mod x86 {
             }
         }
         std::array::from_fn(|g| (max[g], sum[g]))
+    }
+
+    /// Query rows per register block of [`scores_512`] and [`weighted_values_512`].
+    const RB: usize = 4;
+
+    /// The tiled kernel's scores before scaling: for rows `r < rows` of the query tile
+    /// (`qt`: rows of `dk`) and the `TILE_KV` columns of the transposed key tile (`kt`:
+    /// `dk` rows of `TILE_KV`), `kq[r·TILE_KV + c]` = the FMA chain over `d` in order,
+    /// `s = fma(q[r][d], k[d][c], s)` from 0 — the portable loop's chains, four rows by
+    /// sixty-four columns held in registers.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F; `qt` holds `TILE_Q · dk` values, `kt` `dk · TILE_KV`,
+    /// `kq` `TILE_Q · TILE_KV`; `rows ≤ TILE_Q`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn scores_512(
+        qt: &[f32],
+        kt: &[f32],
+        kq: &mut [f32],
+        rows: usize,
+        dk: usize,
+    ) {
+        use std::arch::x86_64::{
+            __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+            _mm512_storeu_ps,
+        };
+        const W: usize = super::TILE_KV / 16;
+        assert!(qt.len() >= super::TILE_Q * dk && kt.len() >= dk * super::TILE_KV);
+        assert!(kq.len() >= super::TILE_Q * super::TILE_KV && rows <= super::TILE_Q);
+        for r0 in (0..rows).step_by(RB) {
+            // Rows past `rows` (still inside the tile) are computed and dropped.
+            let mut s = [[_mm512_setzero_ps(); W]; RB];
+            for d in 0..dk {
+                // SAFETY: d < dk: row d of the key tile has TILE_KV = 16·W values.
+                let k: [__m512; W] = std::array::from_fn(|j| unsafe {
+                    _mm512_loadu_ps(kt.as_ptr().add(d * super::TILE_KV + 16 * j))
+                });
+                for (i, si) in s.iter_mut().enumerate() {
+                    // r0 + i < TILE_Q (r0 is a multiple of RB below rows ≤ TILE_Q).
+                    let q = _mm512_set1_ps(qt[(r0 + i) * dk + d]);
+                    for (x, &kj) in si.iter_mut().zip(&k) {
+                        *x = _mm512_fmadd_ps(q, kj, *x);
+                    }
+                }
+            }
+            for (i, si) in s.iter().enumerate().take(rows - r0) {
+                for (j, &x) in si.iter().enumerate() {
+                    let o = (r0 + i) * super::TILE_KV + 16 * j;
+                    // SAFETY: o + 16 ≤ TILE_Q · TILE_KV ≤ kq.len().
+                    unsafe { _mm512_storeu_ps(kq.as_mut_ptr().add(o), x) };
+                }
+            }
+        }
+    }
+
+    /// The tiled kernel's value step for the query rows `active`: `acc[r·dv + e]` gets the
+    /// FMA chain over the tile's keys in order, `y = fma(w[r][c], v[c][e], y)` — the portable
+    /// loop's chains, four rows by sixty-four values held in registers.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F; `dv` is a multiple of 64; `kq` holds `TILE_Q · TILE_KV`
+    /// values, `vt` `TILE_KV · dv`, `acc` `TILE_Q · dv`; every row in `active` is below
+    /// `TILE_Q`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weighted_values_512(
+        kq: &[f32],
+        vt: &[f32],
+        acc: &mut [f32],
+        active: &[usize],
+        dv: usize,
+    ) {
+        use std::arch::x86_64::{
+            __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
+        };
+        const W: usize = 4;
+        const KV: usize = super::TILE_KV;
+        assert!(dv.is_multiple_of(16 * W) && kq.len() >= super::TILE_Q * KV);
+        assert!(vt.len() >= KV * dv && acc.len() >= super::TILE_Q * dv);
+        assert!(active.iter().all(|&r| r < super::TILE_Q));
+        for rows in active.chunks(RB) {
+            // A short block repeats its first row in the spare lanes (computed, not stored).
+            let row: [usize; RB] = std::array::from_fn(|i| rows.get(i).copied().unwrap_or(rows[0]));
+            for e0 in (0..dv).step_by(16 * W) {
+                // SAFETY (all loads and stores below): rows < TILE_Q, e0 + 16·W ≤ dv, c < KV.
+                let mut y: [[__m512; W]; RB] = std::array::from_fn(|i| {
+                    std::array::from_fn(|j| unsafe {
+                        _mm512_loadu_ps(acc.as_ptr().add(row[i] * dv + e0 + 16 * j))
+                    })
+                });
+                for c in 0..KV {
+                    let v: [__m512; W] = std::array::from_fn(|j| unsafe {
+                        _mm512_loadu_ps(vt.as_ptr().add(c * dv + e0 + 16 * j))
+                    });
+                    for (i, yi) in y.iter_mut().enumerate() {
+                        let w = _mm512_set1_ps(kq[row[i] * KV + c]);
+                        for (x, &vj) in yi.iter_mut().zip(&v) {
+                            *x = _mm512_fmadd_ps(w, vj, *x);
+                        }
+                    }
+                }
+                for (i, yi) in y.iter().enumerate().take(rows.len()) {
+                    for (j, &x) in yi.iter().enumerate() {
+                        // SAFETY: as the loads (row[i] < TILE_Q, e0 + 16·W ≤ dv).
+                        unsafe {
+                            _mm512_storeu_ps(acc.as_mut_ptr().add(row[i] * dv + e0 + 16 * j), x)
+                        };
+                    }
+                }
+            }
+        }
     }
 
     /// The tiled kernel compiled with the features (see [`super::tile_body`]).
