@@ -3,6 +3,8 @@
 //! keys, on 1 and 2 threads of a persistent [`Executor`], with the keys split in 2 parts as
 //! llama.cpp does on 2 threads (from 512 keys on).
 //!
+//! Also a 512-token prompt (the tiled kernel).
+//!
 //! Run with `cargo bench -p ggrs-core --bench flash_attn`. Throughput is in (key, query
 //! head) pairs per second: at depth `d` one call handles `14·d` of them.
 
@@ -72,5 +74,49 @@ fn bench_flash_attn(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_flash_attn);
+/// A 512-token prompt's attention in one Qwen2.5-0.5B layer: 512 queries over 512 keys under
+/// a causal mask (the tiled kernel), on 1 and 2 threads. Throughput in (query, key, head)
+/// triples computed, masked ones included.
+fn bench_flash_attn_prompt(c: &mut Criterion) {
+    let mut g = c.benchmark_group("flash_attn_prompt");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20);
+    let (nh, nkv, d) = HEADS;
+    let n = 512usize;
+    let mut ctx = Context::with_mem_size(64 << 20);
+    let graph = (|| -> ggrs_core::Result<_> {
+        let wave = |n: usize, f: f32| (0..n).map(|i| (i as f32 * f).sin()).collect::<Vec<_>>();
+        let q = ctx.new_tensor(DType::F32, &[d, n, nh, 1])?;
+        let k = ctx.new_tensor(DType::F16, &[d, n, nkv, 1])?;
+        let v = ctx.new_tensor(DType::F16, &[d, n, nkv, 1])?;
+        let m = ctx.new_tensor(DType::F16, &[n, n])?;
+        ctx.set_f32(q, &wave(d * n * nh, 0.37))?;
+        ctx.set_f32(k, &wave(d * n * nkv, 0.21))?;
+        ctx.set_f32(v, &wave(d * n * nkv, 0.13))?;
+        let causal: Vec<f32> = (0..n * n)
+            .map(|t| {
+                if t % n > t / n {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        ctx.set_f32(m, &causal)?;
+        let out = ctx.flash_attn_ext_split(q, k, v, Some(m), 0.125, 2)?;
+        Graph::build(&ctx, out)
+    })()
+    .expect("the bench graph is well formed");
+    g.throughput(Throughput::Elements((nh * n * n) as u64));
+    for threads in [1usize, 2] {
+        let mut exec = Executor::new(threads);
+        g.bench_function(format!("q{n}_kv{n}/t{threads}"), |b| {
+            b.iter(|| exec.compute(&mut ctx, &graph).expect("computes"))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_flash_attn, bench_flash_attn_prompt);
 criterion_main!(benches);

@@ -611,9 +611,7 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
                     *x += m;
                 }
             }
-            let tile_max = s
-                .iter()
-                .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+            let tile_max = row_max(s);
             skip[r] = tile_max == f32::NEG_INFINITY;
             if skip[r] {
                 continue;
@@ -676,6 +674,25 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
 // -------------------------------------------------------------------------------------------
 // Arithmetic primitives (portable bodies; vectorised variants below run the same operations)
 // -------------------------------------------------------------------------------------------
+
+/// The tiled kernel's row maximum, `fold(−∞, |m, x| if m > x { m } else { x })`: sixteen
+/// running maxima at once when the row has no NaN (the same value: only the sign of a zero
+/// maximum can differ, and every use of the maximum — differences fed to `exp`, `>` tests —
+/// gives the same result for either sign), the fold itself otherwise.
+#[inline(always)]
+fn row_max(s: &[f32]) -> f32 {
+    let fold = |m: f32, x: f32| if m > x { m } else { x };
+    if s.len() % 16 != 0 || s.iter().any(|x| x.is_nan()) {
+        return s.iter().fold(f32::NEG_INFINITY, |m, &x| fold(m, x));
+    }
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    for c in s.chunks_exact(16) {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            *m = fold(*m, x);
+        }
+    }
+    lanes.iter().fold(f32::NEG_INFINITY, |m, &x| fold(m, x))
+}
 
 #[inline(always)]
 fn h2f(h: u16) -> f32 {

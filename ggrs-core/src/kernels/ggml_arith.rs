@@ -420,7 +420,8 @@ fn scalef(j: f32, n: f32) -> f32 {
 
 /// [`v_expf`] on 16 lanes at once (one AVX-512 register of ggml's), written so that the
 /// compiler vectorises it: the same operations, with the scaling by `2ⁿ` done by building the
-/// power of two when every lane is in the normal range.
+/// power of two for lanes in the normal range and saturation for lanes far outside it (only
+/// a lane in between, or NaN, sends the group to the scalar path).
 #[inline(always)]
 pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
     const SHIFT: f32 = 12_582_912.0;
@@ -445,12 +446,19 @@ pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
             .mul_add(u, c1.mul_add(b, 1.0));
     }
     let mut out = [0f32; 16];
-    if n.iter().all(|v| v.abs() <= 126.0) {
-        for l in 0..16 {
-            out[l] = j[l] * f32::from_bits(((n[l] as i32 + 127) as u32) << 23);
-        }
-    } else {
-        // Some lane over- or underflows the normal range: the scalar path, lane by lane.
+    // Lanes with |n| ≤ 126 scale by a power of two built in the exponent field; lanes with
+    // |n| > 192 (−∞ among them: masked scores) saturate to 0 or ∞, as in `v_expf`.
+    let mut rare = false;
+    for l in 0..16 {
+        let normal = n[l].abs() <= 126.0;
+        let e = if normal { n[l] as i32 } else { 0 };
+        let scaled = j[l] * f32::from_bits(((e + 127) as u32) << 23);
+        let saturated = if n[l] <= 0.0 { 0.0 } else { f32::INFINITY };
+        out[l] = if normal { scaled } else { saturated };
+        rare |= !normal && !(n[l].abs() > 192.0);
+    }
+    if rare {
+        // A lane between the two ranges, or NaN: the scalar path, lane by lane.
         for l in 0..16 {
             out[l] = v_expf(x[l]);
         }
@@ -972,6 +980,42 @@ mod tests {
             let got = v_expf16(&a);
             for l in 0..16 {
                 assert_eq!(got[l].to_bits(), v_expf(a[l]).to_bits(), "x = {}", a[l]);
+            }
+        }
+        // Groups mixing ordinary lanes with saturating ones (−∞, as masked scores give, and
+        // far out of range), lanes between the ranges (|n| in 126..192) and NaN.
+        let special = [
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NAN,
+            -200.0,
+            200.0,
+            -100.0,
+            100.0,
+            -87.9,
+            88.5,
+            -0.0,
+            1e-30,
+        ];
+        for (t, &sp) in special.iter().enumerate() {
+            for every in [1usize, 2, 5, 16] {
+                let a: [f32; 16] = std::array::from_fn(|l| {
+                    if (l + t) % every == 0 {
+                        sp
+                    } else {
+                        (l as f32 - 8.0) * 3.7
+                    }
+                });
+                let got = v_expf16(&a);
+                for l in 0..16 {
+                    let want = v_expf(a[l]);
+                    assert!(
+                        got[l].to_bits() == want.to_bits() || (got[l].is_nan() && want.is_nan()),
+                        "x = {} in a group with {sp}: {} vs {want}",
+                        a[l],
+                        got[l]
+                    );
+                }
             }
         }
         let g: Vec<f32> = (0..531).map(|i| ((i as f32) * 0.37).sin() * 9.0).collect();
