@@ -682,7 +682,7 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
 #[inline(always)]
 fn row_max(s: &[f32]) -> f32 {
     let fold = |m: f32, x: f32| if m > x { m } else { x };
-    if s.len() % 16 != 0 || s.iter().any(|x| x.is_nan()) {
+    if !s.len().is_multiple_of(16) || s.iter().any(|x| x.is_nan()) {
         return s.iter().fold(f32::NEG_INFINITY, |m, &x| fold(m, x));
     }
     let mut lanes = [f32::NEG_INFINITY; 16];
@@ -1105,7 +1105,7 @@ mod x86 {
     /// 1. **Scores.** The block's key rows are widened once; per head, each key's 64 products
     ///    are folded as ggml does (`(L0 + L2) + (L1 + L3)` of the four 16-lane parts), and the
     ///    sixteen keys' horizontal sums are taken together by a transposing tree
-    ///    ([`sum_lanes_16`]) that adds the same pairs as ggml's `_mm512_reduce_add_ps`, leaving
+    ///    ([`sum_lanes_x16`](crate::kernels::ggml_arith::x86::sum_lanes_x16)) that adds the same pairs as ggml's `_mm512_reduce_add_ps`, leaving
     ///    key `j`'s score in lane `j`; then `·scale`, `+mask`.
     /// 2. **Softmax weights.** Key `j` sees the running maximum `M_{j−1}` = the largest of
     ///    the maximum so far and the block's earlier (unmasked, non-NaN) scores — a prefix
@@ -1193,7 +1193,10 @@ mod x86 {
                             std::array::from_fn(|i| _mm512_fmadd_ps(kw[j][i], qg[i], zero));
                         _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3]))
                     });
-                    scores[g] = _mm512_add_ps(_mm512_mul_ps(sum_lanes_16(&r), scale_v), mvv);
+                    scores[g] = _mm512_add_ps(
+                        _mm512_mul_ps(crate::kernels::ggml_arith::x86::sum_lanes_x16(&r), scale_v),
+                        mvv,
+                    );
                 }
                 for (g, &s) in scores.iter().enumerate() {
                     // The running maximum before each key: unmasked, ordered scores only
@@ -1314,56 +1317,6 @@ mod x86 {
         }
         *acc = y;
         sum[..H].copy_from_slice(&s);
-    }
-
-    /// The horizontal sums of sixteen registers, `out[j] = Σ r[j]`, each added in the tree of
-    /// `_mm512_reduce_add_ps` (as [`keys_group`] spells it): lanes `i + 8` onto `i`, then
-    /// `i + 4` onto `i`, then `(h₀ + h₂) + (h₁ + h₃)`. Each level adds the same pairs for
-    /// several registers at once; the inputs are paired so that the last level leaves the
-    /// sums in order.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn sum_lanes_16(r: &[std::arch::x86_64::__m512; BLOCK]) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::{_mm512_add_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps};
-        // Quarters (128 bits) 0 + 2 and 1 + 3 of a and of b: [a's 8 sums, b's 8 sums].
-        let l1 = |a, b| {
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0x44>(a, b),
-                _mm512_shuffle_f32x4::<0xEE>(a, b),
-            )
-        };
-        // Of [a, b] and [c, d] (8 sums each): halves 0 + 1 of each → [a, b, c, d] (4 each).
-        let l2 = |p, q| {
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0x88>(p, q),
-                _mm512_shuffle_f32x4::<0xDD>(p, q),
-            )
-        };
-        // Within each quarter: [x₀ + x₂, x₁ + x₃] of p's and of q's four.
-        let l3 = |p, q| {
-            _mm512_add_ps(
-                _mm512_shuffle_ps::<0x44>(p, q),
-                _mm512_shuffle_ps::<0xEE>(p, q),
-            )
-        };
-        // Within each quarter: [p₀ + p₁, p₂ + p₃, q₀ + q₁, q₂ + q₃].
-        let l4 = |p, q| {
-            _mm512_add_ps(
-                _mm512_shuffle_ps::<0x88>(p, q),
-                _mm512_shuffle_ps::<0xDD>(p, q),
-            )
-        };
-        // Quarter lanes after l2: [0, 4, 8, 12], [1, 5, 9, 13], [2, 6, ...], [3, 7, ...];
-        // l3 of the first two puts keys (0, 1), (4, 5), (8, 9), (12, 13) in the quarters, l4
-        // then lays out 0..16 in order.
-        let q0 = l2(l1(r[0], r[4]), l1(r[8], r[12]));
-        let q1 = l2(l1(r[1], r[5]), l1(r[9], r[13]));
-        let q2 = l2(l1(r[2], r[6]), l1(r[10], r[14]));
-        let q3 = l2(l1(r[3], r[7]), l1(r[11], r[15]));
-        l4(l3(q0, q1), l3(q2, q3))
     }
 
     /// The inclusive running maximum across lanes: lane `j` gets `max(x₀, …, x_j)` (no NaN

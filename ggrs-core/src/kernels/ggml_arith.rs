@@ -455,7 +455,8 @@ pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
         let scaled = j[l] * f32::from_bits(((e + 127) as u32) << 23);
         let saturated = if n[l] <= 0.0 { 0.0 } else { f32::INFINITY };
         out[l] = if normal { scaled } else { saturated };
-        rare |= !normal && !(n[l].abs() > 192.0);
+        let beyond = n[l].abs() > 192.0; // false for NaN
+        rare |= !normal && !beyond;
     }
     if rare {
         // A lane between the two ranges, or NaN: the scalar path, lane by lane.
@@ -520,7 +521,7 @@ pub(crate) fn rotate_pair(x0: f32, x1: f32, c: f32, s: f32, fused: bool) -> (f32
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     //! The bodies compiled with AVX2 + FMA + F16C (same operations, vectorised by LLVM).
     macro_rules! with_features {
         ($($name:ident => $body:ident),* $(,)?) => {$(
@@ -615,8 +616,8 @@ mod x86 {
     }
 
     use std::arch::x86_64::{
-        __m256i, __m512, _mm256_loadu_si256, _mm512_add_ps, _mm512_cvtph_ps, _mm512_fmadd_ps,
-        _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+        __m256i, __m512, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps,
     };
 
     /// Sixteen f16 values at `p` widened to f32.
@@ -697,44 +698,53 @@ mod x86 {
         acc.map(|row| row.map(|v| unsafe { reduce(v) }))
     }
 
-    /// Sixteen registers reduced as [`super::reduce16`] each, sixteen lanes at a time:
-    /// halves of 8 lanes added for pairs of registers, then halves of 4 for quadruples, then
-    /// `(h0 + h2) + (h1 + h3)` within each 128-bit lane.
+    /// The horizontal sums of sixteen registers, `out[j] = Σ r[j]`, each added in the tree of
+    /// `_mm512_reduce_add_ps` ([`super::reduce16`]): lanes `i + 8` onto `i`, then
+    /// `i + 4` onto `i`, then `(h₀ + h₂) + (h₁ + h₃)`. Each level adds the same pairs for
+    /// several registers at once; the inputs are paired so that the last level leaves the
+    /// sums in order.
     ///
     /// # Safety
     /// The CPU supports AVX-512 F.
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    unsafe fn reduce_x16(v: [__m512; 16]) -> [f32; 16] {
-        use std::arch::x86_64::{_mm512_permute_ps, _mm512_shuffle_f32x4};
-        // h8 of registers 2p (low 256 bits) and 2p + 1 (high): lanes i + 8 and i.
-        let x: [__m512; 8] = std::array::from_fn(|p| {
-            let (a, b) = (v[2 * p], v[2 * p + 1]);
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0xEE>(a, b),
-                _mm512_shuffle_f32x4::<0x44>(a, b),
-            )
-        });
-        // h4 of registers 4q..4q + 4, one per 128-bit lane: h8 lanes i + 4 and i.
-        let z: [__m512; 4] = std::array::from_fn(|q| {
-            let (a, b) = (x[2 * q], x[2 * q + 1]);
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0xDD>(a, b),
-                _mm512_shuffle_f32x4::<0x88>(a, b),
-            )
-        });
-        let mut out = [0f32; 16];
-        for (q, zq) in z.iter().enumerate() {
-            // (h0 + h2, h1 + h3, …), then their sum, in element 0 of each 128-bit lane.
-            let s = _mm512_add_ps(*zq, _mm512_permute_ps::<0x4E>(*zq));
-            let t = _mm512_add_ps(s, _mm512_permute_ps::<0xB1>(s));
-            let mut lanes = [0f32; 16];
-            // SAFETY: `lanes` holds 16 f32; unaligned store.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), t) };
-            for j in 0..4 {
-                out[4 * q + j] = lanes[4 * j];
-            }
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn sum_lanes_x16(r: &[__m512; 16]) -> __m512 {
+        use std::arch::x86_64::{_mm512_add_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps};
+        // The sum of two shuffles of (p, q): one with each register's lower parts, one with
+        // the upper parts they are added to.
+        macro_rules! fold {
+            ($shuffle:ident, $lower:literal, $upper:literal) => {
+                |p, q| _mm512_add_ps($shuffle::<$lower>(p, q), $shuffle::<$upper>(p, q))
+            };
         }
+        // Quarters (128 bits) 0 + 2 and 1 + 3 of p and of q: [p's 8 sums, q's 8 sums].
+        let l1 = fold!(_mm512_shuffle_f32x4, 0x44, 0xEE);
+        // Of [a, b] and [c, d] (8 sums each): halves 0 + 1 of each → [a, b, c, d] (4 each).
+        let l2 = fold!(_mm512_shuffle_f32x4, 0x88, 0xDD);
+        // Within each quarter: [x₀ + x₂, x₁ + x₃] of p's and of q's four.
+        let l3 = fold!(_mm512_shuffle_ps, 0x44, 0xEE);
+        // Within each quarter: [p₀ + p₁, p₂ + p₃, q₀ + q₁, q₂ + q₃].
+        let l4 = fold!(_mm512_shuffle_ps, 0x88, 0xDD);
+        // Quarter lanes after l2: [0, 4, 8, 12], [1, 5, 9, 13], [2, 6, ...], [3, 7, ...];
+        // l3 of the first two puts registers (0, 1), (4, 5), (8, 9), (12, 13) in the quarters, l4
+        // then lays out 0..16 in order.
+        let q0 = l2(l1(r[0], r[4]), l1(r[8], r[12]));
+        let q1 = l2(l1(r[1], r[5]), l1(r[9], r[13]));
+        let q2 = l2(l1(r[2], r[6]), l1(r[10], r[14]));
+        let q3 = l2(l1(r[3], r[7]), l1(r[11], r[15]));
+        l4(l3(q0, q1), l3(q2, q3))
+    }
+
+    /// [`sum_lanes_x16`] as an array.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn reduce_x16(v: [__m512; 16]) -> [f32; 16] {
+        let mut out = [0f32; 16];
+        // SAFETY: `out` holds 16 f32; unaligned store; the features are this function's.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sum_lanes_x16(&v)) };
         out
     }
 
