@@ -292,7 +292,8 @@ pub(crate) unsafe fn flash_attn_ext(
 /// returns each head's `(M, S)`. Every head gets the arithmetic of [`one_row_keys`] in the
 /// same order; on x86-64 with `dk = dv = 64` and one mask row for all heads, up to eight
 /// heads run in lockstep over the keys, so that each key and value row is loaded once for
-/// them and their dependency chains overlap.
+/// them and their dependency chains overlap (with AVX-512, sixteen keys at a time: see
+/// `x86::keys_block_512`).
 ///
 /// # Safety
 /// Indices in range, `keys` within `0..n_kv`; `sc` holds `heads.len()` row scratches.
