@@ -218,6 +218,8 @@ fn swiglu_fused_and_split() {
         ([34, 5, 3, 2], Permuted([0, 2, 1, 3])),
         ([34, 7, 1, 1], Transposed),
         ([100, 4, 3, 2], Padded),
+        // One long row (a decoding step): split across threads in groups of 16, odd tail.
+        ([2 * 4867, 1, 1, 1], Contig),
     ];
     for &(ne, layout) in fused {
         let name = format!("swiglu {ne:?} {}", layout.label());
@@ -239,6 +241,8 @@ fn swiglu_fused_and_split() {
         ([257, 5, 3, 1], Contig, Contig),
         ([17, 5, 3, 2], Permuted([2, 0, 1, 3]), Transposed),
         ([100, 7, 2, 1], Padded, Permuted([0, 2, 1, 3])),
+        ([4867, 1, 1, 1], Contig, Contig),
+        ([2056, 1, 1, 1], Padded, Contig),
     ];
     for &(ne, lg, lu) in split {
         let name = format!("swiglu_split {ne:?} {} {}", lg.label(), lu.label());

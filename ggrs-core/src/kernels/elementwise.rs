@@ -98,7 +98,25 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
     let d = &task.dst;
     let n = d.ne[0];
     let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
-    for r in split_range(d.nrows(), n_chunks, chunk) {
+    // One row in several chunks: chunk c takes a piece of whole groups of 16 (the last one
+    // also the tail), so every element goes through the same path as in the whole row.
+    let piece = if d.nrows() == 1 && n_chunks > 1 {
+        let groups = split_range(n / 16, n_chunks, chunk);
+        let end = if groups.end == n / 16 {
+            n
+        } else {
+            16 * groups.end
+        };
+        16 * groups.start..end
+    } else {
+        0..n
+    };
+    let rows = if d.nrows() == 1 && n_chunks > 1 {
+        0..1
+    } else {
+        split_range(d.nrows(), n_chunks, chunk)
+    };
+    for r in rows {
         let (i1, i2, i3) = d.unravel_row(r);
         // SAFETY: rows in range for dst and the sources (same row shape); dst row owned.
         unsafe {
@@ -114,7 +132,8 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
                 ),
             };
             // ggml's vectorised SiLU (see `ggml_arith`), so results match llama.cpp's.
-            crate::kernels::ggml_arith::swiglu_row(out, g, Some(u));
+            let p = piece.clone();
+            crate::kernels::ggml_arith::swiglu_row(&mut out[p.clone()], &g[p.clone()], Some(&u[p]));
         }
     }
 }

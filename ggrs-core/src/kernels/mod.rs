@@ -359,9 +359,18 @@ fn plan_op(
                 ..TaskPlan::default()
             }
         }
+        // One long row (a decoding step's feed-forward): pieces of it, in groups of 16.
+        Op::Swiglu if rows == 1 && ne0 >= SWIGLU_SPLIT_MIN => TaskPlan {
+            n_chunks: nth.max(1),
+            scratch_f32: s0ne0.max(ne0) * 2 + 16,
+            ..TaskPlan::default()
+        },
         _ => row_plan(s0ne0.max(ne0) * 2 + 16),
     }
 }
+
+/// Shortest single row that `swiglu` splits across threads.
+const SWIGLU_SPLIT_MIN: usize = 2048;
 
 /// INIT phase of `task` on thread `ith` of `nth`.
 ///
