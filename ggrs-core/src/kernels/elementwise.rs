@@ -100,21 +100,17 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
     let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
     // One row in several chunks: chunk c takes a piece of whole groups of 16 (the last one
     // also the tail), so every element goes through the same path as in the whole row.
-    let piece = if d.nrows() == 1 && n_chunks > 1 {
+    // Otherwise chunk c takes whole rows.
+    let (rows, piece) = if d.nrows() == 1 && n_chunks > 1 {
         let groups = split_range(n / 16, n_chunks, chunk);
         let end = if groups.end == n / 16 {
             n
         } else {
             16 * groups.end
         };
-        16 * groups.start..end
+        (0..1, 16 * groups.start..end)
     } else {
-        0..n
-    };
-    let rows = if d.nrows() == 1 && n_chunks > 1 {
-        0..1
-    } else {
-        split_range(d.nrows(), n_chunks, chunk)
+        (split_range(d.nrows(), n_chunks, chunk), 0..n)
     };
     for r in rows {
         let (i1, i2, i3) = d.unravel_row(r);
