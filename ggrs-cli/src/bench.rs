@@ -6,6 +6,12 @@
 //! runs once to warm up, then `--reps` times; the table gives mean ± standard deviation
 //! and the median.
 //!
+//! `-d 0,1024` runs every test at each depth. The repetitions of a test at its depths are
+//! interleaved (rep 1 at every depth, then rep 2, …), so that a drift of the machine's speed
+//! during the run (memory bandwidth on shared hosts) hits every depth alike; each depth after
+//! the first also gets its speed relative to the first depth, as the median of the per-rep
+//! ratios.
+//!
 //! `--profile` also times every node of every measured step and prints, after the table,
 //! the time per op type and the most expensive nodes of each test.
 
@@ -42,15 +48,21 @@ pub struct Args {
     /// Thread counts to test (comma-separated).
     #[arg(long = "threads-list", value_delimiter = ',', default_value = "2")]
     threads_list: Vec<usize>,
-    /// Context already filled before each test.
-    #[arg(short = 'd', long, default_value_t = 0)]
-    depth: usize,
+    /// Context already filled before each test (comma-separated: every test runs at each
+    /// depth, repetitions interleaved across depths).
+    #[arg(short = 'd', long, value_delimiter = ',', default_value = "0")]
+    depth: Vec<usize>,
     /// Repetitions of each test (after one warm-up run).
     #[arg(short = 'r', long, default_value_t = 5)]
     reps: usize,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also measure how fast the threads read plain memory (a 256 MiB buffer, read before
+    /// every generation rep) and report, per generation test, the weight bytes streamed per
+    /// second against it: how close decoding runs to the memory-bandwidth bound.
+    #[arg(long)]
+    mem_bw: bool,
     /// Print a per-op profile of each test (time per op type and per node). Profiling
     /// runs each node on its own (no two nodes at once) so that every time is that node's
     /// own: the speeds measured with it are a little lower.
@@ -139,10 +151,94 @@ fn stats(v: &[f64]) -> Stats {
     Stats { mean, sd, median }
 }
 
+/// Bytes of the plain-read probe (`--mem-bw`): far more than any cache.
+const PROBE_BYTES: usize = 256 << 20;
+
+/// Reads `buf` once on `threads` threads (contiguous halves, thirds, …), as a generation
+/// step streams its weights, and returns the rate in GB/s (decimal).
+fn read_rate(buf: &[u64], threads: usize) -> f64 {
+    let part = buf.len().div_ceil(threads.max(1));
+    let t0 = Instant::now();
+    let total = std::thread::scope(|sc| {
+        let handles: Vec<_> = buf
+            .chunks(part)
+            .map(|c| {
+                sc.spawn(move || {
+                    // Eight independent sums so that the loop is bound by loads, not adds.
+                    let mut acc = [0u64; 8];
+                    for w in c.chunks_exact(8) {
+                        for (a, &x) in acc.iter_mut().zip(w) {
+                            *a = a.wrapping_add(x);
+                        }
+                    }
+                    acc.iter().fold(0u64, |s, &a| s.wrapping_add(a))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(0))
+            .fold(0u64, u64::wrapping_add)
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    std::hint::black_box(total);
+    (buf.len() * 8) as f64 / secs / 1e9
+}
+
+/// Weight bytes one generation step reads: every tensor but the token embedding, of which
+/// a step reads one row (unless the output projection is tied to it, when it is read whole).
+fn weight_bytes_per_token(model: &ggrs_llama::Model) -> usize {
+    let t = model.gguf().tensors();
+    let all: usize = t.iter().map(|t| t.size).sum();
+    let tied = !t.iter().any(|t| t.name == "output.weight");
+    let embd = t
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .map_or(0, |t| t.size);
+    if tied {
+        all
+    } else {
+        all - embd
+    }
+}
+
+/// Seconds one run of a test takes: `toks` as one batch (pp) or one token per step (tg),
+/// on a session already filled to the test's depth. With `prof`, every step's node times
+/// are added to it.
+fn time_test(
+    s: &mut ggrs_llama::Session,
+    toks: &[u32],
+    is_pp: bool,
+    mut prof: Option<&mut Profile>,
+) -> Result<f64, ggrs_llama::LlamaError> {
+    let mut secs = 0.0;
+    if is_pp {
+        let t0 = Instant::now();
+        s.eval(toks, false)?;
+        secs = t0.elapsed().as_secs_f64();
+        if let Some(p) = prof.as_deref_mut() {
+            p.add(s);
+        }
+    } else {
+        for &tok in toks {
+            let t0 = Instant::now();
+            s.eval(&[tok], false)?;
+            secs += t0.elapsed().as_secs_f64();
+            if let Some(p) = prof.as_deref_mut() {
+                p.add(s);
+            }
+        }
+    }
+    Ok(secs)
+}
+
 /// Runs `ggrs bench`.
 pub fn run(a: Args) -> CliResult {
     if a.reps == 0 {
         return Err("--reps must be at least 1".into());
+    }
+    if a.depth.is_empty() {
+        return Err("--depth needs at least one value (0: an empty context)".into());
     }
     let model = a.model.load()?;
     let path = a.model.path()?;
@@ -163,15 +259,24 @@ pub fn run(a: Args) -> CliResult {
             .collect()
     };
     let mut profiles: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     if !a.json {
         println!("| model | size | params | threads | test | t/s (mean ± sd) | median t/s |");
         println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     }
+    let max_d = a.depth.iter().copied().max().unwrap_or(0);
+    // Filled (not zero pages) so that reading it reads memory.
+    let probe: Vec<u64> = if a.mem_bw {
+        (0..PROBE_BYTES / 8).map(|i| i as u64 | 1).collect()
+    } else {
+        Vec::new()
+    };
+    let wbytes = weight_bytes_per_token(&model);
     for &t in &a.threads_list {
         let mut margs = a.model.clone();
         margs.threads = t;
-        margs.ctx_size = a.depth + max_p.max(max_n) + 1;
-        margs.batch_size = max_p.max(a.depth).max(1);
+        margs.ctx_size = max_d + max_p.max(max_n) + 1;
+        margs.batch_size = max_p.max(max_d).max(1);
         let mut s = margs.session(model.clone(), false)?;
         if a.profile {
             s.set_profiling(true);
@@ -189,64 +294,88 @@ pub fn run(a: Args) -> CliResult {
                 .filter(|&&n| n > 0)
                 .map(|&n| (format!("tg{n}"), n, false)),
         );
-        for (label, n, is_pp) in tests {
-            let label = if a.depth > 0 {
-                format!("{label} @ d{}", a.depth)
-            } else {
-                label
-            };
-            let mut speeds = Vec::with_capacity(a.reps);
-            let mut prof = Profile::default();
+        for (test, n, is_pp) in tests {
+            let nd = a.depth.len();
+            let mut speeds = vec![Vec::with_capacity(a.reps); nd];
+            let mut profs: Vec<Profile> = (0..nd).map(|_| Profile::default()).collect();
+            let mut read = Vec::new();
             for rep in 0..=a.reps {
-                s.clear();
-                if a.depth > 0 {
-                    s.eval(&random_tokens(a.depth), false)?;
+                if a.mem_bw && !is_pp && rep > 0 {
+                    read.push(read_rate(&probe, t));
                 }
-                let toks = random_tokens(n);
-                let t0 = Instant::now();
-                let mut secs = 0.0;
-                if is_pp {
-                    s.eval(&toks, false)?;
-                    secs = t0.elapsed().as_secs_f64();
-                    if a.profile && rep > 0 {
-                        prof.add(&s);
+                for (di, &depth) in a.depth.iter().enumerate() {
+                    s.clear();
+                    if depth > 0 {
+                        s.eval(&random_tokens(depth), false)?;
                     }
+                    let toks = random_tokens(n);
+                    let prof = (a.profile && rep > 0).then_some(&mut profs[di]);
+                    let secs = time_test(&mut s, &toks, is_pp, prof)?;
+                    if rep > 0 {
+                        speeds[di].push(n as f64 / secs);
+                    }
+                }
+            }
+            for (di, &depth) in a.depth.iter().enumerate() {
+                let label = if depth > 0 {
+                    format!("{test} @ d{depth}")
                 } else {
-                    for &tok in &toks {
-                        let t = Instant::now();
-                        s.eval(&[tok], false)?;
-                        secs += t.elapsed().as_secs_f64();
-                        if a.profile && rep > 0 {
-                            prof.add(&s);
-                        }
+                    test.clone()
+                };
+                let st = stats(&speeds[di]);
+                // Against the first depth: the median of the per-rep ratios (each pair
+                // measured back to back).
+                let vs_first = (di > 0).then(|| {
+                    let r: Vec<f64> = speeds[di]
+                        .iter()
+                        .zip(&speeds[0])
+                        .map(|(x, y)| x / y)
+                        .collect();
+                    stats(&r).median
+                });
+                if a.profile {
+                    profiles.push(profs[di].table(&format!("{label}, {t} threads"), 25));
+                }
+                // Weight bytes per second, and against the plain read of the same reps.
+                let bw = (!read.is_empty()).then(|| {
+                    let gbps = wbytes as f64 * st.median / 1e9;
+                    (gbps, stats(&read).median)
+                });
+                if a.json {
+                    println!(
+                        "{}",
+                        json!({"model": path.display().to_string(), "name": name, "size": size, "params": params,
+                               "threads": t, "test": label, "n": n, "depth": depth,
+                               "tps_mean": st.mean, "tps_sd": st.sd, "tps_median": st.median, "samples": speeds[di],
+                               "vs_first_depth": vs_first,
+                               "weight_gbps": bw.map(|b| b.0), "read_gbps": bw.map(|b| b.1), "read_samples": read})
+                    );
+                } else {
+                    if let Some((gbps, rd)) = bw {
+                        notes.push(format!(
+                            "{label}, {t} threads: {:.0} MB of weights per token → {gbps:.1} GB/s, {:.0}% of a plain {t}-thread read of memory in the same reps ({rd:.1} GB/s, median of {})",
+                            wbytes as f64 / 1e6,
+                            100.0 * gbps / rd,
+                            read.len()
+                        ));
                     }
+                    let rel = vs_first.map_or(String::new(), |r| {
+                        format!(" ({:+.1}% vs d{})", 100.0 * (r - 1.0), a.depth[0])
+                    });
+                    println!(
+                        "| {name} | {:.2} MiB | {:.2} M | {t} | {label} | {:.2} ± {:.2} | {:.2}{rel} |",
+                        size as f64 / (1024.0 * 1024.0),
+                        params as f64 / 1e6,
+                        st.mean,
+                        st.sd,
+                        st.median
+                    );
                 }
-                if rep > 0 {
-                    speeds.push(n as f64 / secs);
-                }
-            }
-            let st = stats(&speeds);
-            if a.profile {
-                profiles.push(prof.table(&format!("{label}, {t} threads"), 25));
-            }
-            if a.json {
-                println!(
-                    "{}",
-                    json!({"model": path.display().to_string(), "name": name, "size": size, "params": params,
-                           "threads": t, "test": label, "n": n, "depth": a.depth,
-                           "tps_mean": st.mean, "tps_sd": st.sd, "tps_median": st.median, "samples": speeds})
-                );
-            } else {
-                println!(
-                    "| {name} | {:.2} MiB | {:.2} M | {t} | {label} | {:.2} ± {:.2} | {:.2} |",
-                    size as f64 / (1024.0 * 1024.0),
-                    params as f64 / 1e6,
-                    st.mean,
-                    st.sd,
-                    st.median
-                );
             }
         }
+    }
+    for n in &notes {
+        println!("\n{n}");
     }
     for p in &profiles {
         if a.json {

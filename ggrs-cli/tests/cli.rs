@@ -130,3 +130,116 @@ fn bench_prints_a_row_per_test_and_thread_count() {
     assert_eq!(v["test"], "pp8 @ d4");
     assert!(v["tps_median"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_runs_each_test_at_every_depth_of_a_list() {
+    let (ok, out, err) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "0",
+        "-n",
+        "3",
+        "-r",
+        "3",
+        "--json",
+        "-d",
+        "0,6",
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[0]["test"], "tg3");
+    assert_eq!(rows[0]["depth"], 0);
+    assert!(rows[0]["vs_first_depth"].is_null(), "{out}");
+    assert_eq!(rows[1]["test"], "tg3 @ d6");
+    assert_eq!(rows[1]["depth"], 6);
+    // The relative speed is the median of the per-rep ratios of the two depths' samples.
+    let samples = |r: &serde_json::Value| -> Vec<f64> {
+        r["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .map(|x| x.as_f64().expect("a speed"))
+            .collect()
+    };
+    let (s0, s1) = (samples(&rows[0]), samples(&rows[1]));
+    assert_eq!((s0.len(), s1.len()), (3, 3));
+    let mut ratios: Vec<f64> = s1.iter().zip(&s0).map(|(a, b)| a / b).collect();
+    ratios.sort_by(f64::total_cmp);
+    let got = rows[1]["vs_first_depth"].as_f64().expect("a ratio");
+    assert!((got - ratios[1]).abs() < 1e-12, "{got} vs {ratios:?}");
+    // The table marks it too.
+    let (ok, out, err) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-d",
+        "0,4",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("| tg2 @ d4 |") && l.contains("% vs d0)")),
+        "{out}"
+    );
+}
+
+#[test]
+fn bench_mem_bw_reports_the_weight_rate_against_a_plain_read() {
+    let (ok, out, err) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "2",
+        "--json",
+        "--mem-bw",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let reads = v["read_samples"]
+        .as_array()
+        .expect("one plain read per rep");
+    assert_eq!(reads.len(), 2, "{out}");
+    let read = v["read_gbps"].as_f64().expect("read rate");
+    assert!(read > 0.1, "{out}");
+    // Weight bytes per token × tokens per second.
+    let w = v["weight_gbps"].as_f64().expect("weight rate");
+    let per_token = w * 1e9 / v["tps_median"].as_f64().unwrap();
+    let file = std::fs::metadata(tiny()).unwrap().len() as f64;
+    assert!(per_token > 0.0 && per_token < file, "{per_token} of {file}");
+    // Without the flag: no probe.
+    let (ok, out, _) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "0",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "--json",
+    ]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert!(
+        v["read_gbps"].is_null() && v["weight_gbps"].is_null(),
+        "{out}"
+    );
+}
