@@ -8,6 +8,14 @@ fn tiny() -> String {
     common::reference("tiny/tiny-llama-f16.gguf")
 }
 
+/// `ggrs bench -m <tiny model>` followed by `args`.
+fn bench(args: &[&str]) -> (bool, String, String) {
+    let model = tiny();
+    let mut all = vec!["bench", "-m", model.as_str()];
+    all.extend_from_slice(args);
+    ggrs(&all)
+}
+
 #[test]
 fn missing_model_file_is_an_error() {
     let (ok, _, err) = ggrs(&["run", "-m", "/nonexistent/model.gguf", "-p", "hi"]);
@@ -92,39 +100,14 @@ fn prompt_longer_than_context_is_an_error() {
 
 #[test]
 fn bench_prints_a_row_per_test_and_thread_count() {
-    let (ok, out, err) = ggrs(&[
-        "bench",
-        "-m",
-        &tiny(),
-        "-p",
-        "16",
-        "-n",
-        "4",
-        "-r",
-        "2",
-        "--threads-list",
-        "1,2",
-    ]);
+    let (ok, out, err) = bench(&["-p", "16", "-n", "4", "-r", "2", "--threads-list", "1,2"]);
     assert!(ok, "{err}");
     let rows: Vec<&str> = out
         .lines()
         .filter(|l| l.contains("| pp16 |") || l.contains("| tg4 |"))
         .collect();
     assert_eq!(rows.len(), 4, "{out}");
-    let (ok, out, err) = ggrs(&[
-        "bench",
-        "-m",
-        &tiny(),
-        "-p",
-        "8",
-        "-n",
-        "0",
-        "-r",
-        "1",
-        "--json",
-        "-d",
-        "4",
-    ]);
+    let (ok, out, err) = bench(&["-p", "8", "-n", "0", "-r", "1", "--json", "-d", "4"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert_eq!(v["test"], "pp8 @ d4");
@@ -133,20 +116,7 @@ fn bench_prints_a_row_per_test_and_thread_count() {
 
 #[test]
 fn bench_runs_each_test_at_every_depth_of_a_list() {
-    let (ok, out, err) = ggrs(&[
-        "bench",
-        "-m",
-        &tiny(),
-        "-p",
-        "0",
-        "-n",
-        "3",
-        "-r",
-        "3",
-        "--json",
-        "-d",
-        "0,6",
-    ]);
+    let (ok, out, err) = bench(&["-p", "0", "-n", "3", "-r", "3", "--json", "-d", "0,6"]);
     assert!(ok, "{err}");
     let rows: Vec<serde_json::Value> = out
         .lines()
@@ -174,19 +144,7 @@ fn bench_runs_each_test_at_every_depth_of_a_list() {
     let got = rows[1]["vs_first_depth"].as_f64().expect("a ratio");
     assert!((got - ratios[1]).abs() < 1e-12, "{got} vs {ratios:?}");
     // The table marks it too.
-    let (ok, out, err) = ggrs(&[
-        "bench",
-        "-m",
-        &tiny(),
-        "-p",
-        "0",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "-d",
-        "0,4",
-    ]);
+    let (ok, out, err) = bench(&["-p", "0", "-n", "2", "-r", "1", "-d", "0,4"]);
     assert!(ok, "{err}");
     assert!(
         out.lines()
@@ -197,19 +155,7 @@ fn bench_runs_each_test_at_every_depth_of_a_list() {
 
 #[test]
 fn bench_mem_bw_reports_the_weight_rate_against_a_plain_read() {
-    let (ok, out, err) = ggrs(&[
-        "bench",
-        "-m",
-        &tiny(),
-        "-p",
-        "0",
-        "-n",
-        "2",
-        "-r",
-        "2",
-        "--json",
-        "--mem-bw",
-    ]);
+    let (ok, out, err) = bench(&["-p", "0", "-n", "2", "-r", "2", "--json", "--mem-bw"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     let reads = v["read_samples"]
@@ -224,18 +170,7 @@ fn bench_mem_bw_reports_the_weight_rate_against_a_plain_read() {
     let file = std::fs::metadata(tiny()).unwrap().len() as f64;
     assert!(per_token > 0.0 && per_token < file, "{per_token} of {file}");
     // Without the flag: no probe.
-    let (ok, out, _) = ggrs(&[
-        "bench",
-        "-m",
-        &tiny(),
-        "-p",
-        "0",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "--json",
-    ]);
+    let (ok, out, _) = bench(&["-p", "0", "-n", "2", "-r", "1", "--json"]);
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     assert!(
