@@ -422,8 +422,42 @@ fn scalef(j: f32, n: f32) -> f32 {
 /// compiler vectorises it: the same operations, with the scaling by `2ⁿ` done by building the
 /// power of two for lanes in the normal range and saturation for lanes far outside it (only
 /// a lane in between, or NaN, sends the group to the scalar path).
+///
+/// With AVX-512 it runs ggml's own instruction sequence ([`x86::v_expf_512`], `scalef` doing
+/// the scaling), which the test below holds to the same bits.
 #[inline(always)]
 pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
+    #[cfg(target_arch = "x86_64")]
+    if exp_512() {
+        // SAFETY: `exp_512()` is only true when the CPU has AVX-512 F.
+        return unsafe { x86::v_expf16_512(x) };
+    }
+    v_expf16_body(x)
+}
+
+/// Whether [`x86::v_expf_512`] may run: the vectorised variants are on and the CPU has
+/// AVX-512 F. Detected once.
+#[inline]
+fn exp_512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static ON: OnceLock<bool> = OnceLock::new();
+        *ON.get_or_init(|| {
+            fast()
+                && simd_level() >= SimdLevel::Avx512
+                && std::arch::is_x86_feature_detected!("avx512f")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The portable body of [`v_expf16`].
+#[inline(always)]
+fn v_expf16_body(x: &[f32; 16]) -> [f32; 16] {
     const SHIFT: f32 = 12_582_912.0;
     let log2e = f32::from_bits(0x3fb8_aa3b);
     let ln2_hi = f32::from_bits(0x3f31_7200);
@@ -473,6 +507,12 @@ pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
 /// (`ggml_vec_silu_f32`, same split).
 pub(crate) fn swiglu_row(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
     #[cfg(target_arch = "x86_64")]
+    if exp_512() {
+        // SAFETY: `exp_512()` is only true when the CPU has AVX-512 F.
+        let done = unsafe { x86::swiglu_groups_512(out, g, u) };
+        return swiglu_tail(out, g, u, done);
+    }
+    #[cfg(target_arch = "x86_64")]
     if fast() {
         // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
         return unsafe { x86::swiglu_row(out, g, u) };
@@ -489,7 +529,7 @@ fn swiglu_row_body(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
         for l in 0..16 {
             neg[l] = 0.0 - g[i + l];
         }
-        let e = v_expf16(&neg);
+        let e = v_expf16_body(&neg);
         for l in 0..16 {
             let s = g[i + l] / (1.0 + e[l]);
             out[i + l] = match u {
@@ -498,7 +538,15 @@ fn swiglu_row_body(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
             };
         }
     }
-    for i in np..n {
+    swiglu_tail(out, g, u, np);
+}
+
+/// The elements of a SwiGLU row from `from` on, one at a time with the C library's `expf`
+/// (ggml's scalar tail).
+#[inline(always)]
+fn swiglu_tail(out: &mut [f32], g: &[f32], u: Option<&[f32]>, from: usize) {
+    let n = out.len().min(g.len());
+    for i in from..n {
         let s = crate::kernels::elementwise::silu(g[i]);
         out[i] = match u {
             Some(u) => s * u[i],
@@ -591,6 +639,91 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn swiglu_row(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
         super::swiglu_row_body(out, g, u)
+    }
+
+    use std::arch::x86_64::{
+        _mm512_abs_ps, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_div_ps, _mm512_fnmadd_ps,
+        _mm512_mask_blend_ps, _mm512_mul_ps, _mm512_scalef_ps, _mm512_set1_ps, _mm512_sub_ps,
+        _CMP_GT_OQ, _CMP_LE_OQ,
+    };
+
+    /// ggml's `ggml_v_expf` for AVX-512: [`super::v_expf`] on sixteen lanes, the scaling by
+    /// `2ⁿ` done by `scalef` (rounded once, as `super::scalef` does) and lanes with
+    /// `|n| > 192` saturated to 0 or +∞.
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn v_expf_512(x: __m512) -> __m512 {
+        let c = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
+        let shift = _mm512_set1_ps(12_582_912.0);
+        let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), shift);
+        let n = _mm512_sub_ps(z, shift);
+        let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), x));
+        let far = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+        let u = _mm512_mul_ps(b, b);
+        let j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(
+                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            u,
+            _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+        );
+        let res = _mm512_scalef_ps(j, n);
+        if far == 0 {
+            return res;
+        }
+        let zero = _mm512_setzero_ps();
+        let low = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, zero);
+        let alt = _mm512_mask_blend_ps(low, _mm512_set1_ps(f32::INFINITY), zero);
+        _mm512_mask_blend_ps(far, res, alt)
+    }
+
+    /// [`super::v_expf16`] through [`v_expf_512`].
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn v_expf16_512(x: &[f32; 16]) -> [f32; 16] {
+        let mut out = [0f32; 16];
+        // SAFETY: sixteen floats readable at x and writable at out; unaligned accesses.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), v_expf_512(_mm512_loadu_ps(x.as_ptr()))) };
+        out
+    }
+
+    /// ggml's `ggml_vec_swiglu_f32` (`ggml_vec_silu_f32` without `u`) on AVX-512 for the
+    /// whole groups of 16 of the row: `out = g / (1 + v_expf(0 − g)) · u`. Returns where the
+    /// groups end (the tail is [`super::swiglu_tail`]'s).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn swiglu_groups_512(out: &mut [f32], g: &[f32], u: Option<&[f32]>) -> usize {
+        let n = out
+            .len()
+            .min(g.len())
+            .min(u.map_or(usize::MAX, |u| u.len()));
+        let np = n / 16 * 16;
+        let one = _mm512_set1_ps(1.0);
+        let zero = _mm512_setzero_ps();
+        for i in (0..np).step_by(16) {
+            // SAFETY: i + 16 ≤ n, within out, g and u; unaligned accesses.
+            unsafe {
+                let x = _mm512_loadu_ps(g.as_ptr().add(i));
+                let e = v_expf_512(_mm512_sub_ps(zero, x));
+                let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+                let s = match u {
+                    Some(u) => _mm512_mul_ps(s, _mm512_loadu_ps(u.as_ptr().add(i))),
+                    None => s,
+                };
+                _mm512_storeu_ps(out.as_mut_ptr().add(i), s);
+            }
+        }
+        np
     }
 
     with_features!(
@@ -709,7 +842,7 @@ pub(crate) mod x86 {
     #[inline]
     #[target_feature(enable = "avx512f")]
     pub(crate) unsafe fn sum_lanes_x16(r: &[__m512; 16]) -> __m512 {
-        use std::arch::x86_64::{_mm512_add_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps};
+        use std::arch::x86_64::{_mm512_shuffle_f32x4, _mm512_shuffle_ps};
         // The sum of two shuffles of (p, q): one with each register's lower parts, one with
         // the upper parts they are added to.
         macro_rules! fold {
@@ -984,12 +1117,21 @@ mod tests {
 
     #[test]
     fn v_expf16_and_swiglu_variants_agree_with_v_expf() {
-        let xs: Vec<f32> = (0..4000).map(|i| (i as f32 - 2000.0) * 0.061).collect();
+        // Through the normal range, the results that round to subnormals (n < −126) and
+        // the saturated ends; both the dispatched variant (AVX-512 `scalef` where the CPU
+        // has it) and the portable body.
+        let xs: Vec<f32> = (0..8000).map(|i| (i as f32 - 4000.0) * 0.0371).collect();
         for c in xs.chunks_exact(16) {
             let a: [f32; 16] = c.try_into().unwrap();
-            let got = v_expf16(&a);
-            for l in 0..16 {
-                assert_eq!(got[l].to_bits(), v_expf(a[l]).to_bits(), "x = {}", a[l]);
+            for (name, got) in [("v_expf16", v_expf16(&a)), ("body", v_expf16_body(&a))] {
+                for l in 0..16 {
+                    assert_eq!(
+                        got[l].to_bits(),
+                        v_expf(a[l]).to_bits(),
+                        "{name}: x = {}",
+                        a[l]
+                    );
+                }
             }
         }
         // Groups mixing ordinary lanes with saturating ones (−∞, as masked scores give, and
@@ -1016,15 +1158,17 @@ mod tests {
                         (l as f32 - 8.0) * 3.7
                     }
                 });
-                let got = v_expf16(&a);
-                for l in 0..16 {
-                    let want = v_expf(a[l]);
-                    assert!(
-                        got[l].to_bits() == want.to_bits() || (got[l].is_nan() && want.is_nan()),
-                        "x = {} in a group with {sp}: {} vs {want}",
-                        a[l],
-                        got[l]
-                    );
+                for got in [v_expf16(&a), v_expf16_body(&a)] {
+                    for l in 0..16 {
+                        let want = v_expf(a[l]);
+                        assert!(
+                            got[l].to_bits() == want.to_bits()
+                                || (got[l].is_nan() && want.is_nan()),
+                            "x = {} in a group with {sp}: {} vs {want}",
+                            a[l],
+                            got[l]
+                        );
+                    }
                 }
             }
         }

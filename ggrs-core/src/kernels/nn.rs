@@ -134,27 +134,55 @@ pub(crate) unsafe fn rope(
             }
             let x = a.load_row(i1, i2, i3, sx);
             let out = d.row_f32_mut(i1, i2, i3);
-            // The rotations use the FMAs of ggml's compiled kernel (see `ggml_arith`).
-            let h = n_dims / 2;
-            let fused_pairs = h / 4 * 4;
-            match mode {
-                RopeMode::Normal => {
-                    for i in 0..h {
-                        let (c, s) = (cache[2 * i], cache[2 * i + 1]);
-                        let (x0, x1) = (x[2 * i], x[2 * i + 1]);
-                        (out[2 * i], out[2 * i + 1]) = rotate_pair(x0, x1, c, s, i < fused_pairs);
-                    }
-                }
-                RopeMode::Neox => {
-                    for i in 0..h {
-                        let (c, s) = (cache[2 * i], cache[2 * i + 1]);
-                        let (x0, x1) = (x[i], x[i + h]);
-                        (out[i], out[i + h]) = rotate_pair(x0, x1, c, s, true);
-                    }
-                }
-            }
-            out[n_dims..ne0].copy_from_slice(&x[n_dims..ne0]);
+            rotate_row(mode, &cache[..n_dims], &x[..ne0], &mut out[..ne0]);
         }
     }
     Ok(())
+}
+
+/// One row of RoPE: the first `cache.len()` values turned pair by pair by the cached
+/// `(cos, sin)`, the rest copied.
+fn rotate_row(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::ggml_arith::fast() {
+        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+        return unsafe { rotate_row_fma(mode, cache, x, out) };
+    }
+    rotate_row_body(mode, cache, x, out)
+}
+
+/// [`rotate_row_body`] compiled with FMA, so that its fused multiply-adds are instructions
+/// rather than calls into the C library's `fmaf`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rotate_row_fma(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
+    rotate_row_body(mode, cache, x, out)
+}
+
+#[inline(always)]
+fn rotate_row_body(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
+    let n_dims = cache.len();
+    // The rotations use the FMAs of ggml's compiled kernel (see `ggml_arith`).
+    let h = n_dims / 2;
+    let fused_pairs = h / 4 * 4;
+    match mode {
+        RopeMode::Normal => {
+            for i in 0..h {
+                let (c, s) = (cache[2 * i], cache[2 * i + 1]);
+                let (x0, x1) = (x[2 * i], x[2 * i + 1]);
+                (out[2 * i], out[2 * i + 1]) = rotate_pair(x0, x1, c, s, i < fused_pairs);
+            }
+        }
+        RopeMode::Neox => {
+            for i in 0..h {
+                let (c, s) = (cache[2 * i], cache[2 * i + 1]);
+                let (x0, x1) = (x[i], x[i + h]);
+                (out[i], out[i + h]) = rotate_pair(x0, x1, c, s, true);
+            }
+        }
+    }
+    out[n_dims..].copy_from_slice(&x[n_dims..]);
 }
