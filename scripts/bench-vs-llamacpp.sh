@@ -6,7 +6,10 @@
 #
 # With ROUNDS > 1 the pair (llama.cpp, then ggrs) runs ROUNDS times over the models, so that
 # a drift of the machine's memory bandwidth during the run hits both tools alike; the
-# medians are then taken over all rounds' samples, and each round's own ratio is listed too.
+# medians are then taken over all rounds' samples, each round's own ratio is listed too, and
+# their median is the paired figure (each ratio compares runs a few seconds apart).
+# P=0 or N=0 skips that test: e.g. P=0 N=64 R=3 ROUNDS=10 alternates short generation runs,
+# which resolves a host whose bandwidth moves within minutes better than a few long rounds.
 #
 # usage: scripts/bench-vs-llamacpp.sh LLAMA_BENCH MODEL.gguf [MODEL.gguf …]
 #   env: THREADS (2), P (512), N (128), R (5), ROUNDS (1), GGRS (target/release/ggrs),
@@ -35,8 +38,9 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 python3 - "$OUT" "$ROUNDS" "$@" <<'PY'
 import json, statistics, sys, os
 out, rounds, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| model | test | llama.cpp median t/s | ggrs median t/s | ggrs / llama.cpp | per round |")
-print("|---|---|---|---|---|---|")
+print("| model | test | llama.cpp median t/s | ggrs median t/s | ggrs / llama.cpp "
+      "| per round | median of rounds |")
+print("|---|---|---|---|---|---|---|")
 for m in models:
     base = os.path.basename(m)[:-5]
     for test, key in (("pp", "n_prompt"), ("tg", "n_gen")):
@@ -58,5 +62,6 @@ for m in models:
             continue
         lm, gm = statistics.median(ls), statistics.median(gs)
         per = ", ".join(f"{x:.2f}" for x in ratios)
-        print(f"| {base} | {name} | {lm:.1f} | {gm:.1f} | {gm / lm:.2f}× | {per} |")
+        paired = statistics.median(ratios)
+        print(f"| {base} | {name} | {lm:.1f} | {gm:.1f} | {gm / lm:.2f}× | {per} | {paired:.2f}× |")
 PY
