@@ -913,68 +913,86 @@ fn q8_1_sum_correction(t: DType, w: &[u8], act: &[u8]) -> f64 {
 fn mul_mat_with_every_block_type() {
     for (ti, t) in BLOCK_TYPES.into_iter().enumerate() {
         let vt = quants::vec_dot_type(t).expect("block type");
-        let k = if t.block_size() == 32 { 160 } else { 512 };
-        let (n, m) = (7, 5);
-        let (a2, b2, b3) = (2, 4, 3); // a broadcast over b's batches
-        for random in [false, true] {
-            let w = weight_bytes(t, k, n * a2, random, 40 + ti as u64);
-            let xb: Vec<f32> = (0..k * m * b2 * b3)
-                .map(|i| ((i as f64 * 0.377).cos() * 0.8 + 0.05) as f32)
-                .collect();
+        let bs = t.block_size();
+        // (blocks per row, n, m, a2, b2, b3): a broadcast over b's batches; then one column
+        // (a decoding step) of an odd number of blocks against rows enough for the panel
+        // kernels.
+        let shapes = [(5, 7, 5, 2, 4, 3), (19, 40, 1, 1, 1, 1)];
+        for (blocks, n, m, a2, b2, b3) in shapes {
+            let k = blocks * if bs == 32 { 32 } else { 256 };
+            mul_mat_case(t, ti, vt, k, [n, m], [a2, b2, b3]);
+        }
+    }
+}
 
-            // Reference: dequantized weights · (activations through the vec-dot type), f64.
-            let wf = dequantize(t, &w);
-            let mut want = vec![0f64; n * m * b2 * b3];
-            for i3 in 0..b3 {
-                for i2 in 0..b2 {
-                    let wa = i2 / (b2 / a2);
-                    for j in 0..m {
-                        let off = ((i3 * b2 + i2) * m + j) * k;
-                        let colq = quantize(vt, &xb[off..off + k]);
-                        let col = dequantize(vt, &colq);
-                        for i in 0..n {
-                            let wr = wa * n + i;
-                            let row = &wf[wr * k..(wr + 1) * k];
-                            let mut s: f64 = row
-                                .iter()
-                                .zip(&col)
-                                .map(|(p, q)| *p as f64 * *q as f64)
-                                .sum();
-                            if matches!(t, DType::Q4_1 | DType::Q5_1) {
-                                let rs = t.row_size(k);
-                                s += q8_1_sum_correction(t, &w[wr * rs..(wr + 1) * rs], &colq);
-                            }
-                            want[((i3 * b2 + i2) * m + j) * n + i] = s;
+/// One shape of [`mul_mat_with_every_block_type`]: against the f64 reference, with the same
+/// bits on 1 to 4 threads.
+fn mul_mat_case(
+    t: DType,
+    ti: usize,
+    vt: DType,
+    k: usize,
+    [n, m]: [usize; 2],
+    [a2, b2, b3]: [usize; 3],
+) {
+    for random in [false, true] {
+        let w = weight_bytes(t, k, n * a2, random, 40 + ti as u64);
+        let xb: Vec<f32> = (0..k * m * b2 * b3)
+            .map(|i| ((i as f64 * 0.377).cos() * 0.8 + 0.05) as f32)
+            .collect();
+
+        // Reference: dequantized weights · (activations through the vec-dot type), f64.
+        let wf = dequantize(t, &w);
+        let mut want = vec![0f64; n * m * b2 * b3];
+        for i3 in 0..b3 {
+            for i2 in 0..b2 {
+                let wa = i2 / (b2 / a2);
+                for j in 0..m {
+                    let off = ((i3 * b2 + i2) * m + j) * k;
+                    let colq = quantize(vt, &xb[off..off + k]);
+                    let col = dequantize(vt, &colq);
+                    for i in 0..n {
+                        let wr = wa * n + i;
+                        let row = &wf[wr * k..(wr + 1) * k];
+                        let mut s: f64 = row
+                            .iter()
+                            .zip(&col)
+                            .map(|(p, q)| *p as f64 * *q as f64)
+                            .sum();
+                        if matches!(t, DType::Q4_1 | DType::Q5_1) {
+                            let rs = t.row_size(k);
+                            s += q8_1_sum_correction(t, &w[wr * rs..(wr + 1) * rs], &colq);
                         }
+                        want[((i3 * b2 + i2) * m + j) * n + i] = s;
                     }
                 }
             }
+        }
 
-            let mut first: Option<Vec<f32>> = None;
-            for threads in [1, 2, 4] {
-                let mut ctx = Context::with_mem_size(16 << 20);
-                let a = ctx.new_tensor(t, &[k, n, a2, 1]).unwrap();
-                let b = ctx.new_tensor(DType::F32, &[k, m, b2, b3]).unwrap();
-                ctx.set_bytes(a, &w).unwrap();
-                ctx.set_f32(b, &xb).unwrap();
-                let out = ctx.mul_mat(a, b).unwrap();
-                assert_eq!(ctx.shape(out).unwrap(), [n, m, b2, b3]);
-                let g = Graph::build(&ctx, out).unwrap();
-                Executor::new(threads).compute(&mut ctx, &g).unwrap();
-                let got = ctx.to_f32_vec(out).unwrap();
-                let e = nmse(&got, &want);
-                assert!(
-                    e <= 1e-9,
-                    "{t} (random {random}) {threads} threads: nmse {e}"
-                );
-                match &first {
-                    None => first = Some(got),
-                    Some(f) => assert_eq!(
-                        f32_bytes(f),
-                        f32_bytes(&got),
-                        "{t}: result depends on the thread count"
-                    ),
-                }
+        let mut first: Option<Vec<f32>> = None;
+        for threads in [1, 2, 3, 4] {
+            let mut ctx = Context::with_mem_size(16 << 20);
+            let a = ctx.new_tensor(t, &[k, n, a2, 1]).unwrap();
+            let b = ctx.new_tensor(DType::F32, &[k, m, b2, b3]).unwrap();
+            ctx.set_bytes(a, &w).unwrap();
+            ctx.set_f32(b, &xb).unwrap();
+            let out = ctx.mul_mat(a, b).unwrap();
+            assert_eq!(ctx.shape(out).unwrap(), [n, m, b2, b3]);
+            let g = Graph::build(&ctx, out).unwrap();
+            Executor::new(threads).compute(&mut ctx, &g).unwrap();
+            let got = ctx.to_f32_vec(out).unwrap();
+            let e = nmse(&got, &want);
+            assert!(
+                e <= 1e-9,
+                "{t} [{k}, {n}] × [{k}, {m}] (random {random}) {threads} threads: nmse {e}"
+            );
+            match &first {
+                None => first = Some(got),
+                Some(f) => assert_eq!(
+                    f32_bytes(f),
+                    f32_bytes(&got),
+                    "{t} [{k}, {n}] × [{k}, {m}]: result depends on the thread count"
+                ),
             }
         }
     }
