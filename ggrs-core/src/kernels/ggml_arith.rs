@@ -418,13 +418,9 @@ fn scalef(j: f32, n: f32) -> f32 {
     }
 }
 
-/// [`v_expf`] on 16 lanes at once (one AVX-512 register of ggml's), written so that the
-/// compiler vectorises it: the same operations, with the scaling by `2ⁿ` done by building the
-/// power of two for lanes in the normal range and saturation for lanes far outside it (only
-/// a lane in between, or NaN, sends the group to the scalar path).
-///
-/// With AVX-512 it runs ggml's own instruction sequence ([`x86::v_expf_512`], `scalef` doing
-/// the scaling), which the test below holds to the same bits.
+/// [`v_expf`] on 16 lanes at once (one AVX-512 register of ggml's). With AVX-512 it runs
+/// ggml's own instruction sequence ([`x86::v_expf_512`], `scalef` doing the scaling);
+/// elsewhere the portable [`v_expf16_body`]. The tests hold both to [`v_expf`]'s bits.
 #[inline(always)]
 pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
     #[cfg(target_arch = "x86_64")]
@@ -455,7 +451,11 @@ fn exp_512() -> bool {
     }
 }
 
-/// The portable body of [`v_expf16`].
+/// The portable body of [`v_expf16`]: the same operations lane by lane, with the scaling by
+/// `2ⁿ` done by building the power of two for lanes in the normal range and saturation for
+/// lanes far outside it (only a lane in between, or NaN, sends the group to the scalar path).
+/// Compiled with AVX2 it vectorises only in part (measured: 11.5 µs for a 4864-value SwiGLU
+/// row, against 1.5 µs through [`x86::v_expf_512`]).
 #[inline(always)]
 fn v_expf16_body(x: &[f32; 16]) -> [f32; 16] {
     const SHIFT: f32 = 12_582_912.0;

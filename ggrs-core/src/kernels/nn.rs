@@ -151,8 +151,9 @@ fn rotate_row(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
     rotate_row_body(mode, cache, x, out)
 }
 
-/// [`rotate_row_body`] compiled with FMA, so that its fused multiply-adds are instructions
-/// rather than calls into the C library's `fmaf`.
+/// [`rotate_row_body`] compiled with FMA, so that its fused multiply-adds (`f32::mul_add`)
+/// are instructions rather than calls to a software `fmaf` (measured: 2.9 → 0.7 µs for 14
+/// heads of 64).
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C.
