@@ -717,7 +717,9 @@ fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: `fast` is only true when the CPU has AVX2, FMA and F16C.
-        return unsafe { x86::f16_to_f32(src, dst) };
+        return unsafe {
+            crate::kernels::vec::f16_to_f32_block_f16c(bytemuck::cast_slice(src), dst)
+        };
     }
     let _ = fast;
     for (d, &s) in dst.iter_mut().zip(src) {
@@ -793,26 +795,6 @@ mod x86 {
 
     use super::{f2h, h2f};
     use crate::kernels::expf::x86::expf16;
-
-    /// # Safety
-    /// The CPU supports AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n: 8 u16 readable at src[i], 8 f32 writable at dst[i];
-            // unaligned loads and stores.
-            unsafe {
-                let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
-                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
-            }
-            i += 8;
-        }
-        for j in i..n {
-            dst[j] = h2f(src[j]);
-        }
-    }
 
     /// # Safety
     /// As [`f16_to_f32`].

@@ -104,14 +104,15 @@ fn f16_to_f32_block(src: &[f16], dst: &mut [f32]) {
     }
 }
 
-/// Converts f16 values with the F16C instruction `vcvtph2ps`, 8 at a time.
+/// Converts f16 values with the F16C instruction `vcvtph2ps`, 8 at a time (the rest one by
+/// one, exactly): `min(src.len(), dst.len())` of them. Also the attention kernels' widening.
 ///
 /// # Safety
 /// The CPU supports AVX and F16C.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx,f16c")]
-unsafe fn f16_to_f32_block_f16c(src: &[f16], dst: &mut [f32]) {
+pub(crate) unsafe fn f16_to_f32_block_f16c(src: &[f16], dst: &mut [f32]) {
     use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
     let n = src.len().min(dst.len());
     let mut i = 0;
