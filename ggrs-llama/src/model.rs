@@ -7,8 +7,10 @@
 //! On CPUs with the `mul_mat` panel kernels (Q4_0/Q8_0 on AVX-512 VNNI), loading also
 //! repacks every matrix weight once into the layout those kernels stream
 //! ([`ggrs_core::kernels::PackedWeight`]), which `mul_mat` then reads instead of repacking
-//! the mapped rows on every product (same results, bit for bit). The mapped pages of a
-//! packed weight are released (they come back from the file if another op, e.g. the
+//! the mapped rows on every product (same results, bit for bit). All packed weights share
+//! one buffer advised for transparent huge pages (see `PackedWeight::pack_all`: decoding
+//! streams them once per token, and 2 MiB pages spare most of the page walks). The mapped
+//! pages of a packed weight are released (they come back from the file if another op, e.g. the
 //! embedding lookup, reads them), so resident memory stays about one copy of the weights.
 //! [`ModelOptions::pack_weights`] (or `GGRS_NO_PACK=1`) turns this off.
 
@@ -372,19 +374,23 @@ impl Model {
         let mut done = std::collections::HashSet::new();
         let bytes = self.file.data();
         let bytes = bytes.bytes();
+        let mut sources: Vec<(DType, [usize; 4], &[u8])> = Vec::new();
         for m in mats {
             if !done.insert(m.offset) {
                 continue;
             }
             let size = m.dtype.row_size(m.ne[0]) * m.ne[1] * m.ne[2] * m.ne[3];
-            let Some(data) = bytes.get(m.offset..m.offset + size) else {
-                continue;
-            };
-            if let Some(p) = ggrs_core::kernels::PackedWeight::pack(m.dtype, m.ne, data) {
-                self.file.release_pages(data);
-                self.packed.push(p);
+            if let Some(data) = bytes.get(m.offset..m.offset + size) {
+                sources.push((m.dtype, m.ne, data));
             }
         }
+        // One call, so that all packed weights share one huge-page-backed buffer; each
+        // source's mapped pages are released as soon as it is packed.
+        let file = &self.file;
+        let packed = ggrs_core::kernels::PackedWeight::pack_all(&sources, |i| {
+            file.release_pages(sources[i].2);
+        });
+        self.packed.extend(packed.into_iter().flatten());
     }
 
     /// Bytes of weight copies packed at load time (0 when packing is off or does not apply).

@@ -439,14 +439,54 @@ impl PackedWeight {
     /// `None` otherwise (nothing to gain: `mul_mat` keeps its usual path). `data` must stay
     /// alive and unchanged while the result is (its address identifies the weight).
     pub fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<PackedWeight> {
+        PackedWeight::pack_all(&[(dtype, ne, data)], |_| ())
+            .pop()
+            .flatten()
+    }
+
+    /// Packs several weights, as [`PackedWeight::pack`] does each one, into one shared
+    /// buffer: entry `i` of the result belongs to `weights[i]` (`None` where `pack` would
+    /// give `None`, or for all of them if the buffer cannot be allocated). `done(i)` is called
+    /// as soon as `weights[i]` has been packed and will not be read again here, e.g. to
+    /// release a mapped source's pages before the next weight is read (so that resident
+    /// memory never holds both copies of the whole model).
+    ///
+    /// On Linux the buffer starts on a 2 MiB boundary and is advised for transparent huge
+    /// pages (`MADV_HUGEPAGE`, which `/sys/kernel/mm/transparent_hugepage/enabled` set to
+    /// `madvise` or `always` honours). Decoding streams every weight once per token, and
+    /// with 4 KiB pages a page walk every 4 KiB costs about a tenth of a Q4_0 token on a
+    /// virtual machine; packing a model's weights in one call lets all of them share huge
+    /// pages (the buffer's last huge page is the only one partly used).
+    ///
+    /// ```
+    /// use ggrs_core::{kernels::PackedWeight, DType};
+    /// // 32 rows of 64 Q4_0 values (2 blocks of 18 bytes per row), and a second weight.
+    /// let (a, b) = (vec![0u8; 32 * 36], vec![0u8; 48 * 36]);
+    /// let packed = PackedWeight::pack_all(&[
+    ///     (DType::Q4_0, [64, 32, 1, 1], &a[..]),
+    ///     (DType::Q4_0, [64, 48, 1, 1], &b[..]),
+    /// ], |_| ());
+    /// assert_eq!(packed.len(), 2);
+    /// // Packed only where this CPU has the panel kernels (AVX-512 VNNI).
+    /// for p in packed.iter().flatten() {
+    ///     assert!(p.bytes() > 0);
+    /// }
+    /// ```
+    pub fn pack_all(
+        weights: &[(DType, [usize; 4], &[u8])],
+        done: impl FnMut(usize),
+    ) -> Vec<Option<PackedWeight>> {
         #[cfg(target_arch = "x86_64")]
         {
-            packed::pack(dtype, ne, data).map(|entry| PackedWeight { entry })
+            packed::pack_all(weights, done)
+                .into_iter()
+                .map(|e| e.map(|entry| PackedWeight { entry }))
+                .collect()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (dtype, ne, data);
-            None
+            let _ = done;
+            weights.iter().map(|_| None).collect()
         }
     }
 
@@ -454,7 +494,7 @@ impl PackedWeight {
     pub fn bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            self.entry.lines.len() * 64
+            self.entry.len
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -506,18 +546,27 @@ mod packed {
     use crate::kernels::RawTensor;
     use crate::quants::dispatch::panel::{self, Kind, ROWS};
 
-    /// One 64-byte aligned line of a packed copy.
-    #[derive(Clone, Copy)]
-    #[repr(C, align(64))]
-    pub(super) struct Line(pub [u8; 64]);
+    /// Where the shared buffers of packed weights start: a multiple of the x86-64 huge page,
+    /// so that every full 2 MiB of a buffer can be one huge page.
+    const HUGE_PAGE: usize = 2 << 20;
+
+    /// The buffer several packed copies share (read-only once they are packed).
+    struct Store {
+        map: memmap2::Mmap,
+        /// Offset of the first packed copy in `map` (the first huge-page boundary).
+        start: usize,
+    }
 
     /// A packed copy and what it was made from.
     pub(super) struct Packed {
         pub kind: Kind,
         pub dtype: DType,
         pub ne: [usize; 4],
-        /// `ne[1] / 16` panels of `ne[0] / 32` packed blocks each.
-        pub lines: Vec<Line>,
+        /// The buffer holding `ne[1] / 16` panels of `ne[0] / 32` packed blocks each, from
+        /// byte `at` of the store's packed region on, `len` bytes.
+        store: Arc<Store>,
+        at: usize,
+        pub len: usize,
     }
 
     impl Packed {
@@ -525,55 +574,103 @@ mod packed {
         pub fn panel(&self, p: usize) -> *const u8 {
             let bytes = self.kind.panel_bytes(self.ne[0] / 32);
             debug_assert!(p < self.ne[1] / ROWS);
-            self.lines.as_ptr().cast::<u8>().wrapping_add(p * bytes)
+            self.store.map[self.store.start + self.at..]
+                .as_ptr()
+                .wrapping_add(p * bytes)
         }
     }
 
     /// Live packed copies by source address.
     static REGISTRY: RwLock<BTreeMap<usize, Arc<Packed>>> = RwLock::new(BTreeMap::new());
 
-    pub(super) fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<Arc<Packed>> {
-        let kind = panels::kind(dtype, ne)?;
-        if ne[2] != 1 || ne[3] != 1 {
-            return None;
+    /// Anonymous memory of at least `len` bytes starting at a huge-page boundary, advised for
+    /// transparent huge pages where the system has them; the boundary's offset with it.
+    fn huge_buffer(len: usize) -> Option<(memmap2::MmapMut, usize)> {
+        let map = memmap2::MmapMut::map_anon(len.checked_add(HUGE_PAGE)?).ok()?;
+        let start = (map.as_ptr() as usize).next_multiple_of(HUGE_PAGE) - map.as_ptr() as usize;
+        #[cfg(target_os = "linux")]
+        {
+            // Only advice: where the kernel refuses it, the pages stay 4 KiB ones.
+            let _ = map.advise(memmap2::Advice::HugePage);
         }
-        let (k, n) = (ne[0], ne[1]);
-        let rs = dtype.row_size(k);
-        if data.len() < rs * n {
-            return None;
+        Some((map, start))
+    }
+
+    pub(super) fn pack_all(
+        weights: &[(DType, [usize; 4], &[u8])],
+        mut done: impl FnMut(usize),
+    ) -> Vec<Option<Arc<Packed>>> {
+        // Where each packable weight goes in the shared buffer; panels are multiples of 64
+        // bytes (`Kind::panel_bytes`), so every copy starts 64-byte aligned.
+        let mut total = 0usize;
+        let places: Vec<Option<(Kind, usize, usize)>> = weights
+            .iter()
+            .map(|&(dtype, ne, data)| {
+                let kind = panels::kind(dtype, ne)?;
+                let dense = ne[2] == 1 && ne[3] == 1;
+                if !dense || data.len() < dtype.row_size(ne[0]) * ne[1] {
+                    return None;
+                }
+                let len = ne[1] / ROWS * kind.panel_bytes(ne[0] / 32);
+                let at = total;
+                total += len;
+                Some((kind, at, len))
+            })
+            .collect();
+        if total == 0 {
+            return weights.iter().map(|_| None).collect();
         }
-        let nb = k / 32;
-        let np = n / ROWS;
-        let panel_bytes = kind.panel_bytes(nb);
-        // Panels are multiples of 64 bytes (`Kind::panel_bytes`).
-        let mut lines = vec![Line([0; 64]); np * panel_bytes / 64];
-        let out = lines.as_mut_ptr().cast::<u8>();
-        for p in 0..np {
-            let rows: [*const u8; ROWS] =
-                std::array::from_fn(|r| data[(p * ROWS + r) * rs..].as_ptr());
-            // SAFETY: `panels::kind` checked the CPU features; each row holds nb whole blocks
-            // inside `data` (length checked); panel p's bytes lie inside `lines`.
-            unsafe {
-                panel::pack(
-                    kind,
-                    nb,
-                    &rows,
-                    out.add(p * panel_bytes),
-                    panel::Ahead::NONE,
-                )
+        let Some((mut map, start)) = huge_buffer(total) else {
+            return weights.iter().map(|_| None).collect();
+        };
+        let region = &mut map[start..start + total];
+        for (i, (&(dtype, ne, data), place)) in weights.iter().zip(&places).enumerate() {
+            let Some((kind, at, len)) = *place else {
+                continue;
             };
+            let (rs, nb) = (dtype.row_size(ne[0]), ne[0] / 32);
+            let panel_bytes = kind.panel_bytes(nb);
+            let out = region[at..at + len].as_mut_ptr();
+            for p in 0..len / panel_bytes {
+                let rows: [*const u8; ROWS] =
+                    std::array::from_fn(|r| data[(p * ROWS + r) * rs..].as_ptr());
+                // SAFETY: `panels::kind` checked the CPU features; each row holds nb whole
+                // blocks inside `data` (length checked above); panel p's bytes lie inside
+                // this weight's `len` bytes of `region`.
+                unsafe {
+                    panel::pack(
+                        kind,
+                        nb,
+                        &rows,
+                        out.add(p * panel_bytes),
+                        panel::Ahead::NONE,
+                    )
+                };
+            }
+            done(i);
         }
-        let entry = Arc::new(Packed {
-            kind,
-            dtype,
-            ne,
-            lines,
-        });
-        REGISTRY
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(data.as_ptr() as usize, Arc::clone(&entry));
-        Some(entry)
+        let Ok(map) = map.make_read_only() else {
+            return weights.iter().map(|_| None).collect();
+        };
+        let store = Arc::new(Store { map, start });
+        let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+        weights
+            .iter()
+            .zip(places)
+            .map(|(&(dtype, ne, data), place)| {
+                let (kind, at, len) = place?;
+                let entry = Arc::new(Packed {
+                    kind,
+                    dtype,
+                    ne,
+                    store: Arc::clone(&store),
+                    at,
+                    len,
+                });
+                reg.insert(data.as_ptr() as usize, Arc::clone(&entry));
+                Some(entry)
+            })
+            .collect()
     }
 
     /// Removes `entry` from the registry (if it is still the one registered).
@@ -937,6 +1034,76 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Weights packed in one call share a buffer that starts on a huge-page boundary, and each
+    /// `mul_mat` reads its own weight's panels there: with the sources zeroed after packing,
+    /// the products keep the packed weights' bits (and lose them once the copies are
+    /// dropped). A weight without a panel kernel gets `None`.
+    #[test]
+    fn weights_packed_together_keep_their_own_panels() {
+        let mut seed = 11u64;
+        let shapes = [
+            (DType::Q4_0, 8 * 32, 32),
+            (DType::Q8_0, 4 * 32, 16),
+            (DType::Q4_0, 2 * 32, 48),
+        ];
+        let mut ws: Vec<Arc<Vec<u8>>> = shapes
+            .iter()
+            .map(|&(d, k, n)| Arc::new(weights(d, k, n, &mut seed)))
+            .collect();
+        let cols: Vec<Vec<f32>> = shapes
+            .iter()
+            .map(|&(_, k, _)| {
+                (0..2 * k)
+                    .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                    .collect()
+            })
+            .collect();
+        let product_of = |ws: &[Arc<Vec<u8>>], i: usize| {
+            let (d, k, n) = shapes[i];
+            product(d, k, n, &ws[i], &cols[i], 2)
+        };
+        let want: Vec<Vec<f32>> = (0..shapes.len()).map(|i| product_of(&ws, i)).collect();
+        let f16_weight = vec![0u8; DType::F16.row_size(64) * 16];
+        let mut list: Vec<(DType, [usize; 4], &[u8])> = shapes
+            .iter()
+            .zip(&ws)
+            .map(|(&(d, k, n), w)| (d, [k, n, 1, 1], &w[..]))
+            .collect();
+        list.push((DType::F16, [64, 16, 1, 1], &f16_weight));
+        let mut reported = Vec::new();
+        let packed = PackedWeight::pack_all(&list, |i| reported.push(i));
+        drop(list);
+        assert_eq!(packed.len(), 4);
+        assert!(packed[3].is_none(), "F16 has no panel kernel");
+        let Some(first) = &packed[0] else {
+            return; // no panel kernel on this CPU: nothing packed, nothing to compare
+        };
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(first.entry.panel(0) as usize % (2 << 20), 0);
+        assert!(packed[..3].iter().all(Option::is_some));
+        assert_eq!(
+            reported,
+            [0, 1, 2],
+            "each packed weight reported once, in order"
+        );
+        for w in &mut ws {
+            Arc::get_mut(w).expect("no graph holds the weight").fill(0);
+        }
+        for (i, want) in want.iter().enumerate() {
+            let got = product_of(&ws, i);
+            let same = got
+                .iter()
+                .zip(want)
+                .all(|(g, w)| g.to_bits() == w.to_bits());
+            assert!(same, "weight {i} ({:?}) read other panels", shapes[i]);
+        }
+        drop(packed);
+        for (i, want) in want.iter().enumerate() {
+            assert!(want.iter().any(|&x| x != 0.0));
+            assert!(product_of(&ws, i).iter().all(|&x| x == 0.0), "weight {i}");
         }
     }
 
