@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ggrs_core::gguf::GgufFile;
+use ggrs_core::gguf::{GgufFile, HugePageReport};
 use ggrs_core::{Context, DType, Tensor};
 
 use crate::error::{LlamaError, Result};
@@ -107,6 +107,9 @@ pub struct Model {
     /// Packed copies of matrix weights (see the module docs); they register themselves
     /// with `mul_mat` and unregister when dropped (fields drop in order: before `file`).
     packed: Vec<ggrs_core::kernels::PackedWeight>,
+    /// What settling the weights streamed from the map on huge pages found (see
+    /// [`Model::huge_pages`]).
+    huge_pages: Option<HugePageReport>,
     file: GgufFile,
 }
 
@@ -117,12 +120,21 @@ pub struct ModelOptions {
     /// CPU has them (see the module docs). Default: on, unless the environment variable
     /// `GGRS_NO_PACK` is set (to anything but `0`).
     pub pack_weights: bool,
+    /// Read the matrix weights that stay in the file's map into memory at load time, on
+    /// 2 MiB pages where the system can give them, dropping and re-reading the file's
+    /// cached pages once if the page cache held them in small pages (see
+    /// [`GgufFile::settle_huge_pages`]). Default: on, unless the environment variable
+    /// `GGRS_NO_HUGE_PAGES` is set (to anything but `0`).
+    pub huge_pages: bool,
 }
 
 impl Default for ModelOptions {
     fn default() -> ModelOptions {
-        let off = std::env::var_os("GGRS_NO_PACK").is_some_and(|v| v != "0");
-        ModelOptions { pack_weights: !off }
+        let off = |var: &str| std::env::var_os(var).is_some_and(|v| v != "0");
+        ModelOptions {
+            pack_weights: !off("GGRS_NO_PACK"),
+            huge_pages: !off("GGRS_NO_HUGE_PAGES"),
+        }
     }
 }
 
@@ -351,16 +363,17 @@ impl Model {
             tokenizer,
             file,
             packed: Vec::new(),
+            huge_pages: None,
         };
-        if opts.pack_weights {
-            model.pack_weights();
-        }
+        model.place_weights(opts);
         Ok(model)
     }
 
     /// Packs every matrix weight the CPU has a panel kernel for (once per distinct weight:
-    /// tied embeddings are packed once) and releases the mapped pages it was packed from.
-    fn pack_weights(&mut self) {
+    /// tied embeddings are packed once), if `opts.pack_weights`, and releases the mapped
+    /// pages it was packed from; then, if `opts.huge_pages`, settles the matrix weights left
+    /// in the map on huge pages.
+    fn place_weights(&mut self, opts: ModelOptions) {
         let w = &self.weights;
         let mut mats: Vec<&WeightRef> = vec![&w.output];
         for l in &w.layers {
@@ -387,10 +400,35 @@ impl Model {
         // One call, so that all packed weights share one huge-page-backed buffer; each
         // source's mapped pages are released as soon as it is packed.
         let file = &self.file;
-        let packed = ggrs_core::kernels::PackedWeight::pack_all(&sources, |i| {
-            file.release_pages(sources[i].2);
-        });
+        let packed = if opts.pack_weights {
+            ggrs_core::kernels::PackedWeight::pack_all(&sources, |i| {
+                file.release_pages(sources[i].2);
+            })
+        } else {
+            Vec::new()
+        };
+        let base = bytes.as_ptr() as usize;
+        let streamed: Vec<std::ops::Range<usize>> = sources
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| packed.get(i).is_none_or(Option::is_none))
+            .map(|(_, &(_, _, data))| {
+                let at = data.as_ptr() as usize - base;
+                at..at + data.len()
+            })
+            .collect();
         self.packed.extend(packed.into_iter().flatten());
+        if opts.huge_pages && !streamed.is_empty() {
+            self.huge_pages = self.file.settle_huge_pages(&streamed);
+        }
+    }
+
+    /// For the matrix weights `mul_mat` reads from the file's map (those not packed), what
+    /// loading found and did about huge pages ([`ModelOptions::huge_pages`]); `None` when
+    /// every matrix weight was packed, the option was off, or the model was not loaded from
+    /// a file.
+    pub fn huge_pages(&self) -> Option<HugePageReport> {
+        self.huge_pages
     }
 
     /// Bytes of weight copies packed at load time (0 when packing is off or does not apply).

@@ -33,11 +33,13 @@
 //! asking for each tensor's bytes in turn, so a converter never holds more than one tensor.
 
 mod error;
+mod mapping;
 mod reader;
 mod value;
 mod writer;
 
 pub use error::GgufError;
+pub use mapping::HugePageReport;
 pub use reader::{GgufFile, TensorInfo};
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorDataWriter};

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::GgufError;
+use super::mapping::{FileMap, HugePageReport};
 use super::value::{Value, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH};
 use crate::context::{Context, ExternalData};
@@ -67,7 +68,7 @@ impl TensorInfo {
 pub struct GgufFile {
     data: Arc<dyn ExternalData>,
     /// The mapping behind `data`, when the file was opened from disk (see `release_pages`).
-    map: Option<Arc<memmap2::Mmap>>,
+    map: Option<Arc<FileMap>>,
     version: u32,
     alignment: usize,
     data_start: usize,
@@ -95,6 +96,10 @@ impl GgufFile {
     /// tensor data is made). Fails with [`GgufError::Io`] if the file cannot be opened or
     /// mapped, and with the parser's errors if it is not a valid GGUF v2/v3 file.
     ///
+    /// On Linux the map starts at a 2 MiB boundary and is advised for transparent huge
+    /// pages, so that parts of the file the page cache holds in 2 MiB folios are mapped with
+    /// 2 MiB entries (see [`GgufFile::settle_huge_pages`]).
+    ///
     /// The file must not be modified or truncated while the `GgufFile` (or any tensor
     /// loaded from it) is alive: the mapping shows the file's current contents.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
@@ -104,18 +109,21 @@ impl GgufFile {
             source,
         };
         let file = File::open(path).map_err(io)?;
-        if file.metadata().map_err(io)?.len() == 0 {
+        let len = file.metadata().map_err(io)?.len();
+        if len == 0 {
             // Nothing to map (mapping zero bytes fails on some systems): let the parser
             // report the missing header.
             return GgufFile::from_bytes(Arc::new(Vec::<u8>::new()));
         }
-        // SAFETY: the mapping is read-only and private to this process; memmap2 keeps it
-        // valid for the life of the `Mmap`, which the returned file (and every tensor
-        // pointing into it) holds through an `Arc`. What no code here can rule out is
-        // another process truncating or rewriting the file meanwhile; like every reader of
-        // mapped model files (llama.cpp included), we document that the file must not change
-        // while it is open.
-        let map = Arc::new(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?);
+        let len = usize::try_from(len).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the file is larger than the address space",
+            ))
+        })?;
+        // The returned file (and every tensor pointing into it) holds the map through an
+        // `Arc`; the file must not change while it is open (see above).
+        let map = Arc::new(FileMap::open(file, len).map_err(io)?);
         let mut parsed = GgufFile::from_bytes(map.clone())?;
         parsed.map = Some(map);
         Ok(parsed)
@@ -128,30 +136,26 @@ impl GgufFile {
     /// slice from elsewhere, or if the system refuses).
     pub fn release_pages(&self, bytes: &[u8]) -> usize {
         let Some(map) = &self.map else { return 0 };
-        let base = map.as_ptr() as usize;
+        let base = map.bytes().as_ptr() as usize;
         let start = bytes.as_ptr() as usize;
-        if start < base || start + bytes.len() > base + map.len() {
+        if start < base || start + bytes.len() > base + map.bytes().len() {
             return 0;
         }
-        const PAGE: usize = 4096;
-        let from = (start - base).next_multiple_of(PAGE);
-        let to = (start - base + bytes.len()) / PAGE * PAGE;
-        if to <= from {
-            return 0;
-        }
-        // SAFETY: MADV_DONTNEED on a read-only file mapping that this process never writes
-        // only drops clean pages: the range stays mapped and later reads fault the same
-        // file contents back in, so every slice borrowed from the mapping (tensors, `bytes`)
-        // keeps seeing the same data. The range is page-aligned (the mapping starts on a
-        // page boundary) and inside the mapping (checked above).
-        let done = unsafe {
-            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
-        };
-        if done.is_ok() {
-            to - from
-        } else {
-            0
-        }
+        map.release(start - base..start - base + bytes.len())
+    }
+
+    /// Makes the byte ranges `ranges` of the file (offsets from its start; e.g. the weights
+    /// a model will stream from the map on every token) resident, on 2 MiB pages where the
+    /// system can give them, and reports how far that went. `None` for a file not opened
+    /// from disk.
+    ///
+    /// When the page cache held the file in small folios (less than half of what huge
+    /// pages could cover is), and the system does keep files in huge folios, the file's
+    /// cached pages are dropped and read again through the map, once (see
+    /// [`HugePageReport::recached`]); later opens find them in huge folios. Results never
+    /// change: only which page-table entries map the same bytes.
+    pub fn settle_huge_pages(&self, ranges: &[std::ops::Range<usize>]) -> Option<HugePageReport> {
+        Some(self.map.as_ref()?.settle_huge_pages(ranges))
     }
 
     /// Parses a GGUF file held in any buffer (a `Vec<u8>`, a mapping…), with the same checks

@@ -1,0 +1,389 @@
+//! Read-only maps of whole model files, placed so that the page cache's huge pages can back
+//! them (the memory-map module: the `unsafe` of mapping and advising lives here).
+//!
+//! Decoding streams every weight once per token. Mapped through 4 KiB page-table entries,
+//! that is one page walk per 4 KiB, which on a virtual machine costs a visible share of a
+//! token. Linux can map a file with 2 MiB entries when three things hold: the page cache
+//! holds the file in 2 MiB folios, the mapping is advised `MADV_HUGEPAGE`, and the mapping's
+//! address and the file offset agree modulo 2 MiB. [`FileMap::open`] takes care of the last
+//! two (it maps the file at a 2 MiB boundary); [`FileMap::settle_huge_pages`] of the first,
+//! for the parts a caller is going to stream.
+//!
+//! On other systems (and if the placed mapping fails) a plain `memmap2` mapping is used.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+
+/// The huge page size the placement aims at (x86-64 and 4 KiB-granule aarch64).
+const HUGE: usize = 2 << 20;
+/// The base page size release and advice ranges are rounded to.
+const PAGE: usize = 4096;
+
+/// A whole file mapped read-only and private.
+pub(crate) struct FileMap {
+    inner: Inner,
+    /// Kept open for page-cache advice ([`FileMap::settle_huge_pages`]).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    file: File,
+}
+
+enum Inner {
+    /// Mapped at a 2 MiB boundary by us; unmapped on drop.
+    #[cfg(target_os = "linux")]
+    Placed {
+        ptr: *const u8,
+        len: usize,
+    },
+    Plain(memmap2::Mmap),
+}
+
+// SAFETY: the mapping is read-only (PROT_READ, private) and lives until the `FileMap` is
+// dropped; sharing or sending a pointer to immutable memory between threads is sound.
+unsafe impl Send for FileMap {}
+// SAFETY: as for `Send`: nothing ever writes through the mapping.
+unsafe impl Sync for FileMap {}
+
+/// What [`FileMap::settle_huge_pages`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HugePageReport {
+    /// Bytes of the 2 MiB units of the mapping that the asked ranges overlap: what huge pages
+    /// can cover at most.
+    pub coverable: usize,
+    /// Bytes of the mapping mapped through 2 MiB entries after settling (at most
+    /// `coverable` when nothing else of the file was read through this map).
+    pub huge: usize,
+    /// Whether the file's cached pages were dropped and read again to get huge folios.
+    pub recached: bool,
+}
+
+impl FileMap {
+    /// Maps all `len` bytes of `file` (`len > 0`) read-only: on Linux at a 2 MiB boundary,
+    /// advised for transparent huge pages.
+    pub(crate) fn open(file: File, len: usize) -> io::Result<FileMap> {
+        #[cfg(target_os = "linux")]
+        if let Some((ptr, len)) = place(&file, len) {
+            return Ok(FileMap {
+                inner: Inner::Placed { ptr, len },
+                file,
+            });
+        }
+        // SAFETY: the mapping is read-only and private to this process; memmap2 keeps it
+        // valid for the life of the `Mmap`, which the `FileMap` owns. What no code here can
+        // rule out is another process truncating or rewriting the file meanwhile; like every
+        // reader of mapped model files (llama.cpp included), the callers document that the
+        // file must not change while it is open.
+        let map = unsafe { memmap2::Mmap::map(&file) }?;
+        let _ = len;
+        Ok(FileMap {
+            inner: Inner::Plain(map),
+            file,
+        })
+    }
+
+    /// The mapped bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.inner {
+            #[cfg(target_os = "linux")]
+            // SAFETY: `ptr` maps `len` readable bytes until `self` is dropped (see `place`).
+            Inner::Placed { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Inner::Plain(map) => map,
+        }
+    }
+
+    /// Drops the mapped pages of bytes `range` of the mapping (rounded inwards to whole
+    /// pages) from this process; they stay readable (a read faults the file's contents back
+    /// in). Returns the bytes released.
+    pub(crate) fn release(&self, range: Range<usize>) -> usize {
+        let from = range.start.next_multiple_of(PAGE);
+        let to = range.end.min(self.bytes().len()) / PAGE * PAGE;
+        if to <= from {
+            return 0;
+        }
+        let done = match &self.inner {
+            #[cfg(target_os = "linux")]
+            // SAFETY: MADV_DONTNEED on a read-only private file mapping that this process
+            // never writes only drops clean pages: the range stays mapped and later reads
+            // fault the same file contents back in, so every slice borrowed from the mapping
+            // keeps seeing the same data. The range is page-aligned and inside the mapping.
+            Inner::Placed { ptr, .. } => unsafe {
+                libc::madvise(ptr.add(from) as *mut _, to - from, libc::MADV_DONTNEED) == 0
+            },
+            // SAFETY: as above, through memmap2 (the mapping starts on a page boundary).
+            Inner::Plain(map) => unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+                    .is_ok()
+            },
+        };
+        if done {
+            to - from
+        } else {
+            0
+        }
+    }
+
+    /// Reads `ranges` (byte ranges of the mapping that the caller is going to stream) into
+    /// memory and reports how much of the mapping is mapped with 2 MiB entries.
+    ///
+    /// If less than half of what could be is, and the system shows it keeps files in huge
+    /// folios at all (some already are, here or in `/proc/meminfo`), the file was cached in
+    /// small folios before it was mapped this way: its cached pages are dropped
+    /// (`POSIX_FADV_DONTNEED`, clean pages only) and read again through this mapping, which
+    /// reads ahead in 2 MiB folios. That costs one read of the ranges from disk, once; later
+    /// opens of the file find the huge folios in the page cache. Elsewhere than Linux this
+    /// only reads the ranges.
+    pub fn settle_huge_pages(&self, ranges: &[Range<usize>]) -> HugePageReport {
+        let len = self.bytes().len();
+        let ranges: Vec<Range<usize>> = ranges
+            .iter()
+            .map(|r| r.start.min(len)..r.end.min(len))
+            .filter(|r| r.start < r.end)
+            .collect();
+        let base = self.bytes().as_ptr() as usize;
+        // The 2 MiB units of the mapping that the ranges overlap (the file's last partial
+        // unit cannot be a huge page).
+        let mut units: Vec<usize> = ranges
+            .iter()
+            .flat_map(|r| (base + r.start) / HUGE..(base + r.end).div_ceil(HUGE))
+            .filter(|&u| (u + 1) * HUGE <= base + len)
+            .collect();
+        units.sort_unstable();
+        units.dedup();
+        let coverable = units.len() * HUGE;
+        self.touch(&ranges);
+        let mut report = HugePageReport {
+            coverable,
+            huge: self.huge_mapped(),
+            recached: false,
+        };
+        #[cfg(target_os = "linux")]
+        if report.huge * 2 < coverable && (report.huge > 0 || system_has_file_huge_pages()) {
+            if let Inner::Placed { ptr, len } = &self.inner {
+                use std::os::fd::AsRawFd;
+                // SAFETY: as in `release`: dropping clean pages of our read-only mapping
+                // keeps every byte readable; then the file's unmapped clean cache pages are
+                // dropped, which only costs reading them again.
+                let ok = unsafe {
+                    libc::madvise(*ptr as *mut _, *len, libc::MADV_DONTNEED) == 0
+                        && libc::posix_fadvise(
+                            self.file.as_raw_fd(),
+                            0,
+                            0,
+                            libc::POSIX_FADV_DONTNEED,
+                        ) == 0
+                };
+                if ok {
+                    self.touch(&ranges);
+                    report.huge = self.huge_mapped();
+                    report.recached = true;
+                }
+            }
+        }
+        report
+    }
+
+    /// Reads one byte of every page of `ranges`, so that they are resident (and mapped).
+    fn touch(&self, ranges: &[Range<usize>]) {
+        let bytes = self.bytes();
+        let mut sum = 0u8;
+        for r in ranges {
+            for at in r.clone().step_by(PAGE) {
+                sum = sum.wrapping_add(bytes[at]);
+            }
+        }
+        std::hint::black_box(sum);
+    }
+
+    /// Bytes of this mapping mapped through 2 MiB entries (`FilePmdMapped` of its entry in
+    /// `/proc/self/smaps`); 0 where that cannot be read.
+    fn huge_mapped(&self) -> usize {
+        #[cfg(target_os = "linux")]
+        {
+            let start = format!("{:x}-", self.bytes().as_ptr() as usize);
+            let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+                return 0;
+            };
+            let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+            if lines.next().is_none() {
+                return 0;
+            }
+            // Our entry's fields, up to the next entry's header (`start-end perms …`).
+            let is_header = |l: &str| {
+                l.split_whitespace().next().is_some_and(|f| {
+                    f.contains('-') && f.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+                })
+            };
+            lines
+                .take_while(|l| !is_header(l))
+                .find_map(|l| l.strip_prefix("FilePmdMapped:"))
+                .map_or(0, kib)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            0
+        }
+    }
+}
+
+impl AsRef<[u8]> for FileMap {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Inner::Placed { ptr, len } = self.inner {
+            // SAFETY: `ptr..ptr + len` is the mapping `place` made; nothing borrows it any
+            // more (borrows of `bytes` end with `self`).
+            unsafe { libc::munmap(ptr as *mut _, len) };
+        }
+    }
+}
+
+/// The value of a `/proc` line like `   1234 kB`, in bytes.
+#[cfg(target_os = "linux")]
+fn kib(v: &str) -> usize {
+    v.trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<usize>()
+        .map_or(0, |k| k * 1024)
+}
+
+/// Whether the page cache holds any file in huge pages right now (`FileHugePages` in
+/// `/proc/meminfo`), i.e. whether this kernel and its file systems make huge folios.
+#[cfg(target_os = "linux")]
+fn system_has_file_huge_pages() -> bool {
+    std::fs::read_to_string("/proc/meminfo").is_ok_and(|m| {
+        m.lines()
+            .find_map(|l| l.strip_prefix("FileHugePages:"))
+            .is_some_and(|v| kib(v) > 0)
+    })
+}
+
+/// Maps `len` bytes of `file` read-only and private at a 2 MiB boundary and advises the
+/// range `MADV_HUGEPAGE`; `None` if any step of the placement fails (nothing stays mapped).
+#[cfg(target_os = "linux")]
+fn place(file: &File, len: usize) -> Option<(*const u8, usize)> {
+    use std::os::fd::AsRawFd;
+    let span = len.checked_add(HUGE)?;
+    // SAFETY: an anonymous PROT_NONE reservation at an address of the kernel's choice touches
+    // no existing mapping.
+    let res = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if res == libc::MAP_FAILED {
+        return None;
+    }
+    let lo = res as usize;
+    let at = lo.next_multiple_of(HUGE);
+    let end = (at + len).next_multiple_of(PAGE);
+    // SAFETY: `at..at + len` lies inside our own reservation (`at - lo < HUGE`), so MAP_FIXED
+    // replaces only memory this function reserved; the file is mapped read-only and private.
+    let map = unsafe {
+        libc::mmap(
+            at as *mut _,
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    // SAFETY (both unmaps): the parts of our reservation before `at` and after the file
+    // mapping's last page, or the whole reservation if the file mapping failed; nothing else
+    // lives there.
+    unsafe {
+        if map == libc::MAP_FAILED {
+            libc::munmap(res, span);
+            return None;
+        }
+        if at > lo {
+            libc::munmap(res, at - lo);
+        }
+        if lo + span > end {
+            libc::munmap(end as *mut _, lo + span - end);
+        }
+        // Only advice: where refused, the mapping stays on 4 KiB entries.
+        libc::madvise(map, len, libc::MADV_HUGEPAGE);
+    }
+    Some((map as *const u8, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file of `len` bytes of a fixed pattern in the temp dir, removed on drop.
+    struct TempFile(std::path::PathBuf);
+
+    impl TempFile {
+        fn new(tag: &str, len: usize) -> (TempFile, Vec<u8>) {
+            let path = std::env::temp_dir().join(format!("ggrs-map-{tag}-{}", std::process::id()));
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let mut f = File::create(&path).expect("temp dir writable");
+            // Small writes, as a download would leave the page cache.
+            for chunk in data.chunks(4096) {
+                f.write_all(chunk).expect("temp dir writable");
+            }
+            (TempFile(path), data)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn open(t: &TempFile, len: usize) -> FileMap {
+        FileMap::open(File::open(&t.0).expect("just written"), len).expect("mappable")
+    }
+
+    /// The map shows the file's bytes from a 2 MiB boundary (Linux), and still does after
+    /// pages were released and after settling on huge pages, whether or not that dropped and
+    /// re-read the file's cached pages; `coverable` counts the 2 MiB units the ranges touch.
+    #[test]
+    fn maps_keep_the_file_bytes_through_release_and_settling() {
+        let len = 5 * HUGE + 12345;
+        let (t, data) = TempFile::new("settle", len);
+        let map = open(&t, len);
+        assert_eq!(map.bytes(), &data[..]);
+        if cfg!(target_os = "linux") {
+            assert_eq!(map.bytes().as_ptr() as usize % HUGE, 0);
+        }
+        assert_eq!(map.release(100..3 * PAGE + 5), 2 * PAGE);
+        assert_eq!(map.release(0..len + 1), len / PAGE * PAGE);
+        assert_eq!(map.release(10..20), 0);
+        assert_eq!(map.bytes(), &data[..]);
+        let report = map.settle_huge_pages(&[HUGE + 1..HUGE + 2, 3 * HUGE - 1..3 * HUGE + 1]);
+        if cfg!(target_os = "linux") {
+            // Units 1, 2 and 3; the file's last, partial unit never counts.
+            assert_eq!(report.coverable, 3 * HUGE);
+        }
+        let all = map.settle_huge_pages(std::slice::from_ref(&(0..len + 99)));
+        assert!(all.coverable <= 5 * HUGE && all.coverable >= 4 * HUGE);
+        assert_eq!(map.bytes(), &data[..]);
+    }
+
+    /// A file smaller than a huge page has nothing to settle, and is never re-read.
+    #[test]
+    fn small_files_are_never_recached() {
+        let (t, data) = TempFile::new("small", 10_000);
+        let map = open(&t, data.len());
+        let report = map.settle_huge_pages(std::slice::from_ref(&(0..data.len())));
+        assert_eq!(report.coverable, 0);
+        assert!(!report.recached);
+        assert_eq!(map.bytes(), &data[..]);
+    }
+}
