@@ -1,18 +1,21 @@
 //! A loaded model: hyperparameters, weight locations in the memory-mapped file, tokenizer.
 //!
 //! The model is immutable once loaded and can be shared by many sessions and threads
-//! (`Arc<Model>`): weights are never copied out of the mapping; each session imports them
-//! into its own context as external (read-only) tensors.
+//! (`Arc<Model>`): each session imports the weights into its own context as external
+//! (read-only) tensors, without copying them.
 //!
-//! On CPUs with the `mul_mat` panel kernels (Q4_0/Q8_0 on AVX-512 VNNI), loading also
-//! repacks every matrix weight once into the layout those kernels stream
-//! ([`ggrs_core::kernels::PackedWeight`]), which `mul_mat` then reads instead of repacking
-//! the mapped rows on every product (same results, bit for bit). All packed weights share
-//! one buffer advised for transparent huge pages (see `PackedWeight::pack_all`: decoding
-//! streams them once per token, and 2 MiB pages spare most of the page walks). The mapped
-//! pages of a packed weight are released (they come back from the file if another op, e.g. the
-//! embedding lookup, reads them), so resident memory stays about one copy of the weights.
-//! [`ModelOptions::pack_weights`] (or `GGRS_NO_PACK=1`) turns this off.
+//! On x86-64, loading copies every matrix weight once into one buffer advised for
+//! transparent huge pages ([`ggrs_core::kernels::PackedWeight`]): decoding streams the
+//! weights once per token, and 2 MiB pages spare most of the page walks that the file map's
+//! pages cost (those are huge only where the page cache happens to hold the file in 2 MiB
+//! folios). Where the CPU has the `mul_mat` panel kernels (Q4_0/Q8_0 on AVX-512 VNNI), the
+//! copy is repacked into the layout those kernels stream, which `mul_mat` then reads instead
+//! of repacking the mapped rows on every product; other types are copied as they are.
+//! Results are the same, bit for bit. The mapped pages of a packed weight are released
+//! (they come back from the file if another op, e.g. the embedding lookup, reads them), so
+//! resident memory stays about one copy of the weights. [`ModelOptions::pack_weights`] (or
+//! `GGRS_NO_PACK=1`) turns this off; the matrix weights then stay in the map, which loading
+//! settles on huge pages where it can ([`ModelOptions::huge_pages`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -116,8 +119,8 @@ pub struct Model {
 /// How to load a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelOptions {
-    /// Repack matrix weights once at load time for the `mul_mat` panel kernels when the
-    /// CPU has them (see the module docs). Default: on, unless the environment variable
+    /// Copy matrix weights once at load time onto huge pages, repacked for the `mul_mat`
+    /// panel kernels when the CPU has them (see the module docs). Default: on, unless the environment variable
     /// `GGRS_NO_PACK` is set (to anything but `0`).
     pub pack_weights: bool,
     /// Read the matrix weights that stay in the file's map into memory at load time, on
@@ -369,10 +372,9 @@ impl Model {
         Ok(model)
     }
 
-    /// Packs every matrix weight the CPU has a panel kernel for (once per distinct weight:
-    /// tied embeddings are packed once), if `opts.pack_weights`, and releases the mapped
-    /// pages it was packed from; then, if `opts.huge_pages`, settles the matrix weights left
-    /// in the map on huge pages.
+    /// Packs every matrix weight (once per distinct weight: tied embeddings are packed once),
+    /// if `opts.pack_weights`, and releases the mapped pages it was packed from; then, if
+    /// `opts.huge_pages`, settles the matrix weights left in the map on huge pages.
     fn place_weights(&mut self, opts: ModelOptions) {
         let w = &self.weights;
         let mut mats: Vec<&WeightRef> = vec![&w.output];

@@ -6,8 +6,9 @@
 //! token. Linux can map a file with 2 MiB entries when three things hold: the page cache
 //! holds the file in 2 MiB folios, the mapping is advised `MADV_HUGEPAGE`, and the mapping's
 //! address and the file offset agree modulo 2 MiB. [`FileMap::open`] takes care of the last
-//! two (it maps the file at a 2 MiB boundary); [`FileMap::settle_huge_pages`] of the first,
-//! for the parts a caller is going to stream.
+//! (it maps the file at a 2 MiB boundary); [`FileMap::settle_huge_pages`] of the other two,
+//! for the parts a caller is going to stream. The rest of the map keeps the default advice,
+//! so that reading a few bytes there (an embedding row) does not read or map 2 MiB.
 //!
 //! On other systems (and if the placed mapping fails) a plain `memmap2` mapping is used.
 
@@ -150,6 +151,18 @@ impl FileMap {
         units.sort_unstable();
         units.dedup();
         let coverable = units.len() * HUGE;
+        #[cfg(target_os = "linux")]
+        if let Inner::Placed { ptr, .. } = &self.inner {
+            for &u in &units {
+                // SAFETY: unit `u` lies inside the mapping (filtered above); MADV_HUGEPAGE
+                // is only advice about page sizes and never changes the bytes. Where it is
+                // refused, the unit stays on 4 KiB entries.
+                unsafe {
+                    let at = ptr.add(u * HUGE - base);
+                    libc::madvise(at as *mut _, HUGE, libc::MADV_HUGEPAGE);
+                }
+            }
+        }
         self.touch(&ranges);
         let mut report = HugePageReport {
             coverable,
@@ -194,29 +207,37 @@ impl FileMap {
         std::hint::black_box(sum);
     }
 
-    /// Bytes of this mapping mapped through 2 MiB entries (`FilePmdMapped` of its entry in
-    /// `/proc/self/smaps`); 0 where that cannot be read.
+    /// Bytes of this mapping mapped through 2 MiB entries (the `FilePmdMapped` lines of its
+    /// entries in `/proc/self/smaps`: advice on parts of it splits it into several); 0 where
+    /// that cannot be read.
     fn huge_mapped(&self) -> usize {
         #[cfg(target_os = "linux")]
         {
-            let start = format!("{:x}-", self.bytes().as_ptr() as usize);
+            let lo = self.bytes().as_ptr() as usize;
+            let hi = (lo + self.bytes().len()).next_multiple_of(PAGE);
             let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
                 return 0;
             };
-            let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
-            if lines.next().is_none() {
-                return 0;
-            }
-            // Our entry's fields, up to the next entry's header (`start-end perms …`).
-            let is_header = |l: &str| {
-                l.split_whitespace().next().is_some_and(|f| {
-                    f.contains('-') && f.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
-                })
+            // Entry headers read `start-end perms offset dev inode path`, in hex.
+            let span = |l: &str| {
+                let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
             };
-            lines
-                .take_while(|l| !is_header(l))
-                .find_map(|l| l.strip_prefix("FilePmdMapped:"))
-                .map_or(0, kib)
+            let mut ours = false;
+            let mut total = 0;
+            for l in smaps.lines() {
+                if let Some((a, b)) = span(l) {
+                    ours = a >= lo && b <= hi;
+                } else if let Some(v) = l.strip_prefix("FilePmdMapped:") {
+                    if ours {
+                        total += kib(v);
+                    }
+                }
+            }
+            total
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -263,8 +284,8 @@ fn system_has_file_huge_pages() -> bool {
     })
 }
 
-/// Maps `len` bytes of `file` read-only and private at a 2 MiB boundary and advises the
-/// range `MADV_HUGEPAGE`; `None` if any step of the placement fails (nothing stays mapped).
+/// Maps `len` bytes of `file` read-only and private at a 2 MiB boundary; `None` if any step
+/// of the placement fails (nothing stays mapped).
 #[cfg(target_os = "linux")]
 fn place(file: &File, len: usize) -> Option<(*const u8, usize)> {
     use std::os::fd::AsRawFd;
@@ -313,8 +334,6 @@ fn place(file: &File, len: usize) -> Option<(*const u8, usize)> {
         if lo + span > end {
             libc::munmap(end as *mut _, lo + span - end);
         }
-        // Only advice: where refused, the mapping stays on 4 KiB entries.
-        libc::madvise(map, len, libc::MADV_HUGEPAGE);
     }
     Some((map as *const u8, len))
 }

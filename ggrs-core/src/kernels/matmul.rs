@@ -408,17 +408,20 @@ unsafe fn tile(
     }
 }
 
-/// A weight matrix repacked once, ahead of any graph, into the panel layout the `mul_mat`
-/// panel kernels stream (`quants::simd::panel`: sixteen rows per panel, one row per vector
-/// lane), 64-byte aligned, owned by whoever loaded the weights (e.g. a model).
+/// A weight matrix copied once, ahead of any graph, into the layout `mul_mat` reads best,
+/// 64-byte aligned, on transparent huge pages where the system has them, owned by whoever
+/// loaded the weights (e.g. a model). The layout is the panels the `mul_mat` panel kernels
+/// stream (`quants::simd::panel`: sixteen rows per panel, one row per vector lane) when the
+/// CPU has one for the weight (x86-64: Q4_0 and Q8_0 on AVX-512 VNNI), else the rows as they
+/// are (any type: then only the pages differ).
 ///
 /// While a `PackedWeight` is alive, every `mul_mat` whose weight operand is a dense 2-D
 /// tensor starting at the packed source's address, with the same type and shape, reads the
-/// packed copy instead of repacking the original rows chunk by chunk. The results are the
-/// same bits (the same kernel on the same packed bytes). Every other op (`get_rows`,
-/// conversions) and every other `mul_mat` path keeps reading the original bytes, so these
-/// must stay valid (readable) as long as the tensor is used. Dropping the `PackedWeight`
-/// makes `mul_mat` fall back to packing on the fly.
+/// copy: the panels instead of repacking the original rows chunk by chunk, or the copied
+/// rows instead of the original ones. The results are the same bits (the same kernels on
+/// the same bytes). Every other op (`get_rows`, conversions) keeps reading the original
+/// bytes, so these must stay valid (readable) as long as the tensor is used. Dropping the
+/// `PackedWeight` makes `mul_mat` read the source again.
 pub struct PackedWeight {
     #[cfg(target_arch = "x86_64")]
     entry: std::sync::Arc<packed::Packed>,
@@ -433,18 +436,20 @@ impl std::fmt::Debug for PackedWeight {
 }
 
 impl PackedWeight {
-    /// Repacks the weight whose `ne[1]` rows of `ne[0]` values of type `dtype` are `data`
-    /// (dense, in file layout) into the panel layout, when this CPU has the panel kernel for
-    /// it (Q4_0 or Q8_0 on AVX-512 VNNI, 2-D, at least 16 rows, rows of whole blocks);
-    /// `None` otherwise (nothing to gain: `mul_mat` keeps its usual path). `data` must stay
-    /// alive and unchanged while the result is (its address identifies the weight).
+    /// Copies the 2-D weight whose `ne[1]` rows of `ne[0]` values of type `dtype` are `data`
+    /// (dense, in file layout): into the panel layout when this CPU has the panel kernel for
+    /// it (Q4_0 or Q8_0 on AVX-512 VNNI, at least 16 rows, rows of whole blocks), else as it
+    /// is. `None` on targets without packing (all but x86-64), for a weight that is not 2-D
+    /// or whose `data` is shorter than its rows, or if memory for the copy cannot be mapped.
+    /// `data` must stay alive and unchanged while the result is (its address identifies the
+    /// weight).
     pub fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<PackedWeight> {
         PackedWeight::pack_all(&[(dtype, ne, data)], |_| ())
             .pop()
             .flatten()
     }
 
-    /// Packs several weights, as [`PackedWeight::pack`] does each one, into one shared
+    /// Copies several weights, as [`PackedWeight::pack`] does each one, into one shared
     /// buffer: entry `i` of the result belongs to `weights[i]` (`None` where `pack` would
     /// give `None`, or for all of them if the buffer cannot be allocated). `done(i)` is called
     /// as soon as `weights[i]` has been packed and will not be read again here, e.g. to
@@ -467,7 +472,8 @@ impl PackedWeight {
     ///     (DType::Q4_0, [64, 48, 1, 1], &b[..]),
     /// ], |_| ());
     /// assert_eq!(packed.len(), 2);
-    /// // Packed only where this CPU has the panel kernels (AVX-512 VNNI).
+    /// // Panels where this CPU has the panel kernels (AVX-512 VNNI), else copies of the rows;
+    /// // nothing on targets without packing.
     /// for p in packed.iter().flatten() {
     ///     assert!(p.bytes() > 0);
     /// }
@@ -490,7 +496,7 @@ impl PackedWeight {
         }
     }
 
-    /// Bytes of the packed copy (the panels; rows past the last whole panel are not packed).
+    /// Bytes of the copy (for panels, rows past the last whole panel are not packed).
     pub fn bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
@@ -523,9 +529,16 @@ pub(crate) struct PackedKeep {
 pub(crate) fn attach_packed(task: &mut Task) -> Option<PackedKeep> {
     #[cfg(target_arch = "x86_64")]
     {
-        let kind = panels::planned(task)?;
-        let entry = packed::lookup(kind, task.s0())?;
-        task.packed = entry.panel(0);
+        if let Some(kind) = panels::planned(task) {
+            let entry = packed::lookup(Some(kind), task.s0())?;
+            task.packed = entry.panel(0);
+            return Some(PackedKeep { _entry: entry });
+        }
+        let entry = packed::lookup(None, task.s0())?;
+        // A byte-for-byte copy with the same type, shape and (dense) strides: every path
+        // reads it in place of the source. `mul_mat` never writes its weight operand, so the
+        // read-only mapping behind the pointer is never written.
+        task.src[0].as_mut()?.data = entry.start().cast_mut();
         Some(PackedKeep { _entry: entry })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -559,24 +572,28 @@ mod packed {
 
     /// A packed copy and what it was made from.
     pub(super) struct Packed {
-        pub kind: Kind,
+        /// The panel kernel's layout, or `None` for a copy of the rows as they are.
+        pub kind: Option<Kind>,
         pub dtype: DType,
         pub ne: [usize; 4],
-        /// The buffer holding `ne[1] / 16` panels of `ne[0] / 32` packed blocks each, from
-        /// byte `at` of the store's packed region on, `len` bytes.
+        /// The buffer holding the copy from byte `at` of the store's packed region on, `len`
+        /// bytes: `ne[1] / 16` panels of `ne[0] / 32` packed blocks each, or the `ne[1]` rows.
         store: Arc<Store>,
         at: usize,
         pub len: usize,
     }
 
     impl Packed {
+        /// The first byte of the copy.
+        pub fn start(&self) -> *const u8 {
+            self.store.map[self.store.start + self.at..].as_ptr()
+        }
+
         /// The first byte of panel `p`.
         pub fn panel(&self, p: usize) -> *const u8 {
-            let bytes = self.kind.panel_bytes(self.ne[0] / 32);
-            debug_assert!(p < self.ne[1] / ROWS);
-            self.store.map[self.store.start + self.at..]
-                .as_ptr()
-                .wrapping_add(p * bytes)
+            let bytes = self.kind.map_or(0, |k| k.panel_bytes(self.ne[0] / 32));
+            debug_assert!(self.kind.is_some() && p < self.ne[1] / ROWS);
+            self.start().wrapping_add(p * bytes)
         }
     }
 
@@ -596,24 +613,49 @@ mod packed {
         Some((map, start))
     }
 
+    /// Writes a zero into every 4 KiB of `region` (fresh anonymous memory, all zeros
+    /// already), on as many threads as the CPU has, so that the page faults that allocate
+    /// and clear it run in parallel. On a virtual machine those faults also make the host
+    /// back the memory, and take most of the time packing a model takes.
+    fn fault_in(region: &mut [u8]) {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let part = region.len().div_ceil(threads).next_multiple_of(HUGE_PAGE);
+        if region.len() <= HUGE_PAGE {
+            region.iter_mut().step_by(4096).for_each(|b| *b = 0);
+            return;
+        }
+        std::thread::scope(|s| {
+            for chunk in region.chunks_mut(part) {
+                s.spawn(move || {
+                    for at in (0..chunk.len()).step_by(4096) {
+                        chunk[at] = 0;
+                    }
+                });
+            }
+        });
+    }
+
     pub(super) fn pack_all(
         weights: &[(DType, [usize; 4], &[u8])],
         mut done: impl FnMut(usize),
     ) -> Vec<Option<Arc<Packed>>> {
-        // Where each packable weight goes in the shared buffer; panels are multiples of 64
-        // bytes (`Kind::panel_bytes`), so every copy starts 64-byte aligned.
+        // Where each weight goes in the shared buffer, each copy starting 64-byte aligned
+        // (panels are multiples of 64 bytes, `Kind::panel_bytes`; row copies are rounded up).
         let mut total = 0usize;
-        let places: Vec<Option<(Kind, usize, usize)>> = weights
+        let places: Vec<Option<(Option<Kind>, usize, usize)>> = weights
             .iter()
             .map(|&(dtype, ne, data)| {
-                let kind = panels::kind(dtype, ne)?;
-                let dense = ne[2] == 1 && ne[3] == 1;
-                if !dense || data.len() < dtype.row_size(ne[0]) * ne[1] {
+                let rows_bytes = dtype.row_size(ne[0]) * ne[1];
+                if ne[2] != 1 || ne[3] != 1 || rows_bytes == 0 || data.len() < rows_bytes {
                     return None;
                 }
-                let len = ne[1] / ROWS * kind.panel_bytes(ne[0] / 32);
+                let kind = panels::kind(dtype, ne);
+                let len = match kind {
+                    Some(kind) => ne[1] / ROWS * kind.panel_bytes(ne[0] / 32),
+                    None => rows_bytes,
+                };
                 let at = total;
-                total += len;
+                total += len.next_multiple_of(64);
                 Some((kind, at, len))
             })
             .collect();
@@ -626,6 +668,14 @@ mod packed {
         let region = &mut map[start..start + total];
         for (i, (&(dtype, ne, data), place)) in weights.iter().zip(&places).enumerate() {
             let Some((kind, at, len)) = *place else {
+                continue;
+            };
+            // Weight by weight, so that resident memory holds the copies made so far and
+            // one source, never every source and every copy.
+            fault_in(&mut region[at..at + len]);
+            let Some(kind) = kind else {
+                region[at..at + len].copy_from_slice(&data[..len]);
+                done(i);
                 continue;
             };
             let (rs, nb) = (dtype.row_size(ne[0]), ne[0] / 32);
@@ -685,8 +735,9 @@ mod packed {
         }
     }
 
-    /// The packed copy of weight `a` for the panel kernel `kind`, if there is one.
-    pub(super) fn lookup(kind: Kind, a: &RawTensor) -> Option<Arc<Packed>> {
+    /// The copy of weight `a` in the layout `kind` (panels for that kernel, or `None`: the
+    /// rows as they are), if there is one.
+    pub(super) fn lookup(kind: Option<Kind>, a: &RawTensor) -> Option<Arc<Packed>> {
         let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
         if reg.is_empty() {
             return None;
@@ -1038,14 +1089,16 @@ mod tests {
     }
 
     /// Weights packed in one call share a buffer that starts on a huge-page boundary, and each
-    /// `mul_mat` reads its own weight's panels there: with the sources zeroed after packing,
-    /// the products keep the packed weights' bits (and lose them once the copies are
-    /// dropped). A weight without a panel kernel gets `None`.
+    /// `mul_mat` reads its own weight's copy there (panels, or the rows of a type without a
+    /// panel kernel): with the sources zeroed after packing, the products (one column and
+    /// two) keep the packed weights' bits, and lose them once the copies are dropped. A
+    /// weight that is not 2-D gets `None`.
     #[test]
-    fn weights_packed_together_keep_their_own_panels() {
+    fn weights_packed_together_keep_their_own_copies() {
         let mut seed = 11u64;
         let shapes = [
             (DType::Q4_0, 8 * 32, 32),
+            (DType::F16, 64, 20),
             (DType::Q8_0, 4 * 32, 16),
             (DType::Q4_0, 2 * 32, 48),
         ];
@@ -1061,49 +1114,52 @@ mod tests {
                     .collect()
             })
             .collect();
-        let product_of = |ws: &[Arc<Vec<u8>>], i: usize| {
+        // Weight i times its first column, then times both.
+        let products = |ws: &[Arc<Vec<u8>>], i: usize| {
             let (d, k, n) = shapes[i];
-            product(d, k, n, &ws[i], &cols[i], 2)
+            let mut out = product(d, k, n, &ws[i], &cols[i][..k], 2);
+            out.extend(product(d, k, n, &ws[i], &cols[i], 2));
+            out
         };
-        let want: Vec<Vec<f32>> = (0..shapes.len()).map(|i| product_of(&ws, i)).collect();
-        let f16_weight = vec![0u8; DType::F16.row_size(64) * 16];
+        let want: Vec<Vec<f32>> = (0..shapes.len()).map(|i| products(&ws, i)).collect();
+        let batched = vec![0u8; DType::F16.row_size(64) * 4];
         let mut list: Vec<(DType, [usize; 4], &[u8])> = shapes
             .iter()
             .zip(&ws)
             .map(|(&(d, k, n), w)| (d, [k, n, 1, 1], &w[..]))
             .collect();
-        list.push((DType::F16, [64, 16, 1, 1], &f16_weight));
+        list.push((DType::F16, [64, 2, 2, 1], &batched));
         let mut reported = Vec::new();
         let packed = PackedWeight::pack_all(&list, |i| reported.push(i));
         drop(list);
-        assert_eq!(packed.len(), 4);
-        assert!(packed[3].is_none(), "F16 has no panel kernel");
+        assert_eq!(packed.len(), 5);
+        assert!(packed[4].is_none(), "3-D weights are not packed");
         let Some(first) = &packed[0] else {
-            return; // no panel kernel on this CPU: nothing packed, nothing to compare
+            return; // no packing on this target: nothing to compare
         };
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(first.entry.panel(0) as usize % (2 << 20), 0);
-        assert!(packed[..3].iter().all(Option::is_some));
+        assert_eq!(first.entry.start() as usize % (2 << 20), 0);
+        assert!(packed[..4].iter().all(Option::is_some));
         assert_eq!(
             reported,
-            [0, 1, 2],
+            [0, 1, 2, 3],
             "each packed weight reported once, in order"
         );
         for w in &mut ws {
             Arc::get_mut(w).expect("no graph holds the weight").fill(0);
         }
         for (i, want) in want.iter().enumerate() {
-            let got = product_of(&ws, i);
+            let got = products(&ws, i);
             let same = got
                 .iter()
                 .zip(want)
                 .all(|(g, w)| g.to_bits() == w.to_bits());
-            assert!(same, "weight {i} ({:?}) read other panels", shapes[i]);
+            assert!(same, "weight {i} ({:?}) read another copy", shapes[i]);
         }
         drop(packed);
         for (i, want) in want.iter().enumerate() {
             assert!(want.iter().any(|&x| x != 0.0));
-            assert!(product_of(&ws, i).iter().all(|&x| x == 0.0), "weight {i}");
+            assert!(products(&ws, i).iter().all(|&x| x == 0.0), "weight {i}");
         }
     }
 
@@ -1122,12 +1178,17 @@ mod tests {
                     .collect();
                 let plain = product(dtype, k, n, &w, &b, 2);
                 let Some(packed) = PackedWeight::pack(dtype, [k, n, 1, 1], &w) else {
-                    return; // no panel kernel on this CPU: nothing packed, nothing to compare
+                    return; // no packing on this target: nothing to compare
                 };
-                assert_eq!(
-                    packed.bytes(),
-                    n / 16 * k / 32 * if dtype == DType::Q4_0 { 288 } else { 576 }
-                );
+                let panel_bytes = if dtype == DType::Q4_0 { 288 } else { 576 };
+                let bytes = if cfg!(target_arch = "x86_64")
+                    && super::panels::kind(dtype, [k, n, 1, 1]).is_some()
+                {
+                    n / 16 * k / 32 * panel_bytes
+                } else {
+                    dtype.row_size(k) * n
+                };
+                assert_eq!(packed.bytes(), bytes);
                 let with1 = product(dtype, k, n, &w, &b, 1);
                 let with2 = product(dtype, k, n, &w, &b, 2);
                 drop(packed);
