@@ -245,8 +245,10 @@ pub(crate) fn dot_f16_vec_f32_body(x: &[f32], y: &[f32]) -> f32 {
     sum as f32
 }
 
+/// `ggml_vec_dot_f16` on AVX-512 over f16 rows: [`dot_f16_vec_f32_body`]'s arithmetic with
+/// each value widened on the way.
 #[inline(always)]
-fn dot_f16_vec_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+pub(crate) fn dot_f16_vec_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     // Widen in blocks so the arithmetic stays that of `dot_f16_vec_f32_body`.
     let np = n & !63;
     let mut lanes = [0f32; 64];

@@ -1163,6 +1163,70 @@ mod tests {
         }
     }
 
+    /// F16 decoding (one column) gives the bits of `ggml_vec_dot_f16`, element by element,
+    /// on 1 and 2 threads, for rows with and without a tail past the last 64 values, and for
+    /// a batch of two columns against one weight.
+    #[test]
+    fn f16_decoding_keeps_the_vec_dot_order() {
+        let mut seed = 17u64;
+        for (k, n) in [(896usize, 40usize), (100, 33), (64, 5)] {
+            let w = Arc::new(weights(DType::F16, k, n, &mut seed));
+            let b: Vec<f32> = (0..k)
+                .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                .collect();
+            let col: Vec<u8> = b
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect();
+            for nth in [1, 2] {
+                let got = product(DType::F16, k, n, &w, &b, nth);
+                for (i, g) in got.iter().enumerate() {
+                    let row = &w[i * 2 * k..(i + 1) * 2 * k];
+                    let want = crate::kernels::ggml_arith::dot_f16_vec_body(k, row, &col);
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "k={k} row {i} on {nth} threads"
+                    );
+                }
+            }
+        }
+        // Two batches of one column each against one weight (broadcast): each batch reads
+        // its own converted column.
+        let (k, n) = (128usize, 8usize);
+        let w = weights(DType::F16, k, n, &mut seed);
+        let b: Vec<f32> = (0..2 * k)
+            .map(|_| (rng(&mut seed) % 2001) as f32 / 100.0 - 10.0)
+            .collect();
+        let mut ctx = Context::with_mem_size(1 << 20);
+        let a = ctx.new_tensor_2d(DType::F16, k, n).expect("room");
+        ctx.set_bytes(a, &w).expect("k × n f16");
+        let bt = ctx.new_tensor(DType::F32, &[k, 1, 2]).expect("room");
+        ctx.set_f32(bt, &b).expect("2 columns");
+        let out = ctx.mul_mat(a, bt).expect("broadcast over axis 2");
+        let g = Graph::build(&ctx, out).expect("one node");
+        compute_graph(&mut ctx, &g, 2).expect("runs");
+        let got = ctx.to_f32_vec(out).expect("f32");
+        for batch in 0..2 {
+            let col: Vec<u8> = b[batch * k..(batch + 1) * k]
+                .iter()
+                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                .collect();
+            for i in 0..n {
+                let want = crate::kernels::ggml_arith::dot_f16_vec_body(
+                    k,
+                    &w[i * 2 * k..(i + 1) * 2 * k],
+                    &col,
+                );
+                assert_eq!(
+                    got[batch * n + i].to_bits(),
+                    want.to_bits(),
+                    "batch {batch} row {i}"
+                );
+            }
+        }
+    }
+
     /// With a packed copy registered, `mul_mat` gives the bits it gives without one, and
     /// both equal ggml's one-element kernels on the quantized columns (rows past the last
     /// whole panel included), for one column (decoding) and several (prompts).
