@@ -983,6 +983,13 @@ mod tests {
         w
     }
 
+    /// `x` rounded to f16, as little-endian bytes.
+    fn f16_bytes(x: &[f32]) -> Vec<u8> {
+        x.iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect()
+    }
+
     /// `mul_mat` of the external weight `w` (`[k, n]`) with the f32 columns `b` (`[k, m]`).
     fn product(
         dtype: DType,
@@ -1046,10 +1053,7 @@ mod tests {
         let wv: Vec<f32> = (0..k * n)
             .map(|_| (rng(&mut seed) % 2001) as f32 / 1000.0 - 1.0)
             .collect();
-        let w: Vec<u8> = wv
-            .iter()
-            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-            .collect();
+        let w: Vec<u8> = f16_bytes(&wv);
         let b: Vec<f32> = (0..k * m)
             .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
             .collect();
@@ -1071,10 +1075,7 @@ mod tests {
         for nth in [1, 2] {
             let got = product(DType::F16, k, n, &w, &b, nth);
             for j in 0..m {
-                let col: Vec<u8> = b[j * k..(j + 1) * k]
-                    .iter()
-                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                    .collect();
+                let col: Vec<u8> = f16_bytes(&b[j * k..(j + 1) * k]);
                 for i in 0..n {
                     let row = &w[i * 2 * k..(i + 1) * 2 * k];
                     let want = crate::kernels::ggml_arith::dot_f16_lanes16_body(k, row, &col);
@@ -1174,10 +1175,7 @@ mod tests {
             let b: Vec<f32> = (0..k)
                 .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
                 .collect();
-            let col: Vec<u8> = b
-                .iter()
-                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                .collect();
+            let col: Vec<u8> = f16_bytes(&b);
             for nth in [1, 2] {
                 let got = product(DType::F16, k, n, &w, &b, nth);
                 for (i, g) in got.iter().enumerate() {
@@ -1208,10 +1206,7 @@ mod tests {
         compute_graph(&mut ctx, &g, 2).expect("runs");
         let got = ctx.to_f32_vec(out).expect("f32");
         for batch in 0..2 {
-            let col: Vec<u8> = b[batch * k..(batch + 1) * k]
-                .iter()
-                .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                .collect();
+            let col: Vec<u8> = f16_bytes(&b[batch * k..(batch + 1) * k]);
             for i in 0..n {
                 let want = crate::kernels::ggml_arith::dot_f16_vec_body(
                     k,
