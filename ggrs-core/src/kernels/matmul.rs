@@ -618,19 +618,15 @@ mod packed {
     /// and clear it run in parallel. On a virtual machine those faults also make the host
     /// back the memory, and take most of the time packing a model takes.
     fn fault_in(region: &mut [u8]) {
+        let touch = |chunk: &mut [u8]| chunk.iter_mut().step_by(4096).for_each(|b| *b = 0);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let part = region.len().div_ceil(threads).next_multiple_of(HUGE_PAGE);
-        if region.len() <= HUGE_PAGE {
-            region.iter_mut().step_by(4096).for_each(|b| *b = 0);
-            return;
+        if threads == 1 || region.len() <= part {
+            return touch(region);
         }
         std::thread::scope(|s| {
             for chunk in region.chunks_mut(part) {
-                s.spawn(move || {
-                    for at in (0..chunk.len()).step_by(4096) {
-                        chunk[at] = 0;
-                    }
-                });
+                s.spawn(move || touch(chunk));
             }
         });
     }
