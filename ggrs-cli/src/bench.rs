@@ -240,7 +240,7 @@ pub fn run(a: Args) -> CliResult {
     if a.depth.is_empty() {
         return Err("--depth needs at least one value (0: an empty context)".into());
     }
-    let model = a.model.load()?;
+    let model = a.model.load(true)?;
     let path = a.model.path()?;
     let hp = model.hparams.clone();
     let size: usize = model.gguf().tensors().iter().map(|t| t.size).sum();

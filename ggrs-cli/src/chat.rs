@@ -43,7 +43,7 @@ pub fn format_single_turn(
 /// Runs `ggrs chat`.
 pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
-    let model = a.model.load()?;
+    let model = a.model.load(true)?;
     let session = a.model.session(model, false)?;
     let mut chat = Chat::new(session)?;
     if a.system.is_some() && *chat.template() == ChatTemplate::ChatGlm1 {

@@ -28,7 +28,7 @@ pub fn run(mut a: Args) -> CliResult {
     }
     a.model.ctx_size = a.chunk;
     a.model.batch_size = a.model.batch_size.max(a.chunk);
-    let model = a.model.load()?;
+    let model = a.model.load(true)?;
     let tokens = model.tokenizer().encode(&text, true, false)?;
     let mut session = a.model.session(model, true)?;
     let n_chunks = tokens.len() / a.chunk;

@@ -61,7 +61,9 @@ fn piece(tok: &ggrs_llama::Tokenizer, id: u32) -> String {
 
 /// Runs `ggrs run`.
 pub fn run(a: Args) -> CliResult {
-    let model = a.model.load()?;
+    // A short run does not win back copying the weights that are not repacked (about a
+    // thousand F16 tokens on the development machine: see `ModelOptions::copy_weights`).
+    let model = a.model.load(a.n_predict >= 1024)?;
     let glm1 = model.hparams.arch == ggrs_llama::Arch::ChatGlm1;
     let (prompt, tokens) = if let Some(ids) = &a.prompt_ids {
         (String::new(), ids.clone())

@@ -19,3 +19,53 @@ fn tiny_llama_matches_llama_cpp() {
         assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
     }
 }
+
+/// `ModelOptions::copy_weights` off keeps the F16 weights (which no panel kernel repacks) in
+/// the file's map, on it copies them; the logits of a prompt and of the steps after it are
+/// the same bits either way.
+#[test]
+fn copying_weights_changes_where_they_are_read_not_the_logits() {
+    use ggrs_llama::{ModelOptions, Session, SessionParams};
+    let path = common::reference_dir().join("tiny/tiny-llama-f16.gguf");
+    let load = |copy_weights: bool| {
+        let opts = ModelOptions {
+            pack_weights: true,
+            copy_weights,
+            huge_pages: true,
+        };
+        Arc::new(Model::load_with(&path, opts).expect("load tiny llama"))
+    };
+    let (copied, mapped) = (load(true), load(false));
+    assert_eq!(
+        mapped.packed_bytes(),
+        0,
+        "no weight of an F16 model is repacked"
+    );
+    if cfg!(target_arch = "x86_64") {
+        assert!(copied.packed_bytes() > 0, "the F16 weights were not copied");
+    }
+    let run = |model: Arc<Model>| {
+        let params = SessionParams {
+            n_ctx: 64,
+            n_threads: 2,
+            ..SessionParams::default()
+        };
+        let mut s = Session::new(model, params).expect("session");
+        let mut out = Vec::new();
+        s.eval(&[1, 15, 27, 3, 99], false).expect("prompt");
+        out.extend_from_slice(s.logits());
+        for t in [7u32, 42, 5] {
+            s.eval(&[t], false).expect("step");
+            out.extend_from_slice(s.logits());
+        }
+        out
+    };
+    let (a, b) = (run(copied), run(mapped));
+    assert!(!a.is_empty());
+    let differ = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.to_bits() != y.to_bits())
+        .count();
+    assert_eq!(differ, 0, "{differ} of {} logits differ", a.len());
+}
