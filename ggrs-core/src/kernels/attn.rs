@@ -1285,6 +1285,12 @@ mod x86 {
     /// `y = f16(y·ms)` where the key set a new maximum, `y = f16(fma(v, vs, y))` and
     /// `S = fma(S, ms, vs)`, with the heads' accumulators held in registers.
     ///
+    /// This is about half of the decoding kernel's time, bound by the f16 round trip of the
+    /// accumulator (`vcvtps2ph` then `vcvtph2ps`): on the Zen 4 development machine about
+    /// 1.0 ns per 16 values against 0.28 ns for the FMA alone. An exact rounding to f16 with
+    /// integer and FP operations instead (the binade's quantum added and subtracted, with
+    /// sign, subnormal and overflow fix-ups) measured 2.0 ns, two 256-bit round trips 1.3 ns.
+    ///
     /// # Safety
     /// The CPU supports AVX-512 F/VL and F16C; `f` holds at least `H` heads.
     #[inline(always)]
