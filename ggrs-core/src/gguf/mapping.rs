@@ -45,7 +45,8 @@ unsafe impl Send for FileMap {}
 // SAFETY: as for `Send`: nothing ever writes through the mapping.
 unsafe impl Sync for FileMap {}
 
-/// What [`FileMap::settle_huge_pages`] found and did.
+/// What settling a map on huge pages found and did
+/// ([`crate::gguf::GgufFile::settle_huge_pages`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HugePageReport {
     /// Bytes of the 2 MiB units of the mapping that the asked ranges overlap: what huge pages

@@ -1,14 +1,14 @@
 //! CPU kernels: how each op is split into tasks and computed.
 //!
-//! The executor resolves every node into a [`Task`] (raw pointers to the node's data and its
+//! The executor resolves every node into a `Task` (raw pointers to the node's data and its
 //! sources' data, with shapes and strides) and runs it in up to three phases:
-//! - INIT ([`init`]), on every thread in parallel, before any chunk of the node runs
+//! - INIT (`init`), on every thread in parallel, before any chunk of the node runs
 //!   (e.g. `mul_mat` converting `src1` to the weight's `vec_dot_type` in the shared work
 //!   buffer);
-//! - COMPUTE ([`compute_chunk`]): the node's output split into `n_chunks` pieces that threads
+//! - COMPUTE (`compute_chunk`): the node's output split into `n_chunks` pieces that threads
 //!   take from an atomic counter. Every output element belongs to exactly one chunk and is
 //!   computed in a fixed order, so results do not depend on the thread count;
-//! - FINALIZE ([`finalize`]), on one thread, only for ops that combine per-chunk partial
+//! - FINALIZE (`finalize`), on one thread, only for ops that combine per-chunk partial
 //!   results (`sum`).
 //!
 //! This module and the executor are where `unsafe` lives: kernels read and write through raw
@@ -211,7 +211,7 @@ pub struct TaskPlan {
     pub scratch_f32: usize,
     /// For tiled ops (`mul_mat`): row blocks × column blocks per batch.
     pub tiles: (usize, usize),
-    /// Threads the plan is for (0 in plans made outside [`plan`]).
+    /// Threads the plan is for (0 in plans made outside `plan`).
     pub n_threads: usize,
 }
 
