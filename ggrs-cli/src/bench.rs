@@ -12,10 +12,13 @@
 //! the first also gets its speed relative to the first depth, as the median of the per-rep
 //! ratios.
 //!
+//! On a terminal, standard error shows which test and repetition is running.
+//!
 //! `--profile` also times every node of every measured step and prints, after the table,
 //! the time per op type and the most expensive nodes of each test.
 
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use ggrs_llama::sampling::Rng;
@@ -272,6 +275,8 @@ pub fn run(a: Args) -> CliResult {
         Vec::new()
     };
     let wbytes = weight_bytes_per_token(&model);
+    // Which test and rep is running, on a terminal only (erased before each row).
+    let progress = std::io::stderr().is_terminal();
     for &t in &a.threads_list {
         let mut margs = a.model.clone();
         margs.threads = t;
@@ -300,6 +305,15 @@ pub fn run(a: Args) -> CliResult {
             let mut profs: Vec<Profile> = (0..nd).map(|_| Profile::default()).collect();
             let mut read = Vec::new();
             for rep in 0..=a.reps {
+                if progress {
+                    // Rep 0 is the warm-up.
+                    let what = if rep == 0 {
+                        "warm-up".to_string()
+                    } else {
+                        format!("rep {rep}/{}", a.reps)
+                    };
+                    eprint!("\r\x1b[K{test}, {t} threads: {what}");
+                }
                 if a.mem_bw && !is_pp && rep > 0 {
                     read.push(read_rate(&probe, t));
                 }
@@ -315,6 +329,9 @@ pub fn run(a: Args) -> CliResult {
                         speeds[di].push(n as f64 / secs);
                     }
                 }
+            }
+            if progress {
+                eprint!("\r\x1b[K");
             }
             for (di, &depth) in a.depth.iter().enumerate() {
                 let label = if depth > 0 {
