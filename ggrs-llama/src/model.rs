@@ -129,7 +129,7 @@ pub struct ModelOptions {
     /// VNNI), so that they too are read from huge pages. That makes decoding them a few
     /// percent faster (+3.6% for an F16 model on the development machine) but touches fresh
     /// memory for the whole model at load time, which a short run does not win back (there,
-    /// about 0.9 s more for a one-shot F16 run, paying off after roughly a thousand tokens).
+    /// 0.9–1.1 s more for a one-shot F16 run, paying off after roughly a thousand tokens).
     /// Off, those weights stay in the map (settled on huge pages where the system can,
     /// [`huge_pages`](Self::huge_pages)). Default: on, unless the environment variable
     /// `GGRS_NO_COPY` is set (to anything but `0`).
@@ -413,31 +413,31 @@ impl Model {
             }
         }
         // The weights to copy: all of them, or only those laid out anew for the panel
-        // kernels (`copy_weights` off).
-        let to_pack: Vec<usize> = (0..sources.len())
-            .filter(|&i| {
-                let (dtype, ne, _) = sources[i];
+        // kernels (`copy_weights` off); the others stay in the map.
+        let (picked, mut left): (Vec<_>, Vec<_>) =
+            sources.into_iter().partition(|&(dtype, ne, _)| {
                 opts.pack_weights
                     && (opts.copy_weights || ggrs_core::kernels::PackedWeight::repacks(dtype, ne))
-            })
-            .collect();
-        let picked: Vec<_> = to_pack.iter().map(|&i| sources[i]).collect();
+            });
         // One call, so that all packed weights share one huge-page-backed buffer; each
         // source's mapped pages are released as soon as it is packed.
         let file = &self.file;
         let packed = ggrs_core::kernels::PackedWeight::pack_all(&picked, |j| {
             file.release_pages(picked[j].2);
         });
-        let mut in_store = vec![false; sources.len()];
-        for (&i, p) in to_pack.iter().zip(&packed) {
-            in_store[i] = p.is_some();
-        }
+        // Those packing gave nothing for (all of them if no buffer could be mapped) stay in
+        // the map too.
+        left.extend(
+            picked
+                .iter()
+                .zip(&packed)
+                .filter(|(_, p)| p.is_none())
+                .map(|(&src, _)| src),
+        );
         let base = bytes.as_ptr() as usize;
-        let streamed: Vec<std::ops::Range<usize>> = sources
+        let streamed: Vec<std::ops::Range<usize>> = left
             .iter()
-            .zip(&in_store)
-            .filter(|&(_, &stored)| !stored)
-            .map(|(&(_, _, data), _)| {
+            .map(|&(_, _, data)| {
                 let at = data.as_ptr() as usize - base;
                 at..at + data.len()
             })

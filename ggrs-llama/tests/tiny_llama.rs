@@ -21,8 +21,8 @@ fn tiny_llama_matches_llama_cpp() {
 }
 
 /// `ModelOptions::copy_weights` off keeps the F16 weights (which no panel kernel repacks) in
-/// the file's map, on it copies them; the logits of a prompt and of the steps after it are
-/// the same bits either way.
+/// the file's map (settled on huge pages), on it copies them; the logits of a prompt and of
+/// the steps after it are the same bits either way.
 #[test]
 fn copying_weights_changes_where_they_are_read_not_the_logits() {
     use ggrs_llama::{ModelOptions, Session, SessionParams};
@@ -41,8 +41,17 @@ fn copying_weights_changes_where_they_are_read_not_the_logits() {
         0,
         "no weight of an F16 model is repacked"
     );
+    // The weights left in the map are settled there instead.
+    assert!(
+        mapped.huge_pages().is_some(),
+        "the mapped weights were not settled"
+    );
     if cfg!(target_arch = "x86_64") {
         assert!(copied.packed_bytes() > 0, "the F16 weights were not copied");
+        assert!(
+            copied.huge_pages().is_none(),
+            "every matrix weight was copied"
+        );
     }
     let run = |model: Arc<Model>| {
         let params = SessionParams {
