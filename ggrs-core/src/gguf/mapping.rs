@@ -16,8 +16,9 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 
-/// The huge page size the placement aims at (x86-64 and 4 KiB-granule aarch64).
-const HUGE: usize = 2 << 20;
+/// The huge page size the placement aims at (x86-64 and 4 KiB-granule aarch64); the packed
+/// weight store (`kernels::matmul`) aligns to it too.
+pub(crate) const HUGE: usize = 2 << 20;
 /// The base page size release and advice ranges are rounded to.
 const PAGE: usize = 4096;
 

@@ -40,6 +40,8 @@ mod writer;
 
 pub use error::GgufError;
 pub use mapping::HugePageReport;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use mapping::HUGE as HUGE_PAGE;
 pub use reader::{GgufFile, TensorInfo};
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorDataWriter};

@@ -577,9 +577,9 @@ mod packed {
     use crate::kernels::RawTensor;
     use crate::quants::dispatch::panel::{self, Kind, ROWS};
 
-    /// Where the shared buffers of packed weights start: a multiple of the x86-64 huge page,
-    /// so that every full 2 MiB of a buffer can be one huge page.
-    const HUGE_PAGE: usize = 2 << 20;
+    // Where the shared buffers of packed weights start: a multiple of the huge page (the
+    // size the file maps are placed at), so that every full 2 MiB of a buffer can be one.
+    use crate::gguf::HUGE_PAGE;
 
     /// The buffer several packed copies share (read-only once they are packed).
     struct Store {
