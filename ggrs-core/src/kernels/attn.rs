@@ -1019,8 +1019,8 @@ mod x86 {
                 .then(|| unsafe { (mv, self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) })
         }
 
-        /// Asks for key `ic`'s key and value rows (their first 128 bytes, two cache lines when
-        /// aligned) to be brought into the L2 cache.
+        /// Asks for key `ic`'s key and value rows (`D` f16 values each: 128 bytes, two cache
+        /// lines when aligned) to be brought into the L2 cache.
         ///
         /// [`keys_block_512`] loads a block's rows in a burst and then computes for a while,
         /// and a block of key rows (a row per key, `nb[1]` apart) spans a 4 KiB page, which
@@ -1034,9 +1034,8 @@ mod x86 {
         /// key's rows at a time, measured no gain from it.
         ///
         /// # Safety
-        /// As [`KeyRows::key`]; the CPU supports SSE.
+        /// `ic` is a key the rows are valid for.
         #[inline]
-        #[target_feature(enable = "sse")]
         unsafe fn prefetch(&self, ic: usize) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T2};
             // SAFETY: rows ic lie in their tensors (caller), so the pointers stay inside
