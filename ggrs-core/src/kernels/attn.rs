@@ -1027,10 +1027,10 @@ mod x86 {
         /// the hardware prefetchers do not cross: without this, decoding attention over a
         /// cache in L3 or memory waited on its rows. Asked for [`AHEAD`] keys ahead and into
         /// L2 (the `T2` hint; `T0` measured slower), one layer (14 heads, 1088 keys, 24
-        /// layers' caches in turn) went from 170 to 133 µs on one thread and from 77 to 68 µs
-        /// on two, as fast as with its cache hot. In the model at depth 1024 (profile, median
-        /// of three runs): from 177 to 140 µs per node on one thread, from 102 to 79 µs on
-        /// two (Zen 4 development machine). The AVX2 loop ([`keys_group`]), which loads one
+        /// layers' caches in turn, so from L3) went from 170 to 133 µs on one thread and from
+        /// 77 to 68 µs on two; with its cache flushed to memory, from 91–96 to 71–74 µs on
+        /// two. In the model at depth 1024 (profile, median of three runs): from 177 to 140 µs
+        /// per node on one thread, from 102 to 79 µs on two (Zen 4 development machine). The AVX2 loop ([`keys_group`]), which loads one
         /// key's rows at a time, measured no gain from it.
         ///
         /// # Safety
