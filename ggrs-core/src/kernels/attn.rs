@@ -1014,9 +1014,21 @@ mod x86 {
         unsafe fn key(&self, ic: usize) -> Option<(f32, *const u8, *const u8)> {
             // SAFETY: forwarded.
             let mv = unsafe { self.mask_value(ic) };
+            (mv != f32::NEG_INFINITY).then(|| {
+                // SAFETY: forwarded.
+                let (k, v) = unsafe { self.rows(ic) };
+                (mv, k, v)
+            })
+        }
+
+        /// The first bytes of key `ic`'s key row and value row.
+        ///
+        /// # Safety
+        /// `ic` is a key the rows are valid for.
+        #[inline]
+        unsafe fn rows(&self, ic: usize) -> (*const u8, *const u8) {
             // SAFETY: rows ic of keys and values lie in their tensors (caller).
-            (mv != f32::NEG_INFINITY)
-                .then(|| unsafe { (mv, self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) })
+            unsafe { (self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) }
         }
 
         /// Asks for key `ic`'s key and value rows (`D` f16 values each: 128 bytes, two cache
@@ -1030,18 +1042,18 @@ mod x86 {
         /// layers' caches in turn, so from L3) went from 170 to 133 µs on one thread and from
         /// 77 to 68 µs on two; with its cache flushed to memory, from 91–96 to 71–74 µs on
         /// two. In the model at depth 1024 (profile, median of three runs): from 177 to 140 µs
-        /// per node on one thread, from 102 to 79 µs on two (Zen 4 development machine). The AVX2 loop ([`keys_group`]), which loads one
-        /// key's rows at a time, measured no gain from it.
+        /// per node on one thread, from 102 to 79 µs on two (Zen 4 development machine). The
+        /// AVX2 loop ([`keys_group`]), which loads one key's rows at a time, measured no gain
+        /// from it.
         ///
         /// # Safety
         /// `ic` is a key the rows are valid for.
         #[inline]
         unsafe fn prefetch(&self, ic: usize) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T2};
-            // SAFETY: rows ic lie in their tensors (caller), so the pointers stay inside
-            // them; a prefetch reads nothing and never faults.
+            // SAFETY: forwarded; a prefetch reads nothing and never faults.
             unsafe {
-                let (k, v) = (self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb));
+                let (k, v) = self.rows(ic);
                 for p in [k, k.wrapping_add(64), v, v.wrapping_add(64)] {
                     _mm_prefetch::<_MM_HINT_T2>(p as *const i8);
                 }
@@ -1202,14 +1214,8 @@ mod x86 {
             }
             if live != 0 {
                 for j in 0..nb {
-                    // SAFETY: key start + j is one of the caller's: its rows lie in their
-                    // tensors.
-                    let (kp, vp) = unsafe {
-                        (
-                            rows.k0.add((start + j) * rows.knb),
-                            rows.v0.add((start + j) * rows.vnb),
-                        )
-                    };
+                    // SAFETY: key start + j is one of the caller's.
+                    let (kp, vp) = unsafe { rows.rows(start + j) };
                     for i in 0..N {
                         kw[j][i] = widen(kp, i);
                         vw[j][i] = widen(vp, i);
