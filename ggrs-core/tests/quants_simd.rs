@@ -541,8 +541,66 @@ fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f3
             ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
         }
         SumOrder::GgmlBlockChain => chain,
-        SumOrder::Any => unreachable!(),
+        SumOrder::Any | SumOrder::GgmlTiled => unreachable!("not an order of the Q8_0 pairs"),
     }
+}
+
+/// ggml's tiled k-quant matmul written out plainly for Q4_K and Q6_K (see
+/// `SumOrder::GgmlTiled`): per super-block the exact integers `s1 = Σ_j sc_j·Σ code·y` and
+/// `s2 = Σ_j min_j·Σ y`, then `r = d·s1`, `r = fma(−dmin, s2, r)`, `acc = fma(r, dy, acc)`.
+fn ggml_tiled_dot(t: DType, k: usize, a: &[u8], b: &[u8]) -> f32 {
+    let (ta, tb) = (t.type_size(), 292);
+    let mut acc = 0f32;
+    for i in 0..k / QK_K {
+        let (x, y) = (&a[i * ta..(i + 1) * ta], &b[i * tb..(i + 1) * tb]);
+        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let yq = |p: usize| y[4 + p] as i8 as i32;
+        let bsum = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+        let r = match t {
+            DType::Q4K => {
+                // d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles.
+                let (d, dmin) = (f16_at(x, 0) as f32, f16_at(x, 2) as f32);
+                let q = &x[4..16];
+                let sm = |j: usize| -> (i32, i32) {
+                    if j < 4 {
+                        ((q[j] & 63) as i32, (q[j + 4] & 63) as i32)
+                    } else {
+                        (
+                            ((q[j + 4] & 15) | ((q[j - 4] >> 6) << 4)) as i32,
+                            ((q[j + 4] >> 4) | ((q[j] >> 6) << 4)) as i32,
+                        )
+                    }
+                };
+                let (mut s1, mut s2) = (0i32, 0i32);
+                for p in 0..QK_K {
+                    let byte = x[16 + 32 * (p / 64) + p % 32];
+                    let code = if p % 64 < 32 { byte & 15 } else { byte >> 4 };
+                    s1 += sm(p / 32).0 * code as i32 * yq(p);
+                }
+                for j in 0..8 {
+                    s2 += sm(j).1 * (bsum(2 * j) + bsum(2 * j + 1));
+                }
+                (-dmin).mul_add(s2 as f32, d * s1 as f32)
+            }
+            DType::Q6K => {
+                // ql (128), qh (64), scales (16 × i8), d (f16).
+                let d = f16_at(x, 208) as f32;
+                let mut s1 = 0i32;
+                for p in 0..QK_K {
+                    let (h, l, g) = (p / 128, p % 32, (p % 128) / 32);
+                    let ql = x[64 * h + l + if g % 2 == 1 { 32 } else { 0 }];
+                    let low = if g < 2 { ql & 15 } else { ql >> 4 };
+                    let high = (x[128 + 32 * h + l] >> (2 * g)) & 3;
+                    let code = (low | (high << 4)) as i32 - 32;
+                    s1 += x[192 + p / 16] as i8 as i32 * code * yq(p);
+                }
+                d * s1 as f32
+            }
+            _ => unreachable!("{t} has no tiled case here"),
+        };
+        acc = r.mul_add(dy, acc);
+    }
+    acc
 }
 
 #[test]
@@ -765,10 +823,11 @@ fn mul_mat_uses_the_selected_kernel_per_element() {
     {
         let vt = quants::vec_dot_type(t).expect("block type");
         let k = 4 * t.block_size() + if t.block_size() == 32 { 96 } else { 0 };
-        let order = dispatch::ggml_sum_order(t, [k, n, 1, 1]);
         let w = random_blocks(t, &mut r, n * k / t.block_size(), false);
         let rs = t.row_size(k);
         for m in [1, 3, 4, 5, 9, 18] {
+            // From 8 columns on, k-quants take ggml's tiled order.
+            let order = dispatch::ggml_sum_order_cols(t, [k, n, 1, 1], m);
             // Activations that every Q8 quantizer maps to the same codes (integers times 1/8,
             // each group of 32 reaching ±127/8): `mul_mat`'s INIT may use a run-time
             // quantizer whose rounding differs from the reference's on other values.
@@ -801,6 +860,7 @@ fn mul_mat_uses_the_selected_kernel_per_element() {
                             // Q4_0 and Q8_0 keep ggml's order whichever code runs them.
                             let want = match order {
                                 SumOrder::Any => (v.dot)(k, row, &cols[j]),
+                                SumOrder::GgmlTiled => ggml_tiled_dot(t, k, row, &cols[j]),
                                 _ => ggml_order_dot(t, order, k, row, &cols[j]),
                             };
                             assert_eq!(

@@ -35,20 +35,43 @@ fn main() {
     };
     let mut s = Session::new(model.clone(), params).expect("session");
     let nv = model.hparams.n_vocab;
+    // REFCHECK_VERBOSE=1: every position's top-3, reference against ours.
+    let verbose = std::env::var("REFCHECK_VERBOSE").is_ok_and(|v| v == "1");
+    // REFCHECK_SEQ=1: the prompt one token per step too (decoding kernels only).
+    let one_by_one = std::env::var("REFCHECK_SEQ").is_ok_and(|v| v == "1");
+    // REFCHECK_DUMP=PATH: also write our own top-10s in the reference's format (on the
+    // reference's token path), to compare two ggrs builds or settings with each other.
+    let mut dump = std::env::var_os("REFCHECK_DUMP")
+        .map(|p| std::io::BufWriter::new(std::fs::File::create(p).expect("create the dump file")));
     let (mut all_equal, mut worst_abs, mut worst_gap) = (0, 0f32, 0f32);
     for r in &refs {
         s.clear();
-        s.eval(&r.tokens, true).expect("prompt eval");
-        let mut rows: Vec<Vec<f32>> = (0..r.tokens.len())
-            .map(|i| s.all_logits()[i * nv..(i + 1) * nv].to_vec())
-            .collect();
+        let mut rows: Vec<Vec<f32>> = if one_by_one {
+            r.tokens
+                .iter()
+                .map(|&t| {
+                    s.eval(&[t], false).expect("prompt token");
+                    s.logits().to_vec()
+                })
+                .collect()
+        } else {
+            s.eval(&r.tokens, true).expect("prompt eval");
+            (0..r.tokens.len())
+                .map(|i| s.all_logits()[i * nv..(i + 1) * nv].to_vec())
+                .collect()
+        };
         let mut tops = r.prompt_topk.clone();
         let mut follows = true;
         for (j, &tok) in r.greedy.iter().enumerate() {
             let last = rows.last().expect("a row per position");
             if common::argmax(last) != tok {
                 if follows {
-                    println!("  {:?}: step {j}: ours {} vs {}", r.prompt, common::argmax(last), tok);
+                    println!(
+                        "  {:?}: step {j}: ours {} vs {}",
+                        r.prompt,
+                        common::argmax(last),
+                        tok
+                    );
                 }
                 follows = false;
             }
@@ -58,13 +81,49 @@ fn main() {
             }
         }
         tops.extend(r.greedy_topk.iter().cloned());
+        if let Some(out) = dump.as_mut() {
+            use std::io::Write;
+            let top10 = |row: &[f32]| {
+                let mut ids: Vec<usize> = (0..row.len()).collect();
+                ids.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                let v: Vec<String> = ids[..10]
+                    .iter()
+                    .map(|&i| format!("[{i},{:.5}]", row[i]))
+                    .collect();
+                format!("[{}]", v.join(","))
+            };
+            let n_p = r.tokens.len();
+            let list =
+                |rows: &[Vec<f32>]| rows.iter().map(|r| top10(r)).collect::<Vec<_>>().join(",");
+            writeln!(
+                out,
+                "{{\"prompt\":{},\"tokens\":{:?},\"prompt_topk\":[{}],\"greedy\":{:?},\"greedy_topk\":[{}]}}",
+                serde_json::to_string(&r.prompt).expect("a string"),
+                r.tokens,
+                list(&rows[..n_p]),
+                r.greedy,
+                list(&rows[n_p - 1..n_p - 1 + r.greedy.len()])
+            )
+            .expect("write the dump");
+        }
         let (mut pa, mut pg) = (0f32, 0f32);
         // prompt_topk has one entry per prompt position; greedy_topk[j] is the row before
         // greedy token j, i.e. the last prompt row again for j = 0.
         let n_p = r.prompt_topk.len();
         for (i, top) in tops.iter().enumerate() {
-            let row = if i < n_p { &rows[i] } else { &rows[n_p - 1 + (i - n_p)] };
+            let row = if i < n_p {
+                &rows[i]
+            } else {
+                &rows[n_p - 1 + (i - n_p)]
+            };
             let (id0, l0) = top[0];
+            if verbose {
+                let v: Vec<String> = top[..3]
+                    .iter()
+                    .map(|&(id, l)| format!("{id}: {l:.5} ours {:.5}", row[id as usize]))
+                    .collect();
+                println!("    row {i}: {}", v.join(" | "));
+            }
             for &(id, l) in top {
                 pa = pa.max((row[id as usize] - l).abs());
                 pg = pg.max(((row[id as usize] - row[id0 as usize]) - (l - l0)).abs());

@@ -13,10 +13,10 @@
 //! the `mul_mat` whose conversion is still in the shared buffer reuses it instead of
 //! converting again.
 
+use crate::kernels::matmul::ActivationForm;
 use crate::kernels::{RawTensor, Task};
 use crate::op::Op;
 use crate::tensor::MAX_SRC;
-use crate::types::traits;
 
 /// How the executor runs one data-moving node.
 #[derive(Debug, Clone, Copy)]
@@ -64,16 +64,15 @@ struct Access {
     write: (usize, usize),
 }
 
-/// The identity of a `mul_mat` INIT's output: the activations' place, shape, strides and
-/// type, and the type they are converted to.
-type InitKey = (usize, [usize; 4], [usize; 4], crate::DType);
+/// The identity of a `mul_mat` INIT's output: the activations' place, shape and strides,
+/// and the form its plan converts them to (the converted type and any side data its kernel
+/// reads: see `kernels::matmul::ActivationForm`).
+type InitKey = (usize, [usize; 4], [usize; 4], ActivationForm);
 
 /// The [`InitKey`] of `t`, if it is a `mul_mat` with INIT.
 fn init_key(t: &Task) -> Option<InitKey> {
-    match (t.op, t.plan.init, t.src[0], t.src[1]) {
-        (Op::MulMat, true, Some(a), Some(b)) => {
-            Some((b.data as usize, b.ne, b.nb, traits(a.dtype).vec_dot_type))
-        }
+    match (t.op, t.plan.init, t.plan.activation, t.src[1]) {
+        (Op::MulMat, true, Some(form), Some(b)) => Some((b.data as usize, b.ne, b.nb, form)),
         _ => None,
     }
 }

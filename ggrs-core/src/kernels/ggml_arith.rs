@@ -31,6 +31,7 @@ use crate::dtype::DType;
 use crate::kernels::matmul::VecDotFn;
 use crate::kernels::vec::{simd_level, SimdLevel};
 use crate::kernels::RawTensor;
+use crate::quants::dispatch::{ggml_sum_order_cols, SumOrder};
 use crate::types::FromF32Fn;
 
 /// Bytes of a Q8_0 block (f16 scale, 32 codes).
@@ -66,8 +67,23 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
         DType::Q4_0 => Some(dot_q4_0_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
+        t if ggml_sum_order_cols(t, a.ne, n_cols) == SumOrder::GgmlTiled => tiled_dot(t),
         _ => None,
     }
+}
+
+/// The portable dot product of k-quant type `dtype` in ggml's tiled order.
+fn tiled_dot(dtype: DType) -> Option<VecDotFn> {
+    use crate::quants::k_quants::tiled::dot_tiled;
+    use crate::quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
+    Some(match dtype {
+        DType::Q2K => dot_tiled::<BlockQ2K>,
+        DType::Q3K => dot_tiled::<BlockQ3K>,
+        DType::Q4K => dot_tiled::<BlockQ4K>,
+        DType::Q5K => dot_tiled::<BlockQ5K>,
+        DType::Q6K => dot_tiled::<BlockQ6K>,
+        _ => return None,
+    })
 }
 
 /// True when ggml multiplies the F16 weight `a` by `n_cols` columns per batch with tinyBLAS

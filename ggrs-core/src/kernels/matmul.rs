@@ -84,6 +84,39 @@ fn grid(n: usize, m: usize, batches: usize, nth: usize) -> (usize, usize) {
     (nrb, ncb)
 }
 
+/// What a `mul_mat`'s INIT writes into the shared work buffer for COMPUTE to read: the
+/// activation rows converted to the weight type's vec-dot type, and the side data the chosen
+/// kernel needs after them.
+///
+/// [`plan`] decides it once per node, from the kernel that node will run; INIT writes it,
+/// COMPUTE reads it, and the executor's scheduler lets a node reuse another node's conversion
+/// only when both plans name the same form. Weights that read one input (Q, K and V of a
+/// layer; gate and up) may have different types in one file, hence different kernels that
+/// need different forms: a Q8_0 panel kernel reading rows a Q5_0 node converted would find no
+/// side data after them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActivationForm {
+    /// Rows of this type (the weight type's vec-dot type), nothing after them.
+    Rows(DType),
+    /// F16 rows, then the same rows widened back to f32 ([`f16_widens`]).
+    F16Widened,
+    /// Q8_0 rows, then every block's side data for the panel kernel ([`panels`]).
+    #[cfg(target_arch = "x86_64")]
+    Q8_0Panel(crate::quants::dispatch::panel::Kind),
+}
+
+impl ActivationForm {
+    /// The type the activation rows are converted to.
+    pub(crate) fn rows(self) -> DType {
+        match self {
+            ActivationForm::Rows(t) => t,
+            ActivationForm::F16Widened => DType::F16,
+            #[cfg(target_arch = "x86_64")]
+            ActivationForm::Q8_0Panel(_) => DType::Q8_0,
+        }
+    }
+}
+
 pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize) -> TaskPlan {
     #[cfg(target_arch = "x86_64")]
     if let Some(kind) = panels::kind(a.dtype, a.ne) {
@@ -111,6 +144,11 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
     } else {
         0
     };
+    let activation = conv.then_some(if widened > 0 {
+        ActivationForm::F16Widened
+    } else {
+        ActivationForm::Rows(vdt)
+    });
     TaskPlan {
         n_chunks: (batches * nrb * ncb).max(1),
         init: conv,
@@ -123,6 +161,7 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
         scratch_f32: if conv { k + 16 } else { 0 },
         tiles: (nrb, ncb),
         n_threads: nth,
+        activation,
     }
 }
 
@@ -143,11 +182,8 @@ fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
 /// made room for them.
 fn widened_offset(task: &Task) -> Option<usize> {
     let (a, b) = (task.s0(), task.s1());
-    let f16_bytes = DType::F16.row_size(a.ne[0]) * b.nrows();
-    (a.dtype == DType::F16
-        && task.plan.init
-        && task.plan.work_shared == f16_bytes + 4 * a.ne[0] * b.nrows())
-    .then_some(f16_bytes)
+    (task.plan.activation == Some(ActivationForm::F16Widened))
+        .then(|| DType::F16.row_size(a.ne[0]) * b.nrows())
 }
 
 /// Converts b's rows to the vec-dot type.
@@ -156,7 +192,11 @@ fn widened_offset(task: &Task) -> Option<usize> {
 /// See [`crate::kernels::init`]; the shared buffer holds `b.nrows()` converted rows.
 pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) {
     let (a, b) = (task.s0(), task.s1());
-    let vdt = traits(a.dtype).vec_dot_type;
+    // The form the plan chose (every plan with INIT names one).
+    let vdt = task
+        .plan
+        .activation
+        .map_or(traits(a.dtype).vec_dot_type, |f| f.rows());
     // Q8_0 activations: ggml's run-time (x86) quantizer, so codes match llama.cpp's (see
     // `ggml_arith`). Other block types: the fastest quantizer, whose bytes are the
     // reference quantizer's.
@@ -278,7 +318,7 @@ unsafe fn tile(
     let ggml_dot = crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]);
     let (dot, tiles) = match ggml_dot {
         Some(g) => {
-            let order = crate::quants::dispatch::ggml_sum_order(a.dtype, a.ne);
+            let order = crate::quants::dispatch::ggml_sum_order_cols(a.dtype, a.ne, b.ne[1]);
             match crate::quants::dispatch::active_variant_in(a.dtype, order) {
                 Some(v) if a.dtype.is_quantized() => (v.dot, Some(v)),
                 _ => (g, None),
@@ -791,16 +831,11 @@ mod panels {
         (active_variant_in(dtype, order)?.isa == Isa::Avx512Vnni).then_some(kind)
     }
 
-    /// The panel kernel of a node planned by [`plan`] (marked by `tiles.1 == 0`, which the
-    /// tile path never plans), so that INIT and COMPUTE follow the plan even if a switch
-    /// changed since.
+    /// The panel kernel of a node planned by [`plan`] (its activation form names it), so
+    /// that INIT and COMPUTE follow the plan even if a switch changed since.
     pub(super) fn planned(task: &Task) -> Option<Kind> {
-        if task.plan.tiles.1 != 0 {
-            return None;
-        }
-        match task.s0().dtype {
-            DType::Q4_0 => Some(Kind::Q4_0Chain),
-            DType::Q8_0 => Some(Kind::Q8_0Lanes),
+        match task.plan.activation {
+            Some(ActivationForm::Q8_0Panel(kind)) => Some(kind),
             _ => None,
         }
     }
@@ -847,6 +882,7 @@ mod panels {
             scratch_f32: (k + 16).max(kind.panel_bytes(nb).div_ceil(4) + 16),
             tiles: (nrb, 0),
             n_threads: nth,
+            activation: Some(ActivationForm::Q8_0Panel(kind)),
         }
     }
 

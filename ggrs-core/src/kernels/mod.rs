@@ -213,6 +213,9 @@ pub struct TaskPlan {
     pub tiles: (usize, usize),
     /// Threads the plan is for (0 in plans made outside `plan`).
     pub n_threads: usize,
+    /// For a `mul_mat` with INIT: what INIT writes into the shared work buffer
+    /// ([`matmul::ActivationForm`]). Two nodes share one conversion only when these are equal.
+    pub(crate) activation: Option<matmul::ActivationForm>,
 }
 
 impl TaskPlan {

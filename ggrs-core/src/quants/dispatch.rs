@@ -221,6 +221,10 @@ pub enum SumOrder {
     GgmlLanes,
     /// ggml's repacked-Q4_0 (`q4_0_8x8`) order: `acc = fma(block_sum, dx·dy, acc)` per block.
     GgmlBlockChain,
+    /// ggml's tiled k-quant matmul (eight activation columns or more): per super-block two
+    /// exact integer sums, then `r = d·s1` (`r = fma(−dmin, s2, r)` with minimums) and
+    /// `acc = acc + r·dy` (see `quants::k_quants::tiled`).
+    GgmlTiled,
 }
 
 /// The order `mul_mat` keeps for weight type `dtype` of shape `ne` so that its results are
@@ -238,6 +242,38 @@ pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
     }
 }
 
+/// Column counts from which llama.cpp's CPU backend multiplies a k-quant weight with its
+/// tiled kernel ([`SumOrder::GgmlTiled`]) instead of one `ggml_vec_dot` per element.
+pub const GGML_TILED_MIN_COLS: usize = 8;
+
+/// [`ggml_sum_order`] for a `mul_mat` of weight type `dtype` and shape `ne` against `n_cols`
+/// activation columns per batch: k-quant weights that llama.cpp does not repack take its
+/// tiled kernel from [`GGML_TILED_MIN_COLS`] columns on.
+pub fn ggml_sum_order_cols(dtype: DType, ne: [usize; 4], n_cols: usize) -> SumOrder {
+    if n_cols >= GGML_TILED_MIN_COLS && ggml_tiled_type(dtype) && !ggml_repacks(dtype, ne) {
+        return SumOrder::GgmlTiled;
+    }
+    ggml_sum_order(dtype, ne)
+}
+
+/// Whether llama.cpp's tiled matmul takes weights of type `dtype`.
+pub(crate) fn ggml_tiled_type(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K
+    )
+}
+
+/// Whether llama.cpp keeps a weight of type `dtype` and shape `ne` in a repacked layout on
+/// the x86 machine its reference outputs come from (AVX-512 VNNI): Q4_0, Q4_K and Q2_K 2-D
+/// weights whose row count is a multiple of 8.
+pub(crate) fn ggml_repacks(dtype: DType, ne: [usize; 4]) -> bool {
+    matches!(dtype, DType::Q4_0 | DType::Q4K | DType::Q2K)
+        && ne[1].is_multiple_of(8)
+        && ne[2] == 1
+        && ne[3] == 1
+}
+
 /// The builds of `dtype`'s dot product this CPU runs that keep `order`: for
 /// [`SumOrder::Any`], [`vec_dot_variants`]; for the ggml orders, the SIMD builds that keep
 /// them (the scalar reference does not: it sums as ggml's generic C code).
@@ -251,6 +287,8 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
             false
         }
         SumOrder::GgmlBlockChain => true,
+        // No SIMD build keeps the tiled order yet: the portable one runs.
+        SumOrder::GgmlTiled => return Vec::new(),
     };
     SIMD_ISAS
         .into_iter()
@@ -279,6 +317,7 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
         SumOrder::Any => return active_variant(dtype),
         SumOrder::GgmlLanes => &LANES,
         SumOrder::GgmlBlockChain => &CHAIN,
+        SumOrder::GgmlTiled => return None,
     };
     let i = slot(dtype)?;
     if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {

@@ -35,7 +35,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ3K>() == 110);
 
 impl BlockQ3K {
     /// The signed codes (−4..=3) of the super-block, in value order.
-    fn codes(&self) -> [i8; QK_K] {
+    pub(crate) fn codes(&self) -> [i8; QK_K] {
         let mut a = [0i8; QK_K];
         for half in 0..QK_K / 128 {
             let q = &self.qs[32 * half..32 * half + 32];

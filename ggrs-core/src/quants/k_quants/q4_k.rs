@@ -127,7 +127,7 @@ pub(crate) fn dot_scales_mins(
 
 impl BlockQ4K {
     /// The codes (0..=15) of the super-block, in value order.
-    fn codes(&self) -> [i8; QK_K] {
+    pub(crate) fn codes(&self) -> [i8; QK_K] {
         let mut a = [0i8; QK_K];
         for c in 0..QK_K / 64 {
             for l in 0..32 {

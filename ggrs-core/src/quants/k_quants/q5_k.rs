@@ -35,7 +35,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
 
 impl BlockQ5K {
     /// The codes (0..=31) of the super-block, in value order.
-    fn codes(&self) -> [i8; QK_K] {
+    pub(crate) fn codes(&self) -> [i8; QK_K] {
         let mut a = [0i8; QK_K];
         for c in 0..QK_K / 64 {
             let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));

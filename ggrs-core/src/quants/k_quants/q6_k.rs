@@ -34,7 +34,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 
 impl BlockQ6K {
     /// The signed codes (−32..=31) of the super-block, in value order.
-    fn codes(&self) -> [i8; QK_K] {
+    pub(crate) fn codes(&self) -> [i8; QK_K] {
         let mut a = [0i8; QK_K];
         for h in 0..QK_K / 128 {
             let ql = &self.ql[64 * h..64 * h + 64];
