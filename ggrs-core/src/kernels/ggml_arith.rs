@@ -1164,6 +1164,37 @@ mod tests {
                 dot_q4_0_chain(n, &q4, &qy).to_bits(),
                 dot_q4_0_chain_body(n, &q4, &qy).to_bits()
             );
+            // IQ4_NL: the same bytes read as level indices.
+            for (f, body) in [
+                (
+                    dot_iq4_nl_lanes as fn(usize, &[u8], &[u8]) -> f32,
+                    dot_iq4_nl_lanes_body as fn(usize, &[u8], &[u8]) -> f32,
+                ),
+                (dot_iq4_nl_chain, dot_iq4_nl_chain_body),
+                (dot_iq4_nl_pairs, dot_iq4_nl_pairs_body),
+            ] {
+                assert_eq!(
+                    f(n, &q4, &qy).to_bits(),
+                    body(n, &q4, &qy).to_bits(),
+                    "nb={nb}"
+                );
+            }
+            // IQ4_XS against Q8_K: any index and scale bytes, finite scales.
+            let nk = nb.div_ceil(8);
+            let mut xs: Vec<u8> = (0..nk * IQ4XS_BYTES)
+                .map(|i| (i * 53 % 253) as u8)
+                .collect();
+            let mut ys: Vec<u8> = (0..nk * Q8K_BYTES).map(|i| (i * 29 % 255) as u8).collect();
+            for blk in xs.chunks_exact_mut(IQ4XS_BYTES) {
+                blk[..2].copy_from_slice(&f16::from_f32(0.021).to_le_bytes());
+            }
+            for blk in ys.chunks_exact_mut(Q8K_BYTES) {
+                blk[..4].copy_from_slice(&0.37f32.to_le_bytes());
+            }
+            assert_eq!(
+                dot_iq4_xs_lanes(256 * nk, &xs, &ys).to_bits(),
+                dot_iq4_xs_lanes_body(256 * nk, &xs, &ys).to_bits()
+            );
         }
         for n in 0..=515 {
             let (x, y) = (vals(n, 3), vals(n, 4));

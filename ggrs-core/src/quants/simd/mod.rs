@@ -364,7 +364,13 @@ mod tests {
             (DType::Q4_0, 12),
             (DType::Q4_0, 7),
             (DType::Q8_0, 8),
+            (DType::IQ4NL, 8),
+            (DType::IQ4NL, 7),
+            (DType::IQ4XS, 8),
+            (DType::IQ4XS, 5),
         ] {
+            let vt = crate::quants::vec_dot_type(t).expect("block type");
+            let k = k / 32 * t.block_size();
             let ne = [k, rows, 1, 1];
             let a = RawTensor {
                 data: std::ptr::null_mut(),
@@ -378,7 +384,7 @@ mod tests {
                 ],
             };
             let g = crate::kernels::ggml_arith::mul_mat_dot(&a, 4)
-                .expect("ggml_arith has a kernel for Q4_0 and Q8_0");
+                .expect("ggml_arith has a kernel for Q4_0, Q8_0 and the i-quants");
             let order = ggml_sum_order(t, ne);
             assert_ne!(order, SumOrder::Any);
             let builds = vec_dot_variants_in(t, order);
@@ -386,9 +392,15 @@ mod tests {
                 !builds.is_empty()
                     || !crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx2)
             );
-            let w = blocks(t, 4 * k / 32, &mut seed);
-            let y = blocks(DType::Q8_0, 4 * k / 32, &mut seed);
-            let (rs, ys) = (t.row_size(k), DType::Q8_0.row_size(k));
+            let w = blocks(t, 4 * k / t.block_size(), &mut seed);
+            let mut y = blocks(vt, 4 * k / t.block_size(), &mut seed);
+            if vt == DType::Q8K {
+                // Q8_K's scale is an f32: a finite one.
+                for (i, blk) in y.chunks_exact_mut(vt.type_size()).enumerate() {
+                    blk[..4].copy_from_slice(&(0.01 * (i as f32 + 1.0)).to_le_bytes());
+                }
+            }
+            let (rs, ys) = (t.row_size(k), vt.row_size(k));
             let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rs..(r + 1) * rs]);
             let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * ys..(c + 1) * ys]);
             for v in builds {
