@@ -393,8 +393,8 @@ mod tests {
         for i in -1400..=1400 {
             let x = i as f32 * 0.1;
             let mut best = 0usize;
-            for k in 1..16 {
-                let dk = (KVALUES_IQ4NL[k] as f32 - x).abs();
+            for (k, &v) in KVALUES_IQ4NL.iter().enumerate().skip(1) {
+                let dk = (v as f32 - x).abs();
                 let db = (KVALUES_IQ4NL[best] as f32 - x).abs();
                 if dk <= db {
                     best = k;
