@@ -124,6 +124,8 @@ pub fn file_type_id(t: DType) -> Option<u32> {
         DType::Q4K => 15,
         DType::Q5K => 17,
         DType::Q6K => 18,
+        DType::IQ4NL => 25,
+        DType::IQ4XS => 30,
         DType::BF16 => 32,
         _ => return None,
     })
@@ -147,7 +149,7 @@ pub fn target_type(info: &TensorInfo, target: DType) -> DType {
 ///   file has no `output.weight` and so ties them) gets Q6_K, or Q8_0 when its rows are not a
 ///   multiple of 256, for every block-quantized target other than Q8_0;
 /// - a block type whose blocks do not divide the rows falls back: Q6_K → Q8_0, Q5_K → Q5_1,
-///   Q4_K → Q5_0, Q3_K/Q2_K → Q4_0; if that still does not fit, F16.
+///   Q4_K → Q5_0, Q3_K/Q2_K → Q4_0, IQ4_XS → IQ4_NL; if that still does not fit, F16.
 pub fn target_type_for(info: &TensorInfo, target: DType, pure: bool, has_output: bool) -> DType {
     let mut t = target_type(info, target);
     if t == info.dtype || !t.is_quantized() {
@@ -168,6 +170,7 @@ pub fn target_type_for(info: &TensorInfo, target: DType, pure: bool, has_output:
             DType::Q5K => Some(DType::Q5_1),
             DType::Q4K => Some(DType::Q5_0),
             DType::Q3K | DType::Q2K => Some(DType::Q4_0),
+            DType::IQ4XS => Some(DType::IQ4NL),
             _ => None,
         };
         // Without a fallback the type stays, and `quantize_file` reports the mismatch.

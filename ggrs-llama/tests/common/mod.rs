@@ -8,8 +8,12 @@ use std::sync::Arc;
 use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
 use serde_json::Value;
 
-/// `shared/reference`, beside the repository.
+/// `shared/reference`, beside the repository, or `$GGRS_REFERENCE_DIR` when set (for a
+/// checkout elsewhere, e.g. a git worktree).
 pub fn reference_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GGRS_REFERENCE_DIR") {
+        return PathBuf::from(dir);
+    }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.join("../../shared/reference")
 }

@@ -27,6 +27,7 @@ use super::q5_k::BlockQ5K;
 use super::q6_k::BlockQ6K;
 use super::q8_k::BlockQ8K;
 use super::{get_scale_min_k4, q3_k_scale, QK_K};
+use crate::quants::iq4::{BlockIQ4XS, KVALUES_IQ4NL};
 use crate::quants::{fp16, BlockQuant};
 
 /// What one weight super-block contributes against one Q8_K block, before any rounding.
@@ -138,6 +139,29 @@ impl TiledBlock for BlockQ5K {
     }
 }
 
+impl TiledBlock for BlockIQ4XS {
+    const HAS_MIN: bool = false;
+    fn terms(&self, y: &BlockQ8K) -> TiledTerms {
+        // Sub-block `ib` (32 values): value j from the low nibble of byte 16·ib + j, value
+        // j + 16 from the high nibble; each a level of the IQ4_NL table.
+        let mut codes = [0i8; QK_K];
+        for (ib, c) in codes.chunks_exact_mut(32).enumerate() {
+            for j in 0..16 {
+                let b = self.qs[16 * ib + j];
+                c[j] = KVALUES_IQ4NL[(b & 0x0F) as usize];
+                c[j + 16] = KVALUES_IQ4NL[(b >> 4) as usize];
+            }
+        }
+        let sc: [i32; 16] = std::array::from_fn(|j| self.sub_scale(j / 2) - 32);
+        TiledTerms {
+            d: fp16(self.d),
+            dmin: 0.0,
+            s1: scaled_dot(&codes, &y.qs, &sc),
+            s2: 0,
+        }
+    }
+}
+
 impl TiledBlock for BlockQ6K {
     const HAS_MIN: bool = false;
     fn terms(&self, y: &BlockQ8K) -> TiledTerms {
@@ -214,5 +238,6 @@ mod tests {
         check::<BlockQ4K>();
         check::<BlockQ5K>();
         check::<BlockQ6K>();
+        check::<BlockIQ4XS>();
     }
 }
