@@ -163,6 +163,7 @@ pub mod graph;
 pub mod kernels;
 pub mod op;
 mod ops;
+pub mod outfile;
 pub mod quantize;
 pub mod quants;
 pub mod tensor;

@@ -48,7 +48,12 @@ fn main() {
             let last = rows.last().expect("a row per position");
             if common::argmax(last) != tok {
                 if follows {
-                    println!("  {:?}: step {j}: ours {} vs {}", r.prompt, common::argmax(last), tok);
+                    println!(
+                        "  {:?}: step {j}: ours {} vs {}",
+                        r.prompt,
+                        common::argmax(last),
+                        tok
+                    );
                 }
                 follows = false;
             }
@@ -63,7 +68,11 @@ fn main() {
         // greedy token j, i.e. the last prompt row again for j = 0.
         let n_p = r.prompt_topk.len();
         for (i, top) in tops.iter().enumerate() {
-            let row = if i < n_p { &rows[i] } else { &rows[n_p - 1 + (i - n_p)] };
+            let row = if i < n_p {
+                &rows[i]
+            } else {
+                &rows[n_p - 1 + (i - n_p)]
+            };
             let (id0, l0) = top[0];
             for &(id, l) in top {
                 pa = pa.max((row[id as usize] - l).abs());
