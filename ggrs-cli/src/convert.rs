@@ -33,7 +33,7 @@ pub fn run(a: Args) -> CliResult {
     let outtype: OutType = a.outtype.parse()?;
     let opts = ConvertOptions {
         outtype,
-        n_threads: a.threads,
+        n_threads: crate::common::checked_threads(a.threads),
         name: a.name,
     };
     let t0 = Instant::now();

@@ -47,7 +47,7 @@ pub fn run(a: Args) -> CliResult {
     let opts = QuantizeOptions {
         target,
         allow_requantize: a.allow_requantize,
-        n_threads: a.threads,
+        n_threads: crate::common::checked_threads(a.threads),
         pure: a.pure,
     };
     let t0 = Instant::now();
