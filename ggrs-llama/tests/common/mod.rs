@@ -10,6 +10,10 @@ use serde_json::Value;
 
 /// `shared/reference`, beside the repository.
 pub fn reference_dir() -> PathBuf {
+    // A checkout elsewhere than beside `shared/` (a worktree) names it explicitly.
+    if let Some(d) = std::env::var_os("GGRS_REFERENCE_DIR") {
+        return PathBuf::from(d);
+    }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.join("../../shared/reference")
 }
