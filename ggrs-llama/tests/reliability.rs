@@ -376,10 +376,10 @@ fn seeded_mutations_of_the_tiny_models_never_panic() {
     let t0 = Instant::now();
     let mut total = Tally::default();
     for (name, n, decode_every) in [
-        ("tiny-llama-f16.gguf", 1500usize, 8usize),
-        ("tiny-qwen3-f16.gguf", 500, 8),
-        ("tiny-gemma2-f16.gguf", 300, 8),
-        ("tiny-chatglm-f16.gguf", 300, 8),
+        ("tiny-llama-f16.gguf", 1000usize, 12usize),
+        ("tiny-qwen3-f16.gguf", 300, 12),
+        ("tiny-gemma2-f16.gguf", 200, 12),
+        ("tiny-chatglm-f16.gguf", 200, 12),
     ] {
         let bytes = std::fs::read(tiny(name)).unwrap();
         let data_start = GgufFile::from_bytes(Arc::new(bytes.clone()))
@@ -400,7 +400,7 @@ fn seeded_mutations_of_the_tiny_models_never_panic() {
         t0.elapsed().as_secs_f64(),
         total
     );
-    assert_eq!(total.tried, 2600);
+    assert_eq!(total.tried, 1700);
     // The mutations reach past the parser: some mutants load and decode.
-    assert!(total.loaded > 100 && total.decoded > 10, "{total:?}");
+    assert!(total.loaded > 100 && total.decoded > 5, "{total:?}");
 }
