@@ -26,11 +26,7 @@ pub fn run(mut a: Args) -> CliResult {
         a.chunk = a.model.ctx_size;
     }
     if a.chunk < 4 {
-        return Err(format!(
-            "--chunk (or -c) must be at least 4 tokens, not {}",
-            a.chunk
-        )
-        .into());
+        return Err(format!("--chunk (or -c) must be at least 4 tokens, not {}", a.chunk).into());
     }
     let text = a.text.text()?;
     a.model.ctx_size = a.chunk;

@@ -169,7 +169,9 @@ pub mod quants;
 pub mod tensor;
 pub mod types;
 
-pub use context::{available_memory, Checkpoint, Context, ContextParams, ExternalData, ARENA_ALIGN};
+pub use context::{
+    available_memory, Checkpoint, Context, ContextParams, ExternalData, ARENA_ALIGN,
+};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{compute_graph, Executor, NodeTiming, Plan};

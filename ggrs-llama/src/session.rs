@@ -206,7 +206,8 @@ impl Session {
                 available,
             }
         };
-        let cell_bytes = (params.n_ctx as u64).saturating_mul(std::mem::size_of::<crate::kv_cache::Cell>() as u64);
+        let cell_bytes = (params.n_ctx as u64)
+            .saturating_mul(std::mem::size_of::<crate::kv_cache::Cell>() as u64);
         let kv_bytes = kv_cache_bytes(hp, params.n_ctx, params.kv_type);
         let available = ggrs_core::available_memory();
         match (kv_bytes, available) {

@@ -37,7 +37,8 @@ fn with_key(key: &str, value: Value) -> Vec<u8> {
     }
     w.add_kv(key, value).unwrap();
     for t in src.tensors() {
-        w.add_tensor_info(t.name.clone(), t.dtype, t.shape()).unwrap();
+        w.add_tensor_info(t.name.clone(), t.dtype, t.shape())
+            .unwrap();
     }
     let tensors = src.tensors().to_vec();
     let mut i = 0;
@@ -85,10 +86,7 @@ fn huge_header_counts_are_errors_not_aborts() {
         }
         let e = r.err().unwrap_or_else(|| panic!("{key} = {n} loaded"));
         assert!(
-            matches!(
-                e,
-                LlamaError::BadKey { .. } | LlamaError::BadShape { .. }
-            ),
+            matches!(e, LlamaError::BadKey { .. } | LlamaError::BadShape { .. }),
             "{key} = {n}: {e}"
         );
     }
@@ -123,7 +121,8 @@ fn sessions_larger_than_memory_are_refused_with_the_bytes_needed() {
                 assert_eq!(*c, n_ctx);
                 // An independent count: 2 (K and V) × layers × cells × width × 2 bytes (f16).
                 let hp = &model.hparams;
-                let expect = 2u128 * hp.n_layer as u128 * n_ctx as u128 * hp.n_embd_kv() as u128 * 2;
+                let expect =
+                    2u128 * hp.n_layer as u128 * n_ctx as u128 * hp.n_embd_kv() as u128 * 2;
                 if expect < u64::MAX as u128 {
                     assert_eq!(*kv_bytes as u128, expect);
                 } else {
@@ -341,7 +340,10 @@ fn run_mutant(bytes: Vec<u8>, t: &mut Tally, decode: bool) {
     let ids = model.tokenizer().encode("Hello, wörld! 123", true, false);
     let Ok(ids) = ids else { return };
     for &id in &ids {
-        assert!((id as usize) < model.hparams.n_vocab, "token id {id} out of range");
+        assert!(
+            (id as usize) < model.hparams.n_vocab,
+            "token id {id} out of range"
+        );
     }
     let _ = model.tokenizer().decode(&ids);
     if !decode || ids.is_empty() {
