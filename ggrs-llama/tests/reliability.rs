@@ -110,7 +110,7 @@ fn sessions_larger_than_memory_are_refused_with_the_bytes_needed() {
                 ..SessionParams::default()
             },
         );
-        let e = r.err().expect("a session this large must be refused");
+        let e = r.expect_err("a session this large must be refused");
         match &e {
             LlamaError::SessionTooLarge {
                 n_ctx: c,
