@@ -265,6 +265,16 @@ impl OutputFile {
             .take_while(|(i, c)| i + c.len_utf8() <= MAX_NAME_PART)
             .map(|(_, c)| c)
             .collect();
+        if !dir.is_dir() {
+            return Err(OutputError::Io {
+                path: dir,
+                what: "the output's directory",
+                source: io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "does not exist or is not a directory",
+                ),
+            });
+        }
         let (tmp, file) = loop {
             let n = NEXT_TMP.fetch_add(1, Ordering::Relaxed);
             let tmp = dir.join(format!(".{short}.ggrs-tmp.{}.{n}", std::process::id()));
