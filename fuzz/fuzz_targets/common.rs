@@ -8,7 +8,10 @@ use std::path::PathBuf;
 pub fn reference_dir() -> PathBuf {
     match std::env::var_os("GGRS_REFERENCE_DIR") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference")),
+        None => PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/reference"
+        )),
     }
 }
 

@@ -27,7 +27,15 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(dir.join("config.json"), config).expect("write config.json");
     std::fs::write(dir.join("model.safetensors"), st).expect("write model.safetensors");
     let out = dir.join("out.gguf");
-    let _ = convert_hf_dir_with(dir, &out, &ConvertOptions { n_threads: 1, ..ConvertOptions::default() }, |_| {});
+    let _ = convert_hf_dir_with(
+        dir,
+        &out,
+        &ConvertOptions {
+            n_threads: 1,
+            ..ConvertOptions::default()
+        },
+        |_| {},
+    );
     assert_eq!(std::fs::read(dir.join("config.json")).unwrap(), config);
     assert_eq!(std::fs::read(dir.join("model.safetensors")).unwrap(), st);
 });

@@ -36,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let n = ids.len().min(8);
-    if s.decode(&Batch::from_tokens(&ids[..n], 0, 0, false)).is_ok() {
+    if s.decode(&Batch::from_tokens(&ids[..n], 0, 0, false))
+        .is_ok()
+    {
         assert_eq!(s.logits().len(), model.hparams.n_vocab);
     }
 });
