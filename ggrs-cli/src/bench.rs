@@ -282,7 +282,11 @@ pub fn run(a: Args) -> CliResult {
         margs.threads = t;
         margs.ctx_size = max_d + max_p.max(max_n) + 1;
         margs.batch_size = max_p.max(max_d).max(1);
-        let mut s = margs.session(model.clone(), false)?;
+        let mut s = margs.session_for(
+            model.clone(),
+            false,
+            "-p (--n-prompt), -n (--n-gen) or -d (--depth)",
+        )?;
         if a.profile {
             s.set_profiling(true);
         }

@@ -56,7 +56,7 @@ pub fn run(a: Args) -> CliResult {
     chat.set_system(a.system.clone());
     let params = GenerateParams {
         max_tokens: a.n_predict,
-        sampling: a.sampling.params(),
+        sampling: a.sampling.params()?,
         stop: a.stop.clone(),
         ..GenerateParams::default()
     };

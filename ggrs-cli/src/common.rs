@@ -81,22 +81,72 @@ impl ModelArgs {
         Ok(Arc::new(Model::load_with(self.path()?, opts)?))
     }
 
-    /// A session on `model`.
+    /// A session on `model`, after checking the numeric options: `-b` at least 1, `-t`
+    /// clamped (with a note) to the machine's logical cores, a warning for a context above
+    /// the model's training context. A session too large for the machine's memory is an
+    /// error naming `-c` / `-b`.
     pub fn session(
         &self,
         model: Arc<Model>,
         logits_all: bool,
-    ) -> Result<Session, ggrs_llama::LlamaError> {
+    ) -> Result<Session, Box<dyn std::error::Error>> {
+        self.session_for(model, logits_all, "-c (--ctx-size) or -b (--batch-size)")
+    }
+
+    /// As [`ModelArgs::session`]; `flags` names the options that set the context and batch
+    /// sizes (`--chunk` for perplexity, `-p`/`-n`/`-d` for bench) in a memory error.
+    pub fn session_for(
+        &self,
+        model: Arc<Model>,
+        logits_all: bool,
+        flags: &str,
+    ) -> Result<Session, Box<dyn std::error::Error>> {
+        if self.batch_size == 0 {
+            return Err("-b (--batch-size) must be at least 1".into());
+        }
+        let n_threads = checked_threads(self.threads);
+        let train = model.hparams.n_ctx_train;
+        if self.ctx_size > train {
+            eprintln!(
+                "warning: the context size {} is larger than the {} tokens the model was \
+                 trained with: expect its output to degrade past {train} tokens",
+                self.ctx_size, train
+            );
+        }
         Session::new(
             model,
             SessionParams {
                 n_ctx: self.ctx_size,
                 n_batch: self.batch_size,
-                n_threads: self.threads,
+                n_threads,
                 logits_all,
                 ..SessionParams::default()
             },
         )
+        .map_err(|e| match e {
+            ggrs_llama::LlamaError::SessionTooLarge { .. } => e
+                .to_string()
+                .replace(
+                    "use a smaller context size or batch size",
+                    &format!("lower {flags}"),
+                )
+                .into(),
+            e => e.into(),
+        })
+    }
+}
+
+/// The thread count to use for `-t N`: N, or the machine's logical cores (with a note) when
+/// N is more than that; 0 stays 0 (one per physical core).
+pub fn checked_threads(n: usize) -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n > logical {
+        eprintln!(
+            "note: -t {n} is more than the {logical} logical cores of this machine: using {logical}"
+        );
+        logical
+    } else {
+        n
     }
 }
 
@@ -133,14 +183,36 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// The sampling parameters (resolving the seed).
-    pub fn params(&self) -> SamplingParams {
+    /// The sampling parameters (resolving the seed), or an error naming the option that is
+    /// not finite or out of its range.
+    pub fn params(&self) -> Result<SamplingParams, String> {
+        let finite = |name: &str, v: f32| -> Result<(), String> {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!("{name} must be a finite number, not {v}"))
+            }
+        };
+        finite("--temp", self.temperature)?;
+        finite("--frequency-penalty", self.frequency_penalty)?;
+        finite("--presence-penalty", self.presence_penalty)?;
+        for (name, v) in [("--top-p", self.top_p), ("--min-p", self.min_p)] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("{name} must be in 0..=1, not {v}"));
+            }
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            return Err(format!(
+                "--repeat-penalty must be a finite number > 0, not {}",
+                self.repeat_penalty
+            ));
+        }
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64)
         });
-        SamplingParams {
+        Ok(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
@@ -150,7 +222,7 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             penalty_last_n: self.repeat_last_n,
             seed,
-        }
+        })
     }
 }
 

@@ -14,7 +14,8 @@ pub struct Args {
     /// Hugging Face checkpoint directory (config.json, model.safetensors or
     /// model.safetensors.index.json with its shards, optional tokenizer files).
     input: PathBuf,
-    /// Output GGUF file (overwritten).
+    /// Output GGUF file: written to a temporary file beside it and renamed over it when
+    /// complete (never a file of the input directory).
     output: PathBuf,
     /// Type of the matrices: f32, f16, bf16, q8_0 or q4_0 (norms and biases stay f32).
     #[arg(long, default_value = "f16")]
@@ -32,7 +33,7 @@ pub fn run(a: Args) -> CliResult {
     let outtype: OutType = a.outtype.parse()?;
     let opts = ConvertOptions {
         outtype,
-        n_threads: a.threads,
+        n_threads: crate::common::checked_threads(a.threads),
         name: a.name,
     };
     let t0 = Instant::now();

@@ -22,15 +22,18 @@ pub struct Args {
 
 /// Runs `ggrs perplexity`.
 pub fn run(mut a: Args) -> CliResult {
-    let text = a.text.text()?;
     if a.model.ctx_size != 0 {
         a.chunk = a.model.ctx_size;
     }
+    if a.chunk < 4 {
+        return Err(format!("--chunk (or -c) must be at least 4 tokens, not {}", a.chunk).into());
+    }
+    let text = a.text.text()?;
     a.model.ctx_size = a.chunk;
     a.model.batch_size = a.model.batch_size.max(a.chunk);
     let model = a.model.load(true)?;
     let tokens = model.tokenizer().encode(&text, true, false)?;
-    let mut session = a.model.session(model, true)?;
+    let mut session = a.model.session_for(model, true, "--chunk (or -c)")?;
     let n_chunks = tokens.len() / a.chunk;
     eprintln!(
         "{} tokens, {} chunks of {}; scoring the second half of each chunk",

@@ -15,7 +15,8 @@ use crate::CliResult;
 pub struct Args {
     /// Input GGUF file.
     input: PathBuf,
-    /// Output GGUF file (overwritten).
+    /// Output GGUF file: written to a temporary file beside it and renamed over it when
+    /// complete (never the input, under any name).
     output: PathBuf,
     /// Target type of the weights: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, …
     #[arg(value_name = "TYPE")]
@@ -42,14 +43,11 @@ pub fn run(a: Args) -> CliResult {
             a.target
         )
     })?;
-    if a.input == a.output {
-        return Err("the output must be another file than the input".into());
-    }
     let input = GgufFile::open(&a.input)?;
     let opts = QuantizeOptions {
         target,
         allow_requantize: a.allow_requantize,
-        n_threads: a.threads,
+        n_threads: crate::common::checked_threads(a.threads),
         pure: a.pure,
     };
     let t0 = Instant::now();

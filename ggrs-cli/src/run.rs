@@ -96,7 +96,7 @@ pub fn run(a: Args) -> CliResult {
     let mut session = a.model.session(model.clone(), false)?;
     let params = GenerateParams {
         max_tokens: a.n_predict,
-        sampling: a.sampling.params(),
+        sampling: a.sampling.params()?,
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
         top_logprobs: a.top_logprobs,

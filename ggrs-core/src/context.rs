@@ -121,6 +121,28 @@ impl Context {
         })
     }
 
+    /// As [`Context::with_mem_size`], but a size the system cannot give is an
+    /// [`Error::ArenaAlloc`](crate::Error::ArenaAlloc) instead of an abort. The arena is
+    /// zeroed (its pages are touched) here, so the memory is really there when it returns.
+    pub fn try_with_mem_size(mem_size: usize) -> Result<Context> {
+        let capacity = mem_size
+            .checked_next_multiple_of(ARENA_ALIGN)
+            .ok_or(crate::Error::ArenaAlloc { bytes: mem_size })?;
+        let lines = capacity / ARENA_ALIGN;
+        let mut arena: Vec<Line> = Vec::new();
+        arena
+            .try_reserve_exact(lines)
+            .map_err(|_| crate::Error::ArenaAlloc { bytes: capacity })?;
+        arena.resize(lines, Line([0; ARENA_ALIGN]));
+        let mut ctx = Context::new(ContextParams {
+            mem_size: 0,
+            no_alloc: false,
+        });
+        ctx.arena = arena;
+        ctx.capacity = capacity;
+        Ok(ctx)
+    }
+
     /// A `no_alloc` context without a size limit: build a graph in it, then read
     /// [`Context::used_mem`] to learn the `mem_size` a real context needs for the same graph.
     pub fn measure() -> Context {
@@ -810,4 +832,29 @@ fn checked_nbytes(dtype: DType, ne: &[usize; 4], nb: &[usize; 4]) -> Option<usiz
         n = n.checked_add((ne[i] - 1).checked_mul(nb[i])?)?;
     }
     Some(n)
+}
+
+/// Bytes of memory the system can still give this process, as far as it says: Linux's
+/// `MemAvailable` (`/proc/meminfo`), lowered to the room left under a cgroup v2 memory limit
+/// when there is one. `None` where neither can be read (other systems): callers then rely on
+/// a fallible allocation ([`Context::try_with_mem_size`]) alone.
+pub fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let mut avail = kib.saturating_mul(1024);
+    let read = |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    if let (Some(max), Some(cur)) = (
+        read("/sys/fs/cgroup/memory.max"),
+        read("/sys/fs/cgroup/memory.current"),
+    ) {
+        avail = avail.min(max.saturating_sub(cur));
+    }
+    Some(avail)
 }

@@ -27,6 +27,17 @@ pub enum Error {
         capacity: usize,
     },
 
+    /// The system refused the memory for a context's arena.
+    #[error(
+        "cannot allocate a context arena of {bytes} bytes ({:.2} GiB): the system refused \
+         the memory",
+        *bytes as f64 / (1u64 << 30) as f64
+    )]
+    ArenaAlloc {
+        /// Bytes asked for.
+        bytes: usize,
+    },
+
     /// Operand shapes do not fit the op's shape contract.
     #[error("{op}: shape mismatch: {detail} (a: {a:?}, b: {b:?})")]
     ShapeMismatch {

@@ -163,12 +163,15 @@ pub mod graph;
 pub mod kernels;
 pub mod op;
 mod ops;
+pub mod outfile;
 pub mod quantize;
 pub mod quants;
 pub mod tensor;
 pub mod types;
 
-pub use context::{Checkpoint, Context, ContextParams, ExternalData, ARENA_ALIGN};
+pub use context::{
+    available_memory, Checkpoint, Context, ContextParams, ExternalData, ARENA_ALIGN,
+};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{compute_graph, Executor, NodeTiming, Plan};

@@ -198,6 +198,7 @@ pub fn quantize_file(
         return Err(QuantizeError::NoQuantizer(to));
     }
     let mut w = GgufWriter::new();
+    w.protect(input.source().cloned());
     w.set_alignment(input.alignment())?;
     for (k, v) in input.metadata() {
         if k == "general.alignment" {

@@ -741,8 +741,12 @@ fn open_reports_the_path() {
 // ---------------------------------------------------------------------------------------------
 
 fn reference(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/reference")
+    // `GGRS_REFERENCE_DIR`: for a checkout that is not beside `shared/` (a worktree).
+    std::env::var_os("GGRS_REFERENCE_DIR")
+        .map_or_else(
+            || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference"),
+            PathBuf::from,
+        )
         .join(rel)
 }
 

@@ -87,6 +87,21 @@ pub enum LlamaError {
     /// The generation was stopped by the caller.
     #[error("generation cancelled")]
     Cancelled,
+    /// The session would need more memory than the machine can give (its KV cache and
+    /// compute arena grow with the context size and the batch size).
+    #[error("{}", session_too_large(*n_ctx, *n_batch, *kv_bytes, *compute_bytes, *available))]
+    SessionTooLarge {
+        /// Context size asked for (tokens).
+        n_ctx: usize,
+        /// Batch size asked for (tokens).
+        n_batch: usize,
+        /// Bytes of the KV cache (`u64::MAX` when the size overflows).
+        kv_bytes: u64,
+        /// Bytes of the rest of the arena (the largest step's intermediates), when measured.
+        compute_bytes: Option<u64>,
+        /// Bytes the machine said it could give; `None` when the allocation itself failed.
+        available: Option<u64>,
+    },
     /// Reading a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -95,4 +110,33 @@ pub enum LlamaError {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+fn session_too_large(
+    n_ctx: usize,
+    n_batch: usize,
+    kv: u64,
+    compute: Option<u64>,
+    available: Option<u64>,
+) -> String {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let need = match (kv, compute) {
+        (u64::MAX, _) => "more bytes than a 64-bit address holds".to_string(),
+        (kv, None) => format!("{kv} bytes ({:.2} GiB) for its KV cache alone", gib(kv)),
+        (kv, Some(c)) => format!(
+            "{} bytes ({:.2} GiB: KV cache {:.2} GiB, compute arena {:.2} GiB)",
+            kv.saturating_add(c),
+            gib(kv.saturating_add(c)),
+            gib(kv),
+            gib(c)
+        ),
+    };
+    let have = match available {
+        Some(a) => format!("the machine has {a} bytes ({:.2} GiB) available", gib(a)),
+        None => "the system refused the memory".to_string(),
+    };
+    format!(
+        "a session with a context of {n_ctx} tokens and batches of {n_batch} needs {need}, \
+         but {have}: use a smaller context size or batch size"
+    )
 }

@@ -180,6 +180,50 @@ impl HParams {
                 .or_else(|| f.tensor("token_embd.weight").map(|t| t.ne[1]))
                 .ok_or_else(|| LlamaError::MissingKey("tokenizer.ggml.tokens".into()))?,
         };
+        // Header numbers size allocations (per-layer lists, the KV cache, a placeholder
+        // vocabulary): bound them by what the file holds before anything is allocated.
+        let n_tensors = f.tensors().len();
+        if n_layer > n_tensors {
+            return Err(LlamaError::BadKey {
+                key: k("block_count"),
+                detail: format!(
+                    "{n_layer} layers, but the file holds only {n_tensors} tensors (every \
+                     layer has several)"
+                ),
+            });
+        }
+        if let Some(t) = f.tensor("token_embd.weight") {
+            if n_vocab != t.ne[1] {
+                return Err(LlamaError::BadKey {
+                    key: k("vocab_size"),
+                    detail: format!(
+                        "{n_vocab} tokens, but token_embd.weight has {} rows",
+                        t.ne[1]
+                    ),
+                });
+            }
+        }
+        const MAX_DIM: usize = 1 << 31;
+        for (key, v) in [
+            ("embedding_length", n_embd),
+            ("feed_forward_length", n_ff),
+            ("attention.head_count", n_head),
+            ("attention.key_length", head_dim),
+            ("vocab_size", n_vocab),
+        ] {
+            if v > MAX_DIM {
+                return Err(LlamaError::BadKey {
+                    key: k(key),
+                    detail: format!("{v} is larger than any model's (at most {MAX_DIM})"),
+                });
+            }
+        }
+        if head_dim.checked_mul(n_head).is_none_or(|w| w > MAX_DIM) {
+            return Err(LlamaError::BadKey {
+                key: k("attention.key_length"),
+                detail: format!("{n_head} heads of {head_dim} values are too wide"),
+            });
+        }
         Ok(HParams {
             arch,
             n_vocab,

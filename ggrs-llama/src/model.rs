@@ -242,6 +242,10 @@ impl Model {
     /// Builds a model from an opened GGUF file, with options.
     pub fn from_gguf_with(file: GgufFile, opts: ModelOptions) -> Result<Model> {
         let hp = HParams::from_gguf(&file)?;
+        if file.tensor("token_embd.weight").is_none() {
+            // Checked before the placeholder vocabulary below is sized by `n_vocab`.
+            return Err(LlamaError::MissingTensor("token_embd.weight".into()));
+        }
         let tokenizer = if file.get("tokenizer.ggml.model").is_none() {
             // A file converted without a tokenizer: ids only (see `placeholder_tokenizer`).
             placeholder_tokenizer(&file, &hp)?
@@ -268,6 +272,7 @@ impl Model {
             .opt("output.weight", &[e, v])?
             .unwrap_or_else(|| tok_embd.clone());
         check_matrix_type(&output)?;
+        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
         let mut layers = Vec::with_capacity(hp.n_layer);
         // ChatGLM (as llama.cpp loads it): Q, K, V fused when `attn_qkv` exists (separate
         // projections otherwise), and the FFN gate fused into `ffn_up`.

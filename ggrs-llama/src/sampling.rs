@@ -64,10 +64,22 @@ impl SamplingParams {
         if !(0.0..=1.0).contains(&self.min_p) {
             return Err(format!("min-p {} is outside 0..=1", self.min_p));
         }
-        if self.repeat_penalty.is_nan() || self.repeat_penalty <= 0.0 {
+        if !self.repeat_penalty.is_finite() || self.repeat_penalty <= 0.0 {
             return Err(format!(
-                "repeat penalty {} must be > 0",
+                "repeat penalty {} must be finite and > 0",
                 self.repeat_penalty
+            ));
+        }
+        if !self.frequency_penalty.is_finite() {
+            return Err(format!(
+                "frequency penalty {} is not finite",
+                self.frequency_penalty
+            ));
+        }
+        if !self.presence_penalty.is_finite() {
+            return Err(format!(
+                "presence penalty {} is not finite",
+                self.presence_penalty
             ));
         }
         Ok(())

@@ -140,6 +140,14 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// Bytes of the KV cache tensors of `n_ctx` cells, or `None` when that overflows.
+fn kv_cache_bytes(hp: &crate::hparams::HParams, n_ctx: usize, dtype: DType) -> Option<u64> {
+    let row = dtype.row_size(hp.n_embd_kv()) as u64;
+    row.checked_mul(n_ctx as u64)?
+        .checked_mul(2)?
+        .checked_mul(hp.n_layer as u64)
+}
+
 fn build_step(
     ctx: &mut Context,
     model: &Model,
@@ -187,15 +195,46 @@ impl Session {
             n_outputs: if params.logits_all { params.n_batch } else { 1 },
             attn_kv_splits: params.attn_kv_splits,
         };
+        // Before anything is allocated: the KV cache alone (tensors and cell bookkeeping)
+        // must fit in what the machine can give.
+        let too_large = |kv: Option<u64>, compute: Option<u64>, available: Option<u64>| {
+            LlamaError::SessionTooLarge {
+                n_ctx: params.n_ctx,
+                n_batch: params.n_batch,
+                kv_bytes: kv.unwrap_or(u64::MAX),
+                compute_bytes: compute,
+                available,
+            }
+        };
+        let cell_bytes = (params.n_ctx as u64)
+            .saturating_mul(std::mem::size_of::<crate::kv_cache::Cell>() as u64);
+        let kv_bytes = kv_cache_bytes(hp, params.n_ctx, params.kv_type);
+        let available = ggrs_core::available_memory();
+        match (kv_bytes, available) {
+            (None, a) => return Err(too_large(None, None, a)),
+            (Some(kv), Some(a)) if kv.saturating_add(cell_bytes) > a => {
+                return Err(too_large(Some(kv), None, Some(a)))
+            }
+            _ => {}
+        }
         // Measure: the same allocations as the real context will make, without data.
         let mut m = Context::measure();
         let w = ModelTensors::import(&model, &mut m)?;
         let kv = KvCache::new(&mut m, hp, params.n_ctx, params.kv_type)?;
+        let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
         build_step(&mut m, &model, &w, &kv, worst)?;
         let size = m.used_mem();
-
-        let mut ctx = Context::with_mem_size(size);
+        let compute = Some(size.saturating_sub(kv_used) as u64);
+        if let Some(a) = available {
+            if (size as u64).saturating_add(cell_bytes) > a {
+                return Err(too_large(kv_bytes, compute, Some(a)));
+            }
+        }
+        let mut ctx = Context::try_with_mem_size(size).map_err(|e| match e {
+            ggrs_core::Error::ArenaAlloc { .. } => too_large(kv_bytes, compute, None),
+            e => e.into(),
+        })?;
         let weights = ModelTensors::import(&model, &mut ctx)?;
         let kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
         ctx.set_deferred_alloc(true);

@@ -8,8 +8,12 @@ use std::time::Instant;
 use ggrs_llama::tokenizer::{PreTokenizer, TokenType, Tokenizer, VocabKind};
 
 fn reference(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/reference")
+    // `GGRS_REFERENCE_DIR`: for a checkout that is not beside `shared/` (a worktree).
+    std::env::var_os("GGRS_REFERENCE_DIR")
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference"),
+            PathBuf::from,
+        )
         .join(rel)
 }
 

@@ -38,6 +38,10 @@ pub fn ggrs_with_stdin(args: &[&str], input: &str) -> Output {
 
 /// The path of `shared/reference/<rel>`.
 pub fn reference(rel: &str) -> String {
+    // A checkout elsewhere than beside `shared/` (a worktree) names it explicitly.
+    if let Some(d) = std::env::var_os("GGRS_REFERENCE_DIR") {
+        return format!("{}/{rel}", d.to_string_lossy());
+    }
     format!(
         "{}/../../shared/reference/{rel}",
         env!("CARGO_MANIFEST_DIR")

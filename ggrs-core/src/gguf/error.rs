@@ -19,6 +19,10 @@ pub enum GgufError {
         source: std::io::Error,
     },
 
+    /// The output file could not be set up or completed (it is an input, a directory, …).
+    #[error(transparent)]
+    Output(#[from] crate::outfile::OutputError),
+
     /// Writing to the output of a [`GgufWriter`](super::GgufWriter) failed.
     #[error("writing {what} at byte {offset}: {source}")]
     Write {

@@ -76,6 +76,8 @@ pub struct GgufFile {
     kv_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// The file this was opened from (for outputs to refuse it), when opened from disk.
+    source: Option<crate::outfile::Protected>,
 }
 
 impl fmt::Debug for GgufFile {
@@ -109,11 +111,17 @@ impl GgufFile {
             source,
         };
         let file = File::open(path).map_err(io)?;
+        let source = crate::outfile::FileId::of_file(&file).map(|id| crate::outfile::Protected {
+            id,
+            path: path.to_path_buf(),
+        });
         let len = file.metadata().map_err(io)?.len();
         if len == 0 {
             // Nothing to map (mapping zero bytes fails on some systems): let the parser
             // report the missing header.
-            return GgufFile::from_bytes(Arc::new(Vec::<u8>::new()));
+            let mut parsed = GgufFile::from_bytes(Arc::new(Vec::<u8>::new()))?;
+            parsed.source = source;
+            return Ok(parsed);
         }
         let len = usize::try_from(len).map_err(|_| {
             io(std::io::Error::new(
@@ -126,6 +134,7 @@ impl GgufFile {
         let map = Arc::new(FileMap::open(file, len).map_err(io)?);
         let mut parsed = GgufFile::from_bytes(map.clone())?;
         parsed.map = Some(map);
+        parsed.source = source;
         Ok(parsed)
     }
 
@@ -172,7 +181,15 @@ impl GgufFile {
             kv_index: parsed.kv_index,
             tensors: parsed.tensors,
             tensor_index: parsed.tensor_index,
+            source: None,
         })
+    }
+
+    /// The file this was opened from ([`GgufFile::open`]), as an input a writer must not
+    /// overwrite ([`GgufWriter::protect`](super::GgufWriter::protect)); `None` for a file
+    /// parsed from memory.
+    pub fn source(&self) -> Option<&crate::outfile::Protected> {
+        self.source.as_ref()
     }
 
     /// The format version (2 or 3).

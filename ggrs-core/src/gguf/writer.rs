@@ -2,7 +2,6 @@
 //! tensor's data in order, so that no more than one tensor need be in memory.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -11,6 +10,7 @@ use super::reader::{tensor_layout, TensorInfo};
 use super::value::{Value, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH, VERSION};
 use crate::dtype::DType;
+use crate::outfile::{OutputFile, Protected};
 
 type Result<T> = std::result::Result<T, GgufError>;
 
@@ -34,6 +34,7 @@ pub struct GgufWriter {
     tensors: Vec<TensorInfo>,
     names: HashSet<String>,
     alignment: usize,
+    protected: Vec<Protected>,
 }
 
 impl Default for GgufWriter {
@@ -50,6 +51,7 @@ impl GgufWriter {
             tensors: Vec::new(),
             names: HashSet::new(),
             alignment: DEFAULT_ALIGNMENT,
+            protected: Vec::new(),
         }
     }
 
@@ -202,9 +204,21 @@ impl GgufWriter {
         })
     }
 
+    /// Protects `inputs` (the files the data is read from): [`GgufWriter::write_to_path`]
+    /// refuses an output that is one of them, whatever its spelling
+    /// ([`OutputError::SameAsInput`](crate::outfile::OutputError::SameAsInput)).
+    pub fn protect(&mut self, inputs: impl IntoIterator<Item = Protected>) {
+        self.protected.extend(inputs);
+    }
+
     /// Writes the whole file to `path`, calling `data(info, out)` for each tensor in order
-    /// to write exactly `info.size` bytes of its data to `out`. On error the partial file is
-    /// removed.
+    /// to write exactly `info.size` bytes of its data to `out`.
+    ///
+    /// The file is written as an [`OutputFile`]: to a temporary file beside `path`, fsynced
+    /// and renamed over `path` only when complete, so an error, a panic or a killed process
+    /// leaves whatever `path` held untouched. A character device or pipe is written
+    /// through; a directory, a block device or a protected input ([`GgufWriter::protect`])
+    /// is refused before anything is written.
     pub fn write_to_path(
         &self,
         path: impl AsRef<Path>,
@@ -215,16 +229,14 @@ impl GgufWriter {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::create(path).map_err(io_err)?;
-        let result = self
-            .write_stream(BufWriter::with_capacity(1 << 20, file), data)
-            .and_then(|w| w.into_inner().map_err(|e| io_err(e.into_error())))
-            .and_then(|f| f.sync_all().map_err(io_err));
-        if result.is_err() {
-            // Best effort: the error being reported matters more than a failed removal.
-            let _ = std::fs::remove_file(path);
-        }
-        result
+        let file = OutputFile::create(path, &self.protected)?;
+        // Dropping the `OutputFile` on an error path removes its temporary file only.
+        let file = self
+            .write_stream(BufWriter::with_capacity(1 << 20, file), data)?
+            .into_inner()
+            .map_err(|e| io_err(e.into_error()))?;
+        file.commit()?;
+        Ok(())
     }
 
     /// The whole file in memory, with tensor data from `data` as in

@@ -277,6 +277,9 @@ pub fn convert_hf_dir_with(
     let n_tensors = layout.tensors.len();
     let mut done = 0u64;
     let mut index = 0usize;
+    // Every file of the checkpoint directory is an input: the output may be a new file in
+    // it, never one of them.
+    w.protect(ggrs_core::outfile::Protected::dir_entries(dir));
     w.write_to_path(out, |info, sink| {
         let p = &layout.tensors[index];
         // `check` made sure every planned tensor exists with a float type and its shape.

@@ -11,8 +11,9 @@ use serde_json::Value;
 /// `shared/reference`, beside the repository, or `$GGRS_REFERENCE_DIR` when set (for a
 /// checkout elsewhere, e.g. a git worktree).
 pub fn reference_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GGRS_REFERENCE_DIR") {
-        return PathBuf::from(dir);
+    // A checkout elsewhere than beside `shared/` (a worktree) names it explicitly.
+    if let Some(d) = std::env::var_os("GGRS_REFERENCE_DIR") {
+        return PathBuf::from(d);
     }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.join("../../shared/reference")

@@ -38,7 +38,13 @@ pub const PIECES: [&str; 31] = [
 pub const PIECE_BASE: u32 = 100;
 
 fn ref_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/chatglm6b-v1")
+    // `GGRS_REFERENCE_DIR`: for a checkout that is not beside `shared/` (a worktree).
+    std::env::var_os("GGRS_REFERENCE_DIR")
+        .map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference"),
+            PathBuf::from,
+        )
+        .join("chatglm6b-v1")
 }
 
 /// Converts the tiny checkpoint into `dir` and writes `dir/tiny-glm1-chat.gguf`: the same

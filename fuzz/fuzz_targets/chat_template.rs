@@ -1,0 +1,62 @@
+//! Fuzzes chat-template rendering: arbitrary message lists (roles and contents from the
+//! fuzz bytes) through the Qwen2 vocabulary's Jinja template and the built-in ChatGLM one,
+//! and arbitrary template sources through the Jinja renderer. Rendering gives text or a
+//! typed error, never a panic or a hang.
+
+#![no_main]
+
+mod common;
+
+use std::sync::OnceLock;
+
+use ggrs_llama::{ChatTemplate, Message};
+use libfuzzer_sys::fuzz_target;
+
+struct Setup {
+    tok: ggrs_llama::Tokenizer,
+    qwen: ChatTemplate,
+    glm: ChatTemplate,
+}
+
+static SETUP: OnceLock<Setup> = OnceLock::new();
+
+fn setup() -> Setup {
+    let dir = common::reference_dir();
+    let f = ggrs_core::gguf::GgufFile::open(dir.join("vocab/ggml-vocab-qwen2.gguf"))
+        .expect("qwen2 vocab (set GGRS_REFERENCE_DIR)");
+    let tok = ggrs_llama::Tokenizer::from_gguf(&f).expect("vocab loads");
+    let src = f
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+        .expect("the qwen2 vocab has a chat template")
+        .to_string();
+    let qwen = ChatTemplate::jinja(src, &tok);
+    let glm = ChatTemplate::builtin_glm(&tok);
+    Setup { tok, qwen, glm }
+}
+
+const ROLES: [&str; 5] = ["system", "user", "assistant", "tool", ""];
+
+fuzz_target!(|data: &[u8]| {
+    let s = SETUP.get_or_init(setup);
+    let parts = common::fields(data, 9);
+    let (head, msgs) = parts.split_first().expect("fields gives at least one");
+    let messages: Vec<Message> = msgs
+        .iter()
+        .map(|m| {
+            let (role, content) = match m.split_first() {
+                Some((&r, c)) => (ROLES[r as usize % ROLES.len()], c),
+                None => ("user", &[][..]),
+            };
+            Message::new(role, String::from_utf8_lossy(content))
+        })
+        .collect();
+    let gen = head.first().is_some_and(|b| b & 1 == 1);
+    let _ = s.qwen.render(&messages, gen);
+    let _ = s.glm.render(&messages, gen);
+    // The first field as a template of its own.
+    if head.len() > 1 {
+        let t = ChatTemplate::jinja(String::from_utf8_lossy(&head[1..]), &s.tok);
+        let _ = t.render(&messages, gen);
+    }
+});

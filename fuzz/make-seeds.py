@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Writes the fuzz seed corpora under fuzz/seeds/<target>/ (small files, committed).
+
+Run from anywhere: python3 fuzz/make-seeds.py [SHARED_REFERENCE_DIR]
+The GGUF seeds are built here byte by byte from the format (GGUF v3, little-endian);
+`vocab-head` is the first 2 KiB of a real vocab-only file from shared/reference/vocab.
+"""
+import json
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "shared", "reference")
+SEEDS = os.path.join(HERE, "seeds")
+
+U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
+F32_T = 0  # tensor type id of f32
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def value(t, v):
+    if t == STR:
+        return gstr(v)
+    if t == ARR:
+        et, items = v
+        out = struct.pack("<IQ", et, len(items))
+        for it in items:
+            out += value(et, it)
+        return out
+    fmt = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
+           BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}[t]
+    return struct.pack(fmt, v)
+
+
+def gguf(kvs, tensors, alignment=32):
+    """kvs: [(key, type, value)]; tensors: [(name, ne list, f32 values)]."""
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        out += gstr(k) + struct.pack("<I", t) + value(t, v)
+    offset = 0
+    datas = []
+    for name, ne, vals in tensors:
+        out += gstr(name) + struct.pack("<I", len(ne))
+        for n in ne:
+            out += struct.pack("<Q", n)
+        out += struct.pack("<IQ", F32_T, offset)
+        d = struct.pack("<%df" % len(vals), *vals)
+        datas.append(d)
+        offset += (len(d) + alignment - 1) // alignment * alignment
+    out += b"\0" * ((-len(out)) % alignment)
+    for d in datas:
+        out += d + b"\0" * ((-len(d)) % alignment)
+    return out
+
+
+def write(target, name, data):
+    d = os.path.join(SEEDS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def vals(n, scale=0.1):
+    # Small deterministic values, finite and varied.
+    return [((i * 37 % 17) - 8) * scale / 8 for i in range(n)]
+
+
+def tiny_llama():
+    """A whole llama model ggrs loads: 1 layer, width 8, 2 heads, FFN 16, 10 tokens."""
+    e, ff, nv = 8, 16, 10
+    tokens = ["<unk>", "<s>", "</s>", "\u2581", "a", "b", "\u2581a", "\u2581b", "ab", "<0x0A>"]
+    types = [2, 3, 3, 1, 1, 1, 1, 1, 1, 6]
+    kvs = [
+        ("general.architecture", STR, "llama"),
+        ("general.name", STR, "fuzz-seed"),
+        ("llama.context_length", U32, 64),
+        ("llama.embedding_length", U32, e),
+        ("llama.block_count", U32, 1),
+        ("llama.feed_forward_length", U32, ff),
+        ("llama.attention.head_count", U32, 2),
+        ("llama.attention.head_count_kv", U32, 2),
+        ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5),
+        ("llama.rope.dimension_count", U32, 4),
+        ("tokenizer.ggml.model", STR, "llama"),
+        ("tokenizer.ggml.tokens", ARR, (STR, tokens)),
+        ("tokenizer.ggml.scores", ARR, (F32, [0.0, 0.0, 0.0, -1.0, -2.0, -2.0, -1.5, -1.5, -3.0, 0.0])),
+        ("tokenizer.ggml.token_type", ARR, (I32, types)),
+        ("tokenizer.ggml.bos_token_id", U32, 1),
+        ("tokenizer.ggml.eos_token_id", U32, 2),
+        ("tokenizer.ggml.unknown_token_id", U32, 0),
+    ]
+    t = [
+        ("token_embd.weight", [e, nv], vals(e * nv)),
+        ("output_norm.weight", [e], [1.0] * e),
+        ("output.weight", [e, nv], vals(e * nv, 0.2)),
+        ("blk.0.attn_norm.weight", [e], [1.0] * e),
+        ("blk.0.attn_q.weight", [e, e], vals(e * e)),
+        ("blk.0.attn_k.weight", [e, e], vals(e * e, 0.05)),
+        ("blk.0.attn_v.weight", [e, e], vals(e * e, 0.07)),
+        ("blk.0.attn_output.weight", [e, e], vals(e * e)),
+        ("blk.0.ffn_norm.weight", [e], [1.0] * e),
+        ("blk.0.ffn_gate.weight", [e, ff], vals(e * ff)),
+        ("blk.0.ffn_up.weight", [e, ff], vals(e * ff, 0.05)),
+        ("blk.0.ffn_down.weight", [ff, e], vals(e * ff)),
+    ]
+    return gguf(kvs, t)
+
+
+def main():
+    # gguf_read: two tensors; every value type with alignment 64; a real file's head.
+    write("gguf_read", "two-tensors", gguf(
+        [("general.architecture", STR, "test")],
+        [("a", [4], vals(4)), ("b", [3, 2], vals(6))]))
+    every = [
+        ("general.alignment", U32, 64),
+        ("u8", U8, 200), ("i8", I8, -5), ("u16", U16, 60000), ("i16", I16, -300),
+        ("u32", U32, 1 << 31), ("i32", I32, -(1 << 30)), ("f32", F32, 1.5), ("bool", BOOL, True),
+        ("str", STR, "h\u00e9llo"), ("u64", U64, 1 << 40), ("i64", I64, -(1 << 40)), ("f64", F64, 2.25),
+        ("arr", ARR, (U32, [1, 2, 3])),
+        ("nested", ARR, (ARR, [(STR, ["x", "y"]), (STR, [])])),
+    ]
+    write("gguf_read", "every-type", gguf(every, [
+        ("t0", [2], vals(2)), ("t1", [5, 3], vals(15)), ("t2", [1, 1, 2, 2], vals(4))], 64))
+    with open(os.path.join(REF, "vocab", "ggml-vocab-llama-spm.gguf"), "rb") as f:
+        write("gguf_read", "vocab-head", f.read(2048))
+
+    model = tiny_llama()
+    write("model_load", "tiny-llama", model)
+    write("gguf_read", "tiny-llama", model)
+
+    # tokenizer: a selector byte (which vocabulary), then text.
+    texts = ["Hello, world!", " leading space and  two", "\u4f60\u597d\uff0c\u4e16\u754c",
+             "<|im_start|>user\nhi<|im_end|>", "emoji \U0001f600 and tabs\t\n\n",
+             "1234567890 3.14 x=y+z", "\u00e9\u00e8\u00ea \u0627\u0644\u0639\u0631\u0628\u064a\u0629"]
+    for i, t in enumerate(texts):
+        write("tokenizer", "text-%d" % i, bytes([i % 3]) + t.encode())
+
+    # chat_template: head field (flags, optional template), then messages (role byte + text).
+    sep = b"\xff\xfe"
+    def msgs(*ms):
+        return sep.join(bytes([r]) + c.encode() for r, c in ms)
+    write("chat_template", "two-turns", b"\x01" + sep + msgs((0, "You are helpful."), (1, "Hi!"), (2, "Hello."), (1, "Bye")))
+    write("chat_template", "user-only", b"\x00" + sep + msgs((1, "What is 2+2?")))
+    write("chat_template", "own-template",
+          b"\x01{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}" + sep + msgs((1, "x")))
+
+    # convert_dir: config.json, then model.safetensors.
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "intermediate_size": 16,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+           "vocab_size": 10, "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": False}
+    shapes = {
+        "model.embed_tokens.weight": [10, 8], "model.norm.weight": [8], "lm_head.weight": [10, 8],
+        "model.layers.0.input_layernorm.weight": [8],
+        "model.layers.0.post_attention_layernorm.weight": [8],
+        "model.layers.0.self_attn.q_proj.weight": [8, 8],
+        "model.layers.0.self_attn.k_proj.weight": [8, 8],
+        "model.layers.0.self_attn.v_proj.weight": [8, 8],
+        "model.layers.0.self_attn.o_proj.weight": [8, 8],
+        "model.layers.0.mlp.gate_proj.weight": [16, 8],
+        "model.layers.0.mlp.up_proj.weight": [16, 8],
+        "model.layers.0.mlp.down_proj.weight": [8, 16],
+    }
+    header, data, off = {}, b"", 0
+    for name, shape in shapes.items():
+        n = 1
+        for s in shape:
+            n *= s
+        d = struct.pack("<%df" % n, *vals(n))
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(d)]}
+        data += d
+        off += len(d)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    st = struct.pack("<Q", len(h)) + h + data
+    write("convert_dir", "tiny-llama", json.dumps(cfg).encode() + sep + st)
+    write("convert_dir", "bad-header", json.dumps(cfg).encode() + sep + struct.pack("<Q", 1 << 62) + b"{}")
+
+
+if __name__ == "__main__":
+    main()
