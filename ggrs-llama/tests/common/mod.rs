@@ -8,10 +8,15 @@ use std::sync::Arc;
 use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
 use serde_json::Value;
 
-/// `shared/reference`, beside the repository.
+/// `shared/reference`, beside the repository: the first `shared/reference` directory found
+/// going up from this crate (the repository may be a worktree nested deeper than the main
+/// checkout).
 pub fn reference_dir() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    here.join("../../shared/reference")
+    here.ancestors()
+        .map(|d| d.join("shared/reference"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| here.join("../../shared/reference"))
 }
 
 /// One prompt of a `*.public.jsonl` file.
