@@ -8,8 +8,9 @@
 //! (exact for F16 and BF16, the type's dequantizer for block types) and encoding that with
 //! the target type's reference quantizer. That is how llama.cpp's quantize tool proceeds
 //! without an importance matrix, so the result is bit-identical to its output. The input's
-//! metadata is copied, then the plan's metadata is set, and `general.quantization_version`
-//! is set to 2 (ggml's `GGML_QNT_VERSION`).
+//! metadata is copied, then `general.quantization_version` is set to 2 (ggml's
+//! `GGML_QNT_VERSION`) and the plan's metadata is set (each moved to the end, as ggml does);
+//! tensors are written in the plan's order.
 
 use std::io::Write;
 use std::path::Path;
@@ -33,9 +34,13 @@ pub struct QuantizePlan {
     /// The type of each tensor of the input, in the input's tensor order (same length).
     /// A tensor whose entry equals its own type is copied byte for byte.
     pub types: Vec<DType>,
-    /// Metadata set (added or replaced) after the input's metadata is copied, in this order,
-    /// e.g. `general.file_type`.
+    /// Metadata set after the input's metadata is copied, in this order, e.g.
+    /// `general.file_type`. A key the input has is moved to the end with its new value,
+    /// as ggml's `gguf_set_val_*` does.
     pub metadata: Vec<(String, Value)>,
+    /// The order to write the tensors in, as indices into the input's tensors (a
+    /// permutation); empty keeps the input's order.
+    pub order: Vec<usize>,
 }
 
 impl QuantizePlan {
@@ -44,6 +49,7 @@ impl QuantizePlan {
         QuantizePlan {
             types: input.tensors().iter().map(f).collect(),
             metadata: Vec::new(),
+            order: Vec::new(),
         }
     }
 }
@@ -118,6 +124,9 @@ pub enum QuantizeError {
         /// Tensors in the file.
         tensors: usize,
     },
+    /// The plan's tensor order is not a permutation of the input's tensors.
+    #[error("the quantization plan's tensor order is not a permutation of the file's {0} tensors")]
+    BadOrder(usize),
     /// A tensor's rows do not divide into the target's blocks.
     #[error("tensor `{name}`: rows of {ne0} values do not divide into {to} blocks of {block}")]
     BlockMismatch {
@@ -146,12 +155,27 @@ pub fn quantize_file(
     opts: &QuantizeOptions,
     mut progress: impl FnMut(&QuantizeProgress),
 ) -> Result<QuantizeReport, QuantizeError> {
-    if plan.types.len() != input.tensors().len() {
+    let n = input.tensors().len();
+    if plan.types.len() != n {
         return Err(QuantizeError::PlanLength {
             planned: plan.types.len(),
-            tensors: input.tensors().len(),
+            tensors: n,
         });
     }
+    let order: Vec<usize> = if plan.order.is_empty() {
+        (0..n).collect()
+    } else {
+        let mut seen = vec![false; n];
+        for &i in &plan.order {
+            if i >= n || std::mem::replace(&mut seen[i], true) {
+                return Err(QuantizeError::BadOrder(n));
+            }
+        }
+        if plan.order.len() != n {
+            return Err(QuantizeError::BadOrder(n));
+        }
+        plan.order.clone()
+    };
     let mut w = GgufWriter::new();
     w.set_alignment(input.alignment())?;
     for (k, v) in input.metadata() {
@@ -160,11 +184,13 @@ pub fn quantize_file(
         }
         w.add_kv(k.clone(), v.clone())?;
     }
-    w.set_kv("general.quantization_version", Value::U32(2))?;
-    for (k, v) in &plan.metadata {
-        w.set_kv(k.clone(), v.clone())?;
+    let version = ("general.quantization_version".to_string(), Value::U32(2));
+    for (k, v) in std::iter::once(&version).chain(&plan.metadata) {
+        w.remove_kv(k);
+        w.add_kv(k.clone(), v.clone())?;
     }
-    for (t, &new) in input.tensors().iter().zip(&plan.types) {
+    for &i in &order {
+        let (t, new) = (&input.tensors()[i], plan.types[i]);
         if new != t.dtype {
             if traits(new).from_f32.is_none() {
                 return Err(QuantizeError::NoQuantizer(new));
@@ -207,7 +233,7 @@ pub fn quantize_file(
     let mut index = 0usize;
     let tensors = input.tensors();
     w.write_to_path(out, |info, sink| {
-        let src = &tensors[index];
+        let src = &tensors[order[index]];
         let data = input.tensor_data(src);
         report.bytes_in += data.len() as u64;
         if info.dtype == src.dtype {

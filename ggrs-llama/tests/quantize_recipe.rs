@@ -82,18 +82,36 @@ fn check_layers(
     let types = run(tensors, f, &RecipeOptions::new(ft));
     for i in 0..f.n_layer as usize {
         let names = [
-            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
         ];
         for (n, w) in names.iter().zip(want(i)) {
             let name = format!("blk.{i}.{n}.weight");
             assert_eq!(type_of(tensors, &types, &name), Some(w), "{ft}: {name}");
         }
         let norm = format!("blk.{i}.attn_norm.weight");
-        assert_eq!(type_of(tensors, &types, &norm), None, "{ft}: norms keep F32");
+        assert_eq!(
+            type_of(tensors, &types, &norm),
+            None,
+            "{ft}: norms keep F32"
+        );
     }
-    assert_eq!(type_of(tensors, &types, "token_embd.weight"), Some(embd), "{ft}: token_embd");
+    assert_eq!(
+        type_of(tensors, &types, "token_embd.weight"),
+        Some(embd),
+        "{ft}: token_embd"
+    );
     if let Some(o) = output {
-        assert_eq!(type_of(tensors, &types, "output.weight"), Some(o), "{ft}: output");
+        assert_eq!(
+            type_of(tensors, &types, "output.weight"),
+            Some(o),
+            "{ft}: output"
+        );
     }
 }
 
@@ -110,7 +128,11 @@ fn k_quant_medium_mixtures_of_a_32_layer_model() {
             &m,
             &f,
             |i| {
-                let more = if MORE_BITS_32.contains(&i) { Q::Q6K } else { base };
+                let more = if MORE_BITS_32.contains(&i) {
+                    Q::Q6K
+                } else {
+                    base
+                };
                 [base, base, more, base, base, base, more]
             },
             base,
@@ -148,8 +170,22 @@ fn k_quant_small_and_large_mixtures() {
         Q::Q4K,
         Some(Q::Q6K),
     );
-    check_layers(FileType::Q5KS, &m, &f, |_| [Q::Q5K; 7], Q::Q5K, Some(Q::Q6K));
-    check_layers(FileType::Q3KS, &m, &f, |_| [Q::Q3K; 7], Q::Q3K, Some(Q::Q6K));
+    check_layers(
+        FileType::Q5KS,
+        &m,
+        &f,
+        |_| [Q::Q5K; 7],
+        Q::Q5K,
+        Some(Q::Q6K),
+    );
+    check_layers(
+        FileType::Q3KS,
+        &m,
+        &f,
+        |_| [Q::Q3K; 7],
+        Q::Q3K,
+        Some(Q::Q6K),
+    );
     check_layers(
         FileType::Q3KL,
         &m,
@@ -223,10 +259,24 @@ fn legacy_file_types_give_the_output_q6_k_but_q8_0() {
     ] {
         check_layers(ft, &m, &f, |_| [t; 7], t, Some(Q::Q6K));
     }
-    check_layers(FileType::Q8_0, &m, &f, |_| [Q::Q8_0; 7], Q::Q8_0, Some(Q::Q8_0));
+    check_layers(
+        FileType::Q8_0,
+        &m,
+        &f,
+        |_| [Q::Q8_0; 7],
+        Q::Q8_0,
+        Some(Q::Q8_0),
+    );
     // Float file types: every matrix, output included, without recipe.
     check_layers(FileType::F16, &m, &f, |_| [Q::F16; 7], Q::F16, Some(Q::F16));
-    check_layers(FileType::BF16, &m, &f, |_| [Q::BF16; 7], Q::BF16, Some(Q::BF16));
+    check_layers(
+        FileType::BF16,
+        &m,
+        &f,
+        |_| [Q::BF16; 7],
+        Q::BF16,
+        Some(Q::BF16),
+    );
 }
 
 #[test]
@@ -281,7 +331,10 @@ fn rows_not_a_multiple_of_256_fall_back() {
     assert_eq!(type_of(&m, &c.types, "blk.0.attn_v.weight"), Some(Q::Q5_1));
     assert_eq!(type_of(&m, &c.types, "blk.0.ffn_down.weight"), Some(Q::Q5K));
     assert_eq!(type_of(&m, &c.types, "blk.1.ffn_down.weight"), Some(Q::Q4K));
-    assert_eq!(type_of(&m, &c.types, "blk.3.attn_output.weight"), Some(Q::Q5_0));
+    assert_eq!(
+        type_of(&m, &c.types, "blk.3.attn_output.weight"),
+        Some(Q::Q5_0)
+    );
     // 6 matrices of 24 layers fall back (not ffn_down), and token_embd (Q3_K → Q4_0); the
     // output does not (its own rule chose Q8_0).
     assert_eq!(c.n_fallback, 24 * 6 + 1);
@@ -387,7 +440,10 @@ fn seventy_b_and_eight_expert_rules() {
     let types = run(&m, &f, &RecipeOptions::new(FileType::Q4KM));
     assert_eq!(type_of(&m, &types, "blk.1.attn_v.weight"), Some(Q::Q8_0));
     assert_eq!(type_of(&m, &types, "blk.1.attn_k.weight"), Some(Q::Q8_0));
-    assert_eq!(type_of(&m, &types, "blk.1.attn_output.weight"), Some(Q::Q5K));
+    assert_eq!(
+        type_of(&m, &types, "blk.1.attn_output.weight"),
+        Some(Q::Q5K)
+    );
 }
 
 #[test]
@@ -425,7 +481,133 @@ fn file_type_numbers_and_names_are_llama_cpps() {
     }
     assert_eq!(FileType::from_name("q4_k_x"), None);
     // ggml's type ids.
-    for (t, id) in [(Q::Q5_0, 6), (Q::Q8_0, 8), (Q::Q6K, 14), (Q::IQ4NL, 20), (Q::IQ4XS, 23)] {
+    for (t, id) in [
+        (Q::Q5_0, 6),
+        (Q::Q8_0, 8),
+        (Q::Q6K, 14),
+        (Q::IQ4NL, 20),
+        (Q::IQ4XS, 23),
+    ] {
         assert_eq!(t.id(), id, "{t}");
+    }
+}
+
+/// A small llama file in memory (F32 matrices of pseudo-random values), tensors in a
+/// converter's order.
+fn small_file() -> ggrs_core::gguf::GgufFile {
+    use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
+    let tensors = model(2, 256, 512, false);
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", Value::String("llama".into()))
+        .expect("kv");
+    w.add_kv("llama.block_count", Value::U32(2)).expect("kv");
+    w.add_kv("llama.attention.head_count", Value::U32(4))
+        .expect("kv");
+    w.add_kv("general.file_type", Value::U32(0)).expect("kv");
+    w.add_kv("general.name", Value::String("small".into()))
+        .expect("kv");
+    for t in &tensors {
+        let ne = &t.ne[..t.n_dims];
+        let ne: Vec<usize> = ne
+            .iter()
+            .map(|&n| if n == 32000 { 300 } else { n })
+            .collect();
+        w.add_tensor_info(t.name.clone(), DType::F32, &ne)
+            .expect("tensor");
+    }
+    let mut seed = 0x2545_f491u32;
+    let bytes = w
+        .to_bytes(|info, out| {
+            let n = info.size / 4;
+            let mut v = Vec::with_capacity(info.size);
+            for _ in 0..n {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let x = (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+                v.extend_from_slice(&x.to_le_bytes());
+            }
+            std::io::Write::write_all(out, &v)
+        })
+        .expect("gguf bytes");
+    GgufFile::from_bytes(std::sync::Arc::new(bytes)).expect("parse")
+}
+
+#[test]
+fn plan_and_file_follow_llama_quantize() {
+    use ggrs_core::gguf::{GgufFile, Value};
+    use ggrs_core::quantize::QuantizeOptions;
+    use ggrs_llama::quantize::{plan, quantize, QuantizeError};
+    let file = small_file();
+    let p = plan(&file, &RecipeOptions::new(FileType::Q4KM)).expect("plan");
+    assert_eq!(
+        p.metadata,
+        vec![("general.file_type".to_string(), Value::U32(15))]
+    );
+    // llama.cpp's order: names outside the layers first (sorted), then each layer's names.
+    let names: Vec<&str> = p
+        .order
+        .iter()
+        .map(|&i| file.tensors()[i].name.as_str())
+        .collect();
+    assert_eq!(
+        &names[..6],
+        [
+            "output.weight",
+            "output_norm.weight",
+            "token_embd.weight",
+            "blk.0.attn_k.weight",
+            "blk.0.attn_norm.weight",
+            "blk.0.attn_output.weight"
+        ]
+    );
+    assert_eq!(names[12], "blk.1.attn_k.weight");
+    // The file: types, order, file type after the quantization version (moved to the end).
+    let dir = std::env::temp_dir().join(format!("ggrs-recipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("small-q4_k_m.gguf");
+    let opts = QuantizeOptions {
+        allow_requantize: false,
+        n_threads: 2,
+    };
+    quantize(
+        &file,
+        &out,
+        &RecipeOptions::new(FileType::Q4KM),
+        &opts,
+        |_| {},
+    )
+    .expect("quantize");
+    let q = GgufFile::open(&out).expect("open");
+    let written: Vec<&str> = q.tensors().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(written, names);
+    let keys: Vec<&str> = q.metadata().iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        &keys[keys.len() - 2..],
+        ["general.quantization_version", "general.file_type"]
+    );
+    assert_eq!(
+        q.get("general.file_type").and_then(|v| v.as_u32()),
+        Some(15)
+    );
+    let ty = |n: &str| q.tensor(n).expect("tensor").dtype;
+    // use_more_bits(i, 2): 2/8 = 0 and 7·2/8 = 1, so only layer 1 (i ≥ 1) gets Q6_K.
+    assert_eq!(ty("blk.0.attn_v.weight"), DType::Q4K);
+    assert_eq!(ty("blk.1.attn_v.weight"), DType::Q6K);
+    assert_eq!(ty("blk.0.ffn_down.weight"), DType::Q4K);
+    assert_eq!(ty("blk.1.ffn_down.weight"), DType::Q6K);
+    assert_eq!(ty("blk.1.attn_q.weight"), DType::Q4K);
+    assert_eq!(ty("output.weight"), DType::Q6K);
+    assert_eq!(ty("blk.1.ffn_norm.weight"), DType::F32);
+    std::fs::remove_dir_all(&dir).expect("clean up");
+    // Q2_K_S needs an importance matrix in llama.cpp: refused.
+    assert!(matches!(
+        plan(&file, &RecipeOptions::new(FileType::Q2KS)),
+        Err(QuantizeError::NeedsImatrix { .. })
+    ));
+    // A type this build cannot write is a typed error, not a panic.
+    let iq4 = plan(&file, &RecipeOptions::new(FileType::IQ4XS));
+    if QuantType::IQ4XS.dtype().is_none() {
+        assert!(matches!(iq4, Err(QuantizeError::UnsupportedType { .. })));
+    } else {
+        assert!(iq4.is_ok());
     }
 }

@@ -59,7 +59,10 @@ fn check(kind: &str) -> Vec<String> {
         };
         let wt = w["type"].as_str().expect("type");
         if !wt.eq_ignore_ascii_case(t.dtype.name()) {
-            problems.push(format!("{kind}: {} is {}, llama.cpp's is {wt}", t.name, t.dtype));
+            problems.push(format!(
+                "{kind}: {} is {}, llama.cpp's is {wt}",
+                t.name, t.dtype
+            ));
             continue;
         }
         if ne_of(w) != t.shape() {
@@ -69,7 +72,10 @@ fn check(kind: &str) -> Vec<String> {
         let digest = Sha256::digest(file.tensor_data(t));
         let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
         if hex != w["sha256"].as_str().expect("sha256") {
-            differ.entry(wt.to_string()).or_default().push(t.name.clone());
+            differ
+                .entry(wt.to_string())
+                .or_default()
+                .push(t.name.clone());
         }
     }
     for (ty, names) in differ {
@@ -80,7 +86,10 @@ fn check(kind: &str) -> Vec<String> {
         ));
     }
     if problems.is_empty() {
-        eprintln!("{kind}: all {} tensors match llama.cpp's sha256", want.len());
+        eprintln!(
+            "{kind}: all {} tensors match llama.cpp's sha256",
+            want.len()
+        );
     }
     problems
 }
@@ -102,7 +111,10 @@ fn check_choice(kind: &str) -> Vec<String> {
         let ours = c.map_or(t.dtype.name(), QuantType::name);
         let wt = w["type"].as_str().expect("type");
         if !wt.eq_ignore_ascii_case(ours) {
-            problems.push(format!("{kind}: {} would be {ours}, llama.cpp's is {wt}", t.name));
+            problems.push(format!(
+                "{kind}: {} would be {ours}, llama.cpp's is {wt}",
+                t.name
+            ));
         }
         if ne_of(w) != t.shape() {
             problems.push(format!("{kind}: {} has shape {:?}", t.name, t.shape()));
@@ -125,7 +137,12 @@ fn assert_none(problems: Vec<String>) {
 #[test]
 fn f16_q8_0_q4_0_files_equal_llama_cpp() {
     let _g = common::serial();
-    assert_none(["f16", "q8_0", "q4_0"].into_iter().flat_map(check).collect());
+    assert_none(
+        ["f16", "q8_0", "q4_0"]
+            .into_iter()
+            .flat_map(check)
+            .collect(),
+    );
 }
 
 #[test]

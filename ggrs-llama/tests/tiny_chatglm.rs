@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::quantize::QuantizeOptions;
-use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
 use ggrs_core::DType;
+use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
 use ggrs_llama::{Arch, Model, Session, SessionParams};
 
 fn tiny_dir() -> PathBuf {

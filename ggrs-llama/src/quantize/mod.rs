@@ -3,8 +3,9 @@
 //!
 //! ggrs-core converts each tensor to the type a plan names; this module, which knows tensor
 //! names and layer roles, makes the plan the way llama.cpp's quantize tool does
-//! ([`recipe`]): the same type for every tensor, the same `general.file_type`, and (without
-//! an importance matrix, which ggrs does not support) the same bytes.
+//! ([`recipe`]): the same type for every tensor, the same `general.file_type`, the same
+//! tensor order, and (without an importance matrix, which ggrs does not support) the same
+//! bytes.
 //!
 //! ```no_run
 //! use ggrs_core::gguf::GgufFile;
@@ -30,8 +31,8 @@ use ggrs_core::quantize::{
 };
 
 pub use recipe::{
-    allows_quantization, choose_types, fallback, Choice, ModelFacts, RecipeOptions, Role,
-    TensorTypeOverride,
+    allows_quantization, choose_types, fallback, tensor_order, Choice, ModelFacts, RecipeOptions,
+    Role, TensorTypeOverride,
 };
 pub use types::{FileType, QuantType};
 
@@ -45,7 +46,9 @@ pub enum QuantizeError {
     #[error("the model file has no valid `{0}` key, which the quantization recipes read")]
     MissingKey(String),
     /// A MoE tensor's name does not say its layer.
-    #[error("cannot tell the layer of tensor `{0}` (expected `blk.N.…` with N below the block count)")]
+    #[error(
+        "cannot tell the layer of tensor `{0}` (expected `blk.N.…` with N below the block count)"
+    )]
     NoLayer(String),
     /// A `--tensor-type` argument is malformed.
     #[error("bad tensor type override `{spec}`: {detail}")]
@@ -89,7 +92,8 @@ fn requires_imatrix(name: &str, ty: QuantType, file_type: FileType) -> bool {
 }
 
 /// The conversion plan for `input` under `recipe`: every tensor's type (see
-/// [`recipe::choose_types`]) and `general.file_type`.
+/// [`recipe::choose_types`]), `general.file_type`, and llama.cpp's tensor order, so that the
+/// file is the one llama-quantize writes.
 pub fn plan(input: &GgufFile, recipe: &RecipeOptions) -> Result<QuantizePlan, QuantizeError> {
     let facts = ModelFacts::from_gguf(input)?;
     let choice = choose_types(input.tensors(), &facts, recipe)?;
@@ -118,6 +122,7 @@ pub fn plan(input: &GgufFile, recipe: &RecipeOptions) -> Result<QuantizePlan, Qu
             "general.file_type".to_string(),
             Value::U32(recipe.file_type.id()),
         )],
+        order: choice.order,
     })
 }
 

@@ -284,7 +284,11 @@ pub fn allows_quantization(name: &str, ne: &[usize; 4], leave_output: bool) -> b
         ".rel_pos",
         ".patch_merger",
     ];
-    if KEEP.iter().chain(KEEP_MORE.iter()).any(|s| name.contains(s)) {
+    if KEEP
+        .iter()
+        .chain(KEEP_MORE.iter())
+        .any(|s| name.contains(s))
+    {
         return false;
     }
     name != "position_embd.weight" && name != "token_types.weight"
@@ -406,11 +410,7 @@ impl State<'_> {
             let more = use_more_bits(il, nl);
             match ft {
                 F::Q2K => new = Q::Q3K,
-                F::Q2KS => {
-                    if il < nl / 8 {
-                        new = Q::Q4K;
-                    }
-                }
+                F::Q2KS if il < nl / 8 => new = Q::Q4K,
                 F::Q3KM => {
                     new = if il < nl / 16 {
                         Q::Q5K
@@ -522,11 +522,18 @@ pub struct Choice {
     pub types: Vec<Option<QuantType>>,
     /// Tensors whose rows did not fit their type's blocks and fell back to another.
     pub n_fallback: usize,
+    /// llama.cpp's tensor order (see [`tensor_order`]), in which its quantize tool also
+    /// writes them.
+    pub order: Vec<usize>,
 }
 
-/// llama.cpp's key of its tensor order: layer number (−1 outside layers), then name.
-fn order_key(name: &str) -> (i32, &str) {
-    (layer_of(name).unwrap_or(-1), name)
+/// llama.cpp's tensor order (its `weights_map`): by layer number (tensors outside the
+/// layers first), then by name. Returns indices into `tensors`.
+pub fn tensor_order(tensors: &[TensorInfo]) -> Vec<usize> {
+    let key = |i: usize| (layer_of(&tensors[i].name).unwrap_or(-1), &tensors[i].name);
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| key(a).cmp(&key(b)));
+    order
 }
 
 /// Chooses every tensor's type as llama.cpp's quantize tool does for a model with
@@ -548,10 +555,9 @@ pub fn choose_types(
         i_ffn_up: 0,
         n_fallback: 0,
     };
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_by(|&a, &b| order_key(&tensors[a].name).cmp(&order_key(&tensors[b].name)));
+    let order = tensor_order(tensors);
     let mut types = vec![None; tensors.len()];
-    for i in order {
+    for &i in &order {
         let t = &tensors[i];
         if allows_quantization(&t.name, &t.ne, opts.leave_output) {
             types[i] = Some(state.tensor_type(t, roles[i])?);
@@ -560,5 +566,6 @@ pub fn choose_types(
     Ok(Choice {
         types,
         n_fallback: state.n_fallback,
+        order,
     })
 }
