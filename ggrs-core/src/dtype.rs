@@ -39,6 +39,12 @@ pub enum DType {
     Q6K = 14,
     /// 8-bit k-quant (dot-product partner of the k-quants), 256 values per 292-byte block.
     Q8K = 15,
+    /// 4-bit non-linear quantization: 32 values per 18-byte block (f16 scale + 16 bytes of
+    /// 4-bit indices into a fixed table of 16 levels).
+    IQ4NL = 20,
+    /// 4-bit non-linear quantization with 6-bit sub-block scales: 256 values per 136-byte
+    /// super-block (f16 scale, 8 × 6-bit scales, 128 bytes of 4-bit indices).
+    IQ4XS = 23,
     /// 8-bit signed integer.
     I8 = 24,
     /// 16-bit signed integer.
@@ -55,7 +61,7 @@ pub enum DType {
 
 impl DType {
     /// Every type this build knows, in id order.
-    pub const ALL: [DType; 20] = [
+    pub const ALL: [DType; 22] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -70,6 +76,8 @@ impl DType {
         DType::Q5K,
         DType::Q6K,
         DType::Q8K,
+        DType::IQ4NL,
+        DType::IQ4XS,
         DType::I8,
         DType::I16,
         DType::I32,
@@ -92,8 +100,8 @@ impl DType {
     pub fn block_size(self) -> usize {
         use DType::*;
         match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K => 256,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => 32,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => 256,
             _ => 1,
         }
     }
@@ -118,6 +126,8 @@ impl DType {
             Q5K => 176,
             Q6K => 210,
             Q8K => 292,
+            IQ4NL => 18,
+            IQ4XS => 136,
         }
     }
 
@@ -156,6 +166,8 @@ impl DType {
             Q5K => "q5_K",
             Q6K => "q6_K",
             Q8K => "q8_K",
+            IQ4NL => "iq4_nl",
+            IQ4XS => "iq4_xs",
             I8 => "i8",
             I16 => "i16",
             I32 => "i32",
@@ -192,5 +204,8 @@ mod tests {
         }
         assert_eq!(DType::from_id(4), None);
         assert_eq!(DType::Q4_0.row_size(4864), 4864 / 32 * 18);
+        assert_eq!(DType::from_id(20), Some(DType::IQ4NL));
+        assert_eq!(DType::from_id(23), Some(DType::IQ4XS));
+        assert_eq!(DType::from_name("IQ4_XS"), Some(DType::IQ4XS));
     }
 }

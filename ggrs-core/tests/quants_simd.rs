@@ -22,12 +22,24 @@ use ggrs_core::{Context, DType, Executor, Graph};
 use half::f16;
 
 /// The weight types with SIMD kernels.
-const SIMD_TYPES: [DType; 5] = [
+const SIMD_TYPES: [DType; 7] = [
     DType::Q4_0,
     DType::Q5_0,
     DType::Q8_0,
     DType::Q4K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
+];
+
+/// The i-quants, whose SIMD kernels are AVX2 only.
+fn avx2_only(t: DType) -> bool {
+    matches!(t, DType::IQ4NL | DType::IQ4XS)
+}
+
+/// ggml's `kvalues_iq4nl`: the 16 levels an IQ4_NL / IQ4_XS index selects.
+const IQ4_LEVELS: [i32; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
 /// splitmix64.
@@ -72,7 +84,7 @@ impl Rng {
 /// Byte offsets of a weight type's f16 scales.
 fn f16_fields(t: DType) -> &'static [usize] {
     match t {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
         DType::Q4K => &[0, 2],
         DType::Q6K => &[208],
         _ => unreachable!("no SIMD kernel for {t}"),
@@ -141,6 +153,13 @@ fn extreme_blocks(t: DType, nb: usize, low: bool, scale: f16) -> Vec<u8> {
             DType::Q6K => {
                 p[..192].fill(if low { 0x00 } else { 0xFF });
                 p[192..208].fill(0x7F);
+            }
+            // Index 0 is the level −127, 15 is +113.
+            DType::IQ4NL => p[2..].fill(if low { 0x00 } else { 0xFF }),
+            // Sub-block scales 63 (31 after the − 32), indices as IQ4_NL's.
+            DType::IQ4XS => {
+                p[2..8].fill(0xFF);
+                p[8..].fill(if low { 0x00 } else { 0xFF });
             }
             _ => unreachable!(),
         }
@@ -245,11 +264,13 @@ fn every_build_the_cpu_runs_is_listed() {
             .iter()
             .map(|v| v.isa)
             .collect();
-        // The 32-value types have no AVX-512 build without VNNI (AVX2's serves).
+        // The 32-value types have no AVX-512 build without VNNI (AVX2's serves); the
+        // i-quants have AVX2 builds only.
         let want: Vec<Isa> = isas
             .iter()
             .copied()
             .filter(|&i| t.block_size() == QK_K || i != Isa::Avx512)
+            .filter(|&i| !avx2_only(t) || i <= Isa::Avx2)
             .collect();
         assert_eq!(got, want, "{t}");
     }
@@ -272,6 +293,20 @@ fn every_build_the_cpu_runs_is_listed() {
         .map(|v| v.isa)
         .collect();
     assert_eq!(got, simd32);
+    // IQ4_NL in both orders, IQ4_XS in its lanes: the AVX2 builds.
+    let avx2: Vec<Isa> = isas.iter().copied().filter(|&i| i == Isa::Avx2).collect();
+    for (t, order) in [
+        (DType::IQ4NL, SumOrder::GgmlLanes),
+        (DType::IQ4NL, SumOrder::GgmlBlockChain),
+        (DType::IQ4XS, SumOrder::GgmlLanes),
+    ] {
+        let got: Vec<Isa> = dispatch::vec_dot_variants_in(t, order)
+            .iter()
+            .map(|v| v.isa)
+            .collect();
+        assert_eq!(got, avx2, "{t} {order:?}");
+    }
+    assert!(dispatch::vec_dot_variants_in(DType::IQ4XS, SumOrder::GgmlBlockChain).is_empty());
     for t in [DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q4_1] {
         assert!(
             dispatch::vec_dot_variants_in(t, SumOrder::GgmlBlockChain).is_empty(),
@@ -513,13 +548,87 @@ fn codes32(t: DType, blk: &[u8]) -> [i32; 32] {
                 v[j] = blk[2 + j] as i8 as i32;
             }
         }
+        DType::IQ4NL => v = iq4_levels(&blk[2..18]),
         _ => unreachable!(),
     }
     v
 }
 
+/// The levels of 16 index bytes in IQ4_NL's layout (value j in the low nibble of byte j,
+/// j + 16 in the high one), in value order.
+fn iq4_levels(qs: &[u8]) -> [i32; 32] {
+    std::array::from_fn(|j| {
+        let b = qs[j % 16];
+        IQ4_LEVELS[if j < 16 { b & 15 } else { b >> 4 } as usize]
+    })
+}
+
+/// `(l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)`: ggml's `hsum_float_8`.
+fn tree8(l: [f32; 8]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// IQ4_XS · Q8_K as ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`, from the formats: lane l sums
+/// `(ls − 32)·level·y` over values 4l..4l + 4 of every sub-block, exactly; per super-block
+/// `lane = fma(d·d_y, lane_sum, lane)`; the lane tree.
+fn iq4_xs_lanes_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for i in 0..k / QK_K {
+        let (x, y) = (&a[i * 136..(i + 1) * 136], &b[i * 292..(i + 1) * 292]);
+        let sh = u16::from_le_bytes([x[2], x[3]]) as i32;
+        let mut lanes = [0i32; 8];
+        for ib in 0..8 {
+            let ls =
+                ((x[4 + ib / 2] as i32 >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4);
+            let lv = iq4_levels(&x[8 + 16 * ib..24 + 16 * ib]);
+            for (j, &l) in lv.iter().enumerate() {
+                lanes[j / 4] += (ls - 32) * l * (y[4 + 32 * ib + j] as i8 as i32);
+            }
+        }
+        let d = f16_at(x, 0) as f32 * f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        for l in 0..8 {
+            acc[l] = d.mul_add(lanes[l] as f32, acc[l]);
+        }
+    }
+    tree8(acc)
+}
+
+/// IQ4_NL · Q8_0 as ggml's AVX2 `ggml_vec_dot_iq4_nl_q8_0` (weights llama.cpp does not
+/// repack, one column): even and odd blocks into two sets of eight lanes
+/// (`lane = fma(dy·dx, lane_sum, lane)`), the sets added lane by lane, the lane tree, then an
+/// odd last block as `fma(d, block_sum, total)`.
+fn iq4_nl_pairs_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
+    let nb = k / 32;
+    let block = |i: usize| {
+        let (x, y) = (&a[i * 18..(i + 1) * 18], &b[i * 34..(i + 1) * 34]);
+        let d = f16_at(y, 0) as f32 * f16_at(x, 0) as f32;
+        let (qx, qy) = (codes32(DType::IQ4NL, x), codes32(DType::Q8_0, y));
+        let lanes: [i32; 8] =
+            std::array::from_fn(|l| (4 * l..4 * l + 4).map(|j| qx[j] * qy[j]).sum());
+        (d, lanes)
+    };
+    let mut sets = [[0f32; 8]; 2];
+    let pairs = nb / 2 * 2;
+    for i in 0..pairs {
+        let (d, lanes) = block(i);
+        for l in 0..8 {
+            sets[i % 2][l] = d.mul_add(lanes[l] as f32, sets[i % 2][l]);
+        }
+    }
+    let mut sum = tree8(std::array::from_fn(|l| sets[0][l] + sets[1][l]));
+    for i in pairs..nb {
+        let (d, lanes) = block(i);
+        sum = d.mul_add(lanes.iter().sum::<i32>() as f32, sum);
+    }
+    sum
+}
+
 /// ggml's x86 orders written out plainly (see `SumOrder`).
 fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f32 {
+    if t == DType::IQ4XS {
+        assert_eq!(order, SumOrder::GgmlLanes);
+        return iq4_xs_lanes_dot(k, a, b);
+    }
     let (ta, tb) = (t.type_size(), 34);
     let mut lanes = [0f32; 8];
     let mut chain = 0f32;
@@ -553,16 +662,20 @@ fn simd_builds_keep_ggml_orders_bit_for_bit() {
         (DType::Q5_0, SumOrder::GgmlLanes),
         (DType::Q8_0, SumOrder::GgmlLanes),
         (DType::Q4_0, SumOrder::GgmlBlockChain),
+        (DType::IQ4NL, SumOrder::GgmlLanes),
+        (DType::IQ4NL, SumOrder::GgmlBlockChain),
+        (DType::IQ4XS, SumOrder::GgmlLanes),
     ];
     for (t, order) in cases {
+        let vt = quants::vec_dot_type(t).expect("block type");
         let builds = dispatch::vec_dot_variants_in(t, order);
         for nb in (0..=16).chain([77]) {
-            let k = 32 * nb;
+            let k = t.block_size() * nb;
             for rep in 0..3 {
                 let wide = rep == 2;
                 let w = random_blocks(t, &mut r, 4 * nb, wide);
-                let y = random_blocks(DType::Q8_0, &mut r, 4 * nb, wide);
-                let (rs, ys) = (t.row_size(k), DType::Q8_0.row_size(k));
+                let y = random_blocks(vt, &mut r, 4 * nb, wide);
+                let (rs, ys) = (t.row_size(k), vt.row_size(k));
                 let wr: [&[u8]; 4] = std::array::from_fn(|i| &w[i * rs..(i + 1) * rs]);
                 let yr: [&[u8]; 4] = std::array::from_fn(|j| &y[j * ys..(j + 1) * ys]);
                 let want: [[u32; 4]; 4] = std::array::from_fn(|i| {
@@ -692,6 +805,11 @@ fn best_build_is_selected_and_env_forces_scalar() {
     let best = *cpu_isas().last().expect("scalar at least");
     for t in SIMD_TYPES {
         let isa = dispatch::active_variant(t).expect("block type").isa;
+        let best = if avx2_only(t) {
+            best.min(Isa::Avx2)
+        } else {
+            best
+        };
         assert_eq!(isa, if forced { Isa::Scalar } else { best }, "{t}");
     }
     for t in [DType::Q4_1, DType::Q2K, DType::Q8K] {
@@ -757,11 +875,12 @@ fn run_mul_mat(
 #[test]
 fn mul_mat_uses_the_selected_kernel_per_element() {
     let mut r = Rng(77);
-    // 37 rows: Q4_0 in ggml's lane order; 40 (a multiple of 8): in its repacked order.
+    // 37 rows: Q4_0 and IQ4_NL in ggml's lane order (IQ4_NL: its vec_dot's pair order for
+    // one column); 40 (a multiple of 8): in their repacked order.
     for (t, n) in SIMD_TYPES
         .map(|t| (t, 37))
         .into_iter()
-        .chain([(DType::Q4_0, 40)])
+        .chain([(DType::Q4_0, 40), (DType::IQ4NL, 40)])
     {
         let vt = quants::vec_dot_type(t).expect("block type");
         let k = 4 * t.block_size() + if t.block_size() == 32 { 96 } else { 0 };
@@ -798,9 +917,13 @@ fn mul_mat_uses_the_selected_kernel_per_element() {
                     for j in 0..m {
                         for i in 0..n {
                             let row = &w[i * rs..(i + 1) * rs];
-                            // Q4_0 and Q8_0 keep ggml's order whichever code runs them.
+                            // Q4_0, Q8_0 and the i-quants keep ggml's order whichever code
+                            // runs them.
                             let want = match order {
                                 SumOrder::Any => (v.dot)(k, row, &cols[j]),
+                                SumOrder::GgmlLanes if t == DType::IQ4NL && m == 1 => {
+                                    iq4_nl_pairs_dot(k, row, &cols[j])
+                                }
                                 _ => ggml_order_dot(t, order, k, row, &cols[j]),
                             };
                             assert_eq!(

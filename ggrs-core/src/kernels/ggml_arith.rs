@@ -13,6 +13,10 @@
 //! |---|---|---|---|
 //! | Q8_0, Q4_0 (rows % 8 ≠ 0) | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns), `ggml_vec_dot_*_q8_0` (1) | 8 lanes of 4 products each; per block `lane = fma(dx·dy, lane_sum, lane)`; lanes added as `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))` |
 //! | Q4_0, rows % 8 = 0 | Q8_0 | repacked `q4_0_8x8` GEMM/GEMV | per block `acc = fma(block_sum, dx·dy, acc)` |
+//! | IQ4_NL, rows % 8 = 0 | Q8_0 | repacked `iq4_nl_8x8` GEMM/GEMV | as Q4_0's repacked kernels |
+//! | IQ4_NL, rows % 8 ≠ 0 | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns) | as Q4_0's lanes |
+//! | IQ4_NL, rows % 8 ≠ 0 | Q8_0 | `ggml_vec_dot_iq4_nl_q8_0` (1 column) | two sets of 8 lanes (even and odd blocks) added lane-wise, then the lane tree; an odd last block added as `fma(dx·dy, block_sum, total)` |
+//! | IQ4_XS | Q8_K | `ggml_vec_dot_iq4_xs_q8_K` | 8 lanes; lane `l` the exact `Σ_sub-block (ls − 32)·Σ x·y` over values `4l..4l+4` of each sub-block; per super-block `lane = fma(dx·dy, lane_sum, lane)`; the lane tree |
 //! | F16 | F16 | `tinyBLAS` with 16-float vectors (≥ 2 columns, k % 16 = 0, rows % 4 = 0) | 16 FMA lanes over k, GCC's `_mm512_reduce_add_ps` tree |
 //! | F16 | F16 | `ggml_vec_dot_f16` (otherwise) | 4 × 16 FMA lanes over blocks of 64, fixed tree, tail in f64 |
 //!
@@ -37,6 +41,13 @@ use crate::types::FromF32Fn;
 const Q8_0_BYTES: usize = 34;
 /// Bytes of a Q4_0 block (f16 scale, 16 bytes of nibbles).
 const Q4_0_BYTES: usize = 18;
+/// Bytes of an IQ4_NL block (f16 scale, 16 bytes of level indices).
+const IQ4NL_BYTES: usize = 18;
+/// Bytes of an IQ4_XS super-block (f16 scale, u16 and 4 bytes of scales, 128 bytes of
+/// indices).
+const IQ4XS_BYTES: usize = 136;
+/// Bytes of a Q8_K block (f32 scale, 256 codes, 16 i16 sums).
+const Q8K_BYTES: usize = 292;
 
 /// True when the vectorised variants may run (x86-64 with AVX2, FMA and F16C).
 #[inline]
@@ -64,10 +75,27 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
             Some(dot_q4_0_chain)
         }
         DType::Q4_0 => Some(dot_q4_0_lanes),
+        // IQ4_NL: repacked as Q4_0 is; otherwise tinyBLAS for prompts, the vec_dot for one
+        // column.
+        DType::IQ4NL if rows.is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1 => {
+            Some(dot_iq4_nl_chain)
+        }
+        DType::IQ4NL if n_cols >= 2 => Some(dot_iq4_nl_lanes),
+        DType::IQ4NL => Some(dot_iq4_nl_pairs),
+        DType::IQ4XS => Some(dot_iq4_xs_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
         _ => None,
     }
+}
+
+/// True when the SIMD builds of `quants::dispatch::ggml_sum_order`'s order for weight `a`
+/// give [`mul_mat_dot`]'s bits against `n_cols` columns per batch. False only for IQ4_NL
+/// weights llama.cpp does not repack, against one column: `ggml_vec_dot_iq4_nl_q8_0`'s
+/// order, which only [`mul_mat_dot`]'s kernel keeps.
+pub(crate) fn simd_order_holds(a: &RawTensor, n_cols: usize) -> bool {
+    let repacked = a.ne[1].is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1;
+    !(a.dtype == DType::IQ4NL && !repacked && n_cols < 2)
 }
 
 /// True when ggml multiplies the F16 weight `a` by `n_cols` columns per batch with tinyBLAS
@@ -151,6 +179,35 @@ fn q4_codes(blk: &[u8]) -> [i32; 32] {
     v
 }
 
+/// Levels of an IQ4_NL block in value order (`KVALUES_IQ4NL[index]`).
+#[inline(always)]
+fn iq4_nl_codes(blk: &[u8]) -> [i32; 32] {
+    iq4_levels(&blk[2..18])
+}
+
+/// The 32 levels of 16 index bytes in IQ4_NL's layout, in value order.
+#[inline(always)]
+fn iq4_levels(qs: &[u8]) -> [i32; 32] {
+    use crate::quants::iq4::KVALUES_IQ4NL;
+    let mut v = [0i32; 32];
+    for j in 0..16 {
+        v[j] = KVALUES_IQ4NL[(qs[j] & 0x0F) as usize] as i32;
+        v[j + 16] = KVALUES_IQ4NL[(qs[j] >> 4) as usize] as i32;
+    }
+    v
+}
+
+/// Eight exact lane sums of four products (lane `l`: values `4l..4l + 4`).
+#[inline(always)]
+fn quad_sums(x: &[i32; 32], y: &[i32; 32]) -> [i32; 8] {
+    std::array::from_fn(|l| {
+        x[4 * l] * y[4 * l]
+            + x[4 * l + 1] * y[4 * l + 1]
+            + x[4 * l + 2] * y[4 * l + 2]
+            + x[4 * l + 3] * y[4 * l + 3]
+    })
+}
+
 #[inline(always)]
 fn q8_codes(blk: &[u8]) -> [i32; 32] {
     let mut v = [0i32; 32];
@@ -203,6 +260,87 @@ fn dot_q4_0_chain_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
         acc = (s as f32).mul_add(half_at(x, 0) * half_at(y, 0), acc);
     }
     acc
+}
+
+#[inline(always)]
+fn dot_iq4_nl_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    lanes8(n / 32, |i| {
+        let (x, y) = (&a[i * IQ4NL_BYTES..], &b[i * Q8_0_BYTES..]);
+        (half_at(x, 0) * half_at(y, 0), iq4_nl_codes(x), q8_codes(y))
+    })
+}
+
+#[inline(always)]
+fn dot_iq4_nl_chain_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = 0f32;
+    for i in 0..n / 32 {
+        let (x, y) = (&a[i * IQ4NL_BYTES..], &b[i * Q8_0_BYTES..]);
+        let (qx, qy) = (iq4_nl_codes(x), q8_codes(y));
+        let s: i32 = qx.iter().zip(&qy).map(|(p, q)| p * q).sum();
+        acc = (s as f32).mul_add(half_at(x, 0) * half_at(y, 0), acc);
+    }
+    acc
+}
+
+/// `ggml_vec_dot_iq4_nl_q8_0` (AVX2): blocks in pairs, the even ones into one set of eight
+/// lanes and the odd ones into another (`lane = fma(dy·dx, lane_sum, lane)`), the sets added
+/// lane by lane and reduced as `hsum_float_8`; an odd last block in C, `sumf += d·sumi`,
+/// which GCC contracts to one FMA.
+#[inline(always)]
+fn dot_iq4_nl_pairs_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let nb = n / 32;
+    let block = |i: usize| {
+        let (x, y) = (&a[i * IQ4NL_BYTES..], &b[i * Q8_0_BYTES..]);
+        let d = half_at(y, 0) * half_at(x, 0);
+        (d, quad_sums(&iq4_nl_codes(x), &q8_codes(y)))
+    };
+    let (mut acc1, mut acc2) = ([0f32; 8], [0f32; 8]);
+    let mut ib = 0;
+    while ib + 1 < nb {
+        let (d1, l1) = block(ib);
+        let (d2, l2) = block(ib + 1);
+        for l in 0..8 {
+            acc1[l] = d1.mul_add(l1[l] as f32, acc1[l]);
+            acc2[l] = d2.mul_add(l2[l] as f32, acc2[l]);
+        }
+        ib += 2;
+    }
+    let both: [f32; 8] = std::array::from_fn(|l| acc1[l] + acc2[l]);
+    let mut sumf = hsum8(&both);
+    while ib < nb {
+        let (d, l) = block(ib);
+        let s: i32 = l.iter().sum();
+        sumf = d.mul_add(s as f32, sumf);
+        ib += 1;
+    }
+    sumf
+}
+
+/// `ggml_vec_dot_iq4_xs_q8_K` (AVX2): see the module table.
+#[inline(always)]
+fn dot_iq4_xs_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for i in 0..n / 256 {
+        let (x, y) = (&a[i * IQ4XS_BYTES..], &b[i * Q8K_BYTES..]);
+        let sh = u16::from_le_bytes([x[2], x[3]]);
+        let mut lanes = [0i32; 8];
+        for ib in 0..8 {
+            let low = (x[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+            let high = ((sh >> (2 * ib)) & 3) as u8;
+            let ls = (low | (high << 4)) as i32 - 32;
+            let qx = iq4_levels(&x[8 + 16 * ib..8 + 16 * ib + 16]);
+            let qy: [i32; 32] = std::array::from_fn(|j| y[4 + 32 * ib + j] as i8 as i32);
+            for (lane, q) in lanes.iter_mut().zip(quad_sums(&qx, &qy)) {
+                *lane += ls * q;
+            }
+        }
+        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let d = half_at(x, 0) * dy;
+        for l in 0..8 {
+            acc[l] = d.mul_add(lanes[l] as f32, acc[l]);
+        }
+    }
+    hsum8(&acc)
 }
 
 #[inline(always)]
@@ -301,6 +439,26 @@ dispatch_dot!(
     /// Q4_0 · Q8_0 as the repacked `q4_0_8x8` kernels: one FMA per block.
     dot_q4_0_chain,
     dot_q4_0_chain_body
+);
+dispatch_dot!(
+    /// IQ4_NL · Q8_0 in tinyBLAS's lane order (unpacked weights, two columns or more).
+    dot_iq4_nl_lanes,
+    dot_iq4_nl_lanes_body
+);
+dispatch_dot!(
+    /// IQ4_NL · Q8_0 as the repacked `iq4_nl_8x8` kernels: one FMA per block.
+    dot_iq4_nl_chain,
+    dot_iq4_nl_chain_body
+);
+dispatch_dot!(
+    /// IQ4_NL · Q8_0 as `ggml_vec_dot_iq4_nl_q8_0` (unpacked weights, one column).
+    dot_iq4_nl_pairs,
+    dot_iq4_nl_pairs_body
+);
+dispatch_dot!(
+    /// IQ4_XS · Q8_K as `ggml_vec_dot_iq4_xs_q8_K`.
+    dot_iq4_xs_lanes,
+    dot_iq4_xs_lanes_body
 );
 dispatch_dot!(
     /// F16 · F16 as tinyBLAS: 16 FMA lanes, `_mm512_reduce_add_ps`.
@@ -732,6 +890,10 @@ pub(crate) mod x86 {
         dot_q8_0_lanes => dot_q8_0_lanes_body,
         dot_q4_0_lanes => dot_q4_0_lanes_body,
         dot_q4_0_chain => dot_q4_0_chain_body,
+        dot_iq4_nl_lanes => dot_iq4_nl_lanes_body,
+        dot_iq4_nl_chain => dot_iq4_nl_chain_body,
+        dot_iq4_nl_pairs => dot_iq4_nl_pairs_body,
+        dot_iq4_xs_lanes => dot_iq4_xs_lanes_body,
     );
 
     use std::arch::x86_64::{
@@ -1001,6 +1163,37 @@ mod tests {
             assert_eq!(
                 dot_q4_0_chain(n, &q4, &qy).to_bits(),
                 dot_q4_0_chain_body(n, &q4, &qy).to_bits()
+            );
+            // IQ4_NL: the same bytes read as level indices.
+            for (f, body) in [
+                (
+                    dot_iq4_nl_lanes as fn(usize, &[u8], &[u8]) -> f32,
+                    dot_iq4_nl_lanes_body as fn(usize, &[u8], &[u8]) -> f32,
+                ),
+                (dot_iq4_nl_chain, dot_iq4_nl_chain_body),
+                (dot_iq4_nl_pairs, dot_iq4_nl_pairs_body),
+            ] {
+                assert_eq!(
+                    f(n, &q4, &qy).to_bits(),
+                    body(n, &q4, &qy).to_bits(),
+                    "nb={nb}"
+                );
+            }
+            // IQ4_XS against Q8_K: any index and scale bytes, finite scales.
+            let nk = nb.div_ceil(8);
+            let mut xs: Vec<u8> = (0..nk * IQ4XS_BYTES)
+                .map(|i| (i * 53 % 253) as u8)
+                .collect();
+            let mut ys: Vec<u8> = (0..nk * Q8K_BYTES).map(|i| (i * 29 % 255) as u8).collect();
+            for blk in xs.chunks_exact_mut(IQ4XS_BYTES) {
+                blk[..2].copy_from_slice(&f16::from_f32(0.021).to_le_bytes());
+            }
+            for blk in ys.chunks_exact_mut(Q8K_BYTES) {
+                blk[..4].copy_from_slice(&0.37f32.to_le_bytes());
+            }
+            assert_eq!(
+                dot_iq4_xs_lanes(256 * nk, &xs, &ys).to_bits(),
+                dot_iq4_xs_lanes_body(256 * nk, &xs, &ys).to_bits()
             );
         }
         for n in 0..=515 {

@@ -15,11 +15,11 @@
 //! [`VecDotTileKernel`] (four against four) — whose results are bit-identical to one-element
 //! calls. [`vec_dot_variants`] lists every build this CPU runs, for tests and benchmarks.
 //!
-//! Summation orders: `mul_mat` must give llama.cpp's bits for Q4_0 and Q8_0 weights (see
-//! `kernels::ggml_arith`), so those keep ggml's x86 order, which [`ggml_sum_order`] names
-//! for a weight shape. The SIMD builds of Q4_0, Q5_0 and Q8_0 keep
-//! [`SumOrder::GgmlLanes`]; Q4_0 also has builds in [`SumOrder::GgmlBlockChain`]
-//! ([`vec_dot_variants_in`], [`active_variant_in`]).
+//! Summation orders: `mul_mat` must give llama.cpp's bits for Q4_0, Q8_0, IQ4_NL and IQ4_XS
+//! weights (see `kernels::ggml_arith`), so those keep ggml's x86 order, which
+//! [`ggml_sum_order`] names for a weight shape. The SIMD builds of Q4_0, Q5_0, Q8_0, IQ4_NL
+//! and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
+//! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]).
 //!
 //! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
 //! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see
@@ -38,8 +38,8 @@ use crate::types::FromF32Fn;
 pub(crate) use super::simd::panel;
 
 use super::{
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8K, BlockQ8_0, BlockQ8_1,
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 
 /// A dot product of one weight row with four rows of its `VecDot` type (`n` values each):
@@ -101,7 +101,7 @@ impl std::fmt::Debug for VecDotVariant {
 }
 
 /// The block types, in the order of the kernel table.
-const BLOCK_TYPES: [DType; 12] = [
+const BLOCK_TYPES: [DType; 14] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
@@ -114,6 +114,8 @@ const BLOCK_TYPES: [DType; 12] = [
     DType::Q5K,
     DType::Q6K,
     DType::Q8K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 fn slot(dtype: DType) -> Option<usize> {
@@ -161,6 +163,8 @@ fn scalar_variant(dtype: DType) -> Option<VecDotVariant> {
         DType::Q5K => k::<BlockQ5K>(),
         DType::Q6K => k::<BlockQ6K>(),
         DType::Q8K => k::<BlockQ8K>(),
+        DType::IQ4NL => k::<BlockIQ4NL>(),
+        DType::IQ4XS => k::<BlockIQ4XS>(),
         _ => None,
     }
 }
@@ -225,15 +229,21 @@ pub enum SumOrder {
 
 /// The order `mul_mat` keeps for weight type `dtype` of shape `ne` so that its results are
 /// llama.cpp's to the bit (see `kernels::ggml_arith`): Q8_0 in [`SumOrder::GgmlLanes`]; Q4_0
-/// too, except 2-D weights whose row count is a multiple of 8, which llama.cpp repacks
-/// ([`SumOrder::GgmlBlockChain`]); [`SumOrder::Any`] for the other types.
+/// and IQ4_NL too, except 2-D weights whose row count is a multiple of 8, which llama.cpp
+/// repacks ([`SumOrder::GgmlBlockChain`]); IQ4_XS in [`SumOrder::GgmlLanes`] over its
+/// 256-value super-blocks (`ggml_vec_dot_iq4_xs_q8_K`: lane `l` holds the exact
+/// `Σ_sub-block (ls − 32)·Σ x·y` over values `4l..4l + 4` of each sub-block, one FMA by
+/// `d·d_y` per super-block); [`SumOrder::Any`] for the other types.
+///
+/// IQ4_NL weights llama.cpp does not repack take this order from tinyBLAS only for two
+/// columns or more; for one, `kernels::ggml_arith` has the order of
+/// `ggml_vec_dot_iq4_nl_q8_0` (two accumulators), which no SIMD build keeps.
 pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
+    let repacked = ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1;
     match dtype {
-        DType::Q8_0 => SumOrder::GgmlLanes,
-        DType::Q4_0 if ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1 => {
-            SumOrder::GgmlBlockChain
-        }
-        DType::Q4_0 => SumOrder::GgmlLanes,
+        DType::Q8_0 | DType::IQ4XS => SumOrder::GgmlLanes,
+        DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
+        DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
         _ => SumOrder::Any,
     }
 }
@@ -245,7 +255,10 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
     let chain = match order {
         SumOrder::Any => return vec_dot_variants(dtype),
         SumOrder::GgmlLanes => {
-            if !matches!(dtype, DType::Q4_0 | DType::Q5_0 | DType::Q8_0) {
+            if !matches!(
+                dtype,
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS
+            ) {
                 return Vec::new();
             }
             false

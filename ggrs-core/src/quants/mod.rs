@@ -1,6 +1,6 @@
-//! Block-quantized types (Q4_0 … Q8_1 and the k-quants Q2_K … Q8_K): block layouts,
-//! reference quantize/dequantize and scalar dot products, bit-compatible with GGUF files and
-//! with ggml's reference code.
+//! Block-quantized types (Q4_0 … Q8_1, the k-quants Q2_K … Q8_K and the i-quants IQ4_NL,
+//! IQ4_XS): block layouts, reference quantize/dequantize and scalar dot products,
+//! bit-compatible with GGUF files and with ggml's reference code.
 //!
 //! # Layout
 //!
@@ -28,8 +28,9 @@
 //! # Dot products and SIMD
 //!
 //! A weight type's dot product pairs it with its [`BlockQuant::VecDot`] type, as in ggml:
-//! Q4_0, Q5_0, Q8_0 → Q8_0; Q4_1, Q5_1 → Q8_1; the k-quants → Q8_K. `mul_mat` converts f32
-//! activations to that type once (INIT), then calls the dot product per output element.
+//! Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; the k-quants, IQ4_XS → Q8_K.
+//! `mul_mat` converts f32 activations to that type once (INIT), then calls the dot product
+//! per output element.
 //! The scalar functions (`q4_0::vec_dot_q4_0_q8_0_scalar` …) are always compiled and are the
 //! reference; [`vec_dot_kernel`] is the dispatch point where SIMD versions are chosen once at
 //! run time (see [`dispatch`]).
@@ -44,6 +45,7 @@ use crate::error::{Error, Result};
 use crate::types::{FromF32Fn, ToF32Fn};
 
 pub mod dispatch;
+pub mod iq4;
 pub mod k_quants;
 pub mod q4_0;
 pub mod q4_1;
@@ -52,6 +54,7 @@ pub mod q8;
 mod simd;
 
 pub use dispatch::{vec_dot_kernel, vec_dot_scalar_kernel};
+pub use iq4::{BlockIQ4NL, BlockIQ4XS};
 pub use k_quants::q2_k::BlockQ2K;
 pub use k_quants::q3_k::BlockQ3K;
 pub use k_quants::q4_k::BlockQ4K;
@@ -72,9 +75,9 @@ pub type VecDotKernel = fn(n: usize, a: &[u8], b: &[u8]) -> f32;
 /// with the block type activations are converted to.
 ///
 /// Implemented by [`BlockQ4_0`], [`BlockQ4_1`], [`BlockQ5_0`], [`BlockQ5_1`], [`BlockQ8_0`],
-/// [`BlockQ8_1`], [`BlockQ2K`], [`BlockQ3K`], [`BlockQ4K`], [`BlockQ5K`], [`BlockQ6K`] and
-/// [`BlockQ8K`]. Work on rows of bytes with [`dequantize_row`], [`quantize_row`] and
-/// [`vec_dot_row`].
+/// [`BlockQ8_1`], [`BlockQ2K`], [`BlockQ3K`], [`BlockQ4K`], [`BlockQ5K`], [`BlockQ6K`],
+/// [`BlockQ8K`], [`BlockIQ4NL`] and [`BlockIQ4XS`]. Work on rows of bytes with
+/// [`dequantize_row`], [`quantize_row`] and [`vec_dot_row`].
 pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// The GGUF type this block encodes.
     const DTYPE: DType;
@@ -340,6 +343,14 @@ macro_rules! with_block {
                 type $B = BlockQ8K;
                 $body
             }
+            DType::IQ4NL => {
+                type $B = BlockIQ4NL;
+                $body
+            }
+            DType::IQ4XS => {
+                type $B = BlockIQ4XS;
+                $body
+            }
             _ => $none,
         }
     };
@@ -383,7 +394,7 @@ fn not_a_block_type(op: &'static str, dtype: DType) -> Error {
         op,
         dtype,
         detail: "not a block-quantized type (use q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, \
-                 q2_K … q6_K or q8_K)"
+                 q2_K … q6_K, q8_K, iq4_nl or iq4_xs)"
             .into(),
     }
 }

@@ -8,10 +8,13 @@ use std::sync::Arc;
 use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
 use serde_json::Value;
 
-/// `shared/reference`, beside the repository: the first `shared/reference` directory found
-/// going up from this crate (the repository may be a worktree nested deeper than the main
-/// checkout).
+/// `shared/reference`, beside the repository: `$GGRS_REFERENCE_DIR` when set, else the
+/// first `shared/reference` directory found going up from this crate (the repository may be
+/// a worktree nested deeper than the main checkout).
 pub fn reference_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("GGRS_REFERENCE_DIR") {
+        return PathBuf::from(dir);
+    }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     here.ancestors()
         .map(|d| d.join("shared/reference"))

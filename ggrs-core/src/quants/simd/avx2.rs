@@ -12,7 +12,10 @@
 //!   stay below 2¹⁵;
 //! - Q8_0 × Q8_0 widens both operands to 16 bits (`vpmaddwd`): with |x| up to 128 the
 //!   trick above would saturate, and `vpsignb` cannot negate −128;
-//! - the k-quants keep their codes unsigned (≤ 63) against signed activations.
+//! - the k-quants keep their codes unsigned (≤ 63) against signed activations;
+//! - IQ4_NL and IQ4_XS look their levels (−127..=113) up with `vpshufb` and widen both
+//!   operands to 16 bits (`vpmaddwd`), as Q8_0 does: their levels are too large for the
+//!   offset trick.
 //!
 //! # Safety
 //! Each kernel needs a CPU with AVX2, FMA and F16C, and `nb` whole blocks readable at every
@@ -21,8 +24,12 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::x86::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u32};
-use crate::quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQuant};
+use super::x86::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
+use crate::quants::iq4::KVALUES_IQ4NL;
+use crate::quants::{
+    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0,
+    BlockQuant,
+};
 
 const Q4_0: usize = BlockQ4_0::BYTES;
 const Q5_0: usize = BlockQ5_0::BYTES;
@@ -30,6 +37,8 @@ const Q8_0: usize = BlockQ8_0::BYTES;
 const Q4K: usize = BlockQ4K::BYTES;
 const Q6K: usize = BlockQ6K::BYTES;
 const Q8K: usize = BlockQ8K::BYTES;
+const IQ4NL: usize = BlockIQ4NL::BYTES;
+const IQ4XS: usize = BlockIQ4XS::BYTES;
 
 /// The 16 low nibbles of `q` in bytes 0..16, the 16 high nibbles in bytes 16..32: the codes of
 /// a Q4_0/Q5_0 block in value order.
@@ -729,6 +738,207 @@ pub(crate) unsafe fn q6_k_q8_k<const R: usize, const C: usize>(
                     let yd = read_f32(y[c].add(i * Q8K + offset_of!(BlockQ8K, d)));
                     let d = _mm256_set1_ps(dx * yd);
                     acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                }
+            }
+        }
+        finish(acc)
+    }
+}
+
+/// The 32 levels of an IQ4_NL-layout group of 16 index bytes at `p` (`KVALUES_IQ4NL` looked
+/// up), in value order: low nibbles give values 0..16, high nibbles values 16..32.
+///
+/// # Safety
+/// 16 bytes readable at `p`; the CPU supports AVX2.
+#[inline(always)]
+unsafe fn iq4_levels(p: *const u8) -> __m256i {
+    // SAFETY: the table is 16 bytes; the caller guarantees the 16 index bytes and AVX2.
+    unsafe {
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+        _mm256_shuffle_epi8(table, nibbles(_mm_loadu_si128(p.cast())))
+    }
+}
+
+/// The 32 signed bytes of `v` widened to 16 bits: values 0..16, values 16..32.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn widen_i8(v: __m256i) -> [__m256i; 2] {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        [
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)),
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)),
+        ]
+    }
+}
+
+/// 32 signed bytes at `p` widened to 16 bits (see [`widen_i8`]).
+///
+/// # Safety
+/// 32 bytes readable at `p`; the CPU supports AVX2.
+#[inline(always)]
+unsafe fn load_widen_i8(p: *const u8) -> [__m256i; 2] {
+    // SAFETY: the caller guarantees the bytes and AVX2.
+    unsafe {
+        [
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())),
+        ]
+    }
+}
+
+/// Four-product sums of 16-bit operands (`x`, `y` as [`widen_i8`] gives them), in the
+/// lane order of `vphaddd`: quads 0 1 4 5 in the low half, 2 3 6 7 in the high half (quad
+/// `q` = values `4q..4q + 4`). Exact while `|x·y|` pair sums fit 31 bits.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn quads_hadd(x: &[__m256i; 2], y: &[__m256i; 2]) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe { _mm256_hadd_epi32(_mm256_madd_epi16(x[0], y[0]), _mm256_madd_epi16(x[1], y[1])) }
+}
+
+/// [`quads_hadd`]'s lanes put in value order (lane `l` = values `4l..4l + 4`).
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn quads_in_order(h: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2 operation.
+    unsafe { _mm256_permute4x64_epi64::<0b11_01_10_00>(h) }
+}
+
+/// Shared loop of the IQ4_NL kernels: per block, eight exact lane sums of four products
+/// (levels × activations, both widened to 16 bits), summed in f32 in one of ggml's x86
+/// orders ([`Accumulate`]).
+///
+/// # Safety
+/// As the kernels.
+#[inline(always)]
+unsafe fn iq4_nl_blocks<A: Accumulate, const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let mut acc = [[A::zero(); C]; R];
+        for i in 0..nb {
+            let mut dx = [0f32; R];
+            let mut xw = [[_mm256_setzero_si256(); 2]; R];
+            for r in 0..R {
+                let xb = x[r].add(i * IQ4NL);
+                dx[r] = f16_at(xb.add(offset_of!(BlockIQ4NL, d)));
+                xw[r] = widen_i8(iq4_levels(xb.add(offset_of!(BlockIQ4NL, qs))));
+            }
+            let mut dy = [0f32; C];
+            let mut lanes = [[_mm256_setzero_si256(); C]; R];
+            for c in 0..C {
+                let yb = y[c].add(i * Q8_0);
+                dy[c] = f16_at(yb.add(offset_of!(BlockQ8_0, d)));
+                let yw = load_widen_i8(yb.add(offset_of!(BlockQ8_0, qs)));
+                for r in 0..R {
+                    let l = quads_in_order(quads_hadd(&xw[r], &yw));
+                    if A::TILED {
+                        lanes[r][c] = l;
+                    } else {
+                        acc[r][c] = A::add(acc[r][c], dx[r] * dy[c], l);
+                    }
+                }
+            }
+            if A::TILED {
+                A::add_tile(&mut acc, &dx, &dy, &lanes);
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = A::total(acc[r][c]);
+            }
+        }
+        out
+    }
+}
+
+/// IQ4_NL × Q8_0 in the order of tinyBLAS and ggml's x86 lane kernels ([`Lanes8`]; see the
+/// module docs for the contract).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn iq4_nl_q8_0<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { iq4_nl_blocks::<Lanes8, R, C>(nb, x, y) }
+}
+
+/// IQ4_NL × Q8_0 in the order of ggml's repacked `iq4_nl_8x8` kernels ([`BlockChain`], the
+/// order they share with `q4_0_8x8`).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn iq4_nl_q8_0_chain<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { iq4_nl_blocks::<BlockChain, R, C>(nb, x, y) }
+}
+
+/// IQ4_XS × Q8_K in the order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K` (see the module docs
+/// for the contract).
+///
+/// Per super-block and element: eight 32-bit lanes, lane `l` the exact
+/// `Σ_sub-block (ls − 32)·Σ x·y` over values `4l..4l + 4` of each sub-block (levels times the
+/// sub-block scale fit 16 bits: |127·32| < 2¹⁵); then `lane = fma(d·d_y, lane_sum, lane)`
+/// and the lanes added at the end in `hsum_float_8`'s tree.
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn iq4_xs_q8_k<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        for i in 0..nb {
+            for r in 0..R {
+                let xb = x[r].add(i * IQ4XS);
+                let dx = f16_at(xb.add(offset_of!(BlockIQ4XS, d)));
+                let sh = read_u16(xb.add(offset_of!(BlockIQ4XS, scales_h)));
+                let sl = xb.add(offset_of!(BlockIQ4XS, scales_l));
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for ib in 0..8 {
+                    let low = (*sl.add(ib / 2) >> (4 * (ib % 2))) & 0x0F;
+                    let high = ((sh >> (2 * ib)) & 3) as u8;
+                    let ls = _mm256_set1_epi16((low | (high << 4)) as i16 - 32);
+                    let lv = iq4_levels(xb.add(offset_of!(BlockIQ4XS, qs) + 16 * ib));
+                    let [x0, x1] = widen_i8(lv);
+                    let xs = [_mm256_mullo_epi16(x0, ls), _mm256_mullo_epi16(x1, ls)];
+                    for c in 0..C {
+                        let yq = y[c].add(i * Q8K + offset_of!(BlockQ8K, qs) + 32 * ib);
+                        let yw = load_widen_i8(yq);
+                        sumi[c] = _mm256_add_epi32(sumi[c], quads_hadd(&xs, &yw));
+                    }
+                }
+                for c in 0..C {
+                    let yd = read_f32(y[c].add(i * Q8K + offset_of!(BlockQ8K, d)));
+                    let d = _mm256_set1_ps(dx * yd);
+                    let q = _mm256_cvtepi32_ps(quads_in_order(sumi[c]));
+                    acc[r][c] = _mm256_fmadd_ps(d, q, acc[r][c]);
                 }
             }
         }

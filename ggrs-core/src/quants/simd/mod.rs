@@ -1,5 +1,6 @@
 //! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
-//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI).
+//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI), and IQ4_NL·Q8_0 and
+//! IQ4_XS·Q8_K for AVX2.
 //!
 //! # How the kernels are built
 //!
@@ -26,8 +27,10 @@
 //! f32 lanes of four products, one FMA per block and lane, a fixed final tree: what
 //! `ggml_vec_dot_q*_q8_0` and tinyBLAS do), and Q4_0 also comes in the order of ggml's
 //! repacked `q4_0_8x8` kernels (one FMA per block on the exact block sum), so that `mul_mat`
-//! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). The
-//! k-quant kernels keep their own order.
+//! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). IQ4_NL
+//! comes in the same two orders (tinyBLAS's and the repacked `iq4_nl_8x8`), IQ4_XS in the
+//! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The k-quant kernels keep their own
+//! order.
 //!
 //! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
 //!
@@ -138,9 +141,14 @@ pub(crate) type Forms = (
 #[cfg(target_arch = "x86_64")]
 mod forms {
     use super::*;
-    use crate::quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8_0};
+    use crate::quants::{
+        BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8_0,
+    };
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
+    wrappers!(iq4_nl_avx2, BlockIQ4NL, avx2::iq4_nl_q8_0);
+    wrappers!(iq4_nl_avx2_chain, BlockIQ4NL, avx2::iq4_nl_q8_0_chain);
+    wrappers!(iq4_xs_avx2, BlockIQ4XS, avx2::iq4_xs_q8_k);
     wrappers!(q5_0_avx2, BlockQ5_0, avx2::q5_0_q8_0);
     wrappers!(q8_0_avx2, BlockQ8_0, avx2::q8_0_q8_0);
     wrappers!(q4_k_avx2, BlockQ4K, avx2::q4_k_q8_k);
@@ -166,6 +174,8 @@ mod forms {
             (Isa::Avx2, DType::Q8_0) => q8_0_avx2::FORMS,
             (Isa::Avx2, DType::Q4K) => q4_k_avx2::FORMS,
             (Isa::Avx2, DType::Q6K) => q6_k_avx2::FORMS,
+            (Isa::Avx2, DType::IQ4NL) => iq4_nl_avx2::FORMS,
+            (Isa::Avx2, DType::IQ4XS) => iq4_xs_avx2::FORMS,
             (Isa::Avx512, DType::Q4K) => q4_k_avx512::FORMS,
             (Isa::Avx512, DType::Q6K) => q6_k_avx512::FORMS,
             (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni::FORMS,
@@ -183,6 +193,7 @@ mod forms {
     pub(super) fn chain_table(dtype: DType, isa: Isa) -> Option<Forms> {
         match (isa, dtype) {
             (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain::FORMS),
+            (Isa::Avx2, DType::IQ4NL) => Some(iq4_nl_avx2_chain::FORMS),
             (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain::FORMS),
             _ => None,
         }
@@ -353,7 +364,13 @@ mod tests {
             (DType::Q4_0, 12),
             (DType::Q4_0, 7),
             (DType::Q8_0, 8),
+            (DType::IQ4NL, 8),
+            (DType::IQ4NL, 7),
+            (DType::IQ4XS, 8),
+            (DType::IQ4XS, 5),
         ] {
+            let vt = crate::quants::vec_dot_type(t).expect("block type");
+            let k = k / 32 * t.block_size();
             let ne = [k, rows, 1, 1];
             let a = RawTensor {
                 data: std::ptr::null_mut(),
@@ -367,7 +384,7 @@ mod tests {
                 ],
             };
             let g = crate::kernels::ggml_arith::mul_mat_dot(&a, 4)
-                .expect("ggml_arith has a kernel for Q4_0 and Q8_0");
+                .expect("ggml_arith has a kernel for Q4_0, Q8_0 and the i-quants");
             let order = ggml_sum_order(t, ne);
             assert_ne!(order, SumOrder::Any);
             let builds = vec_dot_variants_in(t, order);
@@ -375,9 +392,15 @@ mod tests {
                 !builds.is_empty()
                     || !crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx2)
             );
-            let w = blocks(t, 4 * k / 32, &mut seed);
-            let y = blocks(DType::Q8_0, 4 * k / 32, &mut seed);
-            let (rs, ys) = (t.row_size(k), DType::Q8_0.row_size(k));
+            let w = blocks(t, 4 * k / t.block_size(), &mut seed);
+            let mut y = blocks(vt, 4 * k / t.block_size(), &mut seed);
+            if vt == DType::Q8K {
+                // Q8_K's scale is an f32: a finite one.
+                for (i, blk) in y.chunks_exact_mut(vt.type_size()).enumerate() {
+                    blk[..4].copy_from_slice(&(0.01 * (i as f32 + 1.0)).to_le_bytes());
+                }
+            }
+            let (rs, ys) = (t.row_size(k), vt.row_size(k));
             let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rs..(r + 1) * rs]);
             let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * ys..(c + 1) * ys]);
             for v in builds {

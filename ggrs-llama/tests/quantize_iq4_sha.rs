@@ -1,0 +1,103 @@
+//! Bit-exactness of the IQ4_NL and IQ4_XS quantizers with llama.cpp's quantize tool: every
+//! tensor that llama.cpp's IQ4_NL and IQ4_XS recipes (`shared/reference/README.md`) stored as
+//! IQ4_NL or IQ4_XS, quantized here from the f16 file (`quants::quantize_row_dyn`, the row
+//! encoder `ggrs quantize` runs), has the sha256 that `qwen05b/tensor-sha256.json` lists.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use ggrs_core::gguf::GgufFile;
+use ggrs_core::quants::quantize_row_dyn;
+use ggrs_core::types::traits;
+use ggrs_core::DType;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// sha256 of `name` quantized to `to` from the f16 file.
+fn quantized_sha(file: &GgufFile, name: &str, to: DType) -> String {
+    let t = file
+        .tensors()
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("{name} is not in the f16 file"));
+    let data = file.tensor_data(t);
+    let ne0 = t.ne[0];
+    let rows: usize = t.ne[1..].iter().product();
+    let from = traits(t.dtype)
+        .to_f32
+        .expect("the f16 file's tensors read as f32");
+    let in_row = t.dtype.row_size(ne0);
+    let out_row = to.row_size(ne0);
+    let mut out = vec![0u8; rows * out_row];
+    // Rows split between two threads (each row's bytes depend on that row only).
+    let half = rows.div_ceil(2) * out_row;
+    let (o0, o1) = out.split_at_mut(half.min(rows * out_row));
+    std::thread::scope(|s| {
+        for (k, part) in [o0, o1].into_iter().enumerate() {
+            let first = k * rows.div_ceil(2);
+            s.spawn(move || {
+                let mut vals = vec![0f32; ne0];
+                for (r, dst) in part.chunks_exact_mut(out_row).enumerate() {
+                    let i = first + r;
+                    from(&data[i * in_row..(i + 1) * in_row], &mut vals);
+                    quantize_row_dyn(to, &vals, dst).expect("whole rows of the block size");
+                }
+            });
+        }
+    });
+    Sha256::digest(&out)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn iq4_nl_and_iq4_xs_tensors_equal_llama_cpp() {
+    let _g = common::serial();
+    let Some(path) = common::qwen05b("f16") else {
+        return;
+    };
+    let listing: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    // (name, type) → sha256, over both recipes (they share their IQ4_NL tensors).
+    let mut want: BTreeMap<(String, u32), String> = BTreeMap::new();
+    for recipe in ["iq4_nl", "iq4_xs"] {
+        for (name, v) in listing[recipe].as_object().expect("listing for the recipe") {
+            let dtype = DType::from_name(v["type"].as_str().unwrap()).unwrap();
+            if matches!(dtype, DType::IQ4NL | DType::IQ4XS) {
+                let sha = v["sha256"].as_str().unwrap().to_string();
+                let prev = want.insert((name.clone(), dtype.id()), sha.clone());
+                assert!(
+                    prev.is_none_or(|p| p == sha),
+                    "{name}: two sha256 for {dtype}"
+                );
+            }
+        }
+    }
+    let n_nl = want.keys().filter(|(_, t)| *t == DType::IQ4NL.id()).count();
+    let n_xs = want.len() - n_nl;
+    assert!(
+        n_nl >= 100 && n_xs >= 20,
+        "{n_nl} IQ4_NL and {n_xs} IQ4_XS tensors listed"
+    );
+    let file = GgufFile::open(&path).unwrap();
+    let mut mismatches = Vec::new();
+    for ((name, id), sha) in &want {
+        let dtype = DType::from_id(*id).expect("an id taken from a DType");
+        if quantized_sha(&file, name, dtype) != *sha {
+            mismatches.push(format!("{name} ({dtype})"));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} tensors differ from llama.cpp's: {:?}",
+        mismatches.len(),
+        want.len(),
+        &mismatches[..mismatches.len().min(10)]
+    );
+    eprintln!("all {n_nl} IQ4_NL and {n_xs} IQ4_XS tensors match llama.cpp's sha256");
+}
