@@ -177,11 +177,9 @@ pub fn quantize_file(
         plan.order.clone()
     };
     let mut w = GgufWriter::new();
-    w.set_alignment(input.alignment())?;
+    // Every key in its place, `general.alignment` included (which sets the writer's
+    // alignment): a file without it has the default alignment, and so will the output.
     for (k, v) in input.metadata() {
-        if k == "general.alignment" {
-            continue;
-        }
         w.add_kv(k.clone(), v.clone())?;
     }
     let version = ("general.quantization_version".to_string(), Value::U32(2));
