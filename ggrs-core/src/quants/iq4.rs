@@ -39,6 +39,17 @@ const GROUP_MAX_EPS: f32 = 1e-15;
 /// Candidate scales tried on each side of the first guess by the quantize tool (`ntry`).
 const NTRY_TOOL: i32 = 7;
 
+/// [`KVALUES_IQ4NL`] as f32.
+const LEVELS: [f32; 16] = {
+    let mut v = [0f32; 16];
+    let mut k = 0;
+    while k < 16 {
+        v[k] = KVALUES_IQ4NL[k] as f32;
+        k += 1;
+    }
+    v
+};
+
 /// One IQ4_NL block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
 #[repr(C)]
@@ -79,47 +90,68 @@ impl BlockIQ4XS {
     }
 }
 
-/// The index of the level of `KVALUES_IQ4NL` nearest to `x` (ggml's `best_index_int8`: the
-/// ends clamp, a binary search brackets `x`, and a tie goes to the upper level).
+/// The index of the level of `KVALUES_IQ4NL` nearest to `scale · x[j]`, for each of 32
+/// values, as ggml's `best_index_int8` finds it: the ends clamp; otherwise a binary search
+/// brackets the value as `val[mu − 1] ≤ v < val[mu]`, and `mu − 1` wins when
+/// `v − val[mu − 1] < val[mu] − v` (a tie goes up).
+///
+/// Computed without the search's branches (whose outcomes the data makes unpredictable),
+/// level by level over the whole group, a form the compiler vectorises: as the levels
+/// ascend, `mu` is one more than the number of inner levels `val[1..15]` at or below the
+/// value. The clamping needs no test of its own: below the first inner level `mu` is 1 and
+/// the comparison picks 0, at or above the last level `mu` is 15 and it picks 15
+/// (infinities included). A NaN compares false everywhere, which drives ggml's search to
+/// `mu = 15` and its last comparison to the upper level: 15.
 #[inline(always)]
-fn best_index(x: f32) -> u8 {
-    let val = &KVALUES_IQ4NL;
-    if x <= val[0] as f32 {
-        return 0;
+fn best_indices(scale: f32, x: &[f32; 32]) -> [u8; 32] {
+    let mut al = [0f32; 32];
+    for j in 0..32 {
+        al[j] = scale * x[j];
     }
-    if x >= val[15] as f32 {
-        return 15;
-    }
-    let (mut ml, mut mu) = (0usize, 15usize);
-    while mu - ml > 1 {
-        let mav = (ml + mu) / 2;
-        if x < val[mav] as f32 {
-            mu = mav;
-        } else {
-            ml = mav;
+    let mut mu = [1u32; 32];
+    for &v in &LEVELS[1..15] {
+        for j in 0..32 {
+            mu[j] += (v <= al[j]) as u32;
         }
     }
-    if x - (val[mu - 1] as f32) < (val[mu] as f32) - x {
-        (mu - 1) as u8
-    } else {
-        mu as u8
+    let mut l = [0u8; 32];
+    for j in 0..32 {
+        let m = mu[j] as usize;
+        let down = al[j] - LEVELS[m - 1] < LEVELS[m] - al[j];
+        l[j] = if al[j].is_nan() {
+            15
+        } else {
+            (m - down as usize) as u8
+        };
     }
+    l
 }
 
-/// `Σ w·q·x` and `Σ w·q²` (weights `w = x²`) of `xb` quantized with inverse scale `id`, each
-/// index written to `lb` when given; products grouped as ggml's `(w·q)·x` and `(w·q)·q`.
+/// `Σ w·q·x` and `Σ w·q²` (weights `w = x²`) of the 32 values `xb` quantized with inverse
+/// scale `id`, each index written to `lb` when given; products grouped as ggml's `(w·q)·x`
+/// and `(w·q)·q`, added in value order. (Indices and products first, each loop free of the
+/// sums' dependency chain, so that they vectorise; the sums alone stay sequential.)
 #[inline(always)]
-fn weighted_sums(xb: &[f32], id: f32, mut lb: Option<&mut [u8]>) -> (f32, f32) {
+fn weighted_sums(xb: &[f32], id: f32, lb: Option<&mut [u8]>) -> (f32, f32) {
+    let xb: &[f32; 32] = xb
+        .try_into()
+        .expect("groups are 32 values (callers' chunks)");
+    let l = best_indices(id, xb);
+    if let Some(lb) = lb {
+        lb[..32].copy_from_slice(&l);
+    }
+    let mut pqx = [0f32; 32];
+    let mut pq2 = [0f32; 32];
+    for j in 0..32 {
+        let q = LEVELS[l[j] as usize];
+        let w = xb[j] * xb[j];
+        pqx[j] = w * q * xb[j];
+        pq2[j] = w * q * q;
+    }
     let (mut sumqx, mut sumq2) = (0f32, 0f32);
-    for (j, &x) in xb.iter().enumerate() {
-        let l = best_index(id * x);
-        if let Some(lb) = lb.as_deref_mut() {
-            lb[j] = l;
-        }
-        let q = KVALUES_IQ4NL[l as usize] as f32;
-        let w = x * x;
-        sumqx += w * q * x;
-        sumq2 += w * q * q;
+    for j in 0..32 {
+        sumqx += pqx[j];
+        sumq2 += pq2[j];
     }
     (sumqx, sumq2)
 }
@@ -178,9 +210,7 @@ fn quantize_iq4_nl_block(x: &[f32], ntry: i32) -> BlockIQ4NL {
     let scale = group_scale(x, &mut l, ntry).unwrap_or(0.0);
     if ntry > 0 {
         let id = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-        for (lj, &xj) in l.iter_mut().zip(x) {
-            *lj = best_index(id * xj);
-        }
+        l = best_indices(id, x.try_into().expect("32 values"));
     }
     let mut qs = [0u8; QK4_NL / 2];
     pack_indices(&l, &mut qs);
@@ -272,9 +302,7 @@ impl BlockQuant for BlockIQ4XS {
             let ls = nearest_int(id * scales[ib]).clamp(-32, 31);
             let dl = d * ls as f32;
             let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
-            for (lj, &xj) in lb.iter_mut().zip(xb) {
-                *lj = best_index(idl * xj);
-            }
+            lb.copy_from_slice(&best_indices(idl, xb.try_into().expect("32 values")));
             let ls = (ls + 32) as u8;
             scales_l[ib / 2] |= (ls & 0x0F) << (4 * (ib % 2));
             scales_h |= ((ls >> 4) as u16) << (2 * ib);
@@ -360,7 +388,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn best_index_is_nearest_level_ties_up() {
+    fn searched_index_is_nearest_level_ties_up() {
         // A plain search over the table: the nearest level, the upper one on a tie.
         for i in -1400..=1400 {
             let x = i as f32 * 0.1;
@@ -372,7 +400,55 @@ mod tests {
                     best = k;
                 }
             }
-            assert_eq!(best_index(x) as usize, best, "x = {x}");
+            assert_eq!(best_index_searched(x) as usize, best, "x = {x}");
+        }
+    }
+
+    /// ggml's `best_index_int8` as it is written: the branch-free form gives its answers.
+    fn best_index_searched(x: f32) -> u8 {
+        let val = KVALUES_IQ4NL.map(|v| v as f32);
+        if x <= val[0] {
+            return 0;
+        }
+        if x >= val[15] {
+            return 15;
+        }
+        let (mut ml, mut mu) = (0usize, 15usize);
+        while mu - ml > 1 {
+            let mav = (ml + mu) / 2;
+            if x < val[mav] {
+                mu = mav;
+            } else {
+                ml = mav;
+            }
+        }
+        if x - val[mu - 1] < val[mu] - x {
+            (mu - 1) as u8
+        } else {
+            mu as u8
+        }
+    }
+
+    #[test]
+    fn best_index_equals_ggml_search() {
+        let mut specials = vec![f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 0.0];
+        for k in 0..16 {
+            let v = KVALUES_IQ4NL[k] as f32;
+            specials.extend([v, v.next_up(), v.next_down()]);
+            if k < 15 {
+                let mid = (v + KVALUES_IQ4NL[k + 1] as f32) / 2.0;
+                specials.extend([mid, mid.next_up(), mid.next_down()]);
+            }
+        }
+        let grid = (-140_000..=140_000).map(|i| i as f32 * 0.001);
+        let mut all: Vec<f32> = specials.into_iter().chain(grid).collect();
+        all.resize(all.len().div_ceil(32) * 32, 0.5);
+        for g in all.chunks_exact(32) {
+            let g: &[f32; 32] = g.try_into().unwrap();
+            for scale in [1.0, -0.5, 3.0] {
+                let want: [u8; 32] = std::array::from_fn(|j| best_index_searched(scale * g[j]));
+                assert_eq!(best_indices(scale, g), want, "{g:?} × {scale}");
+            }
         }
     }
 
