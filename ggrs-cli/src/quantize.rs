@@ -80,7 +80,7 @@ fn tensor_type(s: &str, what: &str) -> Result<QuantType, String> {
 pub fn run(a: Args) -> CliResult {
     let file_type = FileType::from_name(&a.target).ok_or_else(|| {
         format!(
-            "unknown file type `{}` (one of {}; see `ggrs help quantize`)",
+            "unknown type `{}`: not a file type (one of {}; see `ggrs help quantize`)",
             a.target,
             FileType::ALL.map(|(_, n)| n).join(", ")
         )

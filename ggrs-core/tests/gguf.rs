@@ -740,9 +740,14 @@ fn open_reports_the_path() {
 // Reference files
 // ---------------------------------------------------------------------------------------------
 
+/// `shared/reference/<rel>`: the first `shared/reference` going up from this crate (the
+/// repository may be a worktree nested deeper than the main checkout).
 fn reference(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/reference")
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .map(|d| d.join("shared/reference"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| here.join("../../shared/reference"))
         .join(rel)
 }
 

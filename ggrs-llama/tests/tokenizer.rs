@@ -7,9 +7,14 @@ use std::time::Instant;
 
 use ggrs_llama::tokenizer::{PreTokenizer, TokenType, Tokenizer, VocabKind};
 
+/// `shared/reference/<rel>`: the first `shared/reference` going up from this crate (the
+/// repository may be a worktree nested deeper than the main checkout).
 fn reference(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/reference")
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .map(|d| d.join("shared/reference"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| here.join("../../shared/reference"))
         .join(rel)
 }
 

@@ -36,10 +36,14 @@ pub fn ggrs_with_stdin(args: &[&str], input: &str) -> Output {
     child.wait_with_output().expect("wait")
 }
 
-/// The path of `shared/reference/<rel>`.
+/// The path of `shared/reference/<rel>`: the first `shared/reference` going up from this
+/// crate (the repository may be a worktree nested deeper than the main checkout).
 pub fn reference(rel: &str) -> String {
-    format!(
-        "{}/../../shared/reference/{rel}",
-        env!("CARGO_MANIFEST_DIR")
-    )
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = here
+        .ancestors()
+        .map(|d| d.join("shared/reference"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| here.join("../../shared/reference"));
+    format!("{}/{rel}", dir.display())
 }

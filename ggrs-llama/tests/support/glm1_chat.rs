@@ -37,8 +37,15 @@ pub const PIECES: [&str; 31] = [
 /// First id of [`PIECES`].
 pub const PIECE_BASE: u32 = 100;
 
+/// `shared/reference/chatglm6b-v1`, found going up from the crate (the repository may be a
+/// worktree nested deeper than the main checkout).
 fn ref_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/reference/chatglm6b-v1")
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .map(|d| d.join("shared/reference"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| here.join("../../shared/reference"))
+        .join("chatglm6b-v1")
 }
 
 /// Converts the tiny checkpoint into `dir` and writes `dir/tiny-glm1-chat.gguf`: the same
