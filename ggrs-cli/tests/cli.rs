@@ -178,3 +178,52 @@ fn bench_mem_bw_reports_the_weight_rate_against_a_plain_read() {
         "{out}"
     );
 }
+
+#[test]
+fn quantize_with_a_recipe_and_overrides() {
+    let out = std::env::temp_dir().join(format!("ggrs-cli-q-{}.gguf", std::process::id()));
+    let out_s = out.to_str().unwrap();
+    let (ok, _, err) = ggrs(&[
+        "quantize",
+        &tiny(),
+        out_s,
+        "Q4_K_M",
+        "--tensor-type",
+        "attn_v=q8_0",
+        "--output-tensor-type",
+        "f16",
+        "-t",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let (ok, table, err) = ggrs(&["inspect", out_s]);
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_file(&out);
+    // llama-quantize's general.file_type for Q4_K_M is 15.
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("general.file_type") && l.trim_end().ends_with("15")),
+        "{table}"
+    );
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in\n{table}"))
+            .to_string()
+    };
+    assert!(row("blk.0.attn_v.weight").contains("q8_0"));
+    assert!(row("output.weight").contains("f16"));
+    // A malformed override is an error, not a panic.
+    let (ok, _, err) = ggrs(&[
+        "quantize",
+        &tiny(),
+        out_s,
+        "q4_k_m",
+        "--tensor-type",
+        "attn_v",
+    ]);
+    assert!(!ok);
+    assert!(err.contains("bad tensor type override `attn_v`"), "{err}");
+}

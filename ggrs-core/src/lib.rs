@@ -149,7 +149,8 @@
 //!   once at run time. Set the environment variable `GGRS_FORCE_SCALAR=1` to force the plain
 //!   versions (to compare against them, or to rule out a SIMD bug).
 //! - [`gguf`]: GGUF files, read through a memory map without copying tensor data, and
-//!   written; [`quantize`]: converting a GGUF file's weights to another type.
+//!   written; [`quantize`]: writing a GGUF file with each tensor converted to the type a
+//!   caller's plan names (the recipes that make plans live in `ggrs_llama::quantize`).
 //! - [`error`]: the one [`Error`] type; every fallible call returns [`Result`].
 #![warn(missing_docs)]
 

@@ -1,16 +1,16 @@
-//! Converting a GGUF file's tensors to another type (what `ggrs quantize` does).
+//! The conversion engine behind `ggrs quantize`: writes a GGUF file's tensors with the
+//! types a caller-supplied [`QuantizePlan`] names, one per tensor.
 //!
-//! Every 2-D (or higher) tensor whose name ends in `weight` is converted to the target
-//! type; everything else (norms, biases: 1-D tensors) is copied unchanged, as llama.cpp's
-//! quantize tool keeps them. Unless [`QuantizeOptions::pure`] is set, the output projection
-//! follows llama.cpp's default recipe (see [`target_type_for`]): it gets Q6_K (Q8_0 when its
-//! rows do not divide into 256-value blocks) for every block-quantized target but Q8_0, and
-//! tensors whose rows do not divide into the target's blocks fall back to a type whose blocks
-//! fit, as llama.cpp does. A row is converted by decoding it to f32 (exact for F16 and
-//! BF16, the type's dequantizer for block types) and encoding that with the target type's
-//! reference quantizer, which is how llama.cpp's `--pure` quantization and its F16
-//! conversion (`--allow-requantize`) proceed, so the result is bit-identical to theirs.
-//! Metadata is copied, with `general.file_type` and `general.quantization_version` set.
+//! This module knows nothing of models or tensor names: which tensor gets which type (the
+//! `--pure` rule, llama.cpp's Q4_K_M… recipes, `--tensor-type` overrides) is decided by the
+//! caller (`ggrs_llama::quantize`). A tensor whose planned type is its own is copied byte for
+//! byte; any other is converted row by row, on several threads, by decoding the row to f32
+//! (exact for F16 and BF16, the type's dequantizer for block types) and encoding that with
+//! the target type's reference quantizer. That is how llama.cpp's quantize tool proceeds
+//! without an importance matrix, so the result is bit-identical to its output. The input's
+//! metadata is copied, then `general.quantization_version` is set to 2 (ggml's
+//! `GGML_QNT_VERSION`) and the plan's metadata is set (each moved to the end, as ggml does);
+//! tensors are written in the plan's order.
 
 use std::io::Write;
 use std::path::Path;
@@ -19,18 +19,39 @@ use crate::dtype::DType;
 use crate::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, Value};
 use crate::types::traits;
 
-/// What to convert to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How to convert (the per-tensor types come in a [`QuantizePlan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QuantizeOptions {
-    /// Type of the converted weights.
-    pub target: DType,
     /// Convert tensors that are block-quantized already (llama.cpp refuses without it).
     pub allow_requantize: bool,
     /// Threads converting rows (0: one per physical core).
     pub n_threads: usize,
-    /// Give every 2-D weight the target type (llama.cpp's `--pure`); when false, the output
-    /// projection keeps more bits as llama.cpp's default recipe does.
-    pub pure: bool,
+}
+
+/// What to write: the type of every tensor and the metadata to set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QuantizePlan {
+    /// The type of each tensor of the input, in the input's tensor order (same length).
+    /// A tensor whose entry equals its own type is copied byte for byte.
+    pub types: Vec<DType>,
+    /// Metadata set after the input's metadata is copied, in this order, e.g.
+    /// `general.file_type`. A key the input has is moved to the end with its new value,
+    /// as ggml's `gguf_set_val_*` does.
+    pub metadata: Vec<(String, Value)>,
+    /// The order to write the tensors in, as indices into the input's tensors (a
+    /// permutation); empty keeps the input's order.
+    pub order: Vec<usize>,
+}
+
+impl QuantizePlan {
+    /// The plan that gives every tensor of `input` the type `f(tensor)` and sets no metadata.
+    pub fn from_fn(input: &GgufFile, f: impl FnMut(&TensorInfo) -> DType) -> QuantizePlan {
+        QuantizePlan {
+            types: input.tensors().iter().map(f).collect(),
+            metadata: Vec::new(),
+            order: Vec::new(),
+        }
+    }
 }
 
 /// Progress of a conversion, reported once per tensor after it is written.
@@ -57,7 +78,7 @@ pub struct QuantizeProgress<'a> {
 pub struct QuantizeReport {
     /// Tensors in the file.
     pub n_tensors: usize,
-    /// Tensors converted to the target type.
+    /// Tensors converted to another type.
     pub n_converted: usize,
     /// Bytes of tensor data read.
     pub bytes_in: u64,
@@ -95,6 +116,17 @@ pub enum QuantizeError {
         /// The target type.
         to: DType,
     },
+    /// The plan does not name one type per tensor.
+    #[error("the quantization plan names {planned} types for a file of {tensors} tensors")]
+    PlanLength {
+        /// Types in the plan.
+        planned: usize,
+        /// Tensors in the file.
+        tensors: usize,
+    },
+    /// The plan's tensor order is not a permutation of the input's tensors.
+    #[error("the quantization plan's tensor order is not a permutation of the file's {0} tensors")]
+    BadOrder(usize),
     /// A tensor's rows do not divide into the target's blocks.
     #[error("tensor `{name}`: rows of {ne0} values do not divide into {to} blocks of {block}")]
     BlockMismatch {
@@ -109,112 +141,60 @@ pub enum QuantizeError {
     },
 }
 
-/// llama.cpp's `general.file_type` value for a file whose weights are mostly `t`.
-pub fn file_type_id(t: DType) -> Option<u32> {
-    Some(match t {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Q4_0 => 2,
-        DType::Q4_1 => 3,
-        DType::Q8_0 => 7,
-        DType::Q5_0 => 8,
-        DType::Q5_1 => 9,
-        DType::Q2K => 10,
-        DType::Q3K => 12,
-        DType::Q4K => 15,
-        DType::Q5K => 17,
-        DType::Q6K => 18,
-        DType::IQ4NL => 25,
-        DType::IQ4XS => 30,
-        DType::BF16 => 32,
-        _ => return None,
-    })
-}
-
-/// The type tensor `info` gets: the target for weights of two or more axes, else its own
-/// (the `--pure` rule, without shape fallbacks).
-pub fn target_type(info: &TensorInfo, target: DType) -> DType {
-    let n_dims = (1..4).rev().find(|&i| info.ne[i] > 1).map_or(1, |i| i + 1);
-    if info.name.ends_with("weight") && n_dims >= 2 {
-        target
-    } else {
-        info.dtype
-    }
-}
-
-/// The type tensor `info` gets in a file converted to `target`, as llama.cpp's quantize tool
-/// chooses it for a legacy or k-quant target:
-/// - 1-D tensors and tensors not named `*weight` keep their type;
-/// - unless `pure`, the output projection (`output.weight`, or `token_embd.weight` when the
-///   file has no `output.weight` and so ties them) gets Q6_K, or Q8_0 when its rows are not a
-///   multiple of 256, for every block-quantized target other than Q8_0;
-/// - a block type whose blocks do not divide the rows falls back: Q6_K → Q8_0, Q5_K → Q5_1,
-///   Q4_K → Q5_0, Q3_K/Q2_K → Q4_0, IQ4_XS → IQ4_NL; if that still does not fit, F16.
-pub fn target_type_for(info: &TensorInfo, target: DType, pure: bool, has_output: bool) -> DType {
-    let mut t = target_type(info, target);
-    if t == info.dtype || !t.is_quantized() {
-        return t;
-    }
-    let is_output =
-        info.name == "output.weight" || (!has_output && info.name == "token_embd.weight");
-    if !pure && is_output && t != DType::Q8_0 {
-        t = if info.ne[0].is_multiple_of(DType::Q6K.block_size()) {
-            DType::Q6K
-        } else {
-            DType::Q8_0
-        };
-    }
-    if !info.ne[0].is_multiple_of(t.block_size()) {
-        let fallback = match t {
-            DType::Q6K => Some(DType::Q8_0),
-            DType::Q5K => Some(DType::Q5_1),
-            DType::Q4K => Some(DType::Q5_0),
-            DType::Q3K | DType::Q2K => Some(DType::Q4_0),
-            DType::IQ4XS => Some(DType::IQ4NL),
-            _ => None,
-        };
-        // Without a fallback the type stays, and `quantize_file` reports the mismatch.
-        if let Some(f) = fallback {
-            t = if info.ne[0].is_multiple_of(f.block_size()) {
-                f
-            } else {
-                DType::F16
-            };
-        }
-    }
-    t
-}
-
-/// Writes `input` to `out` with its weights converted as the [module docs](self) say,
-/// calling `progress` after each tensor.
+/// Writes `input` to `out` with tensor `i` converted to `plan.types[i]` as the
+/// [module docs](self) say, calling `progress` after each tensor.
+///
+/// Fails before writing anything if the plan does not have one type per tensor, if a
+/// target type has no quantizer or a source type no dequantizer in this build, if a
+/// quantized tensor would be converted without [`QuantizeOptions::allow_requantize`], or if
+/// a tensor's rows do not divide into its target's blocks.
 pub fn quantize_file(
     input: &GgufFile,
     out: &Path,
+    plan: &QuantizePlan,
     opts: &QuantizeOptions,
     mut progress: impl FnMut(&QuantizeProgress),
 ) -> Result<QuantizeReport, QuantizeError> {
-    let to = opts.target;
-    if traits(to).from_f32.is_none() {
-        return Err(QuantizeError::NoQuantizer(to));
+    let n = input.tensors().len();
+    if plan.types.len() != n {
+        return Err(QuantizeError::PlanLength {
+            planned: plan.types.len(),
+            tensors: n,
+        });
     }
-    let mut w = GgufWriter::new();
-    w.protect(input.source().cloned());
-    w.set_alignment(input.alignment())?;
-    for (k, v) in input.metadata() {
-        if k == "general.alignment" {
-            continue;
+    let order: Vec<usize> = if plan.order.is_empty() {
+        (0..n).collect()
+    } else {
+        let mut seen = vec![false; n];
+        for &i in &plan.order {
+            if i >= n || std::mem::replace(&mut seen[i], true) {
+                return Err(QuantizeError::BadOrder(n));
+            }
         }
+        if plan.order.len() != n {
+            return Err(QuantizeError::BadOrder(n));
+        }
+        plan.order.clone()
+    };
+    let mut w = GgufWriter::new();
+    // The writer refuses an output that is the input file under any name.
+    w.protect(input.source().cloned());
+    // Every key in its place, `general.alignment` included (which sets the writer's
+    // alignment): a file without it has the default alignment, and so will the output.
+    for (k, v) in input.metadata() {
         w.add_kv(k.clone(), v.clone())?;
     }
-    if let Some(ft) = file_type_id(to) {
-        w.set_kv("general.file_type", Value::U32(ft))?;
+    let version = ("general.quantization_version".to_string(), Value::U32(2));
+    for (k, v) in std::iter::once(&version).chain(&plan.metadata) {
+        w.remove_kv(k);
+        w.add_kv(k.clone(), v.clone())?;
     }
-    w.set_kv("general.quantization_version", Value::U32(2))?;
-    let mut plan = Vec::with_capacity(input.tensors().len());
-    let has_output = input.tensors().iter().any(|t| t.name == "output.weight");
-    for t in input.tensors() {
-        let new = target_type_for(t, to, opts.pure, has_output);
+    for &i in &order {
+        let (t, new) = (&input.tensors()[i], plan.types[i]);
         if new != t.dtype {
+            if traits(new).from_f32.is_none() {
+                return Err(QuantizeError::NoQuantizer(new));
+            }
             if t.dtype.is_quantized() && !opts.allow_requantize {
                 return Err(QuantizeError::Requantize {
                     name: t.name.clone(),
@@ -238,7 +218,6 @@ pub fn quantize_file(
             }
         }
         w.add_tensor_info(t.name.clone(), new, &t.ne[..t.n_dims.clamp(1, 4)])?;
-        plan.push(new);
     }
     let n_threads = if opts.n_threads == 0 {
         crate::exec::default_threads()
@@ -247,14 +226,14 @@ pub fn quantize_file(
     };
     let total: u64 = w.tensors().iter().map(|t| t.size as u64).sum();
     let mut report = QuantizeReport {
-        n_tensors: plan.len(),
+        n_tensors: plan.types.len(),
         ..QuantizeReport::default()
     };
     let mut done = 0u64;
     let mut index = 0usize;
     let tensors = input.tensors();
     w.write_to_path(out, |info, sink| {
-        let src = &tensors[index];
+        let src = &tensors[order[index]];
         let data = input.tensor_data(src);
         report.bytes_in += data.len() as u64;
         if info.dtype == src.dtype {

@@ -740,6 +740,8 @@ fn open_reports_the_path() {
 // Reference files
 // ---------------------------------------------------------------------------------------------
 
+/// `shared/reference/<rel>`: the first `shared/reference` going up from this crate (the
+/// repository may be a worktree nested deeper than the main checkout).
 fn reference(rel: &str) -> PathBuf {
     // `GGRS_REFERENCE_DIR`: for a checkout that is not beside `shared/` (a worktree).
     std::env::var_os("GGRS_REFERENCE_DIR")

@@ -35,7 +35,8 @@
 //! Modules in dependency order: [`hparams`] (what the GGUF says about the model),
 //! [`model`] (weights in the mapping), [`kv_cache`] and [`batch`], [`arch`] (the graph of
 //! one step, built with ggrs-core's public API), [`session`], [`sampling`], [`generate`],
-//! [`chat`] (conversation → prompt, multi-turn chat), [`perplexity`], [`tokenizer`].
+//! [`chat`] (conversation → prompt, multi-turn chat), [`perplexity`], [`tokenizer`],
+//! [`quantize`] (llama.cpp's quantization recipes over ggrs-core's conversion engine).
 #![warn(missing_docs)]
 
 pub mod arch;
@@ -48,6 +49,7 @@ pub mod hparams;
 pub mod kv_cache;
 pub mod model;
 pub mod perplexity;
+pub mod quantize;
 pub mod sampling;
 pub mod session;
 pub mod tokenizer;

@@ -191,13 +191,13 @@ fn killed_quantize_child() {
         return;
     };
     let input = GgufFile::open(input).unwrap();
-    let opts = ggrs_core::quantize::QuantizeOptions {
-        target: ggrs_core::DType::Q8_0,
+    let mut recipe = ggrs_llama::quantize::RecipeOptions::new(ggrs_llama::quantize::FileType::Q8_0);
+    recipe.pure = true;
+    let engine = ggrs_core::quantize::QuantizeOptions {
         allow_requantize: true,
         n_threads: 1,
-        pure: true,
     };
-    let _ = ggrs_core::quantize::quantize_file(&input, Path::new(&out), &opts, |_| {});
+    let _ = ggrs_llama::quantize::quantize(&input, Path::new(&out), &recipe, &engine, |_| {});
 }
 
 /// A real quantization (Qwen 0.5B f16 to q8_0) killed with SIGKILL half way leaves the file

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_core::quantize::{quantize_file, QuantizeOptions};
+use ggrs_core::quantize::QuantizeOptions;
 use ggrs_core::DType;
+use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
 use ggrs_llama::{Arch, Model, Session, SessionParams};
 
 fn tiny_dir() -> PathBuf {
@@ -111,13 +112,12 @@ fn quantized_copy(src: &Path, dir: &Path, kind: &str) -> PathBuf {
     let out = dir.join(format!("tiny-chatglm-{kind}.gguf"));
     let input = GgufFile::open(src).expect("open f16");
     let opts = QuantizeOptions {
-        target: DType::from_name(kind).expect("known type"),
         allow_requantize: false,
         n_threads: 0,
-        // `ggrs quantize`'s default recipe (llama.cpp's): the output projection keeps more bits.
-        pure: false,
     };
-    quantize_file(&input, &out, &opts, |_| {}).expect("quantize");
+    // `ggrs quantize`'s default recipe (llama.cpp's): the output projection keeps more bits.
+    let recipe = RecipeOptions::new(FileType::from_name(kind).expect("known type"));
+    quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize");
     out
 }
 

