@@ -1,5 +1,6 @@
 //! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
-//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI).
+//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI); Q4_1·Q8_1 and Q5_1·Q8_1
+//! for AVX2 (which AVX-512 machines run too).
 //!
 //! # How the kernels are built
 //!
@@ -27,7 +28,8 @@
 //! `ggml_vec_dot_q*_q8_0` and tinyBLAS do), and Q4_0 also comes in the order of ggml's
 //! repacked `q4_0_8x8` kernels (one FMA per block on the exact block sum), so that `mul_mat`
 //! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). The
-//! k-quant kernels keep their own order.
+//! Q4_1 and Q5_1 kernels keep the order of ggml's x86 `ggml_vec_dot_q*_1_q8_1` (the same
+//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order.
 //!
 //! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
 //!
@@ -138,9 +140,13 @@ pub(crate) type Forms = (
 #[cfg(target_arch = "x86_64")]
 mod forms {
     use super::*;
-    use crate::quants::{BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8_0};
+    use crate::quants::{
+        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    };
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
+    wrappers!(q4_1_avx2, BlockQ4_1, avx2::q4_1_q8_1);
+    wrappers!(q5_1_avx2, BlockQ5_1, avx2::q5_1_q8_1);
     wrappers!(q5_0_avx2, BlockQ5_0, avx2::q5_0_q8_0);
     wrappers!(q8_0_avx2, BlockQ8_0, avx2::q8_0_q8_0);
     wrappers!(q4_k_avx2, BlockQ4K, avx2::q4_k_q8_k);
@@ -162,7 +168,9 @@ mod forms {
     pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
         let forms: Forms = match (isa, dtype) {
             (Isa::Avx2, DType::Q4_0) => q4_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q4_1) => q4_1_avx2::FORMS,
             (Isa::Avx2, DType::Q5_0) => q5_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q5_1) => q5_1_avx2::FORMS,
             (Isa::Avx2, DType::Q8_0) => q8_0_avx2::FORMS,
             (Isa::Avx2, DType::Q4K) => q4_k_avx2::FORMS,
             (Isa::Avx2, DType::Q6K) => q6_k_avx2::FORMS,
@@ -337,6 +345,11 @@ mod tests {
             }
             let h = half::f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0);
             blk[0..2].copy_from_slice(&h.to_le_bytes());
+            if matches!(t, DType::Q4_1 | DType::Q5_1 | DType::Q8_1) {
+                // The minimum (or Q8_1's `s`): finite too.
+                let h = half::f16::from_f32((next() % 2000) as f32 / 100.0 - 10.0);
+                blk[2..4].copy_from_slice(&h.to_le_bytes());
+            }
         }
         out
     }
@@ -353,6 +366,8 @@ mod tests {
             (DType::Q4_0, 12),
             (DType::Q4_0, 7),
             (DType::Q8_0, 8),
+            (DType::Q4_1, 8),
+            (DType::Q5_1, 7),
         ] {
             let ne = [k, rows, 1, 1];
             let a = RawTensor {
@@ -367,7 +382,8 @@ mod tests {
                 ],
             };
             let g = crate::kernels::ggml_arith::mul_mat_dot(&a, 4)
-                .expect("ggml_arith has a kernel for Q4_0 and Q8_0");
+                .expect("ggml_arith has a kernel for Q4_0, Q8_0, Q4_1 and Q5_1");
+            let vt = crate::quants::vec_dot_type(t).expect("block type");
             let order = ggml_sum_order(t, ne);
             assert_ne!(order, SumOrder::Any);
             let builds = vec_dot_variants_in(t, order);
@@ -376,8 +392,8 @@ mod tests {
                     || !crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx2)
             );
             let w = blocks(t, 4 * k / 32, &mut seed);
-            let y = blocks(DType::Q8_0, 4 * k / 32, &mut seed);
-            let (rs, ys) = (t.row_size(k), DType::Q8_0.row_size(k));
+            let y = blocks(vt, 4 * k / 32, &mut seed);
+            let (rs, ys) = (t.row_size(k), vt.row_size(k));
             let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rs..(r + 1) * rs]);
             let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * ys..(c + 1) * ys]);
             for v in builds {
