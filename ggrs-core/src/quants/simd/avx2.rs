@@ -568,18 +568,19 @@ unsafe fn blocks_min<X: BlockDecode, const R: usize, const C: usize>(
                 mx[r] = f16_at(xb.add(2));
                 xs[r] = X::decode_unsigned(xb);
             }
+            let mut sy = [0f32; C];
             for c in 0..C {
                 let yb = y[c].add(i * Q8_1);
                 let dy = f16_at(yb.add(offset_of!(BlockQ8_1, d)));
-                let sy = f16_at(yb.add(offset_of!(BlockQ8_1, s)));
+                sy[c] = f16_at(yb.add(offset_of!(BlockQ8_1, s)));
                 let v = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8_1, qs)).cast());
                 for r in 0..R {
-                    summs[r][c] = mx[r].mul_add(sy, summs[r][c]);
                     let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(xs[r], v), ones);
                     let d = _mm256_set1_ps(dx[r] * dy);
                     acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r][c]);
                 }
             }
+            summs_fma(&mut summs, &mx, &sy);
         }
         let mut out = [[0f32; C]; R];
         for r in 0..R {
@@ -588,6 +589,47 @@ unsafe fn blocks_min<X: BlockDecode, const R: usize, const C: usize>(
             }
         }
         out
+    }
+}
+
+/// `summs[r][c] = fma(mx[r], sy[c], summs[r][c])` for every element of a tile: four
+/// elements per 128-bit FMA where a row or column of the tile has four (the same operation
+/// on each lane), one at a time otherwise.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[inline(always)]
+unsafe fn summs_fma<const R: usize, const C: usize>(
+    summs: &mut [[f32; C]; R],
+    mx: &[f32; R],
+    sy: &[f32; C],
+) {
+    // SAFETY: register operations and unaligned loads/stores of 4-value local arrays.
+    unsafe {
+        if C == 4 {
+            let s = _mm_loadu_ps(sy.as_ptr());
+            for r in 0..R {
+                let p = summs[r].as_mut_ptr();
+                _mm_storeu_ps(p, _mm_fmadd_ps(_mm_set1_ps(mx[r]), s, _mm_loadu_ps(p)));
+            }
+        } else if R == 4 {
+            let m = _mm_loadu_ps(mx.as_ptr());
+            for c in 0..C {
+                let col: [f32; 4] = std::array::from_fn(|r| summs[r][c]);
+                let mut out = [0f32; 4];
+                let v = _mm_fmadd_ps(m, _mm_set1_ps(sy[c]), _mm_loadu_ps(col.as_ptr()));
+                _mm_storeu_ps(out.as_mut_ptr(), v);
+                for (r, &o) in out.iter().enumerate() {
+                    summs[r][c] = o;
+                }
+            }
+        } else {
+            for r in 0..R {
+                for c in 0..C {
+                    summs[r][c] = mx[r].mul_add(sy[c], summs[r][c]);
+                }
+            }
+        }
     }
 }
 
