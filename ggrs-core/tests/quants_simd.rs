@@ -22,9 +22,11 @@ use ggrs_core::{Context, DType, Executor, Graph};
 use half::f16;
 
 /// The weight types with SIMD kernels.
-const SIMD_TYPES: [DType; 7] = [
+const SIMD_TYPES: [DType; 9] = [
     DType::Q4_0,
+    DType::Q4_1,
     DType::Q5_0,
+    DType::Q5_1,
     DType::Q8_0,
     DType::Q4K,
     DType::Q6K,
@@ -32,9 +34,9 @@ const SIMD_TYPES: [DType; 7] = [
     DType::IQ4XS,
 ];
 
-/// The i-quants, whose SIMD kernels are AVX2 only.
+/// Q4_1, Q5_1 and the i-quants, whose SIMD kernels are AVX2 only.
 fn avx2_only(t: DType) -> bool {
-    matches!(t, DType::IQ4NL | DType::IQ4XS)
+    matches!(t, DType::IQ4NL | DType::IQ4XS | DType::Q4_1 | DType::Q5_1)
 }
 
 /// ggml's `kvalues_iq4nl`: the 16 levels an IQ4_NL / IQ4_XS index selects.
@@ -85,7 +87,7 @@ impl Rng {
 fn f16_fields(t: DType) -> &'static [usize] {
     match t {
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
-        DType::Q4K => &[0, 2],
+        DType::Q4K | DType::Q4_1 | DType::Q5_1 => &[0, 2],
         DType::Q6K => &[208],
         _ => unreachable!("no SIMD kernel for {t}"),
     }
@@ -101,9 +103,25 @@ fn fix_q8k(p: &mut [u8], d: f32) {
     }
 }
 
+/// Sets Q8_1 block `p`'s scale to `d` and its `s` to `f16(d·Σ codes)` (what the quantizer
+/// writes), halving `d` until `s` is finite.
+fn fix_q8_1(p: &mut [u8], d: f16) {
+    let sum: i32 = p[4..36].iter().map(|&b| b as i8 as i32).sum();
+    let mut d = d;
+    let s = loop {
+        let s = f16::from_f32(d.to_f32() * sum as f32);
+        if s.is_finite() {
+            break s;
+        }
+        d = f16::from_f32(d.to_f32() * 0.5);
+    };
+    p[0..2].copy_from_slice(&d.to_le_bytes());
+    p[2..4].copy_from_slice(&s.to_le_bytes());
+}
+
 /// `nb` blocks of type `t` of random bytes with finite scales: every code pattern a file
-/// (or, for Q8_0/Q8_K, the activation quantizer and more) may hold. `wide` draws scales from
-/// the whole finite f16 range, otherwise from 2^-14 .. 2^4.
+/// (or, for Q8_0/Q8_1/Q8_K, the activation quantizer and more) may hold. `wide` draws scales
+/// from the whole finite f16 range, otherwise from 2^-14 .. 2^4.
 fn random_blocks(t: DType, r: &mut Rng, nb: usize, wide: bool) -> Vec<u8> {
     let ts = t.type_size();
     let mut out = vec![0u8; nb * ts];
@@ -115,6 +133,11 @@ fn random_blocks(t: DType, r: &mut Rng, nb: usize, wide: bool) -> Vec<u8> {
             let e = r.below(30) as i32 - 20;
             let d = (1.0 + r.below(1000) as f32 / 1000.0) * 2f32.powi(e);
             fix_q8k(p, if r.below(2) == 0 { d } else { -d });
+            continue;
+        }
+        if t == DType::Q8_1 {
+            let d = if wide { r.finite_f16() } else { r.modest_f16() };
+            fix_q8_1(p, d);
             continue;
         }
         for &off in f16_fields(t) {
@@ -138,6 +161,14 @@ fn extreme_blocks(t: DType, nb: usize, low: bool, scale: f16) -> Vec<u8> {
             // Code 0 is −16, 31 is +15.
             DType::Q5_0 => p[2..].fill(if low { 0x00 } else { 0xFF }),
             DType::Q8_0 => p[2..].fill(if low { 0x80 } else { 0x7F }),
+            // Codes 0 or 15 (31); the minimum (set below) negative when `low`: every value
+            // is then the minimum, negative, or `15·d + m`, positive.
+            DType::Q4_1 => p[4..].fill(if low { 0x00 } else { 0xFF }),
+            DType::Q5_1 => p[4..].fill(if low { 0x00 } else { 0xFF }),
+            DType::Q8_1 => {
+                p[4..].fill(if low { 0x80 } else { 0x7F });
+                fix_q8_1(p, scale);
+            }
             DType::Q8K => {
                 p[4..260].fill(if low { 0x80 } else { 0x7F });
                 fix_q8k(p, 0.75);
@@ -163,9 +194,12 @@ fn extreme_blocks(t: DType, nb: usize, low: bool, scale: f16) -> Vec<u8> {
             }
             _ => unreachable!(),
         }
-        if t != DType::Q8K {
+        if t != DType::Q8K && t != DType::Q8_1 {
             for &off in f16_fields(t) {
                 p[off..off + 2].copy_from_slice(&scale.to_le_bytes());
+            }
+            if matches!(t, DType::Q4_1 | DType::Q5_1) && low {
+                p[2..4].copy_from_slice(&(-scale).to_le_bytes());
             }
             if t == DType::Q4K && low {
                 // d = 0: only the minimum term, −dmin·63·y, positive against negative y.
@@ -194,6 +228,21 @@ fn dequantize(t: DType, q: &[u8]) -> Vec<f32> {
 fn magnitude(t: DType, a: &[u8], b: &[u8]) -> f64 {
     let vt = quants::vec_dot_type(t).expect("block type");
     let y = dequantize(vt, b);
+    if matches!(t, DType::Q4_1 | DType::Q5_1) {
+        // `Σ d·dy·q·qy + m·s` per block: the code part term by term, the minimum part as
+        // `|m|·|s|` (s is the block's stored, rounded `dy·Σ qy`).
+        let ta = t.type_size();
+        let mut m = 0.0;
+        for (i, (xa, yb)) in a.chunks_exact(ta).zip(b.chunks_exact(36)).enumerate() {
+            let (d, mn) = (f16_at(xa, 0), f16_at(xa, 2));
+            let q = codes32(t, xa);
+            for j in 0..32 {
+                m += (d * q[j] as f64 * y[32 * i + j] as f64).abs();
+            }
+            m += (mn * f16_at(yb, 2)).abs();
+        }
+        return m;
+    }
     if t != DType::Q4K {
         let x = dequantize(t, a);
         return x
@@ -264,8 +313,8 @@ fn every_build_the_cpu_runs_is_listed() {
             .iter()
             .map(|v| v.isa)
             .collect();
-        // The 32-value types have no AVX-512 build without VNNI (AVX2's serves); the
-        // i-quants have AVX2 builds only.
+        // The 32-value types have no AVX-512 build without VNNI (AVX2's serves); Q4_1, Q5_1
+        // and the i-quants have AVX2 builds only.
         let want: Vec<Isa> = isas
             .iter()
             .copied()
@@ -274,8 +323,8 @@ fn every_build_the_cpu_runs_is_listed() {
             .collect();
         assert_eq!(got, want, "{t}");
     }
-    // The ggml orders: every SIMD build of Q4_0, Q5_0, Q8_0 keeps ggml's lanes; Q4_0 also
-    // has builds in the repacked order; nothing else does.
+    // The ggml orders: every SIMD build of Q4_0, Q5_0, Q8_0, Q4_1, Q5_1 keeps ggml's lanes;
+    // Q4_0 also has builds in the repacked order; nothing else does.
     let simd32: Vec<Isa> = isas
         .iter()
         .copied()
@@ -287,6 +336,14 @@ fn every_build_the_cpu_runs_is_listed() {
             .map(|v| v.isa)
             .collect();
         assert_eq!(got, simd32, "{t}");
+    }
+    let avx2: Vec<Isa> = isas.iter().copied().filter(|&i| i == Isa::Avx2).collect();
+    for t in [DType::Q4_1, DType::Q5_1] {
+        let got: Vec<Isa> = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes)
+            .iter()
+            .map(|v| v.isa)
+            .collect();
+        assert_eq!(got, avx2, "{t}");
     }
     let got: Vec<Isa> = dispatch::vec_dot_variants_in(DType::Q4_0, SumOrder::GgmlBlockChain)
         .iter()
@@ -307,7 +364,13 @@ fn every_build_the_cpu_runs_is_listed() {
         assert_eq!(got, avx2, "{t} {order:?}");
     }
     assert!(dispatch::vec_dot_variants_in(DType::IQ4XS, SumOrder::GgmlBlockChain).is_empty());
-    for t in [DType::Q8_0, DType::Q4K, DType::Q6K, DType::Q4_1] {
+    for t in [
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q4_1,
+        DType::Q5_1,
+    ] {
         assert!(
             dispatch::vec_dot_variants_in(t, SumOrder::GgmlBlockChain).is_empty(),
             "{t}"
@@ -315,14 +378,7 @@ fn every_build_the_cpu_runs_is_listed() {
     }
     assert!(dispatch::vec_dot_variants_in(DType::Q4K, SumOrder::GgmlLanes).is_empty());
     // Types without SIMD kernels have their scalar reference only; others none.
-    for t in [
-        DType::Q4_1,
-        DType::Q5_1,
-        DType::Q2K,
-        DType::Q3K,
-        DType::Q5K,
-        DType::Q8K,
-    ] {
+    for t in [DType::Q2K, DType::Q3K, DType::Q5K, DType::Q8K, DType::Q8_1] {
         let got: Vec<Isa> = dispatch::vec_dot_variants(t)
             .iter()
             .map(|v| v.isa)
@@ -476,12 +532,20 @@ fn simd_matches_scalar_on_extreme_blocks() {
                     // ±127 exactly: activations at +127 or −127 whatever the weights.
                     let mut b127 = b.clone();
                     for p in b127.chunks_exact_mut(vt.type_size()) {
-                        let qs = if vt == DType::Q8K { 4..260 } else { 2..34 };
+                        let qs = match vt {
+                            DType::Q8K => 4..260,
+                            DType::Q8_1 => 4..36,
+                            _ => 2..34,
+                        };
                         if low {
                             p[qs].fill(0x81);
                         }
                         if vt == DType::Q8K {
                             fix_q8k(p, 0.75);
+                        }
+                        if vt == DType::Q8_1 {
+                            let d = f16::from_le_bytes([p[0], p[1]]);
+                            fix_q8_1(p, d);
                         }
                     }
                     check_row(t, &variants, n, &a, &b127, true);
@@ -522,30 +586,30 @@ fn kernels_accept_short_and_empty_rows() {
 // ggml's summation orders, bit for bit
 // ------------------------------------------------------------------------------------------
 
-/// The signed codes of 32-value block `blk` of type `t`, in value order (from the formats:
-/// Q4_0 nibble − 8, value j in the low nibble of byte j, j + 16 in the high one; Q5_0 the
-/// same plus bit j of the 32-bit `qh` as bit 4, − 16; Q8_0 the bytes as i8).
+/// The codes of 32-value block `blk` of type `t`, in value order (from the formats: Q4_0
+/// nibble − 8, value j in the low nibble of byte j, j + 16 in the high one; Q5_0 the same
+/// plus bit j of the 32-bit `qh` as bit 4, − 16; Q4_1 and Q5_1 the same codes unsigned, after
+/// their f16 scale and minimum; Q8_0 and Q8_1 the bytes as i8, after `d` (and `s`)).
 fn codes32(t: DType, blk: &[u8]) -> [i32; 32] {
     let mut v = [0i32; 32];
+    let nibbles = |v: &mut [i32; 32], qs: &[u8], qh: Option<&[u8]>, offset: i32| {
+        let qh = qh.map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        for j in 0..16 {
+            let hi0 = ((qh >> j) & 1) as i32;
+            let hi1 = ((qh >> (j + 16)) & 1) as i32;
+            v[j] = ((qs[j] & 15) as i32 | hi0 << 4) - offset;
+            v[j + 16] = ((qs[j] >> 4) as i32 | hi1 << 4) - offset;
+        }
+    };
     match t {
-        DType::Q4_0 => {
-            for j in 0..16 {
-                v[j] = (blk[2 + j] & 15) as i32 - 8;
-                v[j + 16] = (blk[2 + j] >> 4) as i32 - 8;
-            }
-        }
-        DType::Q5_0 => {
-            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-            for j in 0..16 {
-                let hi0 = ((qh >> j) & 1) as i32;
-                let hi1 = ((qh >> (j + 16)) & 1) as i32;
-                v[j] = ((blk[6 + j] & 15) as i32 | hi0 << 4) - 16;
-                v[j + 16] = ((blk[6 + j] >> 4) as i32 | hi1 << 4) - 16;
-            }
-        }
-        DType::Q8_0 => {
+        DType::Q4_0 => nibbles(&mut v, &blk[2..18], None, 8),
+        DType::Q5_0 => nibbles(&mut v, &blk[6..22], Some(&blk[2..6]), 16),
+        DType::Q4_1 => nibbles(&mut v, &blk[4..20], None, 0),
+        DType::Q5_1 => nibbles(&mut v, &blk[8..24], Some(&blk[4..8]), 0),
+        DType::Q8_0 | DType::Q8_1 => {
+            let off = if t == DType::Q8_0 { 2 } else { 4 };
             for j in 0..32 {
-                v[j] = blk[2 + j] as i8 as i32;
+                v[j] = blk[off + j] as i8 as i32;
             }
         }
         DType::IQ4NL => v = iq4_levels(&blk[2..18]),
@@ -623,19 +687,26 @@ fn iq4_nl_pairs_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
     sum
 }
 
-/// ggml's x86 orders written out plainly (see `SumOrder`).
+/// ggml's x86 orders written out plainly (see `SumOrder`). For Q4_1/Q5_1, ggml's
+/// `ggml_vec_dot_q*_1_q8_1` AVX2 loop: `summs += m·s` (contracted by GCC to one FMA),
+/// `acc = fma(dx·dy, lanes, acc)`, then `hsum_float_8(acc) + summs`.
 fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f32 {
     if t == DType::IQ4XS {
         assert_eq!(order, SumOrder::GgmlLanes);
         return iq4_xs_lanes_dot(k, a, b);
     }
-    let (ta, tb) = (t.type_size(), 34);
+    let vt = quants::vec_dot_type(t).expect("block type");
+    let (ta, tb) = (t.type_size(), vt.type_size());
     let mut lanes = [0f32; 8];
     let mut chain = 0f32;
+    let mut summs = 0f32;
     for i in 0..k / 32 {
         let (xa, yb) = (&a[i * ta..(i + 1) * ta], &b[i * tb..(i + 1) * tb]);
         let d = f16_at(xa, 0) as f32 * f16_at(yb, 0) as f32;
-        let (x, y) = (codes32(t, xa), codes32(DType::Q8_0, yb));
+        if vt == DType::Q8_1 {
+            summs = (f16_at(xa, 2) as f32).mul_add(f16_at(yb, 2) as f32, summs);
+        }
+        let (x, y) = (codes32(t, xa), codes32(vt, yb));
         let mut block = 0i32;
         for (l, lane) in lanes.iter_mut().enumerate() {
             let s: i32 = (4 * l..4 * l + 4).map(|j| x[j] * y[j]).sum();
@@ -647,7 +718,13 @@ fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f3
     match order {
         SumOrder::GgmlLanes => {
             let l = lanes;
-            ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+            // hsum_float_8: high half + low half, then lanes 0 + 2 and 1 + 3, then those.
+            let total = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+            if vt == DType::Q8_1 {
+                total + summs
+            } else {
+                total
+            }
         }
         SumOrder::GgmlBlockChain => chain,
         SumOrder::Any | SumOrder::GgmlTiled => unreachable!("not an order of the Q8_0 pairs"),
@@ -734,6 +811,8 @@ fn simd_builds_keep_ggml_orders_bit_for_bit() {
         (DType::Q4_0, SumOrder::GgmlLanes),
         (DType::Q5_0, SumOrder::GgmlLanes),
         (DType::Q8_0, SumOrder::GgmlLanes),
+        (DType::Q4_1, SumOrder::GgmlLanes),
+        (DType::Q5_1, SumOrder::GgmlLanes),
         (DType::Q4_0, SumOrder::GgmlBlockChain),
         (DType::IQ4NL, SumOrder::GgmlLanes),
         (DType::IQ4NL, SumOrder::GgmlBlockChain),
@@ -742,6 +821,9 @@ fn simd_builds_keep_ggml_orders_bit_for_bit() {
     for (t, order) in cases {
         let vt = quants::vec_dot_type(t).expect("block type");
         let builds = dispatch::vec_dot_variants_in(t, order);
+        if cpu_isas().contains(&Isa::Avx2) {
+            assert!(!builds.is_empty(), "{t} {order:?}: no SIMD build");
+        }
         for nb in (0..=16).chain([77]) {
             let k = t.block_size() * nb;
             for rep in 0..3 {
@@ -877,6 +959,12 @@ fn best_build_is_selected_and_env_forces_scalar() {
     let forced = std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| !v.is_empty() && v != "0");
     let best = *cpu_isas().last().expect("scalar at least");
     for t in SIMD_TYPES {
+        // Q4_1 and Q5_1 have AVX2 builds only.
+        let best = if matches!(t, DType::Q4_1 | DType::Q5_1) {
+            best.min(Isa::Avx2)
+        } else {
+            best
+        };
         let isa = dispatch::active_variant(t).expect("block type").isa;
         let best = if avx2_only(t) {
             best.min(Isa::Avx2)
@@ -884,8 +972,14 @@ fn best_build_is_selected_and_env_forces_scalar() {
             best
         };
         assert_eq!(isa, if forced { Isa::Scalar } else { best }, "{t}");
+        if matches!(t, DType::Q4_1 | DType::Q5_1) {
+            // `mul_mat` runs them in ggml's order: the AVX2 build, or portable code.
+            let v = dispatch::active_variant_in(t, SumOrder::GgmlLanes);
+            let want = (!forced && best == Isa::Avx2).then_some(Isa::Avx2);
+            assert_eq!(v.map(|v| v.isa), want, "{t}");
+        }
     }
-    for t in [DType::Q4_1, DType::Q2K, DType::Q8K] {
+    for t in [DType::Q2K, DType::Q8K] {
         assert_eq!(
             dispatch::active_variant(t).expect("block type").isa,
             Isa::Scalar

@@ -17,12 +17,13 @@
 //! | IQ4_NL, rows % 8 ≠ 0 | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns) | as Q4_0's lanes |
 //! | IQ4_NL, rows % 8 ≠ 0 | Q8_0 | `ggml_vec_dot_iq4_nl_q8_0` (1 column) | two sets of 8 lanes (even and odd blocks) added lane-wise, then the lane tree; an odd last block added as `fma(dx·dy, block_sum, total)` |
 //! | IQ4_XS | Q8_K | `ggml_vec_dot_iq4_xs_q8_K` | 8 lanes; lane `l` the exact `Σ_sub-block (ls − 32)·Σ x·y` over values `4l..4l+4` of each sub-block; per super-block `lane = fma(dx·dy, lane_sum, lane)`; the lane tree |
+//! | Q4_1, Q5_1 (every shape) | Q8_1 | `ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q5_1_q8_1` (no tinyBLAS or repacked kernel takes them) | the 8 lanes as above over the unsigned codes, and per block `summs = fma(mx, sy, summs)` (GCC contracts `summs += m·s`); result `hsum(lanes) + summs` |
 //! | F16 | F16 | `tinyBLAS` with 16-float vectors (≥ 2 columns, k % 16 = 0, rows % 4 = 0) | 16 FMA lanes over k, GCC's `_mm512_reduce_add_ps` tree |
 //! | F16 | F16 | `ggml_vec_dot_f16` (otherwise) | 4 × 16 FMA lanes over blocks of 64, fixed tree, tail in f64 |
 //!
-//! Activations are quantized as `quantize_row_q8_0` does on x86 (`d = max/127`,
-//! `id = 127/max`, codes rounded half to even) — not as the reference quantizer used for
-//! files (`id = 1/d`, halves away from zero). The element-wise pieces ggml vectorises with
+//! Activations are quantized as `quantize_row_q8_0` and `quantize_row_q8_1` do on x86
+//! (`d = max/127`, `id = 127/max`, codes rounded half to even; Q8_1 also `s = f16(d·Σq)`) —
+//! not as the reference quantizers used for files (`id = 1/d`, halves away from zero). The element-wise pieces ggml vectorises with
 //! approximations are here too: `ggml_v_expf` and the SiLU built on it, and the rotary
 //! embedding with the FMAs GCC contracts it to.
 //!
@@ -49,6 +50,12 @@ const IQ4NL_BYTES: usize = 18;
 const IQ4XS_BYTES: usize = 136;
 /// Bytes of a Q8_K block (f32 scale, 256 codes, 16 i16 sums).
 const Q8K_BYTES: usize = 292;
+/// Bytes of a Q8_1 block (f16 scale, f16 `d·Σq`, 32 codes).
+const Q8_1_BYTES: usize = 36;
+/// Bytes of a Q4_1 block (f16 scale, f16 minimum, 16 bytes of nibbles).
+const Q4_1_BYTES: usize = 20;
+/// Bytes of a Q5_1 block (f16 scale, f16 minimum, 4 bytes of fifth bits, 16 of nibbles).
+const Q5_1_BYTES: usize = 24;
 
 /// True when the vectorised variants may run (x86-64 with AVX2, FMA and F16C).
 #[inline]
@@ -88,6 +95,9 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
         DType::IQ4NL if n_cols >= 2 => Some(dot_iq4_nl_lanes),
         DType::IQ4NL => Some(dot_iq4_nl_pairs),
         DType::IQ4XS => Some(dot_iq4_xs_lanes),
+        // No tinyBLAS or repacked kernel takes Q4_1/Q5_1: `ggml_vec_dot_*_q8_1` for every shape.
+        DType::Q4_1 => Some(dot_q4_1_lanes),
+        DType::Q5_1 => Some(dot_q5_1_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
         _ => None,
@@ -129,6 +139,7 @@ pub(crate) fn f16_uses_lanes16(a: &RawTensor, n_cols: usize) -> bool {
 pub(crate) fn activation_quantizer(vdt: DType) -> Option<FromF32Fn> {
     match vdt {
         DType::Q8_0 => Some(quantize_row_q8_0_x86),
+        DType::Q8_1 => Some(quantize_row_q8_1_x86),
         _ => None,
     }
 }
@@ -160,6 +171,74 @@ fn quantize_row_q8_0_body(x: &[f32], out: &mut [u8]) {
         for (q, &v) in blk[2..].iter_mut().zip(xs) {
             *q = ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8 as u8;
         }
+    }
+}
+
+/// ggml's x86 `quantize_row_q8_1` (AVX2 build), for every input: per block of 32,
+/// `amax = max |x|` in the order of its `max_ps` instructions, `d = amax/127` stored as f16,
+/// `id = 127/amax` (0 when `amax` is 0), codes `cvtps2dq(round_half_even(x·id))` saturated to
+/// i8, and `s = f16(d · Σ codes)` (the sum of the 32-bit codes, wrapping, as f32). For
+/// finite inputs with a normal `amax` this is [`quantize_row_q8_0_x86`]'s `d` and codes;
+/// NaN, infinities and tiny maxima give what the instructions give (`cvtps2dq` turns NaN
+/// and out-of-range values into `i32::MIN`; `maxps` returns its second operand when one is
+/// NaN). `x.len()` is a multiple of 32 and `out` holds `x.len()/32` blocks of 36 bytes
+/// (`d`, `s`, 32 codes).
+pub fn quantize_row_q8_1_x86(x: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if fast() {
+        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+        return unsafe { x86::quantize_row_q8_1(x, out) };
+    }
+    quantize_row_q8_1_body(x, out)
+}
+
+/// x86's `maxps` on one lane: `a` if `a > b`, else `b` (so `b` when either is NaN).
+#[inline(always)]
+fn maxps(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// x86's `cvtps2dq` on one lane of an integral value: `i32::MIN` for NaN and values outside
+/// the `i32` range.
+#[inline(always)]
+fn cvtps2dq(r: f32) -> i32 {
+    if r >= -2_147_483_648.0 && r < 2_147_483_648.0 {
+        r as i32
+    } else {
+        i32::MIN
+    }
+}
+
+/// [`quantize_row_q8_1_x86`]'s portable body.
+#[inline(always)]
+fn quantize_row_q8_1_body(x: &[f32], out: &mut [u8]) {
+    for (xs, blk) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_1_BYTES)) {
+        // ggml: lanes of |v0|, then max with |v1|, |v2|, |v3| (8 lanes each), then the
+        // halves (high first), the upper pair, the odd lane.
+        let mut m = [0f32; 8];
+        for l in 0..8 {
+            m[l] = xs[l].abs();
+            for k in 1..4 {
+                m[l] = maxps(m[l], xs[8 * k + l].abs());
+            }
+        }
+        let m4: [f32; 4] = std::array::from_fn(|l| maxps(m[4 + l], m[l]));
+        let m2 = [maxps(m4[0], m4[2]), maxps(m4[1], m4[3])];
+        let amax = maxps(m2[0], m2[1]);
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, &v) in blk[4..].iter_mut().zip(xs) {
+            let c = cvtps2dq((v * id).round_ties_even());
+            sum = sum.wrapping_add(c);
+            *q = c.clamp(-128, 127) as i8 as u8;
+        }
+        blk[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+        blk[2..4].copy_from_slice(&f16::from_f32(d * sum as f32).to_le_bytes());
     }
 }
 
@@ -252,6 +331,91 @@ fn lanes8(nb: usize, block: impl Fn(usize) -> (f32, [i32; 32], [i32; 32])) -> f3
         }
     }
     hsum8(&acc)
+}
+
+/// The Q4_1/Q5_1 order: [`lanes8`] over the unsigned codes, the minimum terms in one
+/// FMA chain `summs = fma(mx, sy, summs)` beside it, and `hsum8(lanes) + summs` at the end.
+/// `block(i)` gives `(dx·dy, x codes, y codes, mx, sy)`.
+#[inline(always)]
+fn lanes8_min(nb: usize, block: impl Fn(usize) -> (f32, [i32; 32], [i32; 32], f32, f32)) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for i in 0..nb {
+        let (d, x, y, m, s) = block(i);
+        summs = m.mul_add(s, summs);
+        for l in 0..8 {
+            let p = x[4 * l] * y[4 * l]
+                + x[4 * l + 1] * y[4 * l + 1]
+                + x[4 * l + 2] * y[4 * l + 2]
+                + x[4 * l + 3] * y[4 * l + 3];
+            acc[l] = d.mul_add(p as f32, acc[l]);
+        }
+    }
+    hsum8(&acc) + summs
+}
+
+/// Codes of a Q8_1 block in value order.
+#[inline(always)]
+fn q8_1_codes(blk: &[u8]) -> [i32; 32] {
+    let mut v = [0i32; 32];
+    for j in 0..32 {
+        v[j] = blk[4 + j] as i8 as i32;
+    }
+    v
+}
+
+/// Codes of a Q4_1 block in value order (0..=15).
+#[inline(always)]
+fn q4_1_codes(blk: &[u8]) -> [i32; 32] {
+    let mut v = [0i32; 32];
+    for j in 0..16 {
+        v[j] = (blk[4 + j] & 0x0F) as i32;
+        v[j + 16] = (blk[4 + j] >> 4) as i32;
+    }
+    v
+}
+
+/// Codes of a Q5_1 block in value order (0..=31): nibbles as Q4_1, bit `j` of `qh` as bit 4
+/// of value `j`.
+#[inline(always)]
+fn q5_1_codes(blk: &[u8]) -> [i32; 32] {
+    let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+    let mut v = [0i32; 32];
+    for j in 0..16 {
+        v[j] = (blk[8 + j] & 0x0F) as i32 | (((qh >> j) & 1) << 4) as i32;
+        v[j + 16] = (blk[8 + j] >> 4) as i32 | (((qh >> (j + 16)) & 1) << 4) as i32;
+    }
+    v
+}
+
+#[inline(always)]
+fn dot_q4_1_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    lanes8_min(n / 32, |i| {
+        let (x, y) = (&a[i * Q4_1_BYTES..], &b[i * Q8_1_BYTES..]);
+        let d = half_at(x, 0) * half_at(y, 0);
+        (
+            d,
+            q4_1_codes(x),
+            q8_1_codes(y),
+            half_at(x, 2),
+            half_at(y, 2),
+        )
+    })
+}
+
+#[inline(always)]
+fn dot_q5_1_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    lanes8_min(n / 32, |i| {
+        let (x, y) = (&a[i * Q5_1_BYTES..], &b[i * Q8_1_BYTES..]);
+        let d = half_at(x, 0) * half_at(y, 0);
+        (
+            d,
+            q5_1_codes(x),
+            q8_1_codes(y),
+            half_at(x, 2),
+            half_at(y, 2),
+        )
+    })
 }
 
 #[inline(always)]
@@ -479,6 +643,16 @@ dispatch_dot!(
     /// IQ4_XS · Q8_K as `ggml_vec_dot_iq4_xs_q8_K`.
     dot_iq4_xs_lanes,
     dot_iq4_xs_lanes_body
+);
+dispatch_dot!(
+    /// Q4_1 · Q8_1 as `ggml_vec_dot_q4_1_q8_1` on x86 (see the module table).
+    dot_q4_1_lanes,
+    dot_q4_1_lanes_body
+);
+dispatch_dot!(
+    /// Q5_1 · Q8_1 as `ggml_vec_dot_q5_1_q8_1` on x86 (see the module table).
+    dot_q5_1_lanes,
+    dot_q5_1_lanes_body
 );
 dispatch_dot!(
     /// F16 · F16 as tinyBLAS: 16 FMA lanes, `_mm512_reduce_add_ps`.
@@ -814,6 +988,76 @@ pub(crate) mod x86 {
         }
     }
 
+    /// [`super::quantize_row_q8_1_x86`]: ggml's AVX2 `quantize_row_q8_1`, its instructions in
+    /// its order.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn quantize_row_q8_1(x: &[f32], out: &mut [u8]) {
+        use std::arch::x86_64::*;
+        let nb = (x.len() / 32).min(out.len() / super::Q8_1_BYTES);
+        // (Register-only F16C operations: safe inside this function's features.)
+        let f16_bits = |v: f32| {
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v));
+            _mm_extract_epi16::<0>(h) as u16
+        };
+        // SAFETY: block i < nb: 32 f32 readable at 32·i of x, 36 bytes writable at 36·i of
+        // out; unaligned loads and stores; the CPU features are the caller's guarantee.
+        unsafe {
+            let sign = _mm256_set1_ps(-0.0);
+            // Bytes of `packs` come out in the order 0-3, 8-11, 16-19, 24-27, 4-7, …: dwords
+            // 0, 4, 1, 5, … restore value order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for i in 0..nb {
+                let p = x.as_ptr().add(32 * i);
+                let v = [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ];
+                // ggml's order (it matters only for NaN: `maxps` keeps its second operand).
+                let mut m = _mm256_andnot_ps(sign, v[0]);
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[1]));
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[2]));
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[3]));
+                let m4 = _mm_max_ps(_mm256_extractf128_ps::<1>(m), _mm256_castps256_ps128(m));
+                let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+                let d = amax / 127.0;
+                let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+                let idv = _mm256_set1_ps(id);
+                let q = v.map(|vk| {
+                    _mm256_cvtps_epi32(_mm256_round_ps::<
+                        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                    >(_mm256_mul_ps(vk, idv)))
+                });
+                // Σ codes over the 32-bit values (wrapping), as ggml's `hsum_i32_8`.
+                let s8 =
+                    _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+                let s4 = _mm_add_epi32(
+                    _mm256_castsi256_si128(s8),
+                    _mm256_extracti128_si256::<1>(s8),
+                );
+                let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+                let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b10_11_00_01>(s2));
+                let sum = _mm_cvtsi128_si32(s1);
+                let blk = out.as_mut_ptr().add(super::Q8_1_BYTES * i);
+                blk.cast::<u16>().write_unaligned(f16_bits(d));
+                blk.add(2)
+                    .cast::<u16>()
+                    .write_unaligned(f16_bits(d * sum as f32));
+                let b = _mm256_packs_epi16(
+                    _mm256_packs_epi32(q[0], q[1]),
+                    _mm256_packs_epi32(q[2], q[3]),
+                );
+                let b = _mm256_permutevar8x32_epi32(b, order);
+                _mm256_storeu_si256(blk.add(4).cast(), b);
+            }
+        }
+    }
+
     /// # Safety
     /// The CPU supports AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -914,6 +1158,8 @@ pub(crate) mod x86 {
         dot_iq4_nl_chain => dot_iq4_nl_chain_body,
         dot_iq4_nl_pairs => dot_iq4_nl_pairs_body,
         dot_iq4_xs_lanes => dot_iq4_xs_lanes_body,
+        dot_q4_1_lanes => dot_q4_1_lanes_body,
+        dot_q5_1_lanes => dot_q5_1_lanes_body,
     );
 
     use std::arch::x86_64::{
@@ -1215,6 +1461,25 @@ mod tests {
                 dot_iq4_xs_lanes(256 * nk, &xs, &ys).to_bits(),
                 dot_iq4_xs_lanes_body(256 * nk, &xs, &ys).to_bits()
             );
+            // Q4_1/Q5_1 against Q8_1: any codes, modest scales and minimums.
+            let mut y1 = vec![0u8; nb * Q8_1_BYTES];
+            quantize_row_q8_1_x86(&y, &mut y1);
+            for (bytes, dot, body) in [
+                (
+                    Q4_1_BYTES,
+                    dot_q4_1_lanes as fn(usize, &[u8], &[u8]) -> f32,
+                    dot_q4_1_lanes_body as fn(usize, &[u8], &[u8]) -> f32,
+                ),
+                (Q5_1_BYTES, dot_q5_1_lanes, dot_q5_1_lanes_body),
+            ] {
+                let mut w: Vec<u8> = (0..nb * bytes).map(|i| (i * 53 % 241) as u8).collect();
+                for (b, blk) in w.chunks_exact_mut(bytes).enumerate() {
+                    blk[..2]
+                        .copy_from_slice(&f16::from_f32(0.011 + 0.001 * b as f32).to_le_bytes());
+                    blk[2..4].copy_from_slice(&f16::from_f32(-0.2 + 0.03 * b as f32).to_le_bytes());
+                }
+                assert_eq!(dot(n, &w, &y1).to_bits(), body(n, &w, &y1).to_bits());
+            }
         }
         for n in 0..=515 {
             let (x, y) = (vals(n, 3), vals(n, 4));
@@ -1312,6 +1577,85 @@ mod tests {
             quantize_row_q8_0_x86(&x, &mut a);
             quantize_row_q8_0_body(&x, &mut b);
             assert_eq!(a, b);
+        }
+    }
+
+    /// Awkward groups of 32: ties, zeros, a zero block, tiny maxima (127/max overflows),
+    /// huge values, NaN and infinities in various lanes.
+    fn awkward(nb: usize, seed: u32) -> Vec<f32> {
+        let mut x = vals(nb * 32, seed);
+        for (b, g) in x.chunks_exact_mut(32).enumerate() {
+            let at = (b * 7 + seed as usize) % 32;
+            match (b + seed as usize) % 9 {
+                0 => g.fill(0.0),
+                1 => {
+                    for (j, v) in g.iter_mut().enumerate() {
+                        *v = (j as f32 - 16.0) * 0.5;
+                    }
+                    g[at] = 127.0;
+                }
+                2 => g[at] = f32::NAN,
+                3 => g[at] = f32::INFINITY,
+                4 => g[at] = f32::NEG_INFINITY,
+                5 => {
+                    for v in g.iter_mut() {
+                        *v *= 1e-39;
+                    }
+                }
+                6 => {
+                    for v in g.iter_mut() {
+                        *v *= 3e38;
+                    }
+                }
+                7 => g[0] = f32::NAN,
+                _ => {}
+            }
+        }
+        x
+    }
+
+    #[test]
+    fn x86_q8_1_quantizer_build_equals_portable_body() {
+        for nb in [1usize, 2, 9, 28, 152] {
+            for seed in 0..9 {
+                let x = awkward(nb, seed);
+                let (mut a, mut b) = (vec![0u8; nb * Q8_1_BYTES], vec![1u8; nb * Q8_1_BYTES]);
+                quantize_row_q8_1_x86(&x, &mut a);
+                quantize_row_q8_1_body(&x, &mut b);
+                assert_eq!(a, b, "nb={nb} seed={seed}");
+            }
+        }
+    }
+
+    /// On finite inputs with normal maxima, Q8_1's `d` and codes are Q8_0's (the same
+    /// instructions in ggml), and `s` is `f16(d · Σ codes)` computed from the written codes.
+    #[test]
+    fn x86_q8_1_is_q8_0_plus_the_code_sum() {
+        let nb = 40;
+        let mut x = vals(nb * 32, 11);
+        for (b, g) in x.chunks_exact_mut(32).enumerate() {
+            if b % 5 == 0 {
+                for (j, v) in g.iter_mut().enumerate() {
+                    *v = (j as f32 - 16.0) * 0.5;
+                }
+                g[b % 32] = -127.0;
+            }
+            if b % 7 == 3 {
+                g.fill(0.0);
+            }
+        }
+        let q0 = q8(&x);
+        let mut q1 = vec![0u8; nb * Q8_1_BYTES];
+        quantize_row_q8_1_x86(&x, &mut q1);
+        let blocks = q0.chunks_exact(Q8_0_BYTES).zip(q1.chunks_exact(Q8_1_BYTES));
+        for ((b0, b1), xs) in blocks.zip(x.chunks_exact(32)) {
+            assert_eq!(b0[..2], b1[..2]);
+            assert_eq!(b0[2..], b1[4..]);
+            // The f32 scale, before its rounding to f16.
+            let d = xs.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+            let sum: i32 = b1[4..].iter().map(|&c| c as i8 as i32).sum();
+            let s = f16::from_f32(d * sum as f32);
+            assert_eq!(half_at(b1, 2).to_bits(), s.to_f32().to_bits());
         }
     }
 

@@ -312,10 +312,10 @@ unsafe fn tile(
         None
     };
     let dot = tiles.map_or(dot, |v| v.dot);
-    // Weight types whose results must match llama.cpp's bit for bit (Q8_0, Q4_0, IQ4_NL,
-    // IQ4_XS, F16) use ggml's x86 summation order (see `kernels::ggml_arith`): the SIMD tile
-    // kernels that keep it (`quants::dispatch::SumOrder`), else ggml_arith's, one element at
-    // a time.
+    // Weight types whose results must match llama.cpp's bit for bit (Q8_0, Q4_0, Q4_1, Q5_1,
+    // IQ4_NL, IQ4_XS, F16, and the k-quants from 8 columns on) use ggml's x86 summation order
+    // (see `kernels::ggml_arith`): the SIMD tile kernels that keep it
+    // (`quants::dispatch::SumOrder`), else ggml_arith's, one element at a time.
     let ggml_dot = crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]);
     let (dot, tiles) = match ggml_dot {
         Some(g) => {

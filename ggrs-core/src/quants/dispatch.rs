@@ -15,15 +15,16 @@
 //! [`VecDotTileKernel`] (four against four) — whose results are bit-identical to one-element
 //! calls. [`vec_dot_variants`] lists every build this CPU runs, for tests and benchmarks.
 //!
-//! Summation orders: `mul_mat` must give llama.cpp's bits for Q4_0, Q8_0, IQ4_NL and IQ4_XS
-//! weights (see `kernels::ggml_arith`), so those keep ggml's x86 order, which
-//! [`ggml_sum_order`] names for a weight shape. The SIMD builds of Q4_0, Q5_0, Q8_0, IQ4_NL
-//! and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
+//! Summation orders: `mul_mat` must give llama.cpp's bits for Q4_0, Q8_0, Q4_1, Q5_1, IQ4_NL
+//! and IQ4_XS weights (see `kernels::ggml_arith`), so those keep ggml's x86 order, which
+//! [`ggml_sum_order`] names for a weight shape. The SIMD builds of Q4_0, Q5_0, Q8_0, Q4_1,
+//! Q5_1, IQ4_NL and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
 //! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]).
 //!
 //! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
 //! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see
-//! [`quantizer_variants`]).
+//! [`quantizer_variants`]). (`mul_mat` itself quantizes Q8_0 and Q8_1 activations as ggml's
+//! x86 build does, with `kernels::ggml_arith`'s quantizers, whose rounding differs.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -221,7 +222,10 @@ pub enum SumOrder {
     Any,
     /// ggml's x86 `ggml_vec_dot_q*_q8_0` / tinyBLAS order: eight f32 lanes of four products,
     /// `lane = fma(dx·dy, lane_sum, lane)` per block, lanes added as
-    /// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+    /// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`. For Q4_1 and Q5_1
+    /// (`ggml_vec_dot_q*_1_q8_1`) the lanes hold the unsigned codes' products, the minimum
+    /// terms go into one chain `summs = fma(mx, sy, summs)` per block, and the result is
+    /// `lanes_total + summs`.
     GgmlLanes,
     /// ggml's repacked-Q4_0 (`q4_0_8x8`) order: `acc = fma(block_sum, dx·dy, acc)` per block.
     GgmlBlockChain,
@@ -232,7 +236,8 @@ pub enum SumOrder {
 }
 
 /// The order `mul_mat` keeps for weight type `dtype` of shape `ne` so that its results are
-/// llama.cpp's to the bit (see `kernels::ggml_arith`): Q8_0 in [`SumOrder::GgmlLanes`]; Q4_0
+/// llama.cpp's to the bit (see `kernels::ggml_arith`): Q8_0, Q4_1 and Q5_1 in
+/// [`SumOrder::GgmlLanes`]; Q4_0
 /// and IQ4_NL too, except 2-D weights whose row count is a multiple of 8, which llama.cpp
 /// repacks ([`SumOrder::GgmlBlockChain`]); IQ4_XS in [`SumOrder::GgmlLanes`] over its
 /// 256-value super-blocks (`ggml_vec_dot_iq4_xs_q8_K`: lane `l` holds the exact
@@ -245,7 +250,7 @@ pub enum SumOrder {
 pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
     let repacked = ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1;
     match dtype {
-        DType::Q8_0 | DType::IQ4XS => SumOrder::GgmlLanes,
+        DType::Q8_0 | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 => SumOrder::GgmlLanes,
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
         _ => SumOrder::Any,
@@ -293,7 +298,13 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
         SumOrder::GgmlLanes => {
             if !matches!(
                 dtype,
-                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS
+                DType::Q4_0
+                    | DType::Q5_0
+                    | DType::Q8_0
+                    | DType::IQ4NL
+                    | DType::IQ4XS
+                    | DType::Q4_1
+                    | DType::Q5_1
             ) {
                 return Vec::new();
             }

@@ -12,6 +12,9 @@
 //!   stay below 2¹⁵;
 //! - Q8_0 × Q8_0 widens both operands to 16 bits (`vpmaddwd`): with |x| up to 128 the
 //!   trick above would saturate, and `vpsignb` cannot negate −128;
+//! - Q4_1/Q5_1 keep their codes unsigned (≤ 31) against the signed Q8_1 activations, as
+//!   ggml's `mul_sum_us8_pairs_float` does (pair sums at most 2·31·128 < 2¹⁵), their
+//!   minimum term `mx·sy` summed per block in its own FMA chain;
 //! - the k-quants keep their codes unsigned (≤ 63) against signed activations;
 //! - IQ4_NL and IQ4_XS look their levels (−127..=113) up with `vpshufb` and widen both
 //!   operands to 16 bits (`vpmaddwd`), as Q8_0 does: their levels are too large for the
@@ -27,13 +30,14 @@ use std::mem::offset_of;
 use super::x86::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
 use crate::quants::iq4::KVALUES_IQ4NL;
 use crate::quants::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0,
-    BlockQuant,
+    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8K, BlockQ8_0, BlockQ8_1, BlockQuant,
 };
 
 const Q4_0: usize = BlockQ4_0::BYTES;
 const Q5_0: usize = BlockQ5_0::BYTES;
 const Q8_0: usize = BlockQ8_0::BYTES;
+const Q8_1: usize = BlockQ8_1::BYTES;
 const Q4K: usize = BlockQ4K::BYTES;
 const Q6K: usize = BlockQ6K::BYTES;
 const Q8K: usize = BlockQ8K::BYTES;
@@ -497,6 +501,170 @@ impl BlockDecode for Q5_0Block {
             _mm256_or_si256(low, fifth_bits(read_u32(p.add(offset_of!(BlockQ5_0, qh)))))
         }
     }
+}
+
+/// Q4_1: codes 0..=15 (the offset is unused: the minimum is a term of its own).
+pub(super) struct Q4_1Block;
+/// Q5_1: codes 0..=31 (as [`Q4_1Block`]).
+pub(super) struct Q5_1Block;
+
+const _: () = assert!(
+    offset_of!(BlockQ4_1, d) == 0
+        && offset_of!(BlockQ4_1, m) == 2
+        && offset_of!(BlockQ5_1, d) == 0
+        && offset_of!(BlockQ5_1, m) == 2
+        && offset_of!(BlockQ8_1, d) == 0
+        && offset_of!(BlockQ8_1, s) == 2
+);
+
+impl BlockDecode for Q4_1Block {
+    const BYTES: usize = BlockQ4_1::BYTES;
+    const OFFSET: u8 = 0;
+
+    #[inline(always)]
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i {
+        // SAFETY: the block's 16 code bytes (caller); unaligned load.
+        unsafe { nibbles(_mm_loadu_si128(p.add(offset_of!(BlockQ4_1, qs)).cast())) }
+    }
+}
+
+impl BlockDecode for Q5_1Block {
+    const BYTES: usize = BlockQ5_1::BYTES;
+    const OFFSET: u8 = 0;
+
+    #[inline(always)]
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i {
+        // SAFETY: the block's code and fifth-bit bytes (caller); unaligned loads.
+        unsafe {
+            let low = nibbles(_mm_loadu_si128(p.add(offset_of!(BlockQ5_1, qs)).cast()));
+            _mm256_or_si256(low, fifth_bits(read_u32(p.add(offset_of!(BlockQ5_1, qh)))))
+        }
+    }
+}
+
+/// Shared loop of Q4_1 and Q5_1 against Q8_1, in the order of ggml's x86
+/// `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q5_1_q8_1`: per block, eight exact lane sums
+/// of four `code·activation` products (`vpmaddubsw`, `vpmaddwd` by ones: unsigned codes,
+/// signed activations), `lane = fma(dx·dy, lane_sum, lane)`, and beside it
+/// `summs = fma(mx, sy, summs)` (`mx` the weight block's minimum, `sy` the activation
+/// block's `d·Σq`); at the end `hsum(lanes) + summs`, the lanes added as ggml's
+/// `hsum_float_8`.
+///
+/// # Safety
+/// As the kernels.
+#[inline(always)]
+unsafe fn blocks_min<X: BlockDecode, const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut summs = [[0f32; C]; R];
+        for i in 0..nb {
+            let mut dx = [0f32; R];
+            let mut mx = [0f32; R];
+            let mut xs = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let xb = x[r].add(i * X::BYTES);
+                dx[r] = f16_at(xb);
+                mx[r] = f16_at(xb.add(2));
+                xs[r] = X::decode_unsigned(xb);
+            }
+            let mut sy = [0f32; C];
+            for c in 0..C {
+                let yb = y[c].add(i * Q8_1);
+                let dy = f16_at(yb.add(offset_of!(BlockQ8_1, d)));
+                sy[c] = f16_at(yb.add(offset_of!(BlockQ8_1, s)));
+                let v = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8_1, qs)).cast());
+                for r in 0..R {
+                    let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(xs[r], v), ones);
+                    let d = _mm256_set1_ps(dx[r] * dy);
+                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r][c]);
+                }
+            }
+            summs_fma(&mut summs, &mx, &sy);
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum256(acc[r][c]) + summs[r][c];
+            }
+        }
+        out
+    }
+}
+
+/// `summs[r][c] = fma(mx[r], sy[c], summs[r][c])` for every element of a tile: four
+/// elements per 128-bit FMA where a row or column of the tile has four (the same operation
+/// on each lane), one at a time otherwise.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+#[inline(always)]
+unsafe fn summs_fma<const R: usize, const C: usize>(
+    summs: &mut [[f32; C]; R],
+    mx: &[f32; R],
+    sy: &[f32; C],
+) {
+    // SAFETY: register operations and unaligned loads/stores of 4-value local arrays.
+    unsafe {
+        if C == 4 {
+            let s = _mm_loadu_ps(sy.as_ptr());
+            for r in 0..R {
+                let p = summs[r].as_mut_ptr();
+                _mm_storeu_ps(p, _mm_fmadd_ps(_mm_set1_ps(mx[r]), s, _mm_loadu_ps(p)));
+            }
+        } else if R == 4 {
+            let m = _mm_loadu_ps(mx.as_ptr());
+            for c in 0..C {
+                let col: [f32; 4] = std::array::from_fn(|r| summs[r][c]);
+                let mut out = [0f32; 4];
+                let v = _mm_fmadd_ps(m, _mm_set1_ps(sy[c]), _mm_loadu_ps(col.as_ptr()));
+                _mm_storeu_ps(out.as_mut_ptr(), v);
+                for (r, &o) in out.iter().enumerate() {
+                    summs[r][c] = o;
+                }
+            }
+        } else {
+            for r in 0..R {
+                for c in 0..C {
+                    summs[r][c] = mx[r].mul_add(sy[c], summs[r][c]);
+                }
+            }
+        }
+    }
+}
+
+/// Q4_1 × Q8_1 in ggml's x86 order (see [`blocks_min`] and the module docs).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_1_q8_1<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { blocks_min::<Q4_1Block, R, C>(nb, x, y) }
+}
+
+/// Q5_1 × Q8_1 in ggml's x86 order (see [`blocks_min`] and the module docs).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_1_q8_1<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: forwarded from the caller.
+    unsafe { blocks_min::<Q5_1Block, R, C>(nb, x, y) }
 }
 
 /// Q4_0 × Q8_0 (see the module docs for the contract).

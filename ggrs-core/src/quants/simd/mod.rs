@@ -1,6 +1,6 @@
 //! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
-//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI), and IQ4_NL·Q8_0 and
-//! IQ4_XS·Q8_K for AVX2.
+//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI); Q4_1·Q8_1, Q5_1·Q8_1,
+//! IQ4_NL·Q8_0 and IQ4_XS·Q8_K for AVX2 (which AVX-512 machines run too).
 //!
 //! # How the kernels are built
 //!
@@ -29,8 +29,9 @@
 //! repacked `q4_0_8x8` kernels (one FMA per block on the exact block sum), so that `mul_mat`
 //! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). IQ4_NL
 //! comes in the same two orders (tinyBLAS's and the repacked `iq4_nl_8x8`), IQ4_XS in the
-//! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The k-quant kernels keep their own
-//! order.
+//! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The
+//! Q4_1 and Q5_1 kernels keep the order of ggml's x86 `ggml_vec_dot_q*_1_q8_1` (the same
+//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order.
 //!
 //! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
 //!
@@ -142,13 +143,16 @@ pub(crate) type Forms = (
 mod forms {
     use super::*;
     use crate::quants::{
-        BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8_0,
+        BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K,
+        BlockQ8_0,
     };
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
     wrappers!(iq4_nl_avx2, BlockIQ4NL, avx2::iq4_nl_q8_0);
     wrappers!(iq4_nl_avx2_chain, BlockIQ4NL, avx2::iq4_nl_q8_0_chain);
     wrappers!(iq4_xs_avx2, BlockIQ4XS, avx2::iq4_xs_q8_k);
+    wrappers!(q4_1_avx2, BlockQ4_1, avx2::q4_1_q8_1);
+    wrappers!(q5_1_avx2, BlockQ5_1, avx2::q5_1_q8_1);
     wrappers!(q5_0_avx2, BlockQ5_0, avx2::q5_0_q8_0);
     wrappers!(q8_0_avx2, BlockQ8_0, avx2::q8_0_q8_0);
     wrappers!(q4_k_avx2, BlockQ4K, avx2::q4_k_q8_k);
@@ -170,7 +174,9 @@ mod forms {
     pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
         let forms: Forms = match (isa, dtype) {
             (Isa::Avx2, DType::Q4_0) => q4_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q4_1) => q4_1_avx2::FORMS,
             (Isa::Avx2, DType::Q5_0) => q5_0_avx2::FORMS,
+            (Isa::Avx2, DType::Q5_1) => q5_1_avx2::FORMS,
             (Isa::Avx2, DType::Q8_0) => q8_0_avx2::FORMS,
             (Isa::Avx2, DType::Q4K) => q4_k_avx2::FORMS,
             (Isa::Avx2, DType::Q6K) => q6_k_avx2::FORMS,
@@ -348,6 +354,11 @@ mod tests {
             }
             let h = half::f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0);
             blk[0..2].copy_from_slice(&h.to_le_bytes());
+            if matches!(t, DType::Q4_1 | DType::Q5_1 | DType::Q8_1) {
+                // The minimum (or Q8_1's `s`): finite too.
+                let h = half::f16::from_f32((next() % 2000) as f32 / 100.0 - 10.0);
+                blk[2..4].copy_from_slice(&h.to_le_bytes());
+            }
         }
         out
     }
@@ -368,8 +379,9 @@ mod tests {
             (DType::IQ4NL, 7),
             (DType::IQ4XS, 8),
             (DType::IQ4XS, 5),
+            (DType::Q4_1, 8),
+            (DType::Q5_1, 7),
         ] {
-            let vt = crate::quants::vec_dot_type(t).expect("block type");
             let k = k / 32 * t.block_size();
             let ne = [k, rows, 1, 1];
             let a = RawTensor {
@@ -384,7 +396,8 @@ mod tests {
                 ],
             };
             let g = crate::kernels::ggml_arith::mul_mat_dot(&a, 4)
-                .expect("ggml_arith has a kernel for Q4_0, Q8_0 and the i-quants");
+                .expect("ggml_arith has a kernel for Q4_0, Q8_0, Q4_1, Q5_1 and the i-quants");
+            let vt = crate::quants::vec_dot_type(t).expect("block type");
             let order = ggml_sum_order(t, ne);
             assert_ne!(order, SumOrder::Any);
             let builds = vec_dot_variants_in(t, order);
