@@ -44,3 +44,35 @@ fn qwen05b_q8_0_matches_llama_cpp() {
 fn qwen05b_q4_0_matches_llama_cpp() {
     check("q4_0", 0.25);
 }
+
+/// The recipe files (made by `ggrs quantize` as llama.cpp's quantize tool makes them; see
+/// `common::qwen05b`) whose every kernel keeps the order of the build that made the
+/// reference: every reference top-10 logit, on the prompt and on all 24 greedy steps, equal
+/// to the digits llama.cpp printed (5 decimals, so within 2e-5), and every greedy run equal.
+/// Q5_0 and Q8_0 (the recipes' fallbacks), Q4_1 and Q5_1 (`ggml_vec_dot_q*_1_q8_1`'s order),
+/// Q6_K, Q5_K and IQ4_XS (`ggml_vec_dot_*_q8_K`'s lanes below 8 columns, the tiled matmul's
+/// order from 8 on), IQ4_NL (the Q4_0-style repacked block chain).
+#[test]
+fn qwen05b_recipes_equal_llama_cpp_digits() {
+    for kind in ["q5_0", "q4_1", "q5_1", "q6_k", "q5_k_m", "iq4_nl", "iq4_xs"] {
+        let _one_at_a_time = common::serial();
+        let Some(path) = common::qwen05b(kind) else {
+            return;
+        };
+        let model = Arc::new(Model::load(&path).expect("load the recipe file"));
+        let refs = common::read_jsonl(
+            &common::reference_dir().join(format!("qwen05b/{kind}.public.jsonl")),
+        );
+        let rep = common::compare(&model, &refs, 2e-5, 2, 24);
+        eprintln!("qwen05b {kind}: {rep:?}");
+        assert_eq!(
+            rep.over_tol, 0,
+            "{kind}: top-10 logits beyond 2e-5: {rep:?}"
+        );
+        assert_eq!(
+            rep.greedy_prefix_ok, 6,
+            "{kind}: whole greedy runs equal on {} of 6 prompts",
+            rep.greedy_prefix_ok
+        );
+    }
+}

@@ -196,6 +196,42 @@ pub(crate) fn dot_tiled<B: TiledBlock>(n: usize, a: &[u8], b: &[u8]) -> f32 {
     acc
 }
 
+/// One Q5_K row · one Q8_K row (`n` values) in the order of ggml's AVX2
+/// `ggml_vec_dot_q5_K_q8_K`, which llama.cpp runs below eight columns: per super-block eight
+/// exact integer lanes, lane `l` summing `sc_j · code · y` over the values `p` with
+/// `(p mod 32) / 4 = l`; `lane = fma(d·d_y, lane, lane_acc)`; the minimum terms
+/// `summs = fma(−d_y·dmin, Σ_j min_j·(bsum_2j + bsum_2j+1), summs)`; the result
+/// `hsum8(lanes) + summs`.
+pub(crate) fn dot_q5_k_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    let blocks = a
+        .chunks_exact(BlockQ5K::BYTES)
+        .zip(b.chunks_exact(BlockQ8K::BYTES))
+        .take(n / QK_K);
+    for (xa, yb) in blocks {
+        let x: BlockQ5K = bytemuck::pod_read_unaligned(xa);
+        let y: BlockQ8K = bytemuck::pod_read_unaligned(yb);
+        let d = y.d * fp16(x.d);
+        let dmin = -y.d * fp16(x.dmin);
+        let (sc, mn) = scales_mins_k4(&x.scales);
+        let mins: i32 = (0..8)
+            .map(|j| mn[2 * j] * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32))
+            .sum();
+        summs = dmin.mul_add(mins as f32, summs);
+        let codes = x.codes();
+        let mut lanes = [0i32; 8];
+        for p in 0..QK_K {
+            lanes[(p % 32) / 4] += sc[p / 16] * codes[p] as i32 * y.qs[p] as i32;
+        }
+        for (l, &v) in acc.iter_mut().zip(&lanes) {
+            *l = d.mul_add(v as f32, *l);
+        }
+    }
+    let h = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    h + summs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
