@@ -207,7 +207,7 @@ fn maxps(a: f32, b: f32) -> f32 {
 /// the `i32` range.
 #[inline(always)]
 fn cvtps2dq(r: f32) -> i32 {
-    if r >= -2_147_483_648.0 && r < 2_147_483_648.0 {
+    if (-2_147_483_648.0..2_147_483_648.0).contains(&r) {
         r as i32
     } else {
         i32::MIN
