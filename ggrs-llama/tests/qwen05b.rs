@@ -51,10 +51,13 @@ fn qwen05b_q4_0_matches_llama_cpp() {
 /// to the digits llama.cpp printed (5 decimals, so within 2e-5), and every greedy run equal.
 /// Q5_0 and Q8_0 (the recipes' fallbacks), Q4_1 and Q5_1 (`ggml_vec_dot_q*_1_q8_1`'s order),
 /// Q6_K, Q5_K and IQ4_XS (`ggml_vec_dot_*_q8_K`'s lanes below 8 columns, the tiled matmul's
-/// order from 8 on), IQ4_NL (the Q4_0-style repacked block chain).
+/// order from 8 on), IQ4_NL (the Q4_0-style repacked block chain), Q2_K (with Q3_K in
+/// `ggml_vec_dot_q3_K_q8_K`'s lanes below 8 columns).
 #[test]
 fn qwen05b_recipes_equal_llama_cpp_digits() {
-    for kind in ["q5_0", "q4_1", "q5_1", "q6_k", "q5_k_m", "iq4_nl", "iq4_xs"] {
+    for kind in [
+        "q5_0", "q4_1", "q5_1", "q6_k", "q5_k_m", "iq4_nl", "iq4_xs", "q2_k",
+    ] {
         let _one_at_a_time = common::serial();
         let Some(path) = common::qwen05b(kind) else {
             return;

@@ -250,8 +250,10 @@ pub enum SumOrder {
 pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
     let repacked = ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1;
     match dtype {
-        // Q5_K: `ggml_vec_dot_q5_K_q8_K`'s lanes, kept by the portable kernel only.
-        DType::Q8_0 | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 | DType::Q5K => SumOrder::GgmlLanes,
+        // Q3_K, Q5_K: `ggml_vec_dot_q*_K_q8_K`'s lanes, kept by the portable kernels only.
+        DType::Q8_0 | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 | DType::Q3K | DType::Q5K => {
+            SumOrder::GgmlLanes
+        }
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
         _ => SumOrder::Any,

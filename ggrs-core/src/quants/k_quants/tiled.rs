@@ -196,12 +196,29 @@ pub(crate) fn dot_tiled<B: TiledBlock>(n: usize, a: &[u8], b: &[u8]) -> f32 {
     acc
 }
 
+/// Eight exact integer lanes of one super-block as ggml's AVX2 `ggml_vec_dot_q*_K_q8_K`
+/// build them: lane `l` sums `scale16[p / 16] · code_p · y_p` over the values `p` with
+/// `(p mod 32) / 4 = l`.
+#[inline(always)]
+fn vec_lanes(codes: &[i8; QK_K], y: &[i8; QK_K], scale16: &[i32; 16]) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for p in 0..QK_K {
+        lanes[(p % 32) / 4] += scale16[p / 16] * codes[p] as i32 * y[p] as i32;
+    }
+    lanes
+}
+
+/// ggml's `hsum_float_8`: `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+#[inline(always)]
+fn hsum8(acc: &[f32; 8]) -> f32 {
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+}
+
 /// One Q5_K row · one Q8_K row (`n` values) in the order of ggml's AVX2
-/// `ggml_vec_dot_q5_K_q8_K`, which llama.cpp runs below eight columns: per super-block eight
-/// exact integer lanes, lane `l` summing `sc_j · code · y` over the values `p` with
-/// `(p mod 32) / 4 = l`; `lane = fma(d·d_y, lane, lane_acc)`; the minimum terms
-/// `summs = fma(−d_y·dmin, Σ_j min_j·(bsum_2j + bsum_2j+1), summs)`; the result
-/// `hsum8(lanes) + summs`.
+/// `ggml_vec_dot_q5_K_q8_K`, which llama.cpp runs below eight columns: per super-block the
+/// eight exact integer lanes of [`vec_lanes`]; `lane = fma(d·d_y, lane, lane_acc)`; the
+/// minimum terms `summs = fma(−d_y·dmin, Σ_j min_j·(bsum_2j + bsum_2j+1), summs)`; the
+/// result `hsum8(lanes) + summs`.
 pub(crate) fn dot_q5_k_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
@@ -219,17 +236,35 @@ pub(crate) fn dot_q5_k_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
             .map(|j| mn[2 * j] * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32))
             .sum();
         summs = dmin.mul_add(mins as f32, summs);
-        let codes = x.codes();
-        let mut lanes = [0i32; 8];
-        for p in 0..QK_K {
-            lanes[(p % 32) / 4] += sc[p / 16] * codes[p] as i32 * y.qs[p] as i32;
-        }
+        let lanes = vec_lanes(&x.codes(), &y.qs, &sc);
         for (l, &v) in acc.iter_mut().zip(&lanes) {
             *l = d.mul_add(v as f32, *l);
         }
     }
-    let h = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    h + summs
+    hsum8(&acc) + summs
+}
+
+/// One Q3_K row · one Q8_K row (`n` values) in the order of ggml's AVX2
+/// `ggml_vec_dot_q3_K_q8_K`, which llama.cpp runs below eight columns: per super-block the
+/// eight exact integer lanes of [`vec_lanes`] over the signed codes (−4..=3) and the signed
+/// 6-bit scales; `lane = fma(d_y·d, lane, lane_acc)`; the result `hsum8(lanes)`.
+pub(crate) fn dot_q3_k_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let blocks = a
+        .chunks_exact(BlockQ3K::BYTES)
+        .zip(b.chunks_exact(BlockQ8K::BYTES))
+        .take(n / QK_K);
+    for (xa, yb) in blocks {
+        let x: BlockQ3K = bytemuck::pod_read_unaligned(xa);
+        let y: BlockQ8K = bytemuck::pod_read_unaligned(yb);
+        let d = y.d * fp16(x.d);
+        let sc: [i32; 16] = std::array::from_fn(|j| q3_k_scale(&x.scales, j));
+        let lanes = vec_lanes(&x.codes(), &y.qs, &sc);
+        for (l, &v) in acc.iter_mut().zip(&lanes) {
+            *l = d.mul_add(v as f32, *l);
+        }
+    }
+    hsum8(&acc)
 }
 
 #[cfg(test)]
