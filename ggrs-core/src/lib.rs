@@ -156,6 +156,7 @@
 
 pub mod alloc;
 pub mod context;
+pub mod cpu;
 pub mod dtype;
 pub mod error;
 pub mod exec;

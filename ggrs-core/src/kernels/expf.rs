@@ -222,7 +222,7 @@ mod tests {
             );
         }
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        if crate::cpu::features().avx2 && crate::cpu::features().fma {
             use std::arch::x86_64::{_mm_loadu_ps, _mm_storeu_ps};
             for c in xs.chunks_exact(4) {
                 let mut out = [0f32; 4];
@@ -238,7 +238,7 @@ mod tests {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx512f") {
+        if crate::cpu::features().avx512f {
             use std::arch::x86_64::{_mm512_loadu_ps, _mm512_storeu_ps};
             for c in xs.chunks_exact(16) {
                 let mut out = [0f32; 16];

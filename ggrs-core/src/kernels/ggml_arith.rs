@@ -671,19 +671,8 @@ dispatch_dot!(
 /// FMA and F16C, and SIMD not switched off).
 #[inline]
 pub(crate) fn f16_tiles() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        fast()
-            && simd_level() >= SimdLevel::Avx512
-            && has!("avx512f")
-            && has!("avx512bw")
-            && has!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    // The AVX-512 level implies AVX-512 F/BW/VL next to AVX2, FMA and F16C.
+    fast() && simd_level() >= SimdLevel::Avx512
 }
 
 /// Widens the f16 values in `src` (little-endian, `2 · dst.len()` bytes or more) to f32 in
@@ -791,20 +780,8 @@ pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
 /// AVX-512 F. Detected once.
 #[inline]
 fn exp_512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static ON: OnceLock<bool> = OnceLock::new();
-        *ON.get_or_init(|| {
-            fast()
-                && simd_level() >= SimdLevel::Avx512
-                && std::arch::is_x86_feature_detected!("avx512f")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    // The AVX-512 level implies AVX-512 F.
+    fast() && simd_level() >= SimdLevel::Avx512
 }
 
 /// The portable body of [`v_expf16`]: the same operations lane by lane, with the scaling by

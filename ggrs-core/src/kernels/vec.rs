@@ -23,39 +23,20 @@ pub enum SimdLevel {
 }
 
 /// The level detected on this CPU (or `Scalar` when `GGRS_FORCE_SCALAR` is set to anything
-/// but `0`). Detected once.
+/// but `0`): [`crate::cpu::CpuFeatures::simd_level`] of [`crate::cpu::features`].
 pub fn simd_level() -> SimdLevel {
-    static LEVEL: OnceLock<SimdLevel> = OnceLock::new();
-    *LEVEL.get_or_init(|| {
-        if std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| v != "0" && !v.is_empty()) {
-            return SimdLevel::Scalar;
-        }
-        detect()
-    })
+    crate::cpu::features().simd_level()
 }
 
-#[cfg(target_arch = "x86_64")]
+/// The level the CPU itself supports, whatever `GGRS_FORCE_SCALAR` says (the tests run every
+/// variant the CPU can).
+#[cfg(all(test, target_arch = "x86_64"))]
 fn detect() -> SimdLevel {
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-    {
-        SimdLevel::Avx512
-    } else if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-    {
-        SimdLevel::Avx2
-    } else {
-        SimdLevel::Scalar
+    crate::cpu::CpuFeatures {
+        force_scalar: false,
+        ..*crate::cpu::features()
     }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn detect() -> SimdLevel {
-    SimdLevel::Scalar
+    .simd_level()
 }
 
 const LANES: usize = 16;

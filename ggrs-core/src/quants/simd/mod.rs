@@ -240,34 +240,9 @@ mod forms {
     }
 }
 
-/// True when this CPU runs code built for `isa`.
+/// True when this CPU runs code built for `isa` ([`crate::cpu::CpuFeatures::runs`]).
 pub(crate) fn cpu_has(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        let avx2 = has!("avx2") && has!("fma") && has!("f16c");
-        let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
-        match isa {
-            Isa::Scalar => true,
-            Isa::Avx2 => avx2,
-            Isa::Avx512 => avx512,
-            Isa::Avx512Vnni => avx512 && has!("avx512vnni"),
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        use std::arch::is_aarch64_feature_detected as has;
-        match isa {
-            Isa::Scalar => true,
-            Isa::Neon => has!("neon"),
-            Isa::NeonDotprod => has!("neon") && has!("dotprod"),
-            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni => false,
-        }
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        isa == Isa::Scalar
-    }
+    crate::cpu::features().runs(isa)
 }
 
 /// The SIMD kernel forms of weight type `dtype` for `isa` (in ggml's repacked-Q4_0 order

@@ -42,7 +42,6 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 use std::mem::offset_of;
-use std::sync::OnceLock;
 
 use half::f16;
 
@@ -51,13 +50,11 @@ use crate::quants::{to_fp16, BlockQ4_0, BlockQ8_0, BlockQuant};
 const Q4_0: usize = BlockQ4_0::BYTES;
 const Q8_0: usize = BlockQ8_0::BYTES;
 
-/// True when `GGRS_FORCE_SCALAR` is set to anything but `0` or the empty string (the rule of
-/// `kernels::vec::simd_level`, whose levels are x86 ones and say nothing about NEON). Read
-/// once.
+/// True when `GGRS_FORCE_SCALAR` is set to anything but `0` or the empty string
+/// ([`crate::cpu::CpuFeatures::force_scalar`]; `kernels::vec::simd_level`'s levels are x86
+/// ones and say nothing about NEON).
 pub(crate) fn env_forces_scalar() -> bool {
-    static FORCED: OnceLock<bool> = OnceLock::new();
-    *FORCED
-        .get_or_init(|| std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| v != "0" && !v.is_empty()))
+    crate::cpu::features().force_scalar
 }
 
 /// The f16 at `p` as f32 (exact).
