@@ -727,7 +727,9 @@ fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f3
             }
         }
         SumOrder::GgmlBlockChain => chain,
-        SumOrder::Any | SumOrder::GgmlTiled => unreachable!("not an order of the Q8_0 pairs"),
+        SumOrder::Any | SumOrder::GgmlTiled | SumOrder::GgmlRepacked => {
+            unreachable!("not an order of the Q8_0 pairs")
+        }
     }
 }
 

@@ -52,11 +52,13 @@ fn qwen05b_q4_0_matches_llama_cpp() {
 /// Q5_0 and Q8_0 (the recipes' fallbacks), Q4_1 and Q5_1 (`ggml_vec_dot_q*_1_q8_1`'s order),
 /// Q6_K, Q5_K and IQ4_XS (`ggml_vec_dot_*_q8_K`'s lanes below 8 columns, the tiled matmul's
 /// order from 8 on), IQ4_NL (the Q4_0-style repacked block chain), Q2_K (with Q3_K in
-/// `ggml_vec_dot_q3_K_q8_K`'s lanes below 8 columns).
+/// `ggml_vec_dot_q3_K_q8_K`'s lanes below 8 columns), Q4_K (the repacked `q4_K_8x8` GEMM
+/// and GEMV orders: the `ffn_down` weights of Q4_K_M and Q3_K_M; Q3_K_M has no Q3_K weight
+/// in this model).
 #[test]
 fn qwen05b_recipes_equal_llama_cpp_digits() {
     for kind in [
-        "q5_0", "q4_1", "q5_1", "q6_k", "q5_k_m", "iq4_nl", "iq4_xs", "q2_k",
+        "q5_0", "q4_1", "q5_1", "q6_k", "q5_k_m", "iq4_nl", "iq4_xs", "q2_k", "q4_k_m", "q3_k_m",
     ] {
         let _one_at_a_time = common::serial();
         let Some(path) = common::qwen05b(kind) else {
@@ -78,4 +80,29 @@ fn qwen05b_recipes_equal_llama_cpp_digits() {
             rep.greedy_prefix_ok
         );
     }
+}
+
+/// The fetched source file itself (the Q4_K_M people download: Q5_0, Q8_0, Q6_K and Q4_K
+/// weights, the Q4_K ones in llama.cpp's repacked GEMM/GEMV orders): every reference top-10
+/// logit within 2e-5 of llama.cpp's printed digits, on the prompt and on all 24 greedy
+/// steps, and every greedy run equal.
+#[test]
+fn qwen05b_source_equals_llama_cpp_digits() {
+    let _one_at_a_time = common::serial();
+    // Fetches the source when it is missing (or skips under GGRS_SKIP_MODEL_TESTS=1).
+    if common::qwen05b("f16").is_none() {
+        return;
+    }
+    let path = common::model_dir().join(common::SOURCE_MODEL);
+    let model = Arc::new(Model::load(&path).expect("load the source model"));
+    let refs =
+        common::read_jsonl(&common::reference_dir().join("qwen05b/source-q4_k_m.public.jsonl"));
+    let rep = common::compare(&model, &refs, 2e-5, 2, 24);
+    eprintln!("qwen05b source: {rep:?}");
+    assert_eq!(rep.over_tol, 0, "top-10 logits beyond 2e-5: {rep:?}");
+    assert_eq!(
+        rep.greedy_prefix_ok, 6,
+        "whole greedy runs equal on {} of 6 prompts",
+        rep.greedy_prefix_ok
+    );
 }

@@ -14,6 +14,7 @@
 //! | Q8_0, Q4_0 (rows % 8 ≠ 0) | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns), `ggml_vec_dot_*_q8_0` (1) | 8 lanes of 4 products each; per block `lane = fma(dx·dy, lane_sum, lane)`; lanes added as `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))` |
 //! | Q4_0, rows % 8 = 0 | Q8_0 | repacked `q4_0_8x8` GEMM/GEMV | per block `acc = fma(block_sum, dx·dy, acc)` |
 //! | IQ4_NL, rows % 8 = 0 | Q8_0 | repacked `iq4_nl_8x8` GEMM/GEMV | as Q4_0's repacked kernels |
+//! | Q4_K, Q2_K, rows % 8 = 0 | Q8_K | repacked `q4_K_8x8` / `q2_K_8x8` GEMM (first `4·⌊m/4⌋` of `m ≥ 4` columns), GEMV (the rest) | exact integer sums; `acc = fma(S, d·dy, acc)`, `accm = fma(M, dmin·dy, accm)` per super-block (GEMV) or per 64 / 128 values (GEMM); `acc − accm` (see `quants::k_quants::repacked`) |
 //! | IQ4_NL, rows % 8 ≠ 0 | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns) | as Q4_0's lanes |
 //! | IQ4_NL, rows % 8 ≠ 0 | Q8_0 | `ggml_vec_dot_iq4_nl_q8_0` (1 column) | two sets of 8 lanes (even and odd blocks) added lane-wise, then the lane tree; an odd last block added as `fma(dx·dy, block_sum, total)` |
 //! | IQ4_XS | Q8_K | `ggml_vec_dot_iq4_xs_q8_K` | 8 lanes; lane `l` the exact `Σ_sub-block (ls − 32)·Σ x·y` over values `4l..4l+4` of each sub-block; per super-block `lane = fma(dx·dy, lane_sum, lane)`; the lane tree |
@@ -36,7 +37,8 @@ use crate::dtype::DType;
 use crate::kernels::matmul::VecDotFn;
 use crate::kernels::vec::{simd_level, SimdLevel};
 use crate::kernels::RawTensor;
-use crate::quants::dispatch::{ggml_sum_order_cols, SumOrder};
+use crate::quants::dispatch::{ggml_sum_order, ggml_sum_order_cols, SumOrder};
+use crate::quants::k_quants::repacked::{q2_k_gemm, q2_k_gemv, q4_k_gemm, q4_k_gemv};
 use crate::types::FromF32Fn;
 
 /// Bytes of a Q8_0 block (f16 scale, 32 codes).
@@ -76,6 +78,11 @@ fn half_at(b: &[u8], i: usize) -> f32 {
 /// (`None`: no ggml-order kernel for this type; use the generic one).
 pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
     let rows = a.ne[1];
+    // Q4_K and Q2_K weights llama.cpp repacks: the GEMV order (every column past
+    // `mul_mat_gemm`'s, and every column below four).
+    if let Some((gemv, _)) = repacked_dots(a) {
+        return Some(gemv);
+    }
     // k-quants and IQ4_XS from 8 columns on: llama.cpp's tiled matmul.
     if ggml_sum_order_cols(a.dtype, a.ne, n_cols) == SumOrder::GgmlTiled {
         return tiled_dot(a.dtype);
@@ -102,6 +109,29 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
         DType::Q5_1 => Some(dot_q5_1_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
+        _ => None,
+    }
+}
+
+/// For weights llama.cpp multiplies with its repacked Q4_K / Q2_K kernels
+/// (`quants::k_quants::repacked`), against `n_cols` activation columns per batch: the number
+/// of leading columns of each batch that take its GEMM kernel's order, and that order's dot
+/// product. [`mul_mat_dot`] gives the GEMV order, for the other columns. `None` for other
+/// weights, or when no column takes the GEMM (fewer than four).
+pub(crate) fn mul_mat_gemm(a: &RawTensor, n_cols: usize) -> Option<(usize, VecDotFn)> {
+    let cols = crate::quants::k_quants::repacked::gemm_columns(n_cols);
+    let (_, gemm) = repacked_dots(a)?;
+    (cols > 0).then_some((cols, gemm))
+}
+
+/// The (GEMV, GEMM) dot products of a Q4_K or Q2_K weight llama.cpp repacks.
+fn repacked_dots(a: &RawTensor) -> Option<(VecDotFn, VecDotFn)> {
+    if ggml_sum_order(a.dtype, a.ne) != SumOrder::GgmlRepacked {
+        return None;
+    }
+    match a.dtype {
+        DType::Q4K => Some((dot_q4_k_gemv, dot_q4_k_gemm)),
+        DType::Q2K => Some((dot_q2_k_gemv, dot_q2_k_gemm)),
         _ => None,
     }
 }
@@ -627,6 +657,26 @@ dispatch_dot!(
     dot_q4_0_chain_body
 );
 dispatch_dot!(
+    /// Q4_K · Q8_K as the repacked `ggml_gemv_q4_K_8x8_q8_K` (one FMA per super-block).
+    dot_q4_k_gemv,
+    q4_k_gemv
+);
+dispatch_dot!(
+    /// Q4_K · Q8_K as the repacked `ggml_gemm_q4_K_8x8_q8_K` (one FMA per 64 values).
+    dot_q4_k_gemm,
+    q4_k_gemm
+);
+dispatch_dot!(
+    /// Q2_K · Q8_K as the repacked `ggml_gemv_q2_K_8x8_q8_K` (one FMA per super-block).
+    dot_q2_k_gemv,
+    q2_k_gemv
+);
+dispatch_dot!(
+    /// Q2_K · Q8_K as the repacked `ggml_gemm_q2_K_8x8_q8_K` (one FMA per 128 values).
+    dot_q2_k_gemm,
+    q2_k_gemm
+);
+dispatch_dot!(
     /// IQ4_NL · Q8_0 in tinyBLAS's lane order (unpacked weights, two columns or more).
     dot_iq4_nl_lanes,
     dot_iq4_nl_lanes_body
@@ -1139,6 +1189,10 @@ pub(crate) mod x86 {
         dot_iq4_xs_lanes => dot_iq4_xs_lanes_body,
         dot_q4_1_lanes => dot_q4_1_lanes_body,
         dot_q5_1_lanes => dot_q5_1_lanes_body,
+        dot_q4_k_gemv => q4_k_gemv,
+        dot_q4_k_gemm => q4_k_gemm,
+        dot_q2_k_gemv => q2_k_gemv,
+        dot_q2_k_gemm => q2_k_gemm,
     );
 
     use std::arch::x86_64::{

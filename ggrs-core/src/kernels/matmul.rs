@@ -330,6 +330,16 @@ unsafe fn tile(
         }
         None => (dot, tiles),
     };
+    // Q4_K / Q2_K weights llama.cpp repacks: its GEMM order for the first columns of each
+    // batch, the GEMV order (`dot`) for the rest; one element at a time.
+    let gemm = crate::kernels::ggml_arith::mul_mat_gemm(a, b.ne[1]);
+    let tiles = if gemm.is_some() { None } else { tiles };
+    let dot_at = |j: usize| -> VecDotFn {
+        match gemm {
+            Some((cols, g)) if j < cols => g,
+            _ => dot,
+        }
+    };
     let a_row = |i: usize| -> &[u8] {
         // SAFETY: i < a.ne[1] and (a2, a3) within a's outer shape (ggml's broadcast rule,
         // checked by the builder).
@@ -447,7 +457,7 @@ unsafe fn tile(
         }
         for j in j..cols.end {
             // SAFETY: an element of this chunk's tile (see `out`).
-            unsafe { *out(i, j) = dot(k, arow, b_row(j)) };
+            unsafe { *out(i, j) = dot_at(j)(k, arow, b_row(j)) };
         }
     }
 }

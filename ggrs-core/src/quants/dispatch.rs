@@ -233,6 +233,11 @@ pub enum SumOrder {
     /// exact integer sums, then `r = d·s1` (`r = fma(−dmin, s2, r)` with minimums) and
     /// `acc = acc + r·dy` (see `quants::k_quants::tiled`).
     GgmlTiled,
+    /// ggml's repacked Q4_K / Q2_K kernels (`q4_K_8x8`, `q2_K_8x8`): exact integer sums,
+    /// `acc = fma(S, d·dy, acc)` and `accm = fma(M, dmin·dy, accm)` per super-block (GEMV)
+    /// or per 64 / 128 values (GEMM, the first `4·⌊m/4⌋` of `m` columns), result
+    /// `acc − accm` (see `quants::k_quants::repacked`).
+    GgmlRepacked,
 }
 
 /// The order `mul_mat` keeps for weight type `dtype` of shape `ne` so that its results are
@@ -242,7 +247,8 @@ pub enum SumOrder {
 /// repacks ([`SumOrder::GgmlBlockChain`]); IQ4_XS in [`SumOrder::GgmlLanes`] over its
 /// 256-value super-blocks (`ggml_vec_dot_iq4_xs_q8_K`: lane `l` holds the exact
 /// `Σ_sub-block (ls − 32)·Σ x·y` over values `4l..4l + 4` of each sub-block, one FMA by
-/// `d·d_y` per super-block); [`SumOrder::Any`] for the other types.
+/// `d·d_y` per super-block); Q4_K and Q2_K weights llama.cpp repacks (2-D, row count a
+/// multiple of 8) in [`SumOrder::GgmlRepacked`]; [`SumOrder::Any`] for the other types.
 ///
 /// IQ4_NL weights llama.cpp does not repack take this order from tinyBLAS only for two
 /// columns or more; for one, `kernels::ggml_arith` has the order of
@@ -255,6 +261,7 @@ pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
             SumOrder::GgmlLanes
         }
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
+        DType::Q4K | DType::Q2K if ggml_repacks(dtype, ne) => SumOrder::GgmlRepacked,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
         _ => SumOrder::Any,
     }
@@ -314,8 +321,8 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
             false
         }
         SumOrder::GgmlBlockChain => true,
-        // No SIMD build keeps the tiled order yet: the portable one runs.
-        SumOrder::GgmlTiled => return Vec::new(),
+        // No SIMD build keeps the tiled or repacked orders yet: the portable one runs.
+        SumOrder::GgmlTiled | SumOrder::GgmlRepacked => return Vec::new(),
     };
     SIMD_ISAS
         .into_iter()
@@ -344,7 +351,7 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
         SumOrder::Any => return active_variant(dtype),
         SumOrder::GgmlLanes => &LANES,
         SumOrder::GgmlBlockChain => &CHAIN,
-        SumOrder::GgmlTiled => return None,
+        SumOrder::GgmlTiled | SumOrder::GgmlRepacked => return None,
     };
     let i = slot(dtype)?;
     if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {

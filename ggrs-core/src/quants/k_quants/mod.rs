@@ -21,6 +21,7 @@ pub mod q4_k;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_k;
+pub(crate) mod repacked;
 pub(crate) mod tiled;
 
 /// Values per k-quant super-block.
