@@ -250,7 +250,7 @@ pub enum SumOrder {
 pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
     let repacked = ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1;
     match dtype {
-        // Q5_K: `ggml_vec_dot_q5_K_q8_K`'s lanes, kept by the portable kernel only.
+        // Q5_K: `ggml_vec_dot_q5_K_q8_K`'s lanes (the AVX2 build keeps them).
         DType::Q8_0 | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 | DType::Q5K => SumOrder::GgmlLanes,
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
@@ -306,6 +306,7 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
                     | DType::IQ4XS
                     | DType::Q4_1
                     | DType::Q5_1
+                    | DType::Q5K
             ) {
                 return Vec::new();
             }
