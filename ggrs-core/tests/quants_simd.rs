@@ -22,21 +22,25 @@ use ggrs_core::{Context, DType, Executor, Graph};
 use half::f16;
 
 /// The weight types with SIMD kernels.
-const SIMD_TYPES: [DType; 9] = [
+const SIMD_TYPES: [DType; 10] = [
     DType::Q4_0,
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
     DType::Q8_0,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
     DType::IQ4NL,
     DType::IQ4XS,
 ];
 
-/// Q4_1, Q5_1 and the i-quants, whose SIMD kernels are AVX2 only.
+/// Q4_1, Q5_1, Q5_K and the i-quants, whose SIMD kernels are AVX2 only.
 fn avx2_only(t: DType) -> bool {
-    matches!(t, DType::IQ4NL | DType::IQ4XS | DType::Q4_1 | DType::Q5_1)
+    matches!(
+        t,
+        DType::IQ4NL | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 | DType::Q5K
+    )
 }
 
 /// ggml's `kvalues_iq4nl`: the 16 levels an IQ4_NL / IQ4_XS index selects.
@@ -87,7 +91,7 @@ impl Rng {
 fn f16_fields(t: DType) -> &'static [usize] {
     match t {
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
-        DType::Q4K | DType::Q4_1 | DType::Q5_1 => &[0, 2],
+        DType::Q4K | DType::Q5K | DType::Q4_1 | DType::Q5_1 => &[0, 2],
         DType::Q6K => &[208],
         _ => unreachable!("no SIMD kernel for {t}"),
     }
@@ -180,6 +184,12 @@ fn extreme_blocks(t: DType, nb: usize, low: bool, scale: f16) -> Vec<u8> {
                 p[4..16].fill(0xFF);
                 p[16..].fill(if low { 0x00 } else { 0xFF });
             }
+            // As Q4_K, with the fifth bits (bytes 16..48) all set or all clear: codes 31,
+            // or 0 with d = 0 (below).
+            DType::Q5K => {
+                p[4..16].fill(0xFF);
+                p[16..].fill(if low { 0x00 } else { 0xFF });
+            }
             // Codes 63 (+31) or 0 (−32); scales 127.
             DType::Q6K => {
                 p[..192].fill(if low { 0x00 } else { 0xFF });
@@ -201,7 +211,7 @@ fn extreme_blocks(t: DType, nb: usize, low: bool, scale: f16) -> Vec<u8> {
             if matches!(t, DType::Q4_1 | DType::Q5_1) && low {
                 p[2..4].copy_from_slice(&(-scale).to_le_bytes());
             }
-            if t == DType::Q4K && low {
+            if matches!(t, DType::Q4K | DType::Q5K) && low {
                 // d = 0: only the minimum term, −dmin·63·y, positive against negative y.
                 p[0..2].copy_from_slice(&f16::ZERO.to_le_bytes());
             }
@@ -243,7 +253,7 @@ fn magnitude(t: DType, a: &[u8], b: &[u8]) -> f64 {
         }
         return m;
     }
-    if t != DType::Q4K {
+    if !matches!(t, DType::Q4K | DType::Q5K) {
         let x = dequantize(t, a);
         return x
             .iter()
@@ -253,8 +263,12 @@ fn magnitude(t: DType, a: &[u8], b: &[u8]) -> f64 {
     }
     // Q4_K from the format: d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
     // nibbles (values 64c + l in the low nibbles of byte 32c + l, 64c + 32 + l in the high).
+    // Q5_K: the same with 32 bytes of fifth bits before the nibbles (bit 2c of byte l for
+    // value 64c + l, bit 2c + 1 for 64c + 32 + l).
+    let five = t == DType::Q5K;
+    let (bytes, qs) = if five { (176, 48) } else { (144, 16) };
     let mut m = 0.0;
-    for (blk, ys) in a.chunks_exact(144).zip(y.chunks_exact(QK_K)) {
+    for (blk, ys) in a.chunks_exact(bytes).zip(y.chunks_exact(QK_K)) {
         let (d, dmin) = (f16_at(blk, 0), f16_at(blk, 2));
         let s = &blk[4..16];
         let scale_min = |j: usize| -> (u8, u8) {
@@ -269,8 +283,11 @@ fn magnitude(t: DType, a: &[u8], b: &[u8]) -> f64 {
         };
         for (v, &yv) in ys.iter().enumerate() {
             let (c, l, high) = (v / 64, v % 32, (v % 64) >= 32);
-            let byte = blk[16 + 32 * c + l];
-            let q = if high { byte >> 4 } else { byte & 15 };
+            let byte = blk[qs + 32 * c + l];
+            let mut q = if high { byte >> 4 } else { byte & 15 };
+            if five {
+                q += ((blk[16 + l] >> (2 * c + high as usize)) & 1) << 4;
+            }
             let (sc, mn) = scale_min(2 * c + high as usize);
             m += ((d * sc as f64 * q as f64).abs() + (dmin * mn as f64).abs()) * (yv as f64).abs();
         }
@@ -377,8 +394,14 @@ fn every_build_the_cpu_runs_is_listed() {
         );
     }
     assert!(dispatch::vec_dot_variants_in(DType::Q4K, SumOrder::GgmlLanes).is_empty());
+    // Q5_K in `ggml_vec_dot_q5_K_q8_K`'s lanes: the AVX2 build.
+    let got: Vec<Isa> = dispatch::vec_dot_variants_in(DType::Q5K, SumOrder::GgmlLanes)
+        .iter()
+        .map(|v| v.isa)
+        .collect();
+    assert_eq!(got, avx2, "Q5_K lanes");
     // Types without SIMD kernels have their scalar reference only; others none.
-    for t in [DType::Q2K, DType::Q3K, DType::Q5K, DType::Q8K, DType::Q8_1] {
+    for t in [DType::Q2K, DType::Q3K, DType::Q8K, DType::Q8_1] {
         let got: Vec<Isa> = dispatch::vec_dot_variants(t)
             .iter()
             .map(|v| v.isa)
@@ -657,6 +680,50 @@ fn iq4_xs_lanes_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
     tree8(acc)
 }
 
+/// Q5_K · Q8_K as ggml's AVX2 `ggml_vec_dot_q5_K_q8_K`, from the formats: lane l sums
+/// `sc_j·code·y` over the values p with `(p mod 32) / 4 = l`, exactly; per super-block
+/// `lane = fma(d_y·d, lane_sum, lane)` and `summs = fma(−d_y·dmin, Σ_j min_j·(bsum_2j +
+/// bsum_2j+1), summs)`; the lane tree plus `summs`.
+fn q5_k_lanes_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for i in 0..k / QK_K {
+        let (x, y) = (&a[i * 176..(i + 1) * 176], &b[i * 292..(i + 1) * 292]);
+        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let s = &x[4..16];
+        // Sub-block j's 6-bit scale and minimum (Q4_K's packing).
+        let scale_min = |j: usize| -> (i32, i32) {
+            if j < 4 {
+                ((s[j] & 63) as i32, (s[j + 4] & 63) as i32)
+            } else {
+                (
+                    ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4)) as i32,
+                    ((s[j + 4] >> 4) | ((s[j] >> 6) << 4)) as i32,
+                )
+            }
+        };
+        let bsum = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+        let mins: i32 = (0..8)
+            .map(|j| scale_min(j).1 * (bsum(2 * j) + bsum(2 * j + 1)))
+            .sum();
+        let mut lanes = [0i32; 8];
+        for p in 0..QK_K {
+            let (c, l, high) = (p / 64, p % 32, (p % 64) / 32);
+            let byte = x[48 + 32 * c + l];
+            let nib = if high == 1 { byte >> 4 } else { byte & 15 } as i32;
+            let code = nib + 16 * ((x[16 + l] >> (2 * c + high)) & 1) as i32;
+            lanes[l / 4] += scale_min(p / 32).0 * code * (y[4 + p] as i8 as i32);
+        }
+        let d = dy * f16_at(x, 0) as f32;
+        let dmin = -dy * f16_at(x, 2) as f32;
+        summs = dmin.mul_add(mins as f32, summs);
+        for l in 0..8 {
+            acc[l] = d.mul_add(lanes[l] as f32, acc[l]);
+        }
+    }
+    tree8(acc) + summs
+}
+
 /// IQ4_NL · Q8_0 as ggml's AVX2 `ggml_vec_dot_iq4_nl_q8_0` (weights llama.cpp does not
 /// repack, one column): even and odd blocks into two sets of eight lanes
 /// (`lane = fma(dy·dx, lane_sum, lane)`), the sets added lane by lane, the lane tree, then an
@@ -694,6 +761,10 @@ fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f3
     if t == DType::IQ4XS {
         assert_eq!(order, SumOrder::GgmlLanes);
         return iq4_xs_lanes_dot(k, a, b);
+    }
+    if t == DType::Q5K {
+        assert_eq!(order, SumOrder::GgmlLanes);
+        return q5_k_lanes_dot(k, a, b);
     }
     let vt = quants::vec_dot_type(t).expect("block type");
     let (ta, tb) = (t.type_size(), vt.type_size());
@@ -733,7 +804,7 @@ fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f3
     }
 }
 
-/// ggml's tiled k-quant matmul written out plainly for Q4_K, Q6_K and IQ4_XS (see
+/// ggml's tiled k-quant matmul written out plainly for Q4_K, Q5_K, Q6_K and IQ4_XS (see
 /// `SumOrder::GgmlTiled`): per super-block the exact integers `s1 = Σ_j sc_j·Σ code·y` and
 /// `s2 = Σ_j min_j·Σ y`, then `r = d·s1`, `r = fma(−dmin, s2, r)`, `acc = fma(r, dy, acc)`.
 fn ggml_tiled_dot(t: DType, k: usize, a: &[u8], b: &[u8]) -> f32 {
@@ -745,8 +816,11 @@ fn ggml_tiled_dot(t: DType, k: usize, a: &[u8], b: &[u8]) -> f32 {
         let yq = |p: usize| y[4 + p] as i8 as i32;
         let bsum = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
         let r = match t {
-            DType::Q4K => {
-                // d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles.
+            DType::Q4K | DType::Q5K => {
+                // d, dmin (f16), 12 bytes of 6-bit scales and mins, (Q5_K: 32 bytes of fifth
+                // bits,) 128 bytes of nibbles.
+                let five = t == DType::Q5K;
+                let qs = if five { 48 } else { 16 };
                 let (d, dmin) = (f16_at(x, 0) as f32, f16_at(x, 2) as f32);
                 let q = &x[4..16];
                 let sm = |j: usize| -> (i32, i32) {
@@ -761,8 +835,11 @@ fn ggml_tiled_dot(t: DType, k: usize, a: &[u8], b: &[u8]) -> f32 {
                 };
                 let (mut s1, mut s2) = (0i32, 0i32);
                 for p in 0..QK_K {
-                    let byte = x[16 + 32 * (p / 64) + p % 32];
-                    let code = if p % 64 < 32 { byte & 15 } else { byte >> 4 };
+                    let byte = x[qs + 32 * (p / 64) + p % 32];
+                    let mut code = if p % 64 < 32 { byte & 15 } else { byte >> 4 };
+                    if five {
+                        code += ((x[16 + p % 32] >> (2 * (p / 64) + (p % 64) / 32)) & 1) << 4;
+                    }
                     s1 += sm(p / 32).0 * code as i32 * yq(p);
                 }
                 for j in 0..8 {
@@ -819,6 +896,7 @@ fn simd_builds_keep_ggml_orders_bit_for_bit() {
         (DType::IQ4NL, SumOrder::GgmlLanes),
         (DType::IQ4NL, SumOrder::GgmlBlockChain),
         (DType::IQ4XS, SumOrder::GgmlLanes),
+        (DType::Q5K, SumOrder::GgmlLanes),
     ];
     for (t, order) in cases {
         let vt = quants::vec_dot_type(t).expect("block type");

@@ -77,6 +77,19 @@ fn interleaved_position(rb: usize, nrb: usize, regions: usize) -> usize {
     before + rb / regions
 }
 
+/// Row chunks of a quantized `mul_mat` with one tile of columns (decoding): the threads
+/// take chunks in turn, so the last chunk of a node is what one thread may still be working
+/// on while the others wait. Eight chunks of the output matmul (151936 rows) are 1.2 ms each
+/// on one thread; so up to `32·nth` chunks of at least 64 rows (ggml's decoding chunk), and
+/// never fewer than [`grid`]'s `4·nth` (nor chunks under 16 rows).
+fn decode_chunks(n: usize, nth: usize) -> usize {
+    (n / 64)
+        .min(nth * 32)
+        .max(nth * 4)
+        .min(n.div_ceil(TILE))
+        .max(1)
+}
+
 fn grid(n: usize, m: usize, batches: usize, nth: usize) -> (usize, usize) {
     let ncb = m.div_ceil(TILE).max(1);
     let want = (nth * 4).div_ceil(ncb * batches).max(1);
@@ -136,6 +149,9 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
             .min(n.div_ceil(4))
             .max(1);
         (nrb, 1)
+    } else if a.dtype.is_quantized() && dst.ne[1] <= TILE && batches == 1 {
+        // Decoding (one tile of columns): more, smaller chunks of rows (see `decode_chunks`).
+        (decode_chunks(dst.ne[0], nth), 1)
     } else {
         grid(dst.ne[0], dst.ne[1], batches, nth)
     };

@@ -256,7 +256,8 @@ pub enum SumOrder {
 pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
     let repacked = ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1;
     match dtype {
-        // Q3_K, Q5_K: `ggml_vec_dot_q*_K_q8_K`'s lanes, kept by the portable kernels only.
+        // Q3_K, Q5_K: `ggml_vec_dot_q*_K_q8_K`'s lanes (Q5_K's AVX2 build keeps them; Q3_K's
+        // portable kernel only).
         DType::Q8_0 | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 | DType::Q3K | DType::Q5K => {
             SumOrder::GgmlLanes
         }
@@ -315,6 +316,7 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
                     | DType::IQ4XS
                     | DType::Q4_1
                     | DType::Q5_1
+                    | DType::Q5K
             ) {
                 return Vec::new();
             }

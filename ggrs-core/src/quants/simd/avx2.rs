@@ -30,8 +30,8 @@ use std::mem::offset_of;
 use super::x86::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
 use crate::quants::iq4::KVALUES_IQ4NL;
 use crate::quants::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8K, BlockQ8_0, BlockQ8_1, BlockQuant,
+    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, BlockQuant,
 };
 
 const Q4_0: usize = BlockQ4_0::BYTES;
@@ -39,6 +39,7 @@ const Q5_0: usize = BlockQ5_0::BYTES;
 const Q8_0: usize = BlockQ8_0::BYTES;
 const Q8_1: usize = BlockQ8_1::BYTES;
 const Q4K: usize = BlockQ4K::BYTES;
+const Q5K: usize = BlockQ5K::BYTES;
 const Q6K: usize = BlockQ6K::BYTES;
 const Q8K: usize = BlockQ8K::BYTES;
 const IQ4NL: usize = BlockIQ4NL::BYTES;
@@ -711,6 +712,13 @@ pub(crate) unsafe fn q4_0_q8_0_chain<const R: usize, const C: usize>(
 
 /// Q8_0 × Q8_0 (see the module docs for the contract).
 ///
+/// Lane `l` of a block is the exact `Σ x·y` over its values `4l..4l + 4`. Where the block of
+/// activations holds no −128 (always, for activations from ggml's quantizer, whose codes lie
+/// in −127..=127), ggml's own form: `vpmaddubsw(|x|, sign(y, x))` then `vpmaddwd` by ones
+/// (`|x|` ≤ 128 read unsigned, `|sign(y, x)|` ≤ 127: pair sums at most 2·128·127 < 2¹⁵).
+/// Otherwise both operands are widened to 16 bits ([`q8_0_lanes_wide`]). The same integers
+/// either way, so the f32 work (ggml's lanes) never depends on the path.
+///
 /// # Safety
 /// See the module docs.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -723,37 +731,57 @@ pub(crate) unsafe fn q8_0_q8_0<const R: usize, const C: usize>(
     // features are the caller's guarantee.
     unsafe {
         let qs = offset_of!(BlockQ8_0, qs);
+        let ones = _mm256_set1_epi16(1);
+        let min = _mm256_set1_epi8(i8::MIN);
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..nb {
             let mut dx = [0f32; R];
-            let mut x0 = [_mm256_setzero_si256(); R];
-            let mut x1 = [_mm256_setzero_si256(); R];
+            let mut xv = [_mm256_setzero_si256(); R];
+            let mut ax = [_mm256_setzero_si256(); R];
             for r in 0..R {
                 let xb = x[r].add(i * Q8_0);
                 dx[r] = f16_at(xb.add(offset_of!(BlockQ8_0, d)));
-                // Codes 0..16 and 16..32 as 16-bit integers.
-                x0[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(xb.add(qs).cast()));
-                x1[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(xb.add(qs + 16).cast()));
+                xv[r] = _mm256_loadu_si256(xb.add(qs).cast());
+                ax[r] = _mm256_abs_epi8(xv[r]);
             }
             for c in 0..C {
                 let yb = y[c].add(i * Q8_0);
-                let y0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(yb.add(qs).cast()));
-                let y1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(yb.add(qs + 16).cast()));
+                let yv = _mm256_loadu_si256(yb.add(qs).cast());
                 let dy = f16_at(yb.add(offset_of!(BlockQ8_0, d)));
+                let has_min = _mm256_movemask_epi8(_mm256_cmpeq_epi8(yv, min)) != 0;
                 for r in 0..R {
-                    // Pair sums of values 0..16 and 16..32, added pairwise into the lanes of
-                    // ggml's order (lane l: values 4l..4l + 4): `vphaddd` gives quads
-                    // 0 1 4 5 in the low half and 2 3 6 7 in the high half; one 64-bit
-                    // permutation puts them in value order.
-                    let p0 = _mm256_madd_epi16(x0[r], y0);
-                    let p1 = _mm256_madd_epi16(x1[r], y1);
-                    let q = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(p0, p1));
+                    let q = if has_min {
+                        q8_0_lanes_wide(xv[r], yv)
+                    } else {
+                        let p = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(yv, xv[r]));
+                        _mm256_madd_epi16(p, ones)
+                    };
                     let d = _mm256_set1_ps(dx[r] * dy);
                     acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc[r][c]);
                 }
             }
         }
         finish(acc)
+    }
+}
+
+/// The eight exact quad sums (lane `l`: values `4l..4l + 4`) of two blocks of 32 signed
+/// bytes, any values (−128 included), through 16-bit products.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn q8_0_lanes_wide(x: __m256i, y: __m256i) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        // Pair sums of values 0..16 and 16..32, added pairwise into the lanes: `vphaddd`
+        // gives quads 0 1 4 5 in the low half and 2 3 6 7 in the high half; one 64-bit
+        // permutation puts them in value order.
+        let [x0, x1] = widen_i8(x);
+        let [y0, y1] = widen_i8(y);
+        let p0 = _mm256_madd_epi16(x0, y0);
+        let p1 = _mm256_madd_epi16(x1, y1);
+        _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(p0, p1))
     }
 }
 
@@ -824,6 +852,114 @@ pub(crate) unsafe fn q4_k_q8_k<const R: usize, const C: usize>(
             }
         }
         out
+    }
+}
+
+/// Q5_K × Q8_K in the order of ggml's AVX2 `ggml_vec_dot_q5_K_q8_K` (bit for bit the
+/// portable `k_quants::tiled::dot_q5_k_vec`, which `mul_mat` keeps below eight columns).
+///
+/// Per super-block and element: eight exact 32-bit lanes, lane `l` summing
+/// `sc_j · code · y` over the values `p` with `(p mod 32) / 4 = l` (`vpmaddubsw` of the
+/// unsigned codes, 0..=31, with the activations, then `vpmaddwd` by the sub-block scale);
+/// `lane = fma(d·d_y, lane_sum, lane)`; the minimum terms in one scalar chain,
+/// `summs = fma(−d_y·dmin, Σ_j min_j·(bsum_2j + bsum_2j+1), summs)`; at the end
+/// `hsum(lanes) + summs`, the lanes added in `hsum_float_8`'s tree. The Q8_K `bsums` are
+/// used as given (the portable order reads them too).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_k_q8_k<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; `scales` is
+    // 12 bytes inside the block, read through a reference to `[u8; 12]` (alignment 1).
+    unsafe {
+        let low4 = _mm256_set1_epi8(0x0F);
+        let bit4 = _mm256_set1_epi8(0x10);
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut summs = [[0f32; C]; R];
+        for i in 0..nb {
+            for r in 0..R {
+                let xb = x[r].add(i * Q5K);
+                let dx = f16_at(xb.add(offset_of!(BlockQ5K, d)));
+                let dmx = f16_at(xb.add(offset_of!(BlockQ5K, dmin)));
+                let sm = q5k_scales(xb);
+                // Minimum j for the two 16-value groups of sub-block j.
+                let m = _mm_loadl_epi64(sm.as_ptr().add(8).cast());
+                let mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+                // Fifth bits: bit 2k of byte l belongs to value 64k + l, bit 2k + 1 to
+                // value 64k + 32 + l; shifted down by two per pair of sub-blocks (the bits
+                // a 16-bit shift brings in from the next byte land in bits 6 and 7, never
+                // read).
+                let mut qh = _mm256_loadu_si256(xb.add(offset_of!(BlockQ5K, qh)).cast());
+                let mut sumi = [_mm256_setzero_si256(); C];
+                for k in 0..4 {
+                    let q = _mm256_loadu_si256(xb.add(offset_of!(BlockQ5K, qs) + 32 * k).cast());
+                    let lo = _mm256_or_si256(
+                        _mm256_and_si256(q, low4),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(qh), bit4),
+                    );
+                    let hi = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(q), low4),
+                        _mm256_and_si256(_mm256_slli_epi16::<3>(qh), bit4),
+                    );
+                    qh = _mm256_srli_epi16::<2>(qh);
+                    let s_lo = _mm256_set1_epi16(sm[2 * k] as i16);
+                    let s_hi = _mm256_set1_epi16(sm[2 * k + 1] as i16);
+                    for c in 0..C {
+                        let yq = y[c].add(i * Q8K + offset_of!(BlockQ8K, qs) + 64 * k);
+                        let v0 = _mm256_loadu_si256(yq.cast());
+                        let v1 = _mm256_loadu_si256(yq.add(32).cast());
+                        let p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, v0), s_lo);
+                        let p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, v1), s_hi);
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p0, p1));
+                    }
+                }
+                for c in 0..C {
+                    let yb = y[c].add(i * Q8K);
+                    let yd = read_f32(yb.add(offset_of!(BlockQ8K, d)));
+                    let bsums = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8K, bsums)).cast());
+                    let msum = hsum_i32(_mm256_madd_epi16(bsums, mins));
+                    summs[r][c] = (-yd * dmx).mul_add(msum as f32, summs[r][c]);
+                    let d = _mm256_set1_ps(yd * dx);
+                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                out[r][c] = hsum256(acc[r][c]) + summs[r][c];
+            }
+        }
+        out
+    }
+}
+
+/// Q5_K's (= Q4_K's) scales and minimums of the block at `xb` (see `q4k_scales_mins`).
+///
+/// # Safety
+/// A whole Q5_K block readable at `xb`.
+#[inline(always)]
+unsafe fn q5k_scales(xb: *const u8) -> [u8; 16] {
+    // SAFETY: the 12 scale bytes lie inside the block (caller); `[u8; 12]` has alignment 1.
+    unsafe { q4k_scales_mins(&*xb.add(offset_of!(BlockQ5K, scales)).cast::<[u8; 12]>()) }
+}
+
+/// The sum of the eight `i32` lanes of `v` (exact while it fits).
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        let s4 = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32::<1>(s2)))
     }
 }
 

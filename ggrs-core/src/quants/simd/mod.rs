@@ -143,8 +143,8 @@ pub(crate) type Forms = (
 mod forms {
     use super::*;
     use crate::quants::{
-        BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K,
-        BlockQ8_0,
+        BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+        BlockQ6K, BlockQ8_0,
     };
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
@@ -156,6 +156,7 @@ mod forms {
     wrappers!(q5_0_avx2, BlockQ5_0, avx2::q5_0_q8_0);
     wrappers!(q8_0_avx2, BlockQ8_0, avx2::q8_0_q8_0);
     wrappers!(q4_k_avx2, BlockQ4K, avx2::q4_k_q8_k);
+    wrappers!(q5_k_avx2, BlockQ5K, avx2::q5_k_q8_k);
     wrappers!(q6_k_avx2, BlockQ6K, avx2::q6_k_q8_k);
 
     wrappers!(q4_k_avx512, BlockQ4K, avx512::q4_k_q8_k);
@@ -179,6 +180,7 @@ mod forms {
             (Isa::Avx2, DType::Q5_1) => q5_1_avx2::FORMS,
             (Isa::Avx2, DType::Q8_0) => q8_0_avx2::FORMS,
             (Isa::Avx2, DType::Q4K) => q4_k_avx2::FORMS,
+            (Isa::Avx2, DType::Q5K) => q5_k_avx2::FORMS,
             (Isa::Avx2, DType::Q6K) => q6_k_avx2::FORMS,
             (Isa::Avx2, DType::IQ4NL) => iq4_nl_avx2::FORMS,
             (Isa::Avx2, DType::IQ4XS) => iq4_xs_avx2::FORMS,
@@ -329,7 +331,7 @@ mod tests {
             }
             let h = half::f16::from_f32((next() % 2000) as f32 / 1000.0 - 1.0);
             blk[0..2].copy_from_slice(&h.to_le_bytes());
-            if matches!(t, DType::Q4_1 | DType::Q5_1 | DType::Q8_1) {
+            if matches!(t, DType::Q4_1 | DType::Q5_1 | DType::Q8_1 | DType::Q5K) {
                 // The minimum (or Q8_1's `s`): finite too.
                 let h = half::f16::from_f32((next() % 2000) as f32 / 100.0 - 10.0);
                 blk[2..4].copy_from_slice(&h.to_le_bytes());
@@ -356,6 +358,8 @@ mod tests {
             (DType::IQ4XS, 5),
             (DType::Q4_1, 8),
             (DType::Q5_1, 7),
+            (DType::Q5K, 8),
+            (DType::Q5K, 5),
         ] {
             let k = k / 32 * t.block_size();
             let ne = [k, rows, 1, 1];
@@ -404,6 +408,77 @@ mod tests {
                         );
                         assert_eq!((v.dot)(k, wr[r], yr[c]).to_bits(), want.to_bits());
                     }
+                }
+            }
+        }
+    }
+    /// The AVX2 Q5_K build in `ggml_vec_dot_q5_K_q8_K`'s lanes gives the bits of the
+    /// portable order it replaces (`k_quants::tiled::dot_q5_k_vec`), in every form, for
+    /// random super-blocks, for extreme ones (every code 31 or 0, scales and minimums 63,
+    /// activations ±127 and −128, group sums at the i16 limits) and several row lengths.
+    #[test]
+    fn q5_k_avx2_is_dot_q5_k_vec() {
+        use crate::quants::dispatch::Isa;
+        use crate::quants::k_quants::tiled::dot_q5_k_vec;
+        if !crate::quants::simd::cpu_has(Isa::Avx2) {
+            return;
+        }
+        let builds = vec_dot_variants_in(DType::Q5K, SumOrder::GgmlLanes);
+        assert!(builds.iter().any(|v| v.isa == Isa::Avx2));
+        let mut seed = 23u64;
+        let (xs, ys) = (DType::Q5K.type_size(), DType::Q8K.type_size());
+        for nb in [1usize, 2, 3, 7, 19] {
+            let k = nb * 256;
+            for pattern in 0..6 {
+                let mut w = blocks(DType::Q5K, 4 * nb, &mut seed);
+                let mut y = blocks(DType::Q8K, 4 * nb, &mut seed);
+                for (i, blk) in w.chunks_exact_mut(xs).enumerate() {
+                    match pattern {
+                        // Codes 31, scales and minimums 63.
+                        1 => blk[4..].fill(0xFF),
+                        // Codes 0, scales and minimums 63.
+                        2 => {
+                            blk[4..16].fill(0xFF);
+                            blk[16..].fill(0);
+                        }
+                        // Large scales of both signs.
+                        3 => {
+                            let d = half::f16::from_f32(if i % 2 == 0 { 6.0e4 } else { -3.0e4 });
+                            blk[0..2].copy_from_slice(&d.to_le_bytes());
+                        }
+                        _ => {}
+                    }
+                }
+                for (i, blk) in y.chunks_exact_mut(ys).enumerate() {
+                    let d = 0.01 * (i as f32 + 1.0) * if i % 3 == 0 { -1.0 } else { 1.0 };
+                    blk[..4].copy_from_slice(&d.to_le_bytes());
+                    match pattern {
+                        1 => blk[4..260].fill(0x7F),
+                        2 | 4 => blk[4..260].fill(0x80),
+                        _ => {}
+                    }
+                    if pattern == 5 {
+                        // Group sums at the ends of i16, whatever the codes.
+                        for j in 0..16 {
+                            let v: i16 = if j % 2 == 0 { i16::MAX } else { i16::MIN };
+                            blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
+                let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * nb * xs..(r + 1) * nb * xs]);
+                let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * nb * ys..(c + 1) * nb * ys]);
+                let want: [[u32; 4]; 4] = std::array::from_fn(|r| {
+                    std::array::from_fn(|c| dot_q5_k_vec(k, wr[r], yr[c]).to_bits())
+                });
+                for v in &builds {
+                    let what = format!("{:?} nb={nb} pattern {pattern}", v.isa);
+                    let tile = (v.tile)(k, wr, yr).map(|r| r.map(f32::to_bits));
+                    assert_eq!(tile, want, "{what}");
+                    let rows = (v.rows4)(k, wr, yr[1]).map(f32::to_bits);
+                    assert_eq!(rows, want.map(|r| r[1]), "{what}");
+                    let four = (v.dot4)(k, wr[2], yr).map(f32::to_bits);
+                    assert_eq!(four, want[2], "{what}");
+                    assert_eq!((v.dot)(k, wr[3], yr[0]).to_bits(), want[3][0], "{what}");
                 }
             }
         }
