@@ -1189,10 +1189,24 @@ pub(crate) mod x86 {
         dot_iq4_xs_lanes => dot_iq4_xs_lanes_body,
         dot_q4_1_lanes => dot_q4_1_lanes_body,
         dot_q5_1_lanes => dot_q5_1_lanes_body,
-        dot_q4_k_gemv => q4_k_gemv,
-        dot_q4_k_gemm => q4_k_gemm,
-        dot_q2_k_gemv => q2_k_gemv,
-        dot_q2_k_gemm => q2_k_gemm,
+    );
+
+    // The repacked Q4_K / Q2_K orders: explicit AVX2 kernels (`dispatch::repacked_k`).
+    macro_rules! repacked_k {
+        ($($name:ident => $kernel:ident, $gemm:literal),* $(,)?) => {$(
+            /// # Safety
+            /// The CPU supports AVX2, FMA and F16C.
+            pub(super) unsafe fn $name(n: usize, a: &[u8], b: &[u8]) -> f32 {
+                // SAFETY: the CPU features are the caller's guarantee.
+                unsafe { crate::quants::dispatch::repacked_k::$kernel(n, a, b, $gemm) }
+            }
+        )*};
+    }
+    repacked_k!(
+        dot_q4_k_gemv => dot_q4_k, false,
+        dot_q4_k_gemm => dot_q4_k, true,
+        dot_q2_k_gemv => dot_q2_k, false,
+        dot_q2_k_gemm => dot_q2_k, true,
     );
 
     use std::arch::x86_64::{

@@ -37,6 +37,9 @@ use crate::types::FromF32Fn;
 /// The panel kernels of `mul_mat` (see `quants::simd::panel`).
 #[cfg(target_arch = "x86_64")]
 pub(crate) use super::simd::panel;
+/// The AVX2 builds of the repacked Q4_K / Q2_K orders (see `quants::simd::repacked_k`).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use super::simd::repacked_k;
 
 use super::{
     BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,

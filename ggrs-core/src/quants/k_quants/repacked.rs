@@ -35,14 +35,18 @@
 //! disagree (the first such value is `−amax` and a later one `+amax`), `d_y`, the codes and
 //! the block sums are all negated, which negates `S_c`, `M_c` and `d_y` together and leaves
 //! every product above bit-identical. So one Q8_K row serves both kernels.
+//!
+//! The functions here are the portable bodies; `kernels::ggml_arith` runs the AVX2 builds of
+//! `quants::simd::repacked_k` where the CPU has them (same integer sums, the same
+//! [`accumulate`], so the same bits).
 
 use super::{get_scale_min_k4, K_SCALE_SIZE, QK_K};
 use half::f16;
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
-const Q8K_BYTES: usize = 292;
+pub(crate) const Q8K_BYTES: usize = 292;
 /// Offset of the codes in a Q8_K block.
-const Q8K_QS: usize = 4;
+pub(crate) const Q8K_QS: usize = 4;
 /// Offset of the block sums in a Q8_K block.
 const Q8K_BSUMS: usize = 260;
 
@@ -51,13 +55,15 @@ const Q8K_BSUMS: usize = 260;
 pub(crate) trait RepackedK {
     /// Bytes of one super-block.
     const BYTES: usize;
-    /// GEMM chunks per super-block (one f32 FMA each).
+    /// GEMM chunks per super-block (one f32 FMA each; at most 4).
     const CHUNKS: usize;
     /// The super-block's `(d, dmin)`, widened to f32.
     fn scales(x: &[u8]) -> (f32, f32);
-    /// `(S_c, M_c)` of chunk `c` of super-block `x` against the Q8_K block `y` (see the
-    /// module docs).
-    fn chunk(x: &[u8], y: &[u8], c: usize) -> (i32, i32);
+    /// The sub-block scales (in 16-bit lanes, as the kernels multiply them) and the
+    /// `M_c` of super-block `x` against the Q8_K block `y`.
+    fn scales_and_mins(x: &[u8], y: &[u8]) -> ([i16; 16], [i32; 4]);
+    /// The `S_c` of super-block `x` against `y`, given its sub-block scales (portable).
+    fn sums(x: &[u8], y: &[u8], sc: &[i16; 16]) -> [i32; 4];
 }
 
 /// Q4_K (`block_q4_Kx8` in ggml's repacked layout).
@@ -85,29 +91,38 @@ impl RepackedK for Q4K {
         (half_at(x, 0), half_at(x, 2))
     }
 
+    /// Scales of the eight 32-value sub-blocks (entries 0..8), and per 64-value chunk `c`
+    /// the minimums of sub-blocks `2c`, `2c + 1` times their activation sums, each the sum of
+    /// two Q8_K block sums added in 16 bits (the kernels' `hadd_epi16`).
     #[inline(always)]
-    fn chunk(x: &[u8], y: &[u8], c: usize) -> (i32, i32) {
+    fn scales_and_mins(x: &[u8], y: &[u8]) -> ([i16; 16], [i32; 4]) {
+        let packed: &[u8; K_SCALE_SIZE] = x[4..16].try_into().expect("12 bytes");
+        let (mut sc, mut mn) = ([0i16; 16], [0i32; 8]);
+        for j in 0..8 {
+            let (s, m) = get_scale_min_k4(j, packed);
+            (sc[j], mn[j]) = (s as i16, m as i32);
+        }
+        let pair = |j: usize| bsum(y, 2 * j).wrapping_add(bsum(y, 2 * j + 1)) as i32;
+        let m = std::array::from_fn(|c| mn[2 * c] * pair(2 * c) + mn[2 * c + 1] * pair(2 * c + 1));
+        (sc, m)
+    }
+
+    #[inline(always)]
+    fn sums(x: &[u8], y: &[u8], sc: &[i16; 16]) -> [i32; 4] {
         // Layout: d, dmin (f16), 12 bytes of packed scales, 128 bytes of nibbles. Byte
         // 32c + l holds value 64c + l (low nibble, sub-block 2c) and 64c + 32 + l (high
         // nibble, sub-block 2c + 1).
-        let packed: &[u8; K_SCALE_SIZE] = x[4..16].try_into().expect("12 bytes");
-        let (s0, m0) = get_scale_min_k4(2 * c, packed);
-        let (s1, m1) = get_scale_min_k4(2 * c + 1, packed);
-        let q = &x[16 + 32 * c..16 + 32 * c + 32];
-        let ylo = &y[Q8K_QS + 64 * c..Q8K_QS + 64 * c + 32];
-        let yhi = &y[Q8K_QS + 64 * c + 32..Q8K_QS + 64 * c + 64];
-        let (mut lo, mut hi) = (0i32, 0i32);
-        for l in 0..32 {
-            lo += (q[l] & 0x0F) as i32 * ylo[l] as i8 as i32;
-            hi += (q[l] >> 4) as i32 * yhi[l] as i8 as i32;
-        }
-        // The kernels add the two 16-value sums of each sub-block in 16 bits (`hadd_epi16`).
-        let p0 = bsum(y, 4 * c).wrapping_add(bsum(y, 4 * c + 1)) as i32;
-        let p1 = bsum(y, 4 * c + 2).wrapping_add(bsum(y, 4 * c + 3)) as i32;
-        (
-            s0 as i32 * lo + s1 as i32 * hi,
-            m0 as i32 * p0 + m1 as i32 * p1,
-        )
+        std::array::from_fn(|c| {
+            let q = &x[16 + 32 * c..16 + 32 * c + 32];
+            let ylo = &y[Q8K_QS + 64 * c..Q8K_QS + 64 * c + 32];
+            let yhi = &y[Q8K_QS + 64 * c + 32..Q8K_QS + 64 * c + 64];
+            let (mut lo, mut hi) = (0i32, 0i32);
+            for l in 0..32 {
+                lo += (q[l] & 0x0F) as i32 * ylo[l] as i8 as i32;
+                hi += (q[l] >> 4) as i32 * yhi[l] as i8 as i32;
+            }
+            sc[2 * c] as i32 * lo + sc[2 * c + 1] as i32 * hi
+        })
     }
 }
 
@@ -120,33 +135,45 @@ impl RepackedK for Q2K {
         (half_at(x, 80), half_at(x, 82))
     }
 
+    /// Scales of the sixteen 16-value sub-blocks, and per 128-value half `h` its eight
+    /// sub-blocks' minimums times their Q8_K block sums.
     #[inline(always)]
-    fn chunk(x: &[u8], y: &[u8], h: usize) -> (i32, i32) {
+    fn scales_and_mins(x: &[u8], y: &[u8]) -> ([i16; 16], [i32; 4]) {
+        let sc = std::array::from_fn(|j| (x[j] & 0x0F) as i16);
+        let mut m = [0i32; 4];
+        for (j, &b) in x[..16].iter().enumerate() {
+            m[j / 8] += (b >> 4) as i32 * bsum(y, j) as i32;
+        }
+        (sc, m)
+    }
+
+    #[inline(always)]
+    fn sums(x: &[u8], y: &[u8], sc: &[i16; 16]) -> [i32; 4] {
         // Layout: 16 bytes of scales (sub-block j: scale low nibble, minimum high), 64 bytes
         // of 2-bit codes, d, dmin (f16). Value 128h + 32s + 16p + l sits in bits 2s of byte
         // 32h + 16p + l and belongs to sub-block 8h + 2s + p.
-        let q = &x[16 + 32 * h..16 + 32 * h + 32];
-        let (mut s, mut m) = (0i32, 0i32);
-        for sh in 0..4 {
-            for p in 0..2 {
-                let j = 8 * h + 2 * sh + p;
-                let yv = &y[Q8K_QS + 128 * h + 32 * sh + 16 * p..][..16];
-                let qv = &q[16 * p..16 * p + 16];
-                let mut t = 0i32;
-                for l in 0..16 {
-                    t += ((qv[l] >> (2 * sh)) & 3) as i32 * yv[l] as i8 as i32;
+        let mut out = [0i32; 4];
+        for (h, o) in out.iter_mut().take(2).enumerate() {
+            let q = &x[16 + 32 * h..16 + 32 * h + 32];
+            for sh in 0..4 {
+                for p in 0..2 {
+                    let yv = &y[Q8K_QS + 128 * h + 32 * sh + 16 * p..][..16];
+                    let qv = &q[16 * p..16 * p + 16];
+                    let mut t = 0i32;
+                    for l in 0..16 {
+                        t += ((qv[l] >> (2 * sh)) & 3) as i32 * yv[l] as i8 as i32;
+                    }
+                    *o += sc[8 * h + 2 * sh + p] as i32 * t;
                 }
-                s += (x[j] & 0x0F) as i32 * t;
-                m += (x[j] >> 4) as i32 * bsum(y, j) as i32;
             }
         }
-        (s, m)
+        out
     }
 }
 
 /// The super-blocks of a weight row and its Q8_K row: whole blocks only, at most `n / 256`.
 #[inline(always)]
-fn blocks<'a, K: RepackedK>(
+pub(crate) fn blocks<'a, K: RepackedK>(
     n: usize,
     a: &'a [u8],
     b: &'a [u8],
@@ -156,42 +183,58 @@ fn blocks<'a, K: RepackedK>(
         .take(n / QK_K)
 }
 
+/// The f32 work of one super-block, shared by every build: its chunks' exact sums `s` (the
+/// `S_c`) and `m` (the `M_c`), `dd = d·d_y` and `dm = dmin·d_y`, into the accumulators
+/// `acc = (acc, accm)`: one FMA each on the block totals (GEMV), or one per chunk in order
+/// (GEMM).
+#[inline(always)]
+pub(crate) fn accumulate(acc: &mut (f32, f32), dd: f32, dm: f32, s: &[i32], m: &[i32], gemm: bool) {
+    if gemm {
+        for (&sc, &mc) in s.iter().zip(m) {
+            acc.0 = (sc as f32).mul_add(dd, acc.0);
+            acc.1 = (mc as f32).mul_add(dm, acc.1);
+        }
+    } else {
+        let (st, mt): (i32, i32) = (s.iter().sum(), m.iter().sum());
+        acc.0 = (st as f32).mul_add(dd, acc.0);
+        acc.1 = (mt as f32).mul_add(dm, acc.1);
+    }
+}
+
+/// `(dd, dm) = (d·d_y, dmin·d_y)` of super-block `x` against the Q8_K block `y`.
+#[inline(always)]
+pub(crate) fn block_scales<K: RepackedK>(x: &[u8], y: &[u8]) -> (f32, f32) {
+    let (d, dmin) = K::scales(x);
+    let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+    (d * dy, dmin * dy)
+}
+
+/// One row of `K` (`n` values) · one Q8_K row, portable: the GEMM order if `gemm`, else the
+/// GEMV one (see the module docs).
+#[inline(always)]
+fn dot_portable<K: RepackedK>(n: usize, a: &[u8], b: &[u8], gemm: bool) -> f32 {
+    let mut acc = (0f32, 0f32);
+    for (x, y) in blocks::<K>(n, a, b) {
+        let (dd, dm) = block_scales::<K>(x, y);
+        let (sc, m) = K::scales_and_mins(x, y);
+        let s = K::sums(x, y, &sc);
+        accumulate(&mut acc, dd, dm, &s[..K::CHUNKS], &m[..K::CHUNKS], gemm);
+    }
+    acc.0 - acc.1
+}
+
 /// One row of `K` (`n` values) · one Q8_K row in the order of ggml's repacked GEMV kernel
 /// (one FMA per super-block; see the module docs).
 #[inline(always)]
 pub(crate) fn dot_gemv<K: RepackedK>(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let (mut acc, mut accm) = (0f32, 0f32);
-    for (x, y) in blocks::<K>(n, a, b) {
-        let (d, dmin) = K::scales(x);
-        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
-        let (mut s, mut m) = (0i32, 0i32);
-        for c in 0..K::CHUNKS {
-            let (sc, mc) = K::chunk(x, y, c);
-            s += sc;
-            m += mc;
-        }
-        acc = (s as f32).mul_add(d * dy, acc);
-        accm = (m as f32).mul_add(dmin * dy, accm);
-    }
-    acc - accm
+    dot_portable::<K>(n, a, b, false)
 }
 
 /// One row of `K` (`n` values) · one Q8_K row in the order of ggml's repacked GEMM kernel
 /// (one FMA per chunk of 64 (Q4_K) or 128 (Q2_K) values; see the module docs).
 #[inline(always)]
 pub(crate) fn dot_gemm<K: RepackedK>(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let (mut acc, mut accm) = (0f32, 0f32);
-    for (x, y) in blocks::<K>(n, a, b) {
-        let (d, dmin) = K::scales(x);
-        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
-        let (dd, dm) = (d * dy, dmin * dy);
-        for c in 0..K::CHUNKS {
-            let (s, m) = K::chunk(x, y, c);
-            acc = (s as f32).mul_add(dd, acc);
-            accm = (m as f32).mul_add(dm, accm);
-        }
-    }
-    acc - accm
+    dot_portable::<K>(n, a, b, true)
 }
 
 /// [`dot_gemv`] for Q4_K (`ggml_gemv_q4_K_8x8_q8_K`).

@@ -54,6 +54,8 @@ pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod repacked_k;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 
 use crate::dtype::DType;
