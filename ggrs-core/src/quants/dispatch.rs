@@ -312,14 +312,31 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
             false
         }
         SumOrder::GgmlBlockChain => true,
-        // No SIMD build keeps the tiled order yet: the portable one runs.
-        SumOrder::GgmlTiled => return Vec::new(),
+        SumOrder::GgmlTiled => return tiled_variants(dtype),
     };
     SIMD_ISAS
         .into_iter()
         .rev()
         .filter_map(|isa| {
             simd::kernels(dtype, isa, chain).map(|(dot, dot4, rows4, tile)| VecDotVariant {
+                isa,
+                dot,
+                dot4,
+                rows4,
+                tile,
+            })
+        })
+        .collect()
+}
+
+/// The SIMD builds of `dtype`'s dot product in ggml's tiled k-quant order
+/// ([`SumOrder::GgmlTiled`]) that this CPU runs (`quants::simd::tiled_avx2`).
+fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
+    SIMD_ISAS
+        .into_iter()
+        .rev()
+        .filter_map(|isa| {
+            simd::tiled_kernels(dtype, isa).map(|(dot, dot4, rows4, tile)| VecDotVariant {
                 isa,
                 dot,
                 dot4,
@@ -338,11 +355,12 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
     type Table = [Option<VecDotVariant>; BLOCK_TYPES.len()];
     static LANES: OnceLock<Table> = OnceLock::new();
     static CHAIN: OnceLock<Table> = OnceLock::new();
+    static TILED: OnceLock<Table> = OnceLock::new();
     let table = match order {
         SumOrder::Any => return active_variant(dtype),
         SumOrder::GgmlLanes => &LANES,
         SumOrder::GgmlBlockChain => &CHAIN,
-        SumOrder::GgmlTiled => return None,
+        SumOrder::GgmlTiled => &TILED,
     };
     let i = slot(dtype)?;
     if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {
