@@ -347,6 +347,28 @@ fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
         .collect()
 }
 
+/// The panel kernel `mul_mat` runs for a weight of type `dtype` and shape `ne` against
+/// `n_cols` columns per batch when that product takes ggml's tiled order
+/// ([`ggml_sum_order_cols`] gives [`SumOrder::GgmlTiled`]) and this CPU runs the AVX2
+/// build (`quants::simd::tiled_avx2`: rows × up to [`TILED_PANEL_COLS`] columns, bits of
+/// `k_quants::tiled::dot_tiled`); `None` otherwise, and under `GGRS_FORCE_SCALAR` /
+/// [`force_scalar`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option<TiledPanelFn> {
+    if ggml_sum_order_cols(dtype, ne, n_cols) != SumOrder::GgmlTiled
+        || FORCE_SCALAR.load(Ordering::Relaxed)
+        || !allowed(Isa::Avx2)
+        || !simd::cpu_has(Isa::Avx2)
+    {
+        return None;
+    }
+    simd::tiled_avx2::panel_kernel(dtype)
+}
+
+/// The panel kernels of ggml's tiled order (see [`tiled_panel`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use super::simd::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS};
+
 /// The fastest build of `dtype`'s dot product keeping `order`: [`active_variant`] for
 /// [`SumOrder::Any`]; for a ggml order, the best SIMD build keeping it, or `None` (no such
 /// build on this CPU, or SIMD switched off by `GGRS_FORCE_SCALAR` / [`force_scalar`]; the

@@ -621,6 +621,303 @@ pub(crate) unsafe fn iq4_xs_tiled<const R: usize, const C: usize>(
     }
 }
 
+// -------------------------------------------------------------------------------------------
+// Panels: any number of rows × up to 16 columns
+// -------------------------------------------------------------------------------------------
+
+/// Columns a panel takes at most.
+pub(crate) const PANEL_COLS: usize = 16;
+
+/// Columns of one accumulator group of the panel kernels.
+const GROUP: usize = 8;
+
+/// The eight 32-bit sums of `a[0..8]` (one per column), lane `c` for column `c`.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        let h01 = _mm256_hadd_epi32(a[0], a[1]);
+        let h23 = _mm256_hadd_epi32(a[2], a[3]);
+        let h45 = _mm256_hadd_epi32(a[4], a[5]);
+        let h67 = _mm256_hadd_epi32(a[6], a[7]);
+        // Per 128-bit half: the partial sums of columns 0..4 (q0) and 4..8 (q1) over that
+        // half of each accumulator.
+        let q0 = _mm256_hadd_epi32(h01, h23);
+        let q1 = _mm256_hadd_epi32(h45, h67);
+        let lo = _mm256_permute2x128_si256::<0x20>(q0, q1);
+        let hi = _mm256_permute2x128_si256::<0x31>(q0, q1);
+        _mm256_add_epi32(lo, hi)
+    }
+}
+
+/// `acc[0..8] = fma(r, dy, acc)` with `r = d·f32(s1)` (with minimums then
+/// `r = fma(−dmin, f32(s2), r)`), per lane: [`accumulate`] for eight columns.
+///
+/// # Safety
+/// Eight f32 readable and writable at `acc`, eight readable at `dy`; AVX2 and FMA.
+#[inline(always)]
+unsafe fn accumulate8(
+    min: bool,
+    acc: *mut f32,
+    d: f32,
+    dmin: f32,
+    s1: __m256i,
+    s2: __m256i,
+    dy: *const f32,
+) {
+    // SAFETY: the caller guarantees the memory and the CPU features.
+    unsafe {
+        let mut r = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s1));
+        if min {
+            r = _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(s2), r);
+        }
+        let a = _mm256_fmadd_ps(r, _mm256_loadu_ps(dy), _mm256_loadu_ps(acc));
+        _mm256_storeu_ps(acc, a);
+    }
+}
+
+/// The column pointers of a panel, padded to [`PANEL_COLS`] with the first one (padded
+/// columns compute into lanes nobody reads).
+fn padded(y: &[*const u8]) -> [*const u8; PANEL_COLS] {
+    std::array::from_fn(|c| if c < y.len() { y[c] } else { y[0] })
+}
+
+/// The shared loop of the k-quant panel kernels: `out[r·PANEL_COLS + c] = dot(x[r], y[c])`
+/// in `dot_tiled`'s order, for every row of `x` and the `y.len()` ≤ [`PANEL_COLS`] columns.
+/// Per super-block, each row's block is decoded once (codes and per-chunk scales into a
+/// buffer) and dotted with the columns eight at a time.
+///
+/// # Safety
+/// As the kernels; `1 ≤ y.len() ≤ PANEL_COLS`, `out` holds `x.len()·PANEL_COLS` values.
+#[inline(always)]
+unsafe fn panel<X: Decode>(nb: usize, x: &[*const u8], y: &[*const u8], out: &mut [f32]) {
+    debug_assert!(!y.is_empty() && y.len() <= PANEL_COLS);
+    debug_assert!(out.len() >= x.len() * PANEL_COLS);
+    // SAFETY: block i < nb of every row and column is readable (caller); unaligned loads;
+    // `out` has room for every row (checked above); the CPU features are the caller's
+    // guarantee.
+    unsafe {
+        let masks: [__m256i; 4] = SCALE_PAIRS.map(|m| _mm256_loadu_si256(m.as_ptr().cast()));
+        let groups = y.len().div_ceil(GROUP);
+        let y = padded(y);
+        out[..x.len() * PANEL_COLS].fill(0.0);
+        let mut codes = [_mm256_setzero_si256(); 8];
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for i in 0..nb {
+            let mut dy = [0f32; PANEL_COLS];
+            for (d, p) in dy.iter_mut().zip(&y) {
+                *d = read_f32(p.add(i * Q8K + offset_of!(BlockQ8K, d)));
+            }
+            let yb: [*const u8; PANEL_COLS] = y.map(|p| p.add(i * Q8K));
+            for (r, &xr) in x.iter().enumerate() {
+                let xb = xr.add(i * X::BYTES);
+                if i + 1 < nb {
+                    // The row's next block, while this one is computed.
+                    let next = xb.add(X::BYTES);
+                    let mut o = 0;
+                    while o < X::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(next.add(o).cast());
+                        o += 64;
+                    }
+                }
+                let hd = X::header(xb);
+                for h in 0..2 {
+                    let c4 = X::codes(xb, h);
+                    let sc8 = if h == 0 {
+                        _mm256_permute4x64_epi64::<0b01_00_01_00>(hd.sc16)
+                    } else {
+                        _mm256_permute4x64_epi64::<0b11_10_11_10>(hd.sc16)
+                    };
+                    for g in 0..4 {
+                        codes[4 * h + g] = c4[g];
+                        scales[4 * h + g] = _mm256_shuffle_epi8(sc8, masks[g]);
+                    }
+                }
+                let neg = _mm256_mullo_epi16(hd.sc16, _mm256_set1_epi16(-X::OFFSET));
+                for grp in 0..groups {
+                    let cols: [*const u8; GROUP] = std::array::from_fn(|c| yb[GROUP * grp + c]);
+                    let bsums: [__m256i; GROUP] =
+                        cols.map(|p| _mm256_loadu_si256(p.add(Q8K_BSUMS).cast()));
+                    let mut s = [_mm256_setzero_si256(); GROUP];
+                    if X::OFFSET != 0 {
+                        for c in 0..GROUP {
+                            s[c] = _mm256_madd_epi16(neg, bsums[c]);
+                        }
+                    }
+                    for k in 0..8 {
+                        let (w, sc) = (codes[k], scales[k]);
+                        for c in 0..GROUP {
+                            let v = _mm256_loadu_si256(cols[c].add(Q8K_QS + 32 * k).cast());
+                            let p = _mm256_maddubs_epi16(w, v);
+                            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, sc));
+                        }
+                    }
+                    let s1 = sums8(&s);
+                    let s2 = if X::HAS_MIN {
+                        sums8(&bsums.map(|b| _mm256_madd_epi16(hd.min16, b)))
+                    } else {
+                        _mm256_setzero_si256()
+                    };
+                    accumulate8(
+                        X::HAS_MIN,
+                        out.as_mut_ptr().add(r * PANEL_COLS + GROUP * grp),
+                        hd.d,
+                        hd.dmin,
+                        s1,
+                        s2,
+                        dy.as_ptr().add(GROUP * grp),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The IQ4_XS panel kernel ([`panel`]'s contract): per super-block the columns' activations
+/// widened to 16 bits once, each row's levels times its sub-block scales once.
+///
+/// # Safety
+/// As [`panel`].
+#[inline(always)]
+unsafe fn panel_iq4_xs(nb: usize, x: &[*const u8], y: &[*const u8], out: &mut [f32]) {
+    debug_assert!(!y.is_empty() && y.len() <= PANEL_COLS);
+    debug_assert!(out.len() >= x.len() * PANEL_COLS);
+    // SAFETY: as in `panel`.
+    unsafe {
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+        let low4 = _mm256_set1_epi8(0x0F);
+        let groups = y.len().div_ceil(GROUP);
+        let ncols = groups * GROUP;
+        let y = padded(y);
+        out[..x.len() * PANEL_COLS].fill(0.0);
+        let mut wide = [[_mm256_setzero_si256(); 16]; PANEL_COLS];
+        let mut w = [_mm256_setzero_si256(); 16];
+        for i in 0..nb {
+            let mut dy = [0f32; PANEL_COLS];
+            for c in 0..ncols {
+                let yb = y[c].add(i * Q8K);
+                dy[c] = read_f32(yb.add(offset_of!(BlockQ8K, d)));
+                for (j, v) in wide[c].iter_mut().enumerate() {
+                    *v = _mm256_cvtepi8_epi16(_mm_loadu_si128(yb.add(Q8K_QS + 16 * j).cast()));
+                }
+            }
+            for (r, &xr) in x.iter().enumerate() {
+                let xb = xr.add(i * BlockIQ4XS::BYTES);
+                if i + 1 < nb {
+                    let next = xb.add(BlockIQ4XS::BYTES);
+                    let mut o = 0;
+                    while o < BlockIQ4XS::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(next.add(o).cast());
+                        o += 64;
+                    }
+                }
+                let d = f16_at(xb.add(offset_of!(BlockIQ4XS, d)));
+                let sh = read_u16(xb.add(offset_of!(BlockIQ4XS, scales_h))) as u32;
+                let sl = read_u32(xb.add(offset_of!(BlockIQ4XS, scales_l)));
+                for ib in 0..8 {
+                    let ls = ((sl >> (4 * ib)) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4);
+                    let ls = _mm256_set1_epi16(ls as i16 - 32);
+                    let q = _mm_loadu_si128(xb.add(offset_of!(BlockIQ4XS, qs) + 16 * ib).cast());
+                    let idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(q), q), low4);
+                    let lv = _mm256_shuffle_epi8(table, idx);
+                    w[2 * ib] =
+                        _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(lv)), ls);
+                    w[2 * ib + 1] = _mm256_mullo_epi16(
+                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(lv)),
+                        ls,
+                    );
+                }
+                for grp in 0..groups {
+                    let mut s = [_mm256_setzero_si256(); GROUP];
+                    for j in 0..16 {
+                        let wj = w[j];
+                        for c in 0..GROUP {
+                            let p = _mm256_madd_epi16(wj, wide[GROUP * grp + c][j]);
+                            s[c] = _mm256_add_epi32(s[c], p);
+                        }
+                    }
+                    accumulate8(
+                        false,
+                        out.as_mut_ptr().add(r * PANEL_COLS + GROUP * grp),
+                        d,
+                        0.0,
+                        sums8(&s),
+                        _mm256_setzero_si256(),
+                        dy.as_ptr().add(GROUP * grp),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A panel kernel: `out[r·PANEL_COLS + c]` = row `x[r]` · column `y[c]` (`nb` super-blocks
+/// each) in ggml's tiled order, for every row and the `1..=PANEL_COLS` columns.
+pub(crate) type PanelFn = unsafe fn(nb: usize, x: &[*const u8], y: &[*const u8], out: &mut [f32]);
+
+macro_rules! panel_kernel {
+    ($(#[$doc:meta])* $name:ident, $body:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// A CPU with AVX2, FMA and F16C; `nb` whole blocks readable at every row and column
+        /// pointer; `1 ≤ y.len() ≤ PANEL_COLS`; `out` holds `x.len()·PANEL_COLS` values.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) unsafe fn $name(nb: usize, x: &[*const u8], y: &[*const u8], out: &mut [f32]) {
+            // SAFETY: forwarded from the caller.
+            unsafe { $body(nb, x, y, out) }
+        }
+    };
+}
+
+panel_kernel!(
+    /// Q2_K panels in ggml's tiled order.
+    q2_k_panel,
+    panel::<Q2K>
+);
+panel_kernel!(
+    /// Q3_K panels in ggml's tiled order.
+    q3_k_panel,
+    panel::<Q3K>
+);
+panel_kernel!(
+    /// Q4_K panels in ggml's tiled order.
+    q4_k_panel,
+    panel::<Q4K>
+);
+panel_kernel!(
+    /// Q5_K panels in ggml's tiled order.
+    q5_k_panel,
+    panel::<Q5K>
+);
+panel_kernel!(
+    /// Q6_K panels in ggml's tiled order.
+    q6_k_panel,
+    panel::<Q6K>
+);
+panel_kernel!(
+    /// IQ4_XS panels in ggml's tiled order.
+    iq4_xs_panel,
+    panel_iq4_xs
+);
+
+/// The panel kernel of weight type `dtype`, if there is one (the caller checks the CPU).
+pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<PanelFn> {
+    use crate::dtype::DType;
+    Some(match dtype {
+        DType::Q2K => q2_k_panel,
+        DType::Q3K => q3_k_panel,
+        DType::Q4K => q4_k_panel,
+        DType::Q5K => q5_k_panel,
+        DType::Q6K => q6_k_panel,
+        DType::IQ4XS => iq4_xs_panel,
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -753,6 +1050,78 @@ mod tests {
                 }
             }
         }};
+    }
+
+    /// Panel kernel `p` on `rows` weight rows and `cols` columns equals `dot_tiled`.
+    fn check_panel<B: TiledBlock>(p: PanelFn, nb: usize, xs: &[Vec<u8>], ys: &[Vec<u8>]) {
+        let x: Vec<*const u8> = xs.iter().map(|v| v.as_ptr()).collect();
+        let y: Vec<*const u8> = ys.iter().map(|v| v.as_ptr()).collect();
+        let mut out = vec![f32::NAN; x.len() * PANEL_COLS];
+        // SAFETY: AVX2, FMA and F16C checked by the caller; `nb` blocks in every row and
+        // column; 1..=16 columns; `out` sized for the rows.
+        unsafe { p(nb, &x, &y, &mut out) };
+        for (r, xr) in xs.iter().enumerate() {
+            for (c, yc) in ys.iter().enumerate() {
+                let want = dot_tiled::<B>(nb * 256, xr, yc);
+                let got = out[r * PANEL_COLS + c];
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{} panel {}x{} nb={nb} ({r}, {c}): {got} vs {want}",
+                    B::DTYPE,
+                    xs.len(),
+                    ys.len()
+                );
+            }
+        }
+    }
+
+    fn panels<B: TiledBlock>(p: PanelFn) {
+        let mut r = Rng(0xface ^ B::BYTES as u64);
+        for nb in [1usize, 2, 5] {
+            for (rows, cols) in [(1, 1), (3, 5), (16, 16), (2, 8), (5, 9), (16, 12), (1, 16)] {
+                for rep in 0..3 {
+                    let xs: Vec<Vec<u8>> = (0..rows)
+                        .map(|i| {
+                            weight_row::<B>(
+                                nb,
+                                if rep == 0 { 0 } else { (i + rep) as u64 % 3 },
+                                &mut r,
+                            )
+                        })
+                        .collect();
+                    let ys: Vec<Vec<u8>> = (0..cols)
+                        .map(|i| {
+                            q8k_row(
+                                nb,
+                                if rep == 0 {
+                                    0
+                                } else {
+                                    (2 * i + rep) as u64 % 3
+                                },
+                                &mut r,
+                            )
+                        })
+                        .collect();
+                    check_panel::<B>(p, nb, &xs, &ys);
+                }
+            }
+        }
+    }
+
+    /// Every panel kernel gives `dot_tiled`'s bits for every element, for any number of
+    /// rows and 1..=16 columns (partial groups of eight included), random and extreme blocks.
+    #[test]
+    fn panel_kernels_equal_dot_tiled() {
+        if !avx2() {
+            return;
+        }
+        panels::<BlockQ2K>(q2_k_panel);
+        panels::<BlockQ3K>(q3_k_panel);
+        panels::<BlockQ4K>(q4_k_panel);
+        panels::<BlockQ5K>(q5_k_panel);
+        panels::<BlockQ6K>(q6_k_panel);
+        panels::<BlockIQ4XS>(iq4_xs_panel);
     }
 
     fn avx2() -> bool {
