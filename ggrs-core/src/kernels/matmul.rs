@@ -6,7 +6,7 @@
 //! activation columns per batch; each output element is one dot product computed by one
 //! thread, so results do not depend on the thread count.
 //!
-//! Three paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
+//! Four paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
 //! (see `kernels::ggml_arith`):
 //! - Q4_0 / Q8_0 weights on AVX-512 VNNI with at least 16 rows: the panel path ([`panels`]):
 //!   chunks of whole 16-row panels against every column, each panel repacked once into
@@ -15,6 +15,9 @@
 //! - F16 weights on AVX-512, prompts: chunks of ~64 rows against every column, sixteen
 //!   columns at a time widened to f32 in the scratch, 4 × 4 register tiles (tinyBLAS's
 //!   order; one column keeps `ggml_vec_dot_f16`'s one-row kernel);
+//! - k-quant and IQ4_XS weights against 8 columns or more (ggml's tiled order) on AVX2:
+//!   panels of up to 16 rows × 16 columns, each weight block decoded once per panel
+//!   (`quants::simd::tiled_avx2`);
 //! - everything else: 16 × 16 tiles of the dot-product kernels (4 × 4, 4 × 1, 1 × 4 forms).
 
 use half::{bf16, f16};

@@ -31,7 +31,9 @@
 //! comes in the same two orders (tinyBLAS's and the repacked `iq4_nl_8x8`), IQ4_XS in the
 //! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The
 //! Q4_1 and Q5_1 kernels keep the order of ggml's x86 `ggml_vec_dot_q*_1_q8_1` (the same
-//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order.
+//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order;
+//! `tiled_avx2` holds the k-quant and IQ4_XS kernels in the order of ggml's tiled matmul
+//! (tiles for the dispatch forms, and panels of rows × up to 16 columns for `mul_mat`).
 //!
 //! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
 //!
