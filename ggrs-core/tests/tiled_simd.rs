@@ -76,9 +76,9 @@ fn decode(t: DType, x: &[u8]) -> ([i32; QK_K], [i32; 16], [i32; 16], f32, f32) {
     let (mut code, mut sc, mut mn) = ([0i32; QK_K], [0i32; 16], [0i32; 16]);
     let (d, dmin) = match t {
         DType::Q2K => {
-            for v in 0..QK_K {
+            for (v, c) in code.iter_mut().enumerate() {
                 let byte = x[16 + 32 * (v / 128) + v % 32];
-                code[v] = ((byte >> (2 * ((v % 128) / 32))) & 3) as i32;
+                *c = ((byte >> (2 * ((v % 128) / 32))) & 3) as i32;
             }
             for j in 0..16 {
                 sc[j] = (x[j] & 15) as i32;
@@ -87,11 +87,11 @@ fn decode(t: DType, x: &[u8]) -> ([i32; QK_K], [i32; 16], [i32; 16], f32, f32) {
             (f16_at(x, 80), f16_at(x, 82))
         }
         DType::Q3K => {
-            for v in 0..QK_K {
+            for (v, c) in code.iter_mut().enumerate() {
                 let (half, s, l) = (v / 128, (v % 128) / 32, v % 32);
                 let low = ((x[32 + 32 * half + l] >> (2 * s)) & 3) as i32;
                 let set = x[l] & (1 << (4 * half + s)) != 0;
-                code[v] = low - if set { 0 } else { 4 };
+                *c = low - if set { 0 } else { 4 };
             }
             let s = &x[96..108];
             for (j, v) in sc.iter_mut().enumerate() {
@@ -104,7 +104,7 @@ fn decode(t: DType, x: &[u8]) -> ([i32; QK_K], [i32; 16], [i32; 16], f32, f32) {
         DType::Q4K | DType::Q5K => {
             let q5 = t == DType::Q5K;
             let qs = if q5 { 48 } else { 16 };
-            for v in 0..QK_K {
+            for (v, out) in code.iter_mut().enumerate() {
                 let (c, l) = (v / 64, v % 32);
                 let byte = x[qs + 32 * c + l];
                 let high_nibble = v % 64 >= 32;
@@ -112,7 +112,7 @@ fn decode(t: DType, x: &[u8]) -> ([i32; QK_K], [i32; 16], [i32; 16], f32, f32) {
                 if q5 && x[16 + l] & (1 << (2 * c + high_nibble as usize)) != 0 {
                     q += 16;
                 }
-                code[v] = q;
+                *out = q;
             }
             for j in 0..16 {
                 (sc[j], mn[j]) = scale_min_k4(&x[4..16], j / 2);
@@ -120,12 +120,12 @@ fn decode(t: DType, x: &[u8]) -> ([i32; QK_K], [i32; 16], [i32; 16], f32, f32) {
             (f16_at(x, 0), f16_at(x, 2))
         }
         DType::Q6K => {
-            for v in 0..QK_K {
+            for (v, c) in code.iter_mut().enumerate() {
                 let (h, l, g) = (v / 128, v % 32, (v % 128) / 32);
                 let ql = x[64 * h + l + if g % 2 == 1 { 32 } else { 0 }];
                 let low = if g < 2 { ql & 15 } else { ql >> 4 };
                 let high = (x[128 + 32 * h + l] >> (2 * g)) & 3;
-                code[v] = (low | (high << 4)) as i32 - 32;
+                *c = (low | (high << 4)) as i32 - 32;
             }
             for (j, v) in sc.iter_mut().enumerate() {
                 *v = x[192 + j] as i8 as i32;
@@ -134,10 +134,10 @@ fn decode(t: DType, x: &[u8]) -> ([i32; QK_K], [i32; 16], [i32; 16], f32, f32) {
         }
         DType::IQ4XS => {
             let sh = u16::from_le_bytes([x[2], x[3]]) as i32;
-            for v in 0..QK_K {
+            for (v, c) in code.iter_mut().enumerate() {
                 let (ib, j) = (v / 32, v % 32);
                 let byte = x[8 + 16 * ib + j % 16];
-                code[v] = LEVELS[if j < 16 { byte & 15 } else { byte >> 4 } as usize];
+                *c = LEVELS[if j < 16 { byte & 15 } else { byte >> 4 } as usize];
             }
             for (j, v) in sc.iter_mut().enumerate() {
                 let ib = j / 2;
