@@ -6,7 +6,7 @@
 //! activation columns per batch; each output element is one dot product computed by one
 //! thread, so results do not depend on the thread count.
 //!
-//! Three paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
+//! Four paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
 //! (see `kernels::ggml_arith`):
 //! - Q4_0 / Q8_0 weights on AVX-512 VNNI with at least 16 rows: the panel path ([`panels`]):
 //!   chunks of whole 16-row panels against every column, each panel repacked once into
@@ -15,6 +15,9 @@
 //! - F16 weights on AVX-512, prompts: chunks of ~64 rows against every column, sixteen
 //!   columns at a time widened to f32 in the scratch, 4 × 4 register tiles (tinyBLAS's
 //!   order; one column keeps `ggml_vec_dot_f16`'s one-row kernel);
+//! - k-quant and IQ4_XS weights against 8 columns or more (ggml's tiled order) on AVX2:
+//!   panels of up to 16 rows × 16 columns, each weight block decoded once per panel
+//!   (`quants::simd::tiled_avx2`);
 //! - everything else: 16 × 16 tiles of the dot-product kernels (4 × 4, 4 × 1, 1 × 4 forms).
 
 use half::{bf16, f16};
@@ -428,6 +431,42 @@ unsafe fn tile(
             }
             return;
         }
+    }
+    // K-quants in ggml's tiled order (from 8 columns on, AVX2): panels of up to 16 rows ×
+    // 16 columns, each weight block decoded once per panel (`quants::simd::tiled_avx2`),
+    // with `dot_tiled`'s bits for every element.
+    #[cfg(target_arch = "x86_64")]
+    if let Some(panel) = crate::quants::dispatch::tiled_panel(a.dtype, a.ne, b.ne[1]) {
+        use crate::quants::dispatch::TILED_PANEL_COLS as PC;
+        const PR: usize = 16;
+        let nb = k / crate::quants::QK_K;
+        let mut buf = [0f32; PR * PC];
+        for cb in cols.clone().step_by(PC) {
+            let ce = (cb + PC).min(cols.end);
+            let mut ys = [std::ptr::null::<u8>(); PC];
+            for (p, j) in ys.iter_mut().zip(cb..ce) {
+                *p = b_row(j).as_ptr();
+            }
+            for rb in rows.clone().step_by(PR) {
+                let re = (rb + PR).min(rows.end);
+                let mut xs = [std::ptr::null::<u8>(); PR];
+                for (p, i) in xs.iter_mut().zip(rb..re) {
+                    *p = a_row(i).as_ptr();
+                }
+                // SAFETY: `tiled_panel` hands the kernel out only when the CPU has AVX2, FMA
+                // and F16C; each weight row holds k / 256 blocks of its type and each
+                // converted column k / 256 Q8_K blocks; 1..=PC columns, 1..=PR rows, `buf`
+                // holds PR·PC values.
+                unsafe { panel(nb, &xs[..re - rb], &ys[..ce - cb], &mut buf) };
+                for i in rb..re {
+                    for j in cb..ce {
+                        // SAFETY: an element of this chunk's tile (see `out`).
+                        unsafe { *out(i, j) = buf[(i - rb) * PC + (j - cb)] };
+                    }
+                }
+            }
+        }
+        return;
     }
     let mut i = rows.start;
     if let Some(v) = tiles {

@@ -19,7 +19,9 @@
 //! and IQ4_XS weights (see `kernels::ggml_arith`), so those keep ggml's x86 order, which
 //! [`ggml_sum_order`] names for a weight shape. The SIMD builds of Q4_0, Q5_0, Q8_0, Q4_1,
 //! Q5_1, IQ4_NL and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
-//! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]).
+//! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]); Q2_K,
+//! Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have AVX2 builds in [`SumOrder::GgmlTiled`]
+//! (`quants::simd::tiled_avx2`), which `mul_mat` runs as panels ([`tiled_panel`]).
 //!
 //! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
 //! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see
@@ -326,8 +328,10 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
             false
         }
         SumOrder::GgmlBlockChain => true,
-        // No SIMD build keeps the tiled or repacked orders yet: the portable one runs.
-        SumOrder::GgmlTiled | SumOrder::GgmlRepacked => return Vec::new(),
+        SumOrder::GgmlTiled => return tiled_variants(dtype),
+        // No SIMD build keeps the repacked order as a tile: `mul_mat` runs its per-column
+        // kernels (`kernels::ggml_arith::mul_mat_gemm`).
+        SumOrder::GgmlRepacked => return Vec::new(),
     };
     SIMD_ISAS
         .into_iter()
@@ -344,6 +348,46 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
         .collect()
 }
 
+/// The SIMD builds of `dtype`'s dot product in ggml's tiled k-quant order
+/// ([`SumOrder::GgmlTiled`]) that this CPU runs (`quants::simd::tiled_avx2`).
+fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
+    SIMD_ISAS
+        .into_iter()
+        .rev()
+        .filter_map(|isa| {
+            simd::tiled_kernels(dtype, isa).map(|(dot, dot4, rows4, tile)| VecDotVariant {
+                isa,
+                dot,
+                dot4,
+                rows4,
+                tile,
+            })
+        })
+        .collect()
+}
+
+/// The panel kernel `mul_mat` runs for a weight of type `dtype` and shape `ne` against
+/// `n_cols` columns per batch when that product takes ggml's tiled order
+/// ([`ggml_sum_order_cols`] gives [`SumOrder::GgmlTiled`]) and this CPU runs the AVX2
+/// build (`quants::simd::tiled_avx2`: rows × up to [`TILED_PANEL_COLS`] columns, bits of
+/// `k_quants::tiled::dot_tiled`); `None` otherwise, and under `GGRS_FORCE_SCALAR` /
+/// [`force_scalar`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option<TiledPanelFn> {
+    if ggml_sum_order_cols(dtype, ne, n_cols) != SumOrder::GgmlTiled
+        || FORCE_SCALAR.load(Ordering::Relaxed)
+        || !allowed(Isa::Avx2)
+        || !simd::cpu_has(Isa::Avx2)
+    {
+        return None;
+    }
+    simd::tiled_avx2::panel_kernel(dtype)
+}
+
+/// The panel kernels of ggml's tiled order (see [`tiled_panel`]).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use super::simd::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS};
+
 /// The fastest build of `dtype`'s dot product keeping `order`: [`active_variant`] for
 /// [`SumOrder::Any`]; for a ggml order, the best SIMD build keeping it, or `None` (no such
 /// build on this CPU, or SIMD switched off by `GGRS_FORCE_SCALAR` / [`force_scalar`]; the
@@ -352,11 +396,13 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
     type Table = [Option<VecDotVariant>; BLOCK_TYPES.len()];
     static LANES: OnceLock<Table> = OnceLock::new();
     static CHAIN: OnceLock<Table> = OnceLock::new();
+    static TILED: OnceLock<Table> = OnceLock::new();
     let table = match order {
         SumOrder::Any => return active_variant(dtype),
         SumOrder::GgmlLanes => &LANES,
         SumOrder::GgmlBlockChain => &CHAIN,
-        SumOrder::GgmlTiled | SumOrder::GgmlRepacked => return None,
+        SumOrder::GgmlTiled => &TILED,
+        SumOrder::GgmlRepacked => return None,
     };
     let i = slot(dtype)?;
     if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {

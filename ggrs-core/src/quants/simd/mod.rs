@@ -31,7 +31,9 @@
 //! comes in the same two orders (tinyBLAS's and the repacked `iq4_nl_8x8`), IQ4_XS in the
 //! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The
 //! Q4_1 and Q5_1 kernels keep the order of ggml's x86 `ggml_vec_dot_q*_1_q8_1` (the same
-//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order.
+//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order;
+//! `tiled_avx2` holds the k-quant and IQ4_XS kernels in the order of ggml's tiled matmul
+//! (tiles for the dispatch forms, and panels of rows × up to 16 columns for `mul_mat`).
 //!
 //! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
 //!
@@ -55,6 +57,8 @@ pub(crate) mod panel;
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod tiled_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -145,8 +149,8 @@ pub(crate) type Forms = (
 mod forms {
     use super::*;
     use crate::quants::{
-        BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-        BlockQ6K, BlockQ8_0,
+        BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+        BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
     };
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
@@ -172,6 +176,31 @@ mod forms {
 
     wrappers!(q4_0_avx2_chain, BlockQ4_0, avx2::q4_0_q8_0_chain);
     wrappers!(q4_0_vnni_chain, BlockQ4_0, avx512::q4_0_q8_0_chain_vnni);
+
+    // ggml's tiled k-quant order (`SumOrder::GgmlTiled`).
+    wrappers!(q2_k_tiled_avx2, BlockQ2K, tiled_avx2::q2_k_tiled);
+    wrappers!(q3_k_tiled_avx2, BlockQ3K, tiled_avx2::q3_k_tiled);
+    wrappers!(q4_k_tiled_avx2, BlockQ4K, tiled_avx2::q4_k_tiled);
+    wrappers!(q5_k_tiled_avx2, BlockQ5K, tiled_avx2::q5_k_tiled);
+    wrappers!(q6_k_tiled_avx2, BlockQ6K, tiled_avx2::q6_k_tiled);
+    wrappers!(iq4_xs_tiled_avx2, BlockIQ4XS, tiled_avx2::iq4_xs_tiled);
+
+    /// The kernel forms of `dtype` in ggml's tiled k-quant order for `isa`, without checking
+    /// the CPU. (AVX-512 machines run the AVX2 builds.)
+    pub(super) fn tiled_table(dtype: DType, isa: Isa) -> Option<Forms> {
+        if isa != Isa::Avx2 {
+            return None;
+        }
+        Some(match dtype {
+            DType::Q2K => q2_k_tiled_avx2::FORMS,
+            DType::Q3K => q3_k_tiled_avx2::FORMS,
+            DType::Q4K => q4_k_tiled_avx2::FORMS,
+            DType::Q5K => q5_k_tiled_avx2::FORMS,
+            DType::Q6K => q6_k_tiled_avx2::FORMS,
+            DType::IQ4XS => iq4_xs_tiled_avx2::FORMS,
+            _ => return None,
+        })
+    }
 
     /// The kernel forms of `dtype` written for `isa`, without checking the CPU.
     pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
@@ -267,6 +296,24 @@ pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = (dtype, chain);
+        None
+    }
+}
+
+/// The SIMD kernel forms of weight type `dtype` for `isa` in ggml's tiled k-quant order
+/// (`dispatch::SumOrder::GgmlTiled`, bit-identical to `k_quants::tiled::dot_tiled`), if this
+/// build has them and this CPU runs them.
+pub(crate) fn tiled_kernels(dtype: DType, isa: Isa) -> Option<Forms> {
+    if isa == Isa::Scalar || !cpu_has(isa) {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        forms::tiled_table(dtype, isa)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = dtype;
         None
     }
 }
