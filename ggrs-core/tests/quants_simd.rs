@@ -400,6 +400,13 @@ fn every_build_the_cpu_runs_is_listed() {
         .map(|v| v.isa)
         .collect();
     assert_eq!(got, avx2, "Q5_K lanes");
+    // Q6_K in `ggml_vec_dot_q6_K_q8_K`'s lanes: the AVX2 build only (its AVX-512 builds sum
+    // in their own order).
+    let got: Vec<Isa> = dispatch::vec_dot_variants_in(DType::Q6K, SumOrder::GgmlLanes)
+        .iter()
+        .map(|v| v.isa)
+        .collect();
+    assert_eq!(got, avx2, "Q6_K lanes");
     // Types without SIMD kernels have their scalar reference only; others none.
     for t in [DType::Q2K, DType::Q3K, DType::Q8K, DType::Q8_1] {
         let got: Vec<Isa> = dispatch::vec_dot_variants(t)
@@ -724,6 +731,40 @@ fn q5_k_lanes_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
     tree8(acc) + summs
 }
 
+/// Q6_K · Q8_K as ggml's AVX2 `ggml_vec_dot_q6_K_q8_K`, from the format (`ql[128]`,
+/// `qh[64]`, `scales[16]` i8, f16 `d`): lane l sums `sc_j·u·y` over the values p with
+/// `(p mod 32) / 4 = l` for the unsigned 6-bit codes u, minus `32·(sc_2l·bsum_2l +
+/// sc_2l+1·bsum_2l+1)`, exactly; per super-block `lane = fma(d_y·d, lane_sum, lane)`; the
+/// lane tree.
+fn q6_k_lanes_dot(k: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    for i in 0..k / QK_K {
+        let (x, y) = (&a[i * 210..(i + 1) * 210], &b[i * 292..(i + 1) * 292]);
+        let dy = f32::from_le_bytes([y[0], y[1], y[2], y[3]]);
+        let (ql, qh, sc) = (&x[0..128], &x[128..192], &x[192..208]);
+        let scale = |j: usize| sc[j] as i8 as i32;
+        let bsum = |j: usize| i16::from_le_bytes([y[260 + 2 * j], y[261 + 2 * j]]) as i32;
+        let mut lanes = [0i32; 8];
+        for p in 0..QK_K {
+            // Value p = 128h + 32s + l: low nibble of ql[64h + l] (s = 0), of ql[64h + 32 + l]
+            // (s = 1), high nibbles for s = 2, 3; high two bits at 2s of qh[32h + l].
+            let (h, s, l) = (p / 128, (p % 128) / 32, p % 32);
+            let byte = ql[64 * h + 32 * (s % 2) + l];
+            let low = if s >= 2 { byte >> 4 } else { byte & 15 } as i32;
+            let u = low | ((((qh[32 * h + l] >> (2 * s)) & 3) as i32) << 4);
+            lanes[l / 4] += scale(p / 16) * u * (y[4 + p] as i8 as i32);
+        }
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane -= 32 * (scale(2 * l) * bsum(2 * l) + scale(2 * l + 1) * bsum(2 * l + 1));
+        }
+        let d = dy * f16_at(x, 208) as f32;
+        for l in 0..8 {
+            acc[l] = d.mul_add(lanes[l] as f32, acc[l]);
+        }
+    }
+    tree8(acc)
+}
+
 /// IQ4_NL · Q8_0 as ggml's AVX2 `ggml_vec_dot_iq4_nl_q8_0` (weights llama.cpp does not
 /// repack, one column): even and odd blocks into two sets of eight lanes
 /// (`lane = fma(dy·dx, lane_sum, lane)`), the sets added lane by lane, the lane tree, then an
@@ -765,6 +806,10 @@ fn ggml_order_dot(t: DType, order: SumOrder, k: usize, a: &[u8], b: &[u8]) -> f3
     if t == DType::Q5K {
         assert_eq!(order, SumOrder::GgmlLanes);
         return q5_k_lanes_dot(k, a, b);
+    }
+    if t == DType::Q6K {
+        assert_eq!(order, SumOrder::GgmlLanes);
+        return q6_k_lanes_dot(k, a, b);
     }
     let vt = quants::vec_dot_type(t).expect("block type");
     let (ta, tb) = (t.type_size(), vt.type_size());
@@ -897,6 +942,7 @@ fn simd_builds_keep_ggml_orders_bit_for_bit() {
         (DType::IQ4NL, SumOrder::GgmlBlockChain),
         (DType::IQ4XS, SumOrder::GgmlLanes),
         (DType::Q5K, SumOrder::GgmlLanes),
+        (DType::Q6K, SumOrder::GgmlLanes),
     ];
     for (t, order) in cases {
         let vt = quants::vec_dot_type(t).expect("block type");

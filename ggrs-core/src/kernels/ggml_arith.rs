@@ -105,6 +105,7 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
         // No tinyBLAS or repacked kernel takes Q4_1/Q5_1: `ggml_vec_dot_*_q8_1` for every shape.
         DType::Q3K => Some(crate::quants::k_quants::tiled::dot_q3_k_vec),
         DType::Q5K => Some(crate::quants::k_quants::tiled::dot_q5_k_vec),
+        DType::Q6K => Some(crate::quants::k_quants::tiled::dot_q6_k_vec),
         DType::Q4_1 => Some(dot_q4_1_lanes),
         DType::Q5_1 => Some(dot_q5_1_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),

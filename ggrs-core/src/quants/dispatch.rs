@@ -261,11 +261,15 @@ pub enum SumOrder {
 pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
     let repacked = ne[1] / 8 * 8 == ne[1] && ne[2] == 1 && ne[3] == 1;
     match dtype {
-        // Q3_K, Q5_K: `ggml_vec_dot_q*_K_q8_K`'s lanes (Q5_K's AVX2 build keeps them; Q3_K's
-        // portable kernel only).
-        DType::Q8_0 | DType::IQ4XS | DType::Q4_1 | DType::Q5_1 | DType::Q3K | DType::Q5K => {
-            SumOrder::GgmlLanes
-        }
+        // Q3_K, Q5_K, Q6_K: `ggml_vec_dot_q*_K_q8_K`'s lanes (the AVX2 builds of Q5_K and Q6_K
+        // keep them, not Q6_K's AVX-512 ones; Q3_K's portable kernel only).
+        DType::Q8_0
+        | DType::IQ4XS
+        | DType::Q4_1
+        | DType::Q5_1
+        | DType::Q3K
+        | DType::Q5K
+        | DType::Q6K => SumOrder::GgmlLanes,
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
         DType::Q4K | DType::Q2K if ggml_repacks(dtype, ne) => SumOrder::GgmlRepacked,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
@@ -322,6 +326,7 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
                     | DType::Q4_1
                     | DType::Q5_1
                     | DType::Q5K
+                    | DType::Q6K
             ) {
                 return Vec::new();
             }
@@ -336,6 +341,8 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
     SIMD_ISAS
         .into_iter()
         .rev()
+        // Q6_K's AVX-512 builds sum in their own order: only its AVX2 build keeps ggml's lanes.
+        .filter(|&isa| !(order == SumOrder::GgmlLanes && dtype == DType::Q6K && isa != Isa::Avx2))
         .filter_map(|isa| {
             simd::kernels(dtype, isa, chain).map(|(dot, dot4, rows4, tile)| VecDotVariant {
                 isa,

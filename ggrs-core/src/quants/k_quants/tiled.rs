@@ -267,6 +267,35 @@ pub(crate) fn dot_q3_k_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
+/// One Q6_K row · one Q8_K row (`n` values) in the order of ggml's AVX2
+/// `ggml_vec_dot_q6_K_q8_K`, which llama.cpp runs below eight columns: per super-block eight
+/// exact integer lanes of the *unsigned* codes (0..=63), lane `l` summing `sc_j · u · y` over
+/// the values `p` with `(p mod 32) / 4 = l`, minus `32 · (sc_2l · bsum_2l + sc_2l+1 ·
+/// bsum_2l+1)`; `lane = fma(d_y·d, lane, lane_acc)`; the result `hsum8(lanes)`.
+pub(crate) fn dot_q6_k_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let blocks = a
+        .chunks_exact(BlockQ6K::BYTES)
+        .zip(b.chunks_exact(BlockQ8K::BYTES))
+        .take(n / QK_K);
+    for (xa, yb) in blocks {
+        let x: BlockQ6K = bytemuck::pod_read_unaligned(xa);
+        let y: BlockQ8K = bytemuck::pod_read_unaligned(yb);
+        let d = y.d * fp16(x.d);
+        let sc = x.scales.map(|s| s as i32);
+        let unsigned = x.codes().map(|c| c + 32);
+        let mut lanes = vec_lanes(&unsigned, &y.qs, &sc);
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let (j0, j1) = (2 * l, 2 * l + 1);
+            *lane -= 32 * (sc[j0] * y.bsums[j0] as i32 + sc[j1] * y.bsums[j1] as i32);
+        }
+        for (l, &v) in acc.iter_mut().zip(&lanes) {
+            *l = d.mul_add(v as f32, *l);
+        }
+    }
+    hsum8(&acc)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
