@@ -11,7 +11,7 @@
 //!
 //! | weight | activations | ggml kernel | order reproduced |
 //! |---|---|---|---|
-//! | Q8_0, Q4_0 (rows % 8 ≠ 0) | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns), `ggml_vec_dot_*_q8_0` (1) | 8 lanes of 4 products each; per block `lane = fma(dx·dy, lane_sum, lane)`; lanes added as `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))` |
+//! | Q8_0, Q5_0, Q4_0 (rows % 8 ≠ 0) | Q8_0 | `tinyBLAS_Q0_AVX` (≥ 2 columns), `ggml_vec_dot_*_q8_0` (1) | 8 lanes of 4 products each; per block `lane = fma(dx·dy, lane_sum, lane)`; lanes added as `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))` |
 //! | Q4_0, rows % 8 = 0 | Q8_0 | repacked `q4_0_8x8` GEMM/GEMV | per block `acc = fma(block_sum, dx·dy, acc)` |
 //! | IQ4_NL, rows % 8 = 0 | Q8_0 | repacked `iq4_nl_8x8` GEMM/GEMV | as Q4_0's repacked kernels |
 //! | Q4_K, Q2_K, rows % 8 = 0 | Q8_K | repacked `q4_K_8x8` / `q2_K_8x8` GEMM (first `4·⌊m/4⌋` of `m ≥ 4` columns), GEMV (the rest) | exact integer sums; `acc = fma(S, d·dy, acc)`, `accm = fma(M, dmin·dy, accm)` per super-block (GEMV) or per 64 / 128 values (GEMM); `acc − accm` (see `quants::k_quants::repacked`) |
@@ -45,6 +45,8 @@ use crate::types::FromF32Fn;
 const Q8_0_BYTES: usize = 34;
 /// Bytes of a Q4_0 block (f16 scale, 16 bytes of nibbles).
 const Q4_0_BYTES: usize = 18;
+/// Bytes of a Q5_0 block (f16 scale, 4 bytes of fifth bits, 16 of nibbles).
+const Q5_0_BYTES: usize = 22;
 /// Bytes of an IQ4_NL block (f16 scale, 16 bytes of level indices).
 const IQ4NL_BYTES: usize = 18;
 /// Bytes of an IQ4_XS super-block (f16 scale, u16 and 4 bytes of scales, 128 bytes of
@@ -94,6 +96,7 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
             Some(dot_q4_0_chain)
         }
         DType::Q4_0 => Some(dot_q4_0_lanes),
+        DType::Q5_0 => Some(dot_q5_0_lanes),
         // IQ4_NL: repacked as Q4_0 is; otherwise tinyBLAS for prompts, the vec_dot for one
         // column.
         DType::IQ4NL if rows.is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1 => {
@@ -459,6 +462,25 @@ fn dot_q8_0_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     })
 }
 
+/// Codes of a Q5_0 block in value order (`(nibble | fifth_bit << 4) − 16`).
+#[inline(always)]
+fn q5_0_codes(blk: &[u8]) -> [i32; 32] {
+    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+    std::array::from_fn(|j| {
+        let byte = blk[6 + j % 16];
+        let nib = if j < 16 { byte & 0x0F } else { byte >> 4 } as i32;
+        (nib | (((qh >> j) & 1) as i32) << 4) - 16
+    })
+}
+
+#[inline(always)]
+fn dot_q5_0_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    lanes8(n / 32, |i| {
+        let (x, y) = (&a[i * Q5_0_BYTES..], &b[i * Q8_0_BYTES..]);
+        (half_at(x, 0) * half_at(y, 0), q5_0_codes(x), q8_codes(y))
+    })
+}
+
 #[inline(always)]
 fn dot_q4_0_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     lanes8(n / 32, |i| {
@@ -651,6 +673,11 @@ dispatch_dot!(
     /// Q4_0 · Q8_0 in ggml's x86 lane order (unpacked weights).
     dot_q4_0_lanes,
     dot_q4_0_lanes_body
+);
+dispatch_dot!(
+    /// Q5_0 · Q8_0 in ggml's x86 lane order (`ggml_vec_dot_q5_0_q8_0`, tinyBLAS).
+    dot_q5_0_lanes,
+    dot_q5_0_lanes_body
 );
 dispatch_dot!(
     /// Q4_0 · Q8_0 as the repacked `q4_0_8x8` kernels: one FMA per block.
@@ -1183,6 +1210,7 @@ pub(crate) mod x86 {
     with_features!(
         dot_q8_0_lanes => dot_q8_0_lanes_body,
         dot_q4_0_lanes => dot_q4_0_lanes_body,
+        dot_q5_0_lanes => dot_q5_0_lanes_body,
         dot_q4_0_chain => dot_q4_0_chain_body,
         dot_iq4_nl_lanes => dot_iq4_nl_lanes_body,
         dot_iq4_nl_chain => dot_iq4_nl_chain_body,
@@ -1478,6 +1506,20 @@ mod tests {
                 dot_q4_0_chain(n, &q4, &qy).to_bits(),
                 dot_q4_0_chain_body(n, &q4, &qy).to_bits()
             );
+            // Q5_0 (any bytes, finite scales): the portable lanes equal the SIMD build, which
+            // keeps ggml's lanes (`quants::simd`).
+            let mut q5: Vec<u8> = (0..nb * Q5_0_BYTES).map(|i| (i * 41 % 249) as u8).collect();
+            for blk in q5.chunks_exact_mut(Q5_0_BYTES) {
+                blk[..2].copy_from_slice(&f16::from_f32(-0.021).to_le_bytes());
+            }
+            let portable = dot_q5_0_lanes_body(n, &q5, &qy).to_bits();
+            assert_eq!(dot_q5_0_lanes(n, &q5, &qy).to_bits(), portable);
+            let simd = crate::quants::dispatch::active_variant_in(
+                DType::Q5_0,
+                crate::quants::dispatch::SumOrder::GgmlLanes,
+            )
+            .expect("an AVX2 Q5_0 build");
+            assert_eq!((simd.dot)(n, &q5, &qy).to_bits(), portable, "nb={nb}");
             // IQ4_NL: the same bytes read as level indices.
             for (f, body) in [
                 (

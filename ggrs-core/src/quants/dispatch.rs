@@ -264,6 +264,7 @@ pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
         // Q3_K, Q5_K, Q6_K: `ggml_vec_dot_q*_K_q8_K`'s lanes (the AVX2 builds of Q5_K and Q6_K
         // keep them, not Q6_K's AVX-512 ones; Q3_K's portable kernel only).
         DType::Q8_0
+        | DType::Q5_0
         | DType::IQ4XS
         | DType::Q4_1
         | DType::Q5_1
