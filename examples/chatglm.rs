@@ -27,10 +27,26 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ggrs::core::{Context, DType, Executor, Graph, RopeMode, RopeParams, Tensor};
+use ggrs::llama::arch::chatglm::{ChatGlmLayer, ChatGlmModel, GlmQkv};
 use ggrs::llama::chat::{Chat, ChatTemplate, Message};
+use ggrs::llama::loader::WeightId;
+use ggrs::llama::model::WeightRef;
 use ggrs::llama::{GenerateParams, Model, SamplingParams, Session, SessionParams};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The `chatglm` architecture's typed weights of the first block.
+fn layer0(model: &Model) -> Res<&ChatGlmLayer> {
+    let w = model
+        .arch_weights::<ChatGlmModel>()
+        .ok_or("this file's architecture is not chatglm")?;
+    Ok(w.layers.first().ok_or("the model has no blocks")?)
+}
+
+/// Where weight `id` lies in the file.
+fn wref(model: &Model, id: WeightId) -> Res<&WeightRef> {
+    Ok(model.weight(id).ok_or("a weight handle of another model")?)
+}
 
 fn main() {
     if let Err(e) = run() {
@@ -51,7 +67,7 @@ fn run() -> Res<()> {
     println!(
         "{}: arch {}, {} layers, width {}, {} heads of {} ({} KV heads), n_ff {}, rotary dims {}\n",
         path.display(),
-        hp.arch.name(),
+        hp.arch,
         hp.n_layer,
         hp.n_embd,
         hp.n_head,
@@ -61,12 +77,21 @@ fn run() -> Res<()> {
         hp.n_rot
     );
     println!("block 0 as the file stores it (LLaMA would have attn_q/k/v and ffn_gate):");
-    let l = &model.weights.layers[0];
-    for w in [Some(&l.attn_norm), l.wqkv.as_ref(), l.bqkv.as_ref()]
+    let l = layer0(&model)?;
+    let qkv: Vec<WeightId> = match &l.qkv {
+        GlmQkv::Fused { w, b } => [Some(*w), *b].into_iter().flatten().collect(),
+        GlmQkv::Split { w, b } => w
+            .iter()
+            .copied()
+            .chain(b.iter().flatten().copied())
+            .collect(),
+    };
+    for id in [l.attn_norm]
         .into_iter()
-        .flatten()
-        .chain([&l.wo, &l.ffn_norm, &l.ffn_up, &l.ffn_down])
+        .chain(qkv)
+        .chain([l.wo, l.ffn_norm, l.ffn_up, l.ffn_down])
     {
+        let w = wref(&model, id)?;
         println!("  {:<28} {:>4} {:?}", w.name, w.dtype.name(), &w.ne[..2]);
     }
 
@@ -77,9 +102,13 @@ fn run() -> Res<()> {
     let n = tokens.len();
     let mut ctx = Context::with_mem_size(256 << 20);
     let ids = ctx.new_tensor_1d(DType::I32, n)?;
-    let emb = model.import(&mut ctx, &model.weights.tok_embd)?;
+    let tok_embd = model
+        .arch_weights::<ChatGlmModel>()
+        .ok_or("not chatglm")?
+        .tok_embd;
+    let emb = model.import(&mut ctx, wref(&model, tok_embd)?)?;
     let x = ctx.get_rows(emb, ids)?; // [n_embd, n]
-    let norm = model.import(&mut ctx, &l.attn_norm)?;
+    let norm = model.import(&mut ctx, wref(&model, l.attn_norm)?)?;
     let h = ctx.rms_norm(x, hp.rms_eps)?;
     let h = ctx.mul(h, norm)?; // [n_embd, n]
 
@@ -124,9 +153,8 @@ struct Check {
 ///    LLaMA's separate K projection (the K rows of the fused matrix, its own bias).
 fn part1_fused_qkv(ctx: &mut Context, model: &Model, h: Tensor, n: usize) -> Res<Check> {
     let hp = &model.hparams;
-    let l = &model.weights.layers[0];
-    let (wqkv_ref, bqkv_ref) = match (&l.wqkv, &l.bqkv) {
-        (Some(w), Some(b)) => (w, b),
+    let (wqkv_ref, bqkv_ref) = match layer0(model)?.qkv {
+        GlmQkv::Fused { w, b: Some(b) } => (wref(model, w)?, wref(model, b)?),
         _ => return Err("this file has no fused attn_qkv weight and bias".into()),
     };
     let wqkv = model.import(ctx, wqkv_ref)?;
@@ -212,12 +240,12 @@ fn part2_half_rotary(ctx: &mut Context, model: &Model, n: usize) -> Res<Check> {
 ///    `ffn_up` taken as separate gate and up matrices) and `silu(g)·u`.
 fn part3_fused_gate_up(ctx: &mut Context, model: &Model, h: Tensor) -> Res<Check> {
     let hp = &model.hparams;
-    let l = &model.weights.layers[0];
-    let up = model.import(ctx, &l.ffn_up)?; // [n_embd, 2·n_ff]
+    let ffn_up = wref(model, layer0(model)?.ffn_up)?;
+    let up = model.import(ctx, ffn_up)?; // [n_embd, 2·n_ff]
     let gu = ctx.mul_mat(up, h)?; // [2·n_ff, n]
     let ours = ctx.swiglu(gu)?; // [n_ff, n]
 
-    let w_row = l.ffn_up.dtype.row_size(hp.n_embd);
+    let w_row = ffn_up.dtype.row_size(hp.n_embd);
     let w_gate = ctx.view_2d(up, hp.n_embd, hp.n_ff, w_row, 0)?;
     let w_up = ctx.view_2d(up, hp.n_embd, hp.n_ff, w_row, hp.n_ff * w_row)?;
     let g = ctx.mul_mat(w_gate, h)?;

@@ -252,7 +252,7 @@ pub fn run(a: Args) -> CliResult {
         .gguf()
         .tensor("blk.0.ffn_down.weight")
         .map_or("?".into(), |t| t.dtype.name().to_string());
-    let name = format!("{} {:.1}B {}", hp.arch.name(), params as f64 / 1e9, ftype);
+    let name = format!("{} {:.1}B {}", hp.arch, params as f64 / 1e9, ftype);
     let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
     let max_n = a.n_gen.iter().copied().max().unwrap_or(0);
     let mut rng = Rng::new(1234);

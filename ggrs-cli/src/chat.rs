@@ -35,9 +35,22 @@ pub fn format_single_turn(
     user: &str,
     system: Option<&str>,
 ) -> Result<String, ggrs_llama::chat::ChatError> {
+    let template = ChatTemplate::for_model(model)?;
     let mut msgs: Vec<Message> = system.map(Message::system).into_iter().collect();
     msgs.push(Message::user(user));
-    ChatTemplate::for_model(model)?.render(&msgs, true)
+    template.render(&msgs, true)
+}
+
+/// Refuses `--system` for a format without a system role (ChatGLM-6B v1's).
+pub fn check_system(template: &ChatTemplate, system: Option<&str>) -> CliResult {
+    if system.is_some() && !template.has_system_role() {
+        return Err(
+            "this model's chat format has no system message (question/answer rounds only): \
+             drop --system, or put the instruction into the prompt"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// Runs `ggrs chat`.
@@ -46,13 +59,7 @@ pub fn run(a: Args) -> CliResult {
     let model = a.model.load(true)?;
     let session = a.model.session(model, false)?;
     let mut chat = Chat::new(session)?;
-    if a.system.is_some() && *chat.template() == ChatTemplate::ChatGlm1 {
-        return Err(
-            "ChatGLM-6B (chatglm1) has no system message: its official chat format is \
-                    question/answer rounds only; drop --system"
-                .into(),
-        );
-    }
+    check_system(chat.template(), a.system.as_deref())?;
     chat.set_system(a.system.clone());
     let params = GenerateParams {
         max_tokens: a.n_predict,

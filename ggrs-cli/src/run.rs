@@ -64,33 +64,18 @@ pub fn run(a: Args) -> CliResult {
     // A short run does not win back copying the weights that are not repacked (about a
     // thousand F16 tokens on the development machine: see `ModelOptions::copy_weights`).
     let model = a.model.load(a.n_predict >= 1024)?;
-    let glm1 = model.hparams.arch == ggrs_llama::Arch::ChatGlm1;
     let (prompt, tokens) = if let Some(ids) = &a.prompt_ids {
         (String::new(), ids.clone())
-    } else if glm1 {
-        // ChatGLM-6B v1: its own prompt convention (`text [gMASK] <sop>`; chat turns).
-        if a.system.is_some() {
-            return Err(
-                "ChatGLM-6B (chatglm1) has no system role: drop --system, or put the \
-                 instruction into the prompt"
-                    .into(),
-            );
-        }
-        let text = a.prompt.text()?;
-        let text = match a.chat {
-            true => ggrs_llama::arch::chatglm1::chat_prompt(&[], &text),
-            false => text,
-        };
-        let ids = ggrs_llama::arch::chatglm1::encode_prompt(&model, &text)?;
-        (text, ids)
     } else if a.chat {
         let prompt = a.prompt.text()?;
+        let template = ggrs_llama::ChatTemplate::for_model(&model)?;
+        crate::chat::check_system(&template, a.system.as_deref())?;
         let text = crate::chat::format_single_turn(&model, &prompt, a.system.as_deref())?;
-        let ids = ggrs_llama::chat::encode_prompt(model.tokenizer(), &text)?;
+        let ids = model.encode_chat(&text)?;
         (text, ids)
     } else {
         let prompt = a.prompt.text()?;
-        let ids = model.tokenizer().encode(&prompt, true, true)?;
+        let ids = model.encode_prompt(&prompt)?;
         (prompt, ids)
     };
     let mut session = a.model.session(model.clone(), false)?;

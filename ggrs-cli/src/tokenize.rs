@@ -1,12 +1,12 @@
 //! `ggrs tokenize`: print a text's token ids and pieces, as llama-tokenize does.
 //!
-//! A ChatGLM-6B v1 (`chatglm1`) file is tokenized the way generation encodes its prompts
-//! ([`chatglm1::encode_prompt`]): the official text conventions (`<n>`, `<|tab|>`,
-//! `<|blank_N|>`) and `[gMASK] <sop>` at the end.
+//! Text is encoded the way generation encodes a prompt: with the text conventions of the
+//! file's architecture ([`Registry::text_conventions`]; ChatGLM-6B v1's `<n>`, `<|tab|>`,
+//! `<|blank_N|>` and `[gMASK] <sop>` at the end), from the tokenizer alone: no weights are
+//! mapped for this.
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_llama::arch::chatglm1;
-use ggrs_llama::{Model, Tokenizer};
+use ggrs_llama::{Registry, Tokenizer};
 
 use crate::common::{ModelArgs, PromptArgs};
 use crate::CliResult;
@@ -21,12 +21,12 @@ pub struct Args {
     /// Print only the ids, as a list.
     #[arg(long)]
     ids: bool,
-    /// Do not add BOS/EOS even where the model adds them (chatglm1: leave out the final
-    /// `[gMASK] <sop>`).
+    /// Do not add BOS/EOS even where the model adds them (nor an architecture's own prompt
+    /// markers, e.g. ChatGLM-6B v1's final `[gMASK] <sop>`).
     #[arg(long)]
     no_bos: bool,
-    /// Treat special-token text (e.g. `<|im_start|>`) as plain text (chatglm1 always does,
-    /// as its official tokenizer).
+    /// Treat special-token text (e.g. `<|im_start|>`) as plain text (some architectures always
+    /// do, e.g. ChatGLM-6B v1 as its official tokenizer).
     #[arg(long)]
     no_parse_special: bool,
 }
@@ -35,22 +35,9 @@ pub struct Args {
 pub fn run(a: Args) -> CliResult {
     let text = a.prompt.text()?;
     let file = GgufFile::open(a.model.path()?)?;
-    let glm1 = file.get("general.architecture").and_then(|v| v.as_str()) == Some("chatglm1");
-    let (tok, ids) = if glm1 {
-        // The model (its weights mapped, not read) for the encoding generation uses.
-        let model = Model::from_gguf(file)?;
-        let mut ids = chatglm1::encode_prompt(&model, &text)?;
-        if a.no_bos {
-            // encode_prompt appends exactly `[gMASK] <sop>` to the text's tokens.
-            ids.truncate(ids.len().saturating_sub(2));
-        }
-        (model.tokenizer().clone(), ids)
-    } else {
-        // The tokenizer alone: no weights are mapped for this.
-        let tok = Tokenizer::from_gguf(&file)?;
-        let ids = tok.encode(&text, !a.no_bos, !a.no_parse_special)?;
-        (tok, ids)
-    };
+    let tok = Tokenizer::from_gguf(&file)?;
+    let conventions = Registry::builtin().text_conventions(&file)?;
+    let ids = conventions.encode(&tok, &text, !a.no_bos, !a.no_parse_special)?;
     if a.ids {
         println!("{ids:?}");
         return Ok(());

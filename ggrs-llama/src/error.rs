@@ -19,10 +19,19 @@ pub enum LlamaError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// A conversation could not be formatted as a prompt.
     #[error(transparent)]
-    Chat(#[from] crate::chat::ChatError),
-    /// The file's `general.architecture` is not one this build runs.
-    #[error("unsupported architecture `{0}` (this build runs: {supported})", supported = crate::hparams::Arch::SUPPORTED)]
-    UnsupportedArch(String),
+    Chat(#[from] crate::chat::template::ChatError),
+    /// The file's `general.architecture` is not one the registry it was looked up in knows
+    /// (the built-in one: [`crate::arch::Registry::builtin`]).
+    #[error(
+        "unsupported architecture `{name}` (this build runs: {supported}; bring your own with \
+         `Model::load_arch` or `Registry::register`)"
+    )]
+    UnsupportedArch {
+        /// The name the file gives.
+        name: String,
+        /// The names the registry knows, comma-separated.
+        supported: String,
+    },
     /// A required metadata key is missing.
     #[error("the model file has no `{0}` key")]
     MissingKey(String),

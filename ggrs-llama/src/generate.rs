@@ -131,20 +131,16 @@ fn held_back(text: &str, stops: &[String]) -> usize {
 }
 
 impl Session {
-    /// Tokenizes `prompt` (BOS per the model, special tokens such as `<|im_start|>` parsed)
-    /// and generates after it; see [`Session::generate_tokens`].
+    /// Tokenizes `prompt` as the model's architecture encodes a prompt
+    /// ([`crate::Model::encode_prompt`]: BOS per the model, special tokens such as
+    /// `<|im_start|>` parsed) and generates after it; see [`Session::generate_tokens`].
     pub fn generate(
         &mut self,
         prompt: &str,
         params: &GenerateParams,
         on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
     ) -> Result<Generation> {
-        let tokens = if self.model().hparams.arch == crate::Arch::ChatGlm1 {
-            // ChatGLM-6B v1: `text [gMASK] <sop>` with its text conventions.
-            crate::arch::chatglm1::encode_prompt(self.model(), prompt)?
-        } else {
-            self.model().tokenizer().encode(prompt, true, true)?
-        };
+        let tokens = self.model().encode_prompt(prompt)?;
         self.generate_tokens(&tokens, params, on_token)
     }
 
@@ -176,7 +172,7 @@ impl Session {
         }
         let model = self.model().clone();
         let tok = model.tokenizer();
-        let glm1 = model.hparams.arch == crate::Arch::ChatGlm1;
+        let conventions = model.text();
         let mut sampler = Sampler::new(params.sampling.clone());
         for &t in prompt {
             sampler.accept(t);
@@ -218,12 +214,9 @@ impl Session {
                 stop = StopReason::EndOfGeneration(id);
                 break;
             }
-            // ChatGLM-6B v1 writes newlines, tabs and space runs as tokens of their own.
-            let conventional = match glm1 {
-                true => crate::arch::chatglm1::token_text(tok, id),
-                false => None,
-            };
-            match conventional {
+            // Text an architecture writes as tokens of its own (ChatGLM-6B v1: newlines, tabs
+            // and space runs).
+            match conventions.token_text(tok, id) {
                 Some(t) => text.push_str(&t),
                 None => text.push_str(&decoder.push(id)?),
             }

@@ -1,66 +1,14 @@
 //! Hyperparameters read from a GGUF file's `<arch>.*` keys.
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_core::RopeMode;
 
 use crate::error::{LlamaError, Result};
-
-/// The model families this crate builds graphs for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    /// LLaMA 1/2/3, Mistral and relatives (`llama`).
-    Llama,
-    /// Qwen2 / Qwen2.5 (`qwen2`): LLaMA layout with Q/K/V biases and NEOX rotary.
-    Qwen2,
-    /// ChatGLM2 / ChatGLM3 / GLM-4 (`chatglm`): fused QKV with bias, rotary on half of each
-    /// head, SwiGLU with a fused gate|up projection.
-    ChatGlm,
-    /// ChatGLM-6B v1 (`chatglm1`, ggrs's own layout): LayerNorm with bias, α-scaled residuals,
-    /// per-head interleaved fused QKV, 2-D rotary, bidirectional prompt context.
-    ChatGlm1,
-}
-
-impl Arch {
-    /// Names accepted in `general.architecture`.
-    pub const SUPPORTED: &'static str = "llama, qwen2, chatglm, chatglm1";
-
-    /// The architecture named `name`.
-    pub fn from_name(name: &str) -> Result<Arch> {
-        match name {
-            "llama" => Ok(Arch::Llama),
-            "qwen2" => Ok(Arch::Qwen2),
-            "chatglm" => Ok(Arch::ChatGlm),
-            "chatglm1" => Ok(Arch::ChatGlm1),
-            other => Err(LlamaError::UnsupportedArch(other.to_string())),
-        }
-    }
-
-    /// The GGUF name (key prefix).
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::ChatGlm => "chatglm",
-            Arch::ChatGlm1 => "chatglm1",
-        }
-    }
-
-    /// How this family pairs rotary dimensions.
-    pub fn rope_mode(self) -> RopeMode {
-        match self {
-            Arch::Llama => RopeMode::Normal,
-            Arch::Qwen2 => RopeMode::Neox,
-            Arch::ChatGlm => RopeMode::Normal,
-            Arch::ChatGlm1 => RopeMode::Neox,
-        }
-    }
-}
 
 /// A model's shape and constants.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HParams {
-    /// Model family.
-    pub arch: Arch,
+    /// The file's architecture name (`general.architecture`), the prefix of its keys.
+    pub arch: String,
     /// Vocabulary size.
     pub n_vocab: usize,
     /// Context length the model was trained for.
@@ -83,7 +31,9 @@ pub struct HParams {
     pub rope_freq_base: f32,
     /// Rotary position scale (1 / linear scaling factor).
     pub rope_freq_scale: f32,
-    /// RMSNorm epsilon.
+    /// Norm epsilon: RMSNorm's (`attention.layer_norm_rms_epsilon`), or the LayerNorm
+    /// epsilon of an architecture that reads it from another key (see
+    /// [`HParams::from_gguf_eps`]).
     pub rms_eps: f32,
 }
 
@@ -115,19 +65,29 @@ fn require<T>(v: Option<T>, key: &str) -> Result<T> {
 }
 
 impl HParams {
-    /// Reads the hyperparameters of `f`. Keys llama.cpp treats as optional take its defaults
-    /// (`rope.dimension_count` = head size, `head_count_kv` = `head_count`, rope base 10000).
-    pub fn from_gguf(f: &GgufFile) -> Result<HParams> {
-        let arch_name = f
-            .get("general.architecture")
+    /// The architecture name a file gives (`general.architecture`).
+    pub fn arch_name(f: &GgufFile) -> Result<&str> {
+        f.get("general.architecture")
             .ok_or_else(|| LlamaError::MissingKey("general.architecture".into()))?
             .as_str()
             .ok_or_else(|| LlamaError::BadKey {
                 key: "general.architecture".into(),
                 detail: "expected a string".into(),
-            })?
-            .to_string();
-        let arch = Arch::from_name(&arch_name)?;
+            })
+    }
+
+    /// Reads the hyperparameters of `f` from the keys every architecture shares, under the
+    /// prefix `general.architecture` names. Keys llama.cpp treats as optional take its
+    /// defaults (`rope.dimension_count` = head size, `head_count_kv` = `head_count`, rope
+    /// base 10000). The norm epsilon is RMSNorm's, `<arch>.attention.layer_norm_rms_epsilon`.
+    pub fn from_gguf(f: &GgufFile) -> Result<HParams> {
+        HParams::from_gguf_eps(f, "attention.layer_norm_rms_epsilon")
+    }
+
+    /// As [`HParams::from_gguf`], with the norm epsilon read from `<arch>.{eps_key}` (a
+    /// LayerNorm model: `attention.layer_norm_epsilon`).
+    pub fn from_gguf_eps(f: &GgufFile, eps_key: &str) -> Result<HParams> {
+        let arch_name = HParams::arch_name(f)?.to_string();
         let k = |s: &str| format!("{arch_name}.{s}");
         let n_embd = require(
             get_usize(f, &k("embedding_length"))?,
@@ -165,11 +125,7 @@ impl HParams {
         let scale = get_f32(f, &k("rope.scale_linear"))?
             .or(get_f32(f, &k("rope.scaling.factor"))?)
             .unwrap_or(1.0);
-        // ChatGLM v1 normalises with LayerNorm: its epsilon fills this field.
-        let eps_key = match arch {
-            Arch::ChatGlm1 => k("attention.layer_norm_epsilon"),
-            _ => k("attention.layer_norm_rms_epsilon"),
-        };
+        let eps_key = k(eps_key);
         let rms_eps = require(get_f32(f, &eps_key)?, &eps_key)?;
         let n_vocab = match get_usize(f, &k("vocab_size"))? {
             Some(n) => n,
@@ -225,7 +181,7 @@ impl HParams {
             });
         }
         Ok(HParams {
-            arch,
+            arch: arch_name,
             n_vocab,
             n_ctx_train,
             n_embd,

@@ -32,14 +32,24 @@
 //! tokens; [`tokenizer::Tokenizer`] encodes and decodes text;
 //! [`perplexity::perplexity`] runs llama.cpp's perplexity protocol.
 //!
-//! Modules in dependency order: [`hparams`] (what the GGUF says about the model),
-//! [`model`] (weights in the mapping), [`kv_cache`] and [`batch`], [`arch`] (the graph of
-//! one step, built with ggrs-core's public API), [`session`], [`sampling`], [`generate`],
-//! [`chat`] (conversation → prompt, multi-turn chat), [`perplexity`], [`tokenizer`],
-//! [`quantize`] (llama.cpp's quantization recipes over ggrs-core's conversion engine).
+//! Modules in dependency order (each uses only those before it): [`tokenizer`],
+//! [`chat::template`] (prompt formats), [`error`], [`hparams`] (what the GGUF says about
+//! the model), [`batch`], [`kv_cache`], [`loader`] (the shared weight loader),
+//! [`step`] (a step graph's inputs and the KV-cache attention block), [`architecture`] (the
+//! plug-in traits), [`arch`] (ggrs's architectures, one file each, and the [`arch::Registry`]),
+//! [`model`], [`session`], [`sampling`], [`generate`], [`chat`] (multi-turn chat),
+//! [`perplexity`]. Apart: [`convert`] (Hugging Face checkpoints → GGUF, which uses nothing
+//! else of the crate) and [`quantize`] (llama.cpp's quantization recipes over ggrs-core's
+//! conversion engine).
+//!
+//! Bringing an architecture ggrs does not ship: implement [`architecture::Architecture`]
+//! (hyperparameters, typed weights through [`loader::WeightLoader`]) and
+//! [`architecture::ArchModel`] (the step graph), then [`Model::load_arch`] a file with it or
+//! [`arch::Registry::register`] it (see `examples/custom_arch.rs`).
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod architecture;
 pub mod batch;
 pub mod chat;
 pub mod convert;
@@ -47,18 +57,22 @@ pub mod error;
 pub mod generate;
 pub mod hparams;
 pub mod kv_cache;
+pub mod loader;
 pub mod model;
 pub mod perplexity;
 pub mod quantize;
 pub mod sampling;
 pub mod session;
+pub mod step;
 pub mod tokenizer;
 
+pub use arch::Registry;
+pub use architecture::{ArchModel, Architecture};
 pub use batch::Batch;
 pub use chat::{Chat, ChatTemplate, Message};
 pub use error::{LlamaError, Result};
 pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};
-pub use hparams::{Arch, HParams};
+pub use hparams::HParams;
 pub use model::{Model, ModelOptions};
 pub use sampling::{Sampler, SamplingParams};
 pub use session::{Session, SessionParams};

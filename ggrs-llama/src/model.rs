@@ -24,89 +24,27 @@ use std::sync::Arc;
 use ggrs_core::gguf::{GgufFile, HugePageReport};
 use ggrs_core::{Context, DType, Tensor};
 
+use crate::arch::Registry;
+use crate::architecture::{ArchModel, Architecture, TextConventions};
 use crate::error::{LlamaError, Result};
-use crate::hparams::{Arch, HParams};
+use crate::hparams::HParams;
+use crate::loader::{ImportedWeights, LoadedWeights, WeightId, WeightLoader};
 use crate::tokenizer::Tokenizer;
 
-/// Where one weight lies in the mapped file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WeightRef {
-    /// Tensor name (llama.cpp's naming).
-    pub name: String,
-    /// Element type.
-    pub dtype: DType,
-    /// Shape (`ne`, unused axes 1).
-    pub ne: [usize; 4],
-    /// Byte offset from the start of the file.
-    pub offset: usize,
-}
-
-/// The weights of one transformer block.
-#[derive(Debug, Clone)]
-pub struct LayerWeights {
-    /// RMSNorm weight before attention, `[n_embd]`.
-    pub attn_norm: WeightRef,
-    /// Its bias, `[n_embd]` (LayerNorm models: ChatGLM v1).
-    pub attn_norm_b: Option<WeightRef>,
-    /// Query projection, `[n_embd, n_head·head_dim]` (absent when Q, K, V are fused).
-    pub wq: Option<WeightRef>,
-    /// Key projection, `[n_embd, n_head_kv·head_dim]` (absent when fused).
-    pub wk: Option<WeightRef>,
-    /// Value projection, `[n_embd, n_head_kv·head_dim]` (absent when fused).
-    pub wv: Option<WeightRef>,
-    /// Fused Q, K, V projection (ChatGLM), `[n_embd, (n_head + 2·n_head_kv)·head_dim]`:
-    /// each output row holds Q, then K, then V.
-    pub wqkv: Option<WeightRef>,
-    /// Bias of the fused projection, `[(n_head + 2·n_head_kv)·head_dim]`.
-    pub bqkv: Option<WeightRef>,
-    /// Output projection, `[n_head·head_dim, n_embd]`.
-    pub wo: WeightRef,
-    /// Optional biases of q, k, v and o.
-    pub bq: Option<WeightRef>,
-    /// Key bias.
-    pub bk: Option<WeightRef>,
-    /// Value bias.
-    pub bv: Option<WeightRef>,
-    /// Output bias.
-    pub bo: Option<WeightRef>,
-    /// RMSNorm weight before the feed-forward block, `[n_embd]`.
-    pub ffn_norm: WeightRef,
-    /// Its bias, `[n_embd]` (LayerNorm models).
-    pub ffn_norm_b: Option<WeightRef>,
-    /// Up projection bias, `[n_ff]` (ChatGLM v1).
-    pub ffn_up_b: Option<WeightRef>,
-    /// Down projection bias, `[n_embd]` (ChatGLM v1).
-    pub ffn_down_b: Option<WeightRef>,
-    /// Gate projection, `[n_embd, n_ff]` (absent when fused into `ffn_up`).
-    pub ffn_gate: Option<WeightRef>,
-    /// Up projection, `[n_embd, n_ff]`; ChatGLM: gate and up fused, `[n_embd, 2·n_ff]`, the
-    /// first `n_ff` outputs the gate, the last `n_ff` the up projection.
-    pub ffn_up: WeightRef,
-    /// Down projection, `[n_ff, n_embd]`.
-    pub ffn_down: WeightRef,
-}
-
-/// Every weight of the model.
-#[derive(Debug, Clone)]
-pub struct Weights {
-    /// Token embeddings, `[n_embd, n_vocab]`.
-    pub tok_embd: WeightRef,
-    /// Final RMSNorm weight, `[n_embd]`.
-    pub output_norm: WeightRef,
-    /// Its bias, `[n_embd]` (LayerNorm models).
-    pub output_norm_b: Option<WeightRef>,
-    /// Output projection, `[n_embd, n_vocab]` (the embeddings when tied).
-    pub output: WeightRef,
-    /// Transformer blocks.
-    pub layers: Vec<LayerWeights>,
-}
+pub use crate::loader::WeightRef;
 
 /// A model ready to run. See the [module docs](self).
 pub struct Model {
     /// Hyperparameters.
     pub hparams: HParams,
-    /// Weight locations.
-    pub weights: Weights,
+    /// The name of the architecture that loaded it ([`Architecture::name`]).
+    arch_name: &'static str,
+    /// The architecture's typed weights, constants and graph builder.
+    arch: Box<dyn ArchModel>,
+    /// The architecture's text conventions.
+    text: Box<dyn TextConventions>,
+    /// Every weight the architecture read (its handles index `weights.table`).
+    weights: LoadedWeights,
     tokenizer: Tokenizer,
     /// Packed copies of matrix weights (see the module docs); they register themselves
     /// with `mul_mat` and unregister when dropped (fields drop in order: before `file`).
@@ -156,74 +94,16 @@ impl Default for ModelOptions {
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
+            .field("arch", &self.arch_name)
             .field("hparams", &self.hparams)
             .finish()
     }
 }
 
-struct Loader<'a> {
-    file: &'a GgufFile,
-    base: usize,
-}
-
-impl Loader<'_> {
-    fn find(&self, name: &str) -> Option<WeightRef> {
-        let info = self.file.tensor(name)?;
-        let data = self.file.tensor_data(info);
-        Some(WeightRef {
-            name: name.to_string(),
-            dtype: info.dtype,
-            ne: info.ne,
-            offset: data.as_ptr() as usize - self.base,
-        })
-    }
-
-    fn get(&self, name: &str, shape: &[usize]) -> Result<WeightRef> {
-        let w = self
-            .find(name)
-            .ok_or_else(|| LlamaError::MissingTensor(name.to_string()))?;
-        check_shape(&w, shape)?;
-        Ok(w)
-    }
-
-    fn opt(&self, name: &str, shape: &[usize]) -> Result<Option<WeightRef>> {
-        match self.find(name) {
-            None => Ok(None),
-            Some(w) => {
-                check_shape(&w, shape)?;
-                Ok(Some(w))
-            }
-        }
-    }
-}
-
-fn check_shape(w: &WeightRef, shape: &[usize]) -> Result<()> {
-    let mut want = [1usize; 4];
-    want[..shape.len()].copy_from_slice(shape);
-    if w.ne != want {
-        return Err(LlamaError::BadShape {
-            name: w.name.clone(),
-            got: w.ne.to_vec(),
-            expected: shape.to_vec(),
-        });
-    }
-    Ok(())
-}
-
-fn check_matrix_type(w: &WeightRef) -> Result<()> {
-    if !ggrs_core::kernels::mul_mat_supports(w.dtype) {
-        return Err(LlamaError::BadTensorType {
-            name: w.name.clone(),
-            dtype: w.dtype,
-            detail: "has no matrix-product kernel in this build".into(),
-        });
-    }
-    Ok(())
-}
-
 impl Model {
     /// Opens and maps a GGUF model file, reads its hyperparameters, tokenizer and the
-    /// location of every weight, checking names, shapes and types.
+    /// location of every weight, checking names, shapes and types. The file's
+    /// `general.architecture` picks the architecture from [`Registry::builtin`].
     pub fn load(path: impl AsRef<Path>) -> Result<Model> {
         Model::load_with(path, ModelOptions::default())
     }
@@ -234,6 +114,29 @@ impl Model {
         Model::from_gguf_with(file, opts)
     }
 
+    /// As [`Model::load_with`], the architecture looked up in `registry` (ggrs's own plus
+    /// those registered from outside the crate).
+    pub fn load_from(
+        registry: &Registry,
+        path: impl AsRef<Path>,
+        opts: ModelOptions,
+    ) -> Result<Model> {
+        let file = GgufFile::open(path.as_ref())?;
+        let arch = registry.for_file(&file)?;
+        Model::from_gguf_arch(file, arch, opts)
+    }
+
+    /// As [`Model::load_with`], read by `arch` whatever the file's `general.architecture`
+    /// (the prefix of its keys) says: an architecture brought from outside the crate.
+    pub fn load_arch(
+        path: impl AsRef<Path>,
+        arch: &dyn Architecture,
+        opts: ModelOptions,
+    ) -> Result<Model> {
+        let file = GgufFile::open(path.as_ref())?;
+        Model::from_gguf_arch(file, arch, opts)
+    }
+
     /// Builds a model from an opened GGUF file (default [`ModelOptions`]).
     pub fn from_gguf(file: GgufFile) -> Result<Model> {
         Model::from_gguf_with(file, ModelOptions::default())
@@ -241,7 +144,18 @@ impl Model {
 
     /// Builds a model from an opened GGUF file, with options.
     pub fn from_gguf_with(file: GgufFile, opts: ModelOptions) -> Result<Model> {
-        let hp = HParams::from_gguf(&file)?;
+        let registry = Registry::builtin();
+        let arch = registry.for_file(&file)?;
+        Model::from_gguf_arch(file, arch, opts)
+    }
+
+    /// Builds a model from an opened GGUF file with architecture `arch`, with options.
+    pub fn from_gguf_arch(
+        file: GgufFile,
+        arch: &dyn Architecture,
+        opts: ModelOptions,
+    ) -> Result<Model> {
+        let hp = arch.hparams(&file)?;
         if file.tensor("token_embd.weight").is_none() {
             // Checked before the placeholder vocabulary below is sized by `n_vocab`.
             return Err(LlamaError::MissingTensor("token_embd.weight".into()));
@@ -252,134 +166,16 @@ impl Model {
         } else {
             Tokenizer::from_gguf(&file)?
         };
-        let glm1 = hp.arch == Arch::ChatGlm1;
-        if glm1 {
-            crate::arch::chatglm1::Glm1Params::from_gguf(&file, &hp)?;
-        }
-        let base = file.data().bytes().as_ptr() as usize;
-        let l = Loader { file: &file, base };
-        let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
-        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
-        let tok_embd = l.get("token_embd.weight", &[e, v])?;
-        let output_norm = l.get("output_norm.weight", &[e])?;
-        // Norm and FFN biases: required by ChatGLM v1, read when present otherwise.
-        let bias = |name: &str, len: usize| match glm1 {
-            true => l.get(name, &[len]).map(Some),
-            false => l.opt(name, &[len]),
-        };
-        let output_norm_b = bias("output_norm.bias", e)?;
-        let output = l
-            .opt("output.weight", &[e, v])?
-            .unwrap_or_else(|| tok_embd.clone());
-        check_matrix_type(&output)?;
-        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        // ChatGLM (as llama.cpp loads it): Q, K, V fused when `attn_qkv` exists (separate
-        // projections otherwise), and the FFN gate fused into `ffn_up`.
-        let chatglm = hp.arch == Arch::ChatGlm;
-        let qkv = q + 2 * kv;
-        for i in 0..hp.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            let wqkv = if glm1 {
-                Some(l.get(&n("attn_qkv.weight"), &[e, qkv])?)
-            } else if chatglm {
-                l.opt(&n("attn_qkv.weight"), &[e, qkv])?
-            } else {
-                None
-            };
-            let split = |s: &str, rows: usize| match wqkv {
-                Some(_) => Ok(None),
-                None => l.get(&n(s), &[e, rows]).map(Some),
-            };
-            let (wq, wk, wv) = (
-                split("attn_q.weight", q)?,
-                split("attn_k.weight", kv)?,
-                split("attn_v.weight", kv)?,
-            );
-            let lw = LayerWeights {
-                attn_norm: l.get(&n("attn_norm.weight"), &[e])?,
-                attn_norm_b: bias(&n("attn_norm.bias"), e)?,
-                ffn_norm_b: bias(&n("ffn_norm.bias"), e)?,
-                ffn_up_b: bias(&n("ffn_up.bias"), f)?,
-                ffn_down_b: bias(&n("ffn_down.bias"), e)?,
-                bqkv: match wqkv {
-                    Some(_) if glm1 => Some(l.get(&n("attn_qkv.bias"), &[qkv])?),
-                    Some(_) => l.opt(&n("attn_qkv.bias"), &[qkv])?,
-                    None => None,
-                },
-                wqkv,
-                wq,
-                wk,
-                wv,
-                wo: l.get(&n("attn_output.weight"), &[q, e])?,
-                bq: l.opt(&n("attn_q.bias"), &[q])?,
-                bk: l.opt(&n("attn_k.bias"), &[kv])?,
-                bv: l.opt(&n("attn_v.bias"), &[kv])?,
-                bo: l.opt(&n("attn_output.bias"), &[e])?,
-                ffn_norm: l.get(&n("ffn_norm.weight"), &[e])?,
-                ffn_gate: if chatglm || glm1 {
-                    None
-                } else {
-                    Some(l.get(&n("ffn_gate.weight"), &[e, f])?)
-                },
-                ffn_up: l.get(&n("ffn_up.weight"), &[e, if chatglm { 2 * f } else { f }])?,
-                ffn_down: l.get(&n("ffn_down.weight"), &[f, e])?,
-            };
-            for w in [
-                lw.wq.as_ref(),
-                lw.wk.as_ref(),
-                lw.wv.as_ref(),
-                lw.wqkv.as_ref(),
-                Some(&lw.wo),
-                lw.ffn_gate.as_ref(),
-                Some(&lw.ffn_up),
-                Some(&lw.ffn_down),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                check_matrix_type(w)?;
-            }
-            for w in [
-                Some(&lw.attn_norm),
-                Some(&lw.ffn_norm),
-                lw.bq.as_ref(),
-                lw.bk.as_ref(),
-                lw.bv.as_ref(),
-                lw.bqkv.as_ref(),
-                lw.bo.as_ref(),
-                lw.attn_norm_b.as_ref(),
-                lw.ffn_norm_b.as_ref(),
-                lw.ffn_up_b.as_ref(),
-                lw.ffn_down_b.as_ref(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                if w.dtype != DType::F32 {
-                    return Err(LlamaError::BadTensorType {
-                        name: w.name.clone(),
-                        dtype: w.dtype,
-                        detail: "must be f32 (norm weights and biases are kept in f32)".into(),
-                    });
-                }
-            }
-            layers.push(lw);
-        }
-        if hp.arch == Arch::Qwen2 && layers.iter().any(|l| l.bq.is_none()) {
-            return Err(LlamaError::MissingTensor(
-                "blk.0.attn_q.bias (qwen2 has Q/K/V biases)".into(),
-            ));
-        }
+        let text = arch.text(&file)?;
+        let mut loader = WeightLoader::new(&file, &hp);
+        let arch_model = arch.load(&hp, &mut loader)?;
+        let weights = loader.finish();
         let mut model = Model {
             hparams: hp,
-            weights: Weights {
-                tok_embd,
-                output_norm,
-                output_norm_b,
-                output,
-                layers,
-            },
+            arch_name: arch.name(),
+            arch: arch_model,
+            text,
+            weights,
             tokenizer,
             file,
             packed: Vec::new(),
@@ -389,31 +185,66 @@ impl Model {
         Ok(model)
     }
 
+    /// The name of the architecture that loaded the model ([`Architecture::name`]).
+    pub fn arch_name(&self) -> &'static str {
+        self.arch_name
+    }
+
+    /// The architecture's part of the model: its weights, constants and graph builder.
+    pub fn arch(&self) -> &dyn ArchModel {
+        self.arch.as_ref()
+    }
+
+    /// The architecture's own weight struct, if it is a `T` (e.g.
+    /// [`crate::arch::chatglm::ChatGlmModel`]); its handles name entries of
+    /// [`Model::weight`].
+    pub fn arch_weights<T: ArchModel>(&self) -> Option<&T> {
+        let any: &dyn std::any::Any = self.arch.as_ref();
+        any.downcast_ref::<T>()
+    }
+
+    /// The architecture's text conventions.
+    pub fn text(&self) -> &dyn TextConventions {
+        self.text.as_ref()
+    }
+
+    /// Where weight `id` lies (`None` for a handle of another model).
+    pub fn weight(&self, id: WeightId) -> Option<&WeightRef> {
+        self.weights.table.get(id.index())
+    }
+
+    /// Every weight the architecture read, in the order it read them.
+    pub fn weights(&self) -> &[WeightRef] {
+        &self.weights.table
+    }
+
+    /// Token ids of a generation prompt, as the architecture encodes one: BOS where the
+    /// model adds it, special-token text parsed (ChatGLM-6B v1: its text conventions and
+    /// `[gMASK] <sop>`).
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        self.text.encode(&self.tokenizer, text, true, true)
+    }
+
+    /// Token ids of a rendered chat prompt, as the architecture encodes one.
+    pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>> {
+        self.text.encode_chat(&self.tokenizer, text)
+    }
+
     /// Packs every matrix weight (once per distinct weight: tied embeddings are packed once),
     /// if `opts.pack_weights` (only those the panel kernels read, unless
     /// `opts.copy_weights`), and releases the mapped pages it was packed from; then, if
     /// `opts.huge_pages`, settles the matrix weights left in the map on huge pages.
     fn place_weights(&mut self, opts: ModelOptions) {
-        let w = &self.weights;
-        let mut mats: Vec<&WeightRef> = vec![&w.output];
-        for l in &w.layers {
-            mats.extend(
-                [&l.wq, &l.wk, &l.wv, &l.wqkv, &l.ffn_gate]
-                    .into_iter()
-                    .flatten(),
-            );
-            mats.extend([&l.wo, &l.ffn_up, &l.ffn_down]);
-        }
         let mut done = std::collections::HashSet::new();
         let bytes = self.file.data();
         let bytes = bytes.bytes();
         let mut sources: Vec<(DType, [usize; 4], &[u8])> = Vec::new();
-        for m in mats {
+        for &id in &self.weights.matrices {
+            let m = &self.weights.table[id.index()];
             if !done.insert(m.offset) {
                 continue;
             }
-            let size = m.dtype.row_size(m.ne[0]) * m.ne[1] * m.ne[2] * m.ne[3];
-            if let Some(data) = bytes.get(m.offset..m.offset + size) {
+            if let Some(data) = bytes.get(m.offset..m.offset + m.size()) {
                 sources.push((m.dtype, m.ne, data));
             }
         }
@@ -493,6 +324,18 @@ impl Model {
         ctx.set_name(t, w.name.clone())?;
         ctx.set_param(t)?;
         Ok(t)
+    }
+
+    /// Imports every weight into `ctx` (metadata only; the data stays where it is), as the
+    /// table the architecture's graph builder reads.
+    pub fn import_weights(&self, ctx: &mut Context) -> Result<ImportedWeights> {
+        let tensors = self
+            .weights
+            .table
+            .iter()
+            .map(|w| self.import(ctx, w))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ImportedWeights::new(tensors))
     }
 
     /// Bytes of weight data (what one decoding step reads, the embedding table aside).

@@ -15,11 +15,14 @@ use std::sync::Arc;
 
 use ggrs_core::{Checkpoint, Context, DType, Executor, Graph};
 
-use crate::arch::{chatglm, llama, ModelTensors, StepInputs, StepShape};
+use crate::architecture::{StepState, StepTensors};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
+use crate::hparams::HParams;
 use crate::kv_cache::{KvCache, Placement};
+use crate::loader::ImportedWeights;
 use crate::model::Model;
+use crate::step::{StepInputs, StepShape};
 
 /// How to set up a [`Session`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,14 +64,14 @@ pub struct Session {
     params: SessionParams,
     ctx: Context,
     exec: Executor,
-    weights: ModelTensors,
+    weights: ImportedWeights,
     kv: KvCache,
     base: Checkpoint,
     logits: Vec<f32>,
     n_outputs: usize,
     op_profile: Option<OpProfile>,
-    /// ChatGLM v1 context anchors (unused by other architectures).
-    glm1: crate::arch::chatglm1::Glm1State,
+    /// The architecture's per-sequence state: each step's positions and mask.
+    state: Box<dyn StepState>,
     /// The graph of the last step, kept (with its tensors in the arena) and computed again
     /// while steps have its shape: decoding one token at a time, the shape changes only when
     /// the padded cache length does.
@@ -141,7 +144,7 @@ impl std::fmt::Debug for Session {
 }
 
 /// Bytes of the KV cache tensors of `n_ctx` cells, or `None` when that overflows.
-fn kv_cache_bytes(hp: &crate::hparams::HParams, n_ctx: usize, dtype: DType) -> Option<u64> {
+fn kv_cache_bytes(hp: &HParams, n_ctx: usize, dtype: DType) -> Option<u64> {
     let row = dtype.row_size(hp.n_embd_kv()) as u64;
     row.checked_mul(n_ctx as u64)?
         .checked_mul(2)?
@@ -151,22 +154,14 @@ fn kv_cache_bytes(hp: &crate::hparams::HParams, n_ctx: usize, dtype: DType) -> O
 fn build_step(
     ctx: &mut Context,
     model: &Model,
-    w: &ModelTensors,
+    w: &ImportedWeights,
     kv: &KvCache,
     shape: StepShape,
 ) -> Result<(StepInputs, ggrs_core::Tensor, Graph)> {
-    let hp = &model.hparams;
-    let (inp, logits) = match hp.arch {
-        crate::Arch::ChatGlm => chatglm::build(ctx, hp, w, kv, shape)?,
-        crate::Arch::ChatGlm1 => {
-            let gp = crate::arch::chatglm1::Glm1Params::from_gguf(model.gguf(), hp)?;
-            crate::arch::chatglm1::build(ctx, hp, &gp, w, kv, shape)?
-        }
-        _ => llama::build(ctx, hp, w, kv, shape)?,
-    };
+    let StepTensors { inputs, logits } = model.arch().build(ctx, &model.hparams, w, kv, shape)?;
     let graph = Graph::build(ctx, logits)?;
     ctx.alloc_graph(&graph)?;
-    Ok((inp, logits, graph))
+    Ok((inputs, logits, graph))
 }
 
 impl Session {
@@ -219,7 +214,7 @@ impl Session {
         }
         // Measure: the same allocations as the real context will make, without data.
         let mut m = Context::measure();
-        let w = ModelTensors::import(&model, &mut m)?;
+        let w = model.import_weights(&mut m)?;
         let kv = KvCache::new(&mut m, hp, params.n_ctx, params.kv_type)?;
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
@@ -235,10 +230,11 @@ impl Session {
             ggrs_core::Error::ArenaAlloc { .. } => too_large(kv_bytes, compute, None),
             e => e.into(),
         })?;
-        let weights = ModelTensors::import(&model, &mut ctx)?;
+        let weights = model.import_weights(&mut ctx)?;
         let kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
         ctx.set_deferred_alloc(true);
         let base = ctx.checkpoint();
+        let state = model.arch().new_state();
         Ok(Session {
             exec: Executor::new(params.n_threads),
             model,
@@ -250,7 +246,7 @@ impl Session {
             logits: Vec::new(),
             n_outputs: 0,
             op_profile: None,
-            glm1: Default::default(),
+            state,
             built: None,
         })
         .map(|mut s: Session| {
@@ -289,7 +285,7 @@ impl Session {
     /// Forgets every cached token.
     pub fn clear(&mut self) {
         self.kv.clear();
-        self.glm1.clear();
+        self.state.clear();
         self.logits.clear();
         self.n_outputs = 0;
     }
@@ -297,7 +293,7 @@ impl Session {
     /// Forgets the tokens of `seq` from position `from` on.
     pub fn remove(&mut self, seq: SeqId, from: i32) {
         self.kv.remove(seq, from);
-        self.glm1.remove(seq, from);
+        self.state.remove(seq, from);
     }
 
     /// Turns per-node timing of the executor on or off.
@@ -401,23 +397,13 @@ impl Session {
         let (inp, logits) = (*inp, *logits);
         let toks: Vec<i32> = piece.tokens.iter().map(|&t| t as i32).collect();
         self.ctx.set_i32(inp.tokens, &toks)?;
-        // ChatGLM v1: two position streams and a bidirectional-context mask.
-        let glm1 = if self.model.hparams.arch == crate::Arch::ChatGlm1 {
-            let (model, hp) = (&self.model, &self.model.hparams);
-            let gp = crate::arch::chatglm1::Glm1Params::from_gguf(model.gguf(), hp)?;
-            Some(self.glm1.step_inputs(&gp, piece, &self.kv, placed.n_kv)?)
-        } else {
-            None
-        };
-        let pos = glm1.as_ref().map_or(&piece.pos, |g| &g.0);
-        self.ctx.set_i32(inp.pos, pos)?;
+        // Positions and mask as the architecture's step state gives them (the batch's
+        // positions and a causal mask, unless it says otherwise).
+        let values = self.state.inputs(piece, &self.kv, placed.n_kv)?;
+        self.ctx.set_i32(inp.pos, &values.pos)?;
         let cells: Vec<i32> = placed.cells.iter().map(|&c| c as i32).collect();
         self.ctx.set_i32(inp.k_rows, &cells)?;
-        let mask = match glm1 {
-            Some((_, m)) => m,
-            None => self.kv.mask(piece, placed.n_kv),
-        };
-        self.ctx.set_f32(inp.mask, &mask)?;
+        self.ctx.set_f32(inp.mask, &values.mask)?;
         if let Some(ids) = inp.out_ids {
             let ids_v: Vec<i32> = if outputs.is_empty() {
                 vec![n as i32 - 1]

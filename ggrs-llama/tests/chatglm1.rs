@@ -245,7 +245,7 @@ fn generation_through_the_session_api() {
     assert!((gp.residual_scale - 56f32.sqrt()).abs() < 1e-6);
     assert!(m.tokenizer().is_eog(992), "<eop> ends generation");
     assert!(!m.has_vocab());
-    let e = chatglm1::encode_prompt(&m, "hello").unwrap_err();
+    let e = m.encode_prompt("hello").unwrap_err();
     assert!(e.to_string().contains("--prompt-ids"), "{e}");
     for r in load_refs() {
         let mut s = session(&m, 64);
@@ -548,7 +548,7 @@ fn tied_output_uses_the_embeddings() {
 fn text_prompts_and_conventional_tokens_with_a_vocabulary() {
     let m = Arc::new(Model::load(gguf_with_vocab()).unwrap());
     assert!(m.has_vocab());
-    let ids = chatglm1::encode_prompt(&m, "a\nb").unwrap();
+    let ids = m.encode_prompt("a\nb").unwrap();
     assert_eq!(ids[0], 13, "▁a first, no BOS: {ids:?}");
     assert_eq!(ids[1], 63, "<n> as one token: {ids:?}");
     // `b` without the leading space: the official tokenizer adds `▁` once, at the start.

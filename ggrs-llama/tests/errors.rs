@@ -68,7 +68,7 @@ fn unknown_architecture_is_named() {
     );
     let e = Model::load(&p).unwrap_err();
     assert!(
-        matches!(&e, LlamaError::UnsupportedArch(a) if a == "gptj"),
+        matches!(&e, LlamaError::UnsupportedArch { name, .. } if name == "gptj"),
         "{e}"
     );
     assert!(

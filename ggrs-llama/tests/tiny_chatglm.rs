@@ -10,11 +10,31 @@ use std::sync::Arc;
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::quantize::QuantizeOptions;
 use ggrs_core::DType;
+use ggrs_llama::arch::chatglm::{ChatGlmLayer, ChatGlmModel, GlmQkv};
+use ggrs_llama::model::WeightRef;
 use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
-use ggrs_llama::{Arch, Model, Session, SessionParams};
+use ggrs_llama::{Model, Session, SessionParams};
 
 fn tiny_dir() -> PathBuf {
     common::reference_dir().join("tiny")
+}
+
+/// The first block's typed weights (the model must be `chatglm`'s).
+fn layer0(m: &Model) -> &ChatGlmLayer {
+    &m.arch_weights::<ChatGlmModel>()
+        .expect("a chatglm model")
+        .layers[0]
+}
+
+/// The fused QKV matrix and bias of the first block.
+fn fused_qkv(m: &Model) -> (&WeightRef, Option<&WeightRef>) {
+    match layer0(m).qkv {
+        GlmQkv::Fused { w, b } => (
+            m.weight(w).expect("weight of this model"),
+            b.map(|b| m.weight(b).expect("weight of this model")),
+        ),
+        GlmQkv::Split { .. } => panic!("expected a fused qkv"),
+    }
 }
 
 fn load_f16() -> Arc<Model> {
@@ -25,17 +45,23 @@ fn load_f16() -> Arc<Model> {
 fn hyperparameters_and_fused_weights() {
     let m = load_f16();
     let hp = &m.hparams;
-    assert_eq!(hp.arch, Arch::ChatGlm);
+    assert_eq!(hp.arch, "chatglm");
+    assert_eq!(m.arch_name(), "chatglm");
     assert_eq!((hp.n_embd, hp.n_layer, hp.n_ff), (128, 3, 320));
     assert_eq!((hp.n_head, hp.n_head_kv, hp.head_dim), (4, 2, 32));
     // Rotary on half of each head.
     assert_eq!(hp.n_rot, hp.head_dim / 2);
-    let l = &m.weights.layers[0];
-    assert!(l.wq.is_none() && l.wk.is_none() && l.wv.is_none() && l.ffn_gate.is_none());
-    let wqkv = l.wqkv.as_ref().expect("fused qkv");
+    // No separate Q/K/V projection or gate was read.
+    for w in m.weights() {
+        for part in ["attn_q.", "attn_k.", "attn_v.", "ffn_gate."] {
+            assert!(!w.name.contains(part), "{} read", w.name);
+        }
+    }
+    let (wqkv, bqkv) = fused_qkv(&m);
     assert_eq!(wqkv.ne[..2], [128, 128 + 2 * 2 * 32]);
-    assert_eq!(l.bqkv.as_ref().expect("qkv bias").ne[0], 256);
-    assert_eq!(l.ffn_up.ne[..2], [128, 2 * 320]);
+    assert_eq!(bqkv.expect("qkv bias").ne[0], 256);
+    let ffn_up = m.weight(layer0(&m).ffn_up).unwrap();
+    assert_eq!(ffn_up.ne[..2], [128, 2 * 320]);
     assert!(!m.tokenizer().vocab().add_bos());
 }
 
@@ -133,9 +159,9 @@ fn quantized_copies_keep_the_argmax() {
     for (kind, dtype) in [("q8_0", DType::Q8_0), ("q4_0", DType::Q4_0)] {
         let path = quantized_copy(&src, &tmp.0, kind);
         let q = Arc::new(Model::load(&path).expect("load quantized copy"));
-        let wqkv = q.weights.layers[0].wqkv.as_ref().expect("fused qkv");
+        let (wqkv, _) = fused_qkv(&q);
         assert_eq!(wqkv.dtype, dtype, "the fused QKV matrix is converted");
-        assert_eq!(q.weights.layers[0].ffn_up.dtype, dtype);
+        assert_eq!(q.weight(layer0(&q).ffn_up).unwrap().dtype, dtype);
         let ours = prompt_logits(&q, &prompts);
         // Per position: the f16 file's argmax and top-two gap, the copy's argmax and the
         // rank of the copy's argmax in the f16 file's ordering.

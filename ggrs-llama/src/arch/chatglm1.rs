@@ -32,26 +32,198 @@
 //! Tokens evaluated after the context (generated ones, or any text appended later without
 //! clearing) continue the generated part: position = mask position, block position counting
 //! on. A new conversation turn is a new prompt, as the official `chat()` re-encodes the whole
-//! history: [`Session::clear`](crate::Session::clear) and evaluate [`chat_prompt`]'s text.
+//! history: [`Glm1Model::reuses_cached_prefix`] is false, so a conversation clears the cache
+//! and evaluates [`chat_prompt`]'s text anew.
 //!
 //! The step's `pos` input holds `2·n_tokens` i32: the positions, then the block positions;
 //! the rotary frequency table (`[d/4]` f32) is a leaf filled while the graph is built.
 //! Rotary embedding is `Context::rope_freqs` on each half of a head.
 //!
-//! Text: [`encode_prompt`] applies the official tokenizer's conventions
-//! ([`preprocess_text`]) and appends `[gMASK] <sop>`; [`token_text`] undoes them for `<n>`,
-//! `<|tab|>` and `<|blank_N|>` when generated text is decoded.
+//! Text ([`Glm1Text`]): a prompt is encoded with the official tokenizer's conventions
+//! ([`preprocess_text`]) and `[gMASK] <sop>` appended; [`token_text`] undoes them for `<n>`,
+//! `<|tab|>` and `<|blank_N|>` when generated text is decoded; the chat format is the
+//! official one ([`ChatTemplate::ChatGlm1`]).
+//!
+//! Everything here is parsed once at load ([`Glm1Params`], kept in [`Glm1Model`] and
+//! [`Glm1Text`]); the session sees only the [`ArchModel`] and [`StepState`] traits.
 
 use std::collections::HashMap;
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::{Context, DType, RopeMode, Tensor};
 
-use crate::arch::{cached_attention, need, AttnDims, ModelTensors, StepInputs, StepShape};
+use crate::architecture::{
+    ArchModel, Architecture, StepState, StepTensors, StepValues, TextConventions,
+};
 use crate::batch::{Batch, SeqId};
+use crate::chat::template::{ChatError, ChatTemplate};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
+use crate::loader::{ImportedWeights, WeightId, WeightLoader};
+use crate::step::{add_opt, cached_attention, AttnDims, StepInputs, StepShape};
+use crate::tokenizer::Tokenizer;
+
+pub use crate::chat::template::glm1_chat_prompt as chat_prompt;
+
+/// The `chatglm1` architecture.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChatGlm1;
+
+/// The weights of one block (`e` = `n_embd`, `f` = `n_ff`); every norm has a bias.
+#[derive(Debug, Clone)]
+pub struct Glm1Layer {
+    /// LayerNorm weight before attention, `[e]`.
+    pub attn_norm: WeightId,
+    /// Its bias, `[e]`.
+    pub attn_norm_b: WeightId,
+    /// Fused Q/K/V projection, `[e, 3e]`, per head `q | k | v`.
+    pub wqkv: WeightId,
+    /// Its bias, `[3e]`.
+    pub bqkv: WeightId,
+    /// Output projection, `[e, e]`.
+    pub wo: WeightId,
+    /// Output bias, `[e]`.
+    pub bo: Option<WeightId>,
+    /// LayerNorm weight before the feed-forward block, `[e]`.
+    pub ffn_norm: WeightId,
+    /// Its bias, `[e]`.
+    pub ffn_norm_b: WeightId,
+    /// Up projection, `[e, f]`.
+    pub ffn_up: WeightId,
+    /// Its bias, `[f]`.
+    pub ffn_up_b: WeightId,
+    /// Down projection, `[f, e]`.
+    pub ffn_down: WeightId,
+    /// Its bias, `[e]`.
+    pub ffn_down_b: WeightId,
+}
+
+/// A loaded `chatglm1` model: its constants and weights.
+#[derive(Debug, Clone)]
+pub struct Glm1Model {
+    /// The `chatglm1.*` constants and special tokens.
+    pub params: Glm1Params,
+    /// Token embeddings, `[n_embd, n_vocab]`.
+    pub tok_embd: WeightId,
+    /// Final LayerNorm weight, `[n_embd]`.
+    pub output_norm: WeightId,
+    /// Its bias, `[n_embd]`.
+    pub output_norm_b: WeightId,
+    /// Output projection, `[n_embd, n_vocab]` (the embeddings when tied).
+    pub output: WeightId,
+    /// Transformer blocks.
+    pub layers: Vec<Glm1Layer>,
+}
+
+impl Architecture for ChatGlm1 {
+    fn name(&self) -> &'static str {
+        "chatglm1"
+    }
+
+    /// The shared keys, with LayerNorm's epsilon (`chatglm1.attention.layer_norm_epsilon`).
+    fn hparams(&self, file: &GgufFile) -> Result<HParams> {
+        HParams::from_gguf_eps(file, "attention.layer_norm_epsilon")
+    }
+
+    fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
+        let params = Glm1Params::from_gguf(l.file(), hp)?;
+        let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
+        let qkv = 3 * hp.n_head * hp.head_dim;
+        let tok_embd = l.rows("token_embd.weight", &[e, v])?;
+        let output_norm = l.f32("output_norm.weight", &[e])?;
+        let output_norm_b = l.f32("output_norm.bias", &[e])?;
+        let output = match l.opt_matrix("output.weight", &[e, v])? {
+            Some(o) => o,
+            None => l.also_matrix(tok_embd)?,
+        };
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            layers.push(Glm1Layer {
+                wqkv: l.matrix(&n("attn_qkv.weight"), &[e, qkv])?,
+                attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
+                attn_norm_b: l.f32(&n("attn_norm.bias"), &[e])?,
+                ffn_norm_b: l.f32(&n("ffn_norm.bias"), &[e])?,
+                ffn_up_b: l.f32(&n("ffn_up.bias"), &[f])?,
+                ffn_down_b: l.f32(&n("ffn_down.bias"), &[e])?,
+                bqkv: l.f32(&n("attn_qkv.bias"), &[qkv])?,
+                wo: l.matrix(&n("attn_output.weight"), &[e, e])?,
+                bo: l.opt_f32(&n("attn_output.bias"), &[e])?,
+                ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
+                ffn_up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
+                ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
+            });
+        }
+        Ok(Box::new(Glm1Model {
+            params,
+            tok_embd,
+            output_norm,
+            output_norm_b,
+            output,
+            layers,
+        }))
+    }
+
+    /// Reads the hyperparameters again for [`Glm1Params`]' checks (text needs no weights).
+    fn text(&self, file: &GgufFile) -> Result<Box<dyn TextConventions>> {
+        let hp = self.hparams(file)?;
+        Ok(Box::new(Glm1Text {
+            params: Glm1Params::from_gguf(file, &hp)?,
+            has_vocab: file.get("tokenizer.ggml.model").is_some(),
+        }))
+    }
+}
+
+impl ArchModel for Glm1Model {
+    /// Builds the step graph (see the [module docs](self)); `pos` is `[2·n_tokens]`.
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<StepTensors> {
+        build(self, ctx, hp, w, kv, shape)
+    }
+
+    /// Positions and masks from [`Glm1State`], with this model's special tokens.
+    fn new_state(&self) -> Box<dyn StepState> {
+        Box::new(Glm1Steps {
+            params: self.params.clone(),
+            state: Glm1State::default(),
+        })
+    }
+
+    /// False: the prompt context attends bidirectionally, so its cached keys change with
+    /// every token added to it.
+    fn reuses_cached_prefix(&self) -> bool {
+        false
+    }
+}
+
+/// A session's `chatglm1` step state: [`Glm1State`] and the model's [`Glm1Params`].
+#[derive(Debug, Clone)]
+struct Glm1Steps {
+    params: Glm1Params,
+    state: Glm1State,
+}
+
+impl StepState for Glm1Steps {
+    fn inputs(&mut self, piece: &Batch, kv: &KvCache, n_kv: usize) -> Result<StepValues> {
+        let (pos, mask) = self.state.step_inputs(&self.params, piece, kv, n_kv)?;
+        Ok(StepValues { pos, mask })
+    }
+
+    fn clear(&mut self) {
+        self.state.clear();
+    }
+
+    fn remove(&mut self, seq: SeqId, from: i32) {
+        self.state.remove(seq, from);
+    }
+}
 
 /// The residual scale of every ChatGLM-6B v1 model: `sqrt(2·28)` (the official `GLMBlock`
 /// is always built with its default `num_layers = 28`).
@@ -382,13 +554,6 @@ impl Glm1State {
     }
 }
 
-fn add_opt(ctx: &mut Context, x: Tensor, b: Option<Tensor>) -> Result<Tensor> {
-    Ok(match b {
-        Some(b) => ctx.add(x, b)?,
-        None => x,
-    })
-}
-
 /// LayerNorm with weight and bias: `norm(x) · w + b`.
 fn layer_norm(
     ctx: &mut Context,
@@ -404,14 +569,15 @@ fn layer_norm(
 
 /// Builds the step graph; returns the inputs to fill and the logits (`[n_vocab, n_outputs]`).
 /// `pos` is `[2·n_tokens]` (see the [module docs](self)).
-pub fn build(
+fn build(
+    m: &Glm1Model,
     ctx: &mut Context,
     hp: &HParams,
-    gp: &Glm1Params,
-    w: &ModelTensors,
+    w: &ImportedWeights,
     kv: &KvCache,
     shape: StepShape,
-) -> Result<(StepInputs, Tensor)> {
+) -> Result<StepTensors> {
+    let gp = &m.params;
     let n = shape.n_tokens;
     let (d, nh) = (hp.head_dim, hp.n_head);
     let dims = AttnDims {
@@ -439,11 +605,11 @@ pub fn build(
     let pos_a = ctx.view_1d(pos, n, 0)?;
     let pos_b = ctx.view_1d(pos, n, n * DType::I32.type_size())?;
 
-    let mut x = ctx.get_rows(w.tok_embd, tokens)?; // [e, n]
-    for (il, l) in w.layers.iter().enumerate() {
-        let a = layer_norm(ctx, x, l.attn_norm, l.attn_norm_b, gp.norm_eps)?;
-        let qkv = ctx.mul_mat(need(l.wqkv, "attn_qkv.weight")?, a)?; // [3e, n]
-        let qkv = add_opt(ctx, qkv, l.bqkv)?;
+    let mut x = ctx.get_rows(w[m.tok_embd], tokens)?; // [e, n]
+    for (il, l) in m.layers.iter().enumerate() {
+        let a = layer_norm(ctx, x, w[l.attn_norm], Some(w[l.attn_norm_b]), gp.norm_eps)?;
+        let qkv = ctx.mul_mat(w[l.wqkv], a)?; // [3e, n]
+        let qkv = ctx.add(qkv, w[l.bqkv])?;
         // Per head h, rows [h·3d, h·3d + d) are q, the next d k, then v.
         let head = |ctx: &mut Context, which: usize| {
             ctx.view_3d(qkv, d, nh, n, 3 * d * f32s, 3 * e * f32s, which * d * f32s)
@@ -462,11 +628,11 @@ pub fn build(
         let k2 = ctx.reshape_2d(k, e, n)?;
         let v2 = ctx.reshape_2d(v, e, n)?;
         let o = cached_attention(ctx, kv, il, &inp, shape, dims, q, [k2, v2])?;
-        let o = ctx.mul_mat(l.wo, o)?;
-        let o = add_opt(ctx, o, l.bo)?;
+        let o = ctx.mul_mat(w[l.wo], o)?;
+        let o = add_opt(ctx, o, w.opt(l.bo))?;
         let ra = ctx.scale(a, alpha)?;
         let mut h = ctx.add(ra, o)?;
-        if il + 1 == w.layers.len() {
+        if il + 1 == m.layers.len() {
             // Only the rows whose logits are wanted go through the last FFN (rows are
             // independent from here on).
             if let Some(ids) = out_ids {
@@ -474,20 +640,29 @@ pub fn build(
             }
         }
 
-        let m = layer_norm(ctx, h, l.ffn_norm, l.ffn_norm_b, gp.norm_eps)?;
-        let up = ctx.mul_mat(l.ffn_up, m)?; // [n_ff, n]
-        let up = add_opt(ctx, up, l.ffn_up_b)?;
+        let mm = layer_norm(ctx, h, w[l.ffn_norm], Some(w[l.ffn_norm_b]), gp.norm_eps)?;
+        let up = ctx.mul_mat(w[l.ffn_up], mm)?; // [n_ff, n]
+        let up = ctx.add(up, w[l.ffn_up_b])?;
         let act = ctx.gelu(up)?;
-        let down = ctx.mul_mat(l.ffn_down, act)?; // [e, n]
-        let down = add_opt(ctx, down, l.ffn_down_b)?;
-        let rm = ctx.scale(m, alpha)?;
+        let down = ctx.mul_mat(w[l.ffn_down], act)?; // [e, n]
+        let down = ctx.add(down, w[l.ffn_down_b])?;
+        let rm = ctx.scale(mm, alpha)?;
         x = ctx.add(rm, down)?;
     }
-    let h = layer_norm(ctx, x, w.output_norm, w.output_norm_b, gp.norm_eps)?;
-    let logits = ctx.mul_mat(w.output, h)?; // [n_vocab, n_outputs]
+    let h = layer_norm(
+        ctx,
+        x,
+        w[m.output_norm],
+        Some(w[m.output_norm_b]),
+        gp.norm_eps,
+    )?;
+    let logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
     ctx.set_name(logits, "logits")?;
     ctx.set_output(logits)?;
-    Ok((inp, logits))
+    Ok(StepTensors {
+        inputs: inp,
+        logits,
+    })
 }
 
 /// Longest whitespace run the official tokenizer writes as one `<|blank_N|>` token.
@@ -530,7 +705,7 @@ pub fn preprocess_text(text: &str) -> String {
 /// The text of token `id` under the official decoding conventions when it is one of the
 /// conventional tokens (`<n>` → `\n`, `<|tab|>` → tab, `<|blank_N|>` → N spaces); `None`
 /// for every other token (decode it as usual).
-pub fn token_text(tok: &crate::tokenizer::Tokenizer, id: u32) -> Option<String> {
+pub fn token_text(tok: &Tokenizer, id: u32) -> Option<String> {
     let t = tok.vocab().token(id)?.text.as_str();
     match t {
         "<n>" => Some("\n".into()),
@@ -546,37 +721,59 @@ pub fn token_text(tok: &crate::tokenizer::Tokenizer, id: u32) -> Option<String> 
     }
 }
 
-/// The official prompt of a conversation (`chat()` of the official code): the bare query
-/// when there is no history, else `[Round i]\n问：{query}\n答：{response}\n` per past turn
-/// followed by `[Round n]\n问：{query}\n答：`.
-pub fn chat_prompt(history: &[(String, String)], query: &str) -> String {
-    if history.is_empty() {
-        return query.to_string();
-    }
-    let mut s = String::new();
-    for (i, (q, r)) in history.iter().enumerate() {
-        s += &format!("[Round {i}]\n问：{q}\n答：{r}\n");
-    }
-    s += &format!("[Round {}]\n问：{query}\n答：", history.len());
-    s
+/// ChatGLM-6B v1's text conventions (see the [module docs](self)).
+#[derive(Debug, Clone)]
+pub struct Glm1Text {
+    /// The special tokens (and constants) of the file.
+    pub params: Glm1Params,
+    /// Whether the file carries a vocabulary (`tokenizer.ggml.model`).
+    pub has_vocab: bool,
 }
 
-/// Token ids of `text` as the official tokenizer makes them for generation: the text with
-/// [`preprocess_text`]'s conventions, no BOS, then `[gMASK] <sop>`. Fails when the model
-/// file carries no vocabulary (give ids instead).
-pub fn encode_prompt(model: &crate::model::Model, text: &str) -> Result<Vec<u32>> {
-    if !model.has_vocab() {
-        return Err(LlamaError::InvalidArgument(
-            "this chatglm1 model file carries no vocabulary (it was converted without \
-             tokenizer files): give the prompt as token ids (`ggrs run --prompt-ids 5,6,7`, \
-             ending with [gMASK] <sop>)"
-                .into(),
-        ));
+impl TextConventions for Glm1Text {
+    /// The official tokenizer's ids for generation: the text with [`preprocess_text`]'s
+    /// conventions, no BOS, special-token text never parsed, then, with `add_special`,
+    /// `[gMASK] <sop>`. Fails when the model file carries no vocabulary (give ids instead).
+    fn encode(
+        &self,
+        tok: &Tokenizer,
+        text: &str,
+        add_special: bool,
+        _parse_special: bool,
+    ) -> Result<Vec<u32>> {
+        if !self.has_vocab {
+            return Err(LlamaError::InvalidArgument(
+                "this chatglm1 model file carries no vocabulary (it was converted without \
+                 tokenizer files): give the prompt as token ids (`ggrs run --prompt-ids 5,6,7`, \
+                 ending with [gMASK] <sop>)"
+                    .into(),
+            ));
+        }
+        // SentencePiece's space prefix only at the start, not again after `<n>` & co.
+        let ids = tok.encode_spm_prefix(&preprocess_text(text), false, false, false)?;
+        Ok(match add_special {
+            true => self.params.prompt(&ids),
+            false => ids,
+        })
     }
-    let gp = Glm1Params::from_gguf(model.gguf(), &model.hparams)?;
-    // SentencePiece's space prefix only at the start, not again after `<n>` & co.
-    let ids = model
-        .tokenizer()
-        .encode_spm_prefix(&preprocess_text(text), false, false, false)?;
-    Ok(gp.prompt(&ids))
+
+    /// As a plain prompt: the rendered conversation is `[Round i]` text, then
+    /// `[gMASK] <sop>`.
+    fn encode_chat(&self, tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+        self.encode(tok, text, true, false)
+    }
+
+    fn token_text(&self, tok: &Tokenizer, id: u32) -> Option<String> {
+        token_text(tok, id)
+    }
+
+    /// Always the official format: no Jinja template can express the v1 encoding.
+    fn chat_template(
+        &self,
+        _arch: &'static str,
+        _tok: &Tokenizer,
+        _jinja: Option<&str>,
+    ) -> std::result::Result<ChatTemplate, ChatError> {
+        Ok(ChatTemplate::ChatGlm1)
+    }
 }

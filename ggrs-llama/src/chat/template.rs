@@ -1,48 +1,10 @@
-//! Chat: a conversation (a list of [`Message`]s) turned into the prompt text a model was
-//! trained on, and [`Chat`], a multi-turn conversation that keeps its KV cache between turns.
-//!
-//! Where the prompt format comes from ([`ChatTemplate::for_model`]):
-//! 1. the model's own Jinja template (`tokenizer.chat_template`), rendered with `minijinja`
-//!    the way Hugging Face's `apply_chat_template` renders it (`trim_blocks`,
-//!    `lstrip_blocks`, `raise_exception`, Python string methods such as `.strip()`);
-//! 2. for a `chatglm` model without a template, the ChatGLM3 format built in (GLM-4's when the
-//!    vocabulary is GLM-4's byte-level BPE, `chatglm-bpe`/`glm4`);
-//! 3. otherwise an error: there is no way to know the format.
-//!
-//! ChatGLM-6B v1 (`chatglm1`) always gets the official `chat()` convention
-//! ([`ChatTemplate::ChatGlm1`]): its prompt ends with `[gMASK] <sop>` after a bidirectional
-//! context, so [`Chat`] re-evaluates the whole conversation at every turn.
-//!
-//! ```no_run
-//! use std::ops::ControlFlow;
-//! use std::sync::Arc;
-//! use ggrs_llama::chat::{Chat, Message};
-//! use ggrs_llama::{GenerateParams, Model, Session, SessionParams};
-//!
-//! # fn main() -> ggrs_llama::Result<()> {
-//! let model = Arc::new(Model::load("chatglm3-6b-q4_0.gguf")?);
-//! let session = Session::new(model, SessionParams::default())?;
-//! let mut chat = Chat::new(session)?;
-//! chat.set_system(Some("Answer briefly.".into()));
-//! for question in ["What is Rust?", "And Cargo?"] {
-//!     // The second turn only evaluates its new tokens: the cache holds the first.
-//!     let reply = chat.send(question, &GenerateParams::default(), |ev| {
-//!         print!("{}", ev.text);
-//!         ControlFlow::Continue(())
-//!     })?;
-//!     println!("\n[{} tokens]", reply.tokens.len());
-//! }
-//! # Ok(()) }
-//! ```
+//! Prompt formats: a conversation (a list of [`Message`]s) rendered as the text a model was
+//! trained on: a Jinja template (Hugging Face's `chat_template`) or one of the built-in
+//! formats. This module knows tokenizers and text only (no model, session or architecture):
+//! an architecture picks its format through
+//! [`TextConventions::chat_template`](crate::architecture::TextConventions::chat_template).
 
-use std::ops::ControlFlow;
-
-use crate::error::{LlamaError, Result};
-use crate::generate::{GenerateParams, Generation, TokenEvent};
-use crate::hparams::Arch;
-use crate::model::Model;
-use crate::session::Session;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +50,7 @@ pub enum ChatError {
          no built-in chat format; use a plain prompt (without --chat) or a model with a template"
     )]
     NoTemplate {
-        /// The model's architecture.
+        /// The model's architecture (`general.architecture`).
         arch: &'static str,
     },
     /// The Jinja template failed to compile or to render.
@@ -157,13 +119,12 @@ pub enum ChatTemplate {
     /// GLM-4 without a template, as llama.cpp formats it: `[gMASK]<sop>`, then per message
     /// `<|role|>\n` + content, then `<|assistant|>\n`.
     Glm4,
-    /// ChatGLM-6B v1, as the official `chat()` builds its prompt
-    /// ([`chatglm1::chat_prompt`](crate::arch::chatglm1::chat_prompt)): the bare question
+    /// ChatGLM-6B v1, as the official `chat()` builds its prompt ([`glm1_chat_prompt`]): the
+    /// bare question
     /// for the first turn, else `[Round i]\n问：…\n答：…\n` per past turn and
     /// `[Round n]\n问：{question}\n答：`. Messages alternate user and assistant and end with
-    /// the user's question (no system role); the text is encoded with
-    /// [`chatglm1::encode_prompt`](crate::arch::chatglm1::encode_prompt), which applies the
-    /// v1 text conventions and appends `[gMASK] <sop>`.
+    /// the user's question (no system role). (The `chatglm1` architecture's text conventions
+    /// encode the text: the v1 conventions, then `[gMASK] <sop>`.)
     ChatGlm1,
 }
 
@@ -171,24 +132,6 @@ pub enum ChatTemplate {
 const GLM_ROLES: &str = "system, user, assistant, observation";
 
 impl ChatTemplate {
-    /// The format for `model`: [`ChatTemplate::ChatGlm1`] for a `chatglm1` model (its prompt
-    /// needs the v1 encoding, which no Jinja template can express), else its Jinja template
-    /// if it has one, the built-in ChatGLM format for a `chatglm` model without one, else
-    /// [`ChatError::NoTemplate`].
-    pub fn for_model(model: &Model) -> std::result::Result<ChatTemplate, ChatError> {
-        if model.hparams.arch == Arch::ChatGlm1 {
-            return Ok(ChatTemplate::ChatGlm1);
-        }
-        let tok = model.tokenizer();
-        if let Some(src) = model.meta_str("tokenizer.chat_template") {
-            return Ok(ChatTemplate::jinja(src, tok));
-        }
-        match model.hparams.arch {
-            Arch::ChatGlm => Ok(ChatTemplate::builtin_glm(tok)),
-            arch => Err(ChatError::NoTemplate { arch: arch.name() }),
-        }
-    }
-
     /// A Jinja template whose `bos_token`/`eos_token` are `tok`'s.
     pub fn jinja(source: impl Into<String>, tok: &Tokenizer) -> ChatTemplate {
         let text = |id: Option<u32>| {
@@ -255,6 +198,50 @@ impl ChatTemplate {
     }
 }
 
+impl ChatTemplate {
+    /// Whether the format has a system role (ChatGLM-6B v1's has none).
+    pub fn has_system_role(&self) -> bool {
+        !matches!(self, ChatTemplate::ChatGlm1)
+    }
+
+    /// The reply as the conversation keeps it for the next turns: the generated text as it
+    /// is, except ChatGLM-6B v1's, which keeps the official `process_response` of it
+    /// (trimmed, ASCII punctuation next to Chinese made full-width).
+    pub fn reply_for_history(&self, generated: &str) -> String {
+        match self {
+            ChatTemplate::ChatGlm1 => glm1_process_response(generated),
+            _ => generated.to_string(),
+        }
+    }
+}
+
+/// The official prompt of a ChatGLM-6B v1 conversation (`chat()` of the official code): the
+/// bare query when there is no history, else `[Round i]\n问：{query}\n答：{response}\n` per
+/// past turn followed by `[Round n]\n问：{query}\n答：`.
+pub fn glm1_chat_prompt(history: &[(String, String)], query: &str) -> String {
+    if history.is_empty() {
+        return query.to_string();
+    }
+    let mut s = String::new();
+    for (i, (q, r)) in history.iter().enumerate() {
+        s += &format!("[Round {i}]\n问：{q}\n答：{r}\n");
+    }
+    s += &format!("[Round {}]\n问：{query}\n答：", history.len());
+    s
+}
+
+/// Token ids of a rendered prompt: special tokens parsed, BOS added as the model adds it,
+/// but only once when the template already wrote the BOS text (Llama 3's templates do).
+pub fn encode_rendered(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizerError> {
+    let mut ids = tok.encode(text, true, true)?;
+    if let Some(bos) = tok.bos() {
+        if tok.vocab().add_bos() && ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+            ids.remove(0);
+        }
+    }
+    Ok(ids)
+}
+
 /// The official ChatGLM-6B v1 prompt of `messages` (user, assistant, …, user).
 fn render_glm1(
     messages: &[Message],
@@ -303,7 +290,7 @@ fn render_glm1(
         .chunks_exact(2)
         .map(|p| (p[0].content.clone(), p[1].content.clone()))
         .collect();
-    Ok(crate::arch::chatglm1::chat_prompt(&history, &query.content))
+    Ok(glm1_chat_prompt(&history, &query.content))
 }
 
 /// Roles of the ChatGLM-6B v1 format.
@@ -398,170 +385,6 @@ fn render_jinja(
         ("eos_token", Value::from(eos_token)),
     ]);
     Ok(env.render_str(source, ctx)?)
-}
-
-/// Token ids of a rendered prompt: special tokens parsed, BOS added as the model adds it,
-/// but only once when the template already wrote the BOS text (Llama 3's templates do).
-pub fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
-    let mut ids = tok.encode(text, true, true)?;
-    if let Some(bos) = tok.bos() {
-        if tok.vocab().add_bos() && ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-            ids.remove(0);
-        }
-    }
-    Ok(ids)
-}
-
-/// A multi-turn conversation on a [`Session`]: each [`Chat::send`] renders the whole
-/// conversation, evaluates only the tokens that differ from what the KV cache already holds
-/// (normally just the new turn) and generates the reply.
-///
-/// With [`ChatTemplate::ChatGlm1`] every turn clears the cache and evaluates the whole
-/// prompt, as the official `chat()` does: the context before `[gMASK] <sop>` attends
-/// bidirectionally, so a new turn changes the keys and values of every earlier token. The
-/// reply kept in the conversation is the official `process_response` of the generated text
-/// (trimmed, ASCII punctuation next to Chinese made full-width).
-pub struct Chat {
-    session: Session,
-    template: ChatTemplate,
-    system: Option<String>,
-    messages: Vec<Message>,
-    /// The tokens whose keys and values the cache holds, in order (positions 0..).
-    cached: Vec<u32>,
-}
-
-impl std::fmt::Debug for Chat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Chat")
-            .field("template", &self.template)
-            .field("messages", &self.messages.len())
-            .field("cached_tokens", &self.cached.len())
-            .finish()
-    }
-}
-
-impl Chat {
-    /// A conversation with the model's format ([`ChatTemplate::for_model`]). The session's
-    /// cache is cleared.
-    pub fn new(session: Session) -> Result<Chat> {
-        let template = ChatTemplate::for_model(session.model())?;
-        Ok(Chat::with_template(session, template))
-    }
-
-    /// A conversation with the given format. The session's cache is cleared.
-    pub fn with_template(mut session: Session, template: ChatTemplate) -> Chat {
-        session.clear();
-        Chat {
-            session,
-            template,
-            system: None,
-            messages: Vec::new(),
-            cached: Vec::new(),
-        }
-    }
-
-    /// Sets (or removes) the system message that opens the conversation.
-    pub fn set_system(&mut self, system: Option<String>) {
-        self.system = system;
-    }
-
-    /// The messages so far (the system message not included).
-    pub fn messages(&self) -> &[Message] {
-        &self.messages
-    }
-
-    /// The prompt format.
-    pub fn template(&self) -> &ChatTemplate {
-        &self.template
-    }
-
-    /// The session (its cache holds the conversation).
-    pub fn session(&self) -> &Session {
-        &self.session
-    }
-
-    /// Tokens the cache holds for the conversation.
-    pub fn cached_tokens(&self) -> usize {
-        self.cached.len()
-    }
-
-    /// Forgets the conversation (the system message stays) and clears the cache.
-    pub fn reset(&mut self) {
-        self.messages.clear();
-        self.cached.clear();
-        self.session.clear();
-    }
-
-    fn all_messages(&self, extra: Option<&Message>) -> Vec<Message> {
-        let sys = self.system.as_ref().map(Message::system);
-        sys.into_iter()
-            .chain(self.messages.iter().cloned())
-            .chain(extra.cloned())
-            .collect()
-    }
-
-    /// The prompt text the next turn with `user` would evaluate (the whole conversation).
-    pub fn render_next(&self, user: &str) -> Result<String> {
-        let msgs = self.all_messages(Some(&Message::user(user)));
-        Ok(self.template.render(&msgs, true)?)
-    }
-
-    /// Adds the user message `user`, generates the reply (streaming it to `on_token`, as
-    /// [`Session::generate_tokens`]) and adds it to the conversation. Only the tokens after
-    /// the longest prefix the cache already holds are evaluated. On error the user message is
-    /// dropped and the cache cleared, so the conversation can go on.
-    pub fn send(
-        &mut self,
-        user: &str,
-        params: &GenerateParams,
-        on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
-    ) -> Result<Generation> {
-        let text = self.render_next(user)?;
-        let glm1 = self.template == ChatTemplate::ChatGlm1;
-        let tokens = match glm1 {
-            true => crate::arch::chatglm1::encode_prompt(self.session.model(), &text)?,
-            false => encode_prompt(self.session.model().tokenizer(), &text)?,
-        };
-        if tokens.is_empty() {
-            return Err(LlamaError::EmptyPrompt);
-        }
-        // Reuse the cached prefix; evaluate at least one token to get logits. ChatGLM-6B v1
-        // reuses nothing: its bidirectional context is evaluated anew each turn.
-        let mut keep = self
-            .cached
-            .iter()
-            .zip(&tokens)
-            .take_while(|(a, b)| a == b && !glm1)
-            .count();
-        keep = keep.min(tokens.len() - 1);
-        self.session.remove(0, keep as i32);
-        self.cached.truncate(keep);
-        match self
-            .session
-            .generate_tokens(&tokens[keep..], params, on_token)
-        {
-            Ok(g) => {
-                self.messages.push(Message::user(user));
-                let reply = match glm1 {
-                    true => glm1_process_response(&g.text),
-                    false => g.text.clone(),
-                };
-                self.messages.push(Message::assistant(reply));
-                // The cache holds the prompt and every generated token but the last (the
-                // last one is sampled, never evaluated).
-                self.cached = tokens;
-                let n = g.tokens.len().saturating_sub(1);
-                self.cached.extend_from_slice(&g.tokens[..n]);
-                self.cached.truncate(self.session.n_past());
-                Ok(g)
-            }
-            Err(e) => {
-                self.cached.clear();
-                self.session.clear();
-                Err(e)
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,222 @@
+//! Chat: a conversation (a list of [`Message`]s) turned into the prompt text a model was
+//! trained on, and [`Chat`], a multi-turn conversation that keeps its KV cache between turns.
+//!
+//! Where the prompt format comes from ([`ChatTemplate::for_model`]):
+//! 1. the model's own Jinja template (`tokenizer.chat_template`), rendered with `minijinja`
+//!    the way Hugging Face's `apply_chat_template` renders it (`trim_blocks`,
+//!    `lstrip_blocks`, `raise_exception`, Python string methods such as `.strip()`);
+//! 2. an architecture's built-in format (for a `chatglm` model without a template, the
+//!    ChatGLM3 format, GLM-4's when the vocabulary is GLM-4's byte-level BPE,
+//!    `chatglm-bpe`/`glm4`);
+//! 3. otherwise an error: there is no way to know the format.
+//!
+//! The model's architecture decides: its
+//! [`TextConventions`](crate::architecture::TextConventions) pick the format (ChatGLM-6B v1
+//! always gets the official `chat()` convention, [`ChatTemplate::ChatGlm1`]) and encode the
+//! rendered text, and an architecture whose cached keys depend on the whole prompt (ChatGLM-6B
+//! v1's bidirectional context) makes [`Chat`] re-evaluate the conversation at every turn.
+//!
+//! ```no_run
+//! use std::ops::ControlFlow;
+//! use std::sync::Arc;
+//! use ggrs_llama::chat::{Chat, Message};
+//! use ggrs_llama::{GenerateParams, Model, Session, SessionParams};
+//!
+//! # fn main() -> ggrs_llama::Result<()> {
+//! let model = Arc::new(Model::load("chatglm3-6b-q4_0.gguf")?);
+//! let session = Session::new(model, SessionParams::default())?;
+//! let mut chat = Chat::new(session)?;
+//! chat.set_system(Some("Answer briefly.".into()));
+//! for question in ["What is Rust?", "And Cargo?"] {
+//!     // The second turn only evaluates its new tokens: the cache holds the first.
+//!     let reply = chat.send(question, &GenerateParams::default(), |ev| {
+//!         print!("{}", ev.text);
+//!         ControlFlow::Continue(())
+//!     })?;
+//!     println!("\n[{} tokens]", reply.tokens.len());
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod template;
+
+use std::ops::ControlFlow;
+
+use crate::error::{LlamaError, Result};
+use crate::generate::{GenerateParams, Generation, TokenEvent};
+use crate::model::Model;
+use crate::session::Session;
+use crate::tokenizer::Tokenizer;
+
+pub use template::{glm1_chat_prompt, ChatError, ChatTemplate, Message};
+
+impl ChatTemplate {
+    /// The format for `model`, as its architecture's text conventions choose it from the
+    /// file's Jinja template (`tokenizer.chat_template`) and the format built in for the
+    /// architecture, if any; [`ChatError::NoTemplate`] when there is neither.
+    pub fn for_model(model: &Model) -> std::result::Result<ChatTemplate, ChatError> {
+        model.text().chat_template(
+            model.arch_name(),
+            model.tokenizer(),
+            model.meta_str("tokenizer.chat_template"),
+        )
+    }
+}
+
+/// Token ids of a rendered prompt: special tokens parsed, BOS added as the model adds it,
+/// but only once when the template already wrote the BOS text (Llama 3's templates do).
+///
+/// (The model-independent rule; [`Model::encode_chat`] applies the architecture's own
+/// conventions where it has them.)
+pub fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    Ok(template::encode_rendered(tok, text)?)
+}
+
+/// A multi-turn conversation on a [`Session`]: each [`Chat::send`] renders the whole
+/// conversation, evaluates only the tokens that differ from what the KV cache already holds
+/// (normally just the new turn) and generates the reply.
+///
+/// When the model's architecture says its cached keys and values depend on the whole prompt
+/// ([`ArchModel::reuses_cached_prefix`](crate::architecture::ArchModel::reuses_cached_prefix)
+/// false: ChatGLM-6B v1, whose context before `[gMASK] <sop>` attends bidirectionally), every
+/// turn clears the cache and evaluates the whole prompt, as the official `chat()` does. The
+/// reply kept in the conversation is [`ChatTemplate::reply_for_history`] of the generated
+/// text.
+pub struct Chat {
+    session: Session,
+    template: ChatTemplate,
+    system: Option<String>,
+    messages: Vec<Message>,
+    /// The tokens whose keys and values the cache holds, in order (positions 0..).
+    cached: Vec<u32>,
+}
+
+impl std::fmt::Debug for Chat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chat")
+            .field("template", &self.template)
+            .field("messages", &self.messages.len())
+            .field("cached_tokens", &self.cached.len())
+            .finish()
+    }
+}
+
+impl Chat {
+    /// A conversation with the model's format ([`ChatTemplate::for_model`]). The session's
+    /// cache is cleared.
+    pub fn new(session: Session) -> Result<Chat> {
+        let template = ChatTemplate::for_model(session.model())?;
+        Ok(Chat::with_template(session, template))
+    }
+
+    /// A conversation with the given format. The session's cache is cleared.
+    pub fn with_template(mut session: Session, template: ChatTemplate) -> Chat {
+        session.clear();
+        Chat {
+            session,
+            template,
+            system: None,
+            messages: Vec::new(),
+            cached: Vec::new(),
+        }
+    }
+
+    /// Sets (or removes) the system message that opens the conversation.
+    pub fn set_system(&mut self, system: Option<String>) {
+        self.system = system;
+    }
+
+    /// The messages so far (the system message not included).
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The prompt format.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The session (its cache holds the conversation).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Tokens the cache holds for the conversation.
+    pub fn cached_tokens(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Forgets the conversation (the system message stays) and clears the cache.
+    pub fn reset(&mut self) {
+        self.messages.clear();
+        self.cached.clear();
+        self.session.clear();
+    }
+
+    fn all_messages(&self, extra: Option<&Message>) -> Vec<Message> {
+        let sys = self.system.as_ref().map(Message::system);
+        sys.into_iter()
+            .chain(self.messages.iter().cloned())
+            .chain(extra.cloned())
+            .collect()
+    }
+
+    /// The prompt text the next turn with `user` would evaluate (the whole conversation).
+    pub fn render_next(&self, user: &str) -> Result<String> {
+        let msgs = self.all_messages(Some(&Message::user(user)));
+        Ok(self.template.render(&msgs, true)?)
+    }
+
+    /// Adds the user message `user`, generates the reply (streaming it to `on_token`, as
+    /// [`Session::generate_tokens`]) and adds it to the conversation. Only the tokens after
+    /// the longest prefix the cache already holds are evaluated. On error the user message is
+    /// dropped and the cache cleared, so the conversation can go on.
+    pub fn send(
+        &mut self,
+        user: &str,
+        params: &GenerateParams,
+        on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        let text = self.render_next(user)?;
+        let model = self.session.model().clone();
+        let tokens = model.encode_chat(&text)?;
+        if tokens.is_empty() {
+            return Err(LlamaError::EmptyPrompt);
+        }
+        // Reuse the cached prefix; evaluate at least one token to get logits. An architecture
+        // whose cached keys depend on the whole prompt (ChatGLM-6B v1's bidirectional
+        // context) reuses nothing: the prompt is evaluated anew each turn.
+        let reuse = model.arch().reuses_cached_prefix();
+        let mut keep = self
+            .cached
+            .iter()
+            .zip(&tokens)
+            .take_while(|(a, b)| a == b && reuse)
+            .count();
+        keep = keep.min(tokens.len() - 1);
+        self.session.remove(0, keep as i32);
+        self.cached.truncate(keep);
+        match self
+            .session
+            .generate_tokens(&tokens[keep..], params, on_token)
+        {
+            Ok(g) => {
+                self.messages.push(Message::user(user));
+                let reply = self.template.reply_for_history(&g.text);
+                self.messages.push(Message::assistant(reply));
+                // The cache holds the prompt and every generated token but the last (the
+                // last one is sampled, never evaluated).
+                self.cached = tokens;
+                let n = g.tokens.len().saturating_sub(1);
+                self.cached.extend_from_slice(&g.tokens[..n]);
+                self.cached.truncate(self.session.n_past());
+                Ok(g)
+            }
+            Err(e) => {
+                self.cached.clear();
+                self.session.clear();
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! What every step graph shares: the input leaves a session fills ([`StepInputs`]), the
+//! step's sizes ([`StepShape`]), the KV-cache attention block ([`cached_attention`]) and small
+//! graph helpers. Architectures build their graphs from these and ggrs-core's public API.
+
+use ggrs_core::{Context, DType, Tensor};
+
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+
+/// `x + b` when there is a bias `b`, else `x`.
+pub fn add_opt(ctx: &mut Context, x: Tensor, b: Option<Tensor>) -> Result<Tensor> {
+    Ok(match b {
+        Some(b) => ctx.add(x, b)?,
+        None => x,
+    })
+}
+
+/// The input tensors of one step (leaves the session fills before computing).
+#[derive(Debug, Clone, Copy)]
+pub struct StepInputs {
+    /// Token ids, `[n_tokens]` i32.
+    pub tokens: Tensor,
+    /// Positions, `[n_tokens]` i32.
+    pub pos: Tensor,
+    /// Cache row (cell) of each token, `[n_tokens]` i32, for keys and values alike.
+    pub k_rows: Tensor,
+    /// Attention mask, `[n_kv, n_tokens]` f32.
+    pub mask: Tensor,
+    /// Tokens whose logits are computed, `[n_outputs]` i32 (absent when all are).
+    pub out_ids: Option<Tensor>,
+}
+
+impl StepInputs {
+    /// Creates a step's input tensors (named `inp_tokens`, `inp_pos`, `inp_k_rows`,
+    /// `inp_mask`, `inp_out_ids`) for `shape`: `pos_streams` position values per token (1;
+    /// ChatGLM-6B v1 has 2), and `out_ids` also when every token is an output if
+    /// `always_out_ids` (so a measured graph has the leaves of every smaller step).
+    pub fn new(
+        ctx: &mut Context,
+        shape: StepShape,
+        pos_streams: usize,
+        always_out_ids: bool,
+    ) -> Result<StepInputs> {
+        let n = shape.n_tokens;
+        let tokens = ctx.new_tensor_1d(DType::I32, n)?;
+        ctx.set_name(tokens, "inp_tokens")?;
+        let pos = ctx.new_tensor_1d(DType::I32, pos_streams * n)?;
+        ctx.set_name(pos, "inp_pos")?;
+        let k_rows = ctx.new_tensor_1d(DType::I32, n)?;
+        ctx.set_name(k_rows, "inp_k_rows")?;
+        let mask = ctx.new_tensor_2d(DType::F32, shape.n_kv, n)?;
+        ctx.set_name(mask, "inp_mask")?;
+        let out_ids = if always_out_ids || shape.n_outputs < n {
+            let t = ctx.new_tensor_1d(DType::I32, shape.n_outputs)?;
+            ctx.set_name(t, "inp_out_ids")?;
+            Some(t)
+        } else {
+            None
+        };
+        Ok(StepInputs {
+            tokens,
+            pos,
+            k_rows,
+            mask,
+            out_ids,
+        })
+    }
+}
+
+/// The head layout of one attention layer (see [`cached_attention`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnDims {
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (a divisor of `n_head`).
+    pub n_head_kv: usize,
+}
+
+/// Writes this step's keys and values (`k`, `v`: `[head_dim·n_head_kv, n_tokens]`, rows may
+/// be strided views) into layer `il`'s cache at the cells `inp.k_rows`, then attends the
+/// queries `q` (`[head_dim, n_head, n_tokens]`) over cells `0..shape.n_kv` under `inp.mask`,
+/// scaled by 1/√head_dim. An f16 cache uses flash attention split in
+/// `shape.attn_kv_splits` parts (llama.cpp's default, so the same arithmetic), another type
+/// `mul_mat` + `soft_max_ext`. Returns `[head_dim·n_head, n_tokens]`, heads of a token
+/// contiguous.
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention(
+    ctx: &mut Context,
+    kv: &KvCache,
+    il: usize,
+    inp: &StepInputs,
+    shape: StepShape,
+    dims: AttnDims,
+    q: Tensor,
+    [k, v]: [Tensor; 2],
+) -> Result<Tensor> {
+    let AttnDims {
+        head_dim: hd,
+        n_head: nh,
+        n_head_kv: nhkv,
+    } = dims;
+    let (n, n_kv) = (shape.n_tokens, shape.n_kv);
+    let (e_kv, kv_ts) = (hd * nhkv, kv.dtype.type_size());
+    let k_cache = ctx.set_rows(kv.k[il], k, inp.k_rows)?; // [e_kv, size]
+    let v_cache = ctx.set_rows(kv.v[il], v, inp.k_rows)?; // [e_kv, size]
+    let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
+    let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
+    let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
+    let kq_scale = 1.0 / (hd as f32).sqrt();
+    let mask = Some(inp.mask);
+    let merged = if kv.dtype == DType::F16 {
+        ctx.flash_attn_ext_split(qq, kk, vv, mask, kq_scale, shape.attn_kv_splits)?
+    // [hd, nh, n]
+    } else {
+        let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
+        let kq = ctx.soft_max_ext(kq, mask, kq_scale)?;
+        let vt = ctx.transpose(vv)?;
+        let vt = ctx.cont(vt)?; // [n_kv, hd, nhkv]
+        let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]
+        let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
+        ctx.cont(merged)?
+    };
+    Ok(ctx.reshape_2d(merged, hd * nh, n)?)
+}
+
+/// The sizes of a step's graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    /// Tokens in the batch.
+    pub n_tokens: usize,
+    /// Cache cells attention reads.
+    pub n_kv: usize,
+    /// Tokens whose logits are wanted.
+    pub n_outputs: usize,
+    /// Flash attention's split-key part count (see [`crate::SessionParams::attn_kv_splits`]).
+    pub attn_kv_splits: usize,
+}
