@@ -113,29 +113,35 @@ impl TiledBlock for BlockQ3K {
     }
 }
 
+/// The terms of a Q4_K or Q5_K super-block (the same packed scales and minimums; only the
+/// codes differ) against `y`.
+fn k4_terms(
+    d: half::f16,
+    dmin: half::f16,
+    scales: &[u8; super::K_SCALE_SIZE],
+    codes: &[i8; QK_K],
+    y: &BlockQ8K,
+) -> TiledTerms {
+    let (sc, mn) = scales_mins_k4(scales);
+    TiledTerms {
+        d: fp16(d),
+        dmin: fp16(dmin),
+        s1: scaled_dot(codes, &y.qs, &sc),
+        s2: min_dot(&mn, &y.bsums),
+    }
+}
+
 impl TiledBlock for BlockQ4K {
     const HAS_MIN: bool = true;
     fn terms(&self, y: &BlockQ8K) -> TiledTerms {
-        let (sc, mn) = scales_mins_k4(&self.scales);
-        TiledTerms {
-            d: fp16(self.d),
-            dmin: fp16(self.dmin),
-            s1: scaled_dot(&self.codes(), &y.qs, &sc),
-            s2: min_dot(&mn, &y.bsums),
-        }
+        k4_terms(self.d, self.dmin, &self.scales, &self.codes(), y)
     }
 }
 
 impl TiledBlock for BlockQ5K {
     const HAS_MIN: bool = true;
     fn terms(&self, y: &BlockQ8K) -> TiledTerms {
-        let (sc, mn) = scales_mins_k4(&self.scales);
-        TiledTerms {
-            d: fp16(self.d),
-            dmin: fp16(self.dmin),
-            s1: scaled_dot(&self.codes(), &y.qs, &sc),
-            s2: min_dot(&mn, &y.bsums),
-        }
+        k4_terms(self.d, self.dmin, &self.scales, &self.codes(), y)
     }
 }
 
