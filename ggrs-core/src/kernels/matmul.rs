@@ -8,7 +8,7 @@
 //!
 //! Four paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
 //! (see `kernels::ggml_arith`):
-//! - Q4_0 / Q8_0 weights on AVX-512 VNNI with at least 16 rows: the panel path ([`panels`]):
+//! - Q4_0 / Q8_0 weights on AVX-512 VNNI or AVX2 with at least 16 rows: the panel path ([`panels`]):
 //!   chunks of whole 16-row panels against every column, each panel repacked once into
 //!   one-row-per-lane vectors (`quants::simd::panel`), INIT also writing each activation
 //!   block's `vpdpbusd` corrections after the converted rows;
@@ -116,9 +116,10 @@ pub(crate) enum ActivationForm {
     Rows(DType),
     /// F16 rows, then the same rows widened back to f32 ([`f16_widens`]).
     F16Widened,
-    /// Q8_0 rows, then every block's side data for the panel kernel ([`panels`]).
+    /// Rows of the panel kernel's activation type (Q8_0 or Q8_1), then every block's side
+    /// data for that kernel, if it has any ([`panels`]).
     #[cfg(target_arch = "x86_64")]
-    Q8_0Panel(crate::quants::dispatch::panel::Kind),
+    Panel(crate::quants::dispatch::panel::Kind),
 }
 
 impl ActivationForm {
@@ -128,7 +129,7 @@ impl ActivationForm {
             ActivationForm::Rows(t) => t,
             ActivationForm::F16Widened => DType::F16,
             #[cfg(target_arch = "x86_64")]
-            ActivationForm::Q8_0Panel(_) => DType::Q8_0,
+            ActivationForm::Panel(kind) => kind.activation(),
         }
     }
 }
@@ -247,7 +248,7 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
             if let Some(kind) = panel {
                 // SAFETY: the panel plan sizes the shared buffer for the side data of
                 // every row after the converted rows; slot r is this thread's.
-                let aux = panels::aux_row(work.shared, rs, b.nrows(), a.ne[0], r);
+                let aux = panels::aux_row(kind, work.shared, rs, b.nrows(), a.ne[0], r);
                 crate::quants::dispatch::panel::activation_aux(kind, out, aux);
             }
         }
@@ -521,7 +522,7 @@ unsafe fn tile(
 /// 64-byte aligned, on transparent huge pages where the system has them, owned by whoever
 /// loaded the weights (e.g. a model). The layout is the panels the `mul_mat` panel kernels
 /// stream (`quants::simd::panel`: sixteen rows per panel, one row per vector lane) when the
-/// CPU has one for the weight (x86-64: Q4_0 and Q8_0 on AVX-512 VNNI), else the rows as they
+/// CPU has one for the weight (x86-64: Q4_0 and Q8_0 on AVX-512 VNNI or AVX2), else the rows as they
 /// are (any type: then only the pages differ).
 ///
 /// While a `PackedWeight` is alive, every `mul_mat` whose weight operand is a dense 2-D
@@ -547,7 +548,7 @@ impl std::fmt::Debug for PackedWeight {
 impl PackedWeight {
     /// Copies the 2-D weight whose `ne[1]` rows of `ne[0]` values of type `dtype` are `data`
     /// (dense, in file layout): into the panel layout when this CPU has the panel kernel for
-    /// it (Q4_0 or Q8_0 on AVX-512 VNNI, at least 16 rows, rows of whole blocks), else as it
+    /// it (Q4_0 or Q8_0 on AVX-512 VNNI or AVX2, at least 16 rows, rows of whole blocks), else as it
     /// is. `None` on targets without packing (all but x86-64), for a weight that is not 2-D
     /// or whose `data` is shorter than its rows, or if memory for the copy cannot be mapped.
     /// `data` must stay alive and unchanged while the result is (its address identifies the
@@ -599,7 +600,7 @@ impl PackedWeight {
     ///     (DType::Q4_0, [64, 48, 1, 1], &b[..]),
     /// ], |_| ());
     /// assert_eq!(packed.len(), 2);
-    /// // Panels where this CPU has the panel kernels (AVX-512 VNNI), else copies of the rows;
+    /// // Panels where this CPU has the panel kernels (AVX-512 VNNI or AVX2), else copies of the rows;
     /// // nothing on targets without packing.
     /// for p in packed.iter().flatten() {
     ///     assert!(p.bytes() > 0);
@@ -871,7 +872,7 @@ mod packed {
     }
 }
 
-/// The panel path (x86-64, AVX-512 VNNI): Q4_0 and Q8_0 weights in ggml's order, sixteen
+/// The panel path (x86-64, AVX-512 VNNI or AVX2): Q4_0 and Q8_0 weights in ggml's order, sixteen
 /// weight rows packed at a time (`quants::simd::panel`) and dotted with every activation
 /// column while the packed panel sits in L1/L2. Chunks are ranges of whole panels, so each
 /// panel is packed once per node and batch; the `n % 16` rows left over go through [`tile`]
@@ -880,13 +881,14 @@ mod packed {
 #[cfg(target_arch = "x86_64")]
 mod panels {
     use super::*;
-    use crate::quants::dispatch::panel::{self, Kind, AUX_BYTES, ROWS};
+    use crate::quants::dispatch::panel::{self, Kind, ROWS};
     use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder};
 
     /// The panel kernel for a weight of type `dtype` and shape `ne`, when it applies: the
-    /// ggml order of the shape has a panel kernel, the weight has at least one panel, and the
-    /// ggml-order build `mul_mat` would otherwise use is the VNNI one (so `GGRS_FORCE_SCALAR`
-    /// and `dispatch::force_scalar` switch this path off too).
+    /// ggml order of the shape has a panel kernel, the weight has at least one panel, this
+    /// CPU runs a panel build (AVX-512 VNNI or AVX2) and the ggml-order build `mul_mat` would
+    /// otherwise use is a SIMD one (so `GGRS_FORCE_SCALAR` and `dispatch::force_scalar`
+    /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         if ne[1] < ROWS || !ne[0].is_multiple_of(32) || !crate::quants::dispatch::panels_allowed() {
             return None;
@@ -895,16 +897,23 @@ mod panels {
         let kind = match (dtype, order) {
             (DType::Q4_0, SumOrder::GgmlBlockChain) => Kind::Q4_0Chain,
             (DType::Q8_0, SumOrder::GgmlLanes) => Kind::Q8_0Lanes,
+            (DType::Q4_1, SumOrder::GgmlLanes) => Kind::Q4_1Lanes,
+            (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
+            (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
             _ => return None,
         };
-        (active_variant_in(dtype, order)?.isa == Isa::Avx512Vnni).then_some(kind)
+        let simd = matches!(
+            active_variant_in(dtype, order)?.isa,
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
+        );
+        (simd && panel::available()).then_some(kind)
     }
 
     /// The panel kernel of a node planned by [`plan`] (its activation form names it), so
     /// that INIT and COMPUTE follow the plan even if a switch changed since.
     pub(super) fn planned(task: &Task) -> Option<Kind> {
         match task.plan.activation {
-            Some(ActivationForm::Q8_0Panel(kind)) => Some(kind),
+            Some(ActivationForm::Panel(kind)) => Some(kind),
             _ => None,
         }
     }
@@ -915,13 +924,14 @@ mod panels {
     /// # Safety
     /// The shared buffer was sized by [`plan`]; `r < rows`; nobody else accesses the slot.
     pub(super) unsafe fn aux_row<'w>(
+        kind: Kind,
         shared: *mut u8,
         rs: usize,
         rows: usize,
         k: usize,
         r: usize,
     ) -> &'w mut [u8] {
-        let len = k / 32 * AUX_BYTES;
+        let len = k / 32 * kind.aux_bytes();
         // SAFETY: the caller's guarantee; the slot lies inside the planned size.
         unsafe { std::slice::from_raw_parts_mut(shared.add(rs * rows + r * len), len) }
     }
@@ -942,16 +952,16 @@ mod panels {
         // taking every `nth`-th chunk reads one contiguous range: a new stream for the
         // hardware prefetcher to pick up costs more than the few bytes per chunk.
         let nrb = (nth * 8).div_ceil(batches).clamp(1, np.max(1));
-        let rs = DType::Q8_0.row_size(k);
+        let rs = kind.activation().row_size(k);
         TaskPlan {
             n_chunks: (batches * nrb).max(1),
             init: true,
             finalize: false,
-            work_shared: (rs + nb * AUX_BYTES) * b.nrows(),
+            work_shared: (rs + nb * kind.aux_bytes()) * b.nrows(),
             scratch_f32: (k + 16).max(kind.panel_bytes(nb).div_ceil(4) + 16),
             tiles: (nrb, 0),
             n_threads: nth,
-            activation: Some(ActivationForm::Q8_0Panel(kind)),
+            activation: Some(ActivationForm::Panel(kind)),
         }
     }
 
@@ -969,7 +979,8 @@ mod panels {
         let (rb, batch) = (chunk % nrb, chunk / nrb);
         let (i2, i3) = (batch % d.ne[2], batch / d.ne[2]);
         let (a2, a3) = (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3]));
-        let rs = DType::Q8_0.row_size(k);
+        let rs = kind.activation().row_size(k);
+        let aux_bytes = kind.aux_bytes();
         let slot = |j: usize| j + m * (i2 + d.ne[2] * i3);
         let y = |j: usize| -> *const u8 {
             // SAFETY: slot(j) < b.nrows(): converted row in the shared buffer.
@@ -977,7 +988,7 @@ mod panels {
         };
         let aux = |j: usize| -> *const u8 {
             // SAFETY: as `y`; the side data follow the converted rows (see `plan`).
-            unsafe { work.shared.add(rs * b.nrows() + slot(j) * nb * AUX_BYTES) }
+            unsafe { work.shared.add(rs * b.nrows() + slot(j) * nb * aux_bytes) }
         };
         assert!(
             work.scratch.len() * 4 >= kind.panel_bytes(nb),
@@ -1028,6 +1039,10 @@ mod panels {
                     columns!(4);
                 }
                 Kind::Q8_0Lanes => {
+                    columns!(2);
+                }
+                Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes => {
+                    columns!(4);
                     columns!(2);
                 }
             }

@@ -1,5 +1,6 @@
-//! Panel kernels for `mul_mat` on AVX-512 VNNI: Q4_0 and Q8_0 weights, sixteen rows at a
-//! time, one weight row per 32-bit lane.
+//! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
+//! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
+//! VNNI kernels; `panel_avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
 //!
 //! # Layout
 //!
@@ -47,8 +48,9 @@
 //! columns; for one column (decoding), the packing is a handful of shuffles per block.
 //!
 //! # Safety
-//! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! pointer contracts are stated on each function.
+//! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C), except
+//! [`pack`] and [`gemm`], which need one on which [`available`] holds (they pick the build
+//! the CPU runs); the pointer contracts are stated on each function.
 
 use std::arch::x86_64::*;
 
@@ -70,7 +72,7 @@ const Q4_0_PAIR: usize = 64 + 8 * 64;
 
 /// Offsets in a packed Q4_0 panel of block `i`'s 16 f16 scales and of its first vector.
 #[inline(always)]
-const fn q4_0_at(i: usize) -> (usize, usize) {
+pub(super) const fn q4_0_at(i: usize) -> (usize, usize) {
     let (pair, odd) = (i / 2 * Q4_0_PAIR, i % 2);
     (pair + 32 * odd, pair + 64 + 256 * odd)
 }
@@ -86,23 +88,106 @@ pub(crate) enum Kind {
     ///
     /// [`SumOrder::GgmlLanes`]: crate::quants::dispatch::SumOrder::GgmlLanes
     Q8_0Lanes,
+    /// Q4_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
+    Q4_1Lanes,
+    /// Q5_0 weights, eight lanes (AVX2 build only).
+    Q5_0Lanes,
+    /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
+    Q5_1Lanes,
+}
+
+/// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockAt {
+    /// The sixteen scales (f16, or f32 for Q8_0).
+    pub d: usize,
+    /// The sixteen minimums (f16; Q4_1, Q5_1).
+    pub m: usize,
+    /// The first 64-byte vector of codes (4 for nibbles, 8 for Q8_0).
+    pub v: usize,
+    /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
+    /// row `r`'s value `4g + t`.
+    pub h: usize,
 }
 
 impl Kind {
-    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64.
+    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64 for Q4_0,
+    /// Q8_0, Q4_1 and Q5_1.
     pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self {
             Kind::Q4_0Chain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
-            Kind::Q8_0Lanes => nb * (64 + 8 * 64),
+            _ => {
+                nb * ROWS * self.src_block_bytes()
+                    + matches!(self, Kind::Q8_0Lanes) as usize * nb * 32
+            }
+        }
+    }
+
+    /// Where block `i`'s parts lie in a packed panel.
+    #[inline(always)]
+    pub(crate) const fn block_at(self, i: usize) -> BlockAt {
+        let base = match self {
+            Kind::Q4_0Chain => 0,
+            _ => i * self.panel_bytes(1),
+        };
+        match self {
+            Kind::Q4_0Chain => {
+                let (d, v) = q4_0_at(i);
+                BlockAt { d, m: 0, v, h: 0 }
+            }
+            Kind::Q8_0Lanes => BlockAt {
+                d: base,
+                m: 0,
+                v: base + 64,
+                h: 0,
+            },
+            Kind::Q4_1Lanes => BlockAt {
+                d: base,
+                m: base + 32,
+                v: base + 64,
+                h: 0,
+            },
+            Kind::Q5_0Lanes => BlockAt {
+                d: base + 320,
+                m: 0,
+                v: base,
+                h: base + 256,
+            },
+            Kind::Q5_1Lanes => BlockAt {
+                d: base,
+                m: base + 32,
+                v: base + 64,
+                h: base + 320,
+            },
         }
     }
 
     /// Bytes of one block of the weight type in its file layout.
-    #[cfg(test)]
     pub(crate) const fn src_block_bytes(self) -> usize {
         match self {
             Kind::Q4_0Chain => Q4_0_BYTES,
             Kind::Q8_0Lanes => Q8_0_BYTES,
+            Kind::Q4_1Lanes => 20,
+            Kind::Q5_0Lanes => 22,
+            Kind::Q5_1Lanes => 24,
+        }
+    }
+
+    /// The type the activations are converted to: Q8_0, or Q8_1 for the types with a
+    /// minimum.
+    pub(crate) const fn activation(self) -> crate::dtype::DType {
+        match self {
+            Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
+            _ => crate::dtype::DType::Q8_0,
+        }
+    }
+
+    /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
+    /// types with a code offset, none for Q4_1 and Q5_1.
+    pub(crate) const fn aux_bytes(self) -> usize {
+        match self {
+            Kind::Q4_1Lanes | Kind::Q5_1Lanes => 0,
+            _ => AUX_BYTES,
         }
     }
 
@@ -111,7 +196,14 @@ impl Kind {
         match self {
             Kind::Q4_0Chain => 8,
             Kind::Q8_0Lanes => 128,
+            Kind::Q5_0Lanes => 16,
+            Kind::Q4_1Lanes | Kind::Q5_1Lanes => 0,
         }
+    }
+
+    /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one).
+    const fn has_vnni_build(self) -> bool {
+        matches!(self, Kind::Q4_0Chain | Kind::Q8_0Lanes)
     }
 }
 
@@ -120,6 +212,9 @@ impl Kind {
 /// code offset), little-endian, [`AUX_BYTES`] per block. `row` holds whole Q8_0 blocks and
 /// `aux` room for as many.
 pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
+    if kind.aux_bytes() == 0 {
+        return;
+    }
     let o = kind.offset();
     for (blk, out) in row
         .chunks_exact(Q8_0_BYTES)
@@ -299,7 +394,7 @@ fn prefetch(ahead: Ahead, i: usize, nb: usize) {
 /// `out` ([`Kind::panel_bytes`]), prefetching `ahead` on the way.
 ///
 /// # Safety
-/// The CPU features of the module; `nb` whole blocks readable at every `rows[r]`;
+/// [`available`] holds; `nb` whole blocks readable at every `rows[r]`;
 /// `kind.panel_bytes(nb)` bytes writable at `out`.
 pub(crate) unsafe fn pack(
     kind: Kind,
@@ -308,11 +403,79 @@ pub(crate) unsafe fn pack(
     out: *mut u8,
     ahead: Ahead,
 ) {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: forwarded from the caller (`vnni()` checked the CPU for the VNNI packers).
     unsafe {
-        match kind {
-            Kind::Q4_0Chain => pack_q4_0(nb, rows, out, ahead),
-            Kind::Q8_0Lanes => pack_q8_0(nb, rows, out, ahead),
+        match (kind, vnni()) {
+            (Kind::Q4_0Chain, true) => pack_q4_0(nb, rows, out, ahead),
+            (Kind::Q8_0Lanes, true) => pack_q8_0(nb, rows, out, ahead),
+            _ => pack_portable(kind, nb, rows, out),
+        }
+    }
+}
+
+/// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel_avx2`).
+#[inline]
+fn vnni() -> bool {
+    crate::cpu::features().runs(crate::quants::dispatch::Isa::Avx512Vnni)
+}
+
+/// Whether this CPU runs a panel kernel: AVX-512 VNNI, or AVX2 with FMA and F16C (before
+/// [`crate::quants::dispatch::force_scalar`] and the other switches, which the caller applies).
+pub(crate) fn available() -> bool {
+    let f = crate::cpu::features();
+    vnni() || f.avx2_fma_f16c()
+}
+
+/// [`pack`] in portable code (the layout of the module docs, byte by byte): for CPUs
+/// without AVX-512, where packing happens once, when a model is loaded.
+///
+/// # Safety
+/// `nb` whole blocks of `kind`'s type readable at every `rows[r]`; `kind.panel_bytes(nb)`
+/// bytes writable at `out`, not overlapping the rows.
+unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *mut u8) {
+    let bytes = kind.src_block_bytes();
+    // SAFETY: the caller's guarantees, as slices.
+    let (src, dst) = unsafe {
+        (
+            rows.map(|r| std::slice::from_raw_parts(r, nb * bytes)),
+            std::slice::from_raw_parts_mut(out, kind.panel_bytes(nb)),
+        )
+    };
+    // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
+    // then the codes.
+    let (m_at, h_at, q_at) = match kind {
+        Kind::Q4_0Chain | Kind::Q8_0Lanes => (None, None, 2),
+        Kind::Q4_1Lanes => (Some(2), None, 4),
+        Kind::Q5_0Lanes => (None, Some(2), 6),
+        Kind::Q5_1Lanes => (Some(2), Some(4), 8),
+    };
+    let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
+    for i in 0..nb {
+        let at = kind.block_at(i);
+        for (r, row) in src.iter().enumerate() {
+            let blk = &row[i * bytes..(i + 1) * bytes];
+            if kind == Kind::Q8_0Lanes {
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                dst[at.d + 4 * r..at.d + 4 * r + 4].copy_from_slice(&d.to_le_bytes());
+            } else {
+                dst[at.d + 2 * r..at.d + 2 * r + 2].copy_from_slice(&blk[..2]);
+            }
+            if let Some(m) = m_at {
+                dst[at.m + 2 * r..at.m + 2 * r + 2].copy_from_slice(&blk[m..m + 2]);
+            }
+            if let Some(h) = h_at {
+                let qh = u32::from_le_bytes([blk[h], blk[h + 1], blk[h + 2], blk[h + 3]]);
+                for t in 0..4 {
+                    dst[at.h + 4 * r + t] =
+                        (0..8).fold(0u8, |b, g| b | (((qh >> (4 * g + t)) & 1) as u8) << g);
+                }
+            }
+            for (g, q) in blk[q_at..].chunks_exact(4).enumerate() {
+                let v = at.v + 64 * g + 4 * r;
+                for (o, &b) in dst[v..v + 4].iter_mut().zip(q) {
+                    *o = b ^ flip;
+                }
+            }
         }
     }
 }
@@ -437,7 +600,7 @@ unsafe fn q8_0_lanes<const C: usize>(
 /// is row `r` · column `c`, with the bits of ggml's order for `kind` (see the module docs).
 ///
 /// # Safety
-/// The CPU features of the module; a packed panel of `nb` blocks readable at `panel`, `nb` Q8_0 blocks
+/// [`available`] holds; a packed panel of `nb` blocks readable at `panel`, `nb` Q8_0 blocks
 /// at every `y[c]` and `nb · AUX_BYTES` bytes at every `aux[c]`.
 pub(crate) unsafe fn gemm<const C: usize>(
     kind: Kind,
@@ -447,11 +610,24 @@ pub(crate) unsafe fn gemm<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
+    // SAFETY: forwarded from the caller (`vnni()` picks the build this CPU runs); the
+    // stores write `out`'s arrays of 16 f32.
     unsafe {
+        if !(vnni() && kind.has_vnni_build()) {
+            use super::panel_avx2 as k;
+            match kind {
+                Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
+                Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
+                Kind::Q4_1Lanes => k::lanes::<k::Q4_1, C>(nb, panel, y, aux, out),
+                Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
+                Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
+            }
+            return;
+        }
         let acc = match kind {
             Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
             Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
+            _ => unreachable!("only the kinds with a VNNI build get here (checked above)"),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -473,13 +649,26 @@ unsafe fn store(o: &mut [f32; ROWS], a: __m512) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::ggml_arith::{dot_q4_0_chain, dot_q8_0_lanes, quantize_row_q8_0_x86};
+    use crate::kernels::ggml_arith::{
+        dot_q4_0_chain, dot_q4_1_lanes, dot_q5_0_lanes, dot_q5_1_lanes, dot_q8_0_lanes,
+        quantize_row_q8_0_x86, quantize_row_q8_1_x86,
+    };
+
+    /// Every kind.
+    const KINDS: [Kind; 5] = [
+        Kind::Q4_0Chain,
+        Kind::Q8_0Lanes,
+        Kind::Q4_1Lanes,
+        Kind::Q5_0Lanes,
+        Kind::Q5_1Lanes,
+    ];
 
     /// Values per block.
     const QK: usize = 32;
 
+    /// Whether a panel build runs here (the tests then check the one this CPU picks).
     fn cpu_ok() -> bool {
-        crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx512Vnni)
+        available()
     }
 
     fn rng(seed: &mut u64) -> u32 {
@@ -515,15 +704,19 @@ mod tests {
                 let x: Vec<f32> = (0..k)
                     .map(|_| (rng(seed) % 20001) as f32 / 1000.0 - 10.0)
                     .collect();
-                let mut q = vec![0u8; nb * Q8_0_BYTES];
-                quantize_row_q8_0_x86(&x, &mut q);
+                let mut q = vec![0u8; kind.activation().row_size(k)];
+                if kind.activation() == crate::dtype::DType::Q8_1 {
+                    quantize_row_q8_1_x86(&x, &mut q);
+                } else {
+                    quantize_row_q8_0_x86(&x, &mut q);
+                }
                 q
             })
             .collect();
         let auxs: Vec<Vec<u8>> = cols
             .iter()
             .map(|q| {
-                let mut a = vec![0u8; nb * AUX_BYTES];
+                let mut a = vec![0u8; nb * kind.aux_bytes()];
                 activation_aux(kind, q, &mut a);
                 a
             })
@@ -542,6 +735,9 @@ mod tests {
                 let want = match kind {
                     Kind::Q4_0Chain => dot_q4_0_chain(k, row, &cols[c]),
                     Kind::Q8_0Lanes => dot_q8_0_lanes(k, row, &cols[c]),
+                    Kind::Q4_1Lanes => dot_q4_1_lanes(k, row, &cols[c]),
+                    Kind::Q5_0Lanes => dot_q5_0_lanes(k, row, &cols[c]),
+                    Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
                 };
                 assert_eq!(
                     out[c][r].to_bits(),
@@ -561,7 +757,7 @@ mod tests {
             return;
         }
         let mut seed = 11u64;
-        for kind in [Kind::Q4_0Chain, Kind::Q8_0Lanes] {
+        for kind in KINDS {
             for nb in [1usize, 2, 3, 28, 152] {
                 run::<1>(kind, nb, &mut seed);
                 run::<2>(kind, nb, &mut seed);
@@ -586,6 +782,11 @@ mod tests {
             let mut panel = vec![0u8; kind.panel_bytes(nb)];
             // SAFETY: the CPU was checked; the buffers hold nb blocks each.
             unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
+            // The portable packer (the one CPUs without VNNI use) writes the same bytes.
+            let mut portable = vec![0u8; kind.panel_bytes(nb)];
+            // SAFETY: as above; the portable packer needs no CPU feature.
+            unsafe { pack_portable(kind, nb, &rows, portable.as_mut_ptr()) };
+            assert!(portable == panel, "{kind:?}: the portable packer differs");
             let groups = (bytes - 2) / 4;
             let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
             for i in 0..nb {
@@ -596,6 +797,7 @@ mod tests {
                         576 * (i / 2) + 64 + 256 * (i % 2),
                     ),
                     Kind::Q8_0Lanes => (576 * i, 576 * i + 64),
+                    _ => unreachable!("this test packs Q4_0 and Q8_0 only"),
                 };
                 for r in 0..ROWS {
                     let src = &w[(r * nb + i) * bytes..];
@@ -608,11 +810,53 @@ mod tests {
                         Kind::Q8_0Lanes => f32::from_le_bytes(
                             panel[sc + 4 * r..sc + 4 * r + 4].try_into().unwrap(),
                         ),
+                        _ => unreachable!("this test packs Q4_0 and Q8_0 only"),
                     };
                     assert_eq!(got.to_bits(), d.to_bits());
                     for g in 0..groups {
                         for t in 0..4 {
                             assert_eq!(panel[vec + 64 * g + 4 * r + t], src[2 + 4 * g + t] ^ flip);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The nibble types' packed blocks hold each row's scale, minimum, code quads and fifth
+    /// bits where [`Kind::block_at`] says.
+    #[test]
+    fn packing_places_minimums_and_fifth_bits() {
+        let mut seed = 5u64;
+        for kind in [Kind::Q4_1Lanes, Kind::Q5_0Lanes, Kind::Q5_1Lanes] {
+            let nb = 3;
+            let bytes = kind.src_block_bytes();
+            let w = weights(kind, ROWS, nb, &mut seed);
+            let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * nb * bytes..].as_ptr());
+            let mut panel = vec![0u8; kind.panel_bytes(nb)];
+            // SAFETY: the buffers hold nb blocks each; these kinds pack in portable code.
+            unsafe { pack_portable(kind, nb, &rows, panel.as_mut_ptr()) };
+            let (min, fifth) = (kind != Kind::Q5_0Lanes, kind != Kind::Q4_1Lanes);
+            let q_at = 2 + 2 * min as usize + 4 * fifth as usize;
+            for i in 0..nb {
+                let at = kind.block_at(i);
+                for r in 0..ROWS {
+                    let src = &w[(r * nb + i) * bytes..(r * nb + i + 1) * bytes];
+                    assert_eq!(&panel[at.d + 2 * r..at.d + 2 * r + 2], &src[..2]);
+                    if min {
+                        assert_eq!(&panel[at.m + 2 * r..at.m + 2 * r + 2], &src[2..4]);
+                    }
+                    for v in 0..32 {
+                        let (g, t) = (v / 4, v % 4);
+                        let byte = panel[at.v + 64 * (g % 4) + 4 * r + t];
+                        let nib = if g < 4 { byte & 0x0F } else { byte >> 4 };
+                        let q = src[q_at + v % 16];
+                        assert_eq!(nib, if v < 16 { q & 0x0F } else { q >> 4 });
+                        if fifth {
+                            let hb = 2 + 2 * min as usize;
+                            let qh = u32::from_le_bytes(src[hb..hb + 4].try_into().unwrap());
+                            let packed = (panel[at.h + 4 * r + t] >> g) & 1;
+                            assert_eq!(packed as u32, (qh >> v) & 1, "{kind:?} row {r} value {v}");
                         }
                     }
                 }

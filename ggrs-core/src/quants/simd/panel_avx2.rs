@@ -1,0 +1,305 @@
+//! The panel kernels (`panel`: sixteen weight rows per panel, one row per 32-bit lane) for
+//! CPUs with AVX2 but without AVX-512 VNNI: each panel is two halves of eight rows, the low
+//! and high 32 bytes of every packed 64-byte vector.
+//!
+//! The integer sums are the same exact integers the VNNI kernels make, through `vpmaddubsw`
+//! (unsigned × signed bytes, pairs into 16 bits) and `vpmaddwd` by ones (pairs of pairs into
+//! 32 bits); the f32 operations are the VNNI kernels' (ggml's orders), so both builds give
+//! the same bits:
+//!
+//! - Q4_0 chain: the eight quads of a half-block's codes (0..=15) against the activation
+//!   quads, products summed in 16 bits (each `vpmaddubsw` pair is at most 2·15·127 in
+//!   magnitude, eight of them 30 480 < 2¹⁵), widened, plus the seed `−8 · Σ y`; then
+//!   `acc = fma(s, dx·dy, acc)` per block.
+//! - Q8_0 lanes: the packed codes are `x + 128`; flipped back to `x`, `|x|` (at most 128,
+//!   as an unsigned byte) against `y` carrying `x`'s sign (`vpsignb`: the activations come
+//!   from the Q8_0 quantizer, so |y| ≤ 127 and the negation is exact), pairs at most
+//!   2·128·127 < 2¹⁵. Eight accumulators per row, one per quad, added at the end in
+//!   ggml's tree.
+//!
+//! # Safety
+//! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
+//! those of [`super::panel::gemm`].
+
+use std::arch::x86_64::*;
+
+use super::panel::{q4_0_at, Kind, AUX_BYTES, ROWS};
+use super::x86::{read_f32, read_u32};
+
+/// Bytes of a Q8_0 block (activations).
+const Q8_0_BYTES: usize = 34;
+
+/// The activation quad at `p` in every 32-bit lane.
+///
+/// # Safety
+/// Four bytes readable at `p`; AVX.
+#[inline(always)]
+unsafe fn quad(p: *const u8) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    unsafe { _mm256_set1_epi32(read_u32(p) as i32) }
+}
+
+/// `C` columns against a Q4_0 panel in the chain order; `out[c][r]` row `r` · column `c`.
+///
+/// # Safety
+/// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4_0_chain<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: packed block i < nb of the panel, Q8_0 block i of each column and its side
+    // data are readable (caller); unaligned loads; the stores write `out`'s arrays.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); 2]; C];
+        for i in 0..nb {
+            let (sc, vec) = q4_0_at(i);
+            // Exact: every f16 is an f32.
+            let h = _mm256_loadu_si256(panel.add(sc).cast());
+            let dx = [
+                _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+                _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h)),
+            ];
+            let p = panel.add(vec);
+            for (half, &dxh) in dx.iter().enumerate() {
+                let mut lo = [_mm256_setzero_si256(); 4];
+                let mut hi = [_mm256_setzero_si256(); 4];
+                for g in 0..4 {
+                    let v = _mm256_loadu_si256(p.add(64 * g + 32 * half).cast());
+                    lo[g] = _mm256_and_si256(v, low);
+                    hi[g] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                }
+                for c in 0..C {
+                    let yq = y[c].add(i * Q8_0_BYTES + 2);
+                    let ax = aux[c].add(i * AUX_BYTES);
+                    let m = |g: usize| {
+                        _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo[g], quad(yq.add(4 * g))),
+                            _mm256_maddubs_epi16(hi[g], quad(yq.add(16 + 4 * g))),
+                        )
+                    };
+                    let s16 = _mm256_add_epi16(
+                        _mm256_add_epi16(m(0), m(1)),
+                        _mm256_add_epi16(m(2), m(3)),
+                    );
+                    let seed = _mm256_set1_epi32(read_u32(ax.add(4)) as i32);
+                    let s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), seed);
+                    let d = _mm256_mul_ps(dxh, _mm256_set1_ps(read_f32(ax)));
+                    acc[c][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[c][half]);
+                }
+            }
+        }
+        for (o, a) in out.iter_mut().zip(&acc) {
+            _mm256_storeu_ps(o.as_mut_ptr(), a[0]);
+            _mm256_storeu_ps(o.as_mut_ptr().add(8), a[1]);
+        }
+    }
+}
+
+/// `C` columns against a Q8_0 panel in the lane order; `out[c][r]` row `r` · column `c`.
+///
+/// # Safety
+/// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q8_0_lanes<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: as `q4_0_chain`.
+    unsafe {
+        let bb = Kind::Q8_0Lanes.panel_bytes(1);
+        let flip = _mm256_set1_epi8(-128);
+        let ones = _mm256_set1_epi16(1);
+        // One half panel at a time: its eight accumulators per column stay in registers.
+        for half in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); 8]; C];
+            for i in 0..nb {
+                let p = panel.add(i * bb);
+                let dx = _mm256_loadu_ps(p.add(32 * half).cast());
+                let mut w = [_mm256_setzero_si256(); 8];
+                let mut wabs = [_mm256_setzero_si256(); 8];
+                for g in 0..8 {
+                    w[g] = _mm256_xor_si256(
+                        _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast()),
+                        flip,
+                    );
+                    wabs[g] = _mm256_abs_epi8(w[g]);
+                }
+                for (c, acc_c) in acc.iter_mut().enumerate() {
+                    let yq = y[c].add(i * Q8_0_BYTES + 2);
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(read_f32(aux[c].add(i * AUX_BYTES))));
+                    for (g, lane) in acc_c.iter_mut().enumerate() {
+                        let ys = _mm256_sign_epi8(quad(yq.add(4 * g)), w[g]);
+                        let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[g], ys), ones);
+                        *lane = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *lane);
+                    }
+                }
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                let t = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                    _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+                );
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * half), t);
+            }
+        }
+    }
+}
+
+/// A weight type of the lanes panel kernel ([`lanes`]).
+pub(super) trait LanesType {
+    /// The panel kind (its layout).
+    const KIND: Kind;
+    /// Whether the codes have a fifth bit.
+    const FIFTH: bool;
+    /// Whether the type has a minimum (then the activations are Q8_1, without side data);
+    /// else they are Q8_0 with the seeds `−o · Σ y` per quad.
+    const MIN: bool;
+}
+
+/// Q4_1: nibbles, minimum.
+pub(super) struct Q4_1;
+/// Q5_0: nibbles and fifth bits, offset 16.
+pub(super) struct Q5_0;
+/// Q5_1: nibbles and fifth bits, minimum.
+pub(super) struct Q5_1;
+
+impl LanesType for Q4_1 {
+    const KIND: Kind = Kind::Q4_1Lanes;
+    const FIFTH: bool = false;
+    const MIN: bool = true;
+}
+
+impl LanesType for Q5_0 {
+    const KIND: Kind = Kind::Q5_0Lanes;
+    const FIFTH: bool = true;
+    const MIN: bool = false;
+}
+
+impl LanesType for Q5_1 {
+    const KIND: Kind = Kind::Q5_1Lanes;
+    const FIFTH: bool = true;
+    const MIN: bool = true;
+}
+
+/// Bit `g` of every byte of `h` moved to bit 4 (`0x10`), the other bits cleared: the fifth
+/// bits of quad `g` (see `panel::BlockAt::h`). The 16-bit shifts move no bit across a byte
+/// into position 4.
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn fifth(h: __m256i, g: usize) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        let b4 = _mm256_set1_epi8(0x10);
+        let moved = match g {
+            0 => _mm256_slli_epi16::<4>(h),
+            1 => _mm256_slli_epi16::<3>(h),
+            2 => _mm256_slli_epi16::<2>(h),
+            3 => _mm256_slli_epi16::<1>(h),
+            4 => h,
+            5 => _mm256_srli_epi16::<1>(h),
+            6 => _mm256_srli_epi16::<2>(h),
+            _ => _mm256_srli_epi16::<3>(h),
+        };
+        _mm256_and_si256(moved, b4)
+    }
+}
+
+/// `C` columns against a Q4_1, Q5_0 or Q5_1 panel in ggml's x86 lane order
+/// (`ggml_vec_dot_q4_1_q8_1`, `_q5_0_q8_0`, `_q5_1_q8_1`): per row eight accumulators, one
+/// per quad `g` of the block (values `4g..4g + 4`), `acc_g = fma(s_g, dx·dy, acc_g)` on the
+/// exact quad sum `s_g`; beside them, for the types with a minimum, `summs = fma(mx, sy,
+/// summs)`; at the end `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) + summs`.
+/// Quad sums: unsigned codes (at most 31) against signed activations, pairs at most
+/// 2·31·127 in magnitude (exact in 16 bits), plus the seed for Q5_0's offset.
+///
+/// # Safety
+/// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // Activation block bytes and where its codes start (Q8_1: d, s, codes; Q8_0: d, codes).
+    let (yb, yq) = if T::MIN { (36, 4) } else { (Q8_0_BYTES, 2) };
+    // SAFETY: as `q4_0_chain`.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let ones = _mm256_set1_epi16(1);
+        for half in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); 8]; C];
+            let mut summs = [_mm256_setzero_ps(); C];
+            for i in 0..nb {
+                let at = T::KIND.block_at(i);
+                let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
+                let mx = if T::MIN {
+                    _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.m + 16 * half).cast()))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                let h = if T::FIFTH {
+                    _mm256_loadu_si256(panel.add(at.h + 32 * half).cast())
+                } else {
+                    _mm256_setzero_si256()
+                };
+                let mut u = [_mm256_setzero_si256(); 8];
+                for g in 0..4 {
+                    let v = _mm256_loadu_si256(panel.add(at.v + 64 * g + 32 * half).cast());
+                    u[g] = _mm256_and_si256(v, low);
+                    u[g + 4] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                }
+                if T::FIFTH {
+                    for (g, ug) in u.iter_mut().enumerate() {
+                        *ug = _mm256_or_si256(*ug, fifth(h, g));
+                    }
+                }
+                for c in 0..C {
+                    let b = y[c].add(i * yb);
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(super::x86::f16_at(b)));
+                    if T::MIN {
+                        let sy = _mm256_set1_ps(super::x86::f16_at(b.add(2)));
+                        summs[c] = _mm256_fmadd_ps(mx, sy, summs[c]);
+                    }
+                    let q = b.add(yq);
+                    for (g, lane) in acc[c].iter_mut().enumerate() {
+                        let mut s =
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], quad(q.add(4 * g))), ones);
+                        if !T::MIN {
+                            // Side data exist only for the types without a minimum.
+                            let seed = read_u32(aux[c].add(i * AUX_BYTES + 8 + 4 * g));
+                            s = _mm256_add_epi32(s, _mm256_set1_epi32(seed as i32));
+                        }
+                        *lane = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *lane);
+                    }
+                }
+            }
+            for c in 0..C {
+                let a = &acc[c];
+                let mut t = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                    _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+                );
+                if T::MIN {
+                    t = _mm256_add_ps(t, summs[c]);
+                }
+                _mm256_storeu_ps(out[c].as_mut_ptr().add(8 * half), t);
+            }
+        }
+    }
+}
