@@ -136,7 +136,7 @@ impl ActivationForm {
 
 pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize) -> TaskPlan {
     #[cfg(target_arch = "x86_64")]
-    if let Some(kind) = panels::kind(a.dtype, a.ne) {
+    if let Some(kind) = panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(b.ne[1])) {
         return panels::plan(kind, a, b, dst, nth);
     }
     let k = a.ne[0];
@@ -719,7 +719,9 @@ mod packed {
 
         /// The first byte of panel `p`.
         pub fn panel(&self, p: usize) -> *const u8 {
-            let bytes = self.kind.map_or(0, |k| k.panel_bytes(self.ne[0] / 32));
+            let bytes = self
+                .kind
+                .map_or(0, |k| k.panel_bytes(self.ne[0] / k.block_values()));
             debug_assert!(self.kind.is_some() && p < self.ne[1] / ROWS);
             self.start().wrapping_add(p * bytes)
         }
@@ -775,7 +777,7 @@ mod packed {
                 }
                 let kind = panels::kind(dtype, ne);
                 let len = match kind {
-                    Some(kind) => ne[1] / ROWS * kind.panel_bytes(ne[0] / 32),
+                    Some(kind) => ne[1] / ROWS * kind.panel_bytes(ne[0] / kind.block_values()),
                     None => rows_bytes,
                 };
                 let at = total;
@@ -802,7 +804,7 @@ mod packed {
                 done(i);
                 continue;
             };
-            let (rs, nb) = (dtype.row_size(ne[0]), ne[0] / 32);
+            let (rs, nb) = (dtype.row_size(ne[0]), ne[0] / kind.block_values());
             let panel_bytes = kind.panel_bytes(nb);
             let out = region[at..at + len].as_mut_ptr();
             for p in 0..len / panel_bytes {
@@ -890,7 +892,14 @@ mod panels {
     /// otherwise use is a SIMD one (so `GGRS_FORCE_SCALAR` and `dispatch::force_scalar`
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
-        if ne[1] < ROWS || !ne[0].is_multiple_of(32) || !crate::quants::dispatch::panels_allowed() {
+        let values = match dtype {
+            DType::Q6K => crate::quants::k_quants::QK_K,
+            _ => 32,
+        };
+        if ne[1] < ROWS
+            || !ne[0].is_multiple_of(values)
+            || !crate::quants::dispatch::panels_allowed()
+        {
             return None;
         }
         let order = ggml_sum_order(dtype, ne);
@@ -900,6 +909,7 @@ mod panels {
             (DType::Q4_1, SumOrder::GgmlLanes) => Kind::Q4_1Lanes,
             (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
             (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
+            (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
             _ => return None,
         };
         let simd = matches!(
@@ -931,7 +941,7 @@ mod panels {
         k: usize,
         r: usize,
     ) -> &'w mut [u8] {
-        let len = k / 32 * kind.aux_bytes();
+        let len = k / kind.block_values() * kind.aux_bytes();
         // SAFETY: the caller's guarantee; the slot lies inside the planned size.
         unsafe { std::slice::from_raw_parts_mut(shared.add(rs * rows + r * len), len) }
     }
@@ -944,7 +954,7 @@ mod panels {
         nth: usize,
     ) -> TaskPlan {
         let k = a.ne[0];
-        let nb = k / 32;
+        let nb = k / kind.block_values();
         let np = dst.ne[0] / ROWS;
         let batches = dst.ne[2] * dst.ne[3];
         // Several chunks per thread so that threads finishing early pick up more; chunk
@@ -972,7 +982,7 @@ mod panels {
     pub(super) unsafe fn compute(kind: Kind, task: &Task, chunk: usize, work: &mut Work) {
         let (a, b, d) = (task.s0(), task.s1(), &task.dst);
         let k = a.ne[0];
-        let nb = k / 32;
+        let nb = k / kind.block_values();
         let (n, m) = (d.ne[0], d.ne[1]);
         let np = n / ROWS;
         let nrb = task.plan.tiles.0;
@@ -1045,6 +1055,7 @@ mod panels {
                     columns!(4);
                     columns!(2);
                 }
+                Kind::Q6KLanes => {}
             }
             columns!(1);
         }
@@ -1068,7 +1079,7 @@ mod panels {
         np: usize,
         buf: *mut u8,
     ) {
-        let nb = a.ne[0] / 32;
+        let nb = a.ne[0] / kind.block_values();
         let rs_a = a.dtype.row_size(a.ne[0]);
         let i0 = p * ROWS;
         // SAFETY: i0 + r < n rows of batch (a2, a3).

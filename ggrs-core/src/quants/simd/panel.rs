@@ -94,6 +94,10 @@ pub(crate) enum Kind {
     Q5_0Lanes,
     /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
     Q5_1Lanes,
+    /// Q6_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
+    /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only; below eight columns, where llama.cpp runs
+    /// that kernel: [`Kind::takes_columns`]).
+    Q6KLanes,
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -106,8 +110,12 @@ pub(crate) struct BlockAt {
     /// The first 64-byte vector of codes (4 for nibbles, 8 for Q8_0).
     pub v: usize,
     /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
-    /// row `r`'s value `4g + t`.
+    /// row `r`'s value `4g + t`. Q6_K: its 16 vectors of high bits (lane `r` of vector `q`
+    /// = bytes `4q..4q + 4` of row `r`'s `qh`).
     pub h: usize,
+    /// Q6_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r` at
+    /// byte `r`).
+    pub s: usize,
 }
 
 impl Kind {
@@ -123,6 +131,21 @@ impl Kind {
         }
     }
 
+    /// Values per block of the weight type (32, or 256 for Q6_K's super-blocks).
+    pub(crate) const fn block_values(self) -> usize {
+        match self {
+            Kind::Q6KLanes => 256,
+            _ => 32,
+        }
+    }
+
+    /// Whether this kernel keeps llama.cpp's order for `n_cols` activation columns (per
+    /// batch): all but Q6_K's, which llama.cpp multiplies with its tiled kernel from eight
+    /// columns on (`dispatch::GGML_TILED_MIN_COLS`).
+    pub(crate) const fn takes_columns(self, n_cols: usize) -> bool {
+        !matches!(self, Kind::Q6KLanes) || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+    }
+
     /// Where block `i`'s parts lie in a packed panel.
     #[inline(always)]
     pub(crate) const fn block_at(self, i: usize) -> BlockAt {
@@ -130,36 +153,19 @@ impl Kind {
             Kind::Q4_0Chain => 0,
             _ => i * self.panel_bytes(1),
         };
-        match self {
+        let (d, m, v, h, s) = match self {
             Kind::Q4_0Chain => {
                 let (d, v) = q4_0_at(i);
-                BlockAt { d, m: 0, v, h: 0 }
+                (d, 0, v, 0, 0)
             }
-            Kind::Q8_0Lanes => BlockAt {
-                d: base,
-                m: 0,
-                v: base + 64,
-                h: 0,
-            },
-            Kind::Q4_1Lanes => BlockAt {
-                d: base,
-                m: base + 32,
-                v: base + 64,
-                h: 0,
-            },
-            Kind::Q5_0Lanes => BlockAt {
-                d: base + 320,
-                m: 0,
-                v: base,
-                h: base + 256,
-            },
-            Kind::Q5_1Lanes => BlockAt {
-                d: base,
-                m: base + 32,
-                v: base + 64,
-                h: base + 320,
-            },
-        }
+            Kind::Q8_0Lanes => (base, 0, base + 64, 0, 0),
+            Kind::Q4_1Lanes => (base, base + 32, base + 64, 0, 0),
+            Kind::Q5_0Lanes => (base + 320, 0, base, base + 256, 0),
+            Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
+            // ql (32 vectors), qh (16), scales (256 bytes), d (32 bytes): 3360 bytes.
+            Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
+        };
+        BlockAt { d, m, v, h, s }
     }
 
     /// Bytes of one block of the weight type in its file layout.
@@ -170,6 +176,7 @@ impl Kind {
             Kind::Q4_1Lanes => 20,
             Kind::Q5_0Lanes => 22,
             Kind::Q5_1Lanes => 24,
+            Kind::Q6KLanes => 210,
         }
     }
 
@@ -178,15 +185,16 @@ impl Kind {
     pub(crate) const fn activation(self) -> crate::dtype::DType {
         match self {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
+            Kind::Q6KLanes => crate::dtype::DType::Q8K,
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
-    /// types with a code offset, none for Q4_1 and Q5_1.
+    /// types with a code offset, none for Q4_1, Q5_1 and Q6_K.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self {
-            Kind::Q4_1Lanes | Kind::Q5_1Lanes => 0,
+            Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
             _ => AUX_BYTES,
         }
     }
@@ -197,7 +205,7 @@ impl Kind {
             Kind::Q4_0Chain => 8,
             Kind::Q8_0Lanes => 128,
             Kind::Q5_0Lanes => 16,
-            Kind::Q4_1Lanes | Kind::Q5_1Lanes => 0,
+            Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
         }
     }
 
@@ -441,6 +449,10 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
             std::slice::from_raw_parts_mut(out, kind.panel_bytes(nb)),
         )
     };
+    if kind == Kind::Q6KLanes {
+        pack_q6_k(nb, &src, dst);
+        return;
+    }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
     // then the codes.
     let (m_at, h_at, q_at) = match kind {
@@ -448,6 +460,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
+        Kind::Q6KLanes => unreachable!("packed by pack_q6_k above"),
     };
     let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
     for i in 0..nb {
@@ -476,6 +489,28 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
                     *o = b ^ flip;
                 }
             }
+        }
+    }
+}
+
+/// [`pack_portable`] for Q6_K (file layout: `ql[128]`, `qh[64]`, `scales[16]`, f16 `d`):
+/// `ql` and `qh` transposed by 4-byte quads like the other types' codes, the scales
+/// scale-major, the sixteen `d` together ([`Kind::block_at`]).
+fn pack_q6_k(nb: usize, src: &[&[u8]; ROWS], dst: &mut [u8]) {
+    let bytes = Kind::Q6KLanes.src_block_bytes();
+    for i in 0..nb {
+        let at = Kind::Q6KLanes.block_at(i);
+        for (r, row) in src.iter().enumerate() {
+            let blk = &row[i * bytes..(i + 1) * bytes];
+            for (q, quad) in blk[..192].chunks_exact(4).enumerate() {
+                // ql's 32 quads, then qh's 16, each one vector of 64 bytes.
+                let v = at.v + 64 * q + 4 * r;
+                dst[v..v + 4].copy_from_slice(quad);
+            }
+            for j in 0..16 {
+                dst[at.s + 16 * j + r] = blk[192 + j];
+            }
+            dst[at.d + 2 * r..at.d + 2 * r + 2].copy_from_slice(&blk[208..210]);
         }
     }
 }
@@ -621,6 +656,7 @@ pub(crate) unsafe fn gemm<const C: usize>(
                 Kind::Q4_1Lanes => k::lanes::<k::Q4_1, C>(nb, panel, y, aux, out),
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
+                Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
             }
             return;
         }
@@ -655,16 +691,14 @@ mod tests {
     };
 
     /// Every kind.
-    const KINDS: [Kind; 5] = [
+    const KINDS: [Kind; 6] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
         Kind::Q5_0Lanes,
         Kind::Q5_1Lanes,
+        Kind::Q6KLanes,
     ];
-
-    /// Values per block.
-    const QK: usize = 32;
 
     /// Whether a panel build runs here (the tests then check the one this CPU picks).
     fn cpu_ok() -> bool {
@@ -688,13 +722,15 @@ mod tests {
                 *b = rng(seed) as u8;
             }
             let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
-            blk[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            // Q6_K keeps its f16 scale last.
+            let at = if kind == Kind::Q6KLanes { bytes - 2 } else { 0 };
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
         }
         w
     }
 
     fn run<const C: usize>(kind: Kind, nb: usize, seed: &mut u64) {
-        let k = nb * QK;
+        let k = nb * kind.block_values();
         let rs = nb * kind.src_block_bytes();
         let w = weights(kind, ROWS, nb, seed);
         let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * rs..].as_ptr());
@@ -705,10 +741,13 @@ mod tests {
                     .map(|_| (rng(seed) % 20001) as f32 / 1000.0 - 10.0)
                     .collect();
                 let mut q = vec![0u8; kind.activation().row_size(k)];
-                if kind.activation() == crate::dtype::DType::Q8_1 {
-                    quantize_row_q8_1_x86(&x, &mut q);
-                } else {
-                    quantize_row_q8_0_x86(&x, &mut q);
+                match kind.activation() {
+                    crate::dtype::DType::Q8_1 => quantize_row_q8_1_x86(&x, &mut q),
+                    crate::dtype::DType::Q8K => {
+                        crate::quants::k_quants::q8_k::quantize_row_q8_k_ref(&x, &mut q)
+                            .expect("whole Q8_K blocks")
+                    }
+                    _ => quantize_row_q8_0_x86(&x, &mut q),
                 }
                 q
             })
@@ -738,6 +777,9 @@ mod tests {
                     Kind::Q4_1Lanes => dot_q4_1_lanes(k, row, &cols[c]),
                     Kind::Q5_0Lanes => dot_q5_0_lanes(k, row, &cols[c]),
                     Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
+                    Kind::Q6KLanes => {
+                        crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
+                    }
                 };
                 assert_eq!(
                     out[c][r].to_bits(),

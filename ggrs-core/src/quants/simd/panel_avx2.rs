@@ -24,7 +24,7 @@
 use std::arch::x86_64::*;
 
 use super::panel::{q4_0_at, Kind, AUX_BYTES, ROWS};
-use super::x86::{read_f32, read_u32};
+use super::x86::{read_f32, read_u16, read_u32};
 
 /// Bytes of a Q8_0 block (activations).
 const Q8_0_BYTES: usize = 34;
@@ -299,6 +299,133 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
                     t = _mm256_add_ps(t, summs[c]);
                 }
                 _mm256_storeu_ps(out[c].as_mut_ptr().add(8 * half), t);
+            }
+        }
+    }
+}
+
+/// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 `i16` sums of 16 codes.
+const Q8_K_BYTES: usize = 292;
+
+/// The high two bits of Q6_K codes for quad row `m` (bits `2m..2m + 2` of each `qh` byte)
+/// as bits 4 and 5 (`0x30`); the 16-bit shifts move no other bit into those places.
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn q6_high(qh: __m256i, m: usize) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        let moved = match m {
+            0 => _mm256_slli_epi16::<4>(qh),
+            1 => _mm256_slli_epi16::<2>(qh),
+            2 => qh,
+            _ => _mm256_srli_epi16::<2>(qh),
+        };
+        _mm256_and_si256(moved, _mm256_set1_epi8(0x30))
+    }
+}
+
+/// `C` columns (fewer than eight) against a Q6_K panel in the order of ggml's AVX2
+/// `ggml_vec_dot_q6_K_q8_K`: per super-block and row, eight exact integer lanes, lane `l`
+/// summing `sc_j · u · y` over the values `p` with `(p mod 32) / 4 = l` (`u` the unsigned
+/// code 0..=63, `j = p / 16`), minus `32 · (sc_2l · bsum_2l + sc_2l+1 · bsum_2l+1)`; then
+/// `lane = fma(d_y·d, lane, acc)`; at the end ggml's `hsum_float_8`. Pairs of
+/// `vpmaddubsw` are at most 2·63·128 in magnitude (Q8_K codes reach −128): exact.
+///
+/// # Safety
+/// As [`super::panel::gemm`] (Q8_K activation rows, no side data), on a CPU with AVX2, FMA
+/// and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_k_lanes<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: packed super-block i < nb of the panel and Q8_K block i of each column are
+    // readable (caller); unaligned loads; the stores write `out`'s arrays.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        for half in 0..2 {
+            // Row 8·half + 4L + r' (L the 128-bit lane) into the high bytes of both 16-bit
+            // halves of 32-bit lane r', zero below: then an arithmetic shift by 8 sign-extends.
+            let ctrl: [i8; 32] = std::array::from_fn(|b| {
+                let (lane128, r, byte) = (b / 16, (b % 16) / 4, b % 4);
+                if byte % 2 == 1 {
+                    (8 * half + 4 * lane128 + r) as i8
+                } else {
+                    -1
+                }
+            });
+            let ctrl = _mm256_loadu_si256(ctrl.as_ptr().cast());
+            let mut acc = [[_mm256_setzero_ps(); 8]; C];
+            for i in 0..nb {
+                let at = Kind::Q6KLanes.block_at(i);
+                let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
+                // Scale j of each row, as the same i16 in both halves of its lane.
+                let sc: [__m256i; 16] = std::array::from_fn(|j| {
+                    let b = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        panel.add(at.s + 16 * j).cast(),
+                    ));
+                    _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(b, ctrl))
+                });
+                for c in 0..C {
+                    let yb = y[c].add(i * Q8_K_BYTES);
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(read_f32(yb)));
+                    let q8 = yb.add(4);
+                    let mut lanes = [_mm256_setzero_si256(); 8];
+                    for n in 0..2 {
+                        for (l, lane) in lanes.iter_mut().enumerate() {
+                            let qh = _mm256_loadu_si256(
+                                panel.add(at.h + 64 * (8 * n + l) + 32 * half).cast(),
+                            );
+                            for m2 in 0..2 {
+                                let ql = _mm256_loadu_si256(
+                                    panel
+                                        .add(at.v + 64 * (16 * n + 8 * m2 + l) + 32 * half)
+                                        .cast(),
+                                );
+                                for nib in 0..2 {
+                                    let m = 2 * nib + m2;
+                                    let lo = if nib == 0 {
+                                        _mm256_and_si256(ql, low)
+                                    } else {
+                                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low)
+                                    };
+                                    let u = _mm256_or_si256(lo, q6_high(qh, m));
+                                    let k = 4 * n + m;
+                                    let yq = quad(q8.add(32 * k + 4 * l));
+                                    let p = _mm256_madd_epi16(
+                                        _mm256_maddubs_epi16(u, yq),
+                                        sc[2 * k + l / 4],
+                                    );
+                                    *lane = _mm256_add_epi32(*lane, p);
+                                }
+                            }
+                        }
+                    }
+                    let bsums = yb.add(4 + 256);
+                    for (l, lane) in lanes.iter().enumerate() {
+                        // (bsum, 0) pairs: madd with a scale pair gives sc · bsum.
+                        let b0 = _mm256_set1_epi32(read_u16(bsums.add(4 * l)) as i32);
+                        let b1 = _mm256_set1_epi32(read_u16(bsums.add(4 * l + 2)) as i32);
+                        let corr = _mm256_add_epi32(
+                            _mm256_madd_epi16(sc[2 * l], b0),
+                            _mm256_madd_epi16(sc[2 * l + 1], b1),
+                        );
+                        let s = _mm256_sub_epi32(*lane, _mm256_slli_epi32::<5>(corr));
+                        acc[c][l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[c][l]);
+                    }
+                }
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                let t = _mm256_add_ps(
+                    _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                    _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+                );
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * half), t);
             }
         }
     }
