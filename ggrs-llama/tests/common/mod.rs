@@ -284,3 +284,38 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Writes a copy of the GGUF file `src` to `out` with `edit_kv` applied to the metadata
+/// (None drops a key) and the tensors filtered or reshaped by `keep` (None drops the tensor;
+/// Some(ne) keeps it with that shape, its data cut or zero-padded to fit).
+pub fn rewrite_gguf(
+    src: &std::path::Path,
+    out: &std::path::Path,
+    edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
+    keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
+) {
+    let src = ggrs_core::gguf::GgufFile::open(src).expect("open the source file");
+    let mut w = ggrs_core::gguf::GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if let Some(v) = edit_kv(k, v) {
+            w.add_kv(k.clone(), v).expect("add a key");
+        }
+    }
+    let mut kept = Vec::new();
+    for t in src.tensors() {
+        if let Some(ne) = keep(&t.name, t.shape()) {
+            w.add_tensor_info(t.name.clone(), t.dtype, &ne)
+                .expect("add a tensor");
+            kept.push(t.clone());
+        }
+    }
+    let mut i = 0;
+    w.write_to_path(out, |info, sink| {
+        let data = src.tensor_data(&kept[i]);
+        i += 1;
+        let mut bytes = data[..data.len().min(info.size)].to_vec();
+        bytes.resize(info.size, 0);
+        sink.write_all(&bytes)
+    })
+    .expect("write the copy");
+}
