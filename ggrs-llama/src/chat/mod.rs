@@ -3,8 +3,9 @@
 //!
 //! Where the prompt format comes from ([`ChatTemplate::for_model`]):
 //! 1. the model's own Jinja template (`tokenizer.chat_template`), rendered with `minijinja`
-//!    the way Hugging Face's `apply_chat_template` renders it (`trim_blocks`,
-//!    `lstrip_blocks`, `raise_exception`, Python string methods such as `.strip()`);
+//!    the way llama.cpp's Jinja engine renders it ([`jinja`]: Hugging Face's environment,
+//!    `enable_thinking`, Llama 3.x's `date_string`, a system message merged into the next
+//!    one for templates without a system role);
 //! 2. an architecture's built-in format (for a `chatglm` model without a template, the
 //!    ChatGLM3 format, GLM-4's when the vocabulary is GLM-4's byte-level BPE,
 //!    `chatglm-bpe`/`glm4`);
@@ -38,6 +39,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod jinja;
 pub mod template;
 
 use std::ops::ControlFlow;
@@ -48,6 +50,7 @@ use crate::model::Model;
 use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 
+pub use jinja::TemplateVars;
 pub use template::{glm1_chat_prompt, ChatError, ChatTemplate, Message};
 
 impl ChatTemplate {
