@@ -37,6 +37,10 @@ pub struct Args {
     /// With --chat: a system message before the user's.
     #[arg(long, requires = "chat")]
     system: Option<String>,
+    /// With --chat: ask a thinking model to answer without thinking (its template gets
+    /// `enable_thinking = false`).
+    #[arg(long, requires = "chat")]
+    no_think: bool,
     /// The prompt as token ids (comma-separated), used as given: no BOS or template added.
     #[arg(
         long,
@@ -70,7 +74,8 @@ pub fn run(a: Args) -> CliResult {
         let prompt = a.prompt.text()?;
         let template = ggrs_llama::ChatTemplate::for_model(&model)?;
         crate::chat::check_system(&template, a.system.as_deref())?;
-        let text = crate::chat::format_single_turn(&model, &prompt, a.system.as_deref())?;
+        let text =
+            crate::chat::format_single_turn(&model, &prompt, a.system.as_deref(), a.no_think)?;
         let ids = model.encode_chat(&text)?;
         (text, ids)
     } else {

@@ -88,6 +88,9 @@ pub fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 pub struct Chat {
     session: Session,
     template: ChatTemplate,
+    /// What a Jinja template sees besides the conversation (fixed for the whole
+    /// conversation, so that its date does not change the prompt between turns).
+    vars: TemplateVars,
     system: Option<String>,
     messages: Vec<Message>,
     /// The tokens whose keys and values the cache holds, in order (positions 0..).
@@ -118,6 +121,7 @@ impl Chat {
         Chat {
             session,
             template,
+            vars: TemplateVars::default(),
             system: None,
             messages: Vec::new(),
             cached: Vec::new(),
@@ -127,6 +131,12 @@ impl Chat {
     /// Sets (or removes) the system message that opens the conversation.
     pub fn set_system(&mut self, system: Option<String>) {
         self.system = system;
+    }
+
+    /// Sets what a Jinja template sees besides the conversation (`enable_thinking`, the
+    /// date; default: [`TemplateVars::default`] when the chat was made).
+    pub fn set_template_vars(&mut self, vars: TemplateVars) {
+        self.vars = vars;
     }
 
     /// The messages so far (the system message not included).
@@ -167,7 +177,7 @@ impl Chat {
     /// The prompt text the next turn with `user` would evaluate (the whole conversation).
     pub fn render_next(&self, user: &str) -> Result<String> {
         let msgs = self.all_messages(Some(&Message::user(user)));
-        Ok(self.template.render(&msgs, true)?)
+        Ok(self.template.render_with(&msgs, true, &self.vars)?)
     }
 
     /// Adds the user message `user`, generates the reply (streaming it to `on_token`, as

@@ -294,12 +294,26 @@ pub fn rewrite_gguf(
     edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
     keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
 ) {
+    rewrite_gguf_adding(src, out, edit_kv, keep, Vec::new())
+}
+
+/// As [`rewrite_gguf`], with the keys `add` appended to the metadata.
+pub fn rewrite_gguf_adding(
+    src: &std::path::Path,
+    out: &std::path::Path,
+    edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
+    keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
+    add: Vec<(String, ggrs_core::gguf::Value)>,
+) {
     let src = ggrs_core::gguf::GgufFile::open(src).expect("open the source file");
     let mut w = ggrs_core::gguf::GgufWriter::new();
     for (k, v) in src.metadata() {
         if let Some(v) = edit_kv(k, v) {
             w.add_kv(k.clone(), v).expect("add a key");
         }
+    }
+    for (k, v) in add {
+        w.add_kv(k, v).expect("add a key");
     }
     let mut kept = Vec::new();
     for t in src.tensors() {
