@@ -263,3 +263,44 @@ fn run_chat_no_think_turns_thinking_off() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+/// `--chat-template NAME` picks one of llama.cpp's built-in formats for a model without a
+/// template (`phi3` on the tiny Phi-3 model); an unknown name is taken as Jinja text.
+#[test]
+fn run_chat_with_a_named_format() {
+    let phi3 = tiny("tiny-phi3-f16.gguf");
+    let prompt_tokens = |template: &str| {
+        let (ok, out, err) = ggrs(&[
+            "run",
+            "-m",
+            &phi3,
+            "-p",
+            "Hi",
+            "--system",
+            "Be brief.",
+            "--chat",
+            "--chat-template",
+            template,
+            "--temp",
+            "0",
+            "-n",
+            "1",
+            "--json",
+            "-t",
+            "2",
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json output");
+        ids(&v["prompt_tokens"])
+    };
+    let tok = ggrs_llama::Tokenizer::open(&phi3).expect("tokenizer");
+    let encode = |text: &str| tok.encode(text, true, true).expect("encode");
+    assert_eq!(
+        prompt_tokens("phi3"),
+        encode("<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n")
+    );
+    assert_eq!(
+        prompt_tokens("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"),
+        encode("[system]Be brief.[user]Hi")
+    );
+}

@@ -164,3 +164,53 @@ fn template_variables() {
     let plain = t.render(&[Message::user("x")], true).expect("render");
     assert!(plain.ends_with(" think"), "{plain}");
 }
+
+/// llama.cpp's built-in formats by name (`llama_chat_apply_template`), written out for the
+/// same conversation.
+#[test]
+fn named_formats() {
+    let named = |name: &str| ChatTemplate::named(name).expect("a known name");
+    let conv = conversation();
+    assert_eq!(
+        render(&named("llama3"), &conv, true),
+        "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+    // Gemma has no system turn: its text opens the first user turn, then a blank line.
+    assert_eq!(
+        render(&named("gemma"), &conv, true),
+        "<start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n\
+         <start_of_turn>model\nHello.<end_of_turn>\n\
+         <start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n"
+    );
+    assert_eq!(
+        render(&named("phi3"), &conv, true),
+        "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi<|end|>\n\
+         <|assistant|>\nHello.<|end|>\n<|user|>\n2+2?<|end|>\n<|assistant|>\n"
+    );
+    assert_eq!(
+        render(&named("chatml"), &conv, false),
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+         <|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+    );
+    assert_eq!(named("chatglm3"), ChatTemplate::ChatGlm3);
+    assert_eq!(named("chatglm4"), ChatTemplate::Glm4);
+    assert_eq!(ChatTemplate::named("llama-3"), None);
+    // llama3 and gemma trim the content (C whitespace), phi3 and chatml keep it.
+    let spaced = [Message::user(" \tHi\n")];
+    assert_eq!(
+        render(&named("llama3"), &spaced, false),
+        "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+    );
+    assert_eq!(
+        render(&named("gemma"), &spaced, false),
+        "<start_of_turn>user\nHi<end_of_turn>\n"
+    );
+    assert_eq!(
+        render(&named("phi3"), &spaced, false),
+        "<|user|>\n \tHi\n<|end|>\n"
+    );
+}

@@ -11,6 +11,9 @@
 //!    `chatglm-bpe`/`glm4`);
 //! 3. otherwise an error: there is no way to know the format.
 //!
+//! A caller may also pick a format by llama.cpp's name ([`ChatTemplate::named`]: `llama3`,
+//! `gemma`, `phi3`, `chatml`, `chatglm3`, `chatglm4`; `--chat-template` in the CLI).
+//!
 //! The model's architecture decides: its
 //! [`TextConventions`](crate::architecture::TextConventions) pick the format (ChatGLM-6B v1
 //! always gets the official `chat()` convention, [`ChatTemplate::ChatGlm1`]) and encode the
@@ -40,6 +43,7 @@
 //! ```
 
 pub mod jinja;
+pub mod named;
 pub mod template;
 
 use std::ops::ControlFlow;
@@ -51,6 +55,7 @@ use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 
 pub use jinja::TemplateVars;
+pub use named::NamedFormat;
 pub use template::{glm1_chat_prompt, ChatError, ChatTemplate, Message};
 
 impl ChatTemplate {

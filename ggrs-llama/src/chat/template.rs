@@ -5,6 +5,7 @@
 //! [`TextConventions::chat_template`](crate::architecture::TextConventions::chat_template).
 
 use super::jinja::TemplateVars;
+use super::named::NamedFormat;
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// One message of a conversation.
@@ -127,6 +128,8 @@ pub enum ChatTemplate {
     /// the user's question (no system role). (The `chatglm1` architecture's text conventions
     /// encode the text: the v1 conventions, then `[gMASK] <sop>`.)
     ChatGlm1,
+    /// One of llama.cpp's built-in formats, chosen by name ([`ChatTemplate::named`]).
+    Named(NamedFormat),
 }
 
 /// Roles the ChatGLM formats have markers for.
@@ -207,6 +210,9 @@ impl ChatTemplate {
                 "\n",
             ),
             ChatTemplate::ChatGlm1 => render_glm1(messages, add_generation_prompt),
+            ChatTemplate::Named(format) => {
+                super::named::render(*format, messages, add_generation_prompt)
+            }
         }
     }
 }
