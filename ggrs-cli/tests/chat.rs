@@ -238,6 +238,7 @@ fn run_chat_no_think_turns_thinking_off() {
             "tokenizer.chat_template".to_string(),
             ggrs_core::gguf::Value::String(template),
         )],
+        Vec::new(),
     );
     let file = path.to_str().expect("utf-8 temp path").to_string();
     let prompt_tokens = |no_think: bool| {

@@ -294,16 +294,18 @@ pub fn rewrite_gguf(
     edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
     keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
 ) {
-    rewrite_gguf_adding(src, out, edit_kv, keep, Vec::new())
+    rewrite_gguf_adding(src, out, edit_kv, keep, Vec::new(), Vec::new())
 }
 
-/// As [`rewrite_gguf`], with the keys `add` appended to the metadata.
+/// As [`rewrite_gguf`], with the keys `add` appended to the metadata and the 1-D f32 tensors
+/// `add_f32` (name, values) after the file's.
 pub fn rewrite_gguf_adding(
     src: &std::path::Path,
     out: &std::path::Path,
     edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
     keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
     add: Vec<(String, ggrs_core::gguf::Value)>,
+    add_f32: Vec<(String, Vec<f32>)>,
 ) {
     let src = ggrs_core::gguf::GgufFile::open(src).expect("open the source file");
     let mut w = ggrs_core::gguf::GgufWriter::new();
@@ -323,11 +325,24 @@ pub fn rewrite_gguf_adding(
             kept.push(t.clone());
         }
     }
+    for (name, v) in &add_f32 {
+        w.add_tensor_info(name.clone(), ggrs_core::DType::F32, &[v.len()])
+            .expect("add a tensor");
+    }
     let mut i = 0;
     w.write_to_path(out, |info, sink| {
-        let data = src.tensor_data(&kept[i]);
+        let mut bytes = match kept.get(i) {
+            Some(t) => {
+                let data = src.tensor_data(t);
+                data[..data.len().min(info.size)].to_vec()
+            }
+            None => add_f32[i - kept.len()]
+                .1
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        };
         i += 1;
-        let mut bytes = data[..data.len().min(info.size)].to_vec();
         bytes.resize(info.size, 0);
         sink.write_all(&bytes)
     })
