@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use ggrs_core::{Context, DType, Result, RopeMode, RopeParams, Tensor};
+use ggrs_core::{Context, DType, Executor, Graph, Result, RopeMode, RopeParams, Tensor};
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// Index `i` reduced modulo the shape `of` on every axis (the broadcast rule of b in binary
@@ -844,6 +844,12 @@ fn soft_max_ext_with_and_without_mask() {
 /// θ = p · freq_scale · base^(−2i/n_dims); pairs are (2i, 2i+1) in Normal mode and
 /// (i, i + n_dims/2) in Neox mode; dimensions from n_dims on are copied.
 fn rope_ref(x: &Arr, pos: &[i32], p: RopeParams) -> Arr {
+    rope_ref_factors(x, pos, None, p)
+}
+
+/// [`rope_ref`] with per-pair frequency factors: pair i turns by
+/// θ = p · freq_scale · base^(−2i/n_dims) / factors[i].
+fn rope_ref_factors(x: &Arr, pos: &[i32], factors: Option<&[f32]>, p: RopeParams) -> Arr {
     let ne = x.ne;
     let half = p.n_dims / 2;
     let mut out = x.clone();
@@ -854,7 +860,8 @@ fn rope_ref(x: &Arr, pos: &[i32], p: RopeParams) -> Arr {
                 for i in 0..half {
                     let theta = p_tok as f64
                         * p.freq_scale as f64
-                        * (p.freq_base as f64).powf(-2.0 * i as f64 / p.n_dims as f64);
+                        * (p.freq_base as f64).powf(-2.0 * i as f64 / p.n_dims as f64)
+                        / factors.map_or(1.0, |f| f[i] as f64);
                     let (s, c) = theta.sin_cos();
                     let (j0, j1) = match p.mode {
                         RopeMode::Normal => (2 * i, 2 * i + 1),
@@ -935,6 +942,92 @@ fn rope_normal_and_neox_partial_rotary() {
             });
         }
     }
+}
+
+/// Llama 3.1's rotary scaling: per-pair factors divide each pair's angle (the factors of
+/// `tiny-llama3-f16.gguf`, and random ones), against the direct formula; factors of 1 give
+/// `rope_ext`'s bits; a factor table of the wrong length is an error.
+#[test]
+fn rope_with_frequency_factors() {
+    let llama3: Vec<f32> = [1.0, 1.0, 1.0, 1.179, 3.569]
+        .into_iter()
+        .chain(std::iter::repeat_n(8.0, 11))
+        .collect();
+    // (a shape, n_dims, freq_base, freq_scale, layout)
+    type Case = ([usize; 4], usize, f32, f32, Layout);
+    let cases: &[Case] = &[
+        ([32, 4, 7, 1], 32, 500_000.0, 1.0, Contig),
+        ([32, 2, 5, 1], 32, 500_000.0, 0.5, Permuted([0, 2, 1, 3])),
+        ([40, 3, 6, 1], 24, 10000.0, 1.0, Padded),
+    ];
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for &(ne, n_dims, freq_base, freq_scale, layout) in cases {
+            let p = RopeParams {
+                n_dims,
+                mode,
+                freq_base,
+                freq_scale,
+            };
+            let name = format!(
+                "rope factors {mode:?} {ne:?} n_dims={n_dims} {}",
+                layout.label()
+            );
+            run_case(&name, TOL_F32, |ctx, rng| {
+                let (a, av) = input(ctx, rng, DType::F32, ne, layout, -1.0, 1.0)?;
+                let mut pos = vec![0i32; ne[2]];
+                for t in 1..ne[2] {
+                    pos[t] = pos[t - 1] + 1 + rng.below(300) as i32;
+                }
+                let pt = ids_leaf(ctx, [ne[2], 1, 1, 1], &pos)?;
+                let ff = match n_dims {
+                    32 => llama3.clone(),
+                    _ => rng.vec(n_dims / 2, 0.5, 9.0),
+                };
+                let (f, _) = leaf(ctx, DType::F32, [n_dims / 2, 1, 1, 1], &ff)?;
+                let out = ctx.rope_ext_factors(a, pt, Some(f), p)?;
+                Ok(Built::new(out, rope_ref_factors(&av, &pos, Some(&ff), p)))
+            });
+        }
+    }
+
+    // Factors of 1 change nothing: the same bits as without factors.
+    let mut ctx = Context::with_mem_size(1 << 20);
+    let mut rng = Rng::from_name("rope factors of 1");
+    let p = RopeParams {
+        n_dims: 32,
+        mode: RopeMode::Normal,
+        freq_base: 500_000.0,
+        freq_scale: 1.0,
+    };
+    let (a, _) = input(
+        &mut ctx,
+        &mut rng,
+        DType::F32,
+        [32, 2, 5, 1],
+        Contig,
+        -1.0,
+        1.0,
+    )
+    .expect("input");
+    let pt = ids_leaf(&mut ctx, [5, 1, 1, 1], &[0, 3, 90, 1000, 4000]).expect("pos");
+    let (ones, _) = leaf(&mut ctx, DType::F32, [16, 1, 1, 1], &[1.0; 16]).expect("ones");
+    let plain = ctx.rope_ext(a, pt, p).expect("rope");
+    let with = ctx.rope_ext_factors(a, pt, Some(ones), p).expect("rope");
+    let mut g = Graph::new();
+    for t in [plain, with] {
+        g.build_forward_expand(&ctx, t).expect("graph");
+    }
+    Executor::new(2).compute(&mut ctx, &g).expect("compute");
+    let x = ctx.to_f32_vec(plain).expect("read");
+    let y = ctx.to_f32_vec(with).expect("read");
+    assert_same_bits("rope factors of 1", 2, &x, &y);
+
+    // One factor per rotated pair, no more, no fewer.
+    let (short, _) = leaf(&mut ctx, DType::F32, [15, 1, 1, 1], &[1.0; 15]).expect("leaf");
+    expect_err(
+        "15 factors for 16 pairs",
+        ctx.rope_ext_factors(a, pt, Some(short), p),
+    );
 }
 
 // -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 
-use ggrs_llama::chat::{Chat, ChatTemplate, Message};
+use ggrs_llama::chat::{Chat, ChatTemplate, Message, TemplateVars};
 use ggrs_llama::{GenerateParams, Model};
 
 use crate::common::{ModelArgs, SamplingArgs};
@@ -20,6 +20,14 @@ pub struct Args {
     /// A system message that opens the conversation.
     #[arg(long)]
     system: Option<String>,
+    /// Ask a thinking model to answer without thinking: its template gets
+    /// `enable_thinking = false` (Qwen3 then starts each reply with an empty `<think>` block).
+    #[arg(long)]
+    no_think: bool,
+    /// The chat format instead of the model's: a name of llama.cpp's built-in formats
+    /// (llama3, gemma, phi3, chatml, chatglm3, chatglm4) or a Jinja template's text.
+    #[arg(long, value_name = "NAME|JINJA")]
+    chat_template: Option<String>,
     /// Most tokens per reply.
     #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
     n_predict: usize,
@@ -28,17 +36,40 @@ pub struct Args {
     stop: Vec<String>,
 }
 
-/// The prompt text of a one-message conversation (`ggrs run --chat`): the optional system
-/// message, then `user`, formatted by the model's template (or ChatGLM's built-in format).
-pub fn format_single_turn(
+/// The chat format: `chat_template` (`--chat-template`: one of llama.cpp's built-in format
+/// names, else a Jinja template's text), or the model's ([`ChatTemplate::for_model`]).
+pub fn template_for(
     model: &Model,
+    chat_template: Option<&str>,
+) -> Result<ChatTemplate, ggrs_llama::chat::ChatError> {
+    match chat_template {
+        None => ChatTemplate::for_model(model),
+        Some(s) => {
+            Ok(ChatTemplate::named(s).unwrap_or_else(|| ChatTemplate::jinja(s, model.tokenizer())))
+        }
+    }
+}
+
+/// The prompt text of a one-message conversation (`ggrs run --chat`): the optional system
+/// message, then `user`, formatted by `template`. `no_think`: the template gets
+/// `enable_thinking = false`.
+pub fn format_single_turn(
+    template: &ChatTemplate,
     user: &str,
     system: Option<&str>,
+    no_think: bool,
 ) -> Result<String, ggrs_llama::chat::ChatError> {
-    let template = ChatTemplate::for_model(model)?;
     let mut msgs: Vec<Message> = system.map(Message::system).into_iter().collect();
     msgs.push(Message::user(user));
-    template.render(&msgs, true)
+    template.render_with(&msgs, true, &template_vars(no_think))
+}
+
+/// The template variables of `--no-think` (or its absence).
+pub fn template_vars(no_think: bool) -> TemplateVars {
+    TemplateVars {
+        enable_thinking: !no_think,
+        ..TemplateVars::default()
+    }
 }
 
 /// Refuses `--system` for a format without a system role (ChatGLM-6B v1's).
@@ -58,9 +89,11 @@ pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
     let model = a.model.load(true)?;
     let session = a.model.session(model, false)?;
-    let mut chat = Chat::new(session)?;
+    let template = template_for(session.model(), a.chat_template.as_deref())?;
+    let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;
     chat.set_system(a.system.clone());
+    chat.set_template_vars(template_vars(a.no_think));
     let params = GenerateParams {
         max_tokens: a.n_predict,
         sampling: a.sampling.params()?,

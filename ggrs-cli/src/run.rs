@@ -31,12 +31,21 @@ pub struct Args {
     #[arg(long)]
     echo: bool,
     /// Treat the prompt as one user message of a chat: format it with the model's chat
-    /// template (`tokenizer.chat_template`, or ChatGLM's built-in format).
+    /// template (`tokenizer.chat_template`, or ChatGLM's built-in format; see
+    /// --chat-template).
     #[arg(long)]
     chat: bool,
     /// With --chat: a system message before the user's.
     #[arg(long, requires = "chat")]
     system: Option<String>,
+    /// With --chat: ask a thinking model to answer without thinking (its template gets
+    /// `enable_thinking = false`).
+    #[arg(long, requires = "chat")]
+    no_think: bool,
+    /// With --chat: the chat format instead of the model's: a name of llama.cpp's built-in
+    /// formats (llama3, gemma, phi3, chatml, chatglm3, chatglm4) or a Jinja template's text.
+    #[arg(long, requires = "chat", value_name = "NAME|JINJA")]
+    chat_template: Option<String>,
     /// The prompt as token ids (comma-separated), used as given: no BOS or template added.
     #[arg(
         long,
@@ -68,9 +77,10 @@ pub fn run(a: Args) -> CliResult {
         (String::new(), ids.clone())
     } else if a.chat {
         let prompt = a.prompt.text()?;
-        let template = ggrs_llama::ChatTemplate::for_model(&model)?;
+        let template = crate::chat::template_for(&model, a.chat_template.as_deref())?;
         crate::chat::check_system(&template, a.system.as_deref())?;
-        let text = crate::chat::format_single_turn(&model, &prompt, a.system.as_deref())?;
+        let text =
+            crate::chat::format_single_turn(&template, &prompt, a.system.as_deref(), a.no_think)?;
         let ids = model.encode_chat(&text)?;
         (text, ids)
     } else {

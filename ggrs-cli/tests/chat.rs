@@ -1,11 +1,14 @@
 //! `ggrs run --chat` and `ggrs chat` on the tiny ChatGLM model (which carries no template, so
 //! the built-in ChatGLM3 format applies) and the error for a model without any format; `ggrs
 //! chat` and `ggrs tokenize` on a ChatGLM-6B v1 (`chatglm1`) file, checked against the
-//! official prompt rule and tokenizer written plainly in `glm1_chat.rs`.
+//! official prompt rule and tokenizer written plainly in `glm1_chat.rs`; `--no-think` on a
+//! copy of the tiny Llama 3 model carrying Qwen3's template.
 
 mod common;
 #[path = "../../ggrs-llama/tests/support/glm1_chat.rs"]
 mod glm1_chat;
+#[path = "../../ggrs-llama/tests/common/mod.rs"]
+mod llama_common;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -213,4 +216,92 @@ fn tokenize_chatglm1_applies_the_v1_conventions() {
     let (ok, out, err) = ggrs(&["tokenize", "-m", &path, "-p", text, "--ids", "--no-bos"]);
     assert!(ok, "{err}");
     assert_eq!(out.trim(), format!("{:?}", &want[..want.len() - 2]));
+}
+
+/// `ggrs run --chat --no-think` renders the template with `enable_thinking = false` (Qwen3's
+/// then opens the reply with an empty think block); without it the block is absent.
+#[test]
+fn run_chat_no_think_turns_thinking_off() {
+    let src = tiny("tiny-llama3-f16.gguf");
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let template = std::fs::read_to_string(
+        manifest.join("../ggrs-llama/tests/data/templates/Qwen-Qwen3-0.6B.jinja"),
+    )
+    .expect("read the Qwen3 template");
+    let path = std::env::temp_dir().join(format!("ggrs-cli-no-think-{}.gguf", std::process::id()));
+    llama_common::rewrite_gguf_adding(
+        src.as_ref(),
+        &path,
+        |_, v| Some(v.clone()),
+        |_, ne| Some(ne.to_vec()),
+        vec![(
+            "tokenizer.chat_template".to_string(),
+            ggrs_core::gguf::Value::String(template),
+        )],
+        Vec::new(),
+    );
+    let file = path.to_str().expect("utf-8 temp path").to_string();
+    let prompt_tokens = |no_think: bool| {
+        let mut args = vec![
+            "run", "-m", &file, "-p", "Hello", "--chat", "--temp", "0", "-n", "1", "--json", "-t",
+            "2",
+        ];
+        if no_think {
+            args.push("--no-think");
+        }
+        let (ok, out, err) = ggrs(&args);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json output");
+        ids(&v["prompt_tokens"])
+    };
+    let tok = ggrs_llama::Tokenizer::open(&file).expect("tokenizer");
+    let plain = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n";
+    let encode = |text: &str| tok.encode(text, true, true).expect("encode");
+    assert_eq!(prompt_tokens(false), encode(plain));
+    assert_eq!(
+        prompt_tokens(true),
+        encode(&format!("{plain}<think>\n\n</think>\n\n"))
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+/// `--chat-template NAME` picks one of llama.cpp's built-in formats for a model without a
+/// template (`phi3` on the tiny Phi-3 model); an unknown name is taken as Jinja text.
+#[test]
+fn run_chat_with_a_named_format() {
+    let phi3 = tiny("tiny-phi3-f16.gguf");
+    let prompt_tokens = |template: &str| {
+        let (ok, out, err) = ggrs(&[
+            "run",
+            "-m",
+            &phi3,
+            "-p",
+            "Hi",
+            "--system",
+            "Be brief.",
+            "--chat",
+            "--chat-template",
+            template,
+            "--temp",
+            "0",
+            "-n",
+            "1",
+            "--json",
+            "-t",
+            "2",
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json output");
+        ids(&v["prompt_tokens"])
+    };
+    let tok = ggrs_llama::Tokenizer::open(&phi3).expect("tokenizer");
+    let encode = |text: &str| tok.encode(text, true, true).expect("encode");
+    assert_eq!(
+        prompt_tokens("phi3"),
+        encode("<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\n")
+    );
+    assert_eq!(
+        prompt_tokens("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"),
+        encode("[system]Be brief.[user]Hi")
+    );
 }

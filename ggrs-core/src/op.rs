@@ -101,7 +101,8 @@ pub enum Op {
         /// (ggml's split-key decode path; 1: never split).
         kv_splits: usize,
     },
-    /// Rotary position embedding with positions from `src1`.
+    /// Rotary position embedding with positions from `src1` and optional per-pair frequency
+    /// factors from `src2` (see `Context::rope_ext_factors`).
     Rope {
         /// How many leading dimensions of each head are rotated.
         n_dims: usize,

@@ -66,6 +66,15 @@ pub enum LlamaError {
         /// Why it does not work.
         detail: String,
     },
+    /// The file holds a tensor for a feature this build does not implement (running without
+    /// it would give wrong results).
+    #[error("tensor `{name}` is not supported: {detail}")]
+    UnsupportedTensor {
+        /// Tensor name.
+        name: String,
+        /// What is missing and what to do instead.
+        detail: String,
+    },
     /// The tokens do not fit in the context.
     #[error(
         "{n_tokens} tokens do not fit in the context: {n_past} already used of {n_ctx} \

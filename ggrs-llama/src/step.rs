@@ -94,7 +94,25 @@ pub fn cached_attention(
     shape: StepShape,
     dims: AttnDims,
     q: Tensor,
+    kv_pair: [Tensor; 2],
+) -> Result<Tensor> {
+    let kq_scale = 1.0 / (dims.head_dim as f32).sqrt();
+    cached_attention_scaled(ctx, kv, il, inp, shape, dims, q, kv_pair, kq_scale)
+}
+
+/// [`cached_attention`] with the scores scaled by `kq_scale` instead of 1/√head_dim (a
+/// graph that scales the queries beforehand passes 1).
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention_scaled(
+    ctx: &mut Context,
+    kv: &KvCache,
+    il: usize,
+    inp: &StepInputs,
+    shape: StepShape,
+    dims: AttnDims,
+    q: Tensor,
     [k, v]: [Tensor; 2],
+    kq_scale: f32,
 ) -> Result<Tensor> {
     let AttnDims {
         head_dim: hd,
@@ -108,7 +126,6 @@ pub fn cached_attention(
     let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
     let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
     let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
-    let kq_scale = 1.0 / (hd as f32).sqrt();
     let mask = Some(inp.mask);
     let merged = if kv.dtype == DType::F16 {
         ctx.flash_attn_ext_split(qq, kk, vv, mask, kq_scale, shape.attn_kv_splits)?

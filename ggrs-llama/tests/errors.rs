@@ -6,44 +6,20 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
+use ggrs_core::gguf::Value;
 use ggrs_llama::{Batch, GenerateParams, LlamaError, Model, Session, SessionParams};
 
 fn tiny_path() -> PathBuf {
     common::reference_dir().join("tiny/tiny-llama-f16.gguf")
 }
 
-/// Writes a copy of the tiny model with `edit_kv` applied to the metadata and tensors
-/// filtered/reshaped by `keep` (None drops the tensor; Some(ne) keeps it with that shape,
-/// its data cut or zero-padded to fit).
+/// A copy of the tiny model rewritten by [`common::rewrite_gguf`].
 fn rewrite(
     out: &Path,
     edit_kv: impl Fn(&str, &Value) -> Option<Value>,
     keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
 ) {
-    let src = GgufFile::open(tiny_path()).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        if let Some(v) = edit_kv(k, v) {
-            w.add_kv(k.clone(), v).unwrap();
-        }
-    }
-    let mut kept = Vec::new();
-    for t in src.tensors() {
-        if let Some(ne) = keep(&t.name, t.shape()) {
-            w.add_tensor_info(t.name.clone(), t.dtype, &ne).unwrap();
-            kept.push(t.clone());
-        }
-    }
-    let mut i = 0;
-    w.write_to_path(out, |info, sink| {
-        let data = src.tensor_data(&kept[i]);
-        i += 1;
-        let mut bytes = data[..data.len().min(info.size)].to_vec();
-        bytes.resize(info.size, 0);
-        sink.write_all(&bytes)
-    })
-    .unwrap();
+    common::rewrite_gguf(&tiny_path(), out, edit_kv, keep)
 }
 
 fn tmp(name: &str) -> PathBuf {

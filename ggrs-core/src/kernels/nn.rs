@@ -91,10 +91,12 @@ pub(crate) unsafe fn soft_max(
 
 /// Rotary embedding. For each (head, token) row, the cos/sin table of the token's position is
 /// computed as ggml does — `θ₀ = p`, `θ_{i+1} = θ_i · base^(−2/n_dims)` in f32, angles scaled
-/// by `freq_scale` — and reused for consecutive rows of the same token.
+/// by `freq_scale` (each first divided by its pair's frequency factor when src2 holds them)
+/// — and reused for consecutive rows of the same token.
 ///
 /// # Safety
-/// See [`crate::kernels::compute_chunk`]; pos is a dense i32 tensor of `a.ne[2]` entries.
+/// See [`crate::kernels::compute_chunk`]; pos is a dense i32 tensor of `a.ne[2]` entries;
+/// src2, when set, a dense f32 tensor of `n_dims / 2` entries.
 pub(crate) unsafe fn rope(
     task: &Task,
     chunk: usize,
@@ -113,6 +115,11 @@ pub(crate) unsafe fn rope(
     let (d, a, pos) = (&task.dst, task.s0(), task.s1());
     let ne0 = a.ne[0];
     let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
+    // SAFETY: the builder checked that the factors, when given, are a dense f32 tensor of
+    // n_dims/2 values; nobody writes them while the graph runs (a source of this node).
+    let factors: Option<&[f32]> = task.src[2]
+        .as_ref()
+        .map(|f| unsafe { std::slice::from_raw_parts(f.data as *const f32, n_dims / 2) });
     let (cache, sx) = work.scratch.split_at_mut(n_dims);
     let mut cached: Option<usize> = None;
     for r in split_range(d.nrows(), n_chunks, chunk) {
@@ -125,7 +132,11 @@ pub(crate) unsafe fn rope(
                 let p = *(pos.data.add(i2 * pos.nb[0]) as *const i32);
                 let mut theta = p as f32;
                 for i in 0..n_dims / 2 {
-                    let t = freq_scale * theta;
+                    // As ggml: the factor divides the angle before the position scale.
+                    let t = match factors {
+                        Some(ff) => freq_scale * (theta / ff[i]),
+                        None => freq_scale * theta,
+                    };
                     cache[2 * i] = t.cos();
                     cache[2 * i + 1] = t.sin();
                     theta *= theta_scale;

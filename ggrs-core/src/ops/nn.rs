@@ -374,6 +374,20 @@ impl Context {
     /// `(x[2i], x[2i+1])` in [`RopeMode::Normal`] and `(x[i], x[i + n_dims/2])` in
     /// [`RopeMode::Neox`]. Dimensions from `n_dims` on are copied.
     pub fn rope_ext(&mut self, a: Tensor, pos: Tensor, p: RopeParams) -> Result<Tensor> {
+        self.rope_ext_factors(a, pos, None, p)
+    }
+
+    /// [`Context::rope_ext`] with optional per-pair frequency factors (ggml's `rope_ext`
+    /// with its `c` input; Llama 3.1's `rope_freqs.weight`): pair i turns by
+    /// `θ = freq_scale · (p · base^(−2i/n_dims) / factors[i])` instead. `factors`:
+    /// `[n_dims / 2]` f32, dense. `None` is [`Context::rope_ext`].
+    pub fn rope_ext_factors(
+        &mut self,
+        a: Tensor,
+        pos: Tensor,
+        factors: Option<Tensor>,
+        p: RopeParams,
+    ) -> Result<Tensor> {
         let na = self.expect_type("ROPE", "a", a, &[DType::F32])?.ne;
         let np = self.expect_type("ROPE", "pos", pos, &[DType::I32])?.ne;
         if np[0] != na[2] || np[1] * np[2] * np[3] != 1 {
@@ -402,6 +416,25 @@ impl Context {
                 ),
             });
         }
+        if let Some(f) = factors {
+            let mf = self.expect_type("ROPE", "factors", f, &[DType::F32])?;
+            let (nf, dense) = (mf.ne, mf.rows_contiguous());
+            if nf != [p.n_dims / 2, 1, 1, 1] {
+                return Err(shape_err(
+                    "ROPE",
+                    na,
+                    nf,
+                    "factors must be [n_dims / 2], one frequency factor per rotated pair",
+                ));
+            }
+            if !dense {
+                return Err(Error::Layout {
+                    op: "ROPE",
+                    name: self.display_name(f),
+                    required: "contiguous",
+                });
+            }
+        }
         self.new_tensor_with(
             DType::F32,
             na,
@@ -411,7 +444,7 @@ impl Context {
                 freq_base: p.freq_base,
                 freq_scale: p.freq_scale,
             },
-            [Some(a), Some(pos), None],
+            [Some(a), Some(pos), factors],
         )
     }
 }

@@ -1,6 +1,6 @@
 //! The ChatGLM2 / ChatGLM3 / GLM-4 graph (architecture `chatglm`, llama.cpp's
-//! `llm_build_chatglm`). It is the LLaMA graph of [`super::llama`] with three differences,
-//! marked ① ② ③ below:
+//! `llm_build_chatglm`), built by the shared fused-projection decoder of [`super::fused`]. It
+//! is the LLaMA graph of [`super::llama`] with three differences, marked ① ② ③ below:
 //!
 //! ```text
 //! x = token_embd[tokens]                                    // [n_embd, n_tokens]
@@ -30,75 +30,39 @@
 //!
 //! ③ `blk.N.ffn_up.weight` is `[n_embd, 2·n_ff]`; the first `n_ff` outputs are the gate,
 //! the last `n_ff` the up projection, which is exactly the layout of ggrs's fused
-//! [`Context::swiglu`].
+//! [`ggrs_core::Context::swiglu`].
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_core::{Context, DType, RopeMode, RopeParams, Tensor};
+use ggrs_core::RopeMode;
 
-use crate::architecture::{ArchModel, Architecture, StepTensors, TextConventions};
+use crate::architecture::{ArchModel, Architecture, TextConventions};
 use crate::chat::template::{ChatError, ChatTemplate};
 use crate::error::Result;
 use crate::hparams::HParams;
-use crate::kv_cache::KvCache;
-use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{add_opt, cached_attention, AttnDims, StepInputs, StepShape};
+use crate::loader::WeightLoader;
 use crate::tokenizer::Tokenizer;
+
+use super::fused::{FusedModel, FusedStyle};
+
+/// The attention projections of a block: ① fused (as ChatGLM files have them) or separate.
+pub use super::fused::QkvWeights as GlmQkv;
+
+/// The weights of one block.
+pub use super::fused::FusedLayer as ChatGlmLayer;
+
+/// A loaded `chatglm` model (the shared fused-projection model, also Phi-3's).
+pub use super::fused::FusedModel as ChatGlmModel;
 
 /// The `chatglm` architecture.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ChatGlm;
 
-/// The attention projections of a block: fused (as ChatGLM files have them) or separate.
-#[derive(Debug, Clone)]
-pub enum GlmQkv {
-    /// ① `attn_qkv.weight` `[n_embd, q + 2·kv]` and its optional bias `[q + 2·kv]`.
-    Fused {
-        /// The fused matrix.
-        w: WeightId,
-        /// Its bias.
-        b: Option<WeightId>,
-    },
-    /// `attn_q/k/v.weight` `[n_embd, q]`, `[n_embd, kv]`, `[n_embd, kv]` with optional
-    /// biases.
-    Split {
-        /// Query, key and value projections.
-        w: [WeightId; 3],
-        /// Their biases.
-        b: [Option<WeightId>; 3],
-    },
-}
-
-/// The weights of one block (`e` = `n_embd`, `q` = `n_head·head_dim`, `f` = `n_ff`).
-#[derive(Debug, Clone)]
-pub struct ChatGlmLayer {
-    /// RMSNorm weight before attention, `[e]`.
-    pub attn_norm: WeightId,
-    /// Q, K and V projections.
-    pub qkv: GlmQkv,
-    /// Output projection, `[q, e]`.
-    pub wo: WeightId,
-    /// Output bias, `[e]` (ChatGLM files have none).
-    pub bo: Option<WeightId>,
-    /// RMSNorm weight before the feed-forward block, `[e]`.
-    pub ffn_norm: WeightId,
-    /// ③ Gate and up projection fused, `[e, 2·f]`: the first `f` outputs the gate.
-    pub ffn_up: WeightId,
-    /// Down projection, `[f, e]`.
-    pub ffn_down: WeightId,
-}
-
-/// A loaded `chatglm` model.
-#[derive(Debug, Clone)]
-pub struct ChatGlmModel {
-    /// Token embeddings, `[n_embd, n_vocab]`.
-    pub tok_embd: WeightId,
-    /// Final RMSNorm weight, `[n_embd]`.
-    pub output_norm: WeightId,
-    /// Output projection, `[n_embd, n_vocab]` (the embeddings when tied).
-    pub output: WeightId,
-    /// Transformer blocks.
-    pub layers: Vec<ChatGlmLayer>,
-}
+/// ② Normal (adjacent-pair) rotary on the first `rope.dimension_count` = head_dim/2
+/// dimensions of each head; scores scaled by 1/√head_dim.
+const STYLE: FusedStyle = FusedStyle {
+    rope_mode: RopeMode::Normal,
+    scale_queries: false,
+};
 
 impl Architecture for ChatGlm {
     fn name(&self) -> &'static str {
@@ -106,52 +70,7 @@ impl Architecture for ChatGlm {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
-        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
-        let tok_embd = l.rows("token_embd.weight", &[e, v])?;
-        let output_norm = l.f32("output_norm.weight", &[e])?;
-        let output = match l.opt_matrix("output.weight", &[e, v])? {
-            Some(o) => o,
-            None => l.also_matrix(tok_embd)?,
-        };
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for i in 0..hp.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            // As llama.cpp loads it: Q, K, V fused when `attn_qkv` exists, separate otherwise.
-            let qkv = match l.opt_matrix(&n("attn_qkv.weight"), &[e, q + 2 * kv])? {
-                Some(w) => GlmQkv::Fused {
-                    w,
-                    b: l.opt_f32(&n("attn_qkv.bias"), &[q + 2 * kv])?,
-                },
-                None => GlmQkv::Split {
-                    w: [
-                        l.matrix(&n("attn_q.weight"), &[e, q])?,
-                        l.matrix(&n("attn_k.weight"), &[e, kv])?,
-                        l.matrix(&n("attn_v.weight"), &[e, kv])?,
-                    ],
-                    b: [
-                        l.opt_f32(&n("attn_q.bias"), &[q])?,
-                        l.opt_f32(&n("attn_k.bias"), &[kv])?,
-                        l.opt_f32(&n("attn_v.bias"), &[kv])?,
-                    ],
-                },
-            };
-            layers.push(ChatGlmLayer {
-                attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
-                qkv,
-                wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
-                bo: l.opt_f32(&n("attn_output.bias"), &[e])?,
-                ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
-                ffn_up: l.matrix(&n("ffn_up.weight"), &[e, 2 * f])?,
-                ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
-            });
-        }
-        Ok(Box::new(ChatGlmModel {
-            tok_embd,
-            output_norm,
-            output,
-            layers,
-        }))
+        Ok(Box::new(FusedModel::load(STYLE, hp, l)?))
     }
 
     fn text(&self, _file: &GgufFile) -> Result<Box<dyn TextConventions>> {
@@ -174,132 +93,6 @@ impl TextConventions for ChatGlmText {
         Ok(match jinja {
             Some(src) => ChatTemplate::jinja(src, tok),
             None => ChatTemplate::builtin_glm(tok),
-        })
-    }
-}
-
-/// Q, K and V of one layer: q `[hd, nh, n]`, k `[hd, nhkv, n]`, v `[nhkv·hd, n]` (any of
-/// them may be a strided view).
-struct Qkv {
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-}
-
-/// ① The attention projections: one fused product split by views, or (files converted
-/// without fusing) three products.
-fn project_qkv(
-    ctx: &mut Context,
-    hp: &HParams,
-    w: &ImportedWeights,
-    l: &ChatGlmLayer,
-    h: Tensor,
-    n: usize,
-) -> Result<Qkv> {
-    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-    let (e_q, e_kv) = (hd * nh, hp.n_embd_kv());
-    let f = DType::F32.type_size();
-    match l.qkv {
-        GlmQkv::Fused { w: wqkv, b } => {
-            let cur = ctx.mul_mat(w[wqkv], h)?; // [e_q + 2·e_kv, n]
-            let cur = add_opt(ctx, cur, w.opt(b))?;
-            let row = (e_q + 2 * e_kv) * f; // bytes from one token's row to the next
-            let q = ctx.view_3d(cur, hd, nh, n, hd * f, row, 0)?; // [hd, nh, n]
-            let k = ctx.view_3d(cur, hd, nhkv, n, hd * f, row, e_q * f)?; // [hd, nhkv, n]
-            let v = ctx.view_2d(cur, e_kv, n, row, (e_q + e_kv) * f)?; // [e_kv, n]
-            Ok(Qkv { q, k, v })
-        }
-        GlmQkv::Split {
-            w: [wq, wk, wv],
-            b: [bq, bk, bv],
-        } => {
-            let q = ctx.mul_mat(w[wq], h)?;
-            let q = add_opt(ctx, q, w.opt(bq))?;
-            let k = ctx.mul_mat(w[wk], h)?;
-            let k = add_opt(ctx, k, w.opt(bk))?;
-            let v = ctx.mul_mat(w[wv], h)?;
-            let v = add_opt(ctx, v, w.opt(bv))?;
-            Ok(Qkv {
-                q: ctx.reshape_3d(q, hd, nh, n)?,
-                k: ctx.reshape_3d(k, hd, nhkv, n)?,
-                v,
-            })
-        }
-    }
-}
-
-impl ArchModel for ChatGlmModel {
-    /// Builds the step graph (see the [module docs](self)).
-    fn build(
-        &self,
-        ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
-    ) -> Result<StepTensors> {
-        let m = self;
-        let n = shape.n_tokens;
-        let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-        let dims = AttnDims {
-            head_dim: hd,
-            n_head: nh,
-            n_head_kv: nhkv,
-        };
-        let e_kv = hp.n_embd_kv();
-
-        let inp = StepInputs::new(ctx, shape, 1, false)?;
-        let (tokens, pos, out_ids) = (inp.tokens, inp.pos, inp.out_ids);
-        // ② n_rot (rope.dimension_count) is head_dim / 2 in these files: half of each head turns.
-        let rope = RopeParams {
-            n_dims: hp.n_rot,
-            mode: RopeMode::Normal,
-            freq_base: hp.rope_freq_base,
-            freq_scale: hp.rope_freq_scale,
-        };
-
-        let mut x = ctx.get_rows(w[m.tok_embd], tokens)?; // [n_embd, n]
-        for (il, l) in m.layers.iter().enumerate() {
-            let last = il + 1 == m.layers.len();
-            let inp_sa = x;
-            let h = ctx.rms_norm(x, hp.rms_eps)?;
-            let h = ctx.mul(h, w[l.attn_norm])?;
-
-            let Qkv { q, k, v } = project_qkv(ctx, hp, w, l, h, n)?;
-            let q = ctx.rope_ext(q, pos, rope)?; // [hd, nh, n], contiguous
-            let k = ctx.rope_ext(k, pos, rope)?; // [hd, nhkv, n], contiguous
-
-            // Write this step's keys and values into the cache (V may be a strided view of the
-            // fused product, which set_rows reads as it is), then attend as in the LLaMA graph.
-            let k2 = ctx.reshape_2d(k, e_kv, n)?;
-            let attn = cached_attention(ctx, kv, il, &inp, shape, dims, q, [k2, v])?;
-            let mut cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
-            cur = add_opt(ctx, cur, w.opt(l.bo))?;
-
-            let mut inp_sa = inp_sa;
-            if last {
-                if let Some(ids) = out_ids {
-                    cur = ctx.get_rows(cur, ids)?;
-                    inp_sa = ctx.get_rows(inp_sa, ids)?;
-                }
-            }
-            let ffn_inp = ctx.add(cur, inp_sa)?;
-            let h = ctx.rms_norm(ffn_inp, hp.rms_eps)?;
-            let h = ctx.mul(h, w[l.ffn_norm])?;
-            // ③ fused: [2·n_ff, n], gate first, then up.
-            let gate_up = ctx.mul_mat(w[l.ffn_up], h)?;
-            let act = ctx.swiglu(gate_up)?; // [n_ff, n]
-            let down = ctx.mul_mat(w[l.ffn_down], act)?; // [n_embd, n]
-            x = ctx.add(down, ffn_inp)?;
-        }
-        let h = ctx.rms_norm(x, hp.rms_eps)?;
-        let h = ctx.mul(h, w[m.output_norm])?;
-        let logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
-        ctx.set_name(logits, "logits")?;
-        ctx.set_output(logits)?;
-        Ok(StepTensors {
-            inputs: inp,
-            logits,
         })
     }
 }

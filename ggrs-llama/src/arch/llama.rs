@@ -1,12 +1,13 @@
 //! The LLaMA / Qwen2 graph (llama.cpp's `build_llama`, Qwen2 adding Q/K/V biases and NEOX
-//! rotary):
+//! rotary; Llama 3.1's rotary scaling through the optional `rope_freqs.weight`):
 //!
 //! ```text
 //! x = token_embd[tokens]                                   // [n_embd, n_tokens]
 //! for each layer:
 //!     h = rms_norm(x) · attn_norm
 //!     q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)          // heads × head_dim
-//!     q, k = rope(q, pos), rope(k, pos)
+//!     q, k = rope(q, pos), rope(k, pos)                     // pair i turns by pos·base^(−2i/n_rot)
+//!                                                           // / rope_freqs[i] when the file has them
 //!     cache_k[cell] = k; cache_v[cell] = v                  // set_rows
 //!     a = softmax(K·q / √head_dim + mask) applied to V      // over cells 0..n_kv, GQA by broadcast:
 //!                                                           // flash_attn_ext for an F16 cache
@@ -86,6 +87,9 @@ pub struct LlamaLayer {
 pub struct LlamaModel {
     /// How rotary pairs dimensions (normal for `llama`, NEOX for `qwen2`).
     pub rope_mode: RopeMode,
+    /// Per-pair rotary frequency factors, `[n_rot / 2]` (`rope_freqs.weight`, Llama 3.1's
+    /// rotary scaling: pair i's angle is divided by factor i), when the file has them.
+    pub rope_freqs: Option<WeightId>,
     /// Token embeddings, `[n_embd, n_vocab]`.
     pub tok_embd: WeightId,
     /// Final RMSNorm weight, `[n_embd]`.
@@ -110,6 +114,7 @@ impl Architecture for Llama {
             Some(o) => o,
             None => l.also_matrix(tok_embd)?,
         };
+        let rope_freqs = l.opt_f32("rope_freqs.weight", &[hp.n_rot / 2])?;
         // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
@@ -136,6 +141,7 @@ impl Architecture for Llama {
         }
         Ok(Box::new(LlamaModel {
             rope_mode: self.rope_mode,
+            rope_freqs,
             tok_embd,
             output_norm,
             output,
@@ -185,6 +191,8 @@ fn build(
         freq_scale: hp.rope_freq_scale,
     };
 
+    let freqs = w.opt(m.rope_freqs);
+
     let mut x = ctx.get_rows(w[m.tok_embd], tokens)?; // [n_embd, n]
     for (il, l) in m.layers.iter().enumerate() {
         let last = il + 1 == m.layers.len();
@@ -199,9 +207,9 @@ fn build(
         let v = add_opt(ctx, v, w.opt(l.bv))?;
 
         let q = ctx.reshape_3d(q, hd, nh, n)?;
-        let q = ctx.rope_ext(q, pos, rope)?; // [hd, nh, n]
+        let q = ctx.rope_ext_factors(q, pos, freqs, rope)?; // [hd, nh, n]
         let k = ctx.reshape_3d(k, hd, nhkv, n)?;
-        let k = ctx.rope_ext(k, pos, rope)?; // [hd, nhkv, n]
+        let k = ctx.rope_ext_factors(k, pos, freqs, rope)?; // [hd, nhkv, n]
 
         // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
         let k2 = ctx.reshape_2d(k, e_kv, n)?;

@@ -8,7 +8,9 @@
 
 pub mod chatglm;
 pub mod chatglm1;
+pub mod fused;
 pub mod llama;
+pub mod phi3;
 
 use ggrs_core::gguf::GgufFile;
 
@@ -46,13 +48,14 @@ impl Registry {
         Registry { archs: Vec::new() }
     }
 
-    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`.
+    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`, `phi3`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
         r.register(llama::QWEN2);
         r.register(chatglm::ChatGlm);
         r.register(chatglm1::ChatGlm1);
+        r.register(phi3::Phi3);
         r
     }
 

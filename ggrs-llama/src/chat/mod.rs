@@ -3,12 +3,16 @@
 //!
 //! Where the prompt format comes from ([`ChatTemplate::for_model`]):
 //! 1. the model's own Jinja template (`tokenizer.chat_template`), rendered with `minijinja`
-//!    the way Hugging Face's `apply_chat_template` renders it (`trim_blocks`,
-//!    `lstrip_blocks`, `raise_exception`, Python string methods such as `.strip()`);
+//!    the way llama.cpp's Jinja engine renders it ([`jinja`]: Hugging Face's environment,
+//!    `enable_thinking`, Llama 3.x's `date_string`, a system message merged into the next
+//!    one for templates without a system role);
 //! 2. an architecture's built-in format (for a `chatglm` model without a template, the
 //!    ChatGLM3 format, GLM-4's when the vocabulary is GLM-4's byte-level BPE,
 //!    `chatglm-bpe`/`glm4`);
 //! 3. otherwise an error: there is no way to know the format.
+//!
+//! A caller may also pick a format by llama.cpp's name ([`ChatTemplate::named`]: `llama3`,
+//! `gemma`, `phi3`, `chatml`, `chatglm3`, `chatglm4`; `--chat-template` in the CLI).
 //!
 //! The model's architecture decides: its
 //! [`TextConventions`](crate::architecture::TextConventions) pick the format (ChatGLM-6B v1
@@ -38,6 +42,8 @@
 //! # Ok(()) }
 //! ```
 
+pub mod jinja;
+pub mod named;
 pub mod template;
 
 use std::ops::ControlFlow;
@@ -48,6 +54,8 @@ use crate::model::Model;
 use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 
+pub use jinja::TemplateVars;
+pub use named::NamedFormat;
 pub use template::{glm1_chat_prompt, ChatError, ChatTemplate, Message};
 
 impl ChatTemplate {
@@ -85,6 +93,9 @@ pub fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 pub struct Chat {
     session: Session,
     template: ChatTemplate,
+    /// What a Jinja template sees besides the conversation (fixed for the whole
+    /// conversation, so that its date does not change the prompt between turns).
+    vars: TemplateVars,
     system: Option<String>,
     messages: Vec<Message>,
     /// The tokens whose keys and values the cache holds, in order (positions 0..).
@@ -115,6 +126,7 @@ impl Chat {
         Chat {
             session,
             template,
+            vars: TemplateVars::default(),
             system: None,
             messages: Vec::new(),
             cached: Vec::new(),
@@ -124,6 +136,12 @@ impl Chat {
     /// Sets (or removes) the system message that opens the conversation.
     pub fn set_system(&mut self, system: Option<String>) {
         self.system = system;
+    }
+
+    /// Sets what a Jinja template sees besides the conversation (`enable_thinking`, the
+    /// date; default: [`TemplateVars::default`] when the chat was made).
+    pub fn set_template_vars(&mut self, vars: TemplateVars) {
+        self.vars = vars;
     }
 
     /// The messages so far (the system message not included).
@@ -164,7 +182,7 @@ impl Chat {
     /// The prompt text the next turn with `user` would evaluate (the whole conversation).
     pub fn render_next(&self, user: &str) -> Result<String> {
         let msgs = self.all_messages(Some(&Message::user(user)));
-        Ok(self.template.render(&msgs, true)?)
+        Ok(self.template.render_with(&msgs, true, &self.vars)?)
     }
 
     /// Adds the user message `user`, generates the reply (streaming it to `on_token`, as

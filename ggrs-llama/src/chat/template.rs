@@ -4,6 +4,8 @@
 //! an architecture picks its format through
 //! [`TextConventions::chat_template`](crate::architecture::TextConventions::chat_template).
 
+use super::jinja::TemplateVars;
+use super::named::NamedFormat;
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 /// One message of a conversation.
@@ -126,6 +128,8 @@ pub enum ChatTemplate {
     /// the user's question (no system role). (The `chatglm1` architecture's text conventions
     /// encode the text: the v1 conventions, then `[gMASK] <sop>`.)
     ChatGlm1,
+    /// One of llama.cpp's built-in formats, chosen by name ([`ChatTemplate::named`]).
+    Named(NamedFormat),
 }
 
 /// Roles the ChatGLM formats have markers for.
@@ -156,11 +160,23 @@ impl ChatTemplate {
     }
 
     /// The prompt text for `messages`; with `add_generation_prompt`, ending with the marker
-    /// that starts the assistant's reply.
+    /// that starts the assistant's reply. A Jinja template sees the default
+    /// [`TemplateVars`] (thinking on, today's date).
     pub fn render(
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
+    ) -> std::result::Result<String, ChatError> {
+        self.render_with(messages, add_generation_prompt, &TemplateVars::default())
+    }
+
+    /// As [`ChatTemplate::render`], a Jinja template seeing `vars` (`enable_thinking`, the
+    /// date).
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
     ) -> std::result::Result<String, ChatError> {
         if messages.is_empty() {
             return Err(ChatError::EmptyConversation);
@@ -170,12 +186,12 @@ impl ChatTemplate {
                 source,
                 bos_token,
                 eos_token,
-            } => render_jinja(
+            } => super::jinja::render(
                 source,
                 messages,
                 add_generation_prompt,
-                bos_token,
-                eos_token,
+                [bos_token, eos_token],
+                vars,
             ),
             ChatTemplate::ChatGlm3 => render_glm(
                 "ChatGLM3",
@@ -194,6 +210,9 @@ impl ChatTemplate {
                 "\n",
             ),
             ChatTemplate::ChatGlm1 => render_glm1(messages, add_generation_prompt),
+            ChatTemplate::Named(format) => {
+                super::named::render(*format, messages, add_generation_prompt)
+            }
         }
     }
 }
@@ -347,44 +366,6 @@ fn render_glm(
         s.push_str(after_assistant);
     }
     Ok(s)
-}
-
-fn render_jinja(
-    source: &str,
-    messages: &[Message],
-    add_generation_prompt: bool,
-    bos_token: &str,
-    eos_token: &str,
-) -> std::result::Result<String, ChatError> {
-    use minijinja::{Environment, Error, ErrorKind, Value};
-    let mut env = Environment::new();
-    // Hugging Face renders chat templates with these two options on.
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    // `str.strip()`, `.startswith()`, `dict.items()`… as templates written for Python use.
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function(
-        "raise_exception",
-        |msg: String| -> std::result::Result<Value, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        },
-    );
-    let msgs: Vec<Value> = messages
-        .iter()
-        .map(|m| {
-            Value::from_iter([
-                ("role", Value::from(m.role.as_str())),
-                ("content", Value::from(m.content.as_str())),
-            ])
-        })
-        .collect();
-    let ctx = Value::from_iter([
-        ("messages", Value::from(msgs)),
-        ("add_generation_prompt", Value::from(add_generation_prompt)),
-        ("bos_token", Value::from(bos_token)),
-        ("eos_token", Value::from(eos_token)),
-    ]);
-    Ok(env.render_str(source, ctx)?)
 }
 
 #[cfg(test)]

@@ -284,3 +284,67 @@ pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Writes a copy of the GGUF file `src` to `out` with `edit_kv` applied to the metadata
+/// (None drops a key) and the tensors filtered or reshaped by `keep` (None drops the tensor;
+/// Some(ne) keeps it with that shape, its data cut or zero-padded to fit).
+pub fn rewrite_gguf(
+    src: &std::path::Path,
+    out: &std::path::Path,
+    edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
+    keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
+) {
+    rewrite_gguf_adding(src, out, edit_kv, keep, Vec::new(), Vec::new())
+}
+
+/// As [`rewrite_gguf`], with the keys `add` appended to the metadata and the 1-D f32 tensors
+/// `add_f32` (name, values) after the file's.
+pub fn rewrite_gguf_adding(
+    src: &std::path::Path,
+    out: &std::path::Path,
+    edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
+    keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
+    add: Vec<(String, ggrs_core::gguf::Value)>,
+    add_f32: Vec<(String, Vec<f32>)>,
+) {
+    let src = ggrs_core::gguf::GgufFile::open(src).expect("open the source file");
+    let mut w = ggrs_core::gguf::GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if let Some(v) = edit_kv(k, v) {
+            w.add_kv(k.clone(), v).expect("add a key");
+        }
+    }
+    for (k, v) in add {
+        w.add_kv(k, v).expect("add a key");
+    }
+    let mut kept = Vec::new();
+    for t in src.tensors() {
+        if let Some(ne) = keep(&t.name, t.shape()) {
+            w.add_tensor_info(t.name.clone(), t.dtype, &ne)
+                .expect("add a tensor");
+            kept.push(t.clone());
+        }
+    }
+    for (name, v) in &add_f32 {
+        w.add_tensor_info(name.clone(), ggrs_core::DType::F32, &[v.len()])
+            .expect("add a tensor");
+    }
+    let mut i = 0;
+    w.write_to_path(out, |info, sink| {
+        let mut bytes = match kept.get(i) {
+            Some(t) => {
+                let data = src.tensor_data(t);
+                data[..data.len().min(info.size)].to_vec()
+            }
+            None => add_f32[i - kept.len()]
+                .1
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        };
+        i += 1;
+        bytes.resize(info.size, 0);
+        sink.write_all(&bytes)
+    })
+    .expect("write the copy");
+}

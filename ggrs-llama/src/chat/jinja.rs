@@ -1,0 +1,241 @@
+//! Rendering Hugging Face Jinja chat templates with `minijinja`, as llama.cpp's Jinja engine
+//! renders them (its `common_chat_templates_apply` path):
+//!
+//! - the environment of Hugging Face's `apply_chat_template`: `trim_blocks`,
+//!   `lstrip_blocks`, `raise_exception`, Python string methods (`.strip()`, `.split()`,
+//!   `.startswith()`…);
+//! - the variables llama.cpp passes: `messages`, `add_generation_prompt`, `bos_token`,
+//!   `eos_token`, `enable_thinking` (Qwen3's `<think>` switch; true unless turned off) and the
+//!   function `strftime_now`; for the Llama 3.x templates (those with an `ipython` header)
+//!   `date_string`, today's date as `%d %b %Y`, and `tools_in_user_message = false`;
+//! - a template that ignores a leading system message (Gemma's, which raises on it) gets
+//!   the system text merged into the next message, `system + "\n" + content`, as llama.cpp
+//!   does for templates without a system role.
+//!
+//! Dates are UTC (llama.cpp uses the local time zone).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use minijinja::{Environment, Error, ErrorKind, Value};
+
+use super::template::{ChatError, Message};
+
+/// The values a template may read besides the conversation (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateVars {
+    /// `enable_thinking`: false asks a thinking model (Qwen3) to answer without thinking
+    /// (its template then writes an empty `<think>\n\n</think>\n\n` block).
+    pub enable_thinking: bool,
+    /// "Now", in seconds since 1970-01-01 UTC: the date `date_string` and `strftime_now` give.
+    pub now_unix: i64,
+}
+
+impl Default for TemplateVars {
+    /// Thinking on, the current time.
+    fn default() -> TemplateVars {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        TemplateVars {
+            enable_thinking: true,
+            now_unix: now,
+        }
+    }
+}
+
+/// The header llama.cpp recognises the Llama 3.x templates by (they take `date_string`).
+const LLAMA3_MARKER: &str = "<|start_header_id|>ipython<|end_header_id|>";
+
+/// Text that marks the system message when probing whether a template shows it.
+const SYSTEM_PROBE: &str = "<ggrs system probe>";
+
+/// Renders `source` for `messages` (see the [module docs](self)).
+pub(crate) fn render(
+    source: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    [bos_token, eos_token]: [&str; 2],
+    vars: &TemplateVars,
+) -> Result<String, ChatError> {
+    let env = environment(vars.now_unix);
+    let tmpl = env.template_from_str(source)?;
+    let run = |msgs: &[Message]| -> Result<String, Error> {
+        let msgs: Vec<Value> = msgs
+            .iter()
+            .map(|m| {
+                Value::from_iter([
+                    ("role", Value::from(m.role.as_str())),
+                    ("content", Value::from(m.content.as_str())),
+                ])
+            })
+            .collect();
+        let mut ctx: Vec<(&str, Value)> = vec![
+            ("messages", Value::from(msgs)),
+            ("add_generation_prompt", Value::from(add_generation_prompt)),
+            ("bos_token", Value::from(bos_token)),
+            ("eos_token", Value::from(eos_token)),
+            ("enable_thinking", Value::from(vars.enable_thinking)),
+        ];
+        if source.contains(LLAMA3_MARKER) {
+            ctx.push((
+                "date_string",
+                Value::from(strftime(vars.now_unix, "%d %b %Y")),
+            ));
+            ctx.push(("tools_in_user_message", Value::from(false)));
+        }
+        tmpl.render(Value::from_iter(ctx))
+    };
+    let first_is_system = messages.first().is_some_and(|m| m.role == "system");
+    if first_is_system && !shows_system(&run) {
+        return Ok(run(&merge_system(messages))?);
+    }
+    Ok(run(messages)?)
+}
+
+/// Whether the template writes a leading system message (llama.cpp's `supports_system_role`,
+/// which asks whether the template reads the system message's content; here: whether the
+/// content appears in the output of a system + user conversation that renders).
+fn shows_system(run: &impl Fn(&[Message]) -> Result<String, Error>) -> bool {
+    let probe = [Message::system(SYSTEM_PROBE), Message::user("User message")];
+    run(&probe).is_ok_and(|text| text.contains(SYSTEM_PROBE))
+}
+
+/// The conversation without its leading system message, whose text starts the next message
+/// (`system + "\n" + content`); a system message alone is dropped (llama.cpp's
+/// `system_message_not_supported`).
+fn merge_system(messages: &[Message]) -> Vec<Message> {
+    let mut out = messages[1..].to_vec();
+    if let Some(next) = out.first_mut() {
+        next.content = format!("{}\n{}", messages[0].content, next.content);
+    }
+    out
+}
+
+fn environment(now_unix: i64) -> Environment<'static> {
+    let mut env = Environment::new();
+    // Hugging Face renders chat templates with these two options on.
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    // `str.strip()`, `.startswith()`, `dict.items()`… as templates written for Python use.
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
+        Err(Error::new(ErrorKind::InvalidOperation, msg))
+    });
+    env.add_function("strftime_now", move |format: String| {
+        strftime(now_unix, &format)
+    });
+    env
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// The (year, month 1–12, day 1–31) of day `days` since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    // Eras of 400 years (146097 days) starting on 0000-03-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of the era, 0..146096
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // year of the era
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the year from March 1
+    let mp = (5 * doy + 2) / 153; // month from March, 0..11
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// C's `strftime` of the UTC time `unix` for the conversions templates use (`%d %b %B %m %Y
+/// %y %e %H %M %S %a %A %j %%`); others are written as they are.
+pub(crate) fn strftime(unix: i64, format: &str) -> String {
+    let days = unix.div_euclid(86_400);
+    let secs = unix.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let month = MONTHS[(m - 1) as usize];
+    // 1970-01-01 was a Thursday (index 3 from Monday).
+    let weekday = WEEKDAYS[(days + 3).rem_euclid(7) as usize];
+    let yday = days - days_from_year_start(y);
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out += &format!("{d:02}"),
+            Some('e') => out += &format!("{d:2}"),
+            Some('m') => out += &format!("{m:02}"),
+            Some('b') => out += &month[..3],
+            Some('B') => out += month,
+            Some('Y') => out += &y.to_string(),
+            Some('y') => out += &format!("{:02}", y.rem_euclid(100)),
+            Some('H') => out += &format!("{:02}", secs / 3600),
+            Some('M') => out += &format!("{:02}", secs / 60 % 60),
+            Some('S') => out += &format!("{:02}", secs % 60),
+            Some('a') => out += &weekday[..3],
+            Some('A') => out += weekday,
+            Some('j') => out += &format!("{:03}", yday + 1),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Days from 1970-01-01 to January 1 of `year`.
+fn days_from_year_start(year: i64) -> i64 {
+    // 365 days a year, plus the leap days of the years before `year` since 1970.
+    let y = year - 1;
+    let leaps = |y: i64| y.div_euclid(4) - y.div_euclid(100) + y.div_euclid(400);
+    365 * (year - 1970) + leaps(y) - leaps(1969)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_as_strftime_writes_them() {
+        assert_eq!(
+            strftime(0, "%d %b %Y %H:%M:%S %A %j"),
+            "01 Jan 1970 00:00:00 Thursday 001"
+        );
+        // 2024-07-26 12:34:56 UTC, a Friday, day 208 of a leap year.
+        assert_eq!(
+            strftime(1_721_997_296, "%d %b %Y, %B %e %a %m/%y %j %%"),
+            "26 Jul 2024, July 26 Fri 07/24 208 %"
+        );
+        // 2000-02-29 and 2100-03-01 (2100 is not a leap year).
+        assert_eq!(strftime(951_782_400, "%Y-%m-%d %j"), "2000-02-29 060");
+        assert_eq!(strftime(4_107_542_400, "%Y-%m-%d %A"), "2100-03-01 Monday");
+        // Before 1970.
+        assert_eq!(strftime(-86_400, "%Y-%m-%d %a"), "1969-12-31 Wed");
+    }
+}

@@ -1,0 +1,103 @@
+//! The tiny random-weight Phi-3 (arch `phi3`: fused Q|K|V, fused gate|up, NEOX rotary, GQA,
+//! 3 layers, f16) against llama.cpp's outputs.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggrs_core::RopeMode;
+use ggrs_llama::arch::fused::{FusedModel, QkvWeights};
+use ggrs_llama::{LlamaError, Model};
+
+fn tiny_path() -> PathBuf {
+    common::reference_dir().join("tiny/tiny-phi3-f16.gguf")
+}
+
+fn load() -> Arc<Model> {
+    Arc::new(Model::load(tiny_path()).expect("load tiny phi3"))
+}
+
+#[test]
+fn hyperparameters_and_fused_weights() {
+    let m = load();
+    let hp = &m.hparams;
+    assert_eq!((hp.arch.as_str(), m.arch_name()), ("phi3", "phi3"));
+    assert_eq!((hp.n_embd, hp.n_layer, hp.n_ff), (128, 3, 320));
+    assert_eq!((hp.n_head, hp.n_head_kv, hp.head_dim), (4, 2, 32));
+    // Rotary over the whole head.
+    assert_eq!(hp.n_rot, hp.head_dim);
+    let fm = m
+        .arch_weights::<FusedModel>()
+        .expect("a fused-projection model");
+    assert_eq!(fm.style.rope_mode, RopeMode::Neox);
+    assert!(fm.style.scale_queries);
+    // No separate Q/K/V projection or gate was read.
+    for w in m.weights() {
+        for part in ["attn_q.", "attn_k.", "attn_v.", "ffn_gate."] {
+            assert!(!w.name.contains(part), "{} read", w.name);
+        }
+    }
+    let l0 = &fm.layers[0];
+    let QkvWeights::Fused { w: wqkv, b: None } = l0.qkv else {
+        panic!("expected a fused qkv without bias, got {:?}", l0.qkv);
+    };
+    assert_eq!(m.weight(wqkv).expect("weight").ne[..2], [128, 128 + 2 * 64]);
+    assert_eq!(m.weight(l0.ffn_up).expect("weight").ne[..2], [128, 2 * 320]);
+    assert!(l0.bo.is_none() && fm.output_b.is_none());
+}
+
+#[test]
+fn tiny_phi3_matches_llama_cpp() {
+    let model = load();
+    let refs = common::read_jsonl(&tiny_path().with_extension("public.jsonl"));
+    assert!(!refs.is_empty());
+    for r in &refs {
+        let ours = model
+            .tokenizer()
+            .encode(&r.prompt, true, true)
+            .expect("tokenize");
+        assert_eq!(ours, r.tokens, "tokens of {:?}", r.prompt);
+    }
+    for nth in [1, 2] {
+        let rep = common::compare(&model, &refs, 0.01, nth, 16);
+        eprintln!(
+            "tiny-phi3, {nth} threads: max |Δlogit| {:.2e} over {} positions, argmax {}/{}, \
+             greedy prefix ok {}/{}",
+            rep.max_abs_diff,
+            rep.positions,
+            rep.argmax_equal,
+            rep.argmax_checked,
+            rep.greedy_prefix_ok,
+            rep.greedy_prompts
+        );
+        assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
+        assert!(rep.argmax_checked > 0);
+        assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
+        assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
+    }
+}
+
+/// A long-context Phi-3 file (LongRoPE factor tensors, which this build does not apply) is
+/// refused with an error naming the tensor, not run without them.
+#[test]
+fn long_rope_factors_are_refused() {
+    let dir = std::env::temp_dir().join(format!("ggrs-tiny-phi3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    let path = dir.join("long-rope.gguf");
+    common::rewrite_gguf_adding(
+        &tiny_path(),
+        &path,
+        |_, v| Some(v.clone()),
+        |_, ne| Some(ne.to_vec()),
+        Vec::new(),
+        vec![("rope_factors_long.weight".to_string(), vec![1.0; 16])],
+    );
+    match Model::load(&path).expect_err("LongRoPE factors") {
+        LlamaError::UnsupportedTensor { name, .. } => {
+            assert_eq!(name, "rope_factors_long.weight")
+        }
+        other => panic!("expected UnsupportedTensor, got {other}"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
