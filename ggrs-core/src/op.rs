@@ -42,10 +42,15 @@ pub enum Op {
     Silu,
     /// GELU, tanh approximation.
     Gelu,
+    /// `tanh(x)`.
+    Tanh,
     /// `max(x, 0)`.
     Relu,
     /// `silu(a)·b`: halves of `src0`, or `src0` and `src1`.
     Swiglu,
+    /// `gelu(a)·b` of `src0` and `src1`, GELU as ggml's CPU GeGLU computes it (see
+    /// `Context::geglu_split`).
+    Geglu,
     /// Sum of all elements.
     Sum,
     /// Sum of each row.
@@ -149,8 +154,10 @@ impl Op {
             Op::Sqrt => "SQRT",
             Op::Silu => "SILU",
             Op::Gelu => "GELU",
+            Op::Tanh => "TANH",
             Op::Relu => "RELU",
             Op::Swiglu => "SWIGLU",
+            Op::Geglu => "GEGLU",
             Op::Sum => "SUM",
             Op::SumRows => "SUM_ROWS",
             Op::Mean => "MEAN",

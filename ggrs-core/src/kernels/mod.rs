@@ -401,10 +401,17 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
     unsafe {
         match task.op {
             Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::binary(task, chunk, n, work),
-            Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Silu | Op::Gelu | Op::Relu => {
+            Op::Scale { .. }
+            | Op::Sqr
+            | Op::Sqrt
+            | Op::Silu
+            | Op::Gelu
+            | Op::Tanh
+            | Op::Relu => {
                 elementwise::unary(task, chunk, n, work)
             }
             Op::Swiglu => elementwise::swiglu(task, chunk, n, work),
+            Op::Geglu => elementwise::geglu(task, chunk, n, work),
             Op::Repeat => elementwise::repeat(task, chunk, n, work),
             Op::Concat { dim } => elementwise::concat(task, dim, chunk, n, work),
             Op::Dup | Op::Cpy => elementwise::copy(task, chunk, n, work),
