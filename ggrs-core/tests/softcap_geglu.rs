@@ -56,15 +56,23 @@ fn tanh_and_soft_cap_follow_the_formula() {
             assert_eq!(o.to_bits(), v.tanh().to_bits(), "tanh({v})");
         }
         for cap in [5.0f32, 30.0] {
-            let y = run(&[&x], (n0, n1), threads, |c, i| c.soft_cap(i[0], cap).unwrap());
+            let y = run(&[&x], (n0, n1), threads, |c, i| {
+                c.soft_cap(i[0], cap).unwrap()
+            });
             for (o, &v) in y.iter().zip(&x) {
                 // The same roundings as ggml's scale → tanh → scale.
                 let want = (v * (1.0 / cap)).tanh() * cap;
                 assert_eq!(o.to_bits(), want.to_bits(), "soft_cap({v}, {cap})");
-                assert!(o.abs() < cap, "|soft_cap({v}, {cap})| = {o} reaches the cap");
+                assert!(
+                    o.abs() < cap,
+                    "|soft_cap({v}, {cap})| = {o} reaches the cap"
+                );
                 // And close to the exact c·tanh(x/c).
                 let exact = cap as f64 * (v as f64 / cap as f64).tanh();
-                assert!((*o as f64 - exact).abs() < 1e-5 * cap as f64, "{v}: {o} vs {exact}");
+                assert!(
+                    (*o as f64 - exact).abs() < 1e-5 * cap as f64,
+                    "{v}: {o} vs {exact}"
+                );
             }
         }
     }

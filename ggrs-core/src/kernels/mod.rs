@@ -401,13 +401,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
     unsafe {
         match task.op {
             Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::binary(task, chunk, n, work),
-            Op::Scale { .. }
-            | Op::Sqr
-            | Op::Sqrt
-            | Op::Silu
-            | Op::Gelu
-            | Op::Tanh
-            | Op::Relu => {
+            Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Silu | Op::Gelu | Op::Tanh | Op::Relu => {
                 elementwise::unary(task, chunk, n, work)
             }
             Op::Swiglu => elementwise::swiglu(task, chunk, n, work),

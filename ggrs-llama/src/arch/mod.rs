@@ -8,6 +8,7 @@
 
 pub mod chatglm;
 pub mod chatglm1;
+pub mod gemma2;
 pub mod llama;
 
 use ggrs_core::gguf::GgufFile;
@@ -46,13 +47,14 @@ impl Registry {
         Registry { archs: Vec::new() }
     }
 
-    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`.
+    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`, `gemma2`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
         r.register(llama::QWEN2);
         r.register(chatglm::ChatGlm);
         r.register(chatglm1::ChatGlm1);
+        r.register(gemma2::Gemma2);
         r
     }
 
