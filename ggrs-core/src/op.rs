@@ -102,6 +102,8 @@ pub enum Op {
     FlashAttnExt {
         /// Applied to each key·query product before the mask.
         scale: f32,
+        /// Soft-capping `c·tanh(s/c)` of the scaled products before the mask; 0: none.
+        softcap: f32,
         /// Parts a single query's keys are split into when there are at least 512 of them
         /// (ggml's split-key decode path; 1: never split).
         kv_splits: usize,
@@ -201,7 +203,11 @@ impl Op {
             }
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
-            Op::FlashAttnExt { scale, kv_splits } => format!("scale={scale} kv_splits={kv_splits}"),
+            Op::FlashAttnExt {
+                scale,
+                softcap,
+                kv_splits,
+            } => format!("scale={scale} softcap={softcap} kv_splits={kv_splits}"),
             Op::Rope {
                 n_dims,
                 mode,

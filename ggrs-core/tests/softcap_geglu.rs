@@ -132,3 +132,107 @@ fn geglu_is_ggml_gelu_of_the_gate_times_up() {
     let b = ctx.new_tensor_1d(DType::F32, 5).unwrap();
     assert!(ctx.geglu_split(a, b).is_err(), "shapes differ");
 }
+
+/// Flash attention with `softcap` against `softmax(c·tanh(scale·k·q / c) + mask) · v`
+/// computed directly (f64, from the same f16 keys and values): the one-row kernel (few
+/// queries), the tiled kernel (64 queries or more) and the split-key path (one query, 512
+/// keys or more, 2 parts); and `softcap` = 0 is the plain kernel, bit for bit.
+#[test]
+fn flash_attention_soft_caps_scores_before_the_mask() {
+    let (d, nh, nhkv) = (48usize, 4usize, 2usize);
+    let (scale, cap) = (0.3f32, 5.0f32);
+    for (n_q, n_kv, splits) in [(5usize, 40usize, 1usize), (70, 90, 1), (1, 600, 2)] {
+        let q = values(21, d * n_q * nh, 3.0);
+        let kf: Vec<f32> = values(22, d * n_kv * nhkv, 2.0)
+            .iter()
+            .map(|&x| f16::from_f32(x).to_f32())
+            .collect();
+        let vf: Vec<f32> = values(23, d * n_kv * nhkv, 1.0)
+            .iter()
+            .map(|&x| f16::from_f32(x).to_f32())
+            .collect();
+        // Query i sees keys 0..=i + n_kv − n_q, except every third one.
+        let mask: Vec<f32> = (0..n_q * n_kv)
+            .map(|e| {
+                let (i, j) = (e / n_kv, e % n_kv);
+                if j > i + n_kv - n_q || j % 3 == 1 {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let compute = |softcap: Option<f32>, threads: usize| -> Vec<f32> {
+            let mut ctx = Context::with_mem_size(16 << 20);
+            let qt = ctx.new_tensor_3d(DType::F32, d, n_q, nh).unwrap();
+            ctx.set_f32(qt, &q).unwrap();
+            let to16 = |x: &[f32]| -> Vec<u8> {
+                x.iter()
+                    .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+                    .collect()
+            };
+            let kt = ctx.new_tensor_3d(DType::F16, d, n_kv, nhkv).unwrap();
+            ctx.set_bytes(kt, &to16(&kf)).unwrap();
+            let vt = ctx.new_tensor_3d(DType::F16, d, n_kv, nhkv).unwrap();
+            ctx.set_bytes(vt, &to16(&vf)).unwrap();
+            let mt = ctx.new_tensor_2d(DType::F32, n_kv, n_q).unwrap();
+            ctx.set_f32(mt, &mask).unwrap();
+            let out = match softcap {
+                Some(c) => ctx.flash_attn_ext_softcap(qt, kt, vt, Some(mt), scale, c, splits),
+                None => ctx.flash_attn_ext_split(qt, kt, vt, Some(mt), scale, splits),
+            }
+            .unwrap(); // [d, nh, n_q]
+            let mut g = Graph::new();
+            g.build_forward_expand(&ctx, out).unwrap();
+            Executor::new(threads).compute(&mut ctx, &g).unwrap();
+            ctx.to_f32_vec(out).unwrap()
+        };
+        let one = compute(Some(cap), 1);
+        assert_eq!(one, compute(Some(cap), 2), "thread count changed the bits");
+        assert_eq!(
+            compute(Some(0.0), 1),
+            compute(None, 1),
+            "softcap 0 is not the plain kernel"
+        );
+        let mut worst = 0f64;
+        for i in 0..n_q {
+            for h in 0..nh {
+                let hk = h / (nh / nhkv);
+                let qrow = &q[(h * n_q + i) * d..][..d];
+                let s: Vec<f64> = (0..n_kv)
+                    .map(|j| {
+                        let krow = &kf[(hk * n_kv + j) * d..][..d];
+                        let dot: f64 = qrow
+                            .iter()
+                            .zip(krow)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum();
+                        let capped = cap as f64 * (dot * scale as f64 / cap as f64).tanh();
+                        capped + mask[i * n_kv + j] as f64
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = s.iter().map(|&x| (x - m).exp()).collect();
+                let sum: f64 = w.iter().sum();
+                for e in 0..d {
+                    let want: f64 = (0..n_kv)
+                        .map(|j| w[j] * vf[(hk * n_kv + j) * d + e] as f64)
+                        .sum::<f64>()
+                        / sum;
+                    let got = one[(i * nh + h) * d + e] as f64;
+                    worst = worst.max((got - want).abs());
+                }
+            }
+        }
+        // q is rounded to f16 and the one-row kernel accumulates in f16: a few 1e-3.
+        assert!(worst < 5e-3, "n_q {n_q}, n_kv {n_kv}: max error {worst}");
+        // Without the cap the scores (|s| up to ≈ 15) would give other weights.
+        let plain = compute(None, 1);
+        let moved = one
+            .iter()
+            .zip(&plain)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(moved > 1e-2, "the cap changed nothing ({moved})");
+    }
+}

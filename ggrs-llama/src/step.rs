@@ -131,10 +131,9 @@ pub fn cached_attention(
 
 /// [`cached_attention`] with the cache rows `k_rows`, the mask `mask` (`[n_kv, n_tokens]`:
 /// `inp.mask`, or a sliding-window layer's `inp.mask_swa`) and the score arithmetic
-/// `scores` given. Without soft-capping an f16 cache uses flash attention as
-/// [`cached_attention`] does; with it (which ggrs's flash attention does not do) every cache
-/// type takes llama.cpp's path without flash attention: `K·q`, `scale`, soft-cap as
-/// `scale(tanh(scale(s, 1/c)), c)`, `soft_max_ext` with the mask, then the values.
+/// `scores` given. An f16 cache uses flash attention (with ggml's `logit_softcap` when
+/// soft-capping), another type llama.cpp's path without it: `K·q`, soft-capping as
+/// `scale(tanh(scale(s·scale, 1/c)), c)`, `soft_max_ext` with the mask, then the values.
 #[allow(clippy::too_many_arguments)]
 pub fn cached_attention_with(
     ctx: &mut Context,
@@ -161,8 +160,9 @@ pub fn cached_attention_with(
     let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
     let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
     let mask = Some(mask);
-    let merged = if kv.dtype == DType::F16 && scores.softcap.is_none() {
-        ctx.flash_attn_ext_split(qq, kk, vv, mask, scores.scale, shape.attn_kv_splits)?
+    let merged = if kv.dtype == DType::F16 {
+        let (scale, softcap) = (scores.scale, scores.softcap.unwrap_or(0.0));
+        ctx.flash_attn_ext_softcap(qq, kk, vv, mask, scale, softcap, shape.attn_kv_splits)?
     // [hd, nh, n]
     } else {
         let mut kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]

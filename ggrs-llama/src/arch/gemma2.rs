@@ -19,8 +19,8 @@
 //! `attention.sliding_window` positions (a query at position p sees keys at p − w + 1 … p),
 //! the others globally, as llama.cpp decides for gemma2 (`set_swa_pattern(2)`). Both masks
 //! come from [`SlidingWindowState`], built from each token's own position and sequence.
-//! Attention takes the path without flash attention (ggrs's flash attention has no
-//! soft-capping), as llama.cpp does when flash attention is off.
+//! With an f16 cache attention is flash attention with ggml's `logit_softcap`, as llama.cpp
+//! runs it on the CPU.
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::{Context, RopeMode};
