@@ -264,3 +264,35 @@ fn an_f32_cache_gives_the_reference_logits_within_rounding() {
     assert!(checked > 50);
     assert!(worst < 0.02, "an f32 cache moves the logits by {worst}");
 }
+
+/// Gemma 2's own keys out of range are typed errors naming the key.
+#[test]
+fn bad_gemma2_keys_are_typed_errors() {
+    use ggrs_core::gguf::{GgufFile, Value};
+    use ggrs_llama::LlamaError;
+
+    let path = common::reference_dir().join("tiny/tiny-gemma2-f16.gguf");
+    let load = |key: &str, value: Value| {
+        let bytes = common::gguf_with_key(&path, key, value);
+        Model::from_gguf(GgufFile::from_bytes(Arc::new(bytes)).expect("parse"))
+    };
+    for (key, value) in [
+        ("gemma2.attn_logit_softcapping", Value::F32(0.0)),
+        ("gemma2.final_logit_softcapping", Value::F32(f32::NAN)),
+        (
+            "gemma2.final_logit_softcapping",
+            Value::String("ten".into()),
+        ),
+        ("gemma2.attention.sliding_window", Value::U32(0)),
+        ("gemma2.attention.value_length", Value::U32(32)),
+    ] {
+        match load(key, value.clone()) {
+            Err(LlamaError::BadKey { key: k, detail }) => {
+                assert_eq!(k, key, "{detail}");
+            }
+            other => panic!("{key} = {value:?}: {other:?}"),
+        }
+    }
+    // The file's own values load.
+    assert!(load("gemma2.attention.sliding_window", Value::U32(8)).is_ok());
+}
