@@ -42,10 +42,15 @@ pub enum Op {
     Silu,
     /// GELU, tanh approximation.
     Gelu,
+    /// `tanh(x)`.
+    Tanh,
     /// `max(x, 0)`.
     Relu,
     /// `silu(a)·b`: halves of `src0`, or `src0` and `src1`.
     Swiglu,
+    /// `gelu(a)·b` of `src0` and `src1`, GELU as ggml's CPU GeGLU computes it (see
+    /// `Context::geglu_split`).
+    Geglu,
     /// Sum of all elements.
     Sum,
     /// Sum of each row.
@@ -97,6 +102,8 @@ pub enum Op {
     FlashAttnExt {
         /// Applied to each key·query product before the mask.
         scale: f32,
+        /// Soft-capping `c·tanh(s/c)` of the scaled products before the mask; 0: none.
+        softcap: f32,
         /// Parts a single query's keys are split into when there are at least 512 of them
         /// (ggml's split-key decode path; 1: never split).
         kv_splits: usize,
@@ -150,8 +157,10 @@ impl Op {
             Op::Sqrt => "SQRT",
             Op::Silu => "SILU",
             Op::Gelu => "GELU",
+            Op::Tanh => "TANH",
             Op::Relu => "RELU",
             Op::Swiglu => "SWIGLU",
+            Op::Geglu => "GEGLU",
             Op::Sum => "SUM",
             Op::SumRows => "SUM_ROWS",
             Op::Mean => "MEAN",
@@ -195,7 +204,11 @@ impl Op {
             }
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
-            Op::FlashAttnExt { scale, kv_splits } => format!("scale={scale} kv_splits={kv_splits}"),
+            Op::FlashAttnExt {
+                scale,
+                softcap,
+                kv_splits,
+            } => format!("scale={scale} softcap={softcap} kv_splits={kv_splits}"),
             Op::Rope {
                 n_dims,
                 mode,

@@ -166,6 +166,9 @@ pub struct StepValues {
     /// `StepInputs::mask`, `[n_kv, n_tokens]`: 0 where a token may attend a cell, −∞ where
     /// not.
     pub mask: Vec<f32>,
+    /// `StepInputs::mask_swa`, the mask of the sliding-window layers (same layout), for a
+    /// graph that has that input (see [`SlidingWindowState`]); `None` otherwise.
+    pub mask_swa: Option<Vec<f32>>,
 }
 
 /// Per-session state behind a step's positions and mask (one per session, made by
@@ -195,6 +198,27 @@ impl StepState for CausalState {
         Ok(StepValues {
             pos: piece.pos.clone(),
             mask: kv.mask(piece, n_kv),
+            mask_swa: None,
+        })
+    }
+}
+
+/// The step state of a model whose layers attend either causally or through a sliding
+/// window (Gemma 2): positions as the batch gives them, the causal mask, and the sliding-window
+/// mask ([`KvCache::mask_window`]), both built from each token's own position and sequence, so
+/// they hold for a batch of several sequences and across steps alike.
+#[derive(Debug, Clone, Copy)]
+pub struct SlidingWindowState {
+    /// Positions a sliding-window query sees, its own included.
+    pub window: u32,
+}
+
+impl StepState for SlidingWindowState {
+    fn inputs(&mut self, piece: &Batch, kv: &KvCache, n_kv: usize) -> Result<StepValues> {
+        Ok(StepValues {
+            pos: piece.pos.clone(),
+            mask: kv.mask(piece, n_kv),
+            mask_swa: Some(kv.mask_window(piece, n_kv, Some(self.window))),
         })
     }
 }

@@ -1,6 +1,7 @@
 //! Hyperparameters read from a GGUF file's `<arch>.*` keys.
 
 use ggrs_core::gguf::GgufFile;
+use ggrs_core::{RopeMode, RopeParams};
 
 use crate::error::{LlamaError, Result};
 
@@ -37,7 +38,9 @@ pub struct HParams {
     pub rms_eps: f32,
 }
 
-fn get_usize(f: &GgufFile, key: &str) -> Result<Option<usize>> {
+/// The non-negative integer under `key`, `None` when absent; another type is
+/// [`LlamaError::BadKey`].
+pub(crate) fn get_usize(f: &GgufFile, key: &str) -> Result<Option<usize>> {
     match f.get(key) {
         None => Ok(None),
         Some(v) => v
@@ -50,7 +53,8 @@ fn get_usize(f: &GgufFile, key: &str) -> Result<Option<usize>> {
     }
 }
 
-fn get_f32(f: &GgufFile, key: &str) -> Result<Option<f32>> {
+/// The number under `key`, `None` when absent; another type is [`LlamaError::BadKey`].
+pub(crate) fn get_f32(f: &GgufFile, key: &str) -> Result<Option<f32>> {
     match f.get(key) {
         None => Ok(None),
         Some(v) => v.as_f32().map(Some).ok_or_else(|| LlamaError::BadKey {
@@ -195,6 +199,16 @@ impl HParams {
             rope_freq_scale: if scale > 0.0 { 1.0 / scale } else { 1.0 },
             rms_eps,
         })
+    }
+
+    /// The rotary parameters of the model's keys and queries, pairing dimensions by `mode`.
+    pub fn rope(&self, mode: RopeMode) -> RopeParams {
+        RopeParams {
+            n_dims: self.n_rot,
+            mode,
+            freq_base: self.rope_freq_base,
+            freq_scale: self.rope_freq_scale,
+        }
     }
 
     /// Width of the keys (and values) of all KV heads together.

@@ -185,11 +185,21 @@ impl KvCache {
     /// The attention mask of a placed batch, `[n_kv, n_tokens]` row-major by token: 0 where
     /// token t may see cell c (same sequence, position ≤ its own), −∞ elsewhere.
     pub fn mask(&self, batch: &Batch, n_kv: usize) -> Vec<f32> {
+        self.mask_window(batch, n_kv, None)
+    }
+
+    /// As [`KvCache::mask`], and with a sliding window of `window` positions (llama.cpp's
+    /// standard SWA): a token at position p sees its sequence's cells at positions
+    /// `p − window + 1 ..= p` only. `None`: no window (the causal mask).
+    pub fn mask_window(&self, batch: &Batch, n_kv: usize, window: Option<u32>) -> Vec<f32> {
         let mut m = vec![f32::NEG_INFINITY; n_kv * batch.len()];
         for t in 0..batch.len() {
             let (s, p) = (batch.seq[t], batch.pos[t]);
+            // Positions are non-negative (`Batch::validate`): p − window + 1 fits in i64.
+            let first = window.map_or(i64::MIN, |w| p as i64 - w as i64 + 1);
             for (c, cell) in self.cells[..n_kv].iter().enumerate() {
-                if cell.has(s) && cell.pos.is_some_and(|cp| cp <= p) {
+                let seen = cell.pos.is_some_and(|cp| cp <= p && cp as i64 >= first);
+                if cell.has(s) && seen {
                     m[t * n_kv + c] = 0.0;
                 }
             }

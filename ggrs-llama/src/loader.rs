@@ -147,6 +147,20 @@ impl<'a> WeightLoader<'a> {
         Ok(id)
     }
 
+    /// The token embeddings (`token_embd.weight`, `[n_embd, n_vocab]`), the final norm weight
+    /// (`output_norm.weight`, `[n_embd]`) and the output projection (`output.weight`, or the
+    /// embeddings when the file ties them), as most decoders have them.
+    pub fn embeddings_and_output(&mut self) -> Result<(WeightId, WeightId, WeightId)> {
+        let (e, v) = (self.hp.n_embd, self.hp.n_vocab);
+        let tok_embd = self.rows("token_embd.weight", &[e, v])?;
+        let output_norm = self.f32("output_norm.weight", &[e])?;
+        let output = match self.opt_matrix("output.weight", &[e, v])? {
+            Some(o) => o,
+            None => self.also_matrix(tok_embd)?,
+        };
+        Ok((tok_embd, output_norm, output))
+    }
+
     /// The table and the list of matrices.
     pub fn finish(self) -> LoadedWeights {
         self.out

@@ -404,6 +404,16 @@ impl Session {
         let cells: Vec<i32> = placed.cells.iter().map(|&c| c as i32).collect();
         self.ctx.set_i32(inp.k_rows, &cells)?;
         self.ctx.set_f32(inp.mask, &values.mask)?;
+        if let Some(t) = inp.mask_swa {
+            let m = values.mask_swa.as_ref().ok_or_else(|| {
+                LlamaError::InvalidArgument(
+                    "the step graph has a sliding-window mask but the architecture's step \
+                     state gave none (StepValues::mask_swa)"
+                        .into(),
+                )
+            })?;
+            self.ctx.set_f32(t, m)?;
+        }
         if let Some(ids) = inp.out_ids {
             let ids_v: Vec<i32> = if outputs.is_empty() {
                 vec![n as i32 - 1]

@@ -26,6 +26,9 @@ pub struct StepInputs {
     pub k_rows: Tensor,
     /// Attention mask, `[n_kv, n_tokens]` f32.
     pub mask: Tensor,
+    /// The sliding-window layers' attention mask, `[n_kv, n_tokens]` f32, when the graph has
+    /// such layers ([`StepInputs::add_swa_mask`]; filled from `StepValues::mask_swa`).
+    pub mask_swa: Option<Tensor>,
     /// Tokens whose logits are computed, `[n_outputs]` i32 (absent when all are).
     pub out_ids: Option<Tensor>,
 }
@@ -62,8 +65,18 @@ impl StepInputs {
             pos,
             k_rows,
             mask,
+            mask_swa: None,
             out_ids,
         })
+    }
+
+    /// Adds the sliding-window mask input (`inp_mask_swa`, `[n_kv, n_tokens]` f32, see
+    /// [`StepInputs::mask_swa`]) for a graph of `shape`, and returns it.
+    pub fn add_swa_mask(&mut self, ctx: &mut Context, shape: StepShape) -> Result<Tensor> {
+        let m = ctx.new_tensor_2d(DType::F32, shape.n_kv, shape.n_tokens)?;
+        ctx.set_name(m, "inp_mask_swa")?;
+        self.mask_swa = Some(m);
+        Ok(m)
     }
 }
 
@@ -76,6 +89,17 @@ pub struct AttnDims {
     pub n_head: usize,
     /// Key/value heads (a divisor of `n_head`).
     pub n_head_kv: usize,
+}
+
+/// How one attention layer turns key·query products into weights (see
+/// [`cached_attention_with`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnScores {
+    /// Factor applied to each key·query product.
+    pub scale: f32,
+    /// Soft-capping `c·tanh(s/c)` of the scaled products before the mask (Gemma 2's
+    /// `attn_logit_softcapping`), if any.
+    pub softcap: Option<f32>,
 }
 
 /// Writes this step's keys and values (`k`, `v`: `[head_dim·n_head_kv, n_tokens]`, rows may
@@ -94,10 +118,15 @@ pub fn cached_attention(
     shape: StepShape,
     dims: AttnDims,
     q: Tensor,
-    kv_pair: [Tensor; 2],
+    kv_new: [Tensor; 2],
 ) -> Result<Tensor> {
-    let kq_scale = 1.0 / (dims.head_dim as f32).sqrt();
-    cached_attention_scaled(ctx, kv, il, inp, shape, dims, q, kv_pair, kq_scale)
+    let scores = AttnScores {
+        scale: 1.0 / (dims.head_dim as f32).sqrt(),
+        softcap: None,
+    };
+    cached_attention_with(
+        ctx, kv, il, inp.k_rows, inp.mask, shape, dims, q, kv_new, scores,
+    )
 }
 
 /// [`cached_attention`] with the scores scaled by `kq_scale` instead of 1/√head_dim (a
@@ -111,8 +140,35 @@ pub fn cached_attention_scaled(
     shape: StepShape,
     dims: AttnDims,
     q: Tensor,
-    [k, v]: [Tensor; 2],
+    kv_new: [Tensor; 2],
     kq_scale: f32,
+) -> Result<Tensor> {
+    let scores = AttnScores {
+        scale: kq_scale,
+        softcap: None,
+    };
+    cached_attention_with(
+        ctx, kv, il, inp.k_rows, inp.mask, shape, dims, q, kv_new, scores,
+    )
+}
+
+/// [`cached_attention`] with the cache rows `k_rows`, the mask `mask` (`[n_kv, n_tokens]`:
+/// `inp.mask`, or a sliding-window layer's `inp.mask_swa`) and the score arithmetic
+/// `scores` given. An f16 cache uses flash attention (with ggml's `logit_softcap` when
+/// soft-capping), another type llama.cpp's path without it: `K·q`, soft-capping as
+/// `scale(tanh(scale(s·scale, 1/c)), c)`, `soft_max_ext` with the mask, then the values.
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention_with(
+    ctx: &mut Context,
+    kv: &KvCache,
+    il: usize,
+    k_rows: Tensor,
+    mask: Tensor,
+    shape: StepShape,
+    dims: AttnDims,
+    q: Tensor,
+    [k, v]: [Tensor; 2],
+    scores: AttnScores,
 ) -> Result<Tensor> {
     let AttnDims {
         head_dim: hd,
@@ -121,18 +177,27 @@ pub fn cached_attention_scaled(
     } = dims;
     let (n, n_kv) = (shape.n_tokens, shape.n_kv);
     let (e_kv, kv_ts) = (hd * nhkv, kv.dtype.type_size());
-    let k_cache = ctx.set_rows(kv.k[il], k, inp.k_rows)?; // [e_kv, size]
-    let v_cache = ctx.set_rows(kv.v[il], v, inp.k_rows)?; // [e_kv, size]
+    let k_cache = ctx.set_rows(kv.k[il], k, k_rows)?; // [e_kv, size]
+    let v_cache = ctx.set_rows(kv.v[il], v, k_rows)?; // [e_kv, size]
     let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
     let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
     let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
-    let mask = Some(inp.mask);
+    let mask = Some(mask);
     let merged = if kv.dtype == DType::F16 {
-        ctx.flash_attn_ext_split(qq, kk, vv, mask, kq_scale, shape.attn_kv_splits)?
+        let (scale, softcap) = (scores.scale, scores.softcap.unwrap_or(0.0));
+        ctx.flash_attn_ext_softcap(qq, kk, vv, mask, scale, softcap, shape.attn_kv_splits)?
     // [hd, nh, n]
     } else {
-        let kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
-        let kq = ctx.soft_max_ext(kq, mask, kq_scale)?;
+        let mut kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
+        let mut softmax_scale = scores.scale;
+        if let Some(c) = scores.softcap {
+            if scores.scale != 1.0 {
+                kq = ctx.scale(kq, scores.scale)?;
+                softmax_scale = 1.0;
+            }
+            kq = ctx.soft_cap(kq, c)?;
+        }
+        let kq = ctx.soft_max_ext(kq, mask, softmax_scale)?;
         let vt = ctx.transpose(vv)?;
         let vt = ctx.cont(vt)?; // [n_kv, hd, nhkv]
         let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
+use ggrs_core::gguf::{GgufFile, Value};
 use ggrs_llama::{
     Batch, GenerateParams, LlamaError, Model, SamplingParams, Session, SessionParams,
 };
@@ -28,26 +28,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The tiny llama model with metadata key `key` set to `value`, as bytes in memory.
 fn with_key(key: &str, value: Value) -> Vec<u8> {
-    let src = GgufFile::open(tiny("tiny-llama-f16.gguf")).unwrap();
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        if k != key {
-            w.add_kv(k.clone(), v.clone()).unwrap();
-        }
-    }
-    w.add_kv(key, value).unwrap();
-    for t in src.tensors() {
-        w.add_tensor_info(t.name.clone(), t.dtype, t.shape())
-            .unwrap();
-    }
-    let tensors = src.tensors().to_vec();
-    let mut i = 0;
-    w.to_bytes(|_, out| {
-        let d = src.tensor_data(&tensors[i]);
-        i += 1;
-        out.write_all(d)
-    })
-    .unwrap()
+    common::gguf_with_key(&tiny("tiny-llama-f16.gguf"), key, value)
 }
 
 fn load_bytes(bytes: Vec<u8>) -> ggrs_llama::Result<Model> {

@@ -138,7 +138,10 @@ struct Attn<'a> {
     v: &'a RawTensor,
     mask: Option<&'a RawTensor>,
     dst: &'a RawTensor,
+    /// The op's scale, divided by `softcap` when there is one (as ggml does).
     scale: f32,
+    /// Soft-cap `c` (scores become `c·tanh(s·scale/c)`), 0 for none.
+    softcap: f32,
     fast: bool,
 }
 
@@ -199,9 +202,11 @@ impl Attn<'_> {
 ///
 /// # Safety
 /// See [`crate::kernels::compute_chunk`]; the builder checked the shape contract.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn flash_attn_ext(
     task: &Task,
     scale: f32,
+    softcap: f32,
     kv_splits: usize,
     chunk: usize,
     n_chunks: usize,
@@ -215,7 +220,12 @@ pub(crate) unsafe fn flash_attn_ext(
             .expect("the builder gives flash_attn_ext a value tensor"),
         mask: task.src[3].as_ref(),
         dst: &task.dst,
-        scale,
+        scale: if softcap != 0.0 {
+            scale / softcap
+        } else {
+            scale
+        },
+        softcap,
         fast: fast(),
     };
     let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
@@ -307,7 +317,12 @@ unsafe fn group_row_keys(
     let (dk, dv) = (a.dk(), a.dv());
     let rs = row_scratch(dk, dv);
     #[cfg(target_arch = "x86_64")]
-    if a.fast && dk == x86::D && dv == x86::D && a.mask.is_none_or(|m| m.ne[2] == 1) {
+    if a.fast
+        && a.softcap == 0.0
+        && dk == x86::D
+        && dv == x86::D
+        && a.mask.is_none_or(|m| m.ne[2] == 1)
+    {
         let mut out = Vec::with_capacity(heads.len());
         let mut h = heads.start;
         while h < heads.end {
@@ -384,7 +399,7 @@ unsafe fn one_row_keys(
         (p as *const u8, m.nb[0], m.dtype == DType::F16)
     });
     #[cfg(target_arch = "x86_64")]
-    if a.fast && dk == x86::D && dv == x86::D {
+    if a.fast && a.softcap == 0.0 && dk == x86::D && dv == x86::D {
         let qh: &[f32; x86::D] = (&*qh).try_into().expect("dk == D was checked just above");
         let acc: &mut [u16; x86::D] = acc.try_into().expect("dv == D was checked just above");
         // SAFETY: `fast` means AVX2, FMA and F16C; rows `keys` of this head's keys and values
@@ -425,6 +440,9 @@ unsafe fn one_row_keys(
         f16_to_f32(kr16, kr, a.fast);
         let mut s = dot_f16_ggml(kr, qh, a.fast);
         s *= a.scale;
+        if a.softcap != 0.0 {
+            s = a.softcap * s.tanh();
+        }
         s += mv;
         let (ms, vs);
         if s > max {
@@ -605,6 +623,12 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
             }
             for x in &mut s[n_t..] {
                 *x = f32::NEG_INFINITY;
+            }
+            if a.softcap != 0.0 {
+                // As ggml: after the padding (which becomes −c), before the mask.
+                for x in s.iter_mut() {
+                    *x = x.tanh() * a.softcap;
+                }
             }
             if a.mask.is_some() {
                 for (x, &m) in s.iter_mut().zip(&mk[r * TILE_KV..(r + 1) * TILE_KV]) {

@@ -58,6 +58,22 @@ pub(crate) fn gelu(x: f32) -> f32 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + C * x * x)).tanh())
 }
 
+/// `gelu(g)·u` as ggml's CPU GeGLU computes it (`ggml_vec_geglu_f32` with `GGML_GELU_FP16`,
+/// ggml's default): 0 for `g ≤ −10`, `g·u` for `g ≥ 10`, otherwise GELU looked up at `g`
+/// rounded to f16, its value rounded to f16 (ggml's table holds `f16(gelu(h))` for every f16
+/// `h`), times `u`.
+#[inline(always)]
+pub(crate) fn geglu_ggml(g: f32, u: f32) -> f32 {
+    if g <= -10.0 {
+        0.0
+    } else if g >= 10.0 {
+        g * u
+    } else {
+        let h = half::f16::from_f32(g).to_f32();
+        half::f16::from_f32(gelu(h)).to_f32() * u
+    }
+}
+
 #[inline(always)]
 fn map(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     for (o, &x) in out.iter_mut().zip(a) {
@@ -65,7 +81,7 @@ fn map(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     }
 }
 
-/// Unary ops: scale, sqr, sqrt, silu, gelu, relu.
+/// Unary ops: scale, sqr, sqrt, silu, gelu, tanh, relu.
 ///
 /// # Safety
 /// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape.
@@ -84,6 +100,7 @@ pub(crate) unsafe fn unary(task: &Task, chunk: usize, n_chunks: usize, work: &mu
                 // ggml's vectorised SiLU (see `ggml_arith`), so results match llama.cpp's.
                 Op::Silu => crate::kernels::ggml_arith::swiglu_row(out, x, None),
                 Op::Gelu => map(out, x, gelu),
+                Op::Tanh => map(out, x, f32::tanh),
                 _ => map(out, x, |v| v.max(0.0)),
             }
         }
@@ -130,6 +147,31 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
             // ggml's vectorised SiLU (see `ggml_arith`), so results match llama.cpp's.
             let p = piece.clone();
             crate::kernels::ggml_arith::swiglu_row(&mut out[p.clone()], &g[p.clone()], Some(&u[p]));
+        }
+    }
+}
+
+/// GeGLU: `gelu(g)·u` from src0 and src1 (see [`geglu_ggml`]), whole rows per chunk.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of the sources'
+/// shape.
+pub(crate) unsafe fn geglu(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let d = &task.dst;
+    let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
+    let b = task.src[1]
+        .as_ref()
+        .expect("the builder gives geglu a second source");
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: rows in range for dst and both sources (same shape); dst row owned.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let g = task.s0().load_row(i1, i2, i3, s0);
+            let u = b.load_row(i1, i2, i3, s1);
+            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                *o = geglu_ggml(g, u);
+            }
         }
     }
 }

@@ -401,10 +401,11 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
     unsafe {
         match task.op {
             Op::Add | Op::Sub | Op::Mul | Op::Div => elementwise::binary(task, chunk, n, work),
-            Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Silu | Op::Gelu | Op::Relu => {
+            Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Silu | Op::Gelu | Op::Tanh | Op::Relu => {
                 elementwise::unary(task, chunk, n, work)
             }
             Op::Swiglu => elementwise::swiglu(task, chunk, n, work),
+            Op::Geglu => elementwise::geglu(task, chunk, n, work),
             Op::Repeat => elementwise::repeat(task, chunk, n, work),
             Op::Concat { dim } => elementwise::concat(task, dim, chunk, n, work),
             Op::Dup | Op::Cpy => elementwise::copy(task, chunk, n, work),
@@ -419,9 +420,11 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::MulMat => matmul::compute(task, chunk, n, work),
             Op::DiagMaskInf { n_past } => nn::diag_mask_inf(task, n_past, chunk, n, work),
             Op::SoftMax { scale } => nn::soft_max(task, scale, chunk, n, work),
-            Op::FlashAttnExt { scale, kv_splits } => {
-                attn::flash_attn_ext(task, scale, kv_splits, chunk, n, work)
-            }
+            Op::FlashAttnExt {
+                scale,
+                softcap,
+                kv_splits,
+            } => attn::flash_attn_ext(task, scale, softcap, kv_splits, chunk, n, work),
             Op::Rope { .. } => return nn::rope(task, chunk, n, work),
             Op::RopeFreqs { offset, mode } => {
                 rope_freqs::rope_freqs(task, offset, mode, chunk, n, work)

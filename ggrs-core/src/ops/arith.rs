@@ -75,6 +75,26 @@ impl Context {
         self.unary(Op::Gelu, a)
     }
 
+    /// `tanh(a)` element-wise. Any shape f32 → same shape.
+    pub fn tanh(&mut self, a: Tensor) -> Result<Tensor> {
+        self.unary(Op::Tanh, a)
+    }
+
+    /// Soft-capping, `c · tanh(a / c)` element-wise, computed as ggml graphs write it
+    /// (`scale(tanh(scale(a, 1/c)), c)`, the same roundings). Any shape f32 → same shape;
+    /// `c` must be finite and positive.
+    pub fn soft_cap(&mut self, a: Tensor, c: f32) -> Result<Tensor> {
+        if !(c.is_finite() && c > 0.0) {
+            return Err(Error::InvalidArgument {
+                op: "SOFT_CAP",
+                detail: format!("the cap {c} must be finite and positive"),
+            });
+        }
+        let x = self.scale(a, 1.0 / c)?;
+        let x = self.tanh(x)?;
+        self.scale(x, c)
+    }
+
     /// `max(a, 0)`. Any shape f32 → same shape.
     pub fn relu(&mut self, a: Tensor) -> Result<Tensor> {
         self.unary(Op::Relu, a)
@@ -109,6 +129,24 @@ impl Context {
             ));
         }
         self.new_tensor_with(DType::F32, ng, Op::Swiglu, [Some(g), Some(u), None])
+    }
+
+    /// GeGLU of two tensors: g, u: same shape f32 → same shape, `gelu(g) · u` with GELU in
+    /// its tanh form as ggml's CPU kernel evaluates it inside GeGLU: looked up at `g` rounded
+    /// to f16 and rounded to f16 itself (0 for `g ≤ −10`, `g` for `g ≥ 10`), so results
+    /// match llama.cpp's bit for bit.
+    pub fn geglu_split(&mut self, g: Tensor, u: Tensor) -> Result<Tensor> {
+        let ng = self.expect_type("GEGLU", "g", g, &[DType::F32])?.ne;
+        let nu = self.expect_type("GEGLU", "u", u, &[DType::F32])?.ne;
+        if ng != nu {
+            return Err(shape_err(
+                "GEGLU",
+                ng,
+                nu,
+                "g and u must have the same shape",
+            ));
+        }
+        self.new_tensor_with(DType::F32, ng, Op::Geglu, [Some(g), Some(u), None])
     }
 
     /// a tiled to `b`'s shape (b's data is not read). a: f32 whose every `ne[i]` divides

@@ -274,7 +274,32 @@ impl Context {
         scale: f32,
         kv_splits: usize,
     ) -> Result<Tensor> {
+        self.flash_attn_ext_softcap(q, k, v, mask, scale, 0.0, kv_splits)
+    }
+
+    /// [`Context::flash_attn_ext_split`] with ggml's `logit_softcap`: each scaled key·query
+    /// product `s` becomes `softcap · tanh(s / softcap)` before the mask is added (Gemma 2's
+    /// attention soft-capping), computed as ggml's CPU kernel does (`scale / softcap` applied
+    /// to the product, then `tanh`, then `· softcap`). `softcap` = 0: none; otherwise finite
+    /// and positive.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_ext_softcap(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Option<Tensor>,
+        scale: f32,
+        softcap: f32,
+        kv_splits: usize,
+    ) -> Result<Tensor> {
         const OP: &str = "FLASH_ATTN_EXT";
+        if !(softcap == 0.0 || softcap.is_finite() && softcap > 0.0) {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                detail: format!("softcap = {softcap} must be 0 (none) or finite and positive"),
+            });
+        }
         if kv_splits == 0 {
             return Err(Error::InvalidArgument {
                 op: OP,
@@ -346,7 +371,11 @@ impl Context {
         self.new_tensor_with(
             DType::F32,
             [nv[0], nq[2], nq[1], nq[3]],
-            Op::FlashAttnExt { scale, kv_splits },
+            Op::FlashAttnExt {
+                scale,
+                softcap,
+                kv_splits,
+            },
             [Some(q), Some(k), Some(v), mask],
         )
     }

@@ -213,7 +213,11 @@ struct Glm1Steps {
 impl StepState for Glm1Steps {
     fn inputs(&mut self, piece: &Batch, kv: &KvCache, n_kv: usize) -> Result<StepValues> {
         let (pos, mask) = self.state.step_inputs(&self.params, piece, kv, n_kv)?;
-        Ok(StepValues { pos, mask })
+        Ok(StepValues {
+            pos,
+            mask,
+            mask_swa: None,
+        })
     }
 
     fn clear(&mut self) {

@@ -17,7 +17,7 @@
 //! logits = output · (rms_norm(x) · output_norm)             // [n_vocab, n_outputs]
 //! ```
 
-use ggrs_core::{Context, RopeMode, RopeParams};
+use ggrs_core::{Context, RopeMode};
 
 use crate::architecture::{ArchModel, Architecture, StepTensors};
 use crate::error::Result;
@@ -106,14 +106,9 @@ impl Architecture for Llama {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
+        let (e, f) = (hp.n_embd, hp.n_ff);
         let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
-        let tok_embd = l.rows("token_embd.weight", &[e, v])?;
-        let output_norm = l.f32("output_norm.weight", &[e])?;
-        let output = match l.opt_matrix("output.weight", &[e, v])? {
-            Some(o) => o,
-            None => l.also_matrix(tok_embd)?,
-        };
+        let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
         let rope_freqs = l.opt_f32("rope_freqs.weight", &[hp.n_rot / 2])?;
         // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
         let mut layers = Vec::with_capacity(hp.n_layer);
@@ -184,12 +179,7 @@ fn build(
 
     let inp = StepInputs::new(ctx, shape, 1, false)?;
     let (tokens, pos, out_ids) = (inp.tokens, inp.pos, inp.out_ids);
-    let rope = RopeParams {
-        n_dims: hp.n_rot,
-        mode: m.rope_mode,
-        freq_base: hp.rope_freq_base,
-        freq_scale: hp.rope_freq_scale,
-    };
+    let rope = hp.rope(m.rope_mode);
 
     let freqs = w.opt(m.rope_freqs);
 

@@ -9,6 +9,7 @@
 pub mod chatglm;
 pub mod chatglm1;
 pub mod fused;
+pub mod gemma2;
 pub mod llama;
 pub mod phi3;
 
@@ -48,7 +49,8 @@ impl Registry {
         Registry { archs: Vec::new() }
     }
 
-    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`, `phi3`.
+    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`, `phi3`,
+    /// `gemma2`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -56,6 +58,7 @@ impl Registry {
         r.register(chatglm::ChatGlm);
         r.register(chatglm1::ChatGlm1);
         r.register(phi3::Phi3);
+        r.register(gemma2::Gemma2);
         r
     }
 

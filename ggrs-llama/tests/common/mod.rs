@@ -23,6 +23,32 @@ pub fn reference_dir() -> PathBuf {
         .unwrap_or_else(|| here.join("../../shared/reference"))
 }
 
+/// The GGUF file at `src` with metadata key `key` set to `value` (added when absent), as
+/// bytes in memory (load them with `GgufFile::from_bytes`).
+pub fn gguf_with_key(src: &std::path::Path, key: &str, value: ggrs_core::gguf::Value) -> Vec<u8> {
+    use ggrs_core::gguf::{GgufFile, GgufWriter};
+    let src = GgufFile::open(src).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != key {
+            w.add_kv(k.clone(), v.clone()).unwrap();
+        }
+    }
+    w.add_kv(key, value).unwrap();
+    for t in src.tensors() {
+        w.add_tensor_info(t.name.clone(), t.dtype, t.shape())
+            .unwrap();
+    }
+    let tensors = src.tensors().to_vec();
+    let mut i = 0;
+    w.to_bytes(|_, out| {
+        let d = src.tensor_data(&tensors[i]);
+        i += 1;
+        out.write_all(d)
+    })
+    .unwrap()
+}
+
 /// One prompt of a `*.public.jsonl` file.
 pub struct RefPrompt {
     pub prompt: String,

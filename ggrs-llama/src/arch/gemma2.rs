@@ -1,0 +1,308 @@
+//! Gemma 2 (`gemma2`, llama.cpp's `build_gemma2_iswa`):
+//!
+//! ```text
+//! x = token_embd[tokens] · √n_embd                         // [n_embd, n_tokens]
+//! for each layer l:
+//!     h = rms_norm(x) · attn_norm
+//!     q, k, v = Wq·h, Wk·h, Wv·h                            // heads × head_dim (key_length)
+//!     q, k = rope_neox(q, pos), rope_neox(k, pos)
+//!     q = q · attention_scale                               // 1/√head_dim (27B: 1/√(n_embd/n_head))
+//!     s = c·tanh((K·q) / c)                                 // c = attn_logit_softcapping
+//!     a = softmax(s + mask_l) applied to V                  // mask_l: sliding window on even l
+//!     x = x + rms_norm(Wo·a) · post_attention_norm
+//!     h = rms_norm(x) · ffn_norm
+//!     x = x + rms_norm(W_down·(gelu_tanh(W_gate·h) · W_up·h)) · post_ffw_norm
+//! logits = f·tanh(output · (rms_norm(x) · output_norm) / f) // f = final_logit_softcapping
+//! ```
+//!
+//! Layers `l` with `l mod 2 = 0` attend through a sliding window of
+//! `attention.sliding_window` positions (a query at position p sees keys at p − w + 1 … p),
+//! the others globally, as llama.cpp decides for gemma2 (`set_swa_pattern(2)`). Both masks
+//! come from [`SlidingWindowState`], built from each token's own position and sequence.
+//! With an f16 cache attention is flash attention with ggml's `logit_softcap`, as llama.cpp
+//! runs it on the CPU.
+
+use ggrs_core::gguf::GgufFile;
+use ggrs_core::{Context, RopeMode};
+
+use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
+use crate::error::{LlamaError, Result};
+use crate::hparams::{get_f32, get_usize, HParams};
+use crate::kv_cache::KvCache;
+use crate::loader::{ImportedWeights, WeightId, WeightLoader};
+use crate::step::{cached_attention_with, AttnDims, AttnScores, StepInputs, StepShape};
+
+/// Gemma 2 (`gemma2`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gemma2;
+
+/// The weights of one block (shapes with `e` = `n_embd`, `q` = `n_head·head_dim`,
+/// `kv` = `n_head_kv·head_dim`, `f` = `n_ff`).
+#[derive(Debug, Clone)]
+pub struct Gemma2Layer {
+    /// RMSNorm weight before attention, `[e]`.
+    pub attn_norm: WeightId,
+    /// Query projection, `[e, q]`.
+    pub wq: WeightId,
+    /// Key projection, `[e, kv]`.
+    pub wk: WeightId,
+    /// Value projection, `[e, kv]`.
+    pub wv: WeightId,
+    /// Output projection, `[q, e]`.
+    pub wo: WeightId,
+    /// RMSNorm weight of the attention output, `[e]`.
+    pub attn_post_norm: WeightId,
+    /// RMSNorm weight before the feed-forward block, `[e]`.
+    pub ffn_norm: WeightId,
+    /// Gate projection, `[e, f]`.
+    pub ffn_gate: WeightId,
+    /// Up projection, `[e, f]`.
+    pub ffn_up: WeightId,
+    /// Down projection, `[f, e]`.
+    pub ffn_down: WeightId,
+    /// RMSNorm weight of the feed-forward output, `[e]`.
+    pub ffn_post_norm: WeightId,
+}
+
+/// Gemma 2's constants beyond [`HParams`], read once at load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gemma2Consts {
+    /// Attention scores are soft-capped to `±attn_softcap` (`attn_logit_softcapping`,
+    /// default 50).
+    pub attn_softcap: f32,
+    /// Logits are soft-capped to `±final_softcap` (`final_logit_softcapping`, default 30).
+    pub final_softcap: f32,
+    /// Positions a sliding-window layer's query sees, its own included
+    /// (`attention.sliding_window`, default 4096).
+    pub window: u32,
+    /// Factor of the queries before attention.
+    pub q_scale: f32,
+}
+
+/// A loaded Gemma 2 model.
+#[derive(Debug, Clone)]
+pub struct Gemma2Model {
+    /// Token embeddings, `[n_embd, n_vocab]`.
+    pub tok_embd: WeightId,
+    /// Final RMSNorm weight, `[n_embd]`.
+    pub output_norm: WeightId,
+    /// Output projection, `[n_embd, n_vocab]` (the embeddings when tied).
+    pub output: WeightId,
+    /// Transformer blocks.
+    pub layers: Vec<Gemma2Layer>,
+    /// Soft-caps, window and query scale.
+    pub consts: Gemma2Consts,
+}
+
+impl Gemma2Model {
+    /// Whether layer `il` attends through the sliding window (llama.cpp's pattern 2: the
+    /// even layers).
+    pub fn is_sliding(il: usize) -> bool {
+        il.is_multiple_of(2)
+    }
+}
+
+/// A positive finite number under `key`, or `default` when absent.
+fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
+    let v = get_f32(f, key)?.unwrap_or(default);
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(LlamaError::BadKey {
+            key: key.to_string(),
+            detail: format!("{v} must be a positive finite number"),
+        })
+    }
+}
+
+impl Gemma2Consts {
+    /// Reads the constants from `f` (keys under `hp.arch`), with llama.cpp's defaults.
+    pub fn from_gguf(f: &GgufFile, hp: &HParams) -> Result<Gemma2Consts> {
+        let k = |s: &str| format!("{}.{s}", hp.arch);
+        let attn_softcap = positive(f, &k("attn_logit_softcapping"), 50.0)?;
+        let final_softcap = positive(f, &k("final_logit_softcapping"), 30.0)?;
+        let key = k("attention.sliding_window");
+        let window = get_usize(f, &key)?.unwrap_or(4096);
+        let window = match u32::try_from(window) {
+            Ok(w) if w > 0 => w,
+            _ => {
+                return Err(LlamaError::BadKey {
+                    key,
+                    detail: format!("{window} must be between 1 and {}", u32::MAX),
+                })
+            }
+        };
+        let key = k("attention.value_length");
+        if let Some(vl) = get_usize(f, &key)? {
+            if vl != hp.head_dim {
+                return Err(LlamaError::BadKey {
+                    key,
+                    detail: format!(
+                        "values of width {vl} differ from keys of width {} (not supported)",
+                        hp.head_dim
+                    ),
+                });
+            }
+        }
+        // As llama.cpp (after gemma_pytorch): the 27B model (46 layers) scales queries by
+        // 1/√(n_embd/n_head), the others by 1/√head_dim.
+        let q_dim = match hp.n_layer {
+            46 => hp.n_embd / hp.n_head,
+            _ => hp.head_dim,
+        };
+        Ok(Gemma2Consts {
+            attn_softcap,
+            final_softcap,
+            window,
+            q_scale: 1.0 / (q_dim as f32).sqrt(),
+        })
+    }
+}
+
+impl Architecture for Gemma2 {
+    fn name(&self) -> &'static str {
+        "gemma2"
+    }
+
+    fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
+        let consts = Gemma2Consts::from_gguf(l.file(), hp)?;
+        let (e, f) = (hp.n_embd, hp.n_ff);
+        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
+        let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
+        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            layers.push(Gemma2Layer {
+                attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
+                wq: l.matrix(&n("attn_q.weight"), &[e, q])?,
+                wk: l.matrix(&n("attn_k.weight"), &[e, kv])?,
+                wv: l.matrix(&n("attn_v.weight"), &[e, kv])?,
+                wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
+                attn_post_norm: l.f32(&n("post_attention_norm.weight"), &[e])?,
+                ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
+                ffn_gate: l.matrix(&n("ffn_gate.weight"), &[e, f])?,
+                ffn_up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
+                ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
+                ffn_post_norm: l.f32(&n("post_ffw_norm.weight"), &[e])?,
+            });
+        }
+        Ok(Box::new(Gemma2Model {
+            tok_embd,
+            output_norm,
+            output,
+            layers,
+            consts,
+        }))
+    }
+}
+
+impl ArchModel for Gemma2Model {
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<StepTensors> {
+        build(self, ctx, hp, w, kv, shape)
+    }
+
+    fn new_state(&self) -> Box<dyn StepState> {
+        Box::new(SlidingWindowState {
+            window: self.consts.window,
+        })
+    }
+}
+
+/// Builds the step graph; returns the inputs to fill and the logits tensor
+/// (`[n_vocab, n_outputs]`).
+fn build(
+    m: &Gemma2Model,
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    kv: &KvCache,
+    shape: StepShape,
+) -> Result<StepTensors> {
+    let n = shape.n_tokens;
+    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+    let dims = AttnDims {
+        head_dim: hd,
+        n_head: nh,
+        n_head_kv: nhkv,
+    };
+    let e_kv = hp.n_embd_kv();
+    let c = m.consts;
+
+    let mut inp = StepInputs::new(ctx, shape, 1, false)?;
+    let mask_swa = inp.add_swa_mask(ctx, shape)?;
+    let rope = hp.rope(RopeMode::Neox);
+    // Queries come scaled; the scores are soft-capped as they are.
+    let scores = AttnScores {
+        scale: 1.0,
+        softcap: Some(c.attn_softcap),
+    };
+
+    let x = ctx.get_rows(w[m.tok_embd], inp.tokens)?; // [n_embd, n]
+    let mut x = ctx.scale(x, (hp.n_embd as f32).sqrt())?;
+    for (il, l) in m.layers.iter().enumerate() {
+        let last = il + 1 == m.layers.len();
+        let h = ctx.rms_norm_mul(x, w[l.attn_norm], hp.rms_eps)?;
+
+        let q = ctx.mul_mat(w[l.wq], h)?; // [nh·hd, n]
+        let k = ctx.mul_mat(w[l.wk], h)?; // [nhkv·hd, n]
+        let v = ctx.mul_mat(w[l.wv], h)?; // [nhkv·hd, n]
+        let q = ctx.reshape_3d(q, hd, nh, n)?;
+        let q = ctx.rope_ext(q, inp.pos, rope)?; // [hd, nh, n]
+        let q = ctx.scale(q, c.q_scale)?;
+        let k = ctx.reshape_3d(k, hd, nhkv, n)?;
+        let k = ctx.rope_ext(k, inp.pos, rope)?; // [hd, nhkv, n]
+
+        let k2 = ctx.reshape_2d(k, e_kv, n)?;
+        let mask = match Gemma2Model::is_sliding(il) {
+            true => mask_swa,
+            false => inp.mask,
+        };
+        let attn = cached_attention_with(
+            ctx,
+            kv,
+            il,
+            inp.k_rows,
+            mask,
+            shape,
+            dims,
+            q,
+            [k2, v],
+            scores,
+        )?;
+        let mut cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
+
+        if last {
+            if let Some(ids) = inp.out_ids {
+                cur = ctx.get_rows(cur, ids)?;
+                x = ctx.get_rows(x, ids)?;
+            }
+        }
+        let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;
+        let sa_out = ctx.add(cur, x)?;
+
+        let h = ctx.rms_norm_mul(sa_out, w[l.ffn_norm], hp.rms_eps)?;
+        let gate = ctx.mul_mat(w[l.ffn_gate], h)?; // [n_ff, n]
+        let up = ctx.mul_mat(w[l.ffn_up], h)?;
+        let act = ctx.geglu_split(gate, up)?;
+        let down = ctx.mul_mat(w[l.ffn_down], act)?; // [n_embd, n]
+        let cur = ctx.rms_norm_mul(down, w[l.ffn_post_norm], hp.rms_eps)?;
+        x = ctx.add(cur, sa_out)?;
+    }
+    let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
+    let logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
+    let logits = ctx.soft_cap(logits, c.final_softcap)?;
+    ctx.set_name(logits, "logits")?;
+    ctx.set_output(logits)?;
+    Ok(StepTensors {
+        inputs: inp,
+        logits,
+    })
+}
