@@ -8,7 +8,9 @@
 
 pub mod chatglm;
 pub mod chatglm1;
+pub mod decoder;
 pub mod llama;
+pub mod qwen3;
 
 use ggrs_core::gguf::GgufFile;
 
@@ -46,11 +48,13 @@ impl Registry {
         Registry { archs: Vec::new() }
     }
 
-    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`.
+    /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `chatglm`,
+    /// `chatglm1`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
         r.register(llama::QWEN2);
+        r.register(qwen3::Qwen3);
         r.register(chatglm::ChatGlm);
         r.register(chatglm1::ChatGlm1);
         r
