@@ -11,6 +11,7 @@ pub mod chatglm1;
 pub mod decoder;
 pub mod llama;
 pub mod qwen3;
+pub mod qwen3moe;
 
 use ggrs_core::gguf::GgufFile;
 
@@ -48,13 +49,14 @@ impl Registry {
         Registry { archs: Vec::new() }
     }
 
-    /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `chatglm`,
-    /// `chatglm1`.
+    /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`,
+    /// `chatglm`, `chatglm1`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
         r.register(llama::QWEN2);
         r.register(qwen3::Qwen3);
+        r.register(qwen3moe::Qwen3Moe);
         r.register(chatglm::ChatGlm);
         r.register(chatglm1::ChatGlm1);
         r
