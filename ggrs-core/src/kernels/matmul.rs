@@ -332,10 +332,13 @@ unsafe fn tile(
     };
     let dot = tiles.map_or(dot, |v| v.dot);
     // Weight types whose results must match llama.cpp's bit for bit (Q8_0, Q4_0, Q4_1, Q5_1,
-    // IQ4_NL, IQ4_XS, F16, and the k-quants from 8 columns on) use ggml's x86 summation order
+    // IQ4_NL, IQ4_XS, F16, F32, and the k-quants from 8 columns on) use ggml's x86 summation order
     // (see `kernels::ggml_arith`): the SIMD tile kernels that keep it
     // (`quants::dispatch::SumOrder`), else ggml_arith's, one element at a time.
-    let ggml_dot = crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]);
+    let ggml_dot = match a.dtype {
+        DType::F32 => crate::kernels::ggml_arith::mul_mat_dot_f32(a, b.ne[1], b.is_contiguous()),
+        _ => crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]),
+    };
     let (dot, tiles) = match ggml_dot {
         Some(g) => {
             let order = crate::quants::dispatch::ggml_sum_order_cols(a.dtype, a.ne, b.ne[1]);

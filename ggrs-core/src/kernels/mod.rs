@@ -80,6 +80,23 @@ impl RawTensor {
         i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]
     }
 
+    /// True when the elements are one dense block in order (ggml's `ggml_is_contiguous`:
+    /// axes of one element are ignored).
+    pub fn is_contiguous(&self) -> bool {
+        let mut next = self.dtype.type_size();
+        for i in 0..4 {
+            if self.ne[i] != 1 && self.nb[i] != next {
+                return false;
+            }
+            next = if i == 0 {
+                self.dtype.row_size(self.ne[0])
+            } else {
+                next * self.ne[i]
+            };
+        }
+        true
+    }
+
     /// True when row elements are adjacent.
     #[inline]
     pub fn dense_rows(&self) -> bool {
