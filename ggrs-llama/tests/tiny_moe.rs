@@ -36,6 +36,35 @@ fn hyperparameters_and_experts() {
     }
 }
 
+/// Stacked experts are never copied when the model copies its matrices: `mul_mat_id` reads
+/// them from the map, so a copy would only double their memory.
+#[test]
+fn stacked_experts_stay_in_the_map() {
+    use ggrs_llama::ModelOptions;
+    let path = common::reference_dir().join("tiny/tiny-moe-f16.gguf");
+    let opts = ModelOptions {
+        pack_weights: true,
+        copy_weights: true,
+        huge_pages: false,
+    };
+    let m = Model::load_with(path, opts).expect("load tiny moe");
+    // Every 2-D matrix is copied (on x86-64), none of the 3-D expert stacks.
+    let two_d: usize = m
+        .weights()
+        .iter()
+        .filter(|w| w.ne[2] == 1 && !w.name.contains("norm") && !w.name.contains("gate_inp"))
+        .map(|w| w.size())
+        .sum();
+    if cfg!(target_arch = "x86_64") {
+        assert!(m.packed_bytes() > 0, "no matrix was copied");
+    }
+    assert!(
+        m.packed_bytes() <= two_d + 64 * m.weights().len(),
+        "{} bytes copied, the 2-D matrices hold {two_d}",
+        m.packed_bytes()
+    );
+}
+
 #[test]
 fn tiny_moe_matches_llama_cpp() {
     let model = load();
