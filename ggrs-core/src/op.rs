@@ -59,6 +59,11 @@ pub enum Op {
     Mean,
     /// Index of each row's largest value.
     Argmax,
+    /// Indices of each row's `k` largest values, largest first.
+    ArgsortTopK {
+        /// How many indices per row.
+        k: usize,
+    },
     /// `src0` tiled to the shape of `src1`.
     Repeat,
     /// `src0` and `src1` joined along `dim`.
@@ -87,6 +92,9 @@ pub enum Op {
     SetRows,
     /// Matrix product `src1 · src0ᵀ`.
     MulMat,
+    /// Matrix products with one of several stacked matrices `src0` per column of `src1`,
+    /// chosen by the ids in `src2` (see `Context::mul_mat_id`).
+    MulMatId,
     /// Entries above the causal diagonal set to −∞.
     DiagMaskInf {
         /// Positions already in the cache before the first row.
@@ -165,6 +173,7 @@ impl Op {
             Op::SumRows => "SUM_ROWS",
             Op::Mean => "MEAN",
             Op::Argmax => "ARGMAX",
+            Op::ArgsortTopK { .. } => "ARGSORT_TOP_K",
             Op::Repeat => "REPEAT",
             Op::Concat { .. } => "CONCAT",
             Op::Norm { .. } => "NORM",
@@ -173,6 +182,7 @@ impl Op {
             Op::GetRows => "GET_ROWS",
             Op::SetRows => "SET_ROWS",
             Op::MulMat => "MUL_MAT",
+            Op::MulMatId => "MUL_MAT_ID",
             Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
@@ -199,6 +209,7 @@ impl Op {
         match self {
             Op::Scale { s } => format!("s={s}"),
             Op::Concat { dim } => format!("dim={dim}"),
+            Op::ArgsortTopK { k } => format!("k={k}"),
             Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => {
                 format!("eps={eps:e}")
             }

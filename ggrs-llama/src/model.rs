@@ -249,10 +249,14 @@ impl Model {
             }
         }
         // The weights to copy: all of them, or only those laid out anew for the panel
-        // kernels (`copy_weights` off); the others stay in the map.
+        // kernels (`copy_weights` off); the others stay in the map. Only 2-D matrices: a
+        // copy serves `mul_mat` on a 2-D weight, never `mul_mat_id` on stacked experts
+        // (which reads the map), so copying those would only double their memory.
         let (picked, mut left): (Vec<_>, Vec<_>) =
             sources.into_iter().partition(|&(dtype, ne, _)| {
                 opts.pack_weights
+                    && ne[2] == 1
+                    && ne[3] == 1
                     && (opts.copy_weights || ggrs_core::kernels::PackedWeight::repacks(dtype, ne))
             });
         // One call, so that all packed weights share one huge-page-backed buffer; each

@@ -51,6 +51,7 @@ fn rope_freqs_are_loaded() {
     let id = m
         .arch_weights::<LlamaModel>()
         .expect("a llama model")
+        .head
         .rope_freqs
         .expect("rope_freqs.weight read");
     let w = m.weight(id).expect("a weight of this model");
@@ -101,6 +102,7 @@ fn without_the_factors_the_logits_differ() {
     assert!(model
         .arch_weights::<LlamaModel>()
         .expect("a llama model")
+        .head
         .rope_freqs
         .is_none());
     let refs = common::read_jsonl(&tiny_path().with_extension("public.jsonl"));

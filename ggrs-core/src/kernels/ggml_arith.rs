@@ -113,6 +113,8 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
         DType::Q5_1 => Some(dot_q5_1_lanes),
         DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
+        // F32 weights: see `mul_mat_dot_f32` (the choice also depends on the activations'
+        // layout).
         _ => None,
     }
 }
@@ -580,6 +582,57 @@ fn dot_iq4_xs_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
         }
     }
     hsum8(&acc)
+}
+
+/// The dot product ggml uses for an F32 weight `a` against `n_cols` activation columns per
+/// batch, `b_contiguous` telling whether the activations are one contiguous block
+/// (`ggml_is_contiguous`): llamafile's tinyBLAS ([`dot_f32_lanes16`]) when it takes the
+/// product (at least two columns, contiguous activations, `k` a multiple of its 16 lanes),
+/// else `ggml_vec_dot_f32` ([`dot_f32_vec`]). `None` for other weight types.
+pub(crate) fn mul_mat_dot_f32(
+    a: &RawTensor,
+    n_cols: usize,
+    b_contiguous: bool,
+) -> Option<VecDotFn> {
+    match a.dtype {
+        DType::F32 if n_cols >= 2 && b_contiguous && a.ne[0].is_multiple_of(16) => {
+            Some(dot_f32_lanes16)
+        }
+        DType::F32 => Some(dot_f32_vec),
+        _ => None,
+    }
+}
+
+/// llamafile's tinyBLAS on AVX-512 for f32 rows (`n` values as bytes): one register of 16
+/// FMA lanes per output over blocks of 16, then [`reduce16`]; `n` is a multiple of 16 where
+/// [`mul_mat_dot_f32`] chooses it (a tail, if any, is added in f32).
+fn dot_f32_lanes16(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+    let m = n / 16 * 16;
+    let mut lanes = [0f32; 16];
+    for (ca, cb) in a[..m].chunks_exact(16).zip(b[..m].chunks_exact(16)) {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane = ca[l].mul_add(cb[l], *lane);
+        }
+    }
+    let mut sum = reduce16(&lanes);
+    for i in m..n {
+        sum += a[i] * b[i];
+    }
+    sum
+}
+
+/// `ggml_vec_dot_f32` on AVX-512 for f32 rows (`n` values as bytes): four registers of 16
+/// FMA lanes over blocks of 64, the same reduction as [`dot_f16_vec_f32_body`]; the tail
+/// (below a block of 64) added in f32, as ggml's f32 sum.
+fn dot_f32_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
+    let np = n & !63;
+    let mut sum = dot_f16_vec_f32_body(&a[..np], &b[..np]);
+    for i in np..n {
+        sum += a[i] * b[i];
+    }
+    sum
 }
 
 #[inline(always)]

@@ -23,7 +23,7 @@
 use half::{bf16, f16};
 
 use crate::dtype::DType;
-use crate::kernels::{split_range, vec, Task, TaskPlan, Work};
+use crate::kernels::{split_range, vec, RawTensor, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 use crate::types::traits;
 
@@ -333,10 +333,13 @@ unsafe fn tile(
     };
     let dot = tiles.map_or(dot, |v| v.dot);
     // Weight types whose results must match llama.cpp's bit for bit (Q8_0, Q4_0, Q4_1, Q5_1,
-    // IQ4_NL, IQ4_XS, F16, and the k-quants from 8 columns on) use ggml's x86 summation order
+    // IQ4_NL, IQ4_XS, F16, F32, and the k-quants from 8 columns on) use ggml's x86 summation order
     // (see `kernels::ggml_arith`): the SIMD tile kernels that keep it
     // (`quants::dispatch::SumOrder`), else ggml_arith's, one element at a time.
-    let ggml_dot = crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]);
+    let ggml_dot = match a.dtype {
+        DType::F32 => crate::kernels::ggml_arith::mul_mat_dot_f32(a, b.ne[1], b.is_contiguous()),
+        _ => crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]),
+    };
     let (dot, tiles) = match ggml_dot {
         Some(g) => {
             let order = crate::quants::dispatch::ggml_sum_order_cols(a.dtype, a.ne, b.ne[1]);
@@ -516,6 +519,119 @@ unsafe fn tile(
             unsafe { *out(i, j) = dot_at(j)(k, arow, b_row(j)) };
         }
     }
+}
+
+/// Plans a `mul_mat_id` (`a`: `[k, n, n_mat]`, `b`: `[k, n_b, n_tok]`): INIT converts every
+/// row of `b` as a one-column `mul_mat`'s does (its activation form, the same slots); COMPUTE
+/// chunks are blocks of one matrix's rows, each against every column that chose that matrix.
+pub(crate) fn plan_id(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize) -> TaskPlan {
+    let _ = dst;
+    let k = a.ne[0];
+    let vdt = traits(a.dtype).vec_dot_type;
+    let n_mat = a.ne[2].max(1);
+    let nrb = (nth * 4).div_ceil(n_mat).min(a.ne[1].div_ceil(TILE)).max(1);
+    TaskPlan {
+        n_chunks: n_mat * nrb,
+        init: true,
+        finalize: false,
+        work_shared: vdt.row_size(k) * b.nrows(),
+        scratch_f32: k + 16,
+        tiles: (nrb, 1),
+        n_threads: nth,
+        activation: Some(ActivationForm::Rows(vdt)),
+    }
+}
+
+/// One chunk of a `mul_mat_id` planned by [`plan_id`]: rows block `chunk % nrb` of matrix
+/// `chunk / nrb`, against every (slot, token) column whose id names that matrix. Each column
+/// goes through [`tile`] as the only column of a `mul_mat` by the matrix as a 2-D tensor,
+/// so it gets that product's kernels and bits. Fails on an id outside `0..n_mat`.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; INIT has run.
+pub(crate) unsafe fn compute_id(
+    task: &Task,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) -> crate::error::Result<()> {
+    let _ = n_chunks;
+    let (a, b, d) = (task.s0(), task.s1(), &task.dst);
+    let ids = task.src[2]
+        .as_ref()
+        .expect("builder gives mul_mat_id its ids as src2");
+    let nrb = task.plan.tiles.0;
+    let (e, rb) = (chunk / nrb, chunk % nrb);
+    let rows = split_range(a.ne[1], nrb, rb);
+    let k = a.ne[0];
+    let vdt = task
+        .plan
+        .activation
+        .map_or(traits(a.dtype).vec_dot_type, |f| f.rows());
+    let rs = vdt.row_size(k);
+    let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
+    let plane = a.nb[1] * a.ne[1];
+    // Matrix e as a 2-D tensor; e < a.ne[2] = n_mat (chunks cover n_mat · nrb).
+    let mat = RawTensor {
+        // SAFETY: e < a.ne[2], so the offset lies inside a.
+        data: unsafe { a.data.add(e * a.nb[2]) },
+        dtype: a.dtype,
+        ne: [k, a.ne[1], 1, 1],
+        nb: [a.nb[0], a.nb[1], plane, plane],
+    };
+    for t in 0..n_tok {
+        for slot in 0..n_used {
+            // SAFETY: (slot, t) lies within ids ([n_used, n_tok] i32, 4-byte aligned).
+            let id = unsafe { *(ids.data.add(ids.offset(slot, t, 0, 0)) as *const i32) };
+            let id = crate::kernels::rows::check_id("MUL_MAT_ID", id, a.ne[2])?;
+            if id != e {
+                continue;
+            }
+            // The converted row of b's column (slot % n_b, t): slot r of INIT's buffer.
+            let r = slot % b.ne[1] + b.ne[1] * t;
+            // SAFETY: r < b.nrows(), so the slot lies in the shared buffer INIT filled.
+            let conv = unsafe { work.shared.add(r * rs) };
+            let col = Task {
+                op: crate::op::Op::MulMat,
+                dst: RawTensor {
+                    // SAFETY: (0, slot, t) lies within dst.
+                    data: unsafe { d.data.add(d.offset(0, slot, t, 0)) },
+                    dtype: DType::F32,
+                    ne: [d.ne[0], 1, 1, 1],
+                    nb: d.nb,
+                },
+                src: [
+                    Some(mat),
+                    Some(RawTensor {
+                        data: conv,
+                        dtype: DType::F32,
+                        ne: [k, 1, 1, 1],
+                        nb: [4, 4 * k, 4 * k, 4 * k],
+                    }),
+                    None,
+                    None,
+                ],
+                plan: TaskPlan {
+                    n_chunks: 1,
+                    init: true,
+                    tiles: (1, 1),
+                    n_threads: 1,
+                    activation: task.plan.activation,
+                    ..TaskPlan::default()
+                },
+                packed: std::ptr::null(),
+            };
+            let mut w = Work {
+                shared: conv,
+                scratch: &mut *work.scratch,
+            };
+            // SAFETY: the column's converted row is at `conv` (slot 0 of `w.shared`); the
+            // output column (rows `rows` of dst column (slot, t)) is written by this chunk
+            // only: its matrix is e and its rows are this chunk's block.
+            unsafe { tile(&col, &mut w, (0, 0), rows.clone(), 0..1) };
+        }
+    }
+    Ok(())
 }
 
 /// A weight matrix copied once, ahead of any graph, into the layout `mul_mat` reads best,

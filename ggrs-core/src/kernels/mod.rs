@@ -80,6 +80,23 @@ impl RawTensor {
         i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]
     }
 
+    /// True when the elements are one dense block in order (ggml's `ggml_is_contiguous`:
+    /// axes of one element are ignored).
+    pub fn is_contiguous(&self) -> bool {
+        let mut next = self.dtype.type_size();
+        for i in 0..4 {
+            if self.ne[i] != 1 && self.nb[i] != next {
+                return false;
+            }
+            next = if i == 0 {
+                self.dtype.row_size(self.ne[0])
+            } else {
+                next * self.ne[i]
+            };
+        }
+        true
+    }
+
     /// True when row elements are adjacent.
     #[inline]
     pub fn dense_rows(&self) -> bool {
@@ -354,7 +371,13 @@ fn plan_op(
             nth,
         ),
         Op::GetRows => row_plan(0),
-        Op::Argmax | Op::SumRows | Op::Mean => {
+        Op::MulMatId => matmul::plan_id(
+            s0.expect("mul_mat_id src0"),
+            src[1].expect("mul_mat_id src1"),
+            dst,
+            nth,
+        ),
+        Op::Argmax | Op::SumRows | Op::Mean | Op::ArgsortTopK { .. } => {
             let s = s0.expect("reduction source");
             TaskPlan {
                 n_chunks: row_chunks(s.nrows(), s.ne[0], nth),
@@ -384,7 +407,8 @@ const SWIGLU_SPLIT_MIN: usize = 2048;
 pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        if let Op::MulMat = task.op {
+        if let Op::MulMat | Op::MulMatId = task.op {
+            // mul_mat_id converts b's rows into the same slots as mul_mat.
             matmul::init(task, ith, nth, work)
         }
     }
@@ -412,12 +436,14 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::Sum => reduce::sum_chunk(task, chunk, n, work),
             Op::SumRows | Op::Mean => reduce::sum_rows(task, chunk, n, work),
             Op::Argmax => reduce::argmax(task, chunk, n, work),
+            Op::ArgsortTopK { k } => reduce::argsort_top_k(task, k, chunk, n, work),
             Op::Norm { eps } => reduce::norm(task, eps, chunk, n, work),
             Op::RmsNorm { eps } => reduce::rms_norm(task, eps, chunk, n, work),
             Op::RmsNormMul { eps } => reduce::rms_norm_mul(task, eps, chunk, n, work),
             Op::GetRows => return rows::get_rows(task, chunk, n),
             Op::SetRows => return rows::set_rows(task, chunk, n, work),
             Op::MulMat => matmul::compute(task, chunk, n, work),
+            Op::MulMatId => return matmul::compute_id(task, chunk, n, work),
             Op::DiagMaskInf { n_past } => nn::diag_mask_inf(task, n_past, chunk, n, work),
             Op::SoftMax { scale } => nn::soft_max(task, scale, chunk, n, work),
             Op::FlashAttnExt {

@@ -101,6 +101,42 @@ pub(crate) unsafe fn argmax(task: &Task, chunk: usize, n_chunks: usize, work: &m
     }
 }
 
+/// Indices of each row's `k` largest values, largest first; equal values in index order,
+/// NaN after every number.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn argsort_top_k(
+    task: &Task,
+    k: usize,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a) = (&task.dst, task.s0());
+    let mut order: Vec<usize> = Vec::with_capacity(a.ne[0]);
+    for r in split_range(a.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = a.unravel_row(r);
+        // SAFETY: dst is a dense i32 tensor of rows of k with a's outer shape; this thread
+        // owns row r.
+        unsafe {
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            order.clear();
+            order.extend(0..x.len());
+            // Stable: equal values keep index order. NaN sorts last (`total_cmp` would put
+            // a NaN with the sign bit clear above +∞).
+            order.sort_by(|&p, &q| match (x[p].is_nan(), x[q].is_nan()) {
+                (false, false) => x[q].total_cmp(&x[p]),
+                (nan_p, nan_q) => nan_p.cmp(&nan_q),
+            });
+            let out = (d.data as *mut i32).add(r * k);
+            for (t, &i) in order[..k].iter().enumerate() {
+                *out.add(t) = i as i32;
+            }
+        }
+    }
+}
+
 /// Layer norm of each row (no affine part).
 ///
 /// # Safety

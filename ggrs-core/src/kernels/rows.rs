@@ -13,7 +13,8 @@ unsafe fn read_id(ids: &RawTensor, i: usize, j: usize, k: usize) -> i32 {
     unsafe { *(ids.data.add(ids.offset(i, j, k, 0)) as *const i32) }
 }
 
-fn check_id(op: &'static str, id: i32, rows: usize) -> Result<usize> {
+/// `id` as a row index of a table of `rows` rows, or [`Error::IndexOutOfRange`].
+pub(crate) fn check_id(op: &'static str, id: i32, rows: usize) -> Result<usize> {
     if id < 0 || id as usize >= rows {
         return Err(Error::IndexOutOfRange {
             op,

@@ -188,6 +188,93 @@ impl Context {
         )
     }
 
+    /// Matrix products with a matrix chosen per column: ggml's `ggml_mul_mat_id`, the
+    /// experts of a mixture-of-experts layer.
+    ///
+    /// - `a`: `[k, n, n_mat]`, `n_mat` stacked matrices of any type [`Context::mul_mat`]
+    ///   takes (rows dense);
+    /// - `b`: `[k, n_b, n_tok]` f32 (any strides), `n_b` dividing `n_used` (usually 1: one
+    ///   activation column per token shared by its slots; or `n_used`: one per slot);
+    /// - `ids`: `[n_used, n_tok]` i32, the matrix each slot of each token uses, in
+    ///   `0..n_mat`
+    ///
+    /// → `[n, n_used, n_tok]` f32 with `out[:, e, t] = a[:, :, ids[e, t]] · b[:, e % n_b, t]`,
+    /// i.e. `out[i, e, t] = Σ_j a[j, i, ids[e, t]] · b[j, e % n_b, t]`.
+    ///
+    /// Every column is the bits [`Context::mul_mat`] gives for that matrix (as a 2-D
+    /// `[k, n]` tensor) times that one column: the same activation conversion and dot
+    /// products, whatever the thread count. An id outside `0..n_mat` is reported when the
+    /// graph runs ([`Error::IndexOutOfRange`]).
+    pub fn mul_mat_id(&mut self, a: Tensor, b: Tensor, ids: Tensor) -> Result<Tensor> {
+        let ma = self.meta(a)?;
+        let (na, ta, dense) = (ma.ne, ma.dtype, ma.rows_contiguous());
+        let tr = crate::types::traits(ta);
+        if !crate::kernels::matmul::supports(ta) || tr.to_f32.is_none() {
+            return Err(Error::UnsupportedType {
+                op: "MUL_MAT_ID",
+                dtype: ta,
+                detail: "a must be F32, F16, BF16 or a block type with a dot product".into(),
+            });
+        }
+        if !dense {
+            return Err(Error::Layout {
+                op: "MUL_MAT_ID",
+                name: self.display_name(a),
+                required: "row-contiguous (nb[0] = type size)",
+            });
+        }
+        let nb = self.expect_type("MUL_MAT_ID", "b", b, &[DType::F32])?.ne;
+        let ni = self
+            .expect_type("MUL_MAT_ID", "ids", ids, &[DType::I32])?
+            .ne;
+        if na[3] != 1 {
+            return Err(shape_err(
+                "MUL_MAT_ID",
+                na,
+                nb,
+                "a must be [k, n, n_mat] (3-D: the matrices stacked along axis 2)",
+            ));
+        }
+        if na[0] != nb[0] {
+            return Err(shape_err(
+                "MUL_MAT_ID",
+                na,
+                nb,
+                "a.ne[0] must equal b.ne[0] (the shared dimension k)",
+            ));
+        }
+        if ni[2] != 1 || ni[3] != 1 || nb[3] != 1 {
+            return Err(shape_err(
+                "MUL_MAT_ID",
+                nb,
+                ni,
+                "b must be [k, n_b, n_tok] and ids [n_used, n_tok] (no further axes)",
+            ));
+        }
+        if ni[1] != nb[2] {
+            return Err(shape_err(
+                "MUL_MAT_ID",
+                nb,
+                ni,
+                "ids.ne[1] must equal b.ne[2] (one row of ids per token)",
+            ));
+        }
+        if nb[1] == 0 || ni[0] % nb[1] != 0 {
+            return Err(shape_err(
+                "MUL_MAT_ID",
+                nb,
+                ni,
+                "b.ne[1] must divide ids.ne[0] (one column per token, or one per slot)",
+            ));
+        }
+        self.new_tensor_with(
+            DType::F32,
+            [na[1], ni[0], nb[2], 1],
+            Op::MulMatId,
+            [Some(a), Some(b), Some(ids)],
+        )
+    }
+
     /// Causal mask: a: `[n_kv, n_q, n2, n3]` f32 → same, with `out[i, j] = −∞` where
     /// `i > n_past + j` (query row j sees keys 0..=n_past + j), else `a[i, j]`.
     pub fn diag_mask_inf(&mut self, a: Tensor, n_past: usize) -> Result<Tensor> {

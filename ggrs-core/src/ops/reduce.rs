@@ -1,4 +1,4 @@
-//! Reductions: sum, sum_rows, mean, argmax.
+//! Reductions: sum, sum_rows, mean, argmax, argsort_top_k.
 
 use crate::context::Context;
 use crate::dtype::DType;
@@ -38,5 +38,23 @@ impl Context {
             Op::Argmax,
             [Some(a), None, None],
         )
+    }
+
+    /// Indices of the `k` largest values of each row, largest first (ggml's
+    /// `ggml_argsort_top_k`: the first `k` of a descending argsort). Equal values keep their
+    /// order (the lower index first); NaN counts as smaller than every number.
+    /// a: `[n0, n1, n2, n3]` f32, `1 ≤ k ≤ n0` → `[k, n1, n2, n3]` i32.
+    pub fn argsort_top_k(&mut self, a: Tensor, k: usize) -> Result<Tensor> {
+        let mut ne = self.expect_type("ARGSORT_TOP_K", "a", a, &[DType::F32])?.ne;
+        if k == 0 || k > ne[0] {
+            return Err(crate::ops::shape_err(
+                "ARGSORT_TOP_K",
+                ne,
+                [k, 1, 1, 1],
+                format!("k must be in 1..={} (the row length)", ne[0]),
+            ));
+        }
+        ne[0] = k;
+        self.new_tensor_with(DType::I32, ne, Op::ArgsortTopK { k }, [Some(a), None, None])
     }
 }

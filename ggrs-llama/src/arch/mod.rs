@@ -8,10 +8,13 @@
 
 pub mod chatglm;
 pub mod chatglm1;
+pub mod decoder;
 pub mod fused;
 pub mod gemma2;
 pub mod llama;
 pub mod phi3;
+pub mod qwen3;
+pub mod qwen3moe;
 
 use ggrs_core::gguf::GgufFile;
 
@@ -49,12 +52,14 @@ impl Registry {
         Registry { archs: Vec::new() }
     }
 
-    /// The architectures ggrs ships: `llama`, `qwen2`, `chatglm`, `chatglm1`, `phi3`,
-    /// `gemma2`.
+    /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
+    /// `chatglm1`, `phi3`, `gemma2`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
         r.register(llama::QWEN2);
+        r.register(qwen3::Qwen3);
+        r.register(qwen3moe::Qwen3Moe);
         r.register(chatglm::ChatGlm);
         r.register(chatglm1::ChatGlm1);
         r.register(phi3::Phi3);

@@ -1,0 +1,327 @@
+//! The pieces the LLaMA-like decoders share (`llama`, `qwen2`, `qwen3`, `qwen3moe`): the
+//! embedding and output head ([`Head`]), the pre-norm attention block ([`AttnWeights`],
+//! optionally with per-head Q/K RMSNorm), the SwiGLU feed-forward ([`SwiGlu`]), and the step
+//! graph around them ([`Decoder`]), generic over the feed-forward block ([`FeedForward`]):
+//!
+//! ```text
+//! x = token_embd[tokens]                                   // [n_embd, n_tokens]
+//! for each layer:
+//!     h = rms_norm(x) · attn_norm
+//!     q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)          // heads × head_dim
+//!     q, k = rms_norm(q) · q_norm, rms_norm(k) · k_norm     // per head, when present
+//!     q, k = rope(q, pos), rope(k, pos)
+//!     a = attention over the cache (see step::cached_attention)
+//!     x = x + Wo·a (+bo)
+//!     x = x + ffn(rms_norm(x) · ffn_norm)                    // FeedForward::build
+//! logits = output · (rms_norm(x) · output_norm)             // [n_vocab, n_outputs]
+//! ```
+
+use std::fmt::Debug;
+
+use ggrs_core::{Context, RopeMode, RopeParams, Tensor};
+
+use crate::architecture::{ArchModel, StepTensors};
+use crate::error::Result;
+use crate::hparams::HParams;
+use crate::kv_cache::KvCache;
+use crate::loader::{ImportedWeights, WeightId, WeightLoader};
+use crate::step::{add_opt, cached_attention, AttnDims, StepInputs, StepShape};
+
+/// The name of tensor `s` of block `i` (`blk.{i}.{s}`).
+pub fn blk(i: usize, s: &str) -> String {
+    format!("blk.{i}.{s}")
+}
+
+/// Token embeddings and output head.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// Token embeddings, `[n_embd, n_vocab]`.
+    pub tok_embd: WeightId,
+    /// Final RMSNorm weight, `[n_embd]`.
+    pub output_norm: WeightId,
+    /// Output projection, `[n_embd, n_vocab]` (the embeddings when tied).
+    pub output: WeightId,
+    /// Per-pair rotary frequency factors, `[n_rot / 2]` (`rope_freqs.weight`: Llama 3.1's
+    /// rotary scaling), when the file has them.
+    pub rope_freqs: Option<WeightId>,
+}
+
+impl Head {
+    /// Reads `token_embd`, `output_norm` and `output` (the embeddings when the file has no
+    /// `output.weight`), and `rope_freqs` where the file has it.
+    pub fn load(hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Head> {
+        let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
+        let rope_freqs = l.opt_f32("rope_freqs.weight", &[hp.n_rot / 2])?;
+        Ok(Head {
+            tok_embd,
+            output_norm,
+            output,
+            rope_freqs,
+        })
+    }
+}
+
+/// Which Q/K/V biases an architecture reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkvBias {
+    /// Read where the file has them (`llama`).
+    Optional,
+    /// Required (`qwen2`).
+    Required,
+    /// Not read (`qwen3`: the architecture has none).
+    Absent,
+}
+
+/// The attention weights of one block (shapes with `e` = `n_embd`, `q` = `n_head·head_dim`,
+/// `kv` = `n_head_kv·head_dim`, `d` = `head_dim`).
+#[derive(Debug, Clone)]
+pub struct AttnWeights {
+    /// RMSNorm weight before attention, `[e]`.
+    pub attn_norm: WeightId,
+    /// Query projection, `[e, q]`.
+    pub wq: WeightId,
+    /// Key projection, `[e, kv]`.
+    pub wk: WeightId,
+    /// Value projection, `[e, kv]`.
+    pub wv: WeightId,
+    /// Query bias, `[q]`.
+    pub bq: Option<WeightId>,
+    /// Key bias, `[kv]`.
+    pub bk: Option<WeightId>,
+    /// Value bias, `[kv]`.
+    pub bv: Option<WeightId>,
+    /// Output projection, `[q, e]`.
+    pub wo: WeightId,
+    /// Output bias, `[e]`.
+    pub bo: Option<WeightId>,
+    /// Per-head RMSNorm weight of the queries, `[d]`, shared by all heads (Qwen3).
+    pub q_norm: Option<WeightId>,
+    /// Per-head RMSNorm weight of the keys, `[d]`, shared by all heads (Qwen3).
+    pub k_norm: Option<WeightId>,
+}
+
+impl AttnWeights {
+    /// Reads block `i`'s attention weights: biases as `bias` says, and the per-head Q/K
+    /// norms (`attn_q_norm`, `attn_k_norm`, required) when `qk_norm`.
+    pub fn load(
+        hp: &HParams,
+        l: &mut WeightLoader<'_>,
+        i: usize,
+        bias: QkvBias,
+        qk_norm: bool,
+    ) -> Result<AttnWeights> {
+        let e = hp.n_embd;
+        let (q, kv, d) = (hp.n_head * hp.head_dim, hp.n_embd_kv(), hp.head_dim);
+        let n = |s: &str| blk(i, s);
+        let b = |l: &mut WeightLoader<'_>, s: &str, len: usize| match bias {
+            QkvBias::Required => l.f32(&n(s), &[len]).map(Some),
+            QkvBias::Optional => l.opt_f32(&n(s), &[len]),
+            QkvBias::Absent => Ok(None),
+        };
+        let norm = |l: &mut WeightLoader<'_>, s: &str| match qk_norm {
+            true => l.f32(&n(s), &[d]).map(Some),
+            false => Ok(None),
+        };
+        // Read in the order of the original loader (the weight table's order).
+        let (wq, wk, wv) = (
+            l.matrix(&n("attn_q.weight"), &[e, q])?,
+            l.matrix(&n("attn_k.weight"), &[e, kv])?,
+            l.matrix(&n("attn_v.weight"), &[e, kv])?,
+        );
+        Ok(AttnWeights {
+            wq,
+            wk,
+            wv,
+            attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
+            wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
+            bq: b(l, "attn_q.bias", q)?,
+            bk: b(l, "attn_k.bias", kv)?,
+            bv: b(l, "attn_v.bias", kv)?,
+            bo: match bias {
+                QkvBias::Absent => None,
+                _ => l.opt_f32(&n("attn_output.bias"), &[e])?,
+            },
+            q_norm: norm(l, "attn_q_norm.weight")?,
+            k_norm: norm(l, "attn_k_norm.weight")?,
+        })
+    }
+}
+
+/// A block's feed-forward part: `ffn(h)` of the normed input `h` (`[n_embd, n_tokens]`),
+/// `[n_embd, n_tokens]` out.
+pub trait FeedForward: Debug + Send + Sync + 'static {
+    /// Builds the block's feed-forward graph on `h`.
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        h: Tensor,
+    ) -> Result<Tensor>;
+}
+
+/// The SwiGLU feed-forward: `W_down·(silu(W_gate·h) · (W_up·h))` (`f` = `n_ff`).
+#[derive(Debug, Clone)]
+pub struct SwiGlu {
+    /// Gate projection, `[e, f]`.
+    pub gate: WeightId,
+    /// Up projection, `[e, f]`.
+    pub up: WeightId,
+    /// Down projection, `[f, e]`.
+    pub down: WeightId,
+}
+
+impl SwiGlu {
+    /// Reads block `i`'s `ffn_gate`, `ffn_up` and `ffn_down`.
+    pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<SwiGlu> {
+        let (e, f) = (hp.n_embd, hp.n_ff);
+        Ok(SwiGlu {
+            gate: l.matrix(&blk(i, "ffn_gate.weight"), &[e, f])?,
+            up: l.matrix(&blk(i, "ffn_up.weight"), &[e, f])?,
+            down: l.matrix(&blk(i, "ffn_down.weight"), &[f, e])?,
+        })
+    }
+}
+
+impl FeedForward for SwiGlu {
+    fn build(
+        &self,
+        ctx: &mut Context,
+        _hp: &HParams,
+        w: &ImportedWeights,
+        h: Tensor,
+    ) -> Result<Tensor> {
+        let gate = ctx.mul_mat(w[self.gate], h)?; // [n_ff, n]
+        let up = ctx.mul_mat(w[self.up], h)?;
+        let act = ctx.swiglu_split(gate, up)?;
+        Ok(ctx.mul_mat(w[self.down], act)?) // [n_embd, n]
+    }
+}
+
+/// One block: attention, the RMSNorm weight before the feed-forward (`[n_embd]`), and the
+/// feed-forward.
+#[derive(Debug, Clone)]
+pub struct Block<F> {
+    /// The attention weights.
+    pub attn: AttnWeights,
+    /// RMSNorm weight before the feed-forward block, `[n_embd]`.
+    pub ffn_norm: WeightId,
+    /// The feed-forward block.
+    pub ffn: F,
+}
+
+/// A loaded LLaMA-like decoder: head, blocks and rotary mode. Its [`ArchModel::build`] is
+/// the graph of the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Decoder<F> {
+    /// How rotary pairs dimensions (normal for `llama`, NEOX for the Qwen family).
+    pub rope_mode: RopeMode,
+    /// Embeddings and output head.
+    pub head: Head,
+    /// Transformer blocks.
+    pub layers: Vec<Block<F>>,
+}
+
+impl<F: FeedForward> ArchModel for Decoder<F> {
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<StepTensors> {
+        let inp = StepInputs::new(ctx, shape, 1, false)?;
+        let rope = Rotary {
+            params: hp.rope(self.rope_mode),
+            freqs: w.opt(self.head.rope_freqs),
+        };
+        let mut x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
+        for (il, l) in self.layers.iter().enumerate() {
+            let last = il + 1 == self.layers.len();
+            let mut inp_sa = x;
+            let mut cur = attention(ctx, hp, w, kv, &inp, shape, il, &l.attn, rope, x)?;
+            if last {
+                if let Some(ids) = inp.out_ids {
+                    cur = ctx.get_rows(cur, ids)?;
+                    inp_sa = ctx.get_rows(inp_sa, ids)?;
+                }
+            }
+            let ffn_inp = ctx.add(cur, inp_sa)?;
+            let h = ctx.rms_norm_mul(ffn_inp, w[l.ffn_norm], hp.rms_eps)?;
+            let out = l.ffn.build(ctx, hp, w, h)?;
+            x = ctx.add(out, ffn_inp)?;
+        }
+        let h = ctx.rms_norm_mul(x, w[self.head.output_norm], hp.rms_eps)?;
+        let logits = ctx.mul_mat(w[self.head.output], h)?; // [n_vocab, n_outputs]
+        ctx.set_name(logits, "logits")?;
+        ctx.set_output(logits)?;
+        Ok(StepTensors {
+            inputs: inp,
+            logits,
+        })
+    }
+}
+
+/// The rotary embedding of a step: its parameters and, for Llama 3.1's scaling, the
+/// per-pair frequency factors (`pos·base^(−2i/n_rot) / freqs[i]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rotary {
+    /// Dimensions rotated, pairing, frequency base and scale.
+    pub params: RopeParams,
+    /// `[n_rot / 2]` factors, or none.
+    pub freqs: Option<Tensor>,
+}
+
+/// Block `il`'s attention on the residual stream `x` (`[n_embd, n_tokens]`): norm, Q/K/V
+/// (biases, per-head Q/K norms where `a` has them), rotary, the cached attention, and the
+/// output projection. Returns `Wo·attn (+bo)`, `[n_embd, n_tokens]` (the residual is not
+/// added).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    kv: &KvCache,
+    inp: &StepInputs,
+    shape: StepShape,
+    il: usize,
+    a: &AttnWeights,
+    rope: Rotary,
+    x: Tensor,
+) -> Result<Tensor> {
+    let n = shape.n_tokens;
+    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+    let e_kv = hp.n_embd_kv();
+    let h = ctx.rms_norm_mul(x, w[a.attn_norm], hp.rms_eps)?; // fused: same bits as rms_norm · w
+
+    let q = ctx.mul_mat(w[a.wq], h)?; // [nh·hd, n]
+    let q = add_opt(ctx, q, w.opt(a.bq))?;
+    let k = ctx.mul_mat(w[a.wk], h)?; // [nhkv·hd, n]
+    let k = add_opt(ctx, k, w.opt(a.bk))?;
+    let v = ctx.mul_mat(w[a.wv], h)?; // [nhkv·hd, n]
+    let v = add_opt(ctx, v, w.opt(a.bv))?;
+
+    let mut q = ctx.reshape_3d(q, hd, nh, n)?;
+    if let Some(qn) = w.opt(a.q_norm) {
+        q = ctx.rms_norm_mul(q, qn, hp.rms_eps)?; // each head's row of hd values
+    }
+    let q = ctx.rope_ext_factors(q, inp.pos, rope.freqs, rope.params)?; // [hd, nh, n]
+    let mut k = ctx.reshape_3d(k, hd, nhkv, n)?;
+    if let Some(kn) = w.opt(a.k_norm) {
+        k = ctx.rms_norm_mul(k, kn, hp.rms_eps)?;
+    }
+    let k = ctx.rope_ext_factors(k, inp.pos, rope.freqs, rope.params)?; // [hd, nhkv, n]
+
+    // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
+    let k2 = ctx.reshape_2d(k, e_kv, n)?;
+    let v2 = ctx.reshape_2d(v, e_kv, n)?;
+    let dims = AttnDims {
+        head_dim: hd,
+        n_head: nh,
+        n_head_kv: nhkv,
+    };
+    let attn = cached_attention(ctx, kv, il, inp, shape, dims, q, [k2, v2])?;
+    let cur = ctx.mul_mat(w[a.wo], attn)?; // [n_embd, n]
+    add_opt(ctx, cur, w.opt(a.bo))
+}
