@@ -48,9 +48,9 @@ pub struct Args {
         default_value = "128"
     )]
     n_gen: Vec<usize>,
-    /// Thread counts to test (comma-separated).
-    #[arg(long = "threads-list", value_delimiter = ',', default_value = "2")]
-    threads_list: Vec<usize>,
+    /// Thread counts to test (comma-separated) [default: `-t` when given, else 2].
+    #[arg(long = "threads-list", value_delimiter = ',')]
+    threads_list: Option<Vec<usize>>,
     /// Context already filled before each test (comma-separated: every test runs at each
     /// depth, repetitions interleaved across depths).
     #[arg(short = 'd', long, value_delimiter = ',', default_value = "0")]
@@ -277,7 +277,15 @@ pub fn run(a: Args) -> CliResult {
     let wbytes = weight_bytes_per_token(&model);
     // Which test and rep is running, on a terminal only (erased before each row).
     let progress = std::io::stderr().is_terminal();
-    for &t in &a.threads_list {
+    // `-t N` alone tests N threads (as llama-bench's `-t`); `--threads-list` takes precedence.
+    let threads_list = a.threads_list.clone().unwrap_or_else(|| {
+        vec![if a.model.threads > 0 {
+            a.model.threads
+        } else {
+            2
+        }]
+    });
+    for &t in &threads_list {
         let mut margs = a.model.clone();
         margs.threads = t;
         margs.ctx_size = max_d + max_p.max(max_n) + 1;
