@@ -26,7 +26,8 @@
 //! Q4_0 keeps its nibbles as stored (byte `j` of a block holds value `j` in its low nibble,
 //! value `j + 16` in its high nibble, both offset by 8), so `v_g`'s low nibbles are values
 //! `4g..4g+4` and its high nibbles values `16 + 4g..16 + 4g + 4`. Q8_0's codes are stored as
-//! `x ^ 0x80 = x + 128`, unsigned.
+//! `x ^ 0x80 = x + 128`, unsigned, for the VNNI kernel, and as `x` where the AVX2 kernel
+//! runs ([`flips_q8_0`]).
 //!
 //! # Arithmetic
 //!
@@ -421,6 +422,13 @@ pub(crate) unsafe fn pack(
     }
 }
 
+/// Whether packed Q8_0 codes are stored as `x + 128` (for the VNNI kernel's unsigned
+/// operand) rather than as `x` (for the AVX2 kernel's sign trick): the layout follows the
+/// build this CPU runs, so that neither kernel converts codes per use.
+pub(crate) fn flips_q8_0() -> bool {
+    vnni()
+}
+
 /// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel_avx2`).
 #[inline]
 fn vnni() -> bool {
@@ -462,7 +470,11 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
         Kind::Q6KLanes => unreachable!("packed by pack_q6_k above"),
     };
-    let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
+    let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
+        0x80
+    } else {
+        0
+    };
     for i in 0..nb {
         let at = kind.block_at(i);
         for (r, row) in src.iter().enumerate() {
@@ -830,7 +842,11 @@ mod tests {
             unsafe { pack_portable(kind, nb, &rows, portable.as_mut_ptr()) };
             assert!(portable == panel, "{kind:?}: the portable packer differs");
             let groups = (bytes - 2) / 4;
-            let flip = if kind == Kind::Q8_0Lanes { 0x80 } else { 0 };
+            let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
+                0x80
+            } else {
+                0
+            };
             for i in 0..nb {
                 // Offsets of block i's scales and vectors, written out per layout.
                 let (sc, vec) = match kind {

@@ -11,7 +11,8 @@
 //!   quads, products summed in 16 bits (each `vpmaddubsw` pair is at most 2·15·127 in
 //!   magnitude, eight of them 30 480 < 2¹⁵), widened, plus the seed `−8 · Σ y`; then
 //!   `acc = fma(s, dx·dy, acc)` per block.
-//! - Q8_0 lanes: the packed codes are `x + 128`; flipped back to `x`, `|x|` (at most 128,
+//! - Q8_0 lanes: the packed codes are `x` itself (the portable packer, which CPUs without
+//!   VNNI use, leaves them signed: [`super::panel::flips_q8_0`]); `|x|` (at most 128,
 //!   as an unsigned byte) against `y` carrying `x`'s sign (`vpsignb`: the activations come
 //!   from the Q8_0 quantizer, so |y| ≤ 127 and the negation is exact), pairs at most
 //!   2·128·127 < 2¹⁵. Eight accumulators per row, one per quad, added at the end in
@@ -118,7 +119,6 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
     // SAFETY: as `q4_0_chain`.
     unsafe {
         let bb = Kind::Q8_0Lanes.panel_bytes(1);
-        let flip = _mm256_set1_epi8(-128);
         let ones = _mm256_set1_epi16(1);
         // One half panel at a time: its eight accumulators per column stay in registers.
         for half in 0..2 {
@@ -129,10 +129,8 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
                 let mut w = [_mm256_setzero_si256(); 8];
                 let mut wabs = [_mm256_setzero_si256(); 8];
                 for g in 0..8 {
-                    w[g] = _mm256_xor_si256(
-                        _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast()),
-                        flip,
-                    );
+                    // Signed codes: the portable packer does not flip them for this build.
+                    w[g] = _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast());
                     wabs[g] = _mm256_abs_epi8(w[g]);
                 }
                 for (c, acc_c) in acc.iter_mut().enumerate() {
