@@ -21,7 +21,8 @@
 //! usage: cargo run --release -p ggrs-llama --example gen_model -- --arch ARCH --out FILE
 //!        [--width 1024] [--layers 8] [--seed 1] [--head-dim N] [--context 4096]
 //!        [--tiny FILE]
-//!   ARCH: llama (Llama 3.1 rotary), qwen3, gemma2, phi3, qwen3moe, chatglm.
+//!   ARCH: llama (Llama 3.1 rotary), qwen2 (from the tiny qwen3: its vocabulary and layout,
+//!   Q/K/V biases instead of Q/K norms), qwen3, gemma2, phi3, qwen3moe, chatglm.
 //!   The tiny file is found in `$GGRS_REFERENCE_DIR/tiny` or `shared/reference/tiny` above
 //!   this crate unless `--tiny` names it. Quantize the result with
 //!   `target/release/ggrs quantize FILE OUT q4_0`.
@@ -33,9 +34,11 @@ use std::path::{Path, PathBuf};
 use ggrs_core::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, Value};
 use ggrs_core::DType;
 
-/// The architectures this generator makes, each with the tiny reference file it starts from.
-pub const ARCHS: [(&str, &str); 6] = [
+/// The architectures this generator makes, each with the tiny reference file it starts from
+/// (qwen2 has none of its own: it is derived from the tiny Qwen3, see [`derive`]).
+pub const ARCHS: [(&str, &str); 7] = [
     ("llama", "tiny-llama3-f16.gguf"),
+    ("qwen2", "tiny-qwen3-f16.gguf"),
     ("qwen3", "tiny-qwen3-f16.gguf"),
     ("gemma2", "tiny-gemma2-f16.gguf"),
     ("phi3", "tiny-phi3-f16.gguf"),
@@ -139,6 +142,97 @@ fn round_dim(x: f64) -> usize {
     ((x / m).round().max(1.0) * m) as usize
 }
 
+/// What the generator takes from a tiny file: its metadata, and its tensor table with each
+/// tensor's mean and standard deviation.
+struct Source {
+    path: PathBuf,
+    arch: String,
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<(TensorInfo, (f64, f64))>,
+}
+
+impl Source {
+    fn read(path: &Path) -> Result<Source, GenError> {
+        let file = GgufFile::open(path)?;
+        let mut src = Source {
+            path: path.to_path_buf(),
+            arch: String::new(),
+            metadata: file.metadata().to_vec(),
+            tensors: Vec::with_capacity(file.tensors().len()),
+        };
+        src.arch = src
+            .get("general.architecture")
+            .and_then(Value::as_str)
+            .ok_or_else(|| src.bad("no general.architecture".into()))?
+            .to_owned();
+        for t in file.tensors() {
+            let st = stats(&file, t).map_err(|d| src.bad(d))?;
+            src.tensors.push((t.clone(), st));
+        }
+        Ok(src)
+    }
+
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    fn bad(&self, detail: String) -> GenError {
+        GenError::BadSource {
+            path: self.path.clone(),
+            detail,
+        }
+    }
+}
+
+/// Turns `src` into a source of architecture `arch`: nothing to do if it is one already;
+/// qwen2 from a qwen3 file (the same vocabulary and layout, less the explicit head size and
+/// the Q/K norms, plus Q/K/V biases).
+fn derive(src: &mut Source, arch: &str) -> Result<(), GenError> {
+    if src.arch == arch {
+        return Ok(());
+    }
+    if (src.arch.as_str(), arch) != ("qwen3", "qwen2") {
+        return Err(src.bad(format!(
+            "cannot make a `{arch}` model from a `{}` file",
+            src.arch
+        )));
+    }
+    let old = format!("{}.", src.arch);
+    src.metadata.retain(|(k, _)| {
+        !(k.ends_with(".attention.key_length") || k.ends_with(".attention.value_length"))
+    });
+    for (k, v) in &mut src.metadata {
+        if let Some(rest) = k.strip_prefix(&old) {
+            *k = format!("{arch}.{rest}");
+        } else if k == "general.architecture" {
+            *v = Value::String(arch.to_owned());
+        }
+    }
+    let tensors = std::mem::take(&mut src.tensors);
+    for (t, st) in tensors {
+        if t.name.ends_with(".attn_q_norm.weight") || t.name.ends_with(".attn_k_norm.weight") {
+            continue;
+        }
+        let bias = ["attn_q", "attn_k", "attn_v"]
+            .iter()
+            .find(|m| t.name.ends_with(&format!(".{m}.weight")))
+            .map(|_| TensorInfo {
+                name: t.name.replace(".weight", ".bias"),
+                dtype: DType::F32,
+                ne: [t.ne[1], 1, 1, 1],
+                n_dims: 1,
+                offset: 0,
+                size: 0,
+            });
+        src.tensors.push((t, st));
+        if let Some(b) = bias {
+            src.tensors.push((b, (0.0, 0.02)));
+        }
+    }
+    src.arch = arch.to_owned();
+    Ok(())
+}
+
 /// The tiny file's hyperparameters and the new ones derived from them.
 struct Plan {
     arch: String,
@@ -149,16 +243,9 @@ struct Plan {
     rope_dim: usize,
 }
 
-fn plan(src: &GgufFile, path: &Path, o: &GenOptions) -> Result<Plan, GenError> {
-    let bad = |detail: String| GenError::BadSource {
-        path: path.to_path_buf(),
-        detail,
-    };
-    let arch = src
-        .get("general.architecture")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("no general.architecture".into()))?
-        .to_owned();
+fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
+    let bad = |detail: String| src.bad(detail);
+    let arch = src.arch.clone();
     let num = |k: &str| {
         src.get(&format!("{arch}.{k}"))
             .and_then(Value::as_u64)
@@ -231,7 +318,7 @@ fn plan(src: &GgufFile, path: &Path, o: &GenOptions) -> Result<Plan, GenError> {
 }
 
 /// The tiny file's metadata with the shape keys set to the plan's.
-fn metadata(src: &GgufFile, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
+fn metadata(src: &Source, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
     let s = &p.new;
     let u32v = |n: usize| Value::U32(n as u32);
     let key = |k: &str| format!("{}.{k}", p.arch);
@@ -253,7 +340,7 @@ fn metadata(src: &GgufFile, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
     .into_iter()
     .map(|(k, v)| (key(k), v))
     .collect();
-    src.metadata()
+    src.metadata
         .iter()
         .map(|(k, v)| {
             let keep_window =
@@ -344,18 +431,15 @@ fn stats(src: &GgufFile, t: &TensorInfo) -> Result<(f64, f64), String> {
     Ok((mean, var.sqrt()))
 }
 
-fn plan_tensors(src: &GgufFile, path: &Path, p: &Plan) -> Result<Vec<Planned>, GenError> {
-    let bad = |detail: String| GenError::BadSource {
-        path: path.to_path_buf(),
-        detail,
-    };
+fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
+    let bad = |detail: String| src.bad(detail);
     let base = src
         .get(&format!("{}.rope.freq_base", p.arch))
         .and_then(Value::as_f32)
         .unwrap_or(10000.0) as f64;
-    let one = |role: &str, name: String, t: &TensorInfo| -> Result<Planned, GenError> {
+    let one = |role: &str, name: String, tensor: &(TensorInfo, (f64, f64))| {
+        let (t, (mean, std)) = (&tensor.0, tensor.1);
         let ne = new_shape(p, role, t).map_err(bad)?;
-        let (mean, std) = stats(src, t).map_err(bad)?;
         let fill = if role == "rope_freqs.weight" {
             Fill::Llama3RopeFactors { base }
         } else if t.n_dims == 1 {
@@ -369,31 +453,32 @@ fn plan_tensors(src: &GgufFile, path: &Path, p: &Plan) -> Result<Vec<Planned>, G
                 std: std * scale,
             }
         };
-        Ok(Planned {
+        Ok::<_, GenError>(Planned {
             name,
             dtype: t.dtype,
             ne,
             fill,
         })
     };
-    let layer0: Vec<&TensorInfo> = src
-        .tensors()
+    let layer0: Vec<&(TensorInfo, (f64, f64))> = src
+        .tensors
         .iter()
-        .filter(|t| t.name.starts_with("blk.0."))
+        .filter(|(t, _)| t.name.starts_with("blk.0."))
         .collect();
     if layer0.is_empty() || p.tiny_layers == 0 {
         return Err(bad("no tensors of layer 0".into()));
     }
     let mut out = Vec::new();
     let mut layers_done = false;
-    for t in src.tensors() {
-        if !t.name.starts_with("blk.") {
-            out.push(one(&t.name, t.name.clone(), t)?);
+    for t in &src.tensors {
+        let name = &t.0.name;
+        if !name.starts_with("blk.") {
+            out.push(one(name, name.clone(), t)?);
         } else if !layers_done {
             layers_done = true;
             for l in 0..p.new.layers {
                 for t0 in &layer0 {
-                    let role = &t0.name["blk.0.".len()..];
+                    let role = &t0.0.name["blk.0.".len()..];
                     out.push(one(role, format!("blk.{l}.{role}"), t0)?);
                 }
             }
@@ -496,11 +581,18 @@ fn write_values(
     Ok(())
 }
 
-/// Generates the model of `opts`' shape from the tiny file `tiny` and writes it to `out`.
-pub fn generate(tiny: &Path, out: &Path, opts: &GenOptions) -> Result<GenShape, GenError> {
-    let src = GgufFile::open(tiny)?;
-    let p = plan(&src, tiny, opts)?;
-    let tensors = plan_tensors(&src, tiny, &p)?;
+/// Generates a model of architecture `arch` and `opts`' shape from the tiny file `tiny` (of
+/// that architecture, or one it derives from: see [`ARCHS`]) and writes it to `out`.
+pub fn generate(
+    tiny: &Path,
+    arch: &str,
+    out: &Path,
+    opts: &GenOptions,
+) -> Result<GenShape, GenError> {
+    let mut src = Source::read(tiny)?;
+    derive(&mut src, arch)?;
+    let p = plan(&src, opts)?;
+    let tensors = plan_tensors(&src, &p)?;
     let mut w = GgufWriter::new();
     for (k, v) in metadata(&src, &p, opts) {
         w.add_kv(k, v)?;
@@ -559,7 +651,7 @@ fn run(args: &[String]) -> Result<(), String> {
         None => tiny_file(&default_tiny_dir(), &arch)
             .ok_or_else(|| format!("unknown arch `{arch}`: one of {names:?}"))?,
     };
-    let shape = generate(&tiny, &out, &o).map_err(|e| e.to_string())?;
+    let shape = generate(&tiny, &arch, &out, &o).map_err(|e| e.to_string())?;
     println!("{}: {shape:?}", out.display());
     Ok(())
 }
