@@ -12,11 +12,13 @@
 //! original context 8192).
 //!
 //! Shapes: `embedding_length` = width, `block_count` = layers, `feed_forward_length` ≈
-//! 2.75·width (a multiple of 256), head_dim 64 (128 for the families that state it with
-//! `attention.key_length`: qwen3, qwen3moe, gemma2), as many heads as keep the tiny model's
-//! ratio of Q width to width and its heads per KV head (the nearest count that divides the
-//! width, which ggrs requires), `expert_feed_forward_length` in the
-//! tiny model's ratio to `feed_forward_length`, `context_length` 4096.
+//! 2.75·width (a multiple of 256; of 32 below 512), head_dim 64 (128 for the families that
+//! state it with `attention.key_length`: qwen3, qwen3moe, gemma2), as many heads as keep the
+//! tiny model's ratio of Q width to width and its heads per KV head (the nearest count that
+//! divides the width, which ggrs requires), `expert_feed_forward_length` in the tiny model's
+//! ratio to `feed_forward_length` (expert count and experts used as in the tiny model),
+//! `context_length` 4096. Gemma 2's sliding window becomes its real 4096 (the tiny model's 8
+//! is a test device); Phi-3's `rope.scaling.original_context_length` follows the context.
 //!
 //! usage: cargo run --release -p ggrs-llama --example gen_model -- --arch ARCH --out FILE
 //!        [--width 1024] [--layers 8] [--seed 1] [--head-dim N] [--context 4096]
