@@ -30,6 +30,25 @@ use super::x86::{read_f32, read_u16, read_u32};
 /// Bytes of a Q8_0 block (activations).
 const Q8_0_BYTES: usize = 34;
 
+/// How many packed blocks ahead the kernels prefetch.
+const PREFETCH_BLOCKS: usize = 4;
+
+/// Prefetches (into L1) packed block `i + PREFETCH_BLOCKS` of `bytes` bytes from `panel`:
+/// the weights stream from memory once (a second half re-reads them from L1), and the
+/// hardware prefetcher alone left the lane kernels at about two thirds of the memory's rate.
+/// Past the panel's end this fetches the next panel's first blocks (a prefetch never faults;
+/// `wrapping_add` keeps the address arithmetic defined).
+#[inline(always)]
+fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
+    let ahead = panel.wrapping_add((i + PREFETCH_BLOCKS) * bytes);
+    let mut off = 0;
+    while off < bytes {
+        // SAFETY: a prefetch is a hint; it reads nothing and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
 /// The activation quad at `p` in every 32-bit lane.
 ///
 /// # Safety
@@ -124,6 +143,9 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
+                if half == 0 {
+                    prefetch_ahead(panel, i, bb);
+                }
                 let p = panel.add(i * bb);
                 let dx = _mm256_loadu_ps(p.add(32 * half).cast());
                 let mut w = [_mm256_setzero_si256(); 8];
@@ -245,6 +267,9 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
             let mut summs = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let at = T::KIND.block_at(i);
+                if half == 0 {
+                    prefetch_ahead(panel, i, T::KIND.panel_bytes(1));
+                }
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
                 let mx = if T::MIN {
                     _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.m + 16 * half).cast()))
@@ -360,6 +385,9 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
             let ctrl = _mm256_loadu_si256(ctrl.as_ptr().cast());
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
+                if half == 0 {
+                    prefetch_ahead(panel, i, Kind::Q6KLanes.panel_bytes(1));
+                }
                 let at = Kind::Q6KLanes.block_at(i);
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
                 // Scale j of each row, as the same i16 in both halves of its lane.
