@@ -222,6 +222,34 @@ pub struct Decoder<F> {
     pub layers: Vec<Block<F>>,
 }
 
+impl<F: FeedForward> Decoder<F> {
+    /// Reads the head and `hp.n_layer` blocks: each block's attention and feed-forward
+    /// through `attn` and `ffn` (given the loader and the block index), its `ffn_norm` here.
+    pub fn load(
+        hp: &HParams,
+        l: &mut WeightLoader<'_>,
+        rope_mode: RopeMode,
+        attn: impl Fn(&mut WeightLoader<'_>, usize) -> Result<AttnWeights>,
+        ffn: impl Fn(&mut WeightLoader<'_>, usize) -> Result<F>,
+    ) -> Result<Decoder<F>> {
+        let head = Head::load(hp, l)?;
+        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for i in 0..hp.n_layer {
+            layers.push(Block {
+                attn: attn(l, i)?,
+                ffn_norm: l.f32(&blk(i, "ffn_norm.weight"), &[hp.n_embd])?,
+                ffn: ffn(l, i)?,
+            });
+        }
+        Ok(Decoder {
+            rope_mode,
+            head,
+            layers,
+        })
+    }
+}
+
 impl<F: FeedForward> ArchModel for Decoder<F> {
     fn build(
         &self,

@@ -4,7 +4,7 @@
 
 use ggrs_core::RopeMode;
 
-use super::decoder::{blk, AttnWeights, Block, Decoder, Head, QkvBias, SwiGlu};
+use super::decoder::{AttnWeights, Block, Decoder, QkvBias, SwiGlu};
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::Result;
 use crate::hparams::HParams;
@@ -46,20 +46,13 @@ impl Architecture for Llama {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        let head = Head::load(hp, l)?;
-        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for i in 0..hp.n_layer {
-            layers.push(Block {
-                attn: AttnWeights::load(hp, l, i, self.bias, false)?,
-                ffn_norm: l.f32(&blk(i, "ffn_norm.weight"), &[hp.n_embd])?,
-                ffn: SwiGlu::load(hp, l, i)?,
-            });
-        }
-        Ok(Box::new(LlamaModel {
-            rope_mode: self.rope_mode,
-            head,
-            layers,
-        }))
+        let model = LlamaModel::load(
+            hp,
+            l,
+            self.rope_mode,
+            |l, i| AttnWeights::load(hp, l, i, self.bias, false),
+            |l, i| SwiGlu::load(hp, l, i),
+        )?;
+        Ok(Box::new(model))
     }
 }

@@ -5,7 +5,7 @@
 
 use ggrs_core::RopeMode;
 
-use super::decoder::{blk, AttnWeights, Block, Decoder, Head, QkvBias, SwiGlu};
+use super::decoder::{AttnWeights, Decoder, QkvBias, SwiGlu};
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
@@ -52,20 +52,13 @@ impl Architecture for Qwen3 {
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         check_value_length(hp, l)?;
-        let head = Head::load(hp, l)?;
-        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for i in 0..hp.n_layer {
-            layers.push(Block {
-                attn: load_attention(hp, l, i)?,
-                ffn_norm: l.f32(&blk(i, "ffn_norm.weight"), &[hp.n_embd])?,
-                ffn: SwiGlu::load(hp, l, i)?,
-            });
-        }
-        Ok(Box::new(Qwen3Model {
-            rope_mode: RopeMode::Neox,
-            head,
-            layers,
-        }))
+        let model = Qwen3Model::load(
+            hp,
+            l,
+            RopeMode::Neox,
+            |l, i| load_attention(hp, l, i),
+            |l, i| SwiGlu::load(hp, l, i),
+        )?;
+        Ok(Box::new(model))
     }
 }

@@ -4,7 +4,7 @@
 
 use ggrs_core::{Context, RopeMode, Tensor};
 
-use super::decoder::{blk, Block, Decoder, FeedForward, Head};
+use super::decoder::{blk, Decoder, FeedForward};
 use super::qwen3::{check_value_length, load_attention};
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::{LlamaError, Result};
@@ -135,20 +135,13 @@ impl Architecture for Qwen3Moe {
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         check_value_length(hp, l)?;
-        let head = Head::load(hp, l)?;
-        // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
-        let mut layers = Vec::with_capacity(hp.n_layer);
-        for i in 0..hp.n_layer {
-            layers.push(Block {
-                attn: load_attention(hp, l, i)?,
-                ffn_norm: l.f32(&blk(i, "ffn_norm.weight"), &[hp.n_embd])?,
-                ffn: MoeFfn::load(hp, l, i)?,
-            });
-        }
-        Ok(Box::new(Qwen3MoeModel {
-            rope_mode: RopeMode::Neox,
-            head,
-            layers,
-        }))
+        let model = Qwen3MoeModel::load(
+            hp,
+            l,
+            RopeMode::Neox,
+            |l, i| load_attention(hp, l, i),
+            |l, i| MoeFfn::load(hp, l, i),
+        )?;
+        Ok(Box::new(model))
     }
 }
