@@ -65,31 +65,7 @@ fn rope_freqs_are_loaded() {
 fn tiny_llama3_matches_llama_cpp() {
     let model = load();
     let refs = common::read_jsonl(&tiny_path().with_extension("public.jsonl"));
-    assert!(!refs.is_empty());
-    for r in &refs {
-        let ours = model
-            .tokenizer()
-            .encode(&r.prompt, true, true)
-            .expect("tokenize");
-        assert_eq!(ours, r.tokens, "tokens of {:?}", r.prompt);
-    }
-    for nth in [1, 2] {
-        let rep = common::compare(&model, &refs, 0.01, nth, 16);
-        eprintln!(
-            "tiny-llama3, {nth} threads: max |Δlogit| {:.2e} over {} positions, argmax {}/{}, \
-             greedy prefix ok {}/{}",
-            rep.max_abs_diff,
-            rep.positions,
-            rep.argmax_equal,
-            rep.argmax_checked,
-            rep.greedy_prefix_ok,
-            rep.greedy_prompts
-        );
-        assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
-        assert!(rep.argmax_checked > 0);
-        assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
-        assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
-    }
+    common::assert_matches_reference("tiny-llama3", &model, &refs, 0.01);
 }
 
 /// The factors matter: the same file without `rope_freqs.weight` (plain rotary) misses the

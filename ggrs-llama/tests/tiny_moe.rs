@@ -69,21 +69,7 @@ fn stacked_experts_stay_in_the_map() {
 fn tiny_moe_matches_llama_cpp() {
     let model = load();
     let refs = common::read_jsonl(&common::reference_dir().join("tiny/tiny-moe-f16.public.jsonl"));
-    assert!(!refs.is_empty());
-    for r in &refs {
-        let ours = model
-            .tokenizer()
-            .encode(&r.prompt, true, true)
-            .expect("tokenize");
-        assert_eq!(ours, r.tokens, "tokens of {:?}", r.prompt);
-    }
-    for nth in [1, 2] {
-        let rep = common::compare(&model, &refs, 0.01, nth, 16);
-        eprintln!("tiny-moe, {nth} threads: {rep:?}");
-        assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
-        assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
-        assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
-    }
+    common::assert_matches_reference("tiny-moe", &model, &refs, 0.01);
 }
 
 /// Every prompt's logits from one batch equal those of the same tokens evaluated one per

@@ -51,31 +51,7 @@ fn hyperparameters_and_fused_weights() {
 fn tiny_phi3_matches_llama_cpp() {
     let model = load();
     let refs = common::read_jsonl(&tiny_path().with_extension("public.jsonl"));
-    assert!(!refs.is_empty());
-    for r in &refs {
-        let ours = model
-            .tokenizer()
-            .encode(&r.prompt, true, true)
-            .expect("tokenize");
-        assert_eq!(ours, r.tokens, "tokens of {:?}", r.prompt);
-    }
-    for nth in [1, 2] {
-        let rep = common::compare(&model, &refs, 0.01, nth, 16);
-        eprintln!(
-            "tiny-phi3, {nth} threads: max |Δlogit| {:.2e} over {} positions, argmax {}/{}, \
-             greedy prefix ok {}/{}",
-            rep.max_abs_diff,
-            rep.positions,
-            rep.argmax_equal,
-            rep.argmax_checked,
-            rep.greedy_prefix_ok,
-            rep.greedy_prompts
-        );
-        assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
-        assert!(rep.argmax_checked > 0);
-        assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
-        assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
-    }
+    common::assert_matches_reference("tiny-phi3", &model, &refs, 0.01);
 }
 
 /// A long-context Phi-3 file (LongRoPE factor tensors, which this build does not apply) is

@@ -374,3 +374,26 @@ pub fn rewrite_gguf_adding(
     })
     .expect("write the copy");
 }
+
+/// The check every tiny model's test makes against llama.cpp's outputs in `refs` (its
+/// `*.public.jsonl`): the prompts tokenize to the reference ids, and on 1 and 2 threads
+/// [`compare`] finds no logit beyond `tol`, every argmax equal and every greedy run equal.
+#[allow(dead_code)] // not every test binary that includes `common` uses it
+pub fn assert_matches_reference(name: &str, model: &Arc<Model>, refs: &[RefPrompt], tol: f32) {
+    assert!(!refs.is_empty());
+    for r in refs {
+        let ours = model
+            .tokenizer()
+            .encode(&r.prompt, true, true)
+            .expect("tokenize");
+        assert_eq!(ours, r.tokens, "tokens of {:?}", r.prompt);
+    }
+    for nth in [1, 2] {
+        let rep = compare(model, refs, tol, nth, 16);
+        eprintln!("{name}, {nth} threads: {rep:?}");
+        assert_eq!(rep.over_tol, 0, "logits beyond {tol}: {rep:?}");
+        assert!(rep.argmax_checked > 0);
+        assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
+        assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
+    }
+}
