@@ -49,6 +49,22 @@ fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
     }
 }
 
+/// Each row's eight lane accumulators (`a[g]`, lane `r` = row `r`) added in ggml's
+/// `hsum_float_8` tree: `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
+///
+/// # Safety
+/// AVX.
+#[inline(always)]
+unsafe fn lanes_total(a: &[__m256; 8]) -> __m256 {
+    // SAFETY: register-only AVX operations.
+    unsafe {
+        _mm256_add_ps(
+            _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+            _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
+        )
+    }
+}
+
 /// The activation quad at `p` in every 32-bit lane.
 ///
 /// # Safety
@@ -166,10 +182,7 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
                 }
             }
             for (o, a) in out.iter_mut().zip(&acc) {
-                let t = _mm256_add_ps(
-                    _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                    _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
-                );
+                let t = lanes_total(a);
                 _mm256_storeu_ps(o.as_mut_ptr().add(8 * half), t);
             }
         }
@@ -314,10 +327,7 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
             }
             for c in 0..C {
                 let a = &acc[c];
-                let mut t = _mm256_add_ps(
-                    _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                    _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
-                );
+                let mut t = lanes_total(a);
                 if T::MIN {
                     t = _mm256_add_ps(t, summs[c]);
                 }
@@ -447,10 +457,7 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
                 }
             }
             for (o, a) in out.iter_mut().zip(&acc) {
-                let t = _mm256_add_ps(
-                    _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                    _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])),
-                );
+                let t = lanes_total(a);
                 _mm256_storeu_ps(o.as_mut_ptr().add(8 * half), t);
             }
         }
