@@ -178,6 +178,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{compute_graph, Executor, NodeTiming, Plan};
 pub use graph::Graph;
+pub use kernels::matmul::columns_independent as mul_mat_columns_independent;
 pub use op::{Op, RopeMode};
 pub use ops::nn::RopeParams;
 pub use tensor::{Tensor, TensorFlags, TensorMeta};

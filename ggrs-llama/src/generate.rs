@@ -3,9 +3,11 @@
 use std::ops::ControlFlow;
 use std::time::Instant;
 
+use crate::architecture::TextConventions;
 use crate::error::{LlamaError, Result};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams};
 use crate::session::Session;
+use crate::tokenizer::{DecodeState, Tokenizer};
 
 /// How to generate.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +132,97 @@ fn held_back(text: &str, stops: &[String]) -> usize {
     best
 }
 
+/// The text of a stream of generated tokens: decodes them, finds stop strings (even when
+/// one spans several tokens) and tells what may be shown at each step. Shared by
+/// [`Session::generate_tokens`] and the serving engine ([`crate::engine`]).
+#[derive(Debug, Clone)]
+pub struct TextStream {
+    decoder: DecodeState,
+    stop: Vec<String>,
+    text: String,
+    emitted: usize,
+}
+
+/// What [`TextStream::push`] made of one token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextStep {
+    /// Text that may be shown now (complete UTF-8, nothing that could start a stop string).
+    pub visible: String,
+    /// The stop string the text reached, if any (the text now ends before it).
+    pub stopped: Option<String>,
+}
+
+impl TextStream {
+    /// A stream for text that follows a prompt (the decoder of
+    /// [`Tokenizer::continuation_decoder`]), ending at any of `stop`.
+    pub fn new(tok: &Tokenizer, stop: Vec<String>) -> TextStream {
+        TextStream {
+            decoder: tok.continuation_decoder().into_state(),
+            stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+            text: String::new(),
+            emitted: 0,
+        }
+    }
+
+    /// Adds generated token `id` (text as the architecture's conventions write it).
+    pub fn push(
+        &mut self,
+        tok: &Tokenizer,
+        conventions: &dyn TextConventions,
+        id: u32,
+    ) -> Result<TextStep> {
+        // Text an architecture writes as tokens of its own (ChatGLM-6B v1: newlines, tabs
+        // and space runs).
+        match conventions.token_text(tok, id) {
+            Some(t) => self.text.push_str(&t),
+            None => self.text.push_str(&self.decoder.push(tok, id)?),
+        }
+        // A stop string anywhere in the new text ends the generation there.
+        let longest = self.stop.iter().map(|s| s.len()).max().unwrap_or(0);
+        let mut search_from = self.emitted.saturating_sub(longest);
+        while !self.text.is_char_boundary(search_from) {
+            search_from -= 1;
+        }
+        let hit = self
+            .stop
+            .iter()
+            .filter_map(|s| {
+                self.text[search_from..]
+                    .find(s.as_str())
+                    .map(|p| (search_from + p, s))
+            })
+            .min_by_key(|(p, _)| *p);
+        let (visible_end, stopped) = match hit {
+            Some((p, s)) => (p, Some(s.clone())),
+            None => (self.text.len() - held_back(&self.text, &self.stop), None),
+        };
+        let visible = self.text[self.emitted..visible_end.max(self.emitted)].to_string();
+        self.emitted = visible_end.max(self.emitted);
+        if stopped.is_some() {
+            self.text.truncate(visible_end);
+        }
+        Ok(TextStep { visible, stopped })
+    }
+
+    /// Ends the stream: the text held back so far (a possible stop-string start that never
+    /// completed), to be shown now.
+    pub fn flush(&mut self) -> String {
+        let rest = self.text[self.emitted..].to_string();
+        self.emitted = self.text.len();
+        rest
+    }
+
+    /// The whole text so far (a stop string and what follows it removed).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Takes the whole text.
+    pub fn into_text(self) -> String {
+        self.text
+    }
+}
+
 impl Session {
     /// Tokenizes `prompt` as the model's architecture encodes a prompt
     /// ([`crate::Model::encode_prompt`]: BOS per the model, special tokens such as
@@ -186,9 +279,7 @@ impl Session {
         timings.prompt_secs = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
-        let mut decoder = tok.continuation_decoder();
-        let mut text = String::new();
-        let mut emitted = 0usize;
+        let mut stream = TextStream::new(tok, params.stop.clone());
         let mut tokens = Vec::new();
         let mut logprobs = Vec::new();
         let mut stop = StopReason::MaxTokens;
@@ -196,17 +287,7 @@ impl Session {
             let logits = self.logits();
             let id = sampler.sample(logits);
             sampler.accept(id);
-            let top = top_logprobs(logits, params.top_logprobs.max(1));
-            let lp = if top.first().map(|t| t.0) == Some(id) {
-                top[0].1
-            } else {
-                top_logprobs_of(logits, id)
-            };
-            let top = if params.top_logprobs == 0 {
-                Vec::new()
-            } else {
-                top
-            };
+            let (lp, top) = token_logprobs(logits, id, params.top_logprobs);
             tokens.push(id);
             logprobs.push((lp, top.clone()));
             timings.gen_tokens += 1;
@@ -214,42 +295,15 @@ impl Session {
                 stop = StopReason::EndOfGeneration(id);
                 break;
             }
-            // Text an architecture writes as tokens of its own (ChatGLM-6B v1: newlines, tabs
-            // and space runs).
-            match conventions.token_text(tok, id) {
-                Some(t) => text.push_str(&t),
-                None => text.push_str(&decoder.push(id)?),
-            }
-            // A stop string anywhere in the new text ends the generation there.
-            let mut search_from =
-                emitted.saturating_sub(params.stop.iter().map(|s| s.len()).max().unwrap_or(0));
-            while !text.is_char_boundary(search_from) {
-                search_from -= 1;
-            }
-            let hit = params
-                .stop
-                .iter()
-                .filter(|s| !s.is_empty())
-                .filter_map(|s| {
-                    text[search_from..]
-                        .find(s.as_str())
-                        .map(|p| (search_from + p, s))
-                })
-                .min_by_key(|(p, _)| *p);
-            let (visible_end, stopped) = match hit {
-                Some((p, s)) => (p, Some(s.clone())),
-                None => (text.len() - held_back(&text, &params.stop), None),
-            };
+            let step = stream.push(tok, conventions, id)?;
             let event = TokenEvent {
                 id,
-                text: text[emitted..visible_end.max(emitted)].to_string(),
+                text: step.visible,
                 logprob: lp,
                 top_logprobs: top,
             };
-            emitted = visible_end.max(emitted);
             let flow = on_token(&event);
-            if let Some(s) = stopped {
-                text.truncate(visible_end);
+            if let Some(s) = step.stopped {
                 stop = StopReason::StopString(s);
                 break;
             }
@@ -266,15 +320,18 @@ impl Session {
             }
             self.eval(&[id], false)?;
         }
-        if !matches!(stop, StopReason::StopString(_)) && emitted < text.len() {
-            let rest = text[emitted..].to_string();
-            let _ = on_token(&TokenEvent {
-                id: *tokens.last().unwrap_or(&0),
-                text: rest,
-                logprob: 0.0,
-                top_logprobs: Vec::new(),
-            });
+        if !matches!(stop, StopReason::StopString(_)) {
+            let rest = stream.flush();
+            if !rest.is_empty() {
+                let _ = on_token(&TokenEvent {
+                    id: *tokens.last().unwrap_or(&0),
+                    text: rest,
+                    logprob: 0.0,
+                    top_logprobs: Vec::new(),
+                });
+            }
         }
+        let text = stream.into_text();
         timings.gen_secs = t1.elapsed().as_secs_f64();
         Ok(Generation {
             prompt_tokens: prompt.to_vec(),
@@ -285,6 +342,18 @@ impl Session {
             timings,
         })
     }
+}
+
+/// The log-probability of `id` under `logits` and the `top` most likely tokens with theirs
+/// (empty when `top` is 0).
+pub fn token_logprobs(logits: &[f32], id: u32, top: usize) -> (f32, Vec<(u32, f32)>) {
+    let best = top_logprobs(logits, top.max(1));
+    let lp = if best.first().map(|t| t.0) == Some(id) {
+        best[0].1
+    } else {
+        top_logprobs_of(logits, id)
+    };
+    (lp, if top == 0 { Vec::new() } else { best })
 }
 
 fn top_logprobs_of(logits: &[f32], id: u32) -> f32 {

@@ -10,6 +10,7 @@ use ggrs_core::{Context, DType, Tensor};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
+use crate::step::SeqSpan;
 
 /// Attention reads the cache in multiples of this many cells (llama.cpp's padding).
 const KV_PAD: usize = 256;
@@ -40,6 +41,10 @@ pub struct KvCache {
     pub cells: Vec<Cell>,
     /// Element type of keys and values.
     pub dtype: DType,
+    /// Regions: 1, one cache all sequences share; n, sequence s owns cells
+    /// `s·size/n .. (s+1)·size/n` and its token at position p sits in cell `s·size/n + p`
+    /// ([`KvCache::set_streams`]).
+    streams: usize,
 }
 
 /// Where a step's tokens go and what they may see.
@@ -49,6 +54,15 @@ pub struct Placement {
     pub cells: Vec<usize>,
     /// Cells attention reads: `0..n_kv` (see [`KvCache::place`] for the padding).
     pub n_kv: usize,
+    /// With regions ([`KvCache::set_streams`]): each sequence's run of tokens and the cells
+    /// of its region it attends over; empty for one shared cache.
+    pub spans: Vec<SeqSpan>,
+}
+
+/// The cells attention reads for `used` cells in use out of `size`, as llama.cpp pads them:
+/// a multiple of 256, at least 256, at most `size`.
+fn padded_kv(used: usize, size: usize) -> usize {
+    size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD))
 }
 
 impl KvCache {
@@ -81,7 +95,35 @@ impl KvCache {
             v,
             cells: vec![Cell::default(); size],
             dtype,
+            streams: 1,
         })
+    }
+
+    /// Splits the cache into `n` equal regions, one per sequence id `0..n` (llama.cpp's
+    /// per-sequence streams, `kv_unified = false`): sequence s's token at position p then
+    /// sits in cell `s·size/n + p`, and each sequence attends over its own region only, as
+    /// a lone cache of `size/n` cells would. 1: one shared cache. Frees every cell.
+    pub fn set_streams(&mut self, n: usize) -> Result<()> {
+        if n == 0 || n > crate::batch::MAX_SEQ || !self.size().is_multiple_of(n) {
+            return Err(LlamaError::InvalidArgument(format!(
+                "cannot split a cache of {} cells into {n} equal regions (1 to {})",
+                self.size(),
+                crate::batch::MAX_SEQ
+            )));
+        }
+        self.streams = n;
+        self.clear();
+        Ok(())
+    }
+
+    /// Regions (see [`KvCache::set_streams`]).
+    pub fn streams(&self) -> usize {
+        self.streams
+    }
+
+    /// Cells of each region.
+    pub fn stream_size(&self) -> usize {
+        self.size() / self.streams
     }
 
     /// Arena bytes the cache takes (data and metadata).
@@ -129,6 +171,9 @@ impl KvCache {
     /// Finds a cell for every token of `batch` (a run of free cells, as llama.cpp does),
     /// marks them used and returns the placement. Fails when the cache is full.
     pub fn place(&mut self, batch: &Batch) -> Result<Placement> {
+        if self.streams > 1 {
+            return self.place_in_regions(batch);
+        }
         let n = batch.len();
         let size = self.size();
         let used = self.used();
@@ -178,12 +223,103 @@ impl KvCache {
         // As llama.cpp: attend to a padded number of cells, a multiple of 256 and at least 256
         // (at most the cache size). The extra cells are masked and change no sum, but
         // flash attention's split-key decode path divides this count among its parts.
-        let n_kv = size.min(KV_PAD.max(used.div_ceil(KV_PAD) * KV_PAD));
-        Ok(Placement { cells, n_kv })
+        let n_kv = padded_kv(used, size);
+        Ok(Placement {
+            cells,
+            n_kv,
+            spans: Vec::new(),
+        })
+    }
+
+    /// [`KvCache::place`] with regions: every token at its cell, then one span per run of
+    /// one sequence's tokens (a sequence's tokens must be next to each other in the batch).
+    fn place_in_regions(&mut self, batch: &Batch) -> Result<Placement> {
+        let per = self.stream_size();
+        let mut cells = Vec::with_capacity(batch.len());
+        for t in 0..batch.len() {
+            let (s, p) = (batch.seq[t] as usize, batch.pos[t] as usize);
+            if s >= self.streams {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "sequence id {s} has no region (the cache has {} regions)",
+                    self.streams
+                )));
+            }
+            if p >= per {
+                return Err(LlamaError::ContextFull {
+                    n_tokens: 1,
+                    n_past: p,
+                    n_ctx: per,
+                });
+            }
+            let c = s * per + p;
+            if self.cells[c].pos.is_some() || cells.contains(&c) {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "sequence {s} already holds position {p}; remove it first"
+                )));
+            }
+            cells.push(c);
+        }
+        let mut spans: Vec<SeqSpan> = Vec::new();
+        for t in 0..batch.len() {
+            let s = batch.seq[t];
+            match spans.last_mut() {
+                Some(sp) if batch.seq[sp.first_token as usize] == s => sp.n_tokens += 1,
+                _ => {
+                    if spans
+                        .iter()
+                        .any(|sp| batch.seq[sp.first_token as usize] == s)
+                    {
+                        return Err(LlamaError::InvalidArgument(format!(
+                            "the tokens of sequence {s} are not next to each other in the batch"
+                        )));
+                    }
+                    spans.push(SeqSpan {
+                        first_token: t as u32,
+                        n_tokens: 1,
+                        first_cell: (s as usize * per) as u32,
+                        n_kv: 0,
+                    });
+                }
+            }
+        }
+        for (t, &c) in cells.iter().enumerate() {
+            self.cells[c] = Cell {
+                pos: Some(batch.pos[t]),
+                seqs: 1u64 << batch.seq[t],
+            };
+        }
+        for sp in &mut spans {
+            let base = sp.first_cell as usize;
+            let used = self.cells[base..base + per]
+                .iter()
+                .rposition(|c| c.pos.is_some())
+                .map_or(0, |i| i + 1);
+            sp.n_kv = padded_kv(used, per) as u32;
+        }
+        let n_kv = spans
+            .iter()
+            .map(|s| s.n_kv as usize)
+            .max()
+            .unwrap_or(KV_PAD);
+        Ok(Placement { cells, n_kv, spans })
+    }
+
+    /// The cells column `c` of a mask row of sequence `seq` stands for, `c` in `0..n_kv`:
+    /// cells `0..n_kv` of a shared cache, or of `seq`'s region ([`KvCache::set_streams`]).
+    pub fn row_cells(&self, seq: SeqId, n_kv: usize) -> &[Cell] {
+        if self.streams > 1 {
+            let per = self.stream_size();
+            let base = (seq as usize).min(self.streams - 1) * per;
+            &self.cells[base..base + n_kv.min(per)]
+        } else {
+            &self.cells[..n_kv]
+        }
     }
 
     /// The attention mask of a placed batch, `[n_kv, n_tokens]` row-major by token: 0 where
-    /// token t may see cell c (same sequence, position ≤ its own), −∞ elsewhere.
+    /// token t may see cell c (same sequence, position ≤ its own), −∞ elsewhere. With
+    /// regions, column c of token t's row is cell c of its sequence's region
+    /// ([`KvCache::row_cells`]).
     pub fn mask(&self, batch: &Batch, n_kv: usize) -> Vec<f32> {
         self.mask_window(batch, n_kv, None)
     }
@@ -197,7 +333,7 @@ impl KvCache {
             let (s, p) = (batch.seq[t], batch.pos[t]);
             // Positions are non-negative (`Batch::validate`): p − window + 1 fits in i64.
             let first = window.map_or(i64::MIN, |w| p as i64 - w as i64 + 1);
-            for (c, cell) in self.cells[..n_kv].iter().enumerate() {
+            for (c, cell) in self.row_cells(s, n_kv).iter().enumerate() {
                 let seen = cell.pos.is_some_and(|cp| cp <= p && cp as i64 >= first);
                 if cell.has(s) && seen {
                     m[t * n_kv + c] = 0.0;

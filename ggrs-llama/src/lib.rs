@@ -38,7 +38,7 @@
 //! [`step`] (a step graph's inputs and the KV-cache attention block), [`architecture`] (the
 //! plug-in traits), [`arch`] (ggrs's architectures, one file each, and the [`arch::Registry`]),
 //! [`model`], [`session`], [`sampling`], [`generate`], [`chat`] (multi-turn chat),
-//! [`perplexity`]. Apart: [`convert`] (Hugging Face checkpoints → GGUF, which uses nothing
+//! [`perplexity`], [`engine`] (many requests batched continuously, for servers). Apart: [`convert`] (Hugging Face checkpoints → GGUF, which uses nothing
 //! else of the crate) and [`quantize`] (llama.cpp's quantization recipes over ggrs-core's
 //! conversion engine).
 //!
@@ -53,6 +53,7 @@ pub mod architecture;
 pub mod batch;
 pub mod chat;
 pub mod convert;
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod hparams;
@@ -70,6 +71,7 @@ pub use arch::Registry;
 pub use architecture::{ArchModel, Architecture};
 pub use batch::Batch;
 pub use chat::{Chat, ChatTemplate, Message};
+pub use engine::{Engine, EngineHandle, EngineParams};
 pub use error::{LlamaError, Result};
 pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use hparams::HParams;

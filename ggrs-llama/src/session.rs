@@ -22,7 +22,7 @@ use crate::hparams::HParams;
 use crate::kv_cache::{KvCache, Placement};
 use crate::loader::ImportedWeights;
 use crate::model::Model;
-use crate::step::{StepInputs, StepShape};
+use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape};
 
 /// How to set up a [`Session`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +43,12 @@ pub struct SessionParams {
     /// thread count: 2 (the default) reproduces `llama.cpp -t 2`, the reference outputs, bit
     /// for bit; 1 never splits. ggrs's own results never depend on `n_threads`.
     pub attn_kv_splits: usize,
+    /// Regions of the KV cache (0 or 1: one cache all sequences share). With n, sequence
+    /// ids `0..n` each own `n_ctx / n` cells and attend over them only, as a lone session
+    /// with that context would (llama.cpp's per-sequence streams): a sequence's logits then
+    /// do not depend on what else a step holds ([`Session::decode`]). `n_ctx` must be a
+    /// multiple of `n`.
+    pub n_streams: usize,
 }
 
 impl Default for SessionParams {
@@ -54,6 +60,7 @@ impl Default for SessionParams {
             kv_type: DType::F16,
             logits_all: false,
             attn_kv_splits: 2,
+            n_streams: 1,
         }
     }
 }
@@ -76,6 +83,10 @@ pub struct Session {
     /// while steps have its shape: decoding one token at a time, the shape changes only when
     /// the padded cache length does.
     built: Option<BuiltStep>,
+    /// Whether every weight's products keep each column's bits whatever its neighbours
+    /// ([`ggrs_core::mul_mat_columns_independent`]); if not, a step of several sequences in
+    /// cache regions is evaluated one sequence at a time.
+    columns_independent: bool,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -151,6 +162,35 @@ fn kv_cache_bytes(hp: &HParams, n_ctx: usize, dtype: DType) -> Option<u64> {
         .checked_mul(hp.n_layer as u64)
 }
 
+/// The largest step of a session with cache regions: the first region's sequence with all
+/// but one token per other region, each of those one, every region read whole.
+fn worst_spans(p: &SessionParams) -> StepShape {
+    let per = p.n_ctx / p.n_streams;
+    let others = (p.n_streams - 1).min(p.n_batch.saturating_sub(1));
+    let first = p.n_batch - others;
+    let mut spans = vec![SeqSpan {
+        first_token: 0,
+        n_tokens: first as u32,
+        first_cell: 0,
+        n_kv: per as u32,
+    }];
+    for r in 0..others {
+        spans.push(SeqSpan {
+            first_token: (first + r) as u32,
+            n_tokens: 1,
+            first_cell: ((r + 1) * per) as u32,
+            n_kv: per as u32,
+        });
+    }
+    StepShape {
+        n_tokens: p.n_batch,
+        n_kv: per,
+        n_outputs: if p.logits_all { p.n_batch } else { 1 },
+        attn_kv_splits: p.attn_kv_splits,
+        spans: SeqSpans::new(&spans).expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
+    }
+}
+
 fn build_step(
     ctx: &mut Context,
     model: &Model,
@@ -184,11 +224,23 @@ impl Session {
             ));
         }
         params.n_batch = params.n_batch.min(params.n_ctx);
+        params.n_streams = params.n_streams.max(1);
+        if params.n_streams > crate::batch::MAX_SEQ
+            || !params.n_ctx.is_multiple_of(params.n_streams)
+        {
+            return Err(LlamaError::InvalidArgument(format!(
+                "n_ctx ({}) must be a multiple of n_streams ({}), which is at most {}",
+                params.n_ctx,
+                params.n_streams,
+                crate::batch::MAX_SEQ
+            )));
+        }
         let worst = StepShape {
             n_tokens: params.n_batch,
             n_kv: params.n_ctx,
             n_outputs: if params.logits_all { params.n_batch } else { 1 },
             attn_kv_splits: params.attn_kv_splits,
+            spans: Default::default(),
         };
         // Before anything is allocated: the KV cache alone (tensors and cell bookkeeping)
         // must fit in what the machine can give.
@@ -215,11 +267,20 @@ impl Session {
         // Measure: the same allocations as the real context will make, without data.
         let mut m = Context::measure();
         let w = model.import_weights(&mut m)?;
-        let kv = KvCache::new(&mut m, hp, params.n_ctx, params.kv_type)?;
+        let mut kv = KvCache::new(&mut m, hp, params.n_ctx, params.kv_type)?;
+        kv.set_streams(params.n_streams)?;
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
+        let before = m.checkpoint();
         build_step(&mut m, &model, &w, &kv, worst)?;
-        let size = m.used_mem();
+        let mut size = m.used_mem();
+        if params.n_streams > 1 {
+            // A step of several sequences attends per region: measure the largest such
+            // step too (every region read whole, one sequence per region).
+            m.rewind(before)?;
+            build_step(&mut m, &model, &w, &kv, worst_spans(&params))?;
+            size = size.max(m.used_mem());
+        }
         let compute = Some(size.saturating_sub(kv_used) as u64);
         if let Some(a) = available {
             if (size as u64).saturating_add(cell_bytes) > a {
@@ -231,7 +292,18 @@ impl Session {
             e => e.into(),
         })?;
         let weights = model.import_weights(&mut ctx)?;
-        let kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
+        let mut kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
+        kv.set_streams(params.n_streams)?;
+        let tied = !model.weights().iter().any(|w| w.name == "output.weight");
+        let columns_independent = model.weights().iter().all(|w| {
+            // Vectors are not multiplied; stacked experts go through `mul_mat_id`, whose
+            // columns are one-column products by contract; the token embeddings are only
+            // looked up, unless the output head reuses them.
+            w.ne[1] <= 1
+                || w.ne[2] > 1
+                || (w.name == "token_embd.weight" && !tied)
+                || ggrs_core::mul_mat_columns_independent(w.dtype, w.ne)
+        });
         ctx.set_deferred_alloc(true);
         let base = ctx.checkpoint();
         let state = model.arch().new_state();
@@ -248,6 +320,7 @@ impl Session {
             op_profile: None,
             state,
             built: None,
+            columns_independent,
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -270,6 +343,13 @@ impl Session {
     /// Bytes of the session's arena (KV cache, weight metadata and the largest step graph).
     pub fn arena_bytes(&self) -> usize {
         self.ctx.capacity()
+    }
+
+    /// Whether a step of several sequences in cache regions runs as one graph (every
+    /// weight keeps each column's bits whatever its neighbours), rather than one sequence
+    /// at a time. Either way a sequence's results do not depend on the others.
+    pub fn batches_sequences(&self) -> bool {
+        self.columns_independent
     }
 
     /// The KV cache.
@@ -337,9 +417,21 @@ impl Session {
         self.logits.clear();
         self.n_outputs = 0;
         let nb = self.params.n_batch;
+        // Several sequences in cache regions, with weights whose products depend on the
+        // other columns: each sequence's tokens on their own, so that its results are those
+        // of a lone session.
+        let per_sequence = self.params.n_streams > 1 && !self.columns_independent;
         let mut start = 0;
         while start < batch.len() {
-            let end = (start + nb).min(batch.len());
+            let mut end = (start + nb).min(batch.len());
+            if per_sequence {
+                let s = batch.seq[start];
+                end = start
+                    + batch.seq[start..end]
+                        .iter()
+                        .take_while(|&&q| q == s)
+                        .count();
+            }
             let piece = Batch {
                 tokens: batch.tokens[start..end].to_vec(),
                 pos: batch.pos[start..end].to_vec(),
@@ -370,11 +462,18 @@ impl Session {
             // Still run the step to fill the cache; compute one output and drop it.
         }
         let n_out = outputs.len().max(1);
+        let spans = SeqSpans::new(&placed.spans).ok_or_else(|| {
+            LlamaError::InvalidArgument(format!(
+                "a step holds at most {} sequences",
+                crate::batch::MAX_SEQ
+            ))
+        })?;
         let shape = StepShape {
             n_tokens: n,
             n_kv: placed.n_kv,
             n_outputs: n_out,
             attn_kv_splits: self.params.attn_kv_splits,
+            spans,
         };
         if self.built.as_ref().is_none_or(|b| b.shape != shape) {
             self.built = None;

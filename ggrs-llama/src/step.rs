@@ -175,18 +175,70 @@ pub fn cached_attention_with(
         n_head: nh,
         n_head_kv: nhkv,
     } = dims;
-    let (n, n_kv) = (shape.n_tokens, shape.n_kv);
+    let n = shape.n_tokens;
     let (e_kv, kv_ts) = (hd * nhkv, kv.dtype.type_size());
     let k_cache = ctx.set_rows(kv.k[il], k, k_rows)?; // [e_kv, size]
     let v_cache = ctx.set_rows(kv.v[il], v, k_rows)?; // [e_kv, size]
-    let kk = ctx.view_3d(k_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
-    let vv = ctx.view_3d(v_cache, hd, n_kv, nhkv, e_kv * kv_ts, hd * kv_ts, 0)?; // [hd, n_kv, nhkv]
     let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
+                                            // Cells `first..first + n_kv` of the cache, as [hd, n_kv, nhkv].
+    let cache_view = |ctx: &mut Context, cache: Tensor, first: usize, n_kv: usize| {
+        ctx.view_3d(
+            cache,
+            hd,
+            n_kv,
+            nhkv,
+            e_kv * kv_ts,
+            hd * kv_ts,
+            first * e_kv * kv_ts,
+        )
+    };
+    let spans = shape.spans.as_slice();
+    if spans.is_empty() {
+        let kk = cache_view(ctx, k_cache, 0, shape.n_kv)?;
+        let vv = cache_view(ctx, v_cache, 0, shape.n_kv)?;
+        let merged = attend(ctx, kv.dtype, shape, qq, kk, vv, mask, scores)?;
+        return Ok(ctx.reshape_2d(merged, hd * nh, n)?);
+    }
+    // Sequences in their own regions: each span's queries attend over its region's cells
+    // only, exactly as in a lone session (same cells, padding and key splits), then the
+    // spans' outputs are joined in token order.
+    let qnb = ctx.meta(qq)?.nb;
+    let mut out: Option<Tensor> = None;
+    for sp in spans {
+        let (t0, ng) = (sp.first_token as usize, sp.n_tokens as usize);
+        let (c0, nkv) = (sp.first_cell as usize, sp.n_kv as usize);
+        let q_g = ctx.view_3d(qq, hd, ng, nh, qnb[1], qnb[2], t0 * qnb[1])?;
+        let kk = cache_view(ctx, k_cache, c0, nkv)?;
+        let vv = cache_view(ctx, v_cache, c0, nkv)?;
+        let m_g = ctx.view_2d(mask, nkv, ng, 4 * shape.n_kv, 4 * t0 * shape.n_kv)?;
+        let merged = attend(ctx, kv.dtype, shape, q_g, kk, vv, m_g, scores)?; // [hd, nh, ng]
+        out = Some(match out {
+            None => merged,
+            Some(acc) => ctx.concat(acc, merged, 2)?,
+        });
+    }
+    let merged = out.expect("a step has at least one span");
+    Ok(ctx.reshape_2d(merged, hd * nh, n)?)
+}
+
+/// Attention of the queries `qq` (`[hd, n, nh]`) over keys `kk` and values `vv` (`[hd,
+/// n_kv, nhkv]` views of a cache of type `dtype`) under `mask` (`[n_kv, n]`): flash attention
+/// for an f16 cache, else `K·q`, soft-max and `V`. Returns `[hd, nh, n]`, contiguous.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    ctx: &mut Context,
+    dtype: DType,
+    shape: StepShape,
+    qq: Tensor,
+    kk: Tensor,
+    vv: Tensor,
+    mask: Tensor,
+    scores: AttnScores,
+) -> Result<Tensor> {
     let mask = Some(mask);
-    let merged = if kv.dtype == DType::F16 {
+    Ok(if dtype == DType::F16 {
         let (scale, softcap) = (scores.scale, scores.softcap.unwrap_or(0.0));
         ctx.flash_attn_ext_softcap(qq, kk, vv, mask, scale, softcap, shape.attn_kv_splits)?
-    // [hd, nh, n]
     } else {
         let mut kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
         let mut softmax_scale = scores.scale;
@@ -203,8 +255,53 @@ pub fn cached_attention_with(
         let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]
         let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
         ctx.cont(merged)?
-    };
-    Ok(ctx.reshape_2d(merged, hd * nh, n)?)
+    })
+}
+
+/// One sequence's share of a step whose sequences have cache regions of their own
+/// ([`crate::kv_cache::KvCache::set_streams`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeqSpan {
+    /// Its first token in the batch (its tokens are next to each other).
+    pub first_token: u32,
+    /// Its tokens.
+    pub n_tokens: u32,
+    /// First cell of its region.
+    pub first_cell: u32,
+    /// Cells of its region attention reads (padded as a lone cache pads them).
+    pub n_kv: u32,
+}
+
+/// The spans of a step, at most [`crate::batch::MAX_SEQ`] (a value type, so that
+/// [`StepShape`] stays `Copy` and comparable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqSpans {
+    len: usize,
+    items: [SeqSpan; crate::batch::MAX_SEQ],
+}
+
+impl Default for SeqSpans {
+    fn default() -> Self {
+        SeqSpans {
+            len: 0,
+            items: [SeqSpan::default(); crate::batch::MAX_SEQ],
+        }
+    }
+}
+
+impl SeqSpans {
+    /// `spans`, or `None` when there are more than [`crate::batch::MAX_SEQ`].
+    pub fn new(spans: &[SeqSpan]) -> Option<SeqSpans> {
+        let mut s = SeqSpans::default();
+        s.items.get_mut(..spans.len())?.copy_from_slice(spans);
+        s.len = spans.len();
+        Some(s)
+    }
+
+    /// The spans (empty: one shared cache, every token attends over cells `0..n_kv`).
+    pub fn as_slice(&self) -> &[SeqSpan] {
+        &self.items[..self.len]
+    }
 }
 
 /// The sizes of a step's graph.
@@ -218,4 +315,7 @@ pub struct StepShape {
     pub n_outputs: usize,
     /// Flash attention's split-key part count (see [`crate::SessionParams::attn_kv_splits`]).
     pub attn_kv_splits: usize,
+    /// With cache regions: each sequence's tokens and cells; `n_kv` is then the widest
+    /// span's (the mask's width). Empty: one shared cache.
+    pub spans: SeqSpans,
 }

@@ -62,6 +62,25 @@ pub fn supports(dtype: DType) -> bool {
     vec_dot(dtype).is_some() && traits(traits(dtype).vec_dot_type).from_f32.is_some()
 }
 
+/// Whether every output column of a `mul_mat` with weights of type `dtype` and shape `ne`
+/// has the same bits whatever the other columns are and however many there are (batch
+/// invariance: a decode column in a server's batch keeps the arithmetic of a lone decode
+/// step). True where one kernel serves every column count with one-column arithmetic (the
+/// panel kernels on x86-64); false where the kernel, like llama.cpp's, changes order with
+/// the column count (F16/F32 prompt tiles, the k-quants' tiled kernels, GEMM repacks) or
+/// where this build cannot tell.
+pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dtype, ne);
+        false
+    }
+}
+
 fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
     !(traits(a).vec_dot_type == DType::F32 && b.rows_contiguous())
 }
@@ -1486,6 +1505,95 @@ mod tests {
                     got[batch * n + i].to_bits(),
                     want.to_bits(),
                     "batch {batch} row {i}"
+                );
+            }
+        }
+    }
+
+    /// Batch invariance: for every weight type `columns_independent` vouches for, each output
+    /// column of a `mul_mat` has the same bits whatever the other columns are and however
+    /// many there are, packed or not, on 1 and 2 threads (a server's decode column keeps the arithmetic of `ggrs run`
+    /// wherever it sits in a batch; a prompt chunk's columns keep theirs).
+    #[test]
+    fn columns_do_not_depend_on_their_neighbours() {
+        let mut seed = 23u64;
+        let (k, n) = (512usize, 48usize);
+        let mut failures = Vec::new();
+        let mut checked = Vec::new();
+        let types = [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q2K,
+            DType::Q3K,
+            DType::Q4K,
+            DType::Q5K,
+            DType::Q6K,
+            DType::IQ4NL,
+            DType::IQ4XS,
+        ];
+        for dtype in types {
+            let from = crate::types::traits(dtype)
+                .from_f32
+                .expect("every weight type quantizes from f32");
+            let vals: Vec<f32> = (0..k * n)
+                .map(|_| (rng(&mut seed) % 20001) as f32 / 10000.0 - 1.0)
+                .collect();
+            let mut wb = vec![0u8; dtype.row_size(k) * n];
+            for (src, dst) in vals.chunks(k).zip(wb.chunks_mut(dtype.row_size(k))) {
+                from(src, dst);
+            }
+            let w = Arc::new(wb);
+            // Only what `columns_independent` promises is checked.
+            if !super::columns_independent(dtype, [k, n, 1, 1]) {
+                continue;
+            }
+            checked.push(dtype);
+            let packed = PackedWeight::pack(dtype, [k, n, 1, 1], &w);
+            let m = 40;
+            let b: Vec<f32> = (0..k * m)
+                .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                .collect();
+            let alone: Vec<Vec<f32>> = (0..m)
+                .map(|j| product(dtype, k, n, &w, &b[j * k..(j + 1) * k], 1))
+                .collect();
+            for cols in [2usize, 7, 8, 9, 16, 17, 40] {
+                for nth in [1, 2] {
+                    let got = product(dtype, k, n, &w, &b[..cols * k], nth);
+                    let differ = (0..cols)
+                        .flat_map(|j| (0..n).map(move |i| (i, j)))
+                        .filter(|&(i, j)| got[i + n * j].to_bits() != alone[j][i].to_bits())
+                        .count();
+                    if differ > 0 {
+                        failures.push(format!(
+                            "{dtype} ({}packed): {differ} of {} values differ with {cols} \
+                             columns on {nth} threads",
+                            if packed.is_some() { "" } else { "not " },
+                            cols * n
+                        ));
+                    }
+                }
+            }
+            drop(packed);
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        // Where the panels run, the legacy types are among the promised ones.
+        if crate::quants::dispatch::panel::available() {
+            for t in [
+                DType::Q4_0,
+                DType::Q8_0,
+                DType::Q4_1,
+                DType::Q5_0,
+                DType::Q5_1,
+            ] {
+                assert!(
+                    checked.contains(&t),
+                    "{t} should be column-independent: {checked:?}"
                 );
             }
         }

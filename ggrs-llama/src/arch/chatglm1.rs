@@ -503,7 +503,7 @@ impl Glm1State {
             let a = self.anchors[&s];
             (pos[t], pos[n + t]) = a.positions(p);
             let row = &mut mask[t * n_kv..(t + 1) * n_kv];
-            for (m, cell) in row.iter_mut().zip(&kv.cells[..n_kv]) {
+            for (m, cell) in row.iter_mut().zip(kv.row_cells(s, n_kv)) {
                 let Some(cp) = cell.pos else { continue };
                 let same_seq = cell.seqs & (1u64 << s) != 0;
                 let in_context = p < a.context_length && cp < a.context_length;

@@ -137,24 +137,62 @@ pub(crate) fn clean_spaces(text: Vec<u8>) -> Vec<u8> {
 #[derive(Debug, Clone)]
 pub struct Decoder<'t> {
     tokenizer: &'t Tokenizer,
-    pending: Vec<u8>,
-    strip_space: bool,
-    special: bool,
+    state: DecodeState,
 }
 
 impl<'t> Decoder<'t> {
     pub(crate) fn new(tokenizer: &'t Tokenizer, strip_space: bool, special: bool) -> Decoder<'t> {
         Decoder {
             tokenizer,
+            state: DecodeState::new(strip_space, special),
+        }
+    }
+
+    /// Adds token `id` and returns the text completed by it (possibly empty).
+    pub fn push(&mut self, id: u32) -> Result<String, TokenizerError> {
+        self.state.push(self.tokenizer, id)
+    }
+
+    /// Bytes held back, waiting for the rest of a character.
+    pub fn pending(&self) -> &[u8] {
+        self.state.pending()
+    }
+
+    /// Ends the stream: returns the held-back bytes, an incomplete character becoming U+FFFD.
+    pub fn finish(self) -> String {
+        self.state.finish()
+    }
+
+    /// The decoder's state without the tokenizer borrow, for a stream that outlives it (see
+    /// [`DecodeState`]).
+    pub fn into_state(self) -> DecodeState {
+        self.state
+    }
+}
+
+/// What a [`Decoder`] keeps between tokens, without the tokenizer: for streams that live
+/// longer than a borrow of it (a server's slots, which outlive each step). Each call takes
+/// the tokenizer the state was made for.
+#[derive(Debug, Clone, Default)]
+pub struct DecodeState {
+    pending: Vec<u8>,
+    strip_space: bool,
+    special: bool,
+}
+
+impl DecodeState {
+    fn new(strip_space: bool, special: bool) -> DecodeState {
+        DecodeState {
             pending: Vec::new(),
             strip_space,
             special,
         }
     }
 
-    /// Adds token `id` and returns the text completed by it (possibly empty).
-    pub fn push(&mut self, id: u32) -> Result<String, TokenizerError> {
-        let bytes = piece(self.tokenizer.vocab(), id, self.special, self.strip_space)?;
+    /// Adds token `id` (of `tokenizer`, the one the state was made for) and returns the text
+    /// completed by it (possibly empty).
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<String, TokenizerError> {
+        let bytes = piece(tokenizer.vocab(), id, self.special, self.strip_space)?;
         self.strip_space = false;
         self.pending.extend_from_slice(&bytes);
         Ok(self.take_complete())

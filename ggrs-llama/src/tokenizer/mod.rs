@@ -39,7 +39,7 @@ use std::path::Path;
 
 use ggrs_core::gguf::GgufFile;
 
-pub use decode::Decoder;
+pub use decode::{DecodeState, Decoder};
 pub use error::TokenizerError;
 pub use pretokenize::PreTokenizer;
 pub use vocab::{SpecialTokens, TokenData, TokenType, Vocab, VocabKind, VocabParts};

@@ -1,0 +1,349 @@
+//! The engine thread: admits requests into slots, packs each step's batch, samples and
+//! reports.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use crate::batch::{Batch, SeqId};
+use crate::generate::StopReason;
+use crate::session::Session;
+
+use super::slot::{Job, Outcome, Slot};
+use super::{Command, EngineParams, Pending, Shared, SlotInfo};
+
+/// The engine thread's state.
+pub(super) struct Scheduler {
+    session: Session,
+    params: EngineParams,
+    n_ctx_slot: usize,
+    shared: Arc<Shared>,
+    slots: Vec<Slot>,
+    queue: VecDeque<Pending>,
+    /// Admission order of the busy slots (prompt pieces are served first come, first
+    /// served).
+    order: VecDeque<usize>,
+}
+
+/// Why a step's entry is in the batch.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// A slot's sampled token.
+    Decode(usize),
+    /// A piece of a slot's prompt, `n` tokens, and whether it ends the prompt.
+    Prompt { slot: usize, n: usize, last: bool },
+}
+
+impl Scheduler {
+    pub fn new(
+        session: Session,
+        params: EngineParams,
+        n_ctx_slot: usize,
+        shared: Arc<Shared>,
+    ) -> Scheduler {
+        let slots = (0..params.n_slots)
+            .map(|id| Slot {
+                id,
+                cached: Vec::new(),
+                job: None,
+            })
+            .collect();
+        let s = Scheduler {
+            session,
+            params,
+            n_ctx_slot,
+            shared,
+            slots,
+            queue: VecDeque::new(),
+            order: VecDeque::new(),
+        };
+        s.publish();
+        s
+    }
+
+    /// Serves until shutdown (or until every handle is gone).
+    pub fn run(&mut self, rx: mpsc::Receiver<Command>) {
+        loop {
+            // Block while there is nothing to do; else take what has arrived.
+            let idle = self.queue.is_empty() && self.slots.iter().all(|s| s.job.is_none());
+            if idle {
+                match rx.recv() {
+                    Ok(c) => {
+                        if !self.command(c) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let mut open = true;
+            loop {
+                match rx.try_recv() {
+                    Ok(c) => {
+                        if !self.command(c) {
+                            open = false;
+                            break;
+                        }
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                }
+            }
+            if !open {
+                break;
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.step();
+            self.publish();
+        }
+        self.shared.stopped.store(true, Ordering::Relaxed);
+        for p in self.queue.drain(..) {
+            let mut p = p;
+            let _ = (p.sink)(super::Event::Error("the engine stopped".into()));
+        }
+        for s in &mut self.slots {
+            if let Some(j) = s.job.take() {
+                j.fail("the engine stopped".into());
+            }
+        }
+    }
+
+    /// Handles a command; false: stop.
+    fn command(&mut self, c: Command) -> bool {
+        match c {
+            Command::Submit(p) => {
+                self.queue.push_back(*p);
+                true
+            }
+            Command::Shutdown => false,
+        }
+    }
+
+    /// Ends cancelled requests, queued or running.
+    fn drop_cancelled(&mut self) {
+        let before = self.queue.len();
+        self.queue.retain(|p| !p.cancel.load(Ordering::Relaxed));
+        let gone = before - self.queue.len();
+        if gone > 0 {
+            self.shared.queued.fetch_sub(gone, Ordering::AcqRel);
+            self.metrics(|m| m.requests_cancelled += gone as u64);
+        }
+        for i in 0..self.slots.len() {
+            let cancelled = self.slots[i]
+                .job
+                .as_ref()
+                .is_some_and(|j| j.pending.cancel.load(Ordering::Relaxed));
+            if cancelled {
+                self.end(i, StopReason::Callback);
+            }
+        }
+    }
+
+    /// Moves queued requests into free slots: the free slot whose cache shares the longest
+    /// prefix with the prompt (the rest of its cache is dropped).
+    fn admit(&mut self) {
+        while !self.queue.is_empty() {
+            let prompt = &self.queue[0].request.prompt;
+            let best = self
+                .slots
+                .iter()
+                .filter(|s| s.job.is_none())
+                .map(|s| {
+                    (
+                        s.common_prefix(prompt),
+                        std::cmp::Reverse(s.cached.len()),
+                        s.id,
+                    )
+                })
+                .max();
+            let Some((shared, _, i)) = best else { break };
+            let pending = self
+                .queue
+                .pop_front()
+                .expect("the queue is not empty (loop test)");
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            // At least one prompt token is evaluated: its logits give the first token.
+            let reuse = if pending.request.cache_prompt {
+                shared.min(pending.request.prompt.len() - 1)
+            } else {
+                0
+            };
+            self.session.remove(i as SeqId, reuse as i32);
+            self.slots[i].cached.truncate(reuse);
+            if reuse > 0 {
+                self.metrics(|m| {
+                    m.cache_hits += 1;
+                    m.cached_tokens += reuse as u64;
+                });
+            }
+            let tok = self.session.model().tokenizer();
+            self.slots[i].job = Some(Job::new(pending, reuse, tok));
+            self.order.push_back(i);
+        }
+    }
+
+    /// Packs the batch (every generating slot's token, then prompt pieces first come first
+    /// served within `n_batch` tokens), evaluates it and samples.
+    fn step(&mut self) {
+        let mut batch = Batch::new();
+        let mut entries = Vec::new();
+        for s in &self.slots {
+            if let Some(next) = s.job.as_ref().and_then(|j| j.next) {
+                batch.push(next, s.cached.len() as i32, s.id as SeqId, true);
+                entries.push(Entry::Decode(s.id));
+            }
+        }
+        let mut budget = self.params.n_batch;
+        for &i in &self.order {
+            let s = &self.slots[i];
+            let Some(j) = &s.job else { continue };
+            let left = j.prompt_left();
+            if left.is_empty() {
+                continue;
+            }
+            // Pieces as a lone session cuts them (`n_batch` tokens from where the
+            // evaluation starts), so the prompt's arithmetic is the same.
+            let n = left.len().min(self.params.n_batch);
+            if n > budget {
+                break;
+            }
+            budget -= n;
+            let last = n == left.len();
+            let start = s.cached.len();
+            for (k, &t) in left[..n].iter().enumerate() {
+                batch.push(t, (start + k) as i32, s.id as SeqId, last && k + 1 == n);
+            }
+            entries.push(Entry::Prompt { slot: i, n, last });
+        }
+        if batch.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        let result = self.session.decode(&batch);
+        let secs = t0.elapsed().as_secs_f64();
+        if let Err(e) = result {
+            let msg = e.to_string();
+            for e in entries {
+                let i = match e {
+                    Entry::Decode(i) | Entry::Prompt { slot: i, .. } => i,
+                };
+                self.session.remove(i as SeqId, 0);
+                self.slots[i].cached.clear();
+                if let Some(j) = self.slots[i].job.take() {
+                    j.fail(msg.clone());
+                    self.order.retain(|&o| o != i);
+                    self.metrics(|m| m.requests_failed += 1);
+                }
+            }
+            return;
+        }
+        let (mut n_prompt, mut n_gen) = (0u64, 0u64);
+        let n_vocab = self.session.model().hparams.n_vocab;
+        let mut row = 0;
+        let model = self.session.model().clone();
+        let (tok, conventions) = (model.tokenizer(), model.text());
+        for e in entries {
+            let (i, sample) = match e {
+                Entry::Decode(i) => {
+                    let s = &mut self.slots[i];
+                    let j = s.job.as_mut().expect("a decoding slot has a job");
+                    s.cached
+                        .push(j.next.take().expect("a decode entry has a token"));
+                    n_gen += 1;
+                    (i, true)
+                }
+                Entry::Prompt { slot, n, last } => {
+                    let s = &mut self.slots[slot];
+                    let j = s.job.as_mut().expect("a prompting slot has a job");
+                    s.cached
+                        .extend_from_slice(&j.pending.request.prompt[j.prompt_done..][..n]);
+                    j.prompt_done += n;
+                    n_prompt += n as u64;
+                    (slot, last)
+                }
+            };
+            if !sample {
+                continue;
+            }
+            let logits = &self.session.all_logits()[row * n_vocab..(row + 1) * n_vocab];
+            row += 1;
+            let s = &mut self.slots[i];
+            let n_cached = s.cached.len();
+            let j = s.job.as_mut().expect("an output's slot has a job");
+            match j.sample(logits, tok, conventions, n_cached, self.n_ctx_slot) {
+                Ok(Outcome::Continue) => {}
+                Ok(Outcome::Finished(stop)) => self.end(i, stop),
+                Err(e) => {
+                    if let Some(j) = self.slots[i].job.take() {
+                        j.fail(e.to_string());
+                        self.order.retain(|&o| o != i);
+                        self.metrics(|m| m.requests_failed += 1);
+                    }
+                }
+            }
+        }
+        self.metrics(|m| {
+            m.steps += 1;
+            m.busy_secs += secs;
+            m.prompt_tokens += n_prompt;
+            m.generated_tokens += n_gen;
+        });
+    }
+
+    /// Ends slot `i`'s job with `stop`; the slot keeps its cache for later requests.
+    fn end(&mut self, i: usize, stop: StopReason) {
+        let Some(j) = self.slots[i].job.take() else {
+            return;
+        };
+        self.order.retain(|&o| o != i);
+        // The counters and the slot's state first: a listener that reads them on `Done`
+        // sees the request ended.
+        let cancelled = stop == StopReason::Callback;
+        self.metrics(|m| {
+            if cancelled {
+                m.requests_cancelled += 1
+            } else {
+                m.requests_done += 1
+            }
+        });
+        self.publish();
+        j.finish(stop, i);
+    }
+
+    fn metrics(&self, f: impl FnOnce(&mut super::Metrics)) {
+        let mut m = self
+            .shared
+            .metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        f(&mut m);
+    }
+
+    /// Publishes the slots' state and the load for the handles.
+    fn publish(&self) {
+        let info: Vec<SlotInfo> = self
+            .slots
+            .iter()
+            .map(|s| SlotInfo {
+                id: s.id,
+                busy: s.job.is_some(),
+                n_cached: s.cached.len(),
+                n_ctx: self.n_ctx_slot,
+                n_generated: s.job.as_ref().map_or(0, |j| j.tokens.len()),
+                request: s.job.as_ref().map(|j| j.pending.id),
+            })
+            .collect();
+        let busy = info.iter().filter(|s| s.busy).count();
+        let kv_used = self.session.kv_cache().used();
+        *self.shared.slots.lock().unwrap_or_else(|p| p.into_inner()) = info;
+        self.metrics(|m| {
+            m.busy_slots = busy;
+            m.kv_used = kv_used;
+        });
+    }
+}

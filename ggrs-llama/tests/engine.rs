@@ -1,0 +1,401 @@
+//! The serving engine: each request's tokens and log-probabilities are the bits a lone
+//! session gives (`ggrs run`), alone or beside others, on 1 and 2 threads; prompt cache,
+//! cancellation and admission.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ggrs_llama::engine::{Completion, Engine, EngineParams, Event, Request, SubmitError};
+use ggrs_llama::{GenerateParams, Model, SamplingParams, Session, SessionParams, StopReason};
+
+/// Sampled (not greedy) generation, so the sampler's state per request is exercised too.
+fn sampled(max_tokens: usize, seed: u64) -> GenerateParams {
+    GenerateParams {
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.9,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.02,
+            repeat_penalty: 1.1,
+            seed,
+            ..Default::default()
+        },
+        top_logprobs: 3,
+        ..Default::default()
+    }
+}
+
+/// Tokens, log-probabilities and text of one generation.
+type LoneRun = (Vec<u32>, Vec<(f32, Vec<(u32, f32)>)>, String);
+
+/// What a lone session (as `ggrs run`) gives for `prompt`: tokens, log-probabilities.
+fn lone(
+    model: &Arc<Model>,
+    n_ctx: usize,
+    nth: usize,
+    prompt: &[u32],
+    p: &GenerateParams,
+) -> LoneRun {
+    let mut s = Session::new(
+        model.clone(),
+        SessionParams {
+            n_ctx,
+            n_threads: nth,
+            ..Default::default()
+        },
+    )
+    .expect("session");
+    let g = s
+        .generate_tokens(prompt, p, |_| std::ops::ControlFlow::Continue(()))
+        .expect("generate");
+    (g.tokens, g.logprobs, g.text)
+}
+
+/// Bit-level comparison of log-probabilities.
+fn bits(lp: &[(f32, Vec<(u32, f32)>)]) -> Vec<(u32, Vec<(u32, u32)>)> {
+    lp.iter()
+        .map(|(l, top)| {
+            (
+                l.to_bits(),
+                top.iter().map(|&(t, v)| (t, v.to_bits())).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Runs every request at once on `engine`, returns the completions in order and the text
+/// each stream delivered (tokens' text plus the tail).
+fn run_all(engine: &Engine, reqs: &[Request]) -> Vec<(Completion, String)> {
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| engine.handle().submit_stream(r.clone()).expect("submit"))
+        .collect();
+    streams
+        .into_iter()
+        .map(|s| {
+            let mut text = String::new();
+            for e in s {
+                match e {
+                    Event::Token(t) => text.push_str(&t.text),
+                    Event::Done(c) => {
+                        text.push_str(&c.tail);
+                        return (c, text);
+                    }
+                    Event::Error(e) => panic!("request failed: {e}"),
+                }
+            }
+            panic!("stream ended without Done")
+        })
+        .collect()
+}
+
+/// For `model`: each request's result through the engine (8 at once on 4 slots, then one
+/// at a time) equals the lone session's, bit for bit, on 1 and 2 threads. Unless
+/// `expect_batched` (weights whose products depend on the column count, where a reused
+/// prefix changes the bits), the one-at-a-time requests do not reuse the slots' caches.
+fn check_invariance(model: &Arc<Model>, prompts: &[&str], max_tokens: usize, expect_batched: bool) {
+    let reqs: Vec<Request> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            Request::new(
+                model.encode_prompt(p).expect("encode"),
+                sampled(max_tokens, 1000 + i as u64),
+            )
+        })
+        .collect();
+    for nth in [1, 2] {
+        let engine = Engine::start(
+            model.clone(),
+            EngineParams {
+                n_slots: 4,
+                n_ctx: 4 * 256,
+                n_threads: nth,
+                ..Default::default()
+            },
+        )
+        .expect("engine");
+        let n_ctx = engine.handle().n_ctx_slot();
+        let want: Vec<_> = reqs
+            .iter()
+            .map(|r| lone(model, n_ctx, nth, &r.prompt, &r.params))
+            .collect();
+        let together = run_all(&engine, &reqs);
+        // Again one at a time: the slots now hold the same prompts, reused where that is
+        // exact (see `Request::cache_prompt`).
+        let one_by_one: Vec<_> = reqs
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                r.cache_prompt = expect_batched;
+                run_all(&engine, std::slice::from_ref(&r)).remove(0)
+            })
+            .collect();
+        for (i, w) in want.iter().enumerate() {
+            for (how, (c, streamed)) in [("together", &together[i]), ("alone", &one_by_one[i])] {
+                assert_eq!(c.tokens, w.0, "request {i} {how}, {nth} threads: tokens");
+                assert_eq!(
+                    bits(&c.logprobs),
+                    bits(&w.1),
+                    "request {i} {how}, {nth} threads: log-probabilities"
+                );
+                assert_eq!(c.text, w.2, "request {i} {how}: text");
+                assert_eq!(streamed, &c.text, "request {i} {how}: streamed text");
+            }
+        }
+        let m = engine.handle().metrics();
+        assert_eq!(m.requests_done as usize, 2 * reqs.len(), "{m:?}");
+        if expect_batched {
+            assert!(m.cache_hits >= reqs.len() as u64, "{m:?}");
+        }
+        assert_eq!(m.busy_slots, 0, "{m:?}");
+        // The requests overlapped: fewer steps than tokens.
+        let tokens: usize = together.iter().map(|(c, _)| c.tokens.len()).sum();
+        eprintln!("{nth} threads: {m:?}, {tokens} tokens together");
+    }
+    let s = Session::new(
+        model.clone(),
+        SessionParams {
+            n_ctx: 4 * 256,
+            n_streams: 4,
+            logits_all: true,
+            ..Default::default()
+        },
+    )
+    .expect("session");
+    assert_eq!(s.batches_sequences(), expect_batched);
+}
+
+const PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "Once upon a time",
+    "fn main() {",
+    "1, 2, 3, 4,",
+    "The quick brown fox",
+    "In a hole in the ground there lived",
+    "def fibonacci(n):",
+    "Rust is a language that",
+];
+
+fn tiny(name: &str) -> Arc<Model> {
+    let path = common::reference_dir().join("tiny").join(name);
+    Arc::new(Model::load(&path).expect("load tiny model"))
+}
+
+/// F16 weights (whose products depend on the column count, as llama.cpp's): the session
+/// evaluates each sequence of a step on its own.
+#[test]
+fn tiny_f16_requests_equal_a_lone_session() {
+    let model = tiny("tiny-llama-f16.gguf");
+    check_invariance(&model, &PROMPTS, 24, false);
+}
+
+/// The tiny LLaMA quantized to Q8_0 (`--pure`), made once per test process.
+fn tiny_q8_0() -> Arc<Model> {
+    use ggrs_core::quantize::QuantizeOptions;
+    use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| {
+        let src = common::reference_dir().join("tiny/tiny-llama-f16.gguf");
+        let out =
+            std::env::temp_dir().join(format!("ggrs-engine-{}-q8_0.gguf", std::process::id()));
+        let input = ggrs_core::gguf::GgufFile::open(&src).expect("open tiny");
+        let mut recipe = RecipeOptions::new(FileType::from_name("q8_0").expect("q8_0"));
+        recipe.pure = true;
+        let opts = QuantizeOptions {
+            allow_requantize: false,
+            n_threads: 0,
+        };
+        quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize");
+        out
+    });
+    Arc::new(Model::load(path).expect("load q8_0"))
+}
+
+/// Whether every matrix of `model` keeps each column's bits (so steps are batched).
+fn columns_independent(model: &Model) -> bool {
+    model
+        .weights()
+        .iter()
+        .filter(|w| w.ne[1] > 1)
+        .all(|w| ggrs_core::mul_mat_columns_independent(w.dtype, w.ne))
+}
+
+/// Q8_0 weights: one graph per step for all sequences, still the lone session's bits, with
+/// the prompt cache too.
+#[test]
+fn tiny_q8_0_requests_batched_equal_a_lone_session() {
+    let model = tiny_q8_0();
+    let batched = columns_independent(&model);
+    check_invariance(&model, &PROMPTS, 24, batched);
+}
+
+/// The real model (q4_0): eight streams at once give the lone session's bits.
+#[test]
+fn qwen05b_q4_0_eight_streams_equal_a_lone_session() {
+    let Some(path) = common::qwen05b("q4_0") else {
+        return;
+    };
+    let _g = common::serial();
+    let model = Arc::new(Model::load(&path).expect("load"));
+    let reqs: Vec<Request> = PROMPTS
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut params = sampled(16, 7 + i as u64);
+            if i % 2 == 0 {
+                params.sampling = SamplingParams::greedy();
+            }
+            Request::new(model.encode_prompt(p).expect("encode"), params)
+        })
+        .collect();
+    let engine = Engine::start(
+        model.clone(),
+        EngineParams {
+            n_slots: 8,
+            n_ctx: 8 * 256,
+            n_threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    let got = run_all(&engine, &reqs);
+    for (i, (r, (c, _))) in reqs.iter().zip(&got).enumerate() {
+        let w = lone(&model, 256, 2, &r.prompt, &r.params);
+        assert_eq!(c.tokens, w.0, "request {i}: tokens");
+        assert_eq!(
+            bits(&c.logprobs),
+            bits(&w.1),
+            "request {i}: log-probabilities"
+        );
+    }
+    let m = engine.handle().metrics();
+    let tokens: u64 = got.iter().map(|(c, _)| c.tokens.len() as u64).sum();
+    assert!(
+        m.steps < tokens,
+        "the streams were not batched: {} steps for {tokens} tokens",
+        m.steps
+    );
+}
+
+/// A request that starts with a finished one's prompt and reply evaluates only the new
+/// tokens, and still gives the lone session's bits.
+#[test]
+fn prompt_cache_reuses_a_slot_and_keeps_the_bits() {
+    let model = tiny_q8_0();
+    if !columns_independent(&model) {
+        eprintln!("SKIPPED: no column-independent Q8_0 kernel on this CPU");
+        return;
+    }
+    let engine = Engine::start(
+        model.clone(),
+        EngineParams {
+            n_slots: 2,
+            n_ctx: 512,
+            n_threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    let first = model.encode_prompt("Once upon a time").expect("encode");
+    let params = sampled(12, 5);
+    let (c1, _) = run_all(&engine, &[Request::new(first.clone(), params.clone())]).remove(0);
+    assert_eq!(c1.cached_tokens, 0);
+    let mut second = first.clone();
+    second.extend_from_slice(&c1.tokens);
+    second.extend(
+        model.encode_prompt(" and then").expect("encode")[1..]
+            .iter()
+            .copied(),
+    );
+    let (c2, _) = run_all(&engine, &[Request::new(second.clone(), params.clone())]).remove(0);
+    // The reply's last token was sampled but never evaluated.
+    assert_eq!(
+        c2.cached_tokens,
+        first.len() + c1.tokens.len() - 1,
+        "{c2:?}"
+    );
+    assert_eq!(c2.timings.prompt_tokens, second.len() - c2.cached_tokens);
+    let m = engine.handle().metrics();
+    assert_eq!(m.cache_hits, 1, "{m:?}");
+    let w = lone(&model, 256, 2, &second, &params);
+    assert_eq!(c2.tokens, w.0);
+    assert_eq!(bits(&c2.logprobs), bits(&w.1));
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Dropping a stream cancels its request: the slot is free at once, and the queue is
+/// bounded.
+#[test]
+fn cancellation_frees_the_slot_and_the_queue_is_bounded() {
+    let model = tiny("tiny-llama-f16.gguf");
+    let engine = Engine::start(
+        model.clone(),
+        EngineParams {
+            n_slots: 1,
+            n_ctx: 1024,
+            n_threads: 1,
+            queue_capacity: 1,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    let h = engine.handle();
+    let prompt = model.encode_prompt("Once upon a time").expect("encode");
+    let long = GenerateParams {
+        max_tokens: 100_000,
+        ignore_eos: true,
+        ..sampled(0, 1)
+    };
+    let mut s1 = h
+        .submit_stream(Request::new(prompt.clone(), long.clone()))
+        .expect("first");
+    assert!(matches!(s1.next(), Some(Event::Token(_))));
+    wait_for("the first request in its slot", || {
+        h.metrics().busy_slots == 1
+    });
+    // One waits, the next is refused.
+    let s2 = h
+        .submit_stream(Request::new(prompt.clone(), long.clone()))
+        .expect("second waits");
+    match h.submit_stream(Request::new(prompt.clone(), long.clone())) {
+        Err(SubmitError::QueueFull { capacity: 1, .. }) => {}
+        other => panic!("expected QueueFull, got {:?}", other.map(|_| ())),
+    }
+    // Cancelling the first lets the second in.
+    drop(s1);
+    wait_for("the second request in the slot", || {
+        h.slots()[0].request == Some(s2.ticket().id)
+    });
+    s2.ticket().cancel();
+    let end = s2.wait().expect("a cancelled request still ends with Done");
+    assert_eq!(end.stop, StopReason::Callback);
+    wait_for("the slot is free", || h.metrics().busy_slots == 0);
+    let m = h.metrics();
+    assert_eq!(m.requests_cancelled, 2, "{m:?}");
+    assert_eq!(m.queued, 0, "{m:?}");
+    // Too long a prompt is refused with the numbers.
+    let too_long = vec![prompt[0]; h.n_ctx_slot() + 1];
+    match h.submit_stream(Request::new(too_long, long)) {
+        Err(SubmitError::PromptTooLong {
+            n_prompt,
+            n_ctx_slot,
+        }) => {
+            assert_eq!((n_prompt, n_ctx_slot), (1025, 1024));
+        }
+        other => panic!("expected PromptTooLong, got {:?}", other.map(|_| ())),
+    }
+}
