@@ -357,14 +357,7 @@ pub fn token_logprobs(logits: &[f32], id: u32, top: usize) -> (f32, Vec<(u32, f3
 }
 
 fn top_logprobs_of(logits: &[f32], id: u32) -> f32 {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let lse = max as f64
-        + logits
-            .iter()
-            .map(|&x| ((x - max) as f64).exp())
-            .sum::<f64>()
-            .ln();
-    (logits[id as usize] as f64 - lse) as f32
+    (logits[id as usize] as f64 - crate::sampling::log_sum_exp(logits)) as f32
 }
 
 #[cfg(test)]

@@ -130,33 +130,67 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// The `k` most likely tokens and their log-probabilities under `softmax(logits)`, most
-/// likely first.
-pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+/// `log Σ exp(logits)`, in f64 from the largest logit.
+pub fn log_sum_exp(logits: &[f32]) -> f64 {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    let lse = max as f64
+    max as f64
         + logits
             .iter()
             .map(|&x| ((x - max) as f64).exp())
             .sum::<f64>()
-            .ln();
-    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-    let k = k.min(idx.len());
+            .ln()
+}
+
+/// The `k` most likely tokens and their log-probabilities under `softmax(logits)`, most
+/// likely first (ties: the lower id first).
+pub fn top_logprobs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let k = k.min(logits.len());
     if k == 0 {
         return Vec::new();
     }
-    idx.select_nth_unstable_by(k - 1, |&a, &b| {
-        logits[b as usize].total_cmp(&logits[a as usize])
-    });
-    idx.truncate(k);
-    idx.sort_by(|&a, &b| {
-        logits[b as usize]
-            .total_cmp(&logits[a as usize])
-            .then(a.cmp(&b))
-    });
-    idx.into_iter()
+    let lse = log_sum_exp(logits);
+    top_ids(logits, k)
+        .into_iter()
         .map(|i| (i, (logits[i as usize] as f64 - lse) as f32))
         .collect()
+}
+
+/// The ids of the `k` largest logits, largest first, ties by lower id: one pass keeping
+/// the best `k` in order (k is small: a handful of alternatives to show), or a selection
+/// for large `k`.
+fn top_ids(logits: &[f32], k: usize) -> Vec<u32> {
+    // `a` ranks before `b`.
+    let before = |a: u32, b: u32| {
+        logits[a as usize]
+            .total_cmp(&logits[b as usize])
+            .then(b.cmp(&a))
+            .is_gt()
+    };
+    if k > 64 {
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        idx.select_nth_unstable_by(k - 1, |&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        return idx;
+    }
+    let mut best: Vec<u32> = Vec::with_capacity(k + 1);
+    for i in 0..logits.len() as u32 {
+        if best.len() == k && !before(i, best[k - 1]) {
+            continue;
+        }
+        let at = best.partition_point(|&b| before(b, i));
+        best.insert(at, i);
+        best.truncate(k);
+    }
+    best
 }
 
 impl Sampler {
@@ -353,6 +387,23 @@ mod tests {
         });
         s.accept(1);
         assert_eq!(s.sample(&logits()), 5);
+    }
+
+    /// The one-pass selection equals a full sort (ties by lower id), for every k.
+    #[test]
+    fn top_ids_equal_a_full_sort() {
+        let mut seed = 9u64;
+        let v: Vec<f32> = (0..500)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                ((seed >> 40) % 50) as f32 / 7.0
+            })
+            .collect();
+        let mut all: Vec<u32> = (0..v.len() as u32).collect();
+        all.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]).then(a.cmp(&b)));
+        for k in [1, 2, 5, 20, 64, 65, 200, 500] {
+            assert_eq!(top_ids(&v, k), all[..k].to_vec(), "k = {k}");
+        }
     }
 
     #[test]

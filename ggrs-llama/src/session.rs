@@ -345,6 +345,11 @@ impl Session {
         self.ctx.capacity()
     }
 
+    /// Threads the session computes with.
+    pub fn n_threads(&self) -> usize {
+        self.exec.n_threads()
+    }
+
     /// Whether a step of several sequences in cache regions runs as one graph (every
     /// weight keeps each column's bits whatever its neighbours), rather than one sequence
     /// at a time. Either way a sequence's results do not depend on the others.

@@ -1178,19 +1178,15 @@ mod panels {
                     }
                 };
             }
-            match kind {
-                Kind::Q4_0Chain => {
-                    columns!(8);
-                    columns!(4);
+            // Several columns per pass through the panel where the kernel has the
+            // registers for them (the grouping changes no column's bits).
+            for &g in panel::column_groups(kind) {
+                match g {
+                    8 => columns!(8),
+                    4 => columns!(4),
+                    2 => columns!(2),
+                    _ => {}
                 }
-                Kind::Q8_0Lanes => {
-                    columns!(2);
-                }
-                Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes => {
-                    columns!(4);
-                    columns!(2);
-                }
-                Kind::Q6KLanes => {}
             }
             columns!(1);
         }

@@ -243,19 +243,17 @@ impl Scheduler {
             return;
         }
         let (mut n_prompt, mut n_gen) = (0u64, 0u64);
-        let n_vocab = self.session.model().hparams.n_vocab;
-        let mut row = 0;
-        let model = self.session.model().clone();
-        let (tok, conventions) = (model.tokenizer(), model.text());
+        // Slot of each output row, in batch order.
+        let mut outputs = Vec::new();
         for e in entries {
-            let (i, sample) = match e {
+            match e {
                 Entry::Decode(i) => {
                     let s = &mut self.slots[i];
                     let j = s.job.as_mut().expect("a decoding slot has a job");
                     s.cached
                         .push(j.next.take().expect("a decode entry has a token"));
                     n_gen += 1;
-                    (i, true)
+                    outputs.push(i);
                 }
                 Entry::Prompt { slot, n, last } => {
                     let s = &mut self.slots[slot];
@@ -264,25 +262,21 @@ impl Scheduler {
                         .extend_from_slice(&j.pending.request.prompt[j.prompt_done..][..n]);
                     j.prompt_done += n;
                     n_prompt += n as u64;
-                    (slot, last)
+                    if last {
+                        outputs.push(slot);
+                    }
                 }
-            };
-            if !sample {
-                continue;
             }
-            let logits = &self.session.all_logits()[row * n_vocab..(row + 1) * n_vocab];
-            row += 1;
-            let s = &mut self.slots[i];
-            let n_cached = s.cached.len();
-            let j = s.job.as_mut().expect("an output's slot has a job");
-            match j.sample(logits, tok, conventions, n_cached, self.n_ctx_slot) {
+        }
+        for (i, outcome) in self.sample(&outputs) {
+            match outcome {
                 Ok(Outcome::Continue) => {}
                 Ok(Outcome::Finished(stop)) => self.end(i, stop),
                 Err(e) => {
                     if let Some(j) = self.slots[i].job.take() {
-                        j.fail(e.to_string());
                         self.order.retain(|&o| o != i);
                         self.metrics(|m| m.requests_failed += 1);
+                        j.fail(e.to_string());
                     }
                 }
             }
@@ -293,6 +287,60 @@ impl Scheduler {
             m.prompt_tokens += n_prompt;
             m.generated_tokens += n_gen;
         });
+    }
+
+    /// Samples the next token of each slot of `outputs` (slot of each logits row) from the
+    /// last step's logits, on up to as many threads as the session computes with (the
+    /// compute threads are idle meanwhile; a 150k-entry vocabulary takes about a
+    /// millisecond per token). Each slot's sampler and listener see only its own rows, so
+    /// the results do not depend on how slots are spread over threads.
+    fn sample(&mut self, outputs: &[usize]) -> Vec<(usize, crate::error::Result<Outcome>)> {
+        let n_vocab = self.session.model().hparams.n_vocab;
+        let model = self.session.model().clone();
+        let (tok, conventions) = (model.tokenizer(), model.text());
+        let logits = self.session.all_logits();
+        let n_ctx = self.n_ctx_slot;
+        let mut work: Vec<(&mut Slot, &[f32])> = Vec::with_capacity(outputs.len());
+        let mut rows: Vec<(usize, usize)> =
+            outputs.iter().enumerate().map(|(r, &i)| (i, r)).collect();
+        rows.sort_unstable();
+        let mut it = rows.into_iter().peekable();
+        for s in self.slots.iter_mut() {
+            if let Some(&(_, r)) = it.peek().filter(|(i, _)| *i == s.id) {
+                it.next();
+                work.push((s, &logits[r * n_vocab..(r + 1) * n_vocab]));
+            }
+        }
+        let run =
+            |chunk: &mut [(&mut Slot, &[f32])]| -> Vec<(usize, crate::error::Result<Outcome>)> {
+                chunk
+                    .iter_mut()
+                    .map(|(s, l)| {
+                        let n_cached = s.cached.len();
+                        let j = s.job.as_mut().expect("an output's slot has a job");
+                        (s.id, j.sample(l, tok, conventions, n_cached, n_ctx))
+                    })
+                    .collect()
+            };
+        let threads = self.session.n_threads().min(work.len()).max(1);
+        if threads == 1 {
+            return run(&mut work);
+        }
+        let per = work.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = work
+                .chunks_mut(per)
+                .map(|c| scope.spawn(move || run(c)))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| match h.join() {
+                    Ok(v) => v,
+                    // A listener that panicked: the panic goes on on this thread.
+                    Err(p) => std::panic::resume_unwind(p),
+                })
+                .collect()
+        })
     }
 
     /// Ends slot `i`'s job with `stop`; the slot keeps its cache for later requests.

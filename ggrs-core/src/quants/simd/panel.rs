@@ -435,6 +435,23 @@ fn vnni() -> bool {
     crate::cpu::features().runs(crate::quants::dispatch::Isa::Avx512Vnni)
 }
 
+/// The column counts the panel kernel of `kind` takes in one pass on this CPU, widest
+/// first (one column at a time after them); each column's bits do not depend on it. With
+/// AVX-512 there are 32 vector registers for the accumulators (one per column); AVX2 has
+/// 16, two per column of 16 rows, so its groups are narrower.
+pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
+    let wide = vnni() && kind.has_vnni_build();
+    match (kind, wide) {
+        (Kind::Q4_0Chain, true) => &[8, 4],
+        (Kind::Q4_0Chain, false) => &AVX2_Q4_0_GROUPS,
+        (Kind::Q8_0Lanes, _) => &[2],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, _) => &[4, 2],
+        (Kind::Q6KLanes, _) => &[],
+    }
+}
+
+const AVX2_Q4_0_GROUPS: [usize; 1] = [4];
+
 /// Whether this CPU runs a panel kernel: AVX-512 VNNI, or AVX2 with FMA and F16C (before
 /// [`crate::quants::dispatch::force_scalar`] and the other switches, which the caller applies).
 pub(crate) fn available() -> bool {
