@@ -70,6 +70,9 @@ pub struct Context {
     used: usize,
     no_alloc: bool,
     deferred: bool,
+    /// `mul_mat` nodes made now compute every column as a one-column product
+    /// ([`Context::set_per_column_products`]).
+    per_column: bool,
     tensors: Vec<TensorMeta>,
     external: Vec<Arc<dyn ExternalData>>,
     /// Changes whenever existing tensors' metadata may change (a rewind, any metadata
@@ -107,6 +110,7 @@ impl Context {
             used: 0,
             no_alloc: params.no_alloc,
             deferred: false,
+            per_column: false,
             tensors: Vec::new(),
             external: Vec::new(),
             layout_gen: 0,
@@ -194,6 +198,22 @@ impl Context {
     /// True while deferred allocation is on.
     pub fn is_deferred_alloc(&self) -> bool {
         self.deferred
+    }
+
+    /// While on, the `mul_mat` nodes made compute every output column with the arithmetic of
+    /// a one-column product (a decode step's), whatever the column count, still reading each
+    /// weight once for all columns. Results then do not depend on which other columns a
+    /// batch holds (batch invariance for a server's decode steps), for every weight type;
+    /// off (the default), several columns take the kernels a prompt takes, whose order, as
+    /// llama.cpp's, depends on the column count for some types (F16, the k-quants: see
+    /// [`crate::mul_mat_columns_independent`]).
+    pub fn set_per_column_products(&mut self, on: bool) {
+        self.per_column = on;
+    }
+
+    /// True while [`Context::set_per_column_products`] is on.
+    pub fn per_column_products(&self) -> bool {
+        self.per_column
     }
 
     /// Number of tensors in the context.

@@ -91,7 +91,11 @@ pub enum Op {
     /// Rows of `src1` written into `src0` at the indices in `src2`; a view of `src0`.
     SetRows,
     /// Matrix product `src1 · src0ᵀ`.
-    MulMat,
+    MulMat {
+        /// Every column computed with a one-column product's arithmetic
+        /// (`Context::set_per_column_products`).
+        per_column: bool,
+    },
     /// Matrix products with one of several stacked matrices `src0` per column of `src1`,
     /// chosen by the ids in `src2` (see `Context::mul_mat_id`).
     MulMatId,
@@ -181,7 +185,7 @@ impl Op {
             Op::RmsNormMul { .. } => "RMS_NORM_MUL",
             Op::GetRows => "GET_ROWS",
             Op::SetRows => "SET_ROWS",
-            Op::MulMat => "MUL_MAT",
+            Op::MulMat { .. } => "MUL_MAT",
             Op::MulMatId => "MUL_MAT_ID",
             Op::DiagMaskInf { .. } => "DIAG_MASK_INF",
             Op::SoftMax { .. } => "SOFT_MAX",

@@ -85,7 +85,7 @@ pub struct Session {
     built: Option<BuiltStep>,
     /// Whether every weight's products keep each column's bits whatever its neighbours
     /// ([`ggrs_core::mul_mat_columns_independent`]); if not, a step of several sequences in
-    /// cache regions is evaluated one sequence at a time.
+    /// cache regions is split (see `Session::pieces`).
     columns_independent: bool,
 }
 
@@ -188,6 +188,7 @@ fn worst_spans(p: &SessionParams) -> StepShape {
         n_outputs: if p.logits_all { p.n_batch } else { 1 },
         attn_kv_splits: p.attn_kv_splits,
         spans: SeqSpans::new(&spans).expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
+        per_column: false,
     }
 }
 
@@ -198,7 +199,10 @@ fn build_step(
     kv: &KvCache,
     shape: StepShape,
 ) -> Result<(StepInputs, ggrs_core::Tensor, Graph)> {
-    let StepTensors { inputs, logits } = model.arch().build(ctx, &model.hparams, w, kv, shape)?;
+    ctx.set_per_column_products(shape.per_column);
+    let built = model.arch().build(ctx, &model.hparams, w, kv, shape);
+    ctx.set_per_column_products(false);
+    let StepTensors { inputs, logits } = built?;
     let graph = Graph::build(ctx, logits)?;
     ctx.alloc_graph(&graph)?;
     Ok((inputs, logits, graph))
@@ -241,6 +245,7 @@ impl Session {
             n_outputs: if params.logits_all { params.n_batch } else { 1 },
             attn_kv_splits: params.attn_kv_splits,
             spans: Default::default(),
+            per_column: false,
         };
         // Before anything is allocated: the KV cache alone (tensors and cell bookkeeping)
         // must fit in what the machine can give.
@@ -351,8 +356,9 @@ impl Session {
     }
 
     /// Whether a step of several sequences in cache regions runs as one graph (every
-    /// weight keeps each column's bits whatever its neighbours), rather than one sequence
-    /// at a time. Either way a sequence's results do not depend on the others.
+    /// weight keeps each column's bits whatever its neighbours), rather than one graph for
+    /// the one-token sequences (per-column products) and one per longer run. Either way a
+    /// sequence's results do not depend on the others.
     pub fn batches_sequences(&self) -> bool {
         self.columns_independent
     }
@@ -421,30 +427,20 @@ impl Session {
         }
         self.logits.clear();
         self.n_outputs = 0;
-        let nb = self.params.n_batch;
-        // Several sequences in cache regions, with weights whose products depend on the
-        // other columns: each sequence's tokens on their own, so that its results are those
-        // of a lone session.
-        let per_sequence = self.params.n_streams > 1 && !self.columns_independent;
-        let mut start = 0;
-        while start < batch.len() {
-            let mut end = (start + nb).min(batch.len());
-            if per_sequence {
-                let s = batch.seq[start];
-                end = start
-                    + batch.seq[start..end]
-                        .iter()
-                        .take_while(|&&q| q == s)
-                        .count();
-            }
+        // Batch entries of each piece evaluated as one graph, and whether its products are
+        // per column (see `pieces`).
+        let pieces = self.pieces(batch);
+        let mut order = Vec::with_capacity(batch.n_outputs());
+        for (idx, per_column) in pieces {
             let piece = Batch {
-                tokens: batch.tokens[start..end].to_vec(),
-                pos: batch.pos[start..end].to_vec(),
-                seq: batch.seq[start..end].to_vec(),
-                logits: batch.logits[start..end].to_vec(),
+                tokens: idx.iter().map(|&i| batch.tokens[i]).collect(),
+                pos: idx.iter().map(|&i| batch.pos[i]).collect(),
+                seq: idx.iter().map(|&i| batch.seq[i]).collect(),
+                logits: idx.iter().map(|&i| batch.logits[i]).collect(),
             };
+            order.extend(idx.iter().copied().filter(|&i| batch.logits[i]));
             let placed = self.kv.place(&piece)?;
-            if let Err(e) = self.run_piece(&piece, &placed) {
+            if let Err(e) = self.run_piece(&piece, &placed, per_column) {
                 for &c in &placed.cells {
                     self.kv.cells[c] = Default::default();
                 }
@@ -452,12 +448,54 @@ impl Session {
                 self.ctx.rewind(self.base)?;
                 return Err(e);
             }
-            start = end;
+        }
+        // Rows in batch order (pieces may have taken the entries in another order).
+        if order.windows(2).any(|w| w[0] > w[1]) {
+            let nv = self.model.hparams.n_vocab;
+            let mut rows: Vec<(usize, usize)> =
+                order.iter().enumerate().map(|(r, &i)| (i, r)).collect();
+            rows.sort_unstable();
+            let mut sorted = Vec::with_capacity(self.logits.len());
+            for (_, r) in rows {
+                sorted.extend_from_slice(&self.logits[r * nv..(r + 1) * nv]);
+            }
+            self.logits = sorted;
         }
         Ok(())
     }
 
-    fn run_piece(&mut self, piece: &Batch, placed: &Placement) -> Result<()> {
+    /// How [`Session::decode`] evaluates `batch`: pieces of at most `n_batch` entries, each
+    /// one graph. In cache regions with weights whose products depend on the column count
+    /// ([`Session::batches_sequences`] false), each sequence's results must not depend on
+    /// the others: sequences of one token (decode steps) go together in one graph of
+    /// per-column products (one-column arithmetic, each weight read once), and each longer
+    /// run of a sequence (a prompt piece) in a graph of its own, as a lone session takes it.
+    fn pieces(&self, batch: &Batch) -> Vec<(Vec<usize>, bool)> {
+        let nb = self.params.n_batch;
+        let chunks = |idx: Vec<usize>, per_column: bool| {
+            idx.chunks(nb)
+                .map(|c| (c.to_vec(), per_column))
+                .collect::<Vec<_>>()
+        };
+        if self.params.n_streams <= 1 || self.columns_independent {
+            return chunks((0..batch.len()).collect(), false);
+        }
+        let mut runs: Vec<Vec<usize>> = Vec::new();
+        for i in 0..batch.len() {
+            match runs.last_mut() {
+                Some(r) if batch.seq[r[0]] == batch.seq[i] => r.push(i),
+                _ => runs.push(vec![i]),
+            }
+        }
+        let (singles, longer): (Vec<_>, Vec<_>) = runs.into_iter().partition(|r| r.len() == 1);
+        let mut pieces = chunks(singles.into_iter().flatten().collect(), true);
+        for r in longer {
+            pieces.extend(chunks(r, false));
+        }
+        pieces
+    }
+
+    fn run_piece(&mut self, piece: &Batch, placed: &Placement, per_column: bool) -> Result<()> {
         let n = piece.len();
         let outputs: Vec<i32> = (0..n)
             .filter(|&i| piece.logits[i])
@@ -479,6 +517,7 @@ impl Session {
             n_outputs: n_out,
             attn_kv_splits: self.params.attn_kv_splits,
             spans,
+            per_column,
         };
         if self.built.as_ref().is_none_or(|b| b.shape != shape) {
             self.built = None;

@@ -318,4 +318,7 @@ pub struct StepShape {
     /// With cache regions: each sequence's tokens and cells; `n_kv` is then the widest
     /// span's (the mask's width). Empty: one shared cache.
     pub spans: SeqSpans,
+    /// The graph's matrix products compute every column as a one-column product
+    /// ([`ggrs_core::Context::set_per_column_products`]; set while the graph is built).
+    pub per_column: bool,
 }

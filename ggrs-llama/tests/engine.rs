@@ -233,19 +233,16 @@ fn tiny_q8_0_requests_batched_equal_a_lone_session() {
     check_invariance(&model, &PROMPTS, 24, batched);
 }
 
-/// The real model (q4_0): eight streams at once give the lone session's bits.
-#[test]
-fn qwen05b_q4_0_eight_streams_equal_a_lone_session() {
-    let Some(path) = common::qwen05b("q4_0") else {
-        return;
-    };
+/// The real model: `n` streams at once give the lone session's bits, in fewer steps than
+/// tokens.
+fn real_model_streams(path: &std::path::Path, n: usize, max_tokens: usize) {
     let _g = common::serial();
-    let model = Arc::new(Model::load(&path).expect("load"));
-    let reqs: Vec<Request> = PROMPTS
+    let model = Arc::new(Model::load(path).expect("load"));
+    let reqs: Vec<Request> = PROMPTS[..n]
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let mut params = sampled(16, 7 + i as u64);
+            let mut params = sampled(max_tokens, 7 + i as u64);
             if i % 2 == 0 {
                 params.sampling = SamplingParams::greedy();
             }
@@ -255,8 +252,8 @@ fn qwen05b_q4_0_eight_streams_equal_a_lone_session() {
     let engine = Engine::start(
         model.clone(),
         EngineParams {
-            n_slots: 8,
-            n_ctx: 8 * 256,
+            n_slots: n,
+            n_ctx: n * 256,
             n_threads: 2,
             ..Default::default()
         },
@@ -279,6 +276,27 @@ fn qwen05b_q4_0_eight_streams_equal_a_lone_session() {
         "the streams were not batched: {} steps for {tokens} tokens",
         m.steps
     );
+}
+
+/// q4_0 (one graph per step): eight streams.
+#[test]
+fn qwen05b_q4_0_eight_streams_equal_a_lone_session() {
+    let Some(path) = common::qwen05b("q4_0") else {
+        return;
+    };
+    real_model_streams(&path, 8, 16);
+}
+
+/// The Q4_K_M file people download (Q5_0, Q6_K and Q8_0 weights; Q6_K's products depend on
+/// the column count): decode tokens in per-column products, prompts on their own.
+#[test]
+fn qwen05b_source_q4_k_m_four_streams_equal_a_lone_session() {
+    // (Fetches the source when it is missing; honours GGRS_SKIP_MODEL_TESTS.)
+    if common::qwen05b("q4_0").is_none() {
+        return;
+    }
+    let path = common::model_dir().join(common::SOURCE_MODEL);
+    real_model_streams(&path, 4, 12);
 }
 
 /// A request that starts with a finished one's prompt and reply evaluates only the new

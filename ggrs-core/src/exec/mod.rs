@@ -345,7 +345,7 @@ fn resolve(
             plan: p,
             packed: std::ptr::null(),
         };
-        if matches!(m.op, Op::MulMat) {
+        if matches!(m.op, Op::MulMat { .. }) {
             keep.extend(kernels::matmul::attach_packed(&mut task));
         }
         resolved.push(task);

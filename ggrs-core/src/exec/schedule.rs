@@ -73,7 +73,7 @@ type InitKey = (usize, [usize; 4], [usize; 4], ActivationForm);
 /// `src1`'s rows into the same slots, so either may reuse the other's conversion).
 fn init_key(t: &Task) -> Option<InitKey> {
     match (t.op, t.plan.init, t.plan.activation, t.src[1]) {
-        (Op::MulMat | Op::MulMatId, true, Some(form), Some(b)) => {
+        (Op::MulMat { .. } | Op::MulMatId, true, Some(form), Some(b)) => {
             Some((b.data as usize, b.ne, b.nb, form))
         }
         _ => None,

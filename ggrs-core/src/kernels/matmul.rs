@@ -153,9 +153,32 @@ impl ActivationForm {
     }
 }
 
-pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize) -> TaskPlan {
+/// The column count whose arithmetic a `mul_mat` with `n_cols` columns per batch takes: 1
+/// for a per-column product ([`crate::Context::set_per_column_products`]), else `n_cols`.
+fn arith_cols(per_column: bool, n_cols: usize) -> usize {
+    if per_column {
+        1
+    } else {
+        n_cols
+    }
+}
+
+/// The arithmetic column count of a planned `mul_mat` task (see [`arith_cols`]).
+fn task_arith_cols(task: &Task) -> usize {
+    let per_column = matches!(task.op, crate::op::Op::MulMat { per_column: true });
+    arith_cols(per_column, task.s1().ne[1])
+}
+
+pub(crate) fn plan(
+    a: &TensorMeta,
+    b: &TensorMeta,
+    dst: &TensorMeta,
+    nth: usize,
+    per_column: bool,
+) -> TaskPlan {
+    let cols = arith_cols(per_column, b.ne[1]);
     #[cfg(target_arch = "x86_64")]
-    if let Some(kind) = panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(b.ne[1])) {
+    if let Some(kind) = panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
         return panels::plan(kind, a, b, dst, nth);
     }
     let k = a.ne[0];
@@ -178,7 +201,7 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
     } else {
         grid(dst.ne[0], dst.ne[1], batches, nth)
     };
-    let widened = if conv && f16_widens(a.dtype, a.ne, dst.ne[1]) {
+    let widened = if conv && f16_widens(a.dtype, a.ne, cols) {
         4 * k * b.nrows()
     } else {
         0
@@ -355,14 +378,16 @@ unsafe fn tile(
     // IQ4_NL, IQ4_XS, F16, F32, and the k-quants from 8 columns on) use ggml's x86 summation order
     // (see `kernels::ggml_arith`): the SIMD tile kernels that keep it
     // (`quants::dispatch::SumOrder`), else ggml_arith's, one element at a time.
+    // The column count whose arithmetic every column takes (1 for per-column products).
+    let arith = task_arith_cols(task);
     let ggml_dot = match a.dtype {
-        DType::F32 => crate::kernels::ggml_arith::mul_mat_dot_f32(a, b.ne[1], b.is_contiguous()),
-        _ => crate::kernels::ggml_arith::mul_mat_dot(a, b.ne[1]),
+        DType::F32 => crate::kernels::ggml_arith::mul_mat_dot_f32(a, arith, b.is_contiguous()),
+        _ => crate::kernels::ggml_arith::mul_mat_dot(a, arith),
     };
     let (dot, tiles) = match ggml_dot {
         Some(g) => {
-            let order = crate::quants::dispatch::ggml_sum_order_cols(a.dtype, a.ne, b.ne[1]);
-            let simd = crate::kernels::ggml_arith::simd_order_holds(a, b.ne[1])
+            let order = crate::quants::dispatch::ggml_sum_order_cols(a.dtype, a.ne, arith);
+            let simd = crate::kernels::ggml_arith::simd_order_holds(a, arith)
                 .then(|| crate::quants::dispatch::active_variant_in(a.dtype, order))
                 .flatten();
             match simd {
@@ -374,7 +399,7 @@ unsafe fn tile(
     };
     // Q4_K / Q2_K weights llama.cpp repacks: its GEMM order for the first columns of each
     // batch, the GEMV order (`dot`) for the rest; one element at a time.
-    let gemm = crate::kernels::ggml_arith::mul_mat_gemm(a, b.ne[1]);
+    let gemm = crate::kernels::ggml_arith::mul_mat_gemm(a, arith);
     let tiles = if gemm.is_some() { None } else { tiles };
     let dot_at = |j: usize| -> VecDotFn {
         match gemm {
@@ -400,7 +425,7 @@ unsafe fn tile(
     #[cfg(target_arch = "x86_64")]
     if a.dtype == DType::F16
         && crate::kernels::ggml_arith::f16_tiles()
-        && crate::kernels::ggml_arith::f16_uses_lanes16(a, b.ne[1])
+        && crate::kernels::ggml_arith::f16_uses_lanes16(a, arith)
     {
         // Prompts: the chunk's columns sixteen at a time, as f32 (widened once in INIT),
         // against all the chunk's rows (which stay in cache), four by four. (A plan made
@@ -459,7 +484,7 @@ unsafe fn tile(
     // 16 columns, each weight block decoded once per panel (`quants::simd::tiled_avx2`),
     // with `dot_tiled`'s bits for every element.
     #[cfg(target_arch = "x86_64")]
-    if let Some(panel) = crate::quants::dispatch::tiled_panel(a.dtype, a.ne, b.ne[1]) {
+    if let Some(panel) = crate::quants::dispatch::tiled_panel(a.dtype, a.ne, arith) {
         use crate::quants::dispatch::TILED_PANEL_COLS as PC;
         const PR: usize = 16;
         let nb = k / crate::quants::QK_K;
@@ -611,7 +636,7 @@ pub(crate) unsafe fn compute_id(
             // SAFETY: r < b.nrows(), so the slot lies in the shared buffer INIT filled.
             let conv = unsafe { work.shared.add(r * rs) };
             let col = Task {
-                op: crate::op::Op::MulMat,
+                op: crate::op::Op::MulMat { per_column: false },
                 dst: RawTensor {
                     // SAFETY: (0, slot, t) lies within dst.
                     data: unsafe { d.data.add(d.offset(0, slot, t, 0)) },
@@ -1275,11 +1300,25 @@ mod tests {
         b: &[f32],
         nth: usize,
     ) -> Vec<f32> {
+        product_with(dtype, k, n, w, b, nth, false)
+    }
+
+    /// [`product`], as a per-column product when `per_column`.
+    fn product_with(
+        dtype: DType,
+        k: usize,
+        n: usize,
+        w: &Arc<Vec<u8>>,
+        b: &[f32],
+        nth: usize,
+        per_column: bool,
+    ) -> Vec<f32> {
         let m = b.len() / k;
         let mut ctx = Context::new(ContextParams {
             mem_size: 8 << 20,
             no_alloc: false,
         });
+        ctx.set_per_column_products(per_column);
         let a = ctx
             .new_tensor_external(dtype, &[k, n], Arc::clone(w) as _, 0)
             .expect("the weight fits its buffer");
@@ -1345,7 +1384,7 @@ mod tests {
                 ctx.meta(bt).expect("b").clone(),
                 ctx.meta(out).expect("out").clone(),
             );
-            let p = super::plan(&am, &bm, &dm, 2);
+            let p = super::plan(&am, &bm, &dm, 2, false);
             assert_eq!(p.work_shared, (2 + 4) * k * m, "f16 rows, then f32 rows");
         }
         for nth in [1, 2] {
@@ -1506,10 +1545,10 @@ mod tests {
         }
     }
 
-    /// Batch invariance: for every weight type `columns_independent` vouches for, each output
-    /// column of a `mul_mat` has the same bits whatever the other columns are and however
-    /// many there are, packed or not, on 1 and 2 threads (a server's decode column keeps the arithmetic of `ggrs run`
-    /// wherever it sits in a batch; a prompt chunk's columns keep theirs).
+    /// Batch invariance. Per-column products (`Context::set_per_column_products`): for
+    /// every weight type, each output column has the bits of a one-column product whatever
+    /// the other columns are and however many there are. Plain products: the same for
+    /// every type `columns_independent` vouches for. Packed or not, on 1 and 2 threads.
     #[test]
     fn columns_do_not_depend_on_their_neighbours() {
         let mut seed = 23u64;
@@ -1545,11 +1584,10 @@ mod tests {
                 from(src, dst);
             }
             let w = Arc::new(wb);
-            // Only what `columns_independent` promises is checked.
-            if !super::columns_independent(dtype, [k, n, 1, 1]) {
-                continue;
+            let independent = super::columns_independent(dtype, [k, n, 1, 1]);
+            if independent {
+                checked.push(dtype);
             }
-            checked.push(dtype);
             let packed = PackedWeight::pack(dtype, [k, n, 1, 1], &w);
             let m = 40;
             let b: Vec<f32> = (0..k * m)
@@ -1558,20 +1596,25 @@ mod tests {
             let alone: Vec<Vec<f32>> = (0..m)
                 .map(|j| product(dtype, k, n, &w, &b[j * k..(j + 1) * k], 1))
                 .collect();
-            for cols in [2usize, 7, 8, 9, 16, 17, 40] {
-                for nth in [1, 2] {
-                    let got = product(dtype, k, n, &w, &b[..cols * k], nth);
-                    let differ = (0..cols)
-                        .flat_map(|j| (0..n).map(move |i| (i, j)))
-                        .filter(|&(i, j)| got[i + n * j].to_bits() != alone[j][i].to_bits())
-                        .count();
-                    if differ > 0 {
-                        failures.push(format!(
-                            "{dtype} ({}packed): {differ} of {} values differ with {cols} \
-                             columns on {nth} threads",
-                            if packed.is_some() { "" } else { "not " },
-                            cols * n
-                        ));
+            for per_column in [true, false] {
+                if !per_column && !independent {
+                    continue;
+                }
+                for cols in [2usize, 3, 4, 7, 8, 9, 16, 17, 40] {
+                    for nth in [1, 2] {
+                        let got = product_with(dtype, k, n, &w, &b[..cols * k], nth, per_column);
+                        let differ = (0..cols)
+                            .flat_map(|j| (0..n).map(move |i| (i, j)))
+                            .filter(|&(i, j)| got[i + n * j].to_bits() != alone[j][i].to_bits())
+                            .count();
+                        if differ > 0 {
+                            failures.push(format!(
+                                "{dtype} ({}packed, per column: {per_column}): {differ} of {} \
+                                 values differ with {cols} columns on {nth} threads",
+                                if packed.is_some() { "" } else { "not " },
+                                cols * n
+                            ));
+                        }
                     }
                 }
             }

@@ -336,11 +336,12 @@ fn plan_op(
             TaskPlan::default()
         }
         Op::Sum => reduce::plan_sum(s0.expect("sum has a source")),
-        Op::MulMat => matmul::plan(
+        Op::MulMat { per_column } => matmul::plan(
             s0.expect("mul_mat src0"),
             src[1].expect("mul_mat src1"),
             dst,
             nth,
+            *per_column,
         ),
         Op::SetRows => TaskPlan {
             // One chunk: duplicate ids may target the same row, so one thread writes them all
@@ -407,7 +408,7 @@ const SWIGLU_SPLIT_MIN: usize = 2048;
 pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        if let Op::MulMat | Op::MulMatId = task.op {
+        if let Op::MulMat { .. } | Op::MulMatId = task.op {
             // mul_mat_id converts b's rows into the same slots as mul_mat.
             matmul::init(task, ith, nth, work)
         }
@@ -442,7 +443,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::RmsNormMul { eps } => reduce::rms_norm_mul(task, eps, chunk, n, work),
             Op::GetRows => return rows::get_rows(task, chunk, n),
             Op::SetRows => return rows::set_rows(task, chunk, n, work),
-            Op::MulMat => matmul::compute(task, chunk, n, work),
+            Op::MulMat { .. } => matmul::compute(task, chunk, n, work),
             Op::MulMatId => return matmul::compute_id(task, chunk, n, work),
             Op::DiagMaskInf { n_past } => nn::diag_mask_inf(task, n_past, chunk, n, work),
             Op::SoftMax { scale } => nn::soft_max(task, scale, chunk, n, work),

@@ -183,7 +183,9 @@ impl Context {
         self.new_tensor_with(
             DType::F32,
             [na[1], nb[1], nb[2], nb[3]],
-            Op::MulMat,
+            Op::MulMat {
+                per_column: self.per_column_products(),
+            },
             [Some(a), Some(b), None],
         )
     }

@@ -14,10 +14,12 @@
 //! whether it runs alone or beside others, on any thread count, and equal
 //! [`Session::generate_tokens`] (`ggrs run`) with the same prompt, sampling parameters and
 //! seed. Each slot attends over its own cells exactly as a lone session would
-//! ([`SessionParams::n_streams`]); the weights' products keep each column's arithmetic
-//! whatever its neighbours when every weight type allows it
-//! ([`ggrs_core::mul_mat_columns_independent`]), and otherwise the session evaluates each
-//! sequence of a step on its own (correct, but without the batching speed-up).
+//! ([`SessionParams::n_streams`]). The weights' products keep each column's arithmetic
+//! whatever its neighbours: in one graph for the whole step when every weight type allows it
+//! ([`ggrs_core::mul_mat_columns_independent`]: q4_0, q8_0, q4_1, q5_0, q5_1 on x86-64);
+//! otherwise (f16, the k-quants) the decoding slots' tokens share one graph of per-column
+//! products ([`ggrs_core::Context::set_per_column_products`]) and each prompt piece runs
+//! in a graph of its own, as a lone session runs it.
 //!
 //! ```no_run
 //! use std::sync::Arc;
