@@ -193,6 +193,21 @@ fn tiny_f16_requests_equal_a_lone_session() {
     check_invariance(&model, &PROMPTS, 24, false);
 }
 
+/// Sliding-window attention and soft-capping (Gemma 2), experts (mul_mat_id) and ChatGLM's
+/// own positions and mask through the engine's regions: still a lone session's bits.
+#[test]
+fn other_architectures_through_the_engine_equal_a_lone_session() {
+    for name in [
+        "tiny-gemma2-f16.gguf",
+        "tiny-moe-f16.gguf",
+        "tiny-phi3-f16.gguf",
+        "tiny-chatglm-f16.gguf",
+    ] {
+        eprintln!("{name}");
+        check_invariance(&tiny(name), &PROMPTS[..4], 12, false);
+    }
+}
+
 /// The tiny LLaMA quantized to Q8_0 (`--pure`), made once per test process.
 fn tiny_q8_0() -> Arc<Model> {
     use ggrs_core::quantize::QuantizeOptions;
