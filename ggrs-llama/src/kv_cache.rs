@@ -10,7 +10,6 @@ use ggrs_core::{Context, DType, Tensor};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
-use crate::step::SeqSpan;
 
 /// Attention reads the cache in multiples of this many cells (llama.cpp's padding).
 const KV_PAD: usize = 256;
@@ -341,5 +340,51 @@ impl KvCache {
             }
         }
         m
+    }
+}
+
+/// One sequence's share of a step whose sequences have cache regions of their own
+/// ([`KvCache::set_streams`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeqSpan {
+    /// Its first token in the batch (its tokens are next to each other).
+    pub first_token: u32,
+    /// Its tokens.
+    pub n_tokens: u32,
+    /// First cell of its region.
+    pub first_cell: u32,
+    /// Cells of its region attention reads (padded as a lone cache pads them).
+    pub n_kv: u32,
+}
+
+/// The spans of a step, at most [`crate::batch::MAX_SEQ`] (a value type, so that
+/// [`crate::step::StepShape`] stays `Copy` and comparable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeqSpans {
+    len: usize,
+    items: [SeqSpan; crate::batch::MAX_SEQ],
+}
+
+impl Default for SeqSpans {
+    fn default() -> Self {
+        SeqSpans {
+            len: 0,
+            items: [SeqSpan::default(); crate::batch::MAX_SEQ],
+        }
+    }
+}
+
+impl SeqSpans {
+    /// `spans`, or `None` when there are more than [`crate::batch::MAX_SEQ`].
+    pub fn new(spans: &[SeqSpan]) -> Option<SeqSpans> {
+        let mut s = SeqSpans::default();
+        s.items.get_mut(..spans.len())?.copy_from_slice(spans);
+        s.len = spans.len();
+        Some(s)
+    }
+
+    /// The spans (empty: one shared cache, every token attends over cells `0..n_kv`).
+    pub fn as_slice(&self) -> &[SeqSpan] {
+        &self.items[..self.len]
     }
 }

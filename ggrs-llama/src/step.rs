@@ -6,6 +6,7 @@ use ggrs_core::{Context, DType, Tensor};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
+pub use crate::kv_cache::{SeqSpan, SeqSpans};
 
 /// `x + b` when there is a bias `b`, else `x`.
 pub fn add_opt(ctx: &mut Context, x: Tensor, b: Option<Tensor>) -> Result<Tensor> {
@@ -256,52 +257,6 @@ fn attend(
         let merged = ctx.permute(kqv, [0, 2, 1, 3])?; // [hd, nh, n]
         ctx.cont(merged)?
     })
-}
-
-/// One sequence's share of a step whose sequences have cache regions of their own
-/// ([`crate::kv_cache::KvCache::set_streams`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SeqSpan {
-    /// Its first token in the batch (its tokens are next to each other).
-    pub first_token: u32,
-    /// Its tokens.
-    pub n_tokens: u32,
-    /// First cell of its region.
-    pub first_cell: u32,
-    /// Cells of its region attention reads (padded as a lone cache pads them).
-    pub n_kv: u32,
-}
-
-/// The spans of a step, at most [`crate::batch::MAX_SEQ`] (a value type, so that
-/// [`StepShape`] stays `Copy` and comparable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SeqSpans {
-    len: usize,
-    items: [SeqSpan; crate::batch::MAX_SEQ],
-}
-
-impl Default for SeqSpans {
-    fn default() -> Self {
-        SeqSpans {
-            len: 0,
-            items: [SeqSpan::default(); crate::batch::MAX_SEQ],
-        }
-    }
-}
-
-impl SeqSpans {
-    /// `spans`, or `None` when there are more than [`crate::batch::MAX_SEQ`].
-    pub fn new(spans: &[SeqSpan]) -> Option<SeqSpans> {
-        let mut s = SeqSpans::default();
-        s.items.get_mut(..spans.len())?.copy_from_slice(spans);
-        s.len = spans.len();
-        Some(s)
-    }
-
-    /// The spans (empty: one shared cache, every token attends over cells `0..n_kv`).
-    pub fn as_slice(&self) -> &[SeqSpan] {
-        &self.items[..self.len]
-    }
 }
 
 /// The sizes of a step's graph.
