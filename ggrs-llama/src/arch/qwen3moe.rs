@@ -30,7 +30,7 @@ pub type Qwen3MoeModel = Decoder<MoeFfn>;
 /// out = w_0·y_0 + w_1·y_1 + …                    // summed in slot order
 /// ```
 ///
-/// llama.cpp also clamps Σ p[ids] from below at 2⁻¹⁴ before dividing; the sum of the
+/// llama.cpp also clamps Σ p\[ids\] from below at 2⁻¹⁴ before dividing; the sum of the
 /// `n_used` largest of `x` probabilities is at least `n_used / x`, far above it, so the clamp
 /// never acts and is left out.
 #[derive(Debug, Clone)]
