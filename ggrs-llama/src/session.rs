@@ -162,34 +162,50 @@ fn kv_cache_bytes(hp: &HParams, n_ctx: usize, dtype: DType) -> Option<u64> {
         .checked_mul(hp.n_layer as u64)
 }
 
-/// The largest step of a session with cache regions: the first region's sequence with all
-/// but one token per other region, each of those one, every region read whole.
-fn worst_spans(p: &SessionParams) -> StepShape {
+/// The largest steps of a session with cache regions, every region read whole: one long run
+/// and a token per other region (the long run first, or last), and the tokens spread evenly
+/// over every region (the arena must hold whichever needs most).
+fn worst_spans(p: &SessionParams) -> Vec<StepShape> {
     let per = p.n_ctx / p.n_streams;
-    let others = (p.n_streams - 1).min(p.n_batch.saturating_sub(1));
-    let first = p.n_batch - others;
-    let mut spans = vec![SeqSpan {
-        first_token: 0,
-        n_tokens: first as u32,
-        first_cell: 0,
-        n_kv: per as u32,
-    }];
-    for r in 0..others {
-        spans.push(SeqSpan {
-            first_token: (first + r) as u32,
-            n_tokens: 1,
-            first_cell: ((r + 1) * per) as u32,
-            n_kv: per as u32,
-        });
-    }
-    StepShape {
-        n_tokens: p.n_batch,
-        n_kv: per,
-        n_outputs: if p.logits_all { p.n_batch } else { 1 },
-        attn_kv_splits: p.attn_kv_splits,
-        spans: SeqSpans::new(&spans).expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
-        per_column: false,
-    }
+    let regions = p.n_streams.min(p.n_batch);
+    let others = regions - 1;
+    let long = p.n_batch - others;
+    let even: Vec<usize> = (0..regions)
+        .map(|r| p.n_batch / regions + usize::from(r < p.n_batch % regions))
+        .collect();
+    let mut long_first = vec![long];
+    long_first.extend(std::iter::repeat_n(1, others));
+    let mut long_last = vec![1; others];
+    long_last.push(long);
+    [long_first, long_last, even]
+        .into_iter()
+        .map(|lengths| {
+            let mut first_token = 0;
+            let spans: Vec<SeqSpan> = lengths
+                .iter()
+                .enumerate()
+                .map(|(r, &n)| {
+                    let s = SeqSpan {
+                        first_token: first_token as u32,
+                        n_tokens: n as u32,
+                        first_cell: (r * per) as u32,
+                        n_kv: per as u32,
+                    };
+                    first_token += n;
+                    s
+                })
+                .collect();
+            StepShape {
+                n_tokens: p.n_batch,
+                n_kv: per,
+                n_outputs: if p.logits_all { p.n_batch } else { 1 },
+                attn_kv_splits: p.attn_kv_splits,
+                spans: SeqSpans::new(&spans)
+                    .expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
+                per_column: false,
+            }
+        })
+        .collect()
 }
 
 fn build_step(
@@ -277,13 +293,17 @@ impl Session {
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
         let before = m.checkpoint();
-        build_step(&mut m, &model, &w, &kv, worst)?;
-        let mut size = m.used_mem();
-        if params.n_streams > 1 {
-            // A step of several sequences attends per region: measure the largest such
-            // step too (every region read whole, one sequence per region).
+        // With regions every step attends per region (one shared-cache step over all the
+        // cells never happens): measure the largest such steps instead.
+        let worst = if params.n_streams > 1 {
+            worst_spans(&params)
+        } else {
+            vec![worst]
+        };
+        let mut size = 0;
+        for shape in worst {
             m.rewind(before)?;
-            build_step(&mut m, &model, &w, &kv, worst_spans(&params))?;
+            build_step(&mut m, &model, &w, &kv, shape)?;
             size = size.max(m.used_mem());
         }
         let compute = Some(size.saturating_sub(kv_used) as u64);

@@ -432,3 +432,43 @@ fn cancellation_frees_the_slot_and_the_queue_is_bounded() {
         other => panic!("expected PromptTooLong, got {:?}", other.map(|_| ())),
     }
 }
+
+/// A slot costs its KV cache and little else: the arena of a session set up as the engine
+/// sets it up for eight slots is the one-slot arena plus seven slots' keys and values, plus
+/// the step's growth by one token per slot (its logits row and activations: at most two
+/// vocabulary rows per slot here).
+#[test]
+fn each_extra_slot_costs_its_kv_cache() {
+    let model = tiny("tiny-llama-f16.gguf");
+    let per = 256;
+    let arena = |slots: usize| {
+        let s = Session::new(
+            model.clone(),
+            SessionParams {
+                n_ctx: slots * per,
+                // As `Engine::start`: a prompt piece and one token per slot.
+                n_batch: per + slots,
+                n_streams: slots,
+                logits_all: true,
+                n_threads: 1,
+                ..Default::default()
+            },
+        )
+        .expect("session");
+        let hp = &model.hparams;
+        let kv = 2 * hp.n_layer * slots * per * 2 * hp.n_embd_kv();
+        (s.arena_bytes(), kv)
+    };
+    let (a1, kv1) = arena(1);
+    let (a8, kv8) = arena(8);
+    let extra = a8 as i64 - a1 as i64 - (kv8 - kv1) as i64;
+    eprintln!(
+        "arena: 1 slot {a1} B, 8 slots {a8} B; KV {kv1} -> {kv8} B; beyond the KV: {extra} B"
+    );
+    let allowance = 7 * 2 * 4 * model.hparams.n_vocab;
+    assert!(
+        extra <= allowance as i64,
+        "seven more slots cost {extra} B beyond their {} B of KV cache (allowed {allowance})",
+        kv8 - kv1
+    );
+}
