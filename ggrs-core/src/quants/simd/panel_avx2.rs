@@ -77,12 +77,6 @@ unsafe fn quad(p: *const u8) -> __m256i {
 
 /// `C` columns against a Q4_0 panel in the chain order; `out[c][r]` row `r` · column `c`.
 ///
-/// One column: both halves of a block together (the weights stream from memory once, in
-/// order). Several: one half panel at a time (the second half re-reads the panel from L1),
-/// so that the accumulators, the columns' running 16-bit sums and one quad of codes fit in
-/// the sixteen registers. The 16-bit sums are exact integers whatever the order they are
-/// added in, and each row's f32 chain is the same, so both give the same bits.
-///
 /// # Safety
 /// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
 #[inline]
@@ -94,10 +88,6 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    if C > 1 {
-        // SAFETY: forwarded.
-        return unsafe { q4_0_chain_halves::<C>(nb, panel, y, aux, out) };
-    }
     // SAFETY: packed block i < nb of the panel, Q8_0 block i of each column and its side
     // data are readable (caller); unaligned loads; the stores write `out`'s arrays.
     unsafe {
@@ -144,59 +134,6 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
         for (o, a) in out.iter_mut().zip(&acc) {
             _mm256_storeu_ps(o.as_mut_ptr(), a[0]);
             _mm256_storeu_ps(o.as_mut_ptr().add(8), a[1]);
-        }
-    }
-}
-
-/// [`q4_0_chain`] for several columns, one half panel at a time.
-///
-/// # Safety
-/// As [`q4_0_chain`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4_0_chain_halves<const C: usize>(
-    nb: usize,
-    panel: *const u8,
-    y: &[*const u8; C],
-    aux: &[*const u8; C],
-    out: &mut [[f32; ROWS]; C],
-) {
-    // SAFETY: as `q4_0_chain`.
-    unsafe {
-        let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
-        for half in 0..2 {
-            let mut acc = [_mm256_setzero_ps(); C];
-            for i in 0..nb {
-                let (sc, vec) = q4_0_at(i);
-                // Exact: every f16 is an f32.
-                let dxh = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
-                let p = panel.add(vec + 32 * half);
-                let mut s16 = [_mm256_setzero_si256(); C];
-                for g in 0..4 {
-                    let v = _mm256_loadu_si256(p.add(64 * g).cast());
-                    let lo = _mm256_and_si256(v, low);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                    for c in 0..C {
-                        let yq = y[c].add(i * Q8_0_BYTES + 2);
-                        let m = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, quad(yq.add(4 * g))),
-                            _mm256_maddubs_epi16(hi, quad(yq.add(16 + 4 * g))),
-                        );
-                        s16[c] = _mm256_add_epi16(s16[c], m);
-                    }
-                }
-                for c in 0..C {
-                    let ax = aux[c].add(i * AUX_BYTES);
-                    let seed = _mm256_set1_epi32(read_u32(ax.add(4)) as i32);
-                    let s = _mm256_add_epi32(_mm256_madd_epi16(s16[c], ones), seed);
-                    let d = _mm256_mul_ps(dxh, _mm256_set1_ps(read_f32(ax)));
-                    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[c]);
-                }
-            }
-            for (o, a) in out.iter_mut().zip(&acc) {
-                _mm256_storeu_ps(o.as_mut_ptr().add(8 * half), *a);
-            }
         }
     }
 }
