@@ -186,11 +186,7 @@ fn chat_logprob(tok: &Tokenizer, id: u32, lp: f32, top: &[(u32, f32)]) -> Value 
 
 /// Tokens' log-probabilities in the completions form; `offset`: the text length before
 /// the first token.
-fn completion_logprobs(
-    tok: &Tokenizer,
-    items: &[TokenLogprobs],
-    mut offset: usize,
-) -> Value {
+fn completion_logprobs(tok: &Tokenizer, items: &[TokenLogprobs], mut offset: usize) -> Value {
     let mut tokens = Vec::new();
     let mut lps = Vec::new();
     let mut tops = Vec::new();
