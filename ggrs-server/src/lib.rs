@@ -122,9 +122,10 @@ pub enum ServerError {
     Load(#[from] LoadError),
 }
 
-/// Serves `config` on `listener` until `shutdown` completes, loading the model on a
-/// background thread meanwhile (for an embedder with its own tokio runtime; see [`start`]
-/// for a server on its own threads). Requests get 503 until the model is ready.
+/// Serves `config` on `listener` until `shutdown` completes (then waits for the open
+/// connections to finish: a graceful shutdown), loading the model on a background thread
+/// meanwhile. For an embedder with its own tokio runtime; see [`start`] for a server on
+/// its own threads. Requests get 503 until the model is ready.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
@@ -147,7 +148,8 @@ async fn serve_state(
     Ok(())
 }
 
-/// A server running on its own threads (see [`start`]); dropping it stops it.
+/// A server running on its own threads (see [`start`]); dropping it stops it at once
+/// (open connections are closed and their requests cancelled).
 pub struct Server {
     addr: SocketAddr,
     state: Arc<state::AppState>,
@@ -212,12 +214,15 @@ pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
     let thread = std::thread::Builder::new()
         .name("ggrs-http-main".into())
         .spawn(move || {
+            // On shutdown the serving future is dropped at once (no wait for open streams),
+            // then the runtime with it: open connections close, which cancels their
+            // requests.
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener)?;
-                serve_state(listener, serve_state_, async move {
-                    let _ = rx.await;
-                })
-                .await
+                tokio::select! {
+                    r = serve_state(listener, serve_state_, std::future::pending()) => r,
+                    _ = rx => Ok(()),
+                }
             })
         })?;
     Ok(Server {

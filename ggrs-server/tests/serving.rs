@@ -231,3 +231,25 @@ fn sixteen_clients_sixty_four_requests_equal_the_requests_alone() {
         .iter()
         .all(|x| x["is_processing"] == false));
 }
+
+#[test]
+fn dropping_the_server_ends_open_streams_at_once() {
+    let s = one_long_slot(1);
+    let (status, mut events) = s.stream("/v1/completions", &endless(true));
+    assert_eq!(status, 200);
+    events.next_event().expect("a chunk");
+    let t0 = std::time::Instant::now();
+    drop(s);
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The stream ends (without [DONE]).
+    let mut rest = 0;
+    while let Some(e) = events.next_event() {
+        assert_ne!(e, "[DONE]");
+        rest += 1;
+        assert!(rest < 5000, "the stream goes on");
+    }
+}
