@@ -200,6 +200,10 @@ fn sixteen_clients_sixty_four_requests_equal_the_requests_alone() {
             outcome(&a.body)
         })
         .collect();
+    let (steps0, gen0) = (
+        s.metric("ggrs_steps_total"),
+        s.metric("ggrs_generated_tokens_total"),
+    );
     // Together: 16 clients share the 64 requests.
     let next = AtomicUsize::new(0);
     let results = Mutex::new(vec![None; requests.len()]);
@@ -220,6 +224,14 @@ fn sixteen_clients_sixty_four_requests_equal_the_requests_alone() {
     for (i, (r, a)) in results.iter().zip(&alone).enumerate() {
         assert_eq!(r.as_ref(), Some(a), "request {i} differs when batched");
     }
+    // They did run side by side: steps carried several slots' tokens.
+    let steps = s.metric("ggrs_steps_total") - steps0;
+    let generated = s.metric("ggrs_generated_tokens_total") - gen0;
+    eprintln!("batched: {steps} steps for {generated} generated tokens");
+    assert!(
+        steps < 0.75 * generated,
+        "{steps} steps for {generated} tokens: hardly batched"
+    );
     // Nothing left behind.
     s.wait_for("idle", TestServer::idle);
     assert_eq!(s.metric("ggrs_requests_done_total"), 128.0);
