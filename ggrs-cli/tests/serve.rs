@@ -69,9 +69,17 @@ fn get(addr: &str, path: &str) -> String {
 #[test]
 fn serve_prints_its_address_and_answers() {
     let model = common::reference("tiny/tiny-llama-f16.gguf");
+    // --chat-template FILE: the file's Jinja template.
+    let template = std::env::temp_dir().join(format!("ggrs-serve-{}.jinja", std::process::id()));
+    std::fs::write(
+        &template,
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ",
+    )
+    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
         .args(["serve", "-m", &model, "--port", "0", "-np", "2", "-t", "1"])
-        .args(["--alias", "tiny", "-c", "1024"])
+        .args(["--alias", "tiny", "-c", "1024", "--chat-template"])
+        .arg(&template)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -96,7 +104,9 @@ fn serve_prints_its_address_and_answers() {
     let props = get(&addr, "/props");
     let _ = child.kill();
     let _ = child.wait();
+    let _ = std::fs::remove_file(&template);
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(models.contains("\"id\":\"tiny\""), "{models}");
     assert!(props.contains("\"total_slots\":2"), "{props}");
+    assert!(props.contains("[assistant] "), "{props}");
 }
