@@ -167,6 +167,8 @@ fn finish_reason(s: &StopReason) -> &'static str {
 
 /// The token's text bytes (control tokens' own text).
 fn piece(tok: &Tokenizer, id: u32) -> Vec<u8> {
+    // The ids come from the engine, which only generates ids of the vocabulary: the lookup
+    // cannot fail (an empty piece would be the harmless answer if it did).
     tok.token_to_piece(id).unwrap_or_default()
 }
 

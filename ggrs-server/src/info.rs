@@ -272,6 +272,7 @@ pub(crate) async fn tokenize(State(st): St, bytes: Result<Bytes, BytesRejection>
         let tokens: Vec<Value> = if body.bool("with_pieces")?.unwrap_or(false) {
             ids.iter()
                 .map(|&id| {
+                    // `id` was just produced by the tokenizer: it is in the vocabulary.
                     let b = tok.token_to_piece(id).unwrap_or_default();
                     let piece = match String::from_utf8(b) {
                         Ok(s) => json!(s),
