@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 
 use ggrs_llama::chat::{Chat, ChatTemplate, Message, TemplateVars};
-use ggrs_llama::{GenerateParams, Model};
+use ggrs_llama::GenerateParams;
 
 use crate::common::{ModelArgs, SamplingArgs};
 use crate::CliResult;
@@ -34,20 +34,6 @@ pub struct Args {
     /// Stop a reply when its text contains this string (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
-}
-
-/// The chat format: `chat_template` (`--chat-template`: one of llama.cpp's built-in format
-/// names, else a Jinja template's text), or the model's ([`ChatTemplate::for_model`]).
-pub fn template_for(
-    model: &Model,
-    chat_template: Option<&str>,
-) -> Result<ChatTemplate, ggrs_llama::chat::ChatError> {
-    match chat_template {
-        None => ChatTemplate::for_model(model),
-        Some(s) => {
-            Ok(ChatTemplate::named(s).unwrap_or_else(|| ChatTemplate::jinja(s, model.tokenizer())))
-        }
-    }
 }
 
 /// The prompt text of a one-message conversation (`ggrs run --chat`): the optional system
@@ -89,7 +75,7 @@ pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
     let model = a.model.load(true)?;
     let session = a.model.session(model, false)?;
-    let template = template_for(session.model(), a.chat_template.as_deref())?;
+    let template = ChatTemplate::resolve(session.model(), a.chat_template.as_deref())?;
     let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;
     chat.set_system(a.system.clone());

@@ -17,6 +17,23 @@ pub fn model_dir() -> PathBuf {
     home.join(".cache/ggrs/models")
 }
 
+/// The model file for `-m`: `given`, or the default model (which must exist).
+pub fn model_path(given: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let p = model_dir().join(DEFAULT_MODEL);
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "no model given and the default model {} is missing: run scripts/fetch-model.sh \
+             or pass -m FILE",
+            p.display()
+        ))
+    }
+}
+
 /// Model and session options.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -53,19 +70,7 @@ pub enum CopyWeights {
 impl ModelArgs {
     /// The model path: given, or the default one (which must exist).
     pub fn path(&self) -> Result<PathBuf, String> {
-        if let Some(p) = &self.model {
-            return Ok(p.clone());
-        }
-        let p = model_dir().join(DEFAULT_MODEL);
-        if p.exists() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "no model given and the default model {} is missing: run scripts/fetch-model.sh \
-                 or pass -m FILE",
-                p.display()
-            ))
-        }
+        model_path(self.model.as_deref())
     }
 
     /// Loads the model; `long_run` is what `--copy-weights auto` decides by (whether the
@@ -222,6 +227,7 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             penalty_last_n: self.repeat_last_n,
             seed,
+            logit_bias: Vec::new(),
         })
     }
 }

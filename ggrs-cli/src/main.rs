@@ -9,6 +9,7 @@ mod inspect;
 mod perplexity;
 mod quantize;
 mod run;
+mod serve;
 mod tokenize;
 
 use std::process::ExitCode;
@@ -41,6 +42,8 @@ enum Command {
     Quantize(quantize::Args),
     /// Convert a Hugging Face checkpoint directory (safetensors) to a GGUF model.
     Convert(convert::Args),
+    /// Serve a model over HTTP: an OpenAI-compatible API (llama-server's) and a chat page.
+    Serve(serve::Args),
 }
 
 /// An error with its chain of causes, for printing.
@@ -59,7 +62,7 @@ pub(crate) fn report(e: &dyn std::error::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(serve::rewrite_np(std::env::args_os().collect()));
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,10 @@ pub struct SamplingParams {
     pub penalty_last_n: usize,
     /// Seed of the random draw: the same seed gives the same choices.
     pub seed: u64,
+    /// Added to the logits of these tokens before anything else (the OpenAI API's
+    /// `logit_bias`; `f32::NEG_INFINITY` bans a token). Reported log-probabilities stay
+    /// the model's.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -40,6 +44,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             penalty_last_n: 64,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -80,6 +85,15 @@ impl SamplingParams {
             return Err(format!(
                 "presence penalty {} is not finite",
                 self.presence_penalty
+            ));
+        }
+        if let Some(&(t, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| b.is_nan() || *b == f32::INFINITY)
+        {
+            return Err(format!(
+                "the logit bias of token {t} is {b}: it must be a number or -infinity"
             ));
         }
         Ok(())
@@ -252,6 +266,11 @@ impl Sampler {
     /// it: call [`Sampler::accept`] with the token kept.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         let mut l = logits.to_vec();
+        for &(t, b) in &self.params.logit_bias {
+            if let Some(x) = l.get_mut(t as usize) {
+                *x += b;
+            }
+        }
         self.apply_penalties(&mut l);
         let p = &self.params;
         if p.temperature <= 0.0 || l.len() <= 1 {
@@ -403,6 +422,50 @@ mod tests {
         all.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]).then(a.cmp(&b)));
         for k in [1, 2, 5, 20, 64, 65, 200, 500] {
             assert_eq!(top_ids(&v, k), all[..k].to_vec(), "k = {k}");
+        }
+    }
+
+    #[test]
+    fn logit_bias_moves_and_bans_tokens() {
+        // +1 on token 2 (2.5 -> 3.5) makes it the greedy winner.
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: vec![(2, 1.0)],
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(s.sample(&logits()), 2);
+        // Banning 1 and 5 leaves 2 the most likely; sampling never picks a banned token.
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: vec![(1, f32::NEG_INFINITY), (5, f32::NEG_INFINITY), (99, 5.0)],
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            temperature: 2.0,
+            ..SamplingParams::default()
+        });
+        for _ in 0..300 {
+            assert!(!matches!(s.sample(&logits()), 1 | 5));
+        }
+        let greedy = Sampler::new(SamplingParams {
+            logit_bias: vec![(1, f32::NEG_INFINITY), (5, f32::NEG_INFINITY)],
+            ..SamplingParams::greedy()
+        })
+        .sample(&logits());
+        assert_eq!(greedy, 2);
+        // The caller's logits (what log-probabilities are computed from) are untouched.
+        let l = logits();
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: vec![(0, 10.0)],
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(s.sample(&l), 0);
+        assert_eq!(l, logits());
+        // NaN and +infinity are refused.
+        for b in [f32::NAN, f32::INFINITY] {
+            let p = SamplingParams {
+                logit_bias: vec![(0, b)],
+                ..SamplingParams::default()
+            };
+            assert!(p.validate().is_err());
         }
     }
 

@@ -129,23 +129,23 @@ fn non_finite_sampling_parameters_are_refused() {
     let bad = [
         SamplingParams {
             frequency_penalty: f32::NEG_INFINITY,
-            ..base
+            ..base.clone()
         },
         SamplingParams {
             presence_penalty: f32::NAN,
-            ..base
+            ..base.clone()
         },
         SamplingParams {
             repeat_penalty: f32::INFINITY,
-            ..base
+            ..base.clone()
         },
         SamplingParams {
             temperature: f32::NAN,
-            ..base
+            ..base.clone()
         },
         SamplingParams {
             top_p: f32::NAN,
-            ..base
+            ..base.clone()
         },
     ];
     for sampling in bad {

@@ -69,6 +69,23 @@ impl ChatTemplate {
             model.meta_str("tokenizer.chat_template"),
         )
     }
+
+    /// The format a user asked for, as the `--chat-template` option of `ggrs` and
+    /// llama-server reads it: `None`, the model's ([`ChatTemplate::for_model`]); else one of
+    /// llama.cpp's built-in format names ([`ChatTemplate::named`]), or else a Jinja
+    /// template's text.
+    pub fn resolve(
+        model: &Model,
+        name_or_jinja: Option<&str>,
+    ) -> std::result::Result<ChatTemplate, ChatError> {
+        match name_or_jinja {
+            None => ChatTemplate::for_model(model),
+            Some(s) => {
+                Ok(ChatTemplate::named(s)
+                    .unwrap_or_else(|| ChatTemplate::jinja(s, model.tokenizer())))
+            }
+        }
+    }
 }
 
 /// Token ids of a rendered prompt: special tokens parsed, BOS added as the model adds it,

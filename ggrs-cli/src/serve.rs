@@ -1,0 +1,149 @@
+//! `ggrs serve`: an OpenAI-compatible HTTP server (llama-server's API and flag names) on the
+//! serving engine; the HTTP side is the `ggrs-server` crate.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ggrs_llama::engine::EngineParams;
+use ggrs_server::{ServerConfig, ServerError};
+
+use crate::common::{checked_threads, model_path};
+use crate::CliResult;
+
+/// Arguments of `ggrs serve` (llama-server's names).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// GGUF model file [default: the model made by scripts/fetch-model.sh]
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// KV cache size in tokens, shared by the slots: each gets ctx-size / parallel, rounded
+    /// down to a multiple of 256 (0: 4096 per slot, at most the model's training context).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    ctx_size: usize,
+    /// Slots: requests generating at once (`-np N` works too, as llama-server's).
+    #[arg(long = "parallel", default_value_t = 4, value_name = "N")]
+    parallel: usize,
+    /// Most prompt tokens evaluated in one step.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    batch_size: usize,
+    /// Compute threads (0: one per physical core).
+    #[arg(short = 't', long, default_value_t = 0)]
+    threads: usize,
+    /// Most tokens a request may generate (-1: until the slot's context is full); a
+    /// request's max_tokens is capped by it.
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// Requests that may wait for a slot; more get 503 with Retry-After.
+    #[arg(long = "queue", default_value_t = 64)]
+    queue: usize,
+    /// API key clients must send as `Authorization: Bearer KEY` (repeatable, or
+    /// comma-separated). /health, /v1/models and the page stay open.
+    #[arg(long = "api-key", value_delimiter = ',')]
+    api_key: Vec<String>,
+    /// Model name reported by /v1/models and in answers [default: the file name].
+    #[arg(long)]
+    alias: Option<String>,
+    /// The chat format instead of the model's: a file holding a Jinja template, a name of
+    /// llama.cpp's built-in formats (llama3, gemma, phi3, chatml, chatglm3, chatglm4), or a
+    /// Jinja template's text.
+    #[arg(long, value_name = "FILE|NAME|JINJA")]
+    chat_template: Option<String>,
+    /// Serve Prometheus metrics at /metrics.
+    #[arg(long)]
+    metrics: bool,
+    /// Do not serve the chat page at /.
+    #[arg(long)]
+    no_webui: bool,
+    /// Seconds a non-streaming request may take, and the longest pause in a stream (0: no
+    /// limit).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+/// Rewrites llama-server's `-np N` (a two-letter short flag, which the argument parser does
+/// not have) as `--parallel N` in the arguments of `ggrs serve`.
+pub fn rewrite_np(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).is_none_or(|a| a != "serve") {
+        return args;
+    }
+    args.into_iter()
+        .map(|a| if a == "-np" { "--parallel".into() } else { a })
+        .collect()
+}
+
+/// The server's settings from the arguments.
+fn config(a: &Args) -> Result<ServerConfig, String> {
+    let model = model_path(a.model.as_deref())?;
+    if !model.is_file() {
+        return Err(format!("the model file {} does not exist", model.display()));
+    }
+    let chat_template = match &a.chat_template {
+        Some(t) if std::path::Path::new(t).is_file() => Some(
+            std::fs::read_to_string(t)
+                .map_err(|e| format!("cannot read the chat template {t}: {e}"))?,
+        ),
+        t => t.clone(),
+    };
+    if a.parallel == 0 {
+        return Err("--parallel must be at least 1".into());
+    }
+    if a.batch_size == 0 || a.queue == 0 {
+        return Err("--batch-size and --queue must be at least 1".into());
+    }
+    let mut c = ServerConfig::new(model);
+    c.engine = EngineParams {
+        n_slots: a.parallel,
+        n_ctx: a.ctx_size,
+        n_batch: a.batch_size,
+        n_threads: checked_threads(a.threads),
+        queue_capacity: a.queue,
+        ..EngineParams::default()
+    };
+    c.host = a.host.clone();
+    c.port = a.port;
+    c.alias = a.alias.clone();
+    c.chat_template = chat_template;
+    c.n_predict = usize::try_from(a.n_predict).ok().filter(|&n| n > 0);
+    c.api_keys = a
+        .api_key
+        .iter()
+        .filter(|k| !k.is_empty())
+        .cloned()
+        .collect();
+    c.metrics = a.metrics;
+    c.webui = !a.no_webui;
+    c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
+    Ok(c)
+}
+
+/// Runs `ggrs serve`.
+pub fn run(a: Args) -> CliResult {
+    let config = config(&a)?;
+    let model = config.model_path.display().to_string();
+    let webui = config.webui;
+    let server = ggrs_server::start(config).map_err(|e| match e {
+        ServerError::Bind { .. } => format!("{e} (choose another --port or --host)"),
+        e => e.to_string(),
+    })?;
+    let addr = server.local_addr();
+    eprintln!("ggrs serve: listening on http://{addr} (loading {model} ...)");
+    let t0 = std::time::Instant::now();
+    server.wait_ready()?;
+    eprintln!(
+        "ggrs serve: model loaded in {:.1} s; OpenAI API at http://{addr}/v1{}",
+        t0.elapsed().as_secs_f64(),
+        if webui {
+            format!(", chat page at http://{addr}/")
+        } else {
+            String::new()
+        }
+    );
+    server.wait()?;
+    Ok(())
+}

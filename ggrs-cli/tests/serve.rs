@@ -1,0 +1,112 @@
+//! `ggrs serve`: its flags, its errors, and a real start on the tiny model.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ggrs;
+
+#[test]
+fn help_lists_llama_servers_flags() {
+    let (ok, out, err) = ggrs(&["help", "serve"]);
+    assert!(ok, "{err}");
+    for flag in [
+        "--model",
+        "--host",
+        "--port",
+        "--ctx-size",
+        "--parallel",
+        "-np",
+        "--batch-size",
+        "--threads",
+        "--n-predict",
+        "--api-key",
+        "--alias",
+        "--chat-template",
+        "--metrics",
+        "--no-webui",
+        "--timeout",
+        "--queue",
+    ] {
+        assert!(out.contains(flag), "{flag} missing from\n{out}");
+    }
+}
+
+#[test]
+fn a_missing_model_or_a_port_in_use_is_an_error() {
+    let (ok, _, err) = ggrs(&["serve", "-m", "/nonexistent/model.gguf"]);
+    assert!(!ok);
+    assert!(
+        err.starts_with("error:") && err.contains("/nonexistent/model.gguf"),
+        "{err}"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let model = common::reference("tiny/tiny-llama-f16.gguf");
+    let (ok, _, err) = ggrs(&["serve", "-m", &model, "--port", &port]);
+    assert!(!ok);
+    assert!(
+        err.contains("cannot listen") && err.contains(&port) && err.contains("--port"),
+        "{err}"
+    );
+}
+
+/// `GET path` on `addr`: the whole answer (head and body).
+fn get(addr: &str, path: &str) -> String {
+    let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut s = String::new();
+    tcp.read_to_string(&mut s).expect("read");
+    s
+}
+
+#[test]
+fn serve_prints_its_address_and_answers() {
+    let model = common::reference("tiny/tiny-llama-f16.gguf");
+    // --chat-template FILE: the file's Jinja template.
+    let template = std::env::temp_dir().join(format!("ggrs-serve-{}.jinja", std::process::id()));
+    std::fs::write(
+        &template,
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
+        .args(["serve", "-m", &model, "--port", "0", "-np", "2", "-t", "1"])
+        .args(["--alias", "tiny", "-c", "1024", "--chat-template"])
+        .arg(&template)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start ggrs serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let first = lines.next().expect("a line").expect("text");
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    let t0 = Instant::now();
+    let health = loop {
+        let h = get(&addr, "/health");
+        if h.starts_with("HTTP/1.1 200") || t0.elapsed() > Duration::from_secs(20) {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let models = get(&addr, "/v1/models");
+    let props = get(&addr, "/props");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&template);
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(models.contains("\"id\":\"tiny\""), "{models}");
+    assert!(props.contains("\"total_slots\":2"), "{props}");
+    assert!(props.contains("[assistant] "), "{props}");
+}

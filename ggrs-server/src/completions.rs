@@ -1,0 +1,536 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: requests to the engine, answers as
+//! one JSON object or as server-sent events.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ggrs_llama::engine::{Completion, EngineHandle, Event, Request, Ticket};
+use ggrs_llama::{StopReason, Tokenizer};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::api::{json_body, ready, St};
+use crate::error::ApiError;
+use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
+use crate::state::{unix_now, AppState, Loaded};
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat(
+    axum::extract::State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let body = json_body(&st, bytes)?;
+        let l = ready(&st)?;
+        let opts = gen_options(&body, Endpoint::Chat, st.n_predict, l.model.hparams.n_vocab)?;
+        let msgs = messages(&body)?;
+        let template = l
+            .template
+            .as_ref()
+            .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
+        let text = template
+            .render_with(&msgs, true, &l.vars)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        let prompt = l
+            .model
+            .encode_chat(&text)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        Ok::<_, ApiError>(generate(st.clone(), l, vec![prompt], opts, Endpoint::Chat).await)
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `POST /v1/completions`.
+pub(crate) async fn completions(
+    axum::extract::State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let body = json_body(&st, bytes)?;
+        let l = ready(&st)?;
+        let opts = gen_options(
+            &body,
+            Endpoint::Completions,
+            st.n_predict,
+            l.model.hparams.n_vocab,
+        )?;
+        let prompts = prompts(&body, &l)?;
+        Ok::<_, ApiError>(generate(st.clone(), l, prompts, opts, Endpoint::Completions).await)
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `prompt`: a string, a list of token ids, or a list of those (one choice set each).
+fn prompts(body: &Body, l: &Loaded) -> Result<Vec<Vec<u32>>, ApiError> {
+    const F: &str = "prompt";
+    const EXPECTED: &str = "a string, a list of token ids, or a list of those";
+    let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
+        match v {
+            Value::String(s) => l
+                .model
+                .encode_prompt(s)
+                .map_err(|e| ApiError::invalid(F, e.to_string())),
+            Value::Array(ids) => ids
+                .iter()
+                .map(|t| {
+                    t.as_u64()
+                        .filter(|&t| t <= u32::MAX as u64)
+                        .map(|t| t as u32)
+                        .ok_or_else(|| wrong_type(F, EXPECTED, t))
+                })
+                .collect(),
+            v => Err(wrong_type(F, EXPECTED, v)),
+        }
+    };
+    let list = match body.get(F) {
+        None => return Err(ApiError::invalid(F, "'prompt' is required")),
+        Some(Value::Array(a)) if a.iter().any(|x| x.is_string() || x.is_array()) => {
+            a.iter().map(one).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(v) => vec![one(v)?],
+    };
+    if list.is_empty() || list.iter().any(Vec::is_empty) {
+        return Err(ApiError::invalid(F, "the prompt is empty"));
+    }
+    Ok(list)
+}
+
+/// Cancels the requests it holds when dropped (the client went away, or the answer is
+/// complete: cancelling a finished request does nothing).
+struct CancelOnDrop(Vec<Ticket>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.cancel();
+        }
+    }
+}
+
+/// The running requests of one HTTP request: each choice's events, tagged with its index.
+struct Running {
+    rx: UnboundedReceiver<(usize, Event)>,
+    _cancel: CancelOnDrop,
+    n_choices: usize,
+    id: String,
+}
+
+/// Submits `n` choices per prompt (choice `p * n + i` has seed `seed + i`).
+fn submit(
+    h: &EngineHandle,
+    prompts: Vec<Vec<u32>>,
+    opts: &GenOptions,
+    prefix: &str,
+) -> Result<Running, ApiError> {
+    let (tx, rx) = unbounded_channel();
+    let mut tickets = CancelOnDrop(Vec::new());
+    let mut index = 0;
+    for prompt in prompts {
+        for i in 0..opts.n {
+            let mut params = opts.params.clone();
+            params.sampling.seed = params.sampling.seed.wrapping_add(i as u64);
+            let request = Request {
+                prompt: prompt.clone(),
+                params,
+                cache_prompt: opts.cache_prompt,
+            };
+            let tx = tx.clone();
+            let idx = index;
+            // On failure, `tickets` is dropped and cancels the choices already queued.
+            let t = h.submit(request, Box::new(move |e| tx.send((idx, e)).is_ok()))?;
+            tickets.0.push(t);
+            index += 1;
+        }
+    }
+    let id = format!("{prefix}-{}", tickets.0.first().map_or(0, |t| t.id));
+    Ok(Running {
+        rx,
+        _cancel: tickets,
+        n_choices: index,
+        id,
+    })
+}
+
+/// `finish_reason` of a stop.
+fn finish_reason(s: &StopReason) -> &'static str {
+    match s {
+        StopReason::MaxTokens | StopReason::ContextFull => "length",
+        _ => "stop",
+    }
+}
+
+/// The token's text bytes (control tokens' own text).
+fn piece(tok: &Tokenizer, id: u32) -> Vec<u8> {
+    // The ids come from the engine, which only generates ids of the vocabulary: the lookup
+    // cannot fail (an empty piece would be the harmless answer if it did).
+    tok.token_to_piece(id).unwrap_or_default()
+}
+
+/// A token, its log-probability and the most likely alternatives.
+type TokenLogprobs<'a> = (u32, f32, &'a [(u32, f32)]);
+
+/// One token's log-probabilities in the chat form.
+fn chat_logprob(tok: &Tokenizer, id: u32, lp: f32, top: &[(u32, f32)]) -> Value {
+    let entry = |id: u32, lp: f32| {
+        let b = piece(tok, id);
+        json!({"id": id, "token": String::from_utf8_lossy(&b), "logprob": lp, "bytes": b})
+    };
+    let mut e = entry(id, lp);
+    e["top_logprobs"] = top.iter().map(|&(t, l)| entry(t, l)).collect();
+    e
+}
+
+/// Tokens' log-probabilities in the completions form; `offset`: the text length before
+/// the first token.
+fn completion_logprobs(tok: &Tokenizer, items: &[TokenLogprobs], mut offset: usize) -> Value {
+    let mut tokens = Vec::new();
+    let mut lps = Vec::new();
+    let mut tops = Vec::new();
+    let mut offsets = Vec::new();
+    for &(id, lp, top) in items {
+        let text = String::from_utf8_lossy(&piece(tok, id)).into_owned();
+        offsets.push(offset);
+        offset += text.len();
+        tokens.push(text);
+        lps.push(lp);
+        let m: serde_json::Map<String, Value> = top
+            .iter()
+            .map(|&(t, l)| {
+                (
+                    String::from_utf8_lossy(&piece(tok, t)).into_owned(),
+                    json!(l),
+                )
+            })
+            .collect();
+        tops.push(m);
+    }
+    json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
+/// Per-token log-probabilities of a finished choice (without the end-of-generation token,
+/// which is not part of the text).
+fn choice_logprobs(tok: &Tokenizer, c: &Completion, endpoint: Endpoint) -> Value {
+    let n = match c.stop {
+        StopReason::EndOfGeneration(_) => c.tokens.len().saturating_sub(1),
+        _ => c.tokens.len(),
+    };
+    let items: Vec<TokenLogprobs> = c
+        .tokens
+        .iter()
+        .zip(&c.logprobs)
+        .take(n)
+        .map(|(&id, (lp, top))| (id, *lp, top.as_slice()))
+        .collect();
+    match endpoint {
+        Endpoint::Chat => json!({"content": items
+            .iter()
+            .map(|&(id, lp, top)| chat_logprob(tok, id, lp, top))
+            .collect::<Vec<_>>()}),
+        Endpoint::Completions => completion_logprobs(tok, &items, 0),
+    }
+}
+
+/// `usage` of finished choices.
+fn usage<'a>(done: impl Iterator<Item = &'a Completion>) -> Value {
+    let (mut prompt, mut gen, mut cached) = (0, 0, 0);
+    for c in done {
+        prompt += c.prompt_tokens;
+        gen += c.tokens.len();
+        cached += c.cached_tokens;
+    }
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": gen,
+        "total_tokens": prompt + gen,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+/// llama-server's `timings` of a choice.
+fn timings(c: &Completion) -> Value {
+    let t = &c.timings;
+    let per = |n: usize, s: f64| if n > 0 { s * 1000.0 / n as f64 } else { 0.0 };
+    json!({
+        "cache_n": c.cached_tokens,
+        "prompt_n": t.prompt_tokens,
+        "prompt_ms": t.prompt_secs * 1000.0,
+        "prompt_per_token_ms": per(t.prompt_tokens, t.prompt_secs),
+        "prompt_per_second": t.prompt_tps(),
+        "predicted_n": t.gen_tokens,
+        "predicted_ms": t.gen_secs * 1000.0,
+        "predicted_per_token_ms": per(t.gen_tokens, t.gen_secs),
+        "predicted_per_second": t.gen_tps(),
+    })
+}
+
+/// The fields every answer object starts with.
+fn head(run: &Running, st: &AppState, object: &str) -> Value {
+    json!({
+        "id": run.id,
+        "object": object,
+        "created": unix_now(),
+        "model": st.model_id,
+        "system_fingerprint": concat!("ggrs-", env!("CARGO_PKG_VERSION")),
+    })
+}
+
+async fn generate(
+    st: Arc<AppState>,
+    l: Arc<Loaded>,
+    prompts: Vec<Vec<u32>>,
+    opts: GenOptions,
+    endpoint: Endpoint,
+) -> Response {
+    let prefix = match endpoint {
+        Endpoint::Chat => "chatcmpl",
+        Endpoint::Completions => "cmpl",
+    };
+    let run = match submit(&l.handle, prompts, &opts, prefix) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if opts.stream {
+        stream(st, l, run, opts, endpoint).into_response()
+    } else {
+        let timeout = st.timeout;
+        let whole = collect(&st, &l, run, &opts, endpoint);
+        let r = match timeout {
+            Some(t) => tokio::time::timeout(t, whole)
+                .await
+                .unwrap_or_else(|_| Err(ApiError::timeout(t.as_secs_f64()))),
+            None => whole.await,
+        };
+        match r {
+            Ok(v) => Json(v).into_response(),
+            Err(e) => e.into_response(),
+        }
+    }
+}
+
+/// Waits for every choice and builds the answer (dropping this future, as when the client
+/// disconnects, cancels the requests).
+async fn collect(
+    st: &AppState,
+    l: &Loaded,
+    mut run: Running,
+    opts: &GenOptions,
+    endpoint: Endpoint,
+) -> Result<Value, ApiError> {
+    let mut done: Vec<Option<Completion>> = vec![None; run.n_choices];
+    let mut left = run.n_choices;
+    while left > 0 {
+        match run.rx.recv().await {
+            Some((i, Event::Done(c))) => {
+                done[i] = Some(c);
+                left -= 1;
+            }
+            Some((_, Event::Error(e))) => return Err(ApiError::server(e)),
+            Some((_, Event::Token(_))) => {}
+            None => return Err(ApiError::server("the engine stopped")),
+        }
+    }
+    let done: Vec<Completion> = done.into_iter().flatten().collect();
+    let tok = l.model.tokenizer();
+    let choices: Vec<Value> = done
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let lp = if opts.logprobs {
+                choice_logprobs(tok, c, endpoint)
+            } else {
+                Value::Null
+            };
+            let mut ch =
+                json!({"index": i, "logprobs": lp, "finish_reason": finish_reason(&c.stop)});
+            match endpoint {
+                Endpoint::Chat => ch["message"] = json!({"role": "assistant", "content": c.text}),
+                Endpoint::Completions => ch["text"] = json!(c.text),
+            }
+            ch
+        })
+        .collect();
+    let object = match endpoint {
+        Endpoint::Chat => "chat.completion",
+        Endpoint::Completions => "text_completion",
+    };
+    let mut v = head(&run, st, object);
+    v["choices"] = Value::Array(choices);
+    v["usage"] = usage(done.iter());
+    if let Some(c) = done.first() {
+        v["timings"] = timings(c);
+    }
+    Ok(v)
+}
+
+/// The state of an event stream.
+struct StreamState {
+    st: Arc<AppState>,
+    l: Arc<Loaded>,
+    run: Running,
+    opts: GenOptions,
+    endpoint: Endpoint,
+    /// Events ready to send.
+    out: VecDeque<String>,
+    done: Vec<Option<Completion>>,
+    left: usize,
+    /// Text length sent per choice (the completions form's `text_offset`).
+    sent: Vec<usize>,
+    finished: bool,
+}
+
+impl StreamState {
+    /// A chunk for choice `i` with `delta` (chat: the delta object; completions: the text).
+    fn chunk(&self, i: usize, delta: Value, logprobs: Value, finish: Option<&str>) -> Value {
+        let (object, body) = match self.endpoint {
+            Endpoint::Chat => ("chat.completion.chunk", "delta"),
+            Endpoint::Completions => ("text_completion", "text"),
+        };
+        let mut v = head(&self.run, &self.st, object);
+        v["choices"] =
+            json!([{"index": i, body: delta, "logprobs": logprobs, "finish_reason": finish}]);
+        v
+    }
+
+    fn text_delta(&self, text: &str) -> Value {
+        match self.endpoint {
+            Endpoint::Chat => json!({"content": text}),
+            Endpoint::Completions => json!(text),
+        }
+    }
+
+    /// Turns one engine event into chunks.
+    fn on_event(&mut self, i: usize, e: Event) {
+        let tok = self.l.model.tokenizer();
+        match e {
+            Event::Token(t) => {
+                if t.text.is_empty() && !self.opts.logprobs {
+                    return;
+                }
+                let lp = if !self.opts.logprobs {
+                    Value::Null
+                } else if self.endpoint == Endpoint::Chat {
+                    json!({"content": [chat_logprob(tok, t.id, t.logprob, &t.top_logprobs)]})
+                } else {
+                    completion_logprobs(tok, &[(t.id, t.logprob, &t.top_logprobs)], self.sent[i])
+                };
+                self.sent[i] += t.text.len();
+                let c = self.chunk(i, self.text_delta(&t.text), lp, None);
+                self.out.push_back(c.to_string());
+            }
+            Event::Done(c) => {
+                if !c.tail.is_empty() {
+                    let chunk = self.chunk(i, self.text_delta(&c.tail), Value::Null, None);
+                    self.out.push_back(chunk.to_string());
+                }
+                let empty = match self.endpoint {
+                    Endpoint::Chat => json!({}),
+                    Endpoint::Completions => json!(""),
+                };
+                let mut last = self.chunk(i, empty, Value::Null, Some(finish_reason(&c.stop)));
+                last["timings"] = timings(&c);
+                self.out.push_back(last.to_string());
+                self.done[i] = Some(c);
+                self.left -= 1;
+                if self.left == 0 {
+                    self.finish();
+                }
+            }
+            Event::Error(e) => {
+                self.out.push_back(ApiError::server(e).body().to_string());
+                self.finished = true;
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.opts.include_usage {
+            let object = match self.endpoint {
+                Endpoint::Chat => "chat.completion.chunk",
+                Endpoint::Completions => "text_completion",
+            };
+            let mut v = head(&self.run, &self.st, object);
+            v["choices"] = json!([]);
+            v["usage"] = usage(self.done.iter().flatten());
+            self.out.push_back(v.to_string());
+        }
+        self.out.push_back("[DONE]".into());
+        self.finished = true;
+    }
+
+    /// The next event to send, waiting for the engine when none is ready.
+    async fn next(&mut self) -> Option<String> {
+        loop {
+            if let Some(e) = self.out.pop_front() {
+                return Some(e);
+            }
+            if self.finished {
+                return None;
+            }
+            let recv = self.run.rx.recv();
+            let got = match self.st.timeout {
+                Some(t) => tokio::time::timeout(t, recv).await.map_err(|_| t),
+                None => Ok(recv.await),
+            };
+            match got {
+                Ok(Some((i, e))) => self.on_event(i, e),
+                Ok(None) => {
+                    let e = ApiError::server("the engine stopped");
+                    self.out.push_back(e.body().to_string());
+                    self.finished = true;
+                }
+                Err(t) => {
+                    let e = ApiError::timeout(t.as_secs_f64());
+                    self.out.push_back(e.body().to_string());
+                    self.finished = true;
+                }
+            }
+        }
+    }
+}
+
+/// The answer as server-sent events: `data: {chunk}` per piece of text, a last chunk per
+/// choice with its `finish_reason`, the usage if asked, then `data: [DONE]`. Dropping the
+/// stream (the client disconnected) cancels the requests.
+fn stream(
+    st: Arc<AppState>,
+    l: Arc<Loaded>,
+    run: Running,
+    opts: GenOptions,
+    endpoint: Endpoint,
+) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+    let n = run.n_choices;
+    let mut s = StreamState {
+        st,
+        l,
+        run,
+        opts,
+        endpoint,
+        out: VecDeque::new(),
+        done: vec![None; n],
+        left: n,
+        sent: vec![0; n],
+        finished: false,
+    };
+    if endpoint == Endpoint::Chat {
+        for i in 0..n {
+            let c = s.chunk(
+                i,
+                json!({"role": "assistant", "content": ""}),
+                Value::Null,
+                None,
+            );
+            s.out.push_back(c.to_string());
+        }
+    }
+    let events = futures_util::stream::unfold(s, |mut s| async move {
+        let e = s.next().await?;
+        Some((Ok(SseEvent::default().data(e)), s))
+    });
+    Sse::new(events)
+}

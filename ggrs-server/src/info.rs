@@ -1,0 +1,324 @@
+//! The endpoints around generation: the page, health, models, properties, slots, metrics,
+//! tokenize and detokenize.
+
+use std::fmt::Write;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use ggrs_llama::{ChatTemplate, SamplingParams};
+use serde_json::{json, Value};
+
+use crate::api::{json_body, ready, St};
+use crate::error::ApiError;
+use crate::params::wrong_type;
+
+/// The chat page, compiled in.
+const CHAT_PAGE: &str = include_str!("../assets/chat.html");
+
+/// `GET /`: the chat page (404 with `--no-webui`).
+pub(crate) async fn index(State(st): St) -> Response {
+    if st.webui {
+        Html(CHAT_PAGE).into_response()
+    } else {
+        ApiError::not_found("the web page is turned off (--no-webui)").into_response()
+    }
+}
+
+/// `GET /health`: 200 `{"status": "ok"}` when the model is ready, 503 while it loads.
+pub(crate) async fn health(State(st): St) -> Response {
+    match ready(&st) {
+        Ok(_) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v1/models`: the one model, by its alias or file name.
+pub(crate) async fn models(State(st): St) -> Response {
+    let mut meta = json!({});
+    if let Ok(Some(l)) = st.loaded() {
+        let h = &l.model.hparams;
+        meta = json!({
+            "n_vocab": h.n_vocab,
+            "n_ctx_train": h.n_ctx_train,
+            "n_embd": h.n_embd,
+            "size": l.model.weight_bytes(),
+        });
+    }
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": st.model_id,
+            "object": "model",
+            "created": st.created,
+            "owned_by": "ggrs",
+            "meta": meta,
+        }],
+    }))
+    .into_response()
+}
+
+/// How the chat format is shown in `/props`.
+fn template_text(t: &ChatTemplate) -> String {
+    match t {
+        ChatTemplate::Jinja { source, .. } => source.clone(),
+        ChatTemplate::Named(f) => format!("{f:?}").to_lowercase(),
+        ChatTemplate::ChatGlm3 => "chatglm3".into(),
+        ChatTemplate::Glm4 => "chatglm4".into(),
+        ChatTemplate::ChatGlm1 => "chatglm1".into(),
+    }
+}
+
+/// `GET /props`: the server's settings and the default generation parameters.
+pub(crate) async fn props(State(st): St) -> Response {
+    let l = match ready(&st) {
+        Ok(l) => l,
+        Err(e) => return e.into_response(),
+    };
+    let d = SamplingParams::default();
+    let template = l.template.as_ref().map(template_text).unwrap_or_default();
+    Json(json!({
+        "default_generation_settings": {
+            "n_ctx": l.handle.n_ctx_slot(),
+            "params": {
+                "n_predict": st.n_predict.map_or(-1, |n| n as i64),
+                "temperature": d.temperature,
+                "top_k": d.top_k,
+                "top_p": d.top_p,
+                "min_p": d.min_p,
+                "repeat_penalty": d.repeat_penalty,
+                "repeat_last_n": d.penalty_last_n,
+                "presence_penalty": d.presence_penalty,
+                "frequency_penalty": d.frequency_penalty,
+                "cache_prompt": true,
+            },
+        },
+        "total_slots": st.n_slots,
+        "model_path": st.model_path,
+        "model_alias": st.model_id,
+        "chat_template": template,
+        "modalities": {"vision": false, "audio": false},
+        "build_info": concat!("ggrs ", env!("CARGO_PKG_VERSION")),
+    }))
+    .into_response()
+}
+
+/// `GET /slots`: each slot's state.
+pub(crate) async fn slots(State(st): St) -> Response {
+    let l = match ready(&st) {
+        Ok(l) => l,
+        Err(e) => return e.into_response(),
+    };
+    let v: Vec<Value> = l
+        .handle
+        .slots()
+        .into_iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "n_ctx": s.n_ctx,
+                "is_processing": s.busy,
+                "n_cached": s.n_cached,
+                "n_decoded": s.n_generated,
+                "id_task": s.request,
+            })
+        })
+        .collect();
+    Json(v).into_response()
+}
+
+/// `GET /metrics` (with `--metrics`): Prometheus text.
+pub(crate) async fn metrics(State(st): St) -> Response {
+    if !st.metrics {
+        return ApiError::not_supported(
+            StatusCode::NOT_IMPLEMENTED,
+            "this server has no metrics endpoint: start it with --metrics",
+        )
+        .into_response();
+    }
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, lines: Vec<(String, f64)>| {
+        let _ = writeln!(out, "# HELP ggrs_{name} {help}\n# TYPE ggrs_{name} {kind}");
+        for (labels, v) in lines {
+            let _ = writeln!(out, "ggrs_{name}{labels} {v}");
+        }
+    };
+    let by_status: Vec<(String, f64)> = st
+        .counters
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .by_status
+        .iter()
+        .map(|(s, n)| (format!("{{status=\"{s}\"}}"), *n as f64))
+        .collect();
+    metric(
+        "http_requests_total",
+        "counter",
+        "HTTP requests answered, by status.",
+        by_status,
+    );
+    let plain = |v: f64| vec![(String::new(), v)];
+    metric(
+        "ready",
+        "gauge",
+        "1 when the model is loaded.",
+        plain(matches!(st.loaded(), Ok(Some(_))) as u8 as f64),
+    );
+    if let Ok(Some(l)) = st.loaded() {
+        let m = l.handle.metrics();
+        let tps = if m.busy_secs > 0.0 {
+            m.generated_tokens as f64 / m.busy_secs
+        } else {
+            0.0
+        };
+        let rows: [(&str, &str, &str, f64); 13] = [
+            (
+                "prompt_tokens_total",
+                "counter",
+                "Prompt tokens evaluated (cached ones not counted).",
+                m.prompt_tokens as f64,
+            ),
+            (
+                "cached_prompt_tokens_total",
+                "counter",
+                "Prompt tokens served from slot caches.",
+                m.cached_tokens as f64,
+            ),
+            (
+                "cache_hits_total",
+                "counter",
+                "Requests that reused a slot's cached prefix.",
+                m.cache_hits as f64,
+            ),
+            (
+                "generated_tokens_total",
+                "counter",
+                "Tokens generated.",
+                m.generated_tokens as f64,
+            ),
+            (
+                "generated_tokens_per_second",
+                "gauge",
+                "Tokens generated per second of evaluation since the start.",
+                tps,
+            ),
+            (
+                "requests_done_total",
+                "counter",
+                "Engine requests finished normally.",
+                m.requests_done as f64,
+            ),
+            (
+                "requests_cancelled_total",
+                "counter",
+                "Engine requests cancelled (client gone).",
+                m.requests_cancelled as f64,
+            ),
+            (
+                "requests_failed_total",
+                "counter",
+                "Engine requests that failed.",
+                m.requests_failed as f64,
+            ),
+            (
+                "queue_length",
+                "gauge",
+                "Requests waiting for a slot.",
+                m.queued as f64,
+            ),
+            (
+                "busy_slots",
+                "gauge",
+                "Slots serving a request.",
+                m.busy_slots as f64,
+            ),
+            ("slots", "gauge", "Slots.", m.n_slots as f64),
+            (
+                "kv_cells_used",
+                "gauge",
+                "KV cache cells holding tokens.",
+                m.kv_used as f64,
+            ),
+            (
+                "steps_total",
+                "counter",
+                "Engine steps evaluated.",
+                m.steps as f64,
+            ),
+        ];
+        for (name, kind, help, v) in rows {
+            metric(name, kind, help, plain(v));
+        }
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// `POST /tokenize`: `content`, `add_special` (default false), `parse_special` (default
+/// true), `with_pieces` → `{"tokens": [...]}`.
+pub(crate) async fn tokenize(State(st): St, bytes: Result<Bytes, BytesRejection>) -> Response {
+    let run = || -> Result<Value, ApiError> {
+        let body = json_body(&st, bytes)?;
+        let l = ready(&st)?;
+        let content = body.str("content")?.unwrap_or_default();
+        let add_special = body.bool("add_special")?.unwrap_or(false);
+        let parse_special = body.bool("parse_special")?.unwrap_or(true);
+        let tok = l.model.tokenizer();
+        let ids = tok
+            .encode(content, add_special, parse_special)
+            .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+        let tokens: Vec<Value> = if body.bool("with_pieces")?.unwrap_or(false) {
+            ids.iter()
+                .map(|&id| {
+                    // `id` was just produced by the tokenizer: it is in the vocabulary.
+                    let b = tok.token_to_piece(id).unwrap_or_default();
+                    let piece = match String::from_utf8(b) {
+                        Ok(s) => json!(s),
+                        Err(e) => json!(e.into_bytes()),
+                    };
+                    json!({"id": id, "piece": piece})
+                })
+                .collect()
+        } else {
+            ids.iter().map(|&id| json!(id)).collect()
+        };
+        Ok(json!({ "tokens": tokens }))
+    };
+    match run() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /detokenize`: `tokens` → `{"content": text}` (control tokens written out).
+pub(crate) async fn detokenize(State(st): St, bytes: Result<Bytes, BytesRejection>) -> Response {
+    let run = || -> Result<Value, ApiError> {
+        let body = json_body(&st, bytes)?;
+        let l = ready(&st)?;
+        let ids: Vec<u32> = match body.get("tokens") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|t| {
+                    t.as_u64()
+                        .filter(|&t| t <= u32::MAX as u64)
+                        .map(|t| t as u32)
+                        .ok_or_else(|| wrong_type("tokens", "a list of token ids", t))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => return Err(wrong_type("tokens", "a list of token ids", v)),
+        };
+        let text = l
+            .model
+            .tokenizer()
+            .decode_with_special(&ids)
+            .map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+        Ok(json!({ "content": text }))
+    };
+    match run() {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,241 @@
+//! An OpenAI-compatible HTTP server on the ggrs serving engine ([`ggrs_llama::engine`]):
+//! the API of llama.cpp's `llama-server` (`/v1/chat/completions`, `/v1/completions`,
+//! `/v1/models`, `/health`, `/metrics`, `/tokenize`, `/detokenize`, `/props`, `/slots`) and
+//! a chat page at `/`.
+//!
+//! The server binds its address first and loads the model in the background: `/health`
+//! answers 503 until the model is ready, then 200. One engine thread owns the model; the
+//! HTTP side runs on a small tokio runtime ([`ServerConfig::http_threads`]) and talks to the
+//! engine through channels, so it does not compete with the compute threads.
+//!
+//! ```no_run
+//! let mut config = ggrs_server::ServerConfig::new("model.gguf");
+//! config.port = 0; // any free port
+//! let server = ggrs_server::start(config)?;
+//! println!("listening on http://{}", server.local_addr());
+//! server.wait_ready()?; // the model is loaded
+//! server.wait(); // serves until the process ends
+//! # Ok::<(), ggrs_server::ServerError>(())
+//! ```
+
+mod api;
+mod completions;
+mod error;
+mod info;
+mod params;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ggrs_llama::engine::EngineParams;
+use ggrs_llama::ModelOptions;
+
+pub use state::LoadError;
+
+/// How to run the server (the flags of `ggrs serve`).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The GGUF model file.
+    pub model_path: PathBuf,
+    /// How to load it.
+    pub model_options: ModelOptions,
+    /// Slots, context, batch, threads and queue of the engine.
+    pub engine: EngineParams,
+    /// Address to listen on (`--host`).
+    pub host: String,
+    /// Port (`--port`; 0: any free port, see [`Server::local_addr`]).
+    pub port: u16,
+    /// The model name `/v1/models` reports (`--alias`; default: the file name).
+    pub alias: Option<String>,
+    /// The chat format: a llama.cpp built-in format name or a Jinja template's text
+    /// (`--chat-template`; default: the model's).
+    pub chat_template: Option<String>,
+    /// Most tokens a request may generate (`-n`; `None`: until the slot's context is full).
+    pub n_predict: Option<usize>,
+    /// Keys a client must send (`Authorization: Bearer KEY`); empty: no key needed.
+    pub api_keys: Vec<String>,
+    /// Serve `/metrics` (`--metrics`).
+    pub metrics: bool,
+    /// Serve the chat page at `/` (`--no-webui` turns it off).
+    pub webui: bool,
+    /// A non-streaming request's time limit, and the longest pause a stream may have
+    /// between two events (`--timeout`; `None`: no limit).
+    pub timeout: Option<Duration>,
+    /// Largest request body accepted (bigger ones get 413).
+    pub max_body_bytes: usize,
+    /// Worker threads of the HTTP runtime (at least 1).
+    pub http_threads: usize,
+}
+
+impl ServerConfig {
+    /// The defaults (llama-server's where it has them) for the model at `model_path`:
+    /// 127.0.0.1:8080, 4 slots, a queue of 64, no key, timeout 600 s, bodies up to 16 MiB.
+    pub fn new(model_path: impl Into<PathBuf>) -> ServerConfig {
+        ServerConfig {
+            model_path: model_path.into(),
+            model_options: ModelOptions::default(),
+            engine: EngineParams::default(),
+            host: "127.0.0.1".into(),
+            port: 8080,
+            alias: None,
+            chat_template: None,
+            n_predict: None,
+            api_keys: Vec::new(),
+            metrics: false,
+            webui: true,
+            timeout: Some(Duration::from_secs(600)),
+            max_body_bytes: 16 << 20,
+            http_threads: 1,
+        }
+    }
+
+    /// The model's name in responses: the alias, else the file name.
+    pub fn model_id(&self) -> String {
+        self.alias.clone().unwrap_or_else(|| {
+            self.model_path.file_name().map_or_else(
+                || self.model_path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        })
+    }
+}
+
+/// Why the server could not start or serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The address could not be bound (in use, not local, no permission).
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The HTTP runtime could not be started or failed.
+    #[error("the HTTP server failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The model could not be loaded or the engine not started.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+/// Serves `config` on `listener` until `shutdown` completes (then waits for the open
+/// connections to finish: a graceful shutdown), loading the model on a background thread
+/// meanwhile. For an embedder with its own tokio runtime; see [`start`] for a server on
+/// its own threads. Requests get 503 until the model is ready.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: ServerConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let state = state::AppState::new(&config);
+    state::spawn_loader(state.clone(), config)?;
+    serve_state(listener, state, shutdown).await
+}
+
+async fn serve_state(
+    listener: tokio::net::TcpListener,
+    state: Arc<state::AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let app = api::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}
+
+/// A server running on its own threads (see [`start`]); dropping it stops it at once
+/// (open connections are closed and their requests cancelled).
+pub struct Server {
+    addr: SocketAddr,
+    state: Arc<state::AppState>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ServerError>>>,
+}
+
+impl Server {
+    /// The address it listens on (with the port chosen when [`ServerConfig::port`] is 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks until the model is loaded and the engine runs, or returns why it failed.
+    pub fn wait_ready(&self) -> Result<(), ServerError> {
+        Ok(self.state.wait_ready()?)
+    }
+
+    /// Blocks while the server runs (until it fails, or forever).
+    pub fn wait(mut self) -> Result<(), ServerError> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(ServerError::Io(std::io::Error::other(
+                "the HTTP server thread panicked",
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Binds the address at once (so a port in use is an error here), then serves on a thread
+/// of its own with a small tokio runtime while the model loads in the background.
+pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
+    let addr = format!("{}:{}", config.host, config.port);
+    let bind_err = |source| ServerError::Bind {
+        addr: addr.clone(),
+        source,
+    };
+    let std_listener = std::net::TcpListener::bind(&addr).map_err(bind_err)?;
+    std_listener.set_nonblocking(true).map_err(bind_err)?;
+    let local = std_listener.local_addr().map_err(bind_err)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.http_threads.max(1))
+        .thread_name("ggrs-http")
+        .enable_all()
+        .build()?;
+    let state = state::AppState::new(&config);
+    state::spawn_loader(state.clone(), config)?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let serve_state_ = state.clone();
+    let thread = std::thread::Builder::new()
+        .name("ggrs-http-main".into())
+        .spawn(move || {
+            // On shutdown the serving future is dropped at once (no wait for open streams),
+            // then the runtime with it: open connections close, which cancels their
+            // requests.
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener)?;
+                tokio::select! {
+                    r = serve_state(listener, serve_state_, std::future::pending()) => r,
+                    _ = rx => Ok(()),
+                }
+            })
+        })?;
+    Ok(Server {
+        addr: local,
+        state,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+/// [`start`], then waits for the model and serves until the process ends.
+pub fn run(config: ServerConfig) -> Result<(), ServerError> {
+    let server = start(config)?;
+    server.wait_ready()?;
+    server.wait()
+}

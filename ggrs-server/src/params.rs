@@ -1,0 +1,538 @@
+//! Reading a request's JSON: typed fields with errors that name them, the sampling options
+//! both completion endpoints share, and the fields this server refuses.
+
+use ggrs_llama::chat::Message;
+use ggrs_llama::{GenerateParams, SamplingParams};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// Which endpoint a body is for (their `logprobs` fields differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Chat,
+    Completions,
+}
+
+/// A request body: a JSON object.
+pub(crate) struct Body(Map<String, Value>);
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// 400: `field` has the wrong type.
+pub(crate) fn wrong_type(field: &str, expected: &str, v: &Value) -> ApiError {
+    ApiError::invalid(
+        field,
+        format!("'{field}' must be {expected}, not {}", type_name(v)),
+    )
+}
+
+impl Body {
+    /// Parses `bytes` as a JSON object.
+    pub fn parse(bytes: &[u8]) -> Result<Body, ApiError> {
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+        match v {
+            Value::Object(m) => Ok(Body(m)),
+            v => Err(ApiError::bad_request(format!(
+                "the body must be a JSON object, not {}",
+                type_name(&v)
+            ))),
+        }
+    }
+
+    /// The field `k`, absent when null.
+    pub fn get(&self, k: &str) -> Option<&Value> {
+        self.0.get(k).filter(|v| !v.is_null())
+    }
+
+    pub fn f32(&self, k: &str) -> Result<Option<f32>, ApiError> {
+        self.get(k)
+            .map(|v| {
+                v.as_f64()
+                    .map(|x| x as f32)
+                    .ok_or_else(|| wrong_type(k, "a number", v))
+            })
+            .transpose()
+    }
+
+    pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
+        self.get(k)
+            .map(|v| as_int(v).ok_or_else(|| wrong_type(k, "an integer", v)))
+            .transpose()
+    }
+
+    pub fn bool(&self, k: &str) -> Result<Option<bool>, ApiError> {
+        self.get(k)
+            .map(|v| v.as_bool().ok_or_else(|| wrong_type(k, "a boolean", v)))
+            .transpose()
+    }
+
+    pub fn str(&self, k: &str) -> Result<Option<&str>, ApiError> {
+        self.get(k)
+            .map(|v| v.as_str().ok_or_else(|| wrong_type(k, "a string", v)))
+            .transpose()
+    }
+
+    /// A non-negative integer at most `max`.
+    pub fn count(&self, k: &str, max: u64) -> Result<Option<usize>, ApiError> {
+        match self.int(k)? {
+            None => Ok(None),
+            Some(n) if n >= 0 && n as u64 <= max => Ok(Some(n as usize)),
+            Some(n) => Err(ApiError::invalid(
+                k,
+                format!("'{k}' must be between 0 and {max}, not {n}"),
+            )),
+        }
+    }
+}
+
+/// An integer (a float with no fraction counts, as JSON writers may write `3.0`).
+fn as_int(v: &Value) -> Option<i64> {
+    if let Some(i) = v.as_i64() {
+        return Some(i);
+    }
+    if let Some(u) = v.as_u64() {
+        return Some(u.min(i64::MAX as u64) as i64);
+    }
+    v.as_f64()
+        .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
+        .map(|f| f as i64)
+}
+
+/// Fields that would change the output in a way this server does not implement, with the
+/// value that leaves the output alone (such a value is accepted). Fields not named here
+/// nor read are ignored, as llama-server ignores them (`user`, `metadata`, `store`, …).
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("tools", "no tool calling"),
+    ("tool_choice", "no tool calling"),
+    ("functions", "no function calling"),
+    ("function_call", "no function calling"),
+    ("parallel_tool_calls", "no tool calling"),
+    ("response_format", "only {\"type\": \"text\"}"),
+    ("grammar", "no grammar-constrained sampling"),
+    ("json_schema", "no schema-constrained sampling"),
+    ("mirostat", "no Mirostat sampling"),
+    ("typical_p", "no locally typical sampling"),
+    ("dynatemp_range", "no dynamic temperature"),
+    ("xtc_probability", "no XTC sampling"),
+    ("dry_multiplier", "no DRY sampling"),
+    ("top_n_sigma", "no top-n-sigma sampling"),
+    ("echo", "the prompt is not echoed"),
+    ("suffix", "no fill-in-the-middle"),
+    ("best_of", "best-of ranking is not done; use n"),
+    ("audio", "text only"),
+    ("modalities", "text only"),
+    ("prediction", "no predicted outputs"),
+    ("reasoning_effort", "no reasoning controls"),
+    ("lora", "no LoRA adapters"),
+    ("samplers", "the sampler order is fixed"),
+];
+
+/// Whether `v` is the value of `field` that changes nothing.
+fn neutral(field: &str, v: &Value, n: usize) -> bool {
+    let empty = |v: &Value| match v {
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    };
+    let num = |x: f64| v.as_f64() == Some(x);
+    match field {
+        "tools" | "functions" | "grammar" | "json_schema" | "suffix" | "samplers" => empty(v),
+        "tool_choice" | "function_call" => v.as_str() == Some("none"),
+        "parallel_tool_calls" => v.is_boolean(),
+        "response_format" => v.get("type").and_then(Value::as_str) == Some("text"),
+        "mirostat" | "dynatemp_range" | "xtc_probability" | "dry_multiplier" => num(0.0),
+        "typical_p" => num(1.0),
+        "top_n_sigma" => v.as_f64().is_some_and(|x| x <= 0.0),
+        "echo" => v.as_bool() == Some(false),
+        "best_of" => as_int(v).is_some_and(|b| b <= 1 || b as usize == n),
+        "modalities" => v
+            .as_array()
+            .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text"))),
+        _ => false,
+    }
+}
+
+/// Options of a completion request besides its prompt.
+#[derive(Debug, Clone)]
+pub(crate) struct GenOptions {
+    pub params: GenerateParams,
+    /// Choices per prompt.
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub cache_prompt: bool,
+    /// Report log-probabilities (with `params.top_logprobs` alternatives).
+    pub logprobs: bool,
+}
+
+/// Most choices (`n`) per request.
+pub(crate) const MAX_N: u64 = 64;
+/// Most alternatives (`top_logprobs`) per token.
+const MAX_TOP_LOGPROBS: u64 = 20;
+
+/// A random seed for a request that gives none.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// `stop`: a string or a list of strings.
+fn stop_strings(body: &Body) -> Result<Vec<String>, ApiError> {
+    match body.get("stop") {
+        None => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| wrong_type("stop", "a string or a list of strings", s))
+            })
+            .filter(|s| !matches!(s, Ok(s) if s.is_empty()))
+            .collect(),
+        Some(v) => Err(wrong_type("stop", "a string or a list of strings", v)),
+    }
+}
+
+/// `logit_bias`: `{"token id": bias}` (OpenAI), or `[[id, bias], …]` (llama-server); a
+/// bias of `false` bans the token.
+fn logit_bias(body: &Body, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    const F: &str = "logit_bias";
+    let entry = |id: Option<i64>, bias: &Value| -> Result<(u32, f32), ApiError> {
+        let id = id
+            .filter(|&i| i >= 0 && (i as u64) < n_vocab as u64)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    F,
+                    format!("'{F}' keys must be token ids below {n_vocab} (the vocabulary size)"),
+                )
+            })?;
+        let b = match bias {
+            Value::Bool(false) => f32::NEG_INFINITY,
+            v => v
+                .as_f64()
+                .map(|x| x as f32)
+                .ok_or_else(|| wrong_type(F, "a map of token ids to numbers (or false)", v))?,
+        };
+        Ok((id as u32, b))
+    };
+    match body.get(F) {
+        None => Ok(Vec::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| entry(k.trim().parse::<i64>().ok(), v))
+            .collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                Some([id, bias]) => entry(as_int(id), bias),
+                _ => Err(wrong_type(F, "a list of [token id, bias] pairs", pair)),
+            })
+            .collect(),
+        Some(v) => Err(wrong_type(F, "an object", v)),
+    }
+}
+
+/// Reads the options both completion endpoints share (llama-server's names and defaults).
+/// `n_predict_cap`: the server's `-n`; `n_vocab`: for `logit_bias`.
+pub(crate) fn gen_options(
+    body: &Body,
+    endpoint: Endpoint,
+    n_predict_cap: Option<usize>,
+    n_vocab: usize,
+) -> Result<GenOptions, ApiError> {
+    let n = body.int("n")?.unwrap_or(1);
+    if !(1..=MAX_N as i64).contains(&n) {
+        return Err(ApiError::invalid(
+            "n",
+            format!("'n' must be between 1 and {MAX_N}, not {n}"),
+        ));
+    }
+    let n = n as usize;
+    for (field, why) in UNSUPPORTED {
+        if let Some(v) = body.get(field) {
+            if !neutral(field, v, n) {
+                return Err(ApiError::unsupported(field, why));
+            }
+        }
+    }
+    let mut max_tokens = usize::MAX;
+    for k in ["max_completion_tokens", "max_tokens", "n_predict"] {
+        if let Some(m) = body.int(k)? {
+            if m == 0 {
+                return Err(ApiError::invalid(
+                    k,
+                    format!("'{k}' must be at least 1 (or -1: up to the context's end)"),
+                ));
+            }
+            if m > 0 {
+                max_tokens = m as usize;
+            }
+            break;
+        }
+    }
+    if let Some(cap) = n_predict_cap {
+        max_tokens = max_tokens.min(cap);
+    }
+    let d = SamplingParams::default();
+    let seed = match body.get("seed") {
+        None => random_seed(),
+        Some(v) => match (v.as_u64(), as_int(v)) {
+            (Some(s), _) => s,
+            (None, Some(_)) => random_seed(), // negative: random, as llama-server's -1
+            _ => return Err(wrong_type("seed", "an integer", v)),
+        },
+    };
+    let repeat_last_n = match body.int("repeat_last_n")? {
+        Some(n) if n < 0 => usize::MAX,
+        Some(n) => n as usize,
+        None => d.penalty_last_n,
+    };
+    let sampling = SamplingParams {
+        temperature: body.f32("temperature")?.unwrap_or(d.temperature),
+        top_k: body.int("top_k")?.map_or(d.top_k, |k| k.max(0) as usize),
+        top_p: body.f32("top_p")?.unwrap_or(d.top_p),
+        min_p: body.f32("min_p")?.unwrap_or(d.min_p),
+        repeat_penalty: body.f32("repeat_penalty")?.unwrap_or(d.repeat_penalty),
+        frequency_penalty: body
+            .f32("frequency_penalty")?
+            .unwrap_or(d.frequency_penalty),
+        presence_penalty: body.f32("presence_penalty")?.unwrap_or(d.presence_penalty),
+        penalty_last_n: repeat_last_n,
+        seed,
+        logit_bias: logit_bias(body, n_vocab)?,
+    };
+    sampling.validate().map_err(ApiError::bad_request)?;
+    let (logprobs, top_logprobs) = match endpoint {
+        Endpoint::Chat => {
+            let on = body.bool("logprobs")?.unwrap_or(false);
+            let top = body.count("top_logprobs", MAX_TOP_LOGPROBS)?.unwrap_or(0);
+            (on, if on { top } else { 0 })
+        }
+        Endpoint::Completions => {
+            let top = match body.get("logprobs") {
+                Some(Value::Bool(b)) => b.then_some(0),
+                Some(_) => body.count("logprobs", MAX_TOP_LOGPROBS)?,
+                None => None,
+            };
+            let top = match top {
+                Some(t) => Some(t),
+                None => body.count("n_probs", MAX_TOP_LOGPROBS)?.filter(|&t| t > 0),
+            };
+            (top.is_some(), top.unwrap_or(0))
+        }
+    };
+    let include_usage = match body.get("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(wrong_type("stream_options.include_usage", "a boolean", v)),
+        },
+        Some(v) => return Err(wrong_type("stream_options", "an object", v)),
+    };
+    Ok(GenOptions {
+        params: GenerateParams {
+            max_tokens,
+            sampling,
+            stop: stop_strings(body)?,
+            ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
+            top_logprobs,
+        },
+        n,
+        stream: body.bool("stream")?.unwrap_or(false),
+        include_usage,
+        cache_prompt: body.bool("cache_prompt")?.unwrap_or(true),
+        logprobs,
+    })
+}
+
+/// The conversation of a chat request: `messages`, each with a `role` (`system`,
+/// `developer` — read as `system` —, `user`, `assistant`) and a `content` that is a string
+/// or a list of text parts.
+pub(crate) fn messages(body: &Body) -> Result<Vec<Message>, ApiError> {
+    const F: &str = "messages";
+    let list = match body.get(F) {
+        None => return Err(ApiError::invalid(F, "'messages' is required")),
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(ApiError::invalid(F, "'messages' must not be empty"))
+        }
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(wrong_type(F, "a list of messages", v)),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let at = format!("messages[{i}]");
+            let Some(m) = m.as_object() else {
+                return Err(wrong_type(&at, "an object", m));
+            };
+            let role = match m.get("role") {
+                Some(Value::String(r)) => r.as_str(),
+                Some(v) => return Err(wrong_type(&format!("{at}.role"), "a string", v)),
+                None => {
+                    return Err(ApiError::invalid(
+                        format!("{at}.role"),
+                        "a message needs a 'role'",
+                    ))
+                }
+            };
+            let role = match role {
+                "system" | "developer" => "system",
+                "user" | "assistant" => role,
+                other => {
+                    return Err(ApiError::unsupported(
+                        &format!("{at}.role"),
+                        &format!("role '{other}' (only system, developer, user and assistant)"),
+                    ))
+                }
+            };
+            if m.get("tool_calls").is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::unsupported(
+                    &format!("{at}.tool_calls"),
+                    "no tool calling",
+                ));
+            }
+            Ok(Message::new(role, content(m.get("content"), &at)?))
+        })
+        .collect()
+}
+
+/// A message's content: a string, a list of `{"type": "text", "text": …}` parts (joined),
+/// or null (empty).
+fn content(v: Option<&Value>, at: &str) -> Result<String, ApiError> {
+    let field = format!("{at}.content");
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                    (Some("text"), Some(Value::String(t))) => text.push_str(t),
+                    (Some("text"), _) => {
+                        return Err(wrong_type(&field, "text parts with a 'text' string", p))
+                    }
+                    (Some(kind), _) => {
+                        return Err(ApiError::unsupported(
+                            &field,
+                            &format!("content parts of type '{kind}' (text only)"),
+                        ))
+                    }
+                    (None, _) => {
+                        return Err(wrong_type(&field, "a string or a list of text parts", p))
+                    }
+                }
+            }
+            Ok(text)
+        }
+        Some(v) => Err(wrong_type(&field, "a string or a list of text parts", v)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(s: &str) -> Body {
+        Body::parse(s.as_bytes()).expect("valid test JSON")
+    }
+
+    #[test]
+    fn defaults_are_llama_servers() {
+        let o = gen_options(&body("{}"), Endpoint::Chat, None, 100).unwrap();
+        let d = SamplingParams::default();
+        assert_eq!(o.params.sampling.temperature, d.temperature);
+        assert_eq!(o.params.sampling.top_k, d.top_k);
+        assert_eq!(o.params.max_tokens, usize::MAX);
+        assert!(o.cache_prompt && !o.stream && !o.logprobs && o.n == 1);
+        let capped = gen_options(&body(r#"{"max_tokens": 50}"#), Endpoint::Chat, Some(8), 100);
+        assert_eq!(capped.unwrap().params.max_tokens, 8);
+    }
+
+    #[test]
+    fn fields_are_read_and_checked() {
+        let o = gen_options(
+            &body(
+                r#"{"stop": ["a", ""], "seed": 7, "logit_bias": {"3": -1.5, "4": false},
+                    "logprobs": 2, "n": 3, "top_k": -1, "stream": true,
+                    "stream_options": {"include_usage": true}}"#,
+            ),
+            Endpoint::Completions,
+            None,
+            100,
+        )
+        .unwrap();
+        assert_eq!(o.params.stop, vec!["a".to_string()]);
+        assert_eq!(o.params.sampling.seed, 7);
+        assert_eq!(
+            o.params.sampling.logit_bias,
+            vec![(3, -1.5), (4, f32::NEG_INFINITY)]
+        );
+        assert!(o.logprobs && o.params.top_logprobs == 2 && o.n == 3);
+        assert_eq!(o.params.sampling.top_k, 0);
+        assert!(o.stream && o.include_usage);
+        for (json, param) in [
+            (r#"{"temperature": "hot"}"#, "temperature"),
+            (r#"{"logit_bias": {"100": 1}}"#, "logit_bias"),
+            (r#"{"tools": [{"type": "function"}]}"#, "tools"),
+            (
+                r#"{"response_format": {"type": "json_object"}}"#,
+                "response_format",
+            ),
+            (r#"{"n": 0}"#, "n"),
+            (r#"{"max_tokens": 0}"#, "max_tokens"),
+            (r#"{"stop": 3}"#, "stop"),
+        ] {
+            let e = gen_options(&body(json), Endpoint::Chat, None, 100).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{json}: {e:?}");
+        }
+        // Neutral values of unsupported fields, and unknown fields, pass.
+        gen_options(
+            &body(r#"{"tools": [], "response_format": {"type": "text"}, "user": "x", "foo": 1}"#),
+            Endpoint::Chat,
+            None,
+            100,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn messages_are_read() {
+        let m = messages(&body(
+            r#"{"messages": [{"role": "developer", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}]}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            m,
+            vec![Message::system("be brief"), Message::user("hi there")]
+        );
+        for json in [
+            r#"{"messages": []}"#,
+            r#"{"messages": [{"role": "tool", "content": "x"}]}"#,
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+            r#"{"messages": "hi"}"#,
+        ] {
+            assert!(messages(&body(json)).is_err(), "{json}");
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! What the handlers share: the configuration they read, the engine once the model is
+//! loaded, and the HTTP layer's counters.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ggrs_llama::chat::TemplateVars;
+use ggrs_llama::engine::{Engine, EngineHandle};
+use ggrs_llama::{ChatTemplate, LlamaError, Model};
+
+use crate::ServerConfig;
+
+/// Why the model could not be served.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoadError {
+    /// The model file could not be loaded.
+    #[error("cannot load the model {path}: {message}")]
+    Model {
+        /// The file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The engine could not start (too large a context for the memory, bad parameters).
+    #[error("cannot start the engine: {0}")]
+    Engine(String),
+}
+
+/// The model and its engine, once loaded.
+pub(crate) struct Loaded {
+    /// Keeps the engine thread alive (dropping it stops the thread).
+    _engine: Engine,
+    pub handle: EngineHandle,
+    pub model: Arc<Model>,
+    /// The chat format, or why there is none.
+    pub template: Result<ChatTemplate, String>,
+    /// Template variables fixed at start, so that a conversation's prompt does not change
+    /// between turns (its cached prefix stays valid).
+    pub vars: TemplateVars,
+}
+
+enum Phase {
+    Loading,
+    Ready(Arc<Loaded>),
+    Failed(LoadError),
+}
+
+/// Requests answered, by HTTP status.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub by_status: BTreeMap<u16, u64>,
+}
+
+/// State shared by all handlers.
+pub(crate) struct AppState {
+    pub model_id: String,
+    pub model_path: String,
+    pub api_keys: Vec<String>,
+    pub metrics: bool,
+    pub webui: bool,
+    pub timeout: Option<Duration>,
+    pub max_body_bytes: usize,
+    pub n_predict: Option<usize>,
+    pub n_slots: usize,
+    /// Unix time of the start (the `created` of `/v1/models`).
+    pub created: u64,
+    phase: Mutex<Phase>,
+    ready: Condvar,
+    pub counters: Mutex<Counters>,
+}
+
+/// Seconds since 1970 now.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl AppState {
+    pub fn new(config: &ServerConfig) -> Arc<AppState> {
+        Arc::new(AppState {
+            model_id: config.model_id(),
+            model_path: config.model_path.display().to_string(),
+            api_keys: config.api_keys.clone(),
+            metrics: config.metrics,
+            webui: config.webui,
+            timeout: config.timeout,
+            max_body_bytes: config.max_body_bytes,
+            n_predict: config.n_predict,
+            n_slots: config.engine.n_slots,
+            created: unix_now(),
+            phase: Mutex::new(Phase::Loading),
+            ready: Condvar::new(),
+            counters: Mutex::new(Counters::default()),
+        })
+    }
+
+    /// The engine, or why there is none yet: `Ok(None)` while loading.
+    pub fn loaded(&self) -> Result<Option<Arc<Loaded>>, LoadError> {
+        match &*self.phase.lock().unwrap_or_else(|p| p.into_inner()) {
+            Phase::Loading => Ok(None),
+            Phase::Ready(l) => Ok(Some(l.clone())),
+            Phase::Failed(e) => Err(e.clone()),
+        }
+    }
+
+    /// Blocks until the model is ready or failed.
+    pub fn wait_ready(&self) -> Result<(), LoadError> {
+        let mut phase = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match &*phase {
+                Phase::Loading => {
+                    phase = self.ready.wait(phase).unwrap_or_else(|p| p.into_inner());
+                }
+                Phase::Ready(_) => return Ok(()),
+                Phase::Failed(e) => return Err(e.clone()),
+            }
+        }
+    }
+
+    fn set_phase(&self, p: Phase) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = p;
+        self.ready.notify_all();
+    }
+
+    /// Counts a response with `status`.
+    pub fn count(&self, status: u16) {
+        let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        *c.by_status.entry(status).or_default() += 1;
+    }
+}
+
+fn load(config: &ServerConfig) -> Result<Loaded, LoadError> {
+    let model = Model::load_with(&config.model_path, config.model_options)
+        .map(Arc::new)
+        .map_err(|e: LlamaError| LoadError::Model {
+            path: config.model_path.display().to_string(),
+            message: e.to_string(),
+        })?;
+    let template = ChatTemplate::resolve(&model, config.chat_template.as_deref()).map_err(|e| {
+        format!("{e}; start the server with --chat-template NAME (or a Jinja template)")
+    });
+    let engine = Engine::start(model.clone(), config.engine)
+        .map_err(|e| LoadError::Engine(e.to_string()))?;
+    Ok(Loaded {
+        handle: engine.handle(),
+        _engine: engine,
+        model,
+        template,
+        vars: TemplateVars::default(),
+    })
+}
+
+/// Loads the model and starts the engine on a thread of its own, then marks the state
+/// ready (or failed).
+pub(crate) fn spawn_loader(state: Arc<AppState>, config: ServerConfig) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("ggrs-load".into())
+        .spawn(move || {
+            let phase = match load(&config) {
+                Ok(l) => Phase::Ready(Arc::new(l)),
+                Err(e) => Phase::Failed(e),
+            };
+            state.set_phase(phase);
+        })
+        .map(|_| ())
+}
