@@ -101,6 +101,13 @@ def throttle(page, bytes_per_s):
     )
 
 
+def is_subsequence(shown, raw):
+    """True when the characters of `shown` (rendered text: fences, backticks and some newlines
+    dropped) appear in order in `raw` (the model's text)."""
+    chars = iter(raw)
+    return bool(shown) and all(c in chars for c in shown)
+
+
 def last_reply(page):
     return page.locator(".msg.assistant").last
 
@@ -164,6 +171,11 @@ def slots_busy(base_url, api_key):
 
 
 def test_stop_cancels_and_page_stays_usable(page, base_url, api_key, slot_ctx):
+    sent = []
+    page.on(
+        "request",
+        lambda r: sent.append(r.post_data_json) if r.url.endswith("/v1/chat/completions") else None,
+    )
     # A reply as long as the slot allows, so that it is still running when Stop is pressed.
     throttle(page, 16_000)
     send(page, "Tell me a very long story.", max_tokens=max(64, slot_ctx - 64))
@@ -191,14 +203,39 @@ def test_stop_cancels_and_page_stays_usable(page, base_url, api_key, slot_ctx):
     assert wait_state(page, {"done", "stopped"}, 120) == "done"
     assert page.locator(".msg.assistant").count() == 2
     assert page.locator(".msg.user").count() == 2
+    # The stopped reply stays in the conversation, as far as it went.
+    turns = [m for m in sent[-1]["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in turns] == ["user", "assistant", "user"]
+    assert is_subsequence(stopped_text, turns[1]["content"]), (stopped_text, turns[1]["content"])
 
 
-def test_new_chat_clears(page):
-    send(page, "Hi", max_tokens=4)
-    assert wait_state(page, {"done"}, 120) == "done"
+FIRST_TEXT = (
+    "() => { const b = [...document.querySelectorAll('.msg.assistant')].pop();"
+    " return b && b.querySelector('.body').textContent.length > 0; }"
+)
+
+
+def test_new_chat_during_a_reply_starts_over(page, slot_ctx):
+    sent = []
+    page.on(
+        "request",
+        lambda r: sent.append(r.post_data_json) if r.url.endswith("/v1/chat/completions") else None,
+    )
+    throttle(page, 8_000)
+    send(page, "First conversation.", max_tokens=max(64, slot_ctx - 64))
+    page.wait_for_function(FIRST_TEXT, timeout=60_000)
     page.click("#new-chat")
     assert page.locator(".msg").count() == 0
     assert page.locator("#empty").is_visible()
+    assert page.is_enabled("#send") and page.is_disabled("#stop")
+    time.sleep(0.5)
+    assert page.locator(".msg").count() == 0, "the old reply came back after New chat"
+
+    send(page, "Second conversation.", max_tokens=4)
+    assert wait_state(page, {"done"}, 120) == "done"
+    assert page.locator(".msg").count() == 2
+    turns = [m for m in sent[-1]["messages"] if m["role"] != "system"]
+    assert turns == [{"role": "user", "content": "Second conversation."}]
 
 
 def test_code_blocks_are_escaped_monospace(page):
@@ -228,6 +265,45 @@ def test_code_blocks_are_escaped_monospace(page):
     family = code.evaluate("e => getComputedStyle(e).fontFamily")
     assert "mono" in family.lower()
     assert "9 tokens" in reply.locator(".meta").inner_text()
+
+
+def test_settings_and_api_key_go_into_the_request(page):
+    seen = []
+
+    def answer(route):
+        seen.append((route.request.post_data_json, route.request.headers))
+        route.fulfill(
+            status=200,
+            headers={"Content-Type": "text/event-stream"},
+            body='data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n',
+        )
+
+    page.route("**/v1/chat/completions", answer)
+    page.locator("summary").click()
+    page.fill("#system", "You are terse.")
+    page.fill("#api-key", "sekret-123")
+    page.locator("summary").click()
+    send(page, "one", max_tokens=5, temperature=0.3)
+    assert wait_state(page, {"done"}, 10) == "done"
+    send(page, "two", max_tokens=6, temperature=0)
+    assert wait_state(page, {"done"}, 10) == "done"
+
+    body, headers = seen[-1]
+    assert body["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "two"},
+    ]
+    assert body["temperature"] == 0 and body["max_tokens"] == 6
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert headers["authorization"] == "Bearer sekret-123"
+    assert seen[0][0]["temperature"] == 0.3 and seen[0][0]["max_tokens"] == 5
+
+    # Settings survive a reload (localStorage).
+    page.reload()
+    assert page.input_value("#system") == "You are terse."
+    assert page.input_value("#max-tokens") == "6"
 
 
 def test_http_errors_are_shown(page):
