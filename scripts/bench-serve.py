@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load client for an OpenAI-compatible server (ggrs serve, llama-server): bounded concurrent
 streaming requests to POST /v1/completions, each asked for exactly --max-tokens tokens
-(`ignore_eos`, `min_tokens`).
+(`ignore_eos: true`; `--min-tokens` also sends `min_tokens`, which vLLM reads).
 
 Prints the aggregate generated tokens/s (all tokens of all requests over the wall time from the
 first request sent to the last one finished), time to first token and inter-token latency
@@ -56,7 +56,6 @@ def one_request(url, index, args):
     body = {
         "prompt": PROMPTS[index % len(PROMPTS)],
         "max_tokens": args.max_tokens,
-        "min_tokens": args.max_tokens,
         "ignore_eos": True,
         "temperature": args.temperature,
         "seed": index,
@@ -65,6 +64,8 @@ def one_request(url, index, args):
     }
     if args.model:
         body["model"] = args.model
+    if args.min_tokens:
+        body["min_tokens"] = args.max_tokens
     if args.no_cache_prompt:
         body["cache_prompt"] = False
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
@@ -182,6 +183,7 @@ def main():
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--model", default=None, help="the `model` field (optional)")
     p.add_argument("--api-key", default=None, help="sent as Bearer token")
+    p.add_argument("--min-tokens", action="store_true", help="also send min_tokens = --max-tokens")
     p.add_argument("--no-cache-prompt", action="store_true", help="send cache_prompt: false")
     p.add_argument("--timeout", type=float, default=600.0, help="socket timeout in seconds")
     p.add_argument("--label", default="", help="name printed with the results")
