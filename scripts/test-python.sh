@@ -10,6 +10,7 @@
 # Environment:
 #   GGRS_VENV             venv directory (default ~/.cache/ggrs/venv)
 #   GGRS_REFERENCE_DIR    reference files (default: shared/reference in a parent directory)
+#   GGRS_BIN              the ggrs binary to serve with (default: build target/release/ggrs)
 #   GGRS_TEST_SERVER_CMD  run another server instead of `target/release/ggrs serve` (for example
 #                         the path of llama.cpp's llama-server, which takes the same flags; the
 #                         ggrs-only tests are then skipped and nothing is built)
@@ -53,6 +54,10 @@ fi
 if [[ -n ${GGRS_TEST_SERVER_CMD:-} ]]; then
     read -r -a server <<<"$GGRS_TEST_SERVER_CMD"
     export GGRS_SERVER_KIND=${GGRS_SERVER_KIND:-other}
+elif [[ -n ${GGRS_BIN:-} ]]; then
+    # A ggrs binary already built (`cargo test` passes its own: ggrs-cli/tests/python_clients.rs).
+    server=("$GGRS_BIN" serve)
+    export GGRS_SERVER_KIND=ggrs
 else
     cargo build --release -p ggrs-cli
     server=(target/release/ggrs serve)
@@ -60,7 +65,8 @@ else
 fi
 port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-"${server[@]}" -m "$MODEL" --host 127.0.0.1 --port "$port" -np 2 -c 1024 >"$log" 2>&1 &
+# The tiny model has no chat template: ChatML, as llama-server falls back to.
+"${server[@]}" -m "$MODEL" --host 127.0.0.1 --port "$port" -np 2 -c 1024 --chat-template chatml >"$log" 2>&1 &
 server_pid=$!
 stop_server() {
     kill "$server_pid" 2>/dev/null || true
