@@ -236,13 +236,16 @@ fn choice_logprobs(tok: &Tokenizer, c: &Completion, endpoint: Endpoint) -> Value
     }
 }
 
-/// `usage` of finished choices.
-fn usage<'a>(done: impl Iterator<Item = &'a Completion>) -> Value {
+/// `usage` of finished choices, in index order, `n` per prompt: as OpenAI counts it, each
+/// prompt once (with its first choice's cached tokens), every choice's generated tokens.
+fn usage<'a>(n: usize, done: impl Iterator<Item = &'a Completion>) -> Value {
     let (mut prompt, mut gen, mut cached) = (0, 0, 0);
-    for c in done {
-        prompt += c.prompt_tokens;
+    for (k, c) in done.enumerate() {
+        if k % n.max(1) == 0 {
+            prompt += c.prompt_tokens;
+            cached += c.cached_tokens;
+        }
         gen += c.tokens.len();
-        cached += c.cached_tokens;
     }
     json!({
         "prompt_tokens": prompt,
@@ -361,7 +364,7 @@ async fn collect(
     };
     let mut v = head(&run, st, object);
     v["choices"] = Value::Array(choices);
-    v["usage"] = usage(done.iter());
+    v["usage"] = usage(opts.n, done.iter());
     if let Some(c) = done.first() {
         v["timings"] = timings(c);
     }
@@ -456,7 +459,7 @@ impl StreamState {
             };
             let mut v = head(&self.run, &self.st, object);
             v["choices"] = json!([]);
-            v["usage"] = usage(self.done.iter().flatten());
+            v["usage"] = usage(self.opts.n, self.done.iter().flatten());
             self.out.push_back(v.to_string());
         }
         self.out.push_back("[DONE]".into());

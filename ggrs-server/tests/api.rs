@@ -298,7 +298,13 @@ fn n_choices_are_indexed_and_seeded() {
             single.body["choices"][0]["text"].as_str().unwrap(),
             texts[i]
         );
+        // The prompt is counted once, as OpenAI counts it; every choice's tokens.
+        assert_eq!(
+            a.body["usage"]["prompt_tokens"],
+            single.body["usage"]["prompt_tokens"]
+        );
     }
+
     assert!(
         texts[0] != texts[1] || texts[1] != texts[2],
         "three seeds gave one text: {texts:?}"
