@@ -315,7 +315,8 @@ fn qwen05b_source_q4_k_m_four_streams_equal_a_lone_session() {
 }
 
 /// A request that starts with a finished one's prompt and reply evaluates only the new
-/// tokens, and still gives the lone session's bits.
+/// tokens, and with a short prompt and Q8_0 weights (the same kernels either way) still gives
+/// the lone session's bits.
 #[test]
 fn prompt_cache_reuses_a_slot_and_keeps_the_bits() {
     let model = tiny_q8_0();
@@ -357,6 +358,47 @@ fn prompt_cache_reuses_a_slot_and_keeps_the_bits() {
     let w = lone(&model, 256, 2, &second, &params);
     assert_eq!(c2.tokens, w.0);
     assert_eq!(bits(&c2.logprobs), bits(&w.1));
+}
+
+/// Long prompts (the tiled attention kernel, keys split past 256 cells): a request equals the
+/// lone session without the prompt cache, and with it reuses the long shared prefix.
+#[test]
+fn long_prompts_equal_a_lone_session_and_reuse_the_cache() {
+    let model = tiny_q8_0();
+    let engine = Engine::start(
+        model.clone(),
+        EngineParams {
+            n_slots: 2,
+            n_ctx: 2 * 1024,
+            n_threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    let first = model.encode_prompt(&text).expect("encode");
+    assert!(first.len() > 300, "{} tokens", first.len());
+    let params = sampled(8, 3);
+    let (c, _) = run_all(&engine, &[Request::new(first.clone(), params.clone())]).remove(0);
+    let w = lone(&model, 1024, 2, &first, &params);
+    assert_eq!(c.tokens, w.0);
+    assert_eq!(bits(&c.logprobs), bits(&w.1));
+    let mut next = first[..first.len() - 1].to_vec();
+    next.extend(
+        model.encode_prompt(" and").expect("encode")[1..]
+            .iter()
+            .copied(),
+    );
+    let mut exact = Request::new(next.clone(), params.clone());
+    exact.cache_prompt = false;
+    let (c, _) = run_all(&engine, &[exact]).remove(0);
+    assert_eq!(c.cached_tokens, 0);
+    let w = lone(&model, 1024, 2, &next, &params);
+    assert_eq!(c.tokens, w.0);
+    assert_eq!(bits(&c.logprobs), bits(&w.1));
+    let (c, _) = run_all(&engine, &[Request::new(next.clone(), params)]).remove(0);
+    assert_eq!(c.cached_tokens, next.len() - 1, "{c:?}");
+    assert_eq!(c.tokens.len(), 8);
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
@@ -471,4 +513,55 @@ fn each_extra_slot_costs_its_kv_cache() {
         "seven more slots cost {extra} B beyond their {} B of KV cache (allowed {allowance})",
         kv8 - kv1
     );
+}
+
+/// A sequence in a cache region gives a lone session's logits, bit for bit, at every step,
+/// also past 256 and 512 cells (where attention splits a lone query's keys).
+#[test]
+fn a_region_gives_a_lone_sessions_logits_at_every_length() {
+    for model in [tiny("tiny-llama-f16.gguf"), tiny_q8_0()] {
+        region_equals_lone(model);
+    }
+}
+
+fn region_equals_lone(model: Arc<Model>) {
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    let prompt = model.encode_prompt(&text).expect("encode");
+    let mk = |streams: usize| {
+        Session::new(
+            model.clone(),
+            SessionParams {
+                n_ctx: 1024 * streams,
+                n_streams: streams,
+                logits_all: true,
+                n_threads: 2,
+                ..Default::default()
+            },
+        )
+        .expect("session")
+    };
+    let (mut lone, mut region) = (mk(1), mk(2));
+    use ggrs_llama::Batch;
+    let mut pos = 0i32;
+    let mut next = prompt.clone();
+    for step in 0..300 {
+        let b = Batch::from_tokens(&next, pos, 0, false);
+        lone.decode(&b).expect("lone");
+        let mut rb = Batch::from_tokens(&next, pos, 1, false);
+        rb.seq.iter_mut().for_each(|s| *s = 1);
+        region.decode(&rb).expect("region");
+        let (a, r) = (lone.logits(), region.logits());
+        let differ = a
+            .iter()
+            .zip(r)
+            .filter(|(x, y)| x.to_bits() != y.to_bits())
+            .count();
+        assert_eq!(
+            differ, 0,
+            "step {step} at position {pos}: {differ} logits differ"
+        );
+        pos += next.len() as i32;
+        let id = ggrs_llama::sampling::argmax(a);
+        next = vec![id];
+    }
 }

@@ -102,12 +102,13 @@ pub struct Request {
     /// Token limit, sampling, stop strings, log-probabilities.
     pub params: GenerateParams,
     /// Reuse the keys and values a slot holds for a prefix of the prompt (llama-server's
-    /// `cache_prompt`; default true). Exact either way where every weight type keeps each
-    /// column's bits whatever its neighbours (q4_0, q8_0, q4_1, q5_0, q5_1 on x86-64:
-    /// [`ggrs_core::mul_mat_columns_independent`]); with other types (f16, the k-quants),
-    /// whose products, as llama.cpp's, depend on how many tokens a step holds, a reused
-    /// prefix changes the last bits of what follows it, as any other chunking of the prompt
-    /// would. Turn it off to replay a lone session's bits exactly.
+    /// `cache_prompt`; default true): only the rest is evaluated. Like any other way of
+    /// cutting a prompt into pieces, this can change the last bits of what follows: the
+    /// attention kernels (llama.cpp's, reproduced) take other arithmetic for fewer than 64
+    /// queries, as do the f16 and k-quant products for fewer than a few columns. Results
+    /// equal a lone session's where both sides take the same kernels (a short prompt and
+    /// q4_0, q8_0, q4_1, q5_0 or q5_1 weights); turn it off to replay a lone session (`ggrs
+    /// run`) exactly.
     pub cache_prompt: bool,
 }
 
