@@ -208,26 +208,9 @@ fn other_architectures_through_the_engine_equal_a_lone_session() {
     }
 }
 
-/// The tiny LLaMA quantized to Q8_0 (`--pure`), made once per test process.
+/// The tiny LLaMA quantized to Q8_0 (`--pure`).
 fn tiny_q8_0() -> Arc<Model> {
-    use ggrs_core::quantize::QuantizeOptions;
-    use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
-    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    let path = PATH.get_or_init(|| {
-        let src = common::reference_dir().join("tiny/tiny-llama-f16.gguf");
-        let out =
-            std::env::temp_dir().join(format!("ggrs-engine-{}-q8_0.gguf", std::process::id()));
-        let input = ggrs_core::gguf::GgufFile::open(&src).expect("open tiny");
-        let mut recipe = RecipeOptions::new(FileType::from_name("q8_0").expect("q8_0"));
-        recipe.pure = true;
-        let opts = QuantizeOptions {
-            allow_requantize: false,
-            n_threads: 0,
-        };
-        quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize");
-        out
-    });
-    Arc::new(Model::load(path).expect("load q8_0"))
+    Arc::new(Model::load(common::tiny_llama_q8_0()).expect("load q8_0"))
 }
 
 /// Whether every matrix of `model` keeps each column's bits (so steps are batched).

@@ -23,6 +23,33 @@ pub fn reference_dir() -> PathBuf {
         .unwrap_or_else(|| here.join("../../shared/reference"))
 }
 
+/// The tiny LLaMA (`tiny/tiny-llama-f16.gguf`) quantized to Q8_0 (`--pure`) in the temp
+/// directory, made once per test process: with Q8_0 weights a step's columns keep their bits
+/// whatever their neighbours (batched serving tests).
+pub fn tiny_llama_q8_0() -> PathBuf {
+    use ggrs_core::quantize::QuantizeOptions;
+    use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let src = reference_dir().join("tiny/tiny-llama-f16.gguf");
+        let out = std::env::temp_dir().join(format!(
+            "ggrs-tiny-llama-q8_0-{}-{}.gguf",
+            env!("CARGO_PKG_NAME"),
+            std::process::id()
+        ));
+        let input = ggrs_core::gguf::GgufFile::open(&src).expect("open the tiny llama");
+        let mut recipe = RecipeOptions::new(FileType::from_name("q8_0").expect("q8_0"));
+        recipe.pure = true;
+        let opts = QuantizeOptions {
+            allow_requantize: false,
+            n_threads: 0,
+        };
+        quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize the tiny llama");
+        out
+    })
+    .clone()
+}
+
 /// The GGUF file at `src` with metadata key `key` set to `value` (added when absent), as
 /// bytes in memory (load them with `GgufFile::from_bytes`).
 pub fn gguf_with_key(src: &std::path::Path, key: &str, value: ggrs_core::gguf::Value) -> Vec<u8> {

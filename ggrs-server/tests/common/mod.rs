@@ -10,18 +10,11 @@ use ggrs_llama::engine::EngineParams;
 use ggrs_server::{Server, ServerConfig};
 use serde_json::{json, Value};
 
-/// `shared/reference`: `$GGRS_REFERENCE_DIR`, else the first such directory going up from
-/// this crate.
-pub fn reference_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("GGRS_REFERENCE_DIR") {
-        return PathBuf::from(d);
-    }
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    here.ancestors()
-        .map(|d| d.join("shared/reference"))
-        .find(|d| d.is_dir())
-        .unwrap_or_else(|| here.join("../../shared/reference"))
-}
+/// The helpers ggrs-llama's tests share (reference files, the Q8_0 tiny model).
+#[path = "../../../ggrs-llama/tests/common/mod.rs"]
+mod llama;
+
+pub use llama::reference_dir;
 
 /// A tiny model of `shared/reference/tiny`.
 pub fn tiny(name: &str) -> PathBuf {
@@ -31,23 +24,7 @@ pub fn tiny(name: &str) -> PathBuf {
 /// The tiny LLaMA quantized to Q8_0 (`--pure`), made once per test process: its batched
 /// steps and cached prefixes keep a lone request's bits.
 pub fn tiny_q8_0() -> PathBuf {
-    use ggrs_core::quantize::QuantizeOptions;
-    use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
-    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let out =
-            std::env::temp_dir().join(format!("ggrs-server-{}-q8_0.gguf", std::process::id()));
-        let input = ggrs_core::gguf::GgufFile::open(tiny("tiny-llama-f16.gguf")).expect("tiny");
-        let mut recipe = RecipeOptions::new(FileType::from_name("q8_0").expect("q8_0"));
-        recipe.pure = true;
-        let opts = QuantizeOptions {
-            allow_requantize: false,
-            n_threads: 0,
-        };
-        quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize");
-        out
-    })
-    .clone()
+    llama::tiny_llama_q8_0()
 }
 
 /// A test configuration: the tiny LLaMA (chatml format), a free port, `n_slots` slots of
