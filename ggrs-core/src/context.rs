@@ -126,7 +126,7 @@ impl Context {
     }
 
     /// As [`Context::with_mem_size`], but a size the system cannot give is an
-    /// [`Error::ArenaAlloc`](crate::Error::ArenaAlloc) instead of an abort. The arena is
+    /// [`crate::Error::ArenaAlloc`] instead of an abort. The arena is
     /// zeroed (its pages are touched) here, so the memory is really there when it returns.
     pub fn try_with_mem_size(mem_size: usize) -> Result<Context> {
         let capacity = mem_size

@@ -379,9 +379,40 @@ fn long_prompts_equal_a_lone_session_and_reuse_the_cache() {
     let w = lone(&model, 1024, 2, &next, &params);
     assert_eq!(c.tokens, w.0);
     assert_eq!(bits(&c.logprobs), bits(&w.1));
-    let (c, _) = run_all(&engine, &[Request::new(next.clone(), params)]).remove(0);
+    let (c, _) = run_all(&engine, &[Request::new(next.clone(), params.clone())]).remove(0);
     assert_eq!(c.cached_tokens, next.len() - 1, "{c:?}");
     assert_eq!(c.tokens.len(), 8);
+    // While another slot generates, the long prompt goes in parts of 128 tokens (so the
+    // other stream keeps going), with the same bits.
+    let h = engine.handle();
+    let mut busy = GenerateParams {
+        max_tokens: 100_000,
+        ignore_eos: true,
+        ..sampled(0, 1)
+    };
+    busy.top_logprobs = 0;
+    let mut other = h
+        .submit_stream(Request::new(
+            model.encode_prompt("Once").expect("encode"),
+            busy,
+        ))
+        .expect("submit");
+    assert!(matches!(other.next(), Some(Event::Token(_))));
+    let steps0 = h.metrics().steps;
+    let mut exact = Request::new(first.clone(), params.clone());
+    exact.cache_prompt = false;
+    let (c, _) = run_all(&engine, &[exact]).remove(0);
+    let w = lone(&model, 1024, 2, &first, &params);
+    assert_eq!(c.tokens, w.0, "prompt in parts beside a running stream");
+    assert_eq!(bits(&c.logprobs), bits(&w.1));
+    let steps = h.metrics().steps - steps0;
+    // ⌈first / 128⌉ parts (the last one up to 191 tokens) and 8 tokens, at least.
+    assert!(
+        steps as usize >= first.len() / 128 + 7,
+        "{steps} steps for a {}-token prompt and 8 tokens",
+        first.len()
+    );
+    drop(other);
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {

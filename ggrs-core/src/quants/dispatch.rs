@@ -21,7 +21,7 @@
 //! Q5_1, IQ4_NL and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
 //! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]); Q2_K,
 //! Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have AVX2 builds in [`SumOrder::GgmlTiled`]
-//! (`quants::simd::tiled_avx2`), which `mul_mat` runs as panels ([`tiled_panel`]).
+//! (`quants::simd::tiled_avx2`), which `mul_mat` runs as panels (`tiled_panel`).
 //!
 //! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
 //! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see

@@ -5,8 +5,9 @@
 //! One engine thread owns the [`Session`] (model, KV cache, worker threads) and a fixed
 //! number of slots, each with its own region of the KV cache. Requests wait in a bounded
 //! queue until a slot is free. Every step packs one token of every generating slot plus a
-//! piece of a waiting prompt into one graph, so a new request starts at the next step and a
-//! long prompt does not stop running streams. A slot keeps its tokens' keys and values
+//! piece of a waiting prompt into one graph, so a new request starts at the next step; while
+//! slots generate, long prompt pieces go in parts of 128 tokens where that keeps the bits, so
+//! a long prompt does not stop running streams for long. A slot keeps its tokens' keys and values
 //! after a request: the next request that starts with the same tokens (the next turn of a
 //! chat) evaluates only what is new.
 //!

@@ -13,6 +13,14 @@ use crate::session::Session;
 use super::slot::{Job, Outcome, Slot};
 use super::{Command, EngineParams, Pending, Shared, SlotInfo};
 
+/// Prompt tokens per step while other slots are generating, when a piece may be cut (see
+/// `Scheduler::piece`).
+const PROMPT_CHUNK: usize = 128;
+
+/// Fewest queries for which flash attention takes its tiled kernel
+/// (`ggrs_core::kernels::attn::TILE_Q`, llama.cpp's): parts of a piece keep at least this many.
+const TILED_MIN: usize = 64;
+
 /// The engine thread's state.
 pub(super) struct Scheduler {
     session: Session,
@@ -206,9 +214,7 @@ impl Scheduler {
             if left.is_empty() {
                 continue;
             }
-            // Pieces as a lone session cuts them (`n_batch` tokens from where the
-            // evaluation starts), so the prompt's arithmetic is the same.
-            let n = left.len().min(self.params.n_batch);
+            let n = self.piece(j, !entries.is_empty());
             if n > budget {
                 break;
             }
@@ -287,6 +293,24 @@ impl Scheduler {
             m.prompt_tokens += n_prompt;
             m.generated_tokens += n_gen;
         });
+    }
+
+    /// The prompt tokens of `j` to evaluate in this step. Pieces as a lone session cuts them
+    /// (`n_batch` tokens from where the evaluation started), so that the arithmetic is the
+    /// same; while other slots are generating (`others`), a piece is cut further into parts
+    /// of about [`PROMPT_CHUNK`] tokens, so that a long prompt does not stop them for long,
+    /// where that keeps the bits: every weight keeps each column's bits whatever the others
+    /// ([`Session::batches_sequences`]), and every part has at least [`TILED_MIN`] tokens, so
+    /// attention takes the same (tiled) kernel for each query as over the whole piece.
+    fn piece(&self, j: &Job, others: bool) -> usize {
+        let nb = self.params.n_batch;
+        let len = j.pending.request.prompt.len();
+        let into = (j.prompt_done - j.cached_tokens) % nb;
+        let rest = (len - j.prompt_done).min(nb - into);
+        if !others || !self.session.batches_sequences() || rest < PROMPT_CHUNK + TILED_MIN {
+            return rest;
+        }
+        PROMPT_CHUNK
     }
 
     /// Samples the next token of each slot of `outputs` (slot of each logits row) from the
