@@ -223,6 +223,115 @@ impl TextStream {
     }
 }
 
+/// One generation, token by token, as [`Session::generate_tokens`] and the serving engine
+/// both run it: sample from the logits, record the token and its log-probabilities, then
+/// end at an end-of-generation token, a stop string, a listener that stops listening, the
+/// token limit or a full context, checked in that order.
+#[derive(Debug, Clone)]
+pub(crate) struct Picker {
+    sampler: Sampler,
+    stream: TextStream,
+    params: GenerateParams,
+    /// Generated token ids.
+    pub tokens: Vec<u32>,
+    /// Per generated token: its log-probability and the most likely alternatives.
+    pub logprobs: Vec<(f32, Vec<(u32, f32)>)>,
+}
+
+/// What [`Picker::pick`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// Evaluate this token, then pick again.
+    Next(u32),
+    /// The generation ended.
+    Stop(StopReason),
+}
+
+impl Picker {
+    /// A generation with `params` after `prompt` (whose tokens the penalties see).
+    pub fn new(tok: &Tokenizer, params: &GenerateParams, prompt: &[u32]) -> Picker {
+        let mut sampler = Sampler::new(params.sampling.clone());
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        Picker {
+            sampler,
+            stream: TextStream::new(tok, params.stop.clone()),
+            params: params.clone(),
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+        }
+    }
+
+    /// Picks the next token from `logits` and tells `listen` (false: stop listening);
+    /// `full`: the context has no room for another token.
+    pub fn pick(
+        &mut self,
+        logits: &[f32],
+        tok: &Tokenizer,
+        conventions: &dyn TextConventions,
+        full: bool,
+        listen: impl FnOnce(TokenEvent) -> bool,
+    ) -> Result<Pick> {
+        if self.tokens.len() >= self.params.max_tokens {
+            return Ok(Pick::Stop(StopReason::MaxTokens));
+        }
+        let id = self.sampler.sample(logits);
+        self.sampler.accept(id);
+        let (lp, top) = token_logprobs(logits, id, self.params.top_logprobs);
+        self.tokens.push(id);
+        self.logprobs.push((lp, top.clone()));
+        if !self.params.ignore_eos && tok.is_eog(id) {
+            return Ok(Pick::Stop(StopReason::EndOfGeneration(id)));
+        }
+        let step = self.stream.push(tok, conventions, id)?;
+        let listening = listen(TokenEvent {
+            id,
+            text: step.visible,
+            logprob: lp,
+            top_logprobs: top,
+        });
+        Ok(if let Some(s) = step.stopped {
+            Pick::Stop(StopReason::StopString(s))
+        } else if !listening {
+            Pick::Stop(StopReason::Callback)
+        } else if self.tokens.len() >= self.params.max_tokens {
+            Pick::Stop(StopReason::MaxTokens)
+        } else if full {
+            Pick::Stop(StopReason::ContextFull)
+        } else {
+            Pick::Next(id)
+        })
+    }
+
+    /// Ends the generation that stopped with `stop`.
+    pub fn finish(mut self, stop: &StopReason) -> Picked {
+        let tail = if matches!(stop, StopReason::StopString(_)) {
+            String::new()
+        } else {
+            self.stream.flush()
+        };
+        Picked {
+            tail,
+            text: self.stream.into_text(),
+            tokens: self.tokens,
+            logprobs: self.logprobs,
+        }
+    }
+}
+
+/// A finished [`Picker`].
+pub(crate) struct Picked {
+    /// The text held back so far (none after a stop string), to show now.
+    pub tail: String,
+    /// The whole text (a stop string and what follows it removed).
+    pub text: String,
+    /// Generated token ids.
+    pub tokens: Vec<u32>,
+    /// Per generated token: its log-probability and the most likely alternatives.
+    pub logprobs: Vec<(f32, Vec<(u32, f32)>)>,
+}
+
 impl Session {
     /// Tokenizes `prompt` as the model's architecture encodes a prompt
     /// ([`crate::Model::encode_prompt`]: BOS per the model, special tokens such as
@@ -266,10 +375,7 @@ impl Session {
         let model = self.model().clone();
         let tok = model.tokenizer();
         let conventions = model.text();
-        let mut sampler = Sampler::new(params.sampling.clone());
-        for &t in prompt {
-            sampler.accept(t);
-        }
+        let mut picker = Picker::new(tok, params, prompt);
         let mut timings = Timings {
             prompt_tokens: prompt.len(),
             ..Timings::default()
@@ -279,59 +385,29 @@ impl Session {
         timings.prompt_secs = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
-        let mut stream = TextStream::new(tok, params.stop.clone());
-        let mut tokens = Vec::new();
-        let mut logprobs = Vec::new();
-        let mut stop = StopReason::MaxTokens;
-        while tokens.len() < params.max_tokens {
-            let logits = self.logits();
-            let id = sampler.sample(logits);
-            sampler.accept(id);
-            let (lp, top) = token_logprobs(logits, id, params.top_logprobs);
-            tokens.push(id);
-            logprobs.push((lp, top.clone()));
-            timings.gen_tokens += 1;
-            if !params.ignore_eos && tok.is_eog(id) {
-                stop = StopReason::EndOfGeneration(id);
-                break;
+        let stop = loop {
+            let full = self.kv_cache().used() >= n_ctx;
+            let listen = |e: TokenEvent| on_token(&e).is_continue();
+            match picker.pick(self.logits(), tok, conventions, full, listen)? {
+                Pick::Next(id) => self.eval(&[id], false)?,
+                Pick::Stop(stop) => break stop,
             }
-            let step = stream.push(tok, conventions, id)?;
-            let event = TokenEvent {
-                id,
-                text: step.visible,
-                logprob: lp,
-                top_logprobs: top,
-            };
-            let flow = on_token(&event);
-            if let Some(s) = step.stopped {
-                stop = StopReason::StopString(s);
-                break;
-            }
-            if flow.is_break() {
-                stop = StopReason::Callback;
-                break;
-            }
-            if tokens.len() >= params.max_tokens {
-                break;
-            }
-            if self.kv_cache().used() >= n_ctx {
-                stop = StopReason::ContextFull;
-                break;
-            }
-            self.eval(&[id], false)?;
+        };
+        let Picked {
+            tail,
+            text,
+            tokens,
+            logprobs,
+        } = picker.finish(&stop);
+        timings.gen_tokens = tokens.len();
+        if !tail.is_empty() {
+            let _ = on_token(&TokenEvent {
+                id: *tokens.last().unwrap_or(&0),
+                text: tail,
+                logprob: 0.0,
+                top_logprobs: Vec::new(),
+            });
         }
-        if !matches!(stop, StopReason::StopString(_)) {
-            let rest = stream.flush();
-            if !rest.is_empty() {
-                let _ = on_token(&TokenEvent {
-                    id: *tokens.last().unwrap_or(&0),
-                    text: rest,
-                    logprob: 0.0,
-                    top_logprobs: Vec::new(),
-                });
-            }
-        }
-        let text = stream.into_text();
         timings.gen_secs = t1.elapsed().as_secs_f64();
         Ok(Generation {
             prompt_tokens: prompt.to_vec(),

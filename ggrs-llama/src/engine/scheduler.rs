@@ -406,7 +406,7 @@ impl Scheduler {
                 busy: s.job.is_some(),
                 n_cached: s.cached.len(),
                 n_ctx: self.n_ctx_slot,
-                n_generated: s.job.as_ref().map_or(0, |j| j.tokens.len()),
+                n_generated: s.job.as_ref().map_or(0, |j| j.n_generated()),
                 request: s.job.as_ref().map(|j| j.pending.id),
             })
             .collect();

@@ -4,8 +4,7 @@ use std::time::Instant;
 
 use crate::architecture::TextConventions;
 use crate::error::Result;
-use crate::generate::{token_logprobs, StopReason, TextStream, Timings, TokenEvent};
-use crate::sampling::Sampler;
+use crate::generate::{Pick, Picked, Picker, StopReason, Timings, TokenEvent};
 use crate::tokenizer::Tokenizer;
 
 use super::{Completion, Event, Pending};
@@ -27,10 +26,8 @@ pub(super) struct Job {
     pub prompt_done: usize,
     /// Prompt tokens reused from the slot's cache.
     pub cached_tokens: usize,
-    pub sampler: Sampler,
-    pub stream: TextStream,
-    pub tokens: Vec<u32>,
-    pub logprobs: Vec<(f32, Vec<(u32, f32)>)>,
+    /// Sampling, text and stop conditions, as `ggrs run` applies them.
+    pub picker: Picker,
     /// The token sampled last, to evaluate in the next step.
     pub next: Option<u32>,
     pub started: Instant,
@@ -60,20 +57,13 @@ impl Slot {
 impl Job {
     /// Starts `pending` in a slot whose cache holds its first `reuse` prompt tokens.
     pub fn new(pending: Pending, reuse: usize, tok: &Tokenizer) -> Job {
-        let mut sampler = Sampler::new(pending.request.params.sampling.clone());
-        for &t in &pending.request.prompt {
-            sampler.accept(t);
-        }
-        let stream = TextStream::new(tok, pending.request.params.stop.clone());
+        let picker = Picker::new(tok, &pending.request.params, &pending.request.prompt);
         let queue_secs = pending.queued_at.elapsed().as_secs_f64();
         Job {
             pending,
             prompt_done: reuse,
             cached_tokens: reuse,
-            sampler,
-            stream,
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
+            picker,
             next: None,
             started: Instant::now(),
             first_token: None,
@@ -86,9 +76,15 @@ impl Job {
         &self.pending.request.prompt[self.prompt_done..]
     }
 
+    /// Tokens generated so far.
+    pub fn n_generated(&self) -> usize {
+        self.picker.tokens.len()
+    }
+
     /// Samples a token from `logits` and tells the listener, as
-    /// [`crate::Session::generate_tokens`] does step by step (same checks, same order);
-    /// `n_cached` cells of the slot's `n_ctx` are in use.
+    /// [`crate::Session::generate_tokens`] does step by step (the same [`Picker`]);
+    /// `n_cached` cells of the slot's `n_ctx` are in use. A listener gone or a cancelled
+    /// ticket ends the job ([`StopReason::Callback`]).
     pub fn sample(
         &mut self,
         logits: &[f32],
@@ -97,67 +93,49 @@ impl Job {
         n_cached: usize,
         n_ctx: usize,
     ) -> Result<Outcome> {
-        let params = &self.pending.request.params;
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
-        let id = self.sampler.sample(logits);
-        self.sampler.accept(id);
-        let (lp, top) = token_logprobs(logits, id, params.top_logprobs);
-        self.tokens.push(id);
-        self.logprobs.push((lp, top.clone()));
-        if !params.ignore_eos && tok.is_eog(id) {
-            return Ok(Outcome::Finished(StopReason::EndOfGeneration(id)));
-        }
-        let step = self.stream.push(tok, conventions, id)?;
-        let listening = (self.pending.sink)(Event::Token(TokenEvent {
-            id,
-            text: step.visible,
-            logprob: lp,
-            top_logprobs: top,
-        }));
-        if let Some(s) = step.stopped {
-            return Ok(Outcome::Finished(StopReason::StopString(s)));
-        }
-        if !listening
-            || self
-                .pending
-                .cancel
-                .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return Ok(Outcome::Finished(StopReason::Callback));
-        }
-        if self.tokens.len() >= params.max_tokens {
-            return Ok(Outcome::Finished(StopReason::MaxTokens));
-        }
-        if n_cached >= n_ctx {
-            return Ok(Outcome::Finished(StopReason::ContextFull));
-        }
-        self.next = Some(id);
-        Ok(Outcome::Continue)
+        let (sink, cancel) = (&mut self.pending.sink, &self.pending.cancel);
+        let listen = |e: TokenEvent| {
+            sink(Event::Token(e)) && !cancel.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        Ok(
+            match self
+                .picker
+                .pick(logits, tok, conventions, n_cached >= n_ctx, listen)?
+            {
+                Pick::Next(id) => {
+                    self.next = Some(id);
+                    Outcome::Continue
+                }
+                Pick::Stop(stop) => Outcome::Finished(stop),
+            },
+        )
     }
 
     /// Ends the job with `stop`: sends `Done` to the listener (if it still listens).
     pub fn finish(mut self, stop: StopReason, slot: usize) {
-        let tail = if matches!(stop, StopReason::StopString(_)) {
-            String::new()
-        } else {
-            self.stream.flush()
-        };
         let now = Instant::now();
         let first = self.first_token.unwrap_or(now);
+        let Picked {
+            tail,
+            text,
+            tokens,
+            logprobs,
+        } = self.picker.finish(&stop);
         let timings = Timings {
             prompt_tokens: self.pending.request.prompt.len() - self.cached_tokens,
             prompt_secs: (first - self.started).as_secs_f64(),
-            gen_tokens: self.tokens.len(),
+            gen_tokens: tokens.len(),
             gen_secs: (now - first).as_secs_f64(),
         };
         let done = Completion {
-            tokens: self.tokens,
-            text: self.stream.into_text(),
+            tokens,
+            text,
             tail,
             stop,
-            logprobs: self.logprobs,
+            logprobs,
             prompt_tokens: self.pending.request.prompt.len(),
             cached_tokens: self.cached_tokens,
             timings,
