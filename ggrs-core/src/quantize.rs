@@ -155,6 +155,18 @@ pub fn quantize_file(
     opts: &QuantizeOptions,
     mut progress: impl FnMut(&QuantizeProgress),
 ) -> Result<QuantizeReport, QuantizeError> {
+    write_quantized(input, out, plan, opts, &mut progress)
+}
+
+/// [`quantize_file`]'s body, not generic: compiled once here rather than in every caller
+/// (inlined into a caller, the whole conversion engine took LLVM minutes to optimise).
+fn write_quantized(
+    input: &GgufFile,
+    out: &Path,
+    plan: &QuantizePlan,
+    opts: &QuantizeOptions,
+    progress: &mut dyn FnMut(&QuantizeProgress),
+) -> Result<QuantizeReport, QuantizeError> {
     let n = input.tensors().len();
     if plan.types.len() != n {
         return Err(QuantizeError::PlanLength {

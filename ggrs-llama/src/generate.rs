@@ -64,6 +64,9 @@ pub struct TokenEvent {
     pub logprob: f32,
     /// The most likely tokens and their log-probabilities, if asked for.
     pub top_logprobs: Vec<(u32, f32)>,
+    /// True for the closing event that only flushes text held back at the end (no token of
+    /// its own: `id` repeats the last token's, `logprob` is 0).
+    pub flush: bool,
 }
 
 /// Speeds of a generation.
@@ -108,6 +111,9 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     /// Generated text (a stop string and what follows it removed).
     pub text: String,
+    /// Tokens at the start of the prompt that were already in the cache and not evaluated
+    /// again ([`crate::PromptCache`]; 0 for [`Session::generate_tokens`]).
+    pub cached_tokens: usize,
     /// Why it ended.
     pub stop: StopReason,
     /// Per generated token: its log-probability and the most likely alternatives.
@@ -290,6 +296,7 @@ impl Picker {
             text: step.visible,
             logprob: lp,
             top_logprobs: top,
+            flush: false,
         });
         Ok(if let Some(s) = step.stopped {
             Pick::Stop(StopReason::StopString(s))
@@ -354,11 +361,25 @@ impl Session {
         &mut self,
         prompt: &[u32],
         params: &GenerateParams,
+        on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        self.generate_after_prefix(prompt, 0, params, on_token)
+    }
+
+    /// As [`Session::generate_tokens`], when the cache already holds the first `cached`
+    /// tokens of `prompt` (and nothing after them): evaluates `prompt[cached..]` only, while
+    /// the penalties see the whole prompt. `cached` must be below `prompt.len()`.
+    pub(crate) fn generate_after_prefix(
+        &mut self,
+        prompt: &[u32],
+        cached: usize,
+        params: &GenerateParams,
         mut on_token: impl FnMut(&TokenEvent) -> ControlFlow<()>,
     ) -> Result<Generation> {
-        if prompt.is_empty() {
+        if prompt.len() <= cached {
             return Err(LlamaError::EmptyPrompt);
         }
+        let (context, prompt) = (prompt, &prompt[cached..]);
         params
             .sampling
             .validate()
@@ -375,7 +396,7 @@ impl Session {
         let model = self.model().clone();
         let tok = model.tokenizer();
         let conventions = model.text();
-        let mut picker = Picker::new(tok, params, prompt);
+        let mut picker = Picker::new(tok, params, context);
         let mut timings = Timings {
             prompt_tokens: prompt.len(),
             ..Timings::default()
@@ -406,13 +427,15 @@ impl Session {
                 text: tail,
                 logprob: 0.0,
                 top_logprobs: Vec::new(),
+                flush: true,
             });
         }
         timings.gen_secs = t1.elapsed().as_secs_f64();
         Ok(Generation {
-            prompt_tokens: prompt.to_vec(),
+            prompt_tokens: context.to_vec(),
             tokens,
             text,
+            cached_tokens: cached,
             stop,
             logprobs,
             timings,

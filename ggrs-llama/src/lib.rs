@@ -37,7 +37,7 @@
 //! the model), [`batch`], [`kv_cache`], [`loader`] (the shared weight loader),
 //! [`step`] (a step graph's inputs and the KV-cache attention block), [`architecture`] (the
 //! plug-in traits), [`arch`] (ggrs's architectures, one file each, and the [`arch::Registry`]),
-//! [`model`], [`session`], [`sampling`], [`generate`], [`chat`] (multi-turn chat),
+//! [`model`], [`session`], [`sampling`], [`generate`], [`prompt_cache`], [`chat`] (multi-turn chat),
 //! [`perplexity`], [`engine`] (many requests batched continuously, for servers). Apart: [`convert`] (Hugging Face checkpoints → GGUF, which uses nothing
 //! else of the crate) and [`quantize`] (llama.cpp's quantization recipes over ggrs-core's
 //! conversion engine).
@@ -61,6 +61,7 @@ pub mod kv_cache;
 pub mod loader;
 pub mod model;
 pub mod perplexity;
+pub mod prompt_cache;
 pub mod quantize;
 pub mod sampling;
 pub mod session;
@@ -76,6 +77,7 @@ pub use error::{LlamaError, Result};
 pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};
 pub use hparams::HParams;
 pub use model::{Model, ModelOptions};
+pub use prompt_cache::PromptCache;
 pub use sampling::{Sampler, SamplingParams};
 pub use session::{Session, SessionParams};
 pub use tokenizer::Tokenizer;

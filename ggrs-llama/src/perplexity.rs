@@ -3,6 +3,8 @@
 //! token replaced by BOS where the model adds one), and only the second half of its
 //! positions is scored, each predicting the next token.
 
+use std::ops::ControlFlow;
+
 use crate::batch::Batch;
 use crate::error::{LlamaError, Result};
 use crate::session::Session;
@@ -33,6 +35,20 @@ pub fn perplexity(
     tokens: &[u32],
     n_ctx: usize,
     mut on_chunk: impl FnMut(&Perplexity),
+) -> Result<Perplexity> {
+    perplexity_while(session, tokens, n_ctx, |p| {
+        on_chunk(p);
+        ControlFlow::Continue(())
+    })
+}
+
+/// As [`perplexity`], stopping after a chunk for which `on_chunk` returns
+/// `ControlFlow::Break(())` (the result then covers the chunks evaluated so far).
+pub fn perplexity_while(
+    session: &mut Session,
+    tokens: &[u32],
+    n_ctx: usize,
+    mut on_chunk: impl FnMut(&Perplexity) -> ControlFlow<()>,
 ) -> Result<Perplexity> {
     if n_ctx < 4 {
         return Err(LlamaError::InvalidArgument(format!(
@@ -100,7 +116,9 @@ pub fn perplexity(
             ppl,
             ppl_err: err,
         };
-        on_chunk(&last);
+        if on_chunk(&last).is_break() {
+            break;
+        }
     }
     session.clear();
     Ok(last)

@@ -51,6 +51,7 @@ use std::ops::ControlFlow;
 use crate::error::{LlamaError, Result};
 use crate::generate::{GenerateParams, Generation, TokenEvent};
 use crate::model::Model;
+use crate::prompt_cache::PromptCache;
 use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 
@@ -115,8 +116,8 @@ pub struct Chat {
     vars: TemplateVars,
     system: Option<String>,
     messages: Vec<Message>,
-    /// The tokens whose keys and values the cache holds, in order (positions 0..).
-    cached: Vec<u32>,
+    /// The tokens whose keys and values the cache holds.
+    cache: PromptCache,
 }
 
 impl std::fmt::Debug for Chat {
@@ -124,7 +125,7 @@ impl std::fmt::Debug for Chat {
         f.debug_struct("Chat")
             .field("template", &self.template)
             .field("messages", &self.messages.len())
-            .field("cached_tokens", &self.cached.len())
+            .field("cached_tokens", &self.cache.tokens().len())
             .finish()
     }
 }
@@ -146,7 +147,7 @@ impl Chat {
             vars: TemplateVars::default(),
             system: None,
             messages: Vec::new(),
-            cached: Vec::new(),
+            cache: PromptCache::new(),
         }
     }
 
@@ -178,14 +179,13 @@ impl Chat {
 
     /// Tokens the cache holds for the conversation.
     pub fn cached_tokens(&self) -> usize {
-        self.cached.len()
+        self.cache.tokens().len()
     }
 
     /// Forgets the conversation (the system message stays) and clears the cache.
     pub fn reset(&mut self) {
         self.messages.clear();
-        self.cached.clear();
-        self.session.clear();
+        self.cache.forget(&mut self.session);
     }
 
     fn all_messages(&self, extra: Option<&Message>) -> Vec<Message> {
@@ -218,38 +218,20 @@ impl Chat {
         if tokens.is_empty() {
             return Err(LlamaError::EmptyPrompt);
         }
-        // Reuse the cached prefix; evaluate at least one token to get logits. An architecture
-        // whose cached keys depend on the whole prompt (ChatGLM-6B v1's bidirectional
-        // context) reuses nothing: the prompt is evaluated anew each turn.
-        let reuse = model.arch().reuses_cached_prefix();
-        let mut keep = self
-            .cached
-            .iter()
-            .zip(&tokens)
-            .take_while(|(a, b)| a == b && reuse)
-            .count();
-        keep = keep.min(tokens.len() - 1);
-        self.session.remove(0, keep as i32);
-        self.cached.truncate(keep);
+        // The prompt cache evaluates only what follows the cached prefix (for ChatGLM-6B
+        // v1, whose context attends bidirectionally, the whole prompt each turn).
         match self
-            .session
-            .generate_tokens(&tokens[keep..], params, on_token)
+            .cache
+            .generate(&mut self.session, &tokens, params, on_token)
         {
             Ok(g) => {
                 self.messages.push(Message::user(user));
                 let reply = self.template.reply_for_history(&g.text);
                 self.messages.push(Message::assistant(reply));
-                // The cache holds the prompt and every generated token but the last (the
-                // last one is sampled, never evaluated).
-                self.cached = tokens;
-                let n = g.tokens.len().saturating_sub(1);
-                self.cached.extend_from_slice(&g.tokens[..n]);
-                self.cached.truncate(self.session.n_past());
                 Ok(g)
             }
             Err(e) => {
-                self.cached.clear();
-                self.session.clear();
+                self.cache.forget(&mut self.session);
                 Err(e)
             }
         }

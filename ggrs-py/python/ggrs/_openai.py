@@ -1,0 +1,290 @@
+"""Responses shaped like the OpenAI API's (and llama-cpp-python's) on top of ``Model.generate``."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import BadArgumentError
+
+if TYPE_CHECKING:
+    from ._model import Generation, Model
+
+# Fields of llama-cpp-python's calls that ggrs does not implement: refused by name rather
+# than ignored.
+_UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "grammar", "suffix")
+
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "logit_bias",
+)
+
+
+def _check_unknown(kwargs: Mapping[str, Any], allowed: Sequence[str], call: str) -> None:
+    for name, value in kwargs.items():
+        if name in _UNSUPPORTED and value is not None:
+            raise BadArgumentError(f"`{name}` is not supported by ggrs ({call})")
+        if name not in allowed and name not in _UNSUPPORTED:
+            raise TypeError(f"{call}() got an unexpected keyword argument '{name}'")
+
+
+def _sampling(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> Dict[str, Any]:
+    out = {k: kwargs[k] for k in _SAMPLING if kwargs.get(k) is not None}
+    for k, v in defaults.items():
+        out.setdefault(k, v)
+    if "logit_bias" in out:
+        out["logit_bias"] = {int(k): float(v) for k, v in out["logit_bias"].items()}
+    return out
+
+
+def _usage(g: "Generation") -> Dict[str, Any]:
+    completion = len(g.tokens)
+    return {
+        "prompt_tokens": len(g.prompt_tokens),
+        "completion_tokens": completion,
+        "total_tokens": len(g.prompt_tokens) + completion,
+        "prompt_tokens_details": {"cached_tokens": g.cached_tokens},
+    }
+
+
+def _piece(model: "Model", token: int) -> str:
+    return model.token_to_piece(token).decode("utf-8", errors="replace")
+
+
+def message_pairs(messages: Sequence[Mapping[str, Any]]) -> List[Tuple[str, str]]:
+    """``(role, text)`` of OpenAI-style messages (content as a string or a list of text parts)."""
+    if isinstance(messages, (str, bytes)) or not messages:
+        raise BadArgumentError("`messages` must be a non-empty list of {role, content} dicts")
+    pairs = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or "role" not in m:
+            raise BadArgumentError(f"messages[{i}] must be a dict with `role` and `content`")
+        content = m.get("content")
+        if content is None:
+            content = ""
+        elif not isinstance(content, str):
+            texts = []
+            for part in content:
+                if not isinstance(part, Mapping) or part.get("type") != "text":
+                    kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                    raise BadArgumentError(
+                        f"messages[{i}].content: parts of type {kind!r} are not supported "
+                        "(text only)"
+                    )
+                texts.append(str(part.get("text", "")))
+            content = "".join(texts)
+        if m.get("tool_calls"):
+            raise BadArgumentError(f"messages[{i}].tool_calls is not supported by ggrs")
+        pairs.append((str(m["role"]), content))
+    return pairs
+
+
+# ----- /v1/completions ----------------------------------------------------------------------
+
+_COMPLETION_ARGS = _SAMPLING + ("max_tokens", "stream", "logprobs", "echo", "model")
+
+
+def _completion_logprobs(model: "Model", g: "Generation", offset: int) -> Dict[str, Any]:
+    tokens, offsets, tops = [], [], []
+    for tok, alts in zip(g.tokens, g.top_logprobs):
+        tokens.append(_piece(model, tok))
+        offsets.append(offset)
+        offset += len(tokens[-1])
+        tops.append({_piece(model, t): lp for t, lp in alts} if alts else None)
+    return {
+        "tokens": tokens,
+        "text_offset": offsets,
+        "token_logprobs": list(g.logprobs),
+        "top_logprobs": tops,
+    }
+
+
+def create_completion(model: "Model", prompt: Any, **kwargs: Any) -> Any:
+    _check_unknown(kwargs, _COMPLETION_ARGS, "create_completion")
+    sampling = _sampling(kwargs, {})
+    logprobs = kwargs.get("logprobs")
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
+        raise BadArgumentError("`logprobs` of a completion is an int (how many alternatives)")
+    echo = bool(kwargs.get("echo", False))
+    max_tokens = kwargs.get("max_tokens", 16)
+    cid = f"cmpl-{os.urandom(12).hex()}"
+    created = int(time.time())
+    name = kwargs.get("model") or model.model_path
+    prefix = prompt if (echo and isinstance(prompt, str)) else ""
+    if kwargs.get("stream"):
+        stream = model.generate(
+            prompt, max_tokens=max_tokens, logprobs=logprobs, stream=True, **sampling
+        )
+        return _completion_chunks(model, stream, cid, created, name, prefix, logprobs)
+    g = model.generate(prompt, max_tokens=max_tokens, logprobs=logprobs, **sampling)
+    choice = {
+        "text": prefix + g.text,
+        "index": 0,
+        "logprobs": _completion_logprobs(model, g, len(prefix)) if logprobs is not None else None,
+        "finish_reason": g.finish_reason,
+    }
+    return {
+        "id": cid,
+        "object": "text_completion",
+        "created": created,
+        "model": name,
+        "choices": [choice],
+        "usage": _usage(g),
+    }
+
+
+def _completion_chunks(
+    model: "Model",
+    stream: Any,
+    cid: str,
+    created: int,
+    name: str,
+    prefix: str,
+    logprobs: Optional[int],
+) -> Iterator[Dict[str, Any]]:
+    def chunk(text: str, lp: Any, finish: Optional[str]) -> Dict[str, Any]:
+        return {
+            "id": cid,
+            "object": "text_completion",
+            "created": created,
+            "model": name,
+            "choices": [{"text": text, "index": 0, "logprobs": lp, "finish_reason": finish}],
+        }
+
+    with stream:
+        if prefix:
+            yield chunk(prefix, None, None)
+        offset = len(prefix)
+        for piece in stream:
+            lp = None
+            if logprobs is not None and piece.token is not None:
+                token = _piece(model, piece.token)
+                lp = {
+                    "tokens": [token],
+                    "text_offset": [offset],
+                    "token_logprobs": [piece.logprob],
+                    "top_logprobs": [{_piece(model, t): v for t, v in piece.top_logprobs}],
+                }
+            offset += len(piece.text)
+            if piece.text or lp is not None:
+                yield chunk(piece.text, lp, None)
+        yield chunk("", None, stream.result.finish_reason)
+
+
+# ----- /v1/chat/completions -----------------------------------------------------------------
+
+_CHAT_ARGS = _SAMPLING + (
+    "max_tokens",
+    "max_completion_tokens",
+    "stream",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "n",
+    "model",
+    "stream_options",
+)
+
+
+def _chat_logprobs(model: "Model", tokens: Sequence[int], lps: Sequence[float], tops: Any) -> Any:
+    def entry(tok: int, lp: float) -> Dict[str, Any]:
+        b = model.token_to_piece(tok)
+        return {"token": b.decode("utf-8", errors="replace"), "logprob": lp, "bytes": list(b)}
+
+    content = []
+    for tok, lp, alts in zip(tokens, lps, tops):
+        e = entry(tok, lp)
+        e["top_logprobs"] = [entry(t, v) for t, v in alts]
+        content.append(e)
+    return {"content": content}
+
+
+def create_chat_completion(
+    model: "Model", messages: Sequence[Mapping[str, Any]], **kwargs: Any
+) -> Any:
+    _check_unknown(kwargs, _CHAT_ARGS, "create_chat_completion")
+    fmt = kwargs.get("response_format")
+    if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"):
+        raise BadArgumentError("`response_format` other than {'type': 'text'} is not supported")
+    if kwargs.get("n") not in (None, 1):
+        raise BadArgumentError("`n` above 1 is not supported here (use ggrs serve)")
+    sampling = _sampling(kwargs, {"temperature": 0.2})
+    want_lp = bool(kwargs.get("logprobs"))
+    top = kwargs.get("top_logprobs")
+    if top is not None and not want_lp:
+        raise BadArgumentError("`top_logprobs` needs `logprobs: true`")
+    max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
+    text = model.apply_chat_template(messages, add_generation_prompt=True)
+    ids = model._m.encode_chat(text)
+    cid = f"chatcmpl-{os.urandom(12).hex()}"
+    created = int(time.time())
+    name = kwargs.get("model") or model.model_path
+    n_top = (top or 0) if want_lp else None
+    if kwargs.get("stream"):
+        opts = kwargs.get("stream_options") or {}
+        stream = model.generate(ids, max_tokens=max_tokens, logprobs=n_top, stream=True, **sampling)
+        return _chat_chunks(model, stream, cid, created, name, want_lp, bool(opts.get("include_usage")))
+    g = model.generate(ids, max_tokens=max_tokens, logprobs=n_top, **sampling)
+    lp = None
+    if want_lp:
+        n = len(g.tokens) - (1 if g.stop_reason == "eos" else 0)
+        lp = _chat_logprobs(model, g.tokens[:n], g.logprobs[:n], g.top_logprobs[:n])
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": name,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": g.text},
+                "logprobs": lp,
+                "finish_reason": g.finish_reason,
+            }
+        ],
+        "usage": _usage(g),
+    }
+
+
+def _chat_chunks(
+    model: "Model",
+    stream: Any,
+    cid: str,
+    created: int,
+    name: str,
+    want_lp: bool,
+    include_usage: bool,
+) -> Iterator[Dict[str, Any]]:
+    def chunk(delta: Dict[str, Any], lp: Any, finish: Optional[str]) -> Dict[str, Any]:
+        return {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": name,
+            "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}],
+        }
+
+    with stream:
+        yield chunk({"role": "assistant"}, None, None)
+        for piece in stream:
+            lp = None
+            if want_lp and piece.token is not None:
+                lp = _chat_logprobs(model, [piece.token], [piece.logprob], [piece.top_logprobs])
+            if piece.text or lp is not None:
+                yield chunk({"content": piece.text}, lp, None)
+        g = stream.result
+        yield chunk({}, None, g.finish_reason)
+        if include_usage:
+            last = chunk({}, None, None)
+            last["choices"] = []
+            last["usage"] = _usage(g)
+            yield last

@@ -1,0 +1,501 @@
+//! `ggrs._ggrs.NativeModel`: a loaded model and one session on it (KV cache, prompt cache,
+//! compute threads). The Python class `ggrs.Model` wraps it with Python's conveniences.
+
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ggrs_core::gguf::Value;
+use ggrs_core::DType;
+use ggrs_llama::chat::{ChatTemplate, Message, TemplateVars};
+use ggrs_llama::perplexity::perplexity_while;
+use ggrs_llama::{
+    GenerateParams, LlamaError, Model, ModelOptions, PromptCache, SamplingParams, Session,
+    SessionParams,
+};
+use numpy::ndarray::Array2;
+use numpy::{PyArray1, PyArray2};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::errors::{bad_argument, IntoPyResult};
+use crate::generation::{generation_dict, start_generation, TokenStream};
+use crate::worker;
+
+/// The session and what its cache holds; one generation or evaluation at a time.
+pub struct State {
+    pub session: Session,
+    pub cache: PromptCache,
+}
+
+/// A model file loaded for inference, with one session (see `ggrs.Model`).
+#[pyclass(frozen, module = "ggrs._ggrs")]
+pub struct NativeModel {
+    model: Arc<Model>,
+    state: Arc<Mutex<State>>,
+    path: PathBuf,
+}
+
+/// Locks the state; a worker that panicked while holding it leaves a session whose cache
+/// may be half-written, so it is cleared before use.
+pub fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    match state.lock() {
+        Ok(g) => g,
+        Err(poisoned) => {
+            let mut g = poisoned.into_inner();
+            let State { session, cache } = &mut *g;
+            cache.forget(session);
+            state.clear_poison();
+            g
+        }
+    }
+}
+
+fn kv_type(py: Python<'_>, name: &str) -> PyResult<DType> {
+    match name.to_ascii_lowercase().as_str() {
+        "f16" => Ok(DType::F16),
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        _ => Err(bad_argument(
+            py,
+            format!("kv_type must be \"f16\", \"f32\" or \"bf16\", not {name:?}"),
+        )),
+    }
+}
+
+/// `ids` as vocabulary token ids, or the error naming the first one out of range.
+pub fn token_ids(py: Python<'_>, ids: &[i64], n_vocab: usize) -> PyResult<Vec<u32>> {
+    ids.iter()
+        .map(|&id| {
+            if id < 0 || id as u64 >= n_vocab as u64 {
+                Err(LlamaError::TokenOutOfRange { id, n_vocab }).py_err(py)
+            } else {
+                Ok(id as u32)
+            }
+        })
+        .collect()
+}
+
+/// A metadata value as a Python object (arrays are left out: they are the vocabulary).
+fn meta_value(py: Python<'_>, v: &Value) -> Option<Py<PyAny>> {
+    let o = match v {
+        Value::U8(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::I8(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::U16(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::I16(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::U32(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::I32(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::U64(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::I64(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::F32(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::F64(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        Value::Bool(x) => x.into_pyobject(py).ok()?.to_owned().into_any().unbind(),
+        Value::String(x) => x.into_pyobject(py).ok()?.into_any().unbind(),
+        _ => return None,
+    };
+    Some(o)
+}
+
+#[pymethods]
+impl NativeModel {
+    /// Loads `path` and makes a session (see `ggrs.Model` for the arguments).
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", copy_weights=None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        n_ctx: usize,
+        n_batch: usize,
+        n_threads: usize,
+        logits_all: bool,
+        kv_type: &str,
+        copy_weights: Option<bool>,
+    ) -> PyResult<NativeModel> {
+        if n_batch == 0 {
+            return Err(bad_argument(py, "n_batch must be at least 1"));
+        }
+        let kv_type = self::kv_type(py, kv_type)?;
+        let mut opts = ModelOptions::default();
+        if let Some(c) = copy_weights {
+            opts.copy_weights = c;
+        }
+        let file = path.clone();
+        let loaded = worker::run(py, move |_| -> Result<(Arc<Model>, Session), LlamaError> {
+            let model = Arc::new(Model::load_with(&file, opts)?);
+            let params = SessionParams {
+                n_ctx,
+                n_batch,
+                n_threads,
+                logits_all,
+                kv_type,
+                ..SessionParams::default()
+            };
+            let session = Session::new(model.clone(), params)?;
+            Ok((model, session))
+        })?;
+        let (model, session) = loaded.py_err(py)?;
+        Ok(NativeModel {
+            model,
+            state: Arc::new(Mutex::new(State {
+                session,
+                cache: PromptCache::new(),
+            })),
+            path,
+        })
+    }
+
+    /// The file the model was loaded from.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// `general.architecture` (e.g. "qwen2", "llama").
+    #[getter]
+    fn arch(&self) -> &'static str {
+        self.model.arch_name()
+    }
+
+    /// Tokens in the vocabulary.
+    #[getter]
+    fn n_vocab(&self) -> usize {
+        self.model.hparams.n_vocab
+    }
+
+    /// Context the model was trained with.
+    #[getter]
+    fn n_ctx_train(&self) -> usize {
+        self.model.hparams.n_ctx_train
+    }
+
+    /// Context of the session (tokens its KV cache holds).
+    #[getter]
+    fn n_ctx(&self) -> usize {
+        lock(&self.state).session.params().n_ctx
+    }
+
+    /// Most tokens evaluated in one step.
+    #[getter]
+    fn n_batch(&self) -> usize {
+        lock(&self.state).session.params().n_batch
+    }
+
+    /// Compute threads of the session.
+    #[getter]
+    fn n_threads(&self) -> usize {
+        lock(&self.state).session.n_threads()
+    }
+
+    /// Tokens the KV cache holds now.
+    #[getter]
+    fn n_tokens(&self) -> usize {
+        lock(&self.state).cache.tokens().len()
+    }
+
+    /// The tokens the KV cache holds now, in order.
+    #[getter]
+    fn cached_tokens(&self) -> Vec<u32> {
+        lock(&self.state).cache.tokens().to_vec()
+    }
+
+    /// Beginning-of-sequence token id, if the vocabulary has one.
+    #[getter]
+    fn bos_token_id(&self) -> Option<u32> {
+        self.model.tokenizer().bos()
+    }
+
+    /// End-of-sequence token id, if the vocabulary has one.
+    #[getter]
+    fn eos_token_id(&self) -> Option<u32> {
+        self.model.tokenizer().eos()
+    }
+
+    /// Whether the model adds a BOS token to a prompt.
+    #[getter]
+    fn add_bos(&self) -> bool {
+        self.model.tokenizer().vocab().add_bos()
+    }
+
+    /// The file's Jinja chat template (`tokenizer.chat_template`), if it has one.
+    #[getter]
+    fn chat_template(&self) -> Option<String> {
+        self.model
+            .meta_str("tokenizer.chat_template")
+            .map(str::to_string)
+    }
+
+    /// The file's scalar metadata (arrays, such as the vocabulary, are left out).
+    #[getter]
+    fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in self.model.gguf().metadata() {
+            if let Some(o) = meta_value(py, v) {
+                d.set_item(k, o)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// Token ids of `text` (str, or UTF-8 bytes).
+    #[pyo3(signature = (text, add_bos=true, special=false))]
+    fn tokenize(
+        &self,
+        py: Python<'_>,
+        text: &Bound<'_, PyAny>,
+        add_bos: bool,
+        special: bool,
+    ) -> PyResult<Vec<u32>> {
+        let text: String = if let Ok(b) = text.cast::<PyBytes>() {
+            String::from_utf8(b.as_bytes().to_vec())
+                .map_err(|e| bad_argument(py, format!("the bytes are not UTF-8: {e}")))?
+        } else {
+            text.extract()?
+        };
+        let model = self.model.clone();
+        py.detach(move || model.tokenizer().encode(&text, add_bos, special))
+            .map_err(LlamaError::from)
+            .py_err(py)
+    }
+
+    /// Tokens of `text` as a prompt of this model is encoded (BOS as the model adds it,
+    /// special tokens parsed, the architecture's own conventions).
+    fn encode_prompt(&self, py: Python<'_>, text: String) -> PyResult<Vec<u32>> {
+        let model = self.model.clone();
+        py.detach(move || model.encode_prompt(&text)).py_err(py)
+    }
+
+    /// Text of `ids`; with `special`, special tokens (such as `<|im_end|>`) are written too.
+    #[pyo3(signature = (ids, special=false))]
+    fn detokenize(&self, py: Python<'_>, ids: Vec<i64>, special: bool) -> PyResult<String> {
+        let ids = token_ids(py, &ids, self.n_vocab())?;
+        let tok = self.model.tokenizer();
+        let text = if special {
+            tok.decode_with_special(&ids)
+        } else {
+            tok.decode(&ids)
+        };
+        text.map_err(LlamaError::from).py_err(py)
+    }
+
+    /// The bytes of one token (a piece of a UTF-8 character for byte tokens).
+    fn token_to_piece<'py>(&self, py: Python<'py>, id: i64) -> PyResult<Bound<'py, PyBytes>> {
+        let id = token_ids(py, &[id], self.n_vocab())?[0];
+        let bytes = self
+            .model
+            .tokenizer()
+            .token_to_piece(id)
+            .map_err(LlamaError::from)
+            .py_err(py)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// The prompt text of a conversation (`(role, content)` pairs) in the model's chat
+    /// format, or in `template` (a llama.cpp format name or a Jinja template's text).
+    #[pyo3(signature = (messages, add_generation_prompt=true, template=None, enable_thinking=true))]
+    fn render_chat(
+        &self,
+        py: Python<'_>,
+        messages: Vec<(String, String)>,
+        add_generation_prompt: bool,
+        template: Option<String>,
+        enable_thinking: bool,
+    ) -> PyResult<String> {
+        let format = ChatTemplate::resolve(&self.model, template.as_deref())
+            .map_err(LlamaError::from)
+            .py_err(py)?;
+        let msgs: Vec<Message> = messages
+            .into_iter()
+            .map(|(role, content)| Message::new(role, content))
+            .collect();
+        let vars = TemplateVars {
+            enable_thinking,
+            ..TemplateVars::default()
+        };
+        format
+            .render_with(&msgs, add_generation_prompt, &vars)
+            .map_err(LlamaError::from)
+            .py_err(py)
+    }
+
+    /// Tokens of a rendered chat prompt (special tokens parsed, BOS once).
+    fn encode_chat(&self, py: Python<'_>, text: String) -> PyResult<Vec<u32>> {
+        let model = self.model.clone();
+        py.detach(move || model.encode_chat(&text)).py_err(py)
+    }
+
+    /// Generates after `prompt` (token ids), reusing the cached prefix. Returns the result
+    /// as a dict, or with `stream` a `TokenStream` of `Piece`s.
+    #[pyo3(signature = (
+        prompt, *, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+        repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, penalty_last_n=64,
+        seed=0, stop=Vec::new(), top_logprobs=0, ignore_eos=false, logit_bias=Vec::new(),
+        stream=false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompt: Vec<i64>,
+        max_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        min_p: f32,
+        repeat_penalty: f32,
+        frequency_penalty: f32,
+        presence_penalty: f32,
+        penalty_last_n: usize,
+        seed: u64,
+        stop: Vec<String>,
+        top_logprobs: usize,
+        ignore_eos: bool,
+        logit_bias: Vec<(i64, f32)>,
+        stream: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let n_vocab = self.n_vocab();
+        let prompt = token_ids(py, &prompt, n_vocab)?;
+        let bias_ids: Vec<i64> = logit_bias.iter().map(|b| b.0).collect();
+        let bias_ids = token_ids(py, &bias_ids, n_vocab)?;
+        let params = GenerateParams {
+            max_tokens,
+            sampling: SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repeat_penalty,
+                frequency_penalty,
+                presence_penalty,
+                penalty_last_n,
+                seed,
+                logit_bias: bias_ids
+                    .into_iter()
+                    .zip(logit_bias.iter().map(|b| b.1))
+                    .collect(),
+            },
+            stop,
+            ignore_eos,
+            top_logprobs: top_logprobs.min(n_vocab),
+        };
+        params
+            .sampling
+            .validate()
+            .map_err(|m| bad_argument(py, m))?;
+        let job = start_generation(py, self.state.clone(), prompt, params, stream)?;
+        if stream {
+            return Ok(Py::new(py, TokenStream::new(job))?.into_any());
+        }
+        let mut job = job;
+        loop {
+            match job.recv(py)? {
+                Some(crate::generation::Message::Token(_)) => {}
+                Some(crate::generation::Message::Done(r)) => {
+                    job.stop(py);
+                    return Ok(generation_dict(py, &r.py_err(py)?)?.into_any().unbind());
+                }
+                None => return Err(worker::worker_died(py)),
+            }
+        }
+    }
+
+    /// Evaluates `ids` after the tokens the cache holds; the logits of the last one (or of
+    /// every one, with `all_logits` on a model made with `logits_all=True`) are then
+    /// available from `logits()`.
+    #[pyo3(signature = (ids, all_logits=false))]
+    fn eval(&self, py: Python<'_>, ids: Vec<i64>, all_logits: bool) -> PyResult<()> {
+        let ids = token_ids(py, &ids, self.n_vocab())?;
+        if ids.is_empty() {
+            return Err(LlamaError::EmptyPrompt).py_err(py);
+        }
+        let state = self.state.clone();
+        worker::run(py, move |_| {
+            let mut g = lock(&state);
+            let State { session, cache } = &mut *g;
+            if all_logits && !session.params().logits_all {
+                return Err(LlamaError::InvalidArgument(
+                    "all_logits needs a model made with logits_all=True".into(),
+                ));
+            }
+            cache.append(session, &ids, all_logits)
+        })?
+        .py_err(py)
+    }
+
+    /// Logits of the last evaluated token as a float32 array of `n_vocab`; with `all`, of
+    /// every token the last `eval` asked logits for, `(n, n_vocab)`. A fresh array (the
+    /// session's buffer is overwritten by the next step).
+    #[pyo3(signature = (all=false))]
+    fn logits<'py>(&self, py: Python<'py>, all: bool) -> PyResult<Bound<'py, PyAny>> {
+        let g = lock(&self.state);
+        let nv = self.n_vocab();
+        if all {
+            let v = g.session.all_logits().to_vec();
+            let rows = g.session.n_outputs();
+            drop(g);
+            // The session keeps rows × n_vocab values, so the shape always fits.
+            let a = Array2::from_shape_vec((rows, nv), v)
+                .map_err(|e| bad_argument(py, e.to_string()))?;
+            Ok(PyArray2::from_owned_array(py, a).into_any())
+        } else {
+            let v = g.session.logits().to_vec();
+            drop(g);
+            if v.is_empty() {
+                return Err(bad_argument(
+                    py,
+                    "no logits yet: evaluate some tokens first",
+                ));
+            }
+            Ok(PyArray1::from_vec(py, v).into_any())
+        }
+    }
+
+    /// Forgets every cached token.
+    fn reset(&self) {
+        let mut g = lock(&self.state);
+        let State { session, cache } = &mut *g;
+        cache.forget(session);
+    }
+
+    /// Perplexity of `text` with llama.cpp's protocol in chunks of `chunk` tokens, on a
+    /// session of its own. Returns `(ppl, ppl_err, tokens_scored, chunks)`.
+    #[pyo3(signature = (text, chunk=512))]
+    fn perplexity(
+        &self,
+        py: Python<'_>,
+        text: String,
+        chunk: usize,
+    ) -> PyResult<(f64, f64, usize, usize)> {
+        let model = self.model.clone();
+        let (n_batch, n_threads) = {
+            let g = lock(&self.state);
+            (g.session.params().n_batch, g.session.params().n_threads)
+        };
+        worker::run(py, move |cancel: &AtomicBool| {
+            let tokens = model.tokenizer().encode(&text, true, false)?;
+            let params = SessionParams {
+                n_ctx: chunk,
+                n_batch: n_batch.max(chunk),
+                n_threads,
+                logits_all: true,
+                ..SessionParams::default()
+            };
+            if chunk < 4 {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "chunk {chunk} is too small (at least 4 tokens)"
+                )));
+            }
+            let mut session = Session::new(model, params)?;
+            let r = perplexity_while(&mut session, &tokens, chunk, |_| {
+                if cancel.load(Ordering::Relaxed) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            Ok((r.ppl, r.ppl_err, r.count, r.chunks))
+        })?
+        .py_err(py)
+    }
+}

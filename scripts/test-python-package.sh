@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Tests of the Python package (ggrs-py): installs it with `pip install ./ggrs-py` into a venv and
+# runs its pytest suite (ggrs-py/tests) against llama.cpp's reference outputs, the `ggrs`
+# command line and the real model (fetched and converted when missing, as the Rust tests do).
+#
+# The venv (default ~/.cache/ggrs/venv-package) is made once and holds pinned maturin, numpy
+# and pytest; the package itself is rebuilt on every run (cargo only recompiles what changed).
+#
+# Environment:
+#   GGRS_PY_VENV          venv directory (default ~/.cache/ggrs/venv-package)
+#   GGRS_BIN              the ggrs binary to compare with (default: build target/release/ggrs)
+#   GGRS_REFERENCE_DIR    reference files (default: shared/reference in a parent directory)
+#   GGRS_SKIP_MODEL_TESTS=1  skip the tests on the real model
+#   PYTEST_ARGS           extra pytest arguments (e.g. "-k tiny")
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV=${GGRS_PY_VENV:-$HOME/.cache/ggrs/venv-package}
+PINS=(maturin==1.16.0 numpy==2.4.6 pytest==9.2.0)
+
+if [[ ! -x $VENV/bin/python ]]; then
+    python3 -m venv "$VENV"
+fi
+if [[ $(cat "$VENV/.ggrs-pins" 2>/dev/null) != "${PINS[*]}" ]]; then
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PINS[@]}"
+    echo "${PINS[*]}" >"$VENV/.ggrs-pins"
+fi
+
+if [[ -z ${GGRS_BIN:-} ]]; then
+    cargo build --release -p ggrs-cli
+    export GGRS_BIN=$PWD/target/release/ggrs
+fi
+
+echo "test-python-package: pip install ./ggrs-py"
+# The pinned maturin of the venv builds it (no download per run); otherwise exactly what a user runs.
+"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./ggrs-py
+
+# From another directory, so that `import ggrs` finds the installed package, not the sources.
+cd ggrs-py/tests
+# shellcheck disable=SC2086
+"$VENV/bin/python" -m pytest -q ${PYTEST_ARGS:-} .
