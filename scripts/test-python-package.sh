@@ -32,6 +32,8 @@ if [[ -z ${GGRS_BIN:-} ]]; then
 fi
 
 echo "test-python-package: pip install ./ggrs-py"
+# The venv's bin first, as `activate` would: maturin's build backend runs the `maturin` command.
+export PATH=$VENV/bin:$PATH
 # The pinned maturin of the venv builds it (no download per run); otherwise exactly what a user runs.
 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./ggrs-py
 

@@ -24,14 +24,7 @@ from __future__ import annotations
 from . import errors
 from ._ggrs import Piece, __version__, quantize
 from ._model import Generation, Llama, Model, Perplexity, Stream
-from .errors import (
-    BadArgumentError,
-    ContextFullError,
-    FileError,
-    GgrsError,
-    ModelError,
-    OutOfMemoryError,
-)
+from .errors import *  # noqa: F403  (GgrsError and its subclasses)
 
 __all__ = [
     "Model",
@@ -44,13 +37,8 @@ __all__ = [
     "model_dir",
     "quantize",
     "errors",
-    "GgrsError",
-    "FileError",
-    "ModelError",
-    "ContextFullError",
-    "BadArgumentError",
-    "OutOfMemoryError",
     "__version__",
+    *errors.__all__,
 ]
 
 
