@@ -22,17 +22,23 @@ pub enum Message {
 }
 
 /// Starts generating after `prompt` on a worker thread that holds the session until it is
-/// done; with `stream`, every token is sent as it is made.
+/// done; with `stream`, every token is sent as it is made. Without `cache_prompt` the cache
+/// is emptied first, while the session is held (so that another thread's generation cannot
+/// slip in between).
 pub fn start_generation(
     py: Python<'_>,
     state: Arc<Mutex<State>>,
     prompt: Vec<u32>,
     params: GenerateParams,
     stream: bool,
+    cache_prompt: bool,
 ) -> PyResult<Job<Message>> {
     Job::spawn(py, move |tx, cancel| {
         let mut g = lock(&state);
         let State { session, cache } = &mut *g;
+        if !cache_prompt {
+            cache.forget(session);
+        }
         let result = cache.generate(session, &prompt, &params, |event| {
             if stream && tx.send(Message::Token(event.clone())).is_err() {
                 return ControlFlow::Break(());

@@ -325,13 +325,14 @@ impl NativeModel {
         py.detach(move || model.encode_chat(&text)).py_err(py)
     }
 
-    /// Generates after `prompt` (token ids), reusing the cached prefix. Returns the result
-    /// as a dict, or with `stream` a `TokenStream` of `Piece`s.
+    /// Generates after `prompt` (token ids), reusing the cached prefix (with `cache_prompt`;
+    /// else from an empty cache, emptied under the same lock as the generation). Returns the
+    /// result as a dict, or with `stream` a `TokenStream` of `Piece`s.
     #[pyo3(signature = (
         prompt, *, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
         repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, penalty_last_n=64,
         seed=0, stop=Vec::new(), top_logprobs=0, ignore_eos=false, logit_bias=Vec::new(),
-        stream=false
+        stream=false, cache_prompt=true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
@@ -353,6 +354,7 @@ impl NativeModel {
         ignore_eos: bool,
         logit_bias: Vec<(i64, f32)>,
         stream: bool,
+        cache_prompt: bool,
     ) -> PyResult<Py<PyAny>> {
         let n_vocab = self.n_vocab();
         let prompt = token_ids(py, &prompt, n_vocab)?;
@@ -383,7 +385,7 @@ impl NativeModel {
             .sampling
             .validate()
             .map_err(|m| bad_argument(py, m))?;
-        let job = start_generation(py, self.state.clone(), prompt, params, stream)?;
+        let job = start_generation(py, self.state.clone(), prompt, params, stream, cache_prompt)?;
         if stream {
             return Ok(Py::new(py, TokenStream::new(job))?.into_any());
         }

@@ -359,8 +359,6 @@ class Model:
             seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         if seed < 0:
             raise BadArgumentError(f"seed must be non-negative, not {seed}")
-        if not self.cache_prompt:
-            self._m.reset()
         native = self._m.generate(
             ids,
             max_tokens=max_tokens,
@@ -378,6 +376,7 @@ class Model:
             ignore_eos=ignore_eos,
             logit_bias=[(int(k), float(v)) for k, v in (logit_bias or {}).items()],
             stream=stream,
+            cache_prompt=self.cache_prompt,
         )
         if stream:
             return Stream(native)
