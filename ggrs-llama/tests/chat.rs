@@ -211,7 +211,10 @@ fn multi_turn_chat_reuses_the_cache() {
         )
         .unwrap();
     let whole2 = encode_prompt(model.tokenizer(), &text2).unwrap();
-    assert_eq!(second.prompt_tokens, whole2, "the second turn's whole prompt");
+    assert_eq!(
+        second.prompt_tokens, whole2,
+        "the second turn's whole prompt"
+    );
     let evaluated = second.prompt_tokens.len() - second.cached_tokens;
     assert!(
         second.cached_tokens >= whole1.len() && evaluated <= whole2.len() - whole1.len(),

@@ -72,7 +72,7 @@ type InitKey = (usize, [usize; 4], [usize; 4], ActivationForm);
 /// The [`InitKey`] of `t`, if it is a `mul_mat` or `mul_mat_id` with INIT (both convert
 /// `src1`'s rows into the same slots, so either may reuse the other's conversion).
 fn init_key(t: &Task) -> Option<InitKey> {
-    match (t.op, t.plan.init, t.plan.activation, t.src[1]) {
+    match (t.op, t.plan.init, t.plan.activation(), t.src[1]) {
         (Op::MulMat { .. } | Op::MulMatId, true, Some(form), Some(b)) => {
             Some((b.data as usize, b.ne, b.nb, form))
         }

@@ -36,7 +36,6 @@ use half::f16;
 use crate::dtype::DType;
 use crate::kernels::matmul::VecDotFn;
 use crate::kernels::vec::{simd_level, SimdLevel};
-use crate::kernels::RawTensor;
 use crate::quants::dispatch::{ggml_sum_order, ggml_sum_order_cols, SumOrder};
 use crate::quants::k_quants::repacked::{q2_k_gemm, q2_k_gemv, q4_k_gemm, q4_k_gemv};
 use crate::types::FromF32Fn;
@@ -76,32 +75,30 @@ fn half_at(b: &[u8], i: usize) -> f32 {
 // Choosing the dot product of a mul_mat
 // -------------------------------------------------------------------------------------------
 
-/// The dot product ggml would use for weight `a` against `n_cols` activation rows per batch
-/// (`None`: no ggml-order kernel for this type; use the generic one).
-pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
-    let rows = a.ne[1];
+/// The dot product ggml would use for weights of type `dtype` and shape `ne` against
+/// `n_cols` activation rows per batch (`None`: no ggml-order kernel for this type; use the
+/// generic one). Only `kernels::matmul::select` chooses with it.
+pub(crate) fn mul_mat_dot(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option<VecDotFn> {
+    let rows = ne[1];
+    let two_d = ne[2] == 1 && ne[3] == 1;
     // Q4_K and Q2_K weights llama.cpp repacks: the GEMV order (every column past
     // `mul_mat_gemm`'s, and every column below four).
-    if let Some((gemv, _)) = repacked_dots(a) {
+    if let Some((gemv, _)) = repacked_dots(dtype, ne) {
         return Some(gemv);
     }
     // k-quants and IQ4_XS from 8 columns on: llama.cpp's tiled matmul.
-    if ggml_sum_order_cols(a.dtype, a.ne, n_cols) == SumOrder::GgmlTiled {
-        return tiled_dot(a.dtype);
+    if ggml_sum_order_cols(dtype, ne, n_cols) == SumOrder::GgmlTiled {
+        return tiled_dot(dtype);
     }
-    match a.dtype {
+    match dtype {
         DType::Q8_0 => Some(dot_q8_0_lanes),
         // llama.cpp repacks 2-D Q4_0 weights whose row count is a multiple of 8.
-        DType::Q4_0 if rows.is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1 => {
-            Some(dot_q4_0_chain)
-        }
+        DType::Q4_0 if rows.is_multiple_of(8) && two_d => Some(dot_q4_0_chain),
         DType::Q4_0 => Some(dot_q4_0_lanes),
         DType::Q5_0 => Some(dot_q5_0_lanes),
         // IQ4_NL: repacked as Q4_0 is; otherwise tinyBLAS for prompts, the vec_dot for one
         // column.
-        DType::IQ4NL if rows.is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1 => {
-            Some(dot_iq4_nl_chain)
-        }
+        DType::IQ4NL if rows.is_multiple_of(8) && two_d => Some(dot_iq4_nl_chain),
         DType::IQ4NL if n_cols >= 2 => Some(dot_iq4_nl_lanes),
         DType::IQ4NL => Some(dot_iq4_nl_pairs),
         DType::IQ4XS => Some(dot_iq4_xs_lanes),
@@ -111,7 +108,7 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
         DType::Q6K => Some(crate::quants::k_quants::tiled::dot_q6_k_vec),
         DType::Q4_1 => Some(dot_q4_1_lanes),
         DType::Q5_1 => Some(dot_q5_1_lanes),
-        DType::F16 if f16_uses_lanes16(a, n_cols) => Some(dot_f16_lanes16),
+        DType::F16 if f16_uses_lanes16(ne, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
         // F32 weights: see `mul_mat_dot_f32` (the choice also depends on the activations'
         // layout).
@@ -124,18 +121,22 @@ pub(crate) fn mul_mat_dot(a: &RawTensor, n_cols: usize) -> Option<VecDotFn> {
 /// of leading columns of each batch that take its GEMM kernel's order, and that order's dot
 /// product. [`mul_mat_dot`] gives the GEMV order, for the other columns. `None` for other
 /// weights, or when no column takes the GEMM (fewer than four).
-pub(crate) fn mul_mat_gemm(a: &RawTensor, n_cols: usize) -> Option<(usize, VecDotFn)> {
+pub(crate) fn mul_mat_gemm(
+    dtype: DType,
+    ne: [usize; 4],
+    n_cols: usize,
+) -> Option<(usize, VecDotFn)> {
     let cols = crate::quants::k_quants::repacked::gemm_columns(n_cols);
-    let (_, gemm) = repacked_dots(a)?;
+    let (_, gemm) = repacked_dots(dtype, ne)?;
     (cols > 0).then_some((cols, gemm))
 }
 
 /// The (GEMV, GEMM) dot products of a Q4_K or Q2_K weight llama.cpp repacks.
-fn repacked_dots(a: &RawTensor) -> Option<(VecDotFn, VecDotFn)> {
-    if ggml_sum_order(a.dtype, a.ne) != SumOrder::GgmlRepacked {
+fn repacked_dots(dtype: DType, ne: [usize; 4]) -> Option<(VecDotFn, VecDotFn)> {
+    if ggml_sum_order(dtype, ne) != SumOrder::GgmlRepacked {
         return None;
     }
-    match a.dtype {
+    match dtype {
         DType::Q4K => Some((dot_q4_k_gemv, dot_q4_k_gemm)),
         DType::Q2K => Some((dot_q2_k_gemv, dot_q2_k_gemm)),
         _ => None,
@@ -161,15 +162,15 @@ fn tiled_dot(dtype: DType) -> Option<VecDotFn> {
 /// give [`mul_mat_dot`]'s bits against `n_cols` columns per batch. False only for IQ4_NL
 /// weights llama.cpp does not repack, against one column: `ggml_vec_dot_iq4_nl_q8_0`'s
 /// order, which only [`mul_mat_dot`]'s kernel keeps.
-pub(crate) fn simd_order_holds(a: &RawTensor, n_cols: usize) -> bool {
-    let repacked = a.ne[1].is_multiple_of(8) && a.ne[2] == 1 && a.ne[3] == 1;
-    !(a.dtype == DType::IQ4NL && !repacked && n_cols < 2)
+pub(crate) fn simd_order_holds(dtype: DType, ne: [usize; 4], n_cols: usize) -> bool {
+    let repacked = ne[1].is_multiple_of(8) && ne[2] == 1 && ne[3] == 1;
+    !(dtype == DType::IQ4NL && !repacked && n_cols < 2)
 }
 
-/// True when ggml multiplies the F16 weight `a` by `n_cols` columns per batch with tinyBLAS
-/// ([`dot_f16_lanes16`]'s order), false for `ggml_vec_dot_f16` ([`dot_f16_vec`]).
-pub(crate) fn f16_uses_lanes16(a: &RawTensor, n_cols: usize) -> bool {
-    n_cols >= 2 && a.ne[0].is_multiple_of(16) && a.ne[1].is_multiple_of(4)
+/// True when ggml multiplies an F16 weight of shape `ne` by `n_cols` columns per batch with
+/// tinyBLAS ([`dot_f16_lanes16`]'s order), false for `ggml_vec_dot_f16` ([`dot_f16_vec`]).
+pub(crate) fn f16_uses_lanes16(ne: [usize; 4], n_cols: usize) -> bool {
+    n_cols >= 2 && ne[0].is_multiple_of(16) && ne[1].is_multiple_of(4)
 }
 
 /// The runtime quantizer of activations for `vdt`, when it differs from the type's
@@ -584,22 +585,20 @@ fn dot_iq4_xs_lanes_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
-/// The dot product ggml uses for an F32 weight `a` against `n_cols` activation columns per
-/// batch, `b_contiguous` telling whether the activations are one contiguous block
-/// (`ggml_is_contiguous`): llamafile's tinyBLAS ([`dot_f32_lanes16`]) when it takes the
-/// product (at least two columns, contiguous activations, `k` a multiple of its 16 lanes),
-/// else `ggml_vec_dot_f32` ([`dot_f32_vec`]). `None` for other weight types.
+/// The dot product ggml uses for an F32 weight of shape `ne` against `n_cols` activation
+/// columns per batch, `b_contiguous` telling whether the activations are one contiguous
+/// block (`ggml_is_contiguous`): llamafile's tinyBLAS ([`dot_f32_lanes16`]) when it takes
+/// the product (at least two columns, contiguous activations, `k` a multiple of its 16
+/// lanes), else `ggml_vec_dot_f32` ([`dot_f32_vec`]).
 pub(crate) fn mul_mat_dot_f32(
-    a: &RawTensor,
+    ne: [usize; 4],
     n_cols: usize,
     b_contiguous: bool,
 ) -> Option<VecDotFn> {
-    match a.dtype {
-        DType::F32 if n_cols >= 2 && b_contiguous && a.ne[0].is_multiple_of(16) => {
-            Some(dot_f32_lanes16)
-        }
-        DType::F32 => Some(dot_f32_vec),
-        _ => None,
+    if n_cols >= 2 && b_contiguous && ne[0].is_multiple_of(16) {
+        Some(dot_f32_lanes16)
+    } else {
+        Some(dot_f32_vec)
     }
 }
 

@@ -80,23 +80,6 @@ impl RawTensor {
         i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]
     }
 
-    /// True when the elements are one dense block in order (ggml's `ggml_is_contiguous`:
-    /// axes of one element are ignored).
-    pub fn is_contiguous(&self) -> bool {
-        let mut next = self.dtype.type_size();
-        for i in 0..4 {
-            if self.ne[i] != 1 && self.nb[i] != next {
-                return false;
-            }
-            next = if i == 0 {
-                self.dtype.row_size(self.ne[0])
-            } else {
-                next * self.ne[i]
-            };
-        }
-        true
-    }
-
     /// True when row elements are adjacent.
     #[inline]
     pub fn dense_rows(&self) -> bool {
@@ -230,12 +213,18 @@ pub struct TaskPlan {
     pub tiles: (usize, usize),
     /// Threads the plan is for (0 in plans made outside `plan`).
     pub n_threads: usize,
-    /// For a `mul_mat` with INIT: what INIT writes into the shared work buffer
-    /// ([`matmul::ActivationForm`]). Two nodes share one conversion only when these are equal.
-    pub(crate) activation: Option<matmul::ActivationForm>,
+    /// For a `mul_mat` (or `mul_mat_id`): the kernel its plan chose and the activation form
+    /// its INIT writes ([`matmul::select`]).
+    pub(crate) matmul: Option<matmul::select::MatMulKernel>,
 }
 
 impl TaskPlan {
+    /// For a `mul_mat` with INIT: what INIT writes into the shared work buffer. Two nodes
+    /// share one conversion only when these are equal.
+    pub(crate) fn activation(&self) -> Option<matmul::ActivationForm> {
+        self.matmul.and_then(|k| k.activation)
+    }
+
     /// True for nodes that move no data (views).
     pub fn is_noop(&self) -> bool {
         self.n_chunks == 0

@@ -1,31 +1,34 @@
 //! `mul_mat`: `dst[i, j] = Σ_k a[k, i] · b[k, j]`, a broadcast over axes 2 and 3.
 //!
-//! INIT converts every row of `b` (f32, any strides) to the weight type's `vec_dot_type`
-//! into the shared work buffer, rows split across threads (skipped when `b` already is dense
-//! f32 and the weight pairs with f32). COMPUTE splits the output into tiles of weight rows ×
-//! activation columns per batch; each output element is one dot product computed by one
-//! thread, so results do not depend on the thread count.
-//!
-//! Four paths, all in ggml's x86 summation order where llama.cpp's bits are the contract
-//! (see `kernels::ggml_arith`):
-//! - Q4_0 / Q8_0 weights on AVX-512 VNNI or AVX2 with at least 16 rows: the panel path ([`panels`]):
-//!   chunks of whole 16-row panels against every column, each panel repacked once into
-//!   one-row-per-lane vectors (`quants::simd::panel`), INIT also writing each activation
-//!   block's `vpdpbusd` corrections after the converted rows;
+//! Planning picks the node's kernel and the form of its converted activations together, in
+//! one place ([`select`]: the table of which kernel runs for which weight type, shape, column
+//! count and CPU). INIT converts every row of `b` (f32, any strides) into that form in the
+//! shared work buffer, rows split across threads (skipped when `b` already is dense f32 and
+//! the weight pairs with f32). COMPUTE splits the output into chunks of weight rows ×
+//! activation columns per batch and runs the planned kernel on them; each output element is
+//! one dot product computed by one thread in a fixed order, so results do not depend on the
+//! thread count. The kernels keep ggml's x86 summation orders where llama.cpp's bits are the
+//! contract (see `kernels::ggml_arith`):
+//! - panels ([`panels`]): chunks of whole 16-row panels against every column, each panel
+//!   repacked once into one-row-per-lane vectors (`quants::simd::panel`), or read from a copy
+//!   packed at load ([`PackedWeight`]), INIT also writing each activation block's side data;
 //! - F16 weights on AVX-512, prompts: chunks of ~64 rows against every column, sixteen
-//!   columns at a time widened to f32 in the scratch, 4 × 4 register tiles (tinyBLAS's
-//!   order; one column keeps `ggml_vec_dot_f16`'s one-row kernel);
+//!   columns at a time widened to f32 in INIT, 4 × 4 register tiles (tinyBLAS's order);
 //! - k-quant and IQ4_XS weights against 8 columns or more (ggml's tiled order) on AVX2:
 //!   panels of up to 16 rows × 16 columns, each weight block decoded once per panel
 //!   (`quants::simd::tiled_avx2`);
-//! - everything else: 16 × 16 tiles of the dot-product kernels (4 × 4, 4 × 1, 1 × 4 forms).
+//! - everything else: 4 × 4, 4 × 1 and 1 × 4 tiles of a dot-product build, or one element
+//!   at a time.
 
 use half::{bf16, f16};
+
+pub(crate) mod select;
 
 use crate::dtype::DType;
 use crate::kernels::{split_range, vec, RawTensor, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 use crate::types::traits;
+pub(crate) use select::ActivationForm;
 
 /// A dot product of `n` values: a row of the weight type against a row of its
 /// `vec_dot_type`, both as bytes.
@@ -81,10 +84,6 @@ pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
     }
 }
 
-fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
-    !(traits(a).vec_dot_type == DType::F32 && b.rows_contiguous())
-}
-
 /// Rows of `dst` (weight rows) and columns (activation rows) per tile at most.
 const TILE: usize = 16;
 
@@ -119,56 +118,9 @@ fn grid(n: usize, m: usize, batches: usize, nth: usize) -> (usize, usize) {
     (nrb, ncb)
 }
 
-/// What a `mul_mat`'s INIT writes into the shared work buffer for COMPUTE to read: the
-/// activation rows converted to the weight type's vec-dot type, and the side data the chosen
-/// kernel needs after them.
-///
-/// [`plan`] decides it once per node, from the kernel that node will run; INIT writes it,
-/// COMPUTE reads it, and the executor's scheduler lets a node reuse another node's conversion
-/// only when both plans name the same form. Weights that read one input (Q, K and V of a
-/// layer; gate and up) may have different types in one file, hence different kernels that
-/// need different forms: a Q8_0 panel kernel reading rows a Q5_0 node converted would find no
-/// side data after them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ActivationForm {
-    /// Rows of this type (the weight type's vec-dot type), nothing after them.
-    Rows(DType),
-    /// F16 rows, then the same rows widened back to f32 ([`f16_widens`]).
-    F16Widened,
-    /// Rows of the panel kernel's activation type (Q8_0 or Q8_1), then every block's side
-    /// data for that kernel, if it has any ([`panels`]).
-    #[cfg(target_arch = "x86_64")]
-    Panel(crate::quants::dispatch::panel::Kind),
-}
-
-impl ActivationForm {
-    /// The type the activation rows are converted to.
-    pub(crate) fn rows(self) -> DType {
-        match self {
-            ActivationForm::Rows(t) => t,
-            ActivationForm::F16Widened => DType::F16,
-            #[cfg(target_arch = "x86_64")]
-            ActivationForm::Panel(kind) => kind.activation(),
-        }
-    }
-}
-
-/// The column count whose arithmetic a `mul_mat` with `n_cols` columns per batch takes: 1
-/// for a per-column product ([`crate::Context::set_per_column_products`]), else `n_cols`.
-fn arith_cols(per_column: bool, n_cols: usize) -> usize {
-    if per_column {
-        1
-    } else {
-        n_cols
-    }
-}
-
-/// The arithmetic column count of a planned `mul_mat` task (see [`arith_cols`]).
-fn task_arith_cols(task: &Task) -> usize {
-    let per_column = matches!(task.op, crate::op::Op::MulMat { per_column: true });
-    arith_cols(per_column, task.s1().ne[1])
-}
-
+/// Plans a `mul_mat` (`a`: weights, `b`: activations, `dst`: the result) on `nth` threads:
+/// its kernel and activation form ([`select::select`]), then the chunks and work buffers
+/// that kernel needs.
 pub(crate) fn plan(
     a: &TensorMeta,
     b: &TensorMeta,
@@ -176,13 +128,14 @@ pub(crate) fn plan(
     nth: usize,
     per_column: bool,
 ) -> TaskPlan {
-    let cols = arith_cols(per_column, b.ne[1]);
+    let cols = select::arith_cols(per_column, b.ne[1]);
+    let kernel = select::select(a, b, cols);
     #[cfg(target_arch = "x86_64")]
-    if let Some(kind) = panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
-        return panels::plan(kind, a, b, dst, nth);
+    if let select::Compute::Panel { kind, .. } = kernel.compute {
+        return panels::plan(kind, kernel, a, b, dst, nth);
     }
     let k = a.ne[0];
-    let conv = needs_conversion(a.dtype, b);
+    let conv = kernel.activation.is_some();
     let vdt = traits(a.dtype).vec_dot_type;
     let batches = dst.ne[2] * dst.ne[3];
     let (nrb, ncb) = if a.dtype == DType::F16 && dst.ne[1] >= 2 {
@@ -201,16 +154,11 @@ pub(crate) fn plan(
     } else {
         grid(dst.ne[0], dst.ne[1], batches, nth)
     };
-    let widened = if conv && f16_widens(a.dtype, a.ne, cols) {
+    let widened = if kernel.activation == Some(ActivationForm::F16Widened) {
         4 * k * b.nrows()
     } else {
         0
     };
-    let activation = conv.then_some(if widened > 0 {
-        ActivationForm::F16Widened
-    } else {
-        ActivationForm::Rows(vdt)
-    });
     TaskPlan {
         n_chunks: (batches * nrb * ncb).max(1),
         init: conv,
@@ -223,20 +171,8 @@ pub(crate) fn plan(
         scratch_f32: if conv { k + 16 } else { 0 },
         tiles: (nrb, ncb),
         n_threads: nth,
-        activation,
+        matmul: Some(kernel),
     }
-}
-
-/// Whether an F16 `mul_mat` of weight shape `ne` and `m` columns takes the prompt tiles
-/// (AVX-512, `f16_lanes16` order) with its activation rows widened back to f32 once, in
-/// INIT, after the f16 rows in the shared buffer: every chunk then reads the columns as f32
-/// instead of widening them again.
-fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
-    dtype == DType::F16
-        && m >= 2
-        && ne[0].is_multiple_of(16)
-        && ne[1].is_multiple_of(4)
-        && crate::kernels::ggml_arith::f16_tiles()
 }
 
 /// The widened f32 activation rows of an F16 `mul_mat` planned with them ([`f16_widens`]):
@@ -244,7 +180,7 @@ fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
 /// made room for them.
 fn widened_offset(task: &Task) -> Option<usize> {
     let (a, b) = (task.s0(), task.s1());
-    (task.plan.activation == Some(ActivationForm::F16Widened))
+    (task.plan.activation() == Some(ActivationForm::F16Widened))
         .then(|| DType::F16.row_size(a.ne[0]) * b.nrows())
 }
 
@@ -255,17 +191,12 @@ fn widened_offset(task: &Task) -> Option<usize> {
 pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) {
     let (a, b) = (task.s0(), task.s1());
     // The form the plan chose (every plan with INIT names one).
-    let vdt = task
+    let form = task
         .plan
-        .activation
-        .map_or(traits(a.dtype).vec_dot_type, |f| f.rows());
-    // Q8_0 activations: ggml's run-time (x86) quantizer, so codes match llama.cpp's (see
-    // `ggml_arith`). Other block types: the fastest quantizer, whose bytes are the
-    // reference quantizer's.
-    let from = crate::kernels::ggml_arith::activation_quantizer(vdt)
-        .or_else(|| crate::quants::dispatch::activation_quantizer(vdt))
-        .or(traits(vdt).from_f32)
-        .expect("supports() checked the vec-dot type converts from f32");
+        .activation()
+        .expect("a mul_mat plan with INIT names its activation form");
+    let vdt = form.rows();
+    let from = form.quantizer();
     let rs = vdt.row_size(a.ne[0]);
     #[cfg(target_arch = "x86_64")]
     let panel = panels::planned(task);
@@ -329,177 +260,300 @@ pub(crate) unsafe fn compute(task: &Task, chunk: usize, n_chunks: usize, work: &
     };
 }
 
-/// Output rows `rows` × columns `cols` of batch `(i2, i3)`, with the dot-product kernels.
+/// Output rows `rows` × columns `cols` of batch `(i2, i3)`, with the kernel the plan names
+/// (for a panel plan: its kernel of the rows below a whole panel).
 ///
 /// # Safety
 /// As [`compute`]; no other chunk writes these elements.
 unsafe fn tile(
     task: &Task,
     work: &mut Work,
-    (i2, i3): (usize, usize),
+    batch: (usize, usize),
     rows: std::ops::Range<usize>,
     cols: std::ops::Range<usize>,
 ) {
-    let (a, b, d) = (task.s0(), task.s1(), &task.dst);
-    let k = a.ne[0];
-    let m = d.ne[1];
-    // Broadcast: weight batch for output batch (i2, i3), as ggml maps it.
-    let (a2, a3) = (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3]));
-    let dot = vec_dot(a.dtype).expect("supports() checked");
-    let conv = task.plan.init;
-    let vdt = traits(a.dtype).vec_dot_type;
-    let rs_b = vdt.row_size(k);
-    let rs_a = a.dtype.row_size(k);
-    let shared = work.shared;
-    let b_row = |j: usize| -> &[u8] {
+    let kernel = task
+        .plan
+        .matmul
+        .expect("a mul_mat task carries the kernel its plan chose");
+    let view = Operands::new(task, work, batch);
+    match kernel.compute {
+        #[cfg(target_arch = "x86_64")]
+        select::Compute::Panel { rest, .. } => view.elements(rest, rows, cols),
+        #[cfg(target_arch = "x86_64")]
+        select::Compute::F16Tiles { rest } => match widened_offset(task) {
+            Some(off) => view.f16_tiles(off, rest, rows, cols),
+            // (A plan without the widened rows names no F16Tiles; kept total.)
+            None => view.elements(rest, rows, cols),
+        },
+        #[cfg(target_arch = "x86_64")]
+        select::Compute::TiledPanel(panel) => view.tiled_panel(panel, rows, cols),
+        select::Compute::Element(e) => view.elements(e, rows, cols),
+    }
+}
+
+/// The operands of one batch of a `mul_mat` task, as the kernels read them: weight rows,
+/// converted (or in-place f32) activation rows, output elements.
+struct Operands<'t> {
+    task: &'t Task,
+    shared: *mut u8,
+    /// The output batch `(i2, i3)`.
+    batch: (usize, usize),
+    /// The weight batch of that output batch (ggml's broadcast rule).
+    a_batch: (usize, usize),
+    /// Bytes of a weight row and of an activation row.
+    rs_a: usize,
+    rs_b: usize,
+}
+
+impl<'t> Operands<'t> {
+    fn new(task: &'t Task, work: &mut Work, (i2, i3): (usize, usize)) -> Self {
+        let (a, b) = (task.s0(), task.s1());
+        let k = a.ne[0];
+        let rs_b = match task.plan.activation() {
+            Some(form) => form.rows().row_size(k),
+            None => DType::F32.row_size(k),
+        };
+        Operands {
+            task,
+            shared: work.shared,
+            batch: (i2, i3),
+            a_batch: (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3])),
+            rs_a: a.dtype.row_size(k),
+            rs_b,
+        }
+    }
+
+    fn k(&self) -> usize {
+        self.task.s0().ne[0]
+    }
+
+    /// Weight row `i` of this batch.
+    fn a_row(&self, i: usize) -> &'t [u8] {
+        let a = self.task.s0();
+        let (a2, a3) = self.a_batch;
+        // SAFETY: i < a.ne[1] (callers pass rows of dst, which has a's row count) and
+        // (a2, a3) within a's outer shape (ggml's broadcast rule, checked by the builder).
+        unsafe { std::slice::from_raw_parts(a.row_ptr(i, a2, a3) as *const u8, self.rs_a) }
+    }
+
+    /// Activation column `j` of this batch: with INIT, row (j, i2, i3) of the shared buffer;
+    /// without, b's dense f32 row.
+    fn b_row(&self, j: usize) -> &'t [u8] {
+        let (b, d) = (self.task.s1(), &self.task.dst);
+        let (i2, i3) = self.batch;
         // SAFETY: j < m; with conversion, row (j, i2, i3) is slot r of the shared buffer,
         // written in INIT; without, b is dense f32 and the row lies in its span.
         unsafe {
-            if conv {
-                let r = j + m * (i2 + d.ne[2] * i3);
-                std::slice::from_raw_parts(shared.add(r * rs_b), rs_b)
+            if self.task.plan.init {
+                let r = j + d.ne[1] * (i2 + d.ne[2] * i3);
+                std::slice::from_raw_parts(self.shared.add(r * self.rs_b), self.rs_b)
             } else {
-                std::slice::from_raw_parts(b.row_ptr(j, i2, i3), rs_b)
+                std::slice::from_raw_parts(b.row_ptr(j, i2, i3), self.rs_b)
             }
-        }
-    };
-    // Block types: 4 × 4 tiles of weight rows × activation columns (each weight block
-    // decoded once per four columns, each activation block loaded once per four rows), then
-    // 4 × 1 and 1 × 4 tiles for what is left (four independent dot products in flight). The
-    // tile kernels give every element the bits of the one-element kernel of the same build,
-    // so results do not depend on the tiling (or on the thread count).
-    let tiles = if a.dtype.is_quantized() {
-        crate::quants::dispatch::active_variant(a.dtype)
-    } else {
-        None
-    };
-    let dot = tiles.map_or(dot, |v| v.dot);
-    // Weight types whose results must match llama.cpp's bit for bit (Q8_0, Q4_0, Q4_1, Q5_1,
-    // IQ4_NL, IQ4_XS, F16, F32, and the k-quants from 8 columns on) use ggml's x86 summation order
-    // (see `kernels::ggml_arith`): the SIMD tile kernels that keep it
-    // (`quants::dispatch::SumOrder`), else ggml_arith's, one element at a time.
-    // The column count whose arithmetic every column takes (1 for per-column products).
-    let arith = task_arith_cols(task);
-    let ggml_dot = match a.dtype {
-        DType::F32 => crate::kernels::ggml_arith::mul_mat_dot_f32(a, arith, b.is_contiguous()),
-        _ => crate::kernels::ggml_arith::mul_mat_dot(a, arith),
-    };
-    let (dot, tiles) = match ggml_dot {
-        Some(g) => {
-            let order = crate::quants::dispatch::ggml_sum_order_cols(a.dtype, a.ne, arith);
-            let simd = crate::kernels::ggml_arith::simd_order_holds(a, arith)
-                .then(|| crate::quants::dispatch::active_variant_in(a.dtype, order))
-                .flatten();
-            match simd {
-                Some(v) if a.dtype.is_quantized() => (v.dot, Some(v)),
-                _ => (g, None),
-            }
-        }
-        None => (dot, tiles),
-    };
-    // Q4_K / Q2_K weights llama.cpp repacks: its GEMM order for the first columns of each
-    // batch, the GEMV order (`dot`) for the rest; one element at a time.
-    let gemm = crate::kernels::ggml_arith::mul_mat_gemm(a, arith);
-    let tiles = if gemm.is_some() { None } else { tiles };
-    let dot_at = |j: usize| -> VecDotFn {
-        match gemm {
-            Some((cols, g)) if j < cols => g,
-            _ => dot,
-        }
-    };
-    let a_row = |i: usize| -> &[u8] {
-        // SAFETY: i < a.ne[1] and (a2, a3) within a's outer shape (ggml's broadcast rule,
-        // checked by the builder).
-        unsafe { std::slice::from_raw_parts(a.row_ptr(i, a2, a3) as *const u8, rs_a) }
-    };
-    // Output element (i, j) of this batch; the callers write only elements of this chunk's
-    // tile, which no other chunk touches.
-    let out = |i: usize, j: usize| -> *mut f32 {
-        // SAFETY: i < n and j < m: the offset lies inside dst.
-        unsafe { d.data.add(d.offset(i, j, i2, i3)) as *mut f32 }
-    };
-    // F16 weights on AVX-512, prompts (tinyBLAS's order): tiles of four rows, each
-    // conversion shared. One column (`ggml_vec_dot_f16`'s order) stays on the one-row
-    // kernel below: the weights stream sequentially, which the hardware prefetchers follow
-    // best (measured: four rows in flight read at less than half the bandwidth of one).
-    #[cfg(target_arch = "x86_64")]
-    if a.dtype == DType::F16
-        && crate::kernels::ggml_arith::f16_tiles()
-        && crate::kernels::ggml_arith::f16_uses_lanes16(a, arith)
-    {
-        // Prompts: the chunk's columns sixteen at a time, as f32 (widened once in INIT),
-        // against all the chunk's rows (which stay in cache), four by four. (A plan made
-        // without the widened rows, as when the F16 tiles were switched off meanwhile: the
-        // one-element kernel below, same bits.)
-        if let Some(off) = widened_offset(task) {
-            use crate::kernels::ggml_arith::f16_lanes16_tile_f32;
-            // SAFETY: INIT wrote b.nrows() widened rows of k f32 at `off` (4-byte aligned:
-            // the shared buffer is 64-byte aligned and `off` is a multiple of 32 bytes, k
-            // being a multiple of 16); nothing writes them during COMPUTE.
-            let wide =
-                unsafe { std::slice::from_raw_parts(shared.add(off) as *const f32, b.nrows() * k) };
-            // Row (j, i2, i3) is slot j + m·(i2 + ne2·i3), as the f16 rows.
-            let slot0 = m * (i2 + d.ne[2] * i3);
-            let wr = |j: usize| &wide[(slot0 + j) * k..(slot0 + j + 1) * k];
-            for cb in cols.clone().step_by(TILE) {
-                let cblk = cb..(cb + TILE).min(cols.end);
-                let mut i = rows.start;
-                while i + 4 <= rows.end {
-                    let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
-                    let put = |j: usize, col: [f32; 4]| {
-                        for (r, &val) in col.iter().enumerate() {
-                            // SAFETY: an element of this chunk's tile (see `out`).
-                            unsafe { *out(i + r, j) = val };
-                        }
-                    };
-                    let mut j = cb;
-                    while j + 4 <= cblk.end {
-                        let t = f16_lanes16_tile_f32::<4, 4>(
-                            k,
-                            ar,
-                            [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)],
-                        );
-                        for c in 0..4 {
-                            put(j + c, t.map(|row| row[c]));
-                        }
-                        j += 4;
-                    }
-                    for j in j..cblk.end {
-                        let t = f16_lanes16_tile_f32::<4, 1>(k, ar, [wr(j)]);
-                        put(j, t.map(|row| row[0]));
-                    }
-                    i += 4;
-                }
-                for i in i..rows.end {
-                    for j in cblk.clone() {
-                        // SAFETY: an element of this chunk's tile (see `out`).
-                        unsafe { *out(i, j) = dot(k, a_row(i), b_row(j)) };
-                    }
-                }
-            }
-            return;
         }
     }
-    // K-quants in ggml's tiled order (from 8 columns on, AVX2): panels of up to 16 rows ×
-    // 16 columns, each weight block decoded once per panel (`quants::simd::tiled_avx2`),
-    // with `dot_tiled`'s bits for every element.
+
+    /// Writes output element (i, j) of this batch.
+    ///
+    /// # Safety
+    /// i < n, j < m, and the element belongs to the calling chunk (no other chunk writes it).
+    unsafe fn put(&self, i: usize, j: usize, v: f32) {
+        let d = &self.task.dst;
+        let (i2, i3) = self.batch;
+        // SAFETY: the caller's guarantee: the offset lies inside dst, the element is ours.
+        unsafe { *(d.data.add(d.offset(i, j, i2, i3)) as *mut f32) = v };
+    }
+
+    /// Rows × columns with a one-element kernel, in tiles where it has them. The tile
+    /// kernels give every element the bits of the one-element kernel of the same build, so
+    /// results do not depend on the tiling (or on the thread count).
+    ///
+    /// # Safety
+    /// As [`tile`].
+    unsafe fn elements(
+        &self,
+        e: select::Element,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) {
+        let k = self.k();
+        let (dot, tiles, gemm) = match e {
+            select::Element::Tiles(v) => (v.dot, Some(v), None),
+            select::Element::Dot(d) => (d, None, None),
+            select::Element::Repacked {
+                gemm_cols,
+                gemm,
+                gemv,
+            } => (gemv, None, Some((gemm_cols, gemm))),
+        };
+        // Q4_K / Q2_K weights llama.cpp repacks: its GEMM order for the first columns of
+        // each batch, the GEMV order for the rest.
+        let dot_at = |j: usize| -> VecDotFn {
+            match gemm {
+                Some((n, g)) if j < n => g,
+                _ => dot,
+            }
+        };
+        let mut i = rows.start;
+        if let Some(v) = tiles {
+            // 4 × 4 tiles of weight rows × activation columns (each weight block decoded
+            // once per four columns, each activation block loaded once per four rows), then
+            // 4 × 1 for the columns left.
+            while i + 4 <= rows.end {
+                let ar = [
+                    self.a_row(i),
+                    self.a_row(i + 1),
+                    self.a_row(i + 2),
+                    self.a_row(i + 3),
+                ];
+                let mut j = cols.start;
+                while j + 4 <= cols.end {
+                    let bc = [
+                        self.b_row(j),
+                        self.b_row(j + 1),
+                        self.b_row(j + 2),
+                        self.b_row(j + 3),
+                    ];
+                    let t = (v.tile)(k, ar, bc);
+                    for (r, row) in t.iter().enumerate() {
+                        for (c, &val) in row.iter().enumerate() {
+                            // SAFETY: an element of this chunk's tile.
+                            unsafe { self.put(i + r, j + c, val) };
+                        }
+                    }
+                    j += 4;
+                }
+                for j in j..cols.end {
+                    let r = (v.rows4)(k, ar, self.b_row(j));
+                    for (t, &val) in r.iter().enumerate() {
+                        // SAFETY: an element of this chunk's tile.
+                        unsafe { self.put(i + t, j, val) };
+                    }
+                }
+                i += 4;
+            }
+        }
+        for i in i..rows.end {
+            let arow = self.a_row(i);
+            let mut j = cols.start;
+            if let Some(v) = tiles {
+                while j + 4 <= cols.end {
+                    let bc = [
+                        self.b_row(j),
+                        self.b_row(j + 1),
+                        self.b_row(j + 2),
+                        self.b_row(j + 3),
+                    ];
+                    let r = (v.dot4)(k, arow, bc);
+                    for (t, &val) in r.iter().enumerate() {
+                        // SAFETY: an element of this chunk's tile.
+                        unsafe { self.put(i, j + t, val) };
+                    }
+                    j += 4;
+                }
+            }
+            for j in j..cols.end {
+                // SAFETY: an element of this chunk's tile.
+                unsafe { self.put(i, j, dot_at(j)(k, arow, self.b_row(j))) };
+            }
+        }
+    }
+
+    /// F16 weights on AVX-512, prompts (tinyBLAS's order): the chunk's columns sixteen at a
+    /// time, as f32 (widened once in INIT, at byte `off` of the shared buffer), against all
+    /// the chunk's rows (which stay in cache), four by four; `rest` for the rows past a
+    /// multiple of four.
+    ///
+    /// # Safety
+    /// As [`tile`]; the plan made room for the widened rows and INIT wrote them.
     #[cfg(target_arch = "x86_64")]
-    if let Some(panel) = crate::quants::dispatch::tiled_panel(a.dtype, a.ne, arith) {
+    unsafe fn f16_tiles(
+        &self,
+        off: usize,
+        rest: select::Element,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) {
+        use crate::kernels::ggml_arith::f16_lanes16_tile_f32;
+        let (b, d) = (self.task.s1(), &self.task.dst);
+        let (k, m) = (self.k(), d.ne[1]);
+        let (i2, i3) = self.batch;
+        // SAFETY: INIT wrote b.nrows() widened rows of k f32 at `off` (4-byte aligned: the
+        // shared buffer is 64-byte aligned and `off` is a multiple of 32 bytes, k being a
+        // multiple of 16); nothing writes them during COMPUTE.
+        let wide = unsafe {
+            std::slice::from_raw_parts(self.shared.add(off) as *const f32, b.nrows() * k)
+        };
+        // Row (j, i2, i3) is slot j + m·(i2 + ne2·i3), as the f16 rows.
+        let slot0 = m * (i2 + d.ne[2] * i3);
+        let wr = |j: usize| &wide[(slot0 + j) * k..(slot0 + j + 1) * k];
+        let full = rows.start + (rows.len() / 4) * 4;
+        for cb in cols.clone().step_by(TILE) {
+            let cblk = cb..(cb + TILE).min(cols.end);
+            for i in (rows.start..full).step_by(4) {
+                let ar = [
+                    self.a_row(i),
+                    self.a_row(i + 1),
+                    self.a_row(i + 2),
+                    self.a_row(i + 3),
+                ];
+                let put = |j: usize, col: [f32; 4]| {
+                    for (r, &val) in col.iter().enumerate() {
+                        // SAFETY: an element of this chunk's tile.
+                        unsafe { self.put(i + r, j, val) };
+                    }
+                };
+                let mut j = cb;
+                while j + 4 <= cblk.end {
+                    let t = f16_lanes16_tile_f32::<4, 4>(
+                        k,
+                        ar,
+                        [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)],
+                    );
+                    for c in 0..4 {
+                        put(j + c, t.map(|row| row[c]));
+                    }
+                    j += 4;
+                }
+                for j in j..cblk.end {
+                    let t = f16_lanes16_tile_f32::<4, 1>(k, ar, [wr(j)]);
+                    put(j, t.map(|row| row[0]));
+                }
+            }
+        }
+        // SAFETY: the rows past the last four, this chunk's.
+        unsafe { self.elements(rest, full..rows.end, cols) };
+    }
+
+    /// K-quants in ggml's tiled order (from 8 columns on, AVX2): panels of up to 16 rows ×
+    /// 16 columns, each weight block decoded once per panel (`quants::simd::tiled_avx2`),
+    /// with `dot_tiled`'s bits for every element.
+    ///
+    /// # Safety
+    /// As [`tile`]; `panel` came from `dispatch::tiled_panel` for this weight.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn tiled_panel(
+        &self,
+        panel: crate::quants::dispatch::TiledPanelFn,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) {
         use crate::quants::dispatch::TILED_PANEL_COLS as PC;
         const PR: usize = 16;
-        let nb = k / crate::quants::QK_K;
+        let nb = self.k() / crate::quants::QK_K;
         let mut buf = [0f32; PR * PC];
         for cb in cols.clone().step_by(PC) {
             let ce = (cb + PC).min(cols.end);
             let mut ys = [std::ptr::null::<u8>(); PC];
             for (p, j) in ys.iter_mut().zip(cb..ce) {
-                *p = b_row(j).as_ptr();
+                *p = self.b_row(j).as_ptr();
             }
             for rb in rows.clone().step_by(PR) {
                 let re = (rb + PR).min(rows.end);
                 let mut xs = [std::ptr::null::<u8>(); PR];
                 for (p, i) in xs.iter_mut().zip(rb..re) {
-                    *p = a_row(i).as_ptr();
+                    *p = self.a_row(i).as_ptr();
                 }
                 // SAFETY: `tiled_panel` hands the kernel out only when the CPU has AVX2, FMA
                 // and F16C; each weight row holds k / 256 blocks of its type and each
@@ -508,59 +562,11 @@ unsafe fn tile(
                 unsafe { panel(nb, &xs[..re - rb], &ys[..ce - cb], &mut buf) };
                 for i in rb..re {
                     for j in cb..ce {
-                        // SAFETY: an element of this chunk's tile (see `out`).
-                        unsafe { *out(i, j) = buf[(i - rb) * PC + (j - cb)] };
+                        // SAFETY: an element of this chunk's tile.
+                        unsafe { self.put(i, j, buf[(i - rb) * PC + (j - cb)]) };
                     }
                 }
             }
-        }
-        return;
-    }
-    let mut i = rows.start;
-    if let Some(v) = tiles {
-        while i + 4 <= rows.end {
-            let ar = [a_row(i), a_row(i + 1), a_row(i + 2), a_row(i + 3)];
-            let mut j = cols.start;
-            while j + 4 <= cols.end {
-                let t = (v.tile)(k, ar, [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)]);
-                for (r, row) in t.iter().enumerate() {
-                    for (c, &val) in row.iter().enumerate() {
-                        // SAFETY: an element of this chunk's tile (see `out`).
-                        unsafe { *out(i + r, j + c) = val };
-                    }
-                }
-                j += 4;
-            }
-            for j in j..cols.end {
-                let r = (v.rows4)(k, ar, b_row(j));
-                for (t, &val) in r.iter().enumerate() {
-                    // SAFETY: an element of this chunk's tile (see `out`).
-                    unsafe { *out(i + t, j) = val };
-                }
-            }
-            i += 4;
-        }
-    }
-    for i in i..rows.end {
-        let arow = a_row(i);
-        let mut j = cols.start;
-        if let Some(v) = tiles {
-            while j + 4 <= cols.end {
-                let r = (v.dot4)(
-                    k,
-                    arow,
-                    [b_row(j), b_row(j + 1), b_row(j + 2), b_row(j + 3)],
-                );
-                for (t, &val) in r.iter().enumerate() {
-                    // SAFETY: an element of this chunk's tile (see `out`).
-                    unsafe { *out(i, j + t) = val };
-                }
-                j += 4;
-            }
-        }
-        for j in j..cols.end {
-            // SAFETY: an element of this chunk's tile (see `out`).
-            unsafe { *out(i, j) = dot_at(j)(k, arow, b_row(j)) };
         }
     }
 }
@@ -574,6 +580,11 @@ pub(crate) fn plan_id(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usi
     let vdt = traits(a.dtype).vec_dot_type;
     let n_mat = a.ne[2].max(1);
     let nrb = (nth * 4).div_ceil(n_mat).min(a.ne[1].div_ceil(TILE)).max(1);
+    // Each column is a one-column product by one matrix of `a`, as a 2-D tensor.
+    let mat = TensorMeta {
+        ne: [k, a.ne[1], 1, 1],
+        ..a.clone()
+    };
     TaskPlan {
         n_chunks: n_mat * nrb,
         init: true,
@@ -582,7 +593,7 @@ pub(crate) fn plan_id(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usi
         scratch_f32: k + 16,
         tiles: (nrb, 1),
         n_threads: nth,
-        activation: Some(ActivationForm::Rows(vdt)),
+        matmul: Some(select::select_id(&mat, b)),
     }
 }
 
@@ -610,7 +621,7 @@ pub(crate) unsafe fn compute_id(
     let k = a.ne[0];
     let vdt = task
         .plan
-        .activation
+        .activation()
         .map_or(traits(a.dtype).vec_dot_type, |f| f.rows());
     let rs = vdt.row_size(k);
     let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
@@ -660,7 +671,7 @@ pub(crate) unsafe fn compute_id(
                     init: true,
                     tiles: (1, 1),
                     n_threads: 1,
-                    activation: task.plan.activation,
+                    matmul: task.plan.matmul,
                     ..TaskPlan::default()
                 },
                 packed: std::ptr::null(),
@@ -1082,8 +1093,8 @@ mod panels {
     /// The panel kernel of a node planned by [`plan`] (its activation form names it), so
     /// that INIT and COMPUTE follow the plan even if a switch changed since.
     pub(super) fn planned(task: &Task) -> Option<Kind> {
-        match task.plan.activation {
-            Some(ActivationForm::Panel(kind)) => Some(kind),
+        match task.plan.matmul?.compute {
+            select::Compute::Panel { kind, .. } => Some(kind),
             _ => None,
         }
     }
@@ -1108,6 +1119,7 @@ mod panels {
 
     pub(super) fn plan(
         kind: Kind,
+        kernel: select::MatMulKernel,
         a: &TensorMeta,
         b: &TensorMeta,
         dst: &TensorMeta,
@@ -1131,7 +1143,7 @@ mod panels {
             scratch_f32: (k + 16).max(kind.panel_bytes(nb).div_ceil(4) + 16),
             tiles: (nrb, 0),
             n_threads: nth,
-            activation: Some(ActivationForm::Panel(kind)),
+            matmul: Some(kernel),
         }
     }
 
@@ -1373,7 +1385,7 @@ mod tests {
             .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
             .collect();
         let w = Arc::new(w);
-        if super::f16_widens(DType::F16, [k, n, 1, 1], m) {
+        if super::select::f16_widens(DType::F16, [k, n, 1, 1], m) {
             // The plan makes room for the widened rows after the f16 ones.
             let mut ctx = Context::with_mem_size(1 << 20);
             let a = ctx.new_tensor_2d(DType::F16, k, n).expect("room");

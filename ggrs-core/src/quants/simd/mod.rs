@@ -425,7 +425,7 @@ mod tests {
                     t.row_size(k) * rows,
                 ],
             };
-            let g = crate::kernels::ggml_arith::mul_mat_dot(&a, 4)
+            let g = crate::kernels::ggml_arith::mul_mat_dot(a.dtype, a.ne, 4)
                 .expect("ggml_arith has a kernel for Q4_0, Q8_0, Q4_1, Q5_1 and the i-quants");
             let vt = crate::quants::vec_dot_type(t).expect("block type");
             let order = ggml_sum_order(t, ne);

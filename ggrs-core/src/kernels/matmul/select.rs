@@ -1,0 +1,312 @@
+//! Which kernel a `mul_mat` node runs, and what its INIT writes for that kernel: decided in
+//! one place, once per node, when the node is planned ([`select`]).
+//!
+//! A product's kernel and the form of its converted activations belong together: a Q8_0
+//! panel kernel reads side data after the converted rows that a Q5_0 kernel's conversion
+//! does not write, a Q4_1 kernel reads Q8_1 rows where a Q4_0 kernel reads Q8_0 ones. Weights
+//! that read one input (Q, K and V of a layer; gate and up) may have different types in one
+//! file. So [`select`] returns both as one [`MatMulKernel`]: the executor shares one INIT's
+//! conversion between nodes only when their [`ActivationForm`]s are equal, INIT writes the
+//! form the plan names, and COMPUTE runs the kernel the plan names (nothing is chosen again
+//! while a graph runs, so a switch flipped meanwhile cannot split a node between two
+//! choices).
+//!
+//! # The table
+//!
+//! The order of the arithmetic is part of the contract (llama.cpp's bits, see
+//! `kernels::ggml_arith`): the weight's type and shape and the number of columns whose
+//! arithmetic each column takes give the order (`quants::dispatch::ggml_sum_order_cols`), and
+//! the CPU gives the fastest build that keeps it. Tried in this order:
+//!
+//! | weights | CPU | kernel ([`Compute`]) | activations ([`ActivationForm`]) |
+//! |---|---|---|---|
+//! | Q4_0 (rows % 8 = 0), Q8_0, ≥ 16 rows | AVX-512 VNNI, AVX2 | panels ([`Compute::Panel`]) | Q8_0 rows + offset seeds |
+//! | Q5_0, ≥ 16 rows | AVX2 and up | panels | Q8_0 rows + offset seeds |
+//! | Q4_1, Q5_1, ≥ 16 rows | AVX2 and up | panels | Q8_1 rows |
+//! | Q6_K, ≥ 16 rows, < 8 columns | AVX2 and up | panels | Q8_K rows |
+//! | F16, ≥ 2 columns, k % 16 = 0, rows % 4 = 0 | AVX-512 | tinyBLAS-order tiles over widened columns ([`Compute::F16Tiles`]) | F16 rows + the same rows as f32 |
+//! | Q2_K … Q6_K, IQ4_XS not repacked, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
+//! | Q4_K, Q2_K repacked (rows % 8 = 0) | any | GEMM order for the first 4·⌊m/4⌋ columns, GEMV for the rest ([`Compute::Repacked`]) | Q8_K rows |
+//! | other ggml-order types | with a build keeping the order | the build's tiles ([`Compute::Tiles`]) | vec-dot-type rows |
+//! | other ggml-order types | none (or `GGRS_FORCE_SCALAR`) | portable code in that order ([`Compute::Dot`]) | vec-dot-type rows |
+//! | F32 | any | tinyBLAS or `ggml_vec_dot_f32` order ([`Compute::Dot`]) | none (f32 read in place) or f32 rows |
+//! | the rest (BF16, Q8_1, Q8_K weights) | any | the fastest build ([`Compute::Tiles`] / [`Compute::Dot`]) | vec-dot-type rows |
+//!
+//! Panels also carry the kernel for the rows below a whole panel (`n % 16`), chosen as if
+//! the weight had no panel kernel.
+
+use crate::dtype::DType;
+use crate::kernels::matmul::VecDotFn;
+use crate::quants::dispatch::{self, VecDotVariant};
+use crate::tensor::TensorMeta;
+use crate::types::{traits, FromF32Fn};
+
+#[cfg(target_arch = "x86_64")]
+use crate::quants::dispatch::panel::Kind;
+#[cfg(target_arch = "x86_64")]
+use crate::quants::dispatch::TiledPanelFn;
+
+/// What a `mul_mat`'s INIT writes into the shared work buffer for COMPUTE to read: the
+/// activation rows converted to the type its kernel reads, and the side data that kernel
+/// needs after them. The executor lets a node reuse another node's conversion only when
+/// both plans name the same form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActivationForm {
+    /// Rows of this type (the weight type's vec-dot type), nothing after them.
+    Rows(DType),
+    /// F16 rows, then the same rows widened back to f32 (see [`f16_widens`]).
+    F16Widened,
+    /// Rows of the panel kernel's activation type (Q8_0, Q8_1 or Q8_K), then every block's
+    /// side data for that kernel, if it has any (`quants::simd::panel`).
+    #[cfg(target_arch = "x86_64")]
+    Panel(Kind),
+}
+
+impl ActivationForm {
+    /// The type the activation rows are converted to.
+    pub(crate) fn rows(self) -> DType {
+        match self {
+            ActivationForm::Rows(t) => t,
+            ActivationForm::F16Widened => DType::F16,
+            #[cfg(target_arch = "x86_64")]
+            ActivationForm::Panel(kind) => kind.activation(),
+        }
+    }
+
+    /// How an f32 row becomes one of [`Self::rows`]: for Q8_0 and Q8_1, ggml's x86 run-time
+    /// quantizers (whose rounding differs from the file quantizers', see
+    /// `kernels::ggml_arith`); for other block types the fastest quantizer, whose bytes are
+    /// the reference quantizer's; else the type's conversion.
+    pub(crate) fn quantizer(self) -> FromF32Fn {
+        let t = self.rows();
+        crate::kernels::ggml_arith::activation_quantizer(t)
+            .or_else(|| dispatch::activation_quantizer(t))
+            .or(traits(t).from_f32)
+            .expect("select names only forms whose type converts from f32 (supports() holds)")
+    }
+}
+
+/// How COMPUTE multiplies the weight rows with the activation columns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Compute {
+    /// Panels of sixteen weight rows (`quants::simd::panel`), packed once per node and batch
+    /// or read from a copy packed at load; `rest` computes the rows below a whole panel.
+    #[cfg(target_arch = "x86_64")]
+    Panel {
+        /// The panel layout and kernel.
+        kind: Kind,
+        /// The kernel of the last `n % 16` rows.
+        rest: Element,
+    },
+    /// F16 prompts on AVX-512 in tinyBLAS's order: the columns sixteen at a time as f32
+    /// (widened once in INIT), 4 × 4 register tiles; `rest` for the rows past a multiple of
+    /// four.
+    #[cfg(target_arch = "x86_64")]
+    F16Tiles {
+        /// The one-element kernel, in the same order.
+        rest: Element,
+    },
+    /// k-quants and IQ4_XS against eight columns or more, in ggml's tiled order: panels of
+    /// up to 16 rows × 16 columns (`quants::simd::tiled_avx2`).
+    #[cfg(target_arch = "x86_64")]
+    TiledPanel(TiledPanelFn),
+    /// One output element at a time or in tiles (see [`Element`]).
+    Element(Element),
+}
+
+/// A kernel that computes output elements one dot product each.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Element {
+    /// A build of the weight type's dot product: 4 × 4, 4 × 1 and 1 × 4 tiles, then one
+    /// element at a time, every element with the one-element kernel's bits.
+    Tiles(VecDotVariant),
+    /// One element at a time.
+    Dot(VecDotFn),
+    /// Q4_K / Q2_K weights llama.cpp repacks: the GEMM order for the first `gemm_cols`
+    /// columns of each batch, the GEMV order for the rest.
+    Repacked {
+        /// Leading columns of each batch in the GEMM order.
+        gemm_cols: usize,
+        /// The GEMM-order dot product.
+        gemm: VecDotFn,
+        /// The GEMV-order dot product.
+        gemv: VecDotFn,
+    },
+}
+
+// Kernels are equal when they are the same functions (compared by address, which is what
+// the plan records) on the same layouts: two plans are equal when they run the same code.
+impl PartialEq for Compute {
+    fn eq(&self, other: &Self) -> bool {
+        use std::ptr::fn_addr_eq;
+        match (self, other) {
+            #[cfg(target_arch = "x86_64")]
+            (Compute::Panel { kind: k, rest: r }, Compute::Panel { kind: k2, rest: r2 }) => {
+                k == k2 && r == r2
+            }
+            #[cfg(target_arch = "x86_64")]
+            (Compute::F16Tiles { rest: r }, Compute::F16Tiles { rest: r2 }) => r == r2,
+            #[cfg(target_arch = "x86_64")]
+            (Compute::TiledPanel(p), Compute::TiledPanel(p2)) => fn_addr_eq(*p, *p2),
+            (Compute::Element(e), Compute::Element(e2)) => e == e2,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Compute {}
+
+impl PartialEq for Element {
+    fn eq(&self, other: &Self) -> bool {
+        use std::ptr::fn_addr_eq;
+        match (self, other) {
+            (Element::Tiles(v), Element::Tiles(v2)) => {
+                v.isa == v2.isa && fn_addr_eq(v.dot, v2.dot) && fn_addr_eq(v.tile, v2.tile)
+            }
+            (Element::Dot(d), Element::Dot(d2)) => fn_addr_eq(*d, *d2),
+            (
+                Element::Repacked {
+                    gemm_cols: c,
+                    gemm: g,
+                    gemv: v,
+                },
+                Element::Repacked {
+                    gemm_cols: c2,
+                    gemm: g2,
+                    gemv: v2,
+                },
+            ) => c == c2 && fn_addr_eq(*g, *g2) && fn_addr_eq(*v, *v2),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Element {}
+
+/// A `mul_mat` node's kernel and the activation form its INIT writes (`None`: no INIT; the
+/// activations are dense f32 rows the kernel reads in place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatMulKernel {
+    /// What INIT writes.
+    pub activation: Option<ActivationForm>,
+    /// What COMPUTE runs.
+    pub compute: Compute,
+}
+
+/// The column count whose arithmetic a `mul_mat` with `n_cols` columns per batch takes: 1
+/// for a per-column product ([`crate::Context::set_per_column_products`]), else `n_cols`.
+pub(crate) fn arith_cols(per_column: bool, n_cols: usize) -> usize {
+    if per_column {
+        1
+    } else {
+        n_cols
+    }
+}
+
+/// Whether the activations must be converted: every weight type reads its vec-dot type,
+/// except f32 weights with dense f32 rows, which are read in place.
+fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
+    !(traits(a).vec_dot_type == DType::F32 && b.rows_contiguous())
+}
+
+/// Whether an F16 `mul_mat` of weight shape `ne` and `m` columns takes the prompt tiles
+/// (AVX-512, `f16_lanes16` order) with its activation rows widened back to f32 once, in
+/// INIT, after the f16 rows in the shared buffer: every chunk then reads the columns as f32
+/// instead of widening them again.
+pub(crate) fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
+    dtype == DType::F16
+        && crate::kernels::ggml_arith::f16_uses_lanes16(ne, m)
+        && crate::kernels::ggml_arith::f16_tiles()
+}
+
+/// The kernel and activation form of a `mul_mat` with weights `a` and activations `b`, whose
+/// columns take the arithmetic of `cols` columns per batch ([`arith_cols`]): the table of
+/// the module docs.
+pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKernel {
+    let rows = |k: Option<ActivationForm>| {
+        needs_conversion(a.dtype, b).then(|| k.unwrap_or(ActivationForm::Rows(vdt(a.dtype))))
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(kind) = super::panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
+            return MatMulKernel {
+                activation: Some(ActivationForm::Panel(kind)),
+                compute: Compute::Panel {
+                    kind,
+                    rest: element(a, b, cols),
+                },
+            };
+        }
+        if f16_widens(a.dtype, a.ne, cols) {
+            return MatMulKernel {
+                activation: rows(Some(ActivationForm::F16Widened)),
+                compute: Compute::F16Tiles {
+                    rest: element(a, b, cols),
+                },
+            };
+        }
+        if let Some(panel) = dispatch::tiled_panel(a.dtype, a.ne, cols) {
+            return MatMulKernel {
+                activation: rows(None),
+                compute: Compute::TiledPanel(panel),
+            };
+        }
+    }
+    MatMulKernel {
+        activation: rows(None),
+        compute: Compute::Element(element(a, b, cols)),
+    }
+}
+
+/// [`select`] for one column of a `mul_mat_id`: the element kernels a one-column `mul_mat`
+/// by the chosen matrix (`a`, as a 2-D tensor) takes, without panels, reading
+/// vec-dot-type rows.
+pub(crate) fn select_id(a: &TensorMeta, b: &TensorMeta) -> MatMulKernel {
+    MatMulKernel {
+        activation: Some(ActivationForm::Rows(vdt(a.dtype))),
+        compute: Compute::Element(element(a, b, 1)),
+    }
+}
+
+fn vdt(dtype: DType) -> DType {
+    traits(dtype).vec_dot_type
+}
+
+/// The one-element (or tile) kernel of weights `a` against `cols` arithmetic columns: ggml's
+/// order where llama.cpp's bits are the contract (the best SIMD build keeping it, else the
+/// portable body in that order), else the fastest build.
+fn element(a: &TensorMeta, b: &TensorMeta, cols: usize) -> Element {
+    use crate::kernels::ggml_arith;
+    let ggml = match a.dtype {
+        DType::F32 => ggml_arith::mul_mat_dot_f32(a.ne, cols, b.is_contiguous()),
+        _ => ggml_arith::mul_mat_dot(a.dtype, a.ne, cols),
+    };
+    let Some(portable) = ggml else {
+        // No ggml-order contract for this type: the fastest build (its tiles for block
+        // types), or the generic dot product.
+        let build = if a.dtype.is_quantized() {
+            dispatch::active_variant(a.dtype)
+        } else {
+            None
+        };
+        return match build {
+            Some(v) => Element::Tiles(v),
+            None => Element::Dot(super::vec_dot(a.dtype).expect("supports() checked")),
+        };
+    };
+    if let Some((gemm_cols, gemm)) = ggml_arith::mul_mat_gemm(a.dtype, a.ne, cols) {
+        return Element::Repacked {
+            gemm_cols,
+            gemm,
+            gemv: portable,
+        };
+    }
+    let order = dispatch::ggml_sum_order_cols(a.dtype, a.ne, cols);
+    let simd = ggml_arith::simd_order_holds(a.dtype, a.ne, cols)
+        .then(|| dispatch::active_variant_in(a.dtype, order))
+        .flatten();
+    match simd {
+        Some(v) if a.dtype.is_quantized() => Element::Tiles(v),
+        _ => Element::Dot(portable),
+    }
+}
