@@ -525,6 +525,7 @@ impl Context {
             name: String::new(),
             flags: TensorFlags::default(),
             data: DataLoc::None,
+            packed: None,
         };
         self.push_tensor(meta, data_size)
     }
@@ -582,8 +583,47 @@ impl Context {
             name: String::new(),
             flags: TensorFlags::default(),
             data: DataLoc::External { buf: idx, offset },
+            packed: None,
         };
         self.push_tensor(meta, None)
+    }
+
+    /// Gives the weight `t` a copy of its data packed ahead for `mul_mat`
+    /// ([`crate::kernels::PackedWeight`]): from now on every `mul_mat` with `t` as its weight
+    /// operand reads the copy (with the same results, bit for bit), and every other op keeps
+    /// reading `t`'s own data. `t` must be a leaf whose data lies in an external buffer
+    /// (read-only, see [`Context::new_tensor_external`]) and `packed` a copy made from those
+    /// very bytes (same type, shape and address); anything else is an error.
+    pub fn set_packed(&mut self, t: Tensor, packed: &crate::kernels::PackedWeight) -> Result<()> {
+        let m = self.meta(t)?;
+        let (dtype, ne) = (m.dtype, m.ne);
+        if m.op != Op::None || m.view_src.is_some() || !matches!(m.data, DataLoc::External { .. }) {
+            return Err(Error::InvalidArgument {
+                op: "set_packed",
+                detail: format!(
+                    "{} is not a leaf tensor with external data: only read-only weights carry \
+                     packed copies",
+                    self.display_name(t)
+                ),
+            });
+        }
+        let source = self.data(t)?.as_ptr();
+        if !packed.copies(dtype, ne, source) {
+            return Err(Error::InvalidArgument {
+                op: "set_packed",
+                detail: format!(
+                    "the packed copy was not made from {}'s data ({dtype}, shape {ne:?})",
+                    self.display_name(t)
+                ),
+            });
+        }
+        self.meta_mut(t)?.packed = Some(packed.clone());
+        Ok(())
+    }
+
+    /// The packed copy `t` carries ([`Context::set_packed`]), if any.
+    pub fn packed(&self, t: Tensor) -> Option<&crate::kernels::PackedWeight> {
+        self.meta(t).ok()?.packed.as_ref()
     }
 
     /// Makes a view tensor of `src` (metadata only).
@@ -651,6 +691,7 @@ impl Context {
             name: String::new(),
             flags: TensorFlags::default(),
             data,
+            packed: None,
         };
         self.push_tensor(meta, None)
     }

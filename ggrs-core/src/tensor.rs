@@ -115,6 +115,8 @@ pub struct TensorMeta {
     /// Caller's flags.
     pub flags: TensorFlags,
     pub(crate) data: DataLoc,
+    /// A copy of the data packed for `mul_mat` (see [`crate::Context::set_packed`]).
+    pub(crate) packed: Option<crate::kernels::PackedWeight>,
 }
 
 impl TensorMeta {

@@ -46,9 +46,10 @@ pub struct Model {
     /// Every weight the architecture read (its handles index `weights.table`).
     weights: LoadedWeights,
     tokenizer: Tokenizer,
-    /// Packed copies of matrix weights (see the module docs); they register themselves
-    /// with `mul_mat` and unregister when dropped (fields drop in order: before `file`).
-    packed: Vec<ggrs_core::kernels::PackedWeight>,
+    /// Packed copies of matrix weights (see the module docs) by the file offset of the
+    /// weight they copy: part of that weight's data in every session's context
+    /// ([`Model::import`] gives them to its tensors).
+    packed: std::collections::HashMap<usize, ggrs_core::kernels::PackedWeight>,
     /// What settling the weights streamed from the map on huge pages found (see
     /// [`Model::huge_pages`]).
     huge_pages: Option<HugePageReport>,
@@ -178,7 +179,7 @@ impl Model {
             weights,
             tokenizer,
             file,
-            packed: Vec::new(),
+            packed: std::collections::HashMap::new(),
             huge_pages: None,
         };
         model.place_weights(opts);
@@ -282,7 +283,13 @@ impl Model {
                 at..at + data.len()
             })
             .collect();
-        self.packed.extend(packed.into_iter().flatten());
+        let at = |data: &[u8]| data.as_ptr() as usize - base;
+        self.packed.extend(
+            picked
+                .iter()
+                .zip(packed)
+                .filter_map(|(&(_, _, data), p)| Some((at(data), p?))),
+        );
         if opts.huge_pages && !streamed.is_empty() {
             self.huge_pages = self.file.settle_huge_pages(&streamed);
         }
@@ -298,7 +305,7 @@ impl Model {
 
     /// Bytes of weight copies packed at load time (0 when packing is off or does not apply).
     pub fn packed_bytes(&self) -> usize {
-        self.packed.iter().map(|p| p.bytes()).sum()
+        self.packed.values().map(|p| p.bytes()).sum()
     }
 
     /// The tokenizer read from the file.
@@ -322,11 +329,18 @@ impl Model {
         self.file.get(key).and_then(|v| v.as_str())
     }
 
-    /// Creates, in `ctx`, an external tensor for weight `w` that points into the mapping.
+    /// Creates, in `ctx`, an external tensor for weight `w` that points into the mapping,
+    /// carrying the weight's packed copy if loading made one.
     pub fn import(&self, ctx: &mut Context, w: &WeightRef) -> Result<Tensor> {
         let t = ctx.new_tensor_external(w.dtype, &w.ne, self.file.data(), w.offset)?;
         ctx.set_name(t, w.name.clone())?;
         ctx.set_param(t)?;
+        if let Some(p) = self.packed.get(&w.offset) {
+            // `t` was just made as an external leaf at the copy's source address, so the
+            // only refusal left is a copy of another type or shape (a weight the
+            // architecture reads twice with two shapes): that tensor keeps reading the map.
+            let _ = ctx.set_packed(t, p);
+        }
         Ok(t)
     }
 

@@ -52,6 +52,29 @@ fn copying_weights_changes_where_they_are_read_not_the_logits() {
             copied.huge_pages().is_none(),
             "every matrix weight was copied"
         );
+        // The copies are part of the weights' data in a session's context: every 2-D matrix
+        // `mul_mat` reads carries one (a plain copy of its bytes here), the norms and the
+        // token embedding (read by `get_rows`; this model has its own output matrix) none.
+        let mut ctx = ggrs_core::Context::with_mem_size(1 << 20);
+        let mut carrying = 0;
+        for w in copied.weights() {
+            let t = copied.import(&mut ctx, w).expect("import");
+            let matrix = w.ne[1] > 1 && w.ne[2] == 1 && w.name != "token_embd.weight";
+            match ctx.packed(t) {
+                Some(p) => {
+                    assert!(matrix, "{} is not a matrix", w.name);
+                    assert_eq!(p.bytes(), w.size(), "{}", w.name);
+                    carrying += 1;
+                }
+                None => assert!(!matrix, "{} carries no copy", w.name),
+            }
+        }
+        assert!(carrying > 0);
+        let mut ctx = ggrs_core::Context::with_mem_size(1 << 20);
+        for w in mapped.weights() {
+            let t = mapped.import(&mut ctx, w).expect("import");
+            assert!(ctx.packed(t).is_none(), "{}", w.name);
+        }
     }
     let run = |model: Arc<Model>| {
         let params = SessionParams {

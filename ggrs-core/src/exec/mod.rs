@@ -346,7 +346,10 @@ fn resolve(
             packed: std::ptr::null(),
         };
         if matches!(m.op, Op::MulMat { .. }) {
-            keep.extend(kernels::matmul::attach_packed(&mut task));
+            // The weight's packed copy is part of its data (`Context::set_packed`).
+            if let Some(p) = m.src[0].and_then(|w| ctx.packed(w)) {
+                keep.extend(kernels::matmul::attach_packed(&mut task, p));
+            }
         }
         resolved.push(task);
     }

@@ -691,18 +691,39 @@ pub(crate) unsafe fn compute_id(
 
 /// A weight matrix copied once, ahead of any graph, into the layout `mul_mat` reads best,
 /// 64-byte aligned, on transparent huge pages where the system has them, owned by whoever
-/// loaded the weights (e.g. a model). The layout is the panels the `mul_mat` panel kernels
-/// stream (`quants::simd::panel`: sixteen rows per panel, one row per vector lane) when the
-/// CPU has one for the weight (x86-64: Q4_0 and Q8_0 on AVX-512 VNNI or AVX2), else the rows as they
-/// are (any type: then only the pages differ).
+/// loaded the weights (e.g. a model; clones share the copy). The layout is the panels the
+/// `mul_mat` panel kernels stream (`quants::simd::panel`: sixteen rows per panel, one row per
+/// vector lane) when the CPU has one for the weight, else the rows as they are (any type:
+/// then only the pages differ).
 ///
-/// While a `PackedWeight` is alive, every `mul_mat` whose weight operand is a dense 2-D
-/// tensor starting at the packed source's address, with the same type and shape, reads the
-/// copy: the panels instead of repacking the original rows chunk by chunk, or the copied
-/// rows instead of the original ones. The results are the same bits (the same kernels on
-/// the same bytes). Every other op (`get_rows`, conversions) keeps reading the original
-/// bytes, so these must stay valid (readable) as long as the tensor is used. Dropping the
-/// `PackedWeight` makes `mul_mat` read the source again.
+/// A copy is part of its tensor's data: [`crate::Context::set_packed`] gives it to the leaf
+/// tensor whose data it was packed from, and every `mul_mat` with that tensor as its weight
+/// operand then reads the copy (the panels instead of repacking the original rows chunk by
+/// chunk, or the copied rows instead of the original ones), with the same bits (the same
+/// kernels on the same values). Every other op (`get_rows`, conversions) keeps reading the
+/// tensor's own bytes, so these must stay valid (readable) as long as the tensor is used.
+///
+/// ```
+/// use ggrs_core::{kernels::PackedWeight, Context, DType, Executor, Graph};
+/// # fn main() -> ggrs_core::Result<()> {
+/// // 32 rows of 64 Q4_0 values (2 blocks of 18 bytes per row; zero bytes are zeros).
+/// let rows = std::sync::Arc::new(vec![0u8; 32 * 36]);
+/// let mut ctx = Context::with_mem_size(1 << 20);
+/// let w = ctx.new_tensor_external(DType::Q4_0, &[64, 32], rows.clone(), 0)?;
+/// if let Some(p) = PackedWeight::pack(DType::Q4_0, [64, 32, 1, 1], &rows[..]) {
+///     ctx.set_packed(w, &p)?; // mul_mat reads the copy from now on
+/// }
+/// let x = ctx.new_tensor_2d(DType::F32, 64, 1)?;
+/// ctx.set_f32(x, &[1.0; 64])?;
+/// let y = ctx.mul_mat(w, x)?;
+/// let mut g = Graph::new();
+/// g.build_forward_expand(&ctx, y)?;
+/// Executor::new(2).compute(&mut ctx, &g)?;
+/// assert_eq!(ctx.to_f32_vec(y)?, vec![0.0; 32]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
 pub struct PackedWeight {
     #[cfg(target_arch = "x86_64")]
     entry: std::sync::Arc<packed::Packed>,
@@ -722,8 +743,8 @@ impl PackedWeight {
     /// it (Q4_0 or Q8_0 on AVX-512 VNNI or AVX2, at least 16 rows, rows of whole blocks), else as it
     /// is. `None` on targets without packing (all but x86-64), for a weight that is not 2-D
     /// or whose `data` is shorter than its rows, or if memory for the copy cannot be mapped.
-    /// `data` must stay alive and unchanged while the result is (its address identifies the
-    /// weight).
+    /// The copy belongs to the tensors whose data starts at `data`'s address
+    /// ([`crate::Context::set_packed`]).
     pub fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<PackedWeight> {
         PackedWeight::pack_all(&[(dtype, ne, data)], |_| ())
             .pop()
@@ -806,12 +827,20 @@ impl PackedWeight {
             0
         }
     }
-}
 
-impl Drop for PackedWeight {
-    fn drop(&mut self) {
+    /// Whether this is a copy of the `ne` weight of type `dtype` whose bytes start at
+    /// address `source` (what [`crate::Context::set_packed`] checks).
+    pub(crate) fn copies(&self, dtype: DType, ne: [usize; 4], source: *const u8) -> bool {
         #[cfg(target_arch = "x86_64")]
-        packed::unregister(&self.entry);
+        {
+            let e = &self.entry;
+            e.dtype == dtype && e.ne == ne && e.source == source as usize
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (dtype, ne, source);
+            false
+        }
     }
 }
 
@@ -822,40 +851,50 @@ pub(crate) struct PackedKeep {
     _entry: std::sync::Arc<packed::Packed>,
 }
 
-/// Points `task` (a `mul_mat`) at the packed copy of its weight when it takes the panel path
-/// and one was packed ahead ([`PackedWeight`]), once per graph run rather than per chunk;
-/// the result must outlive every use of the task.
-pub(crate) fn attach_packed(task: &mut Task) -> Option<PackedKeep> {
+/// Points `task` (a `mul_mat`) at `packed`, the packed copy its weight operand carries
+/// ([`crate::Context::set_packed`]), once per graph run rather than per chunk: a panel plan
+/// streams the copy's panels when they are in its kernel's layout, any other plan reads a
+/// plain copy of the rows in place of the source. A copy in another layout than the plan
+/// reads is not used. The result must outlive every use of the task.
+pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<PackedKeep> {
     #[cfg(target_arch = "x86_64")]
     {
-        if let Some(kind) = panels::planned(task) {
-            let entry = packed::lookup(Some(kind), task.s0())?;
-            task.packed = entry.panel(0);
-            return Some(PackedKeep { _entry: entry });
+        let entry = &packed.entry;
+        let a = task.s0();
+        let dense = a.nb[0] == a.dtype.type_size() && a.nb[1] == a.dtype.row_size(a.ne[0]);
+        if !(dense && entry.dtype == a.dtype && entry.ne == a.ne) {
+            return None;
         }
-        let entry = packed::lookup(None, task.s0())?;
-        // A byte-for-byte copy with the same type, shape and (dense) strides: every path
-        // reads it in place of the source. `mul_mat` never writes its weight operand, so the
-        // read-only mapping behind the pointer is never written.
-        task.src[0].as_mut()?.data = entry.start().cast_mut();
-        Some(PackedKeep { _entry: entry })
+        let kind = panels::planned(task);
+        if entry.kind != kind {
+            return None;
+        }
+        if kind.is_some() {
+            task.packed = entry.panel(0);
+        } else {
+            // A byte-for-byte copy with the same type, shape and (dense) strides: every path
+            // reads it in place of the source. `mul_mat` never writes its weight operand, so
+            // the read-only mapping behind the pointer is never written.
+            task.src[0].as_mut()?.data = entry.start().cast_mut();
+        }
+        Some(PackedKeep {
+            _entry: std::sync::Arc::clone(entry),
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = task;
+        let _ = (task, packed);
         None
     }
 }
 
-/// The registry of packed weights, keyed by the address of their source bytes.
+/// Packed copies: one shared huge-page buffer per [`PackedWeight::pack_all`] call.
 #[cfg(target_arch = "x86_64")]
 mod packed {
-    use std::collections::BTreeMap;
-    use std::sync::{Arc, RwLock};
+    use std::sync::Arc;
 
     use super::panels;
     use crate::dtype::DType;
-    use crate::kernels::RawTensor;
     use crate::quants::dispatch::panel::{self, Kind, ROWS};
 
     // Where the shared buffers of packed weights start: a multiple of the huge page (the
@@ -875,6 +914,9 @@ mod packed {
         pub kind: Option<Kind>,
         pub dtype: DType,
         pub ne: [usize; 4],
+        /// The address of the bytes it was packed from: the data of the tensors that may
+        /// carry it (`Context::set_packed`).
+        pub source: usize,
         /// The buffer holding the copy from byte `at` of the store's packed region on, `len`
         /// bytes: `ne[1] / 16` panels of `ne[0] / 32` packed blocks each, or the `ne[1]` rows.
         store: Arc<Store>,
@@ -897,9 +939,6 @@ mod packed {
             self.start().wrapping_add(p * bytes)
         }
     }
-
-    /// Live packed copies by source address.
-    static REGISTRY: RwLock<BTreeMap<usize, Arc<Packed>>> = RwLock::new(BTreeMap::new());
 
     /// Anonymous memory of at least `len` bytes starting at a huge-page boundary, advised for
     /// transparent huge pages where the system has them; the boundary's offset with it.
@@ -1000,48 +1039,22 @@ mod packed {
             return weights.iter().map(|_| None).collect();
         };
         let store = Arc::new(Store { map, start });
-        let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
         weights
             .iter()
             .zip(places)
             .map(|(&(dtype, ne, data), place)| {
                 let (kind, at, len) = place?;
-                let entry = Arc::new(Packed {
+                Some(Arc::new(Packed {
                     kind,
                     dtype,
                     ne,
+                    source: data.as_ptr() as usize,
                     store: Arc::clone(&store),
                     at,
                     len,
-                });
-                reg.insert(data.as_ptr() as usize, Arc::clone(&entry));
-                Some(entry)
+                }))
             })
             .collect()
-    }
-
-    /// Removes `entry` from the registry (if it is still the one registered).
-    pub(super) fn unregister(entry: &Arc<Packed>) {
-        let mut reg = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
-        let key = reg
-            .iter()
-            .find(|(_, v)| Arc::ptr_eq(v, entry))
-            .map(|(&k, _)| k);
-        if let Some(k) = key {
-            reg.remove(&k);
-        }
-    }
-
-    /// The copy of weight `a` in the layout `kind` (panels for that kernel, or `None`: the
-    /// rows as they are), if there is one.
-    pub(super) fn lookup(kind: Option<Kind>, a: &RawTensor) -> Option<Arc<Packed>> {
-        let reg = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-        if reg.is_empty() {
-            return None;
-        }
-        let e = reg.get(&(a.data as usize))?;
-        let dense = a.nb[0] == a.dtype.type_size() && a.nb[1] == a.dtype.row_size(a.ne[0]);
-        (e.kind == kind && e.dtype == a.dtype && e.ne == a.ne && dense).then(|| Arc::clone(e))
     }
 }
 
@@ -1312,10 +1325,11 @@ mod tests {
         b: &[f32],
         nth: usize,
     ) -> Vec<f32> {
-        product_with(dtype, k, n, w, b, nth, false)
+        product_with(dtype, k, n, w, b, nth, false, None)
     }
 
-    /// [`product`], as a per-column product when `per_column`.
+    /// [`product`], as a per-column product when `per_column`, the weight carrying `packed`.
+    #[allow(clippy::too_many_arguments)]
     fn product_with(
         dtype: DType,
         k: usize,
@@ -1324,6 +1338,7 @@ mod tests {
         b: &[f32],
         nth: usize,
         per_column: bool,
+        packed: Option<&PackedWeight>,
     ) -> Vec<f32> {
         let m = b.len() / k;
         let mut ctx = Context::new(ContextParams {
@@ -1334,6 +1349,9 @@ mod tests {
         let a = ctx
             .new_tensor_external(dtype, &[k, n], Arc::clone(w) as _, 0)
             .expect("the weight fits its buffer");
+        if let Some(p) = packed {
+            ctx.set_packed(a, p).expect("a copy of this weight");
+        }
         let bt = ctx.new_tensor_2d(DType::F32, k, m).expect("arena room");
         ctx.set_f32(bt, b).expect("m columns of k values");
         let out = ctx.mul_mat(a, bt).expect("shapes agree");
@@ -1442,14 +1460,14 @@ mod tests {
                     .collect()
             })
             .collect();
-        // Weight i times its first column, then times both.
-        let products = |ws: &[Arc<Vec<u8>>], i: usize| {
+        // Weight i times its first column, then times both (the weight carrying `p`).
+        let products = |ws: &[Arc<Vec<u8>>], i: usize, p: Option<&PackedWeight>| {
             let (d, k, n) = shapes[i];
-            let mut out = product(d, k, n, &ws[i], &cols[i][..k], 2);
-            out.extend(product(d, k, n, &ws[i], &cols[i], 2));
+            let mut out = product_with(d, k, n, &ws[i], &cols[i][..k], 2, false, p);
+            out.extend(product_with(d, k, n, &ws[i], &cols[i], 2, false, p));
             out
         };
-        let want: Vec<Vec<f32>> = (0..shapes.len()).map(|i| products(&ws, i)).collect();
+        let want: Vec<Vec<f32>> = (0..shapes.len()).map(|i| products(&ws, i, None)).collect();
         let batched = vec![0u8; DType::F16.row_size(64) * 4];
         let mut list: Vec<(DType, [usize; 4], &[u8])> = shapes
             .iter()
@@ -1484,18 +1502,39 @@ mod tests {
         for w in &mut ws {
             Arc::get_mut(w).expect("no graph holds the weight").fill(0);
         }
+        // The sources are zeros now: a weight carrying its copy reads the copy, one without
+        // reads the zeros.
         for (i, want) in want.iter().enumerate() {
-            let got = products(&ws, i);
+            let got = products(&ws, i, packed[i].as_ref());
             let same = got
                 .iter()
                 .zip(want)
                 .all(|(g, w)| g.to_bits() == w.to_bits());
             assert!(same, "weight {i} ({:?}) read another copy", shapes[i]);
-        }
-        drop(packed);
-        for (i, want) in want.iter().enumerate() {
             assert!(want.iter().any(|&x| x != 0.0));
-            assert!(products(&ws, i).iter().all(|&x| x == 0.0), "weight {i}");
+            assert!(
+                products(&ws, i, None).iter().all(|&x| x == 0.0),
+                "weight {i}"
+            );
+        }
+        // A copy belongs to the tensor whose data it was made from, and to no other.
+        let mut ctx = Context::with_mem_size(1 << 20);
+        let (d, k, n) = shapes[0];
+        let own = ctx
+            .new_tensor_external(d, &[k, n], Arc::clone(&ws[0]) as _, 0)
+            .unwrap();
+        let p0 = packed[0].as_ref().expect("packed above");
+        ctx.set_packed(own, p0).unwrap();
+        // The same values at another address.
+        let twin = Arc::new(ws[0].to_vec());
+        let other = ctx.new_tensor_external(d, &[k, n], twin as _, 0).unwrap();
+        let arena = ctx.new_tensor_2d(d, k, n).unwrap();
+        let shape = ctx
+            .new_tensor_external(d, &[k / 2, 2 * n], Arc::clone(&ws[0]) as _, 0)
+            .unwrap();
+        for (t, what) in [(other, "other bytes"), (arena, "arena"), (shape, "shape")] {
+            let e = ctx.set_packed(t, p0).unwrap_err();
+            assert!(e.to_string().contains("set_packed"), "{what}: {e}");
         }
     }
 
@@ -1614,7 +1653,18 @@ mod tests {
                 }
                 for cols in [2usize, 3, 4, 7, 8, 9, 16, 17, 40] {
                     for nth in [1, 2] {
-                        let got = product_with(dtype, k, n, &w, &b[..cols * k], nth, per_column);
+                        // With the packed copy (where there is one) against the one-column
+                        // products of the unpacked weight.
+                        let got = product_with(
+                            dtype,
+                            k,
+                            n,
+                            &w,
+                            &b[..cols * k],
+                            nth,
+                            per_column,
+                            packed.as_ref(),
+                        );
                         let differ = (0..cols)
                             .flat_map(|j| (0..n).map(move |i| (i, j)))
                             .filter(|&(i, j)| got[i + n * j].to_bits() != alone[j][i].to_bits())
@@ -1650,7 +1700,7 @@ mod tests {
         }
     }
 
-    /// With a packed copy registered, `mul_mat` gives the bits it gives without one, and
+    /// With a packed copy on the weight, `mul_mat` gives the bits it gives without one, and
     /// both equal ggml's one-element kernels on the quantized columns (rows past the last
     /// whole panel included), for one column (decoding) and several (prompts).
     #[test]
@@ -1676,8 +1726,8 @@ mod tests {
                     dtype.row_size(k) * n
                 };
                 assert_eq!(packed.bytes(), bytes);
-                let with1 = product(dtype, k, n, &w, &b, 1);
-                let with2 = product(dtype, k, n, &w, &b, 2);
+                let with1 = product_with(dtype, k, n, &w, &b, 1, false, Some(&packed));
+                let with2 = product_with(dtype, k, n, &w, &b, 2, false, Some(&packed));
                 drop(packed);
                 let rs = dtype.row_size(k);
                 for j in 0..m {
