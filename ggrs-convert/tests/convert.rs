@@ -7,6 +7,9 @@
 //!     and the models still match llama.cpp's outputs;
 //! (c) bad input: each a typed error with a clear message.
 
+/// The helpers ggrs-llama's tests share (reference files, comparing a model with llama.cpp's
+/// outputs): the round trips load the converted models with ggrs-llama.
+#[path = "../../ggrs-llama/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -14,7 +17,7 @@ use std::sync::Arc;
 
 use ggrs_core::gguf::{GgufFile, Value};
 use ggrs_core::DType;
-use ggrs_llama::convert::{
+use ggrs_convert::{
     convert_hf_dir, convert_hf_dir_with, ConvertError, ConvertEvent, ConvertOptions, OutType,
 };
 use serde_json::json;

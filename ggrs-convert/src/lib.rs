@@ -18,13 +18,14 @@
 //! 32-value blocks falls back to F16, as llama.cpp's converter does).
 //!
 //! ```no_run
-//! use ggrs_llama::convert::{convert_hf_dir, ConvertOptions, OutType};
-//! # fn main() -> Result<(), ggrs_llama::convert::ConvertError> {
+//! use ggrs_convert::{convert_hf_dir, ConvertOptions, OutType};
+//! # fn main() -> Result<(), ggrs_convert::ConvertError> {
 //! let opts = ConvertOptions { outtype: OutType::F32, ..Default::default() };
 //! let report = convert_hf_dir("chatglm6b-v1/tiny_model".as_ref(), "tiny.gguf".as_ref(), &opts)?;
 //! eprintln!("{} tensors as {}", report.n_tensors, report.arch.gguf_name());
 //! # Ok(()) }
 //! ```
+#![warn(missing_docs)]
 
 mod error;
 mod layout;
