@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use common::argmax;
+use ggrs_convert::{convert_hf_dir, ConvertOptions, OutType};
 use ggrs_core::{Context, DType};
 use ggrs_llama::arch::chatglm1::{self, Glm1Params, Glm1State};
-use ggrs_convert::{convert_hf_dir, ConvertOptions, OutType};
 use ggrs_llama::kv_cache::KvCache;
 use ggrs_llama::{Batch, LlamaError, Model, Session, SessionParams, StopReason};
 use serde_json::Value;

@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
 use ggrs_convert::{convert_hf_dir, ConvertOptions, OutType};
+use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
 
 /// `[gMASK]`, `<sop>`, `<eop>` of the tiny vocabulary.
 pub const GMASK: u32 = 990;
