@@ -10,7 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use ggrs_llama::convert::{convert_hf_dir_with, ConvertOptions};
+use ggrs_convert::{convert_hf_dir_with, ConvertOptions};
 use libfuzzer_sys::fuzz_target;
 
 static DIR: OnceLock<PathBuf> = OnceLock::new();

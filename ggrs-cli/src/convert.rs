@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ggrs_llama::convert::{convert_hf_dir_with, ConvertEvent, ConvertOptions, OutType};
+use ggrs_convert::{convert_hf_dir_with, ConvertEvent, ConvertOptions, OutType};
 
 use crate::CliResult;
 

@@ -38,9 +38,9 @@
 //! [`step`] (a step graph's inputs and the KV-cache attention block), [`architecture`] (the
 //! plug-in traits), [`arch`] (ggrs's architectures, one file each, and the [`arch::Registry`]),
 //! [`model`], [`session`], [`sampling`], [`generate`], [`prompt_cache`], [`chat`] (multi-turn chat),
-//! [`perplexity`], [`engine`] (many requests batched continuously, for servers). Apart: [`convert`] (Hugging Face checkpoints → GGUF, which uses nothing
-//! else of the crate) and [`quantize`] (llama.cpp's quantization recipes over ggrs-core's
-//! conversion engine).
+//! [`perplexity`], [`engine`] (many requests batched continuously, for servers). Apart:
+//! [`quantize`] (llama.cpp's quantization recipes over ggrs-core's conversion engine).
+//! Converting Hugging Face checkpoints to GGUF is the separate crate `ggrs-convert`.
 //!
 //! Bringing an architecture ggrs does not ship: implement [`architecture::Architecture`]
 //! (hyperparameters, typed weights through [`loader::WeightLoader`]) and
@@ -52,7 +52,6 @@ pub mod arch;
 pub mod architecture;
 pub mod batch;
 pub mod chat;
-pub mod convert;
 pub mod engine;
 pub mod error;
 pub mod generate;

@@ -1,5 +1,5 @@
 //! ChatGLM-6B v1 (`chatglm1`) end to end against `shared/reference/chatglm6b-v1`: the tiny
-//! random checkpoint converted with `ggrs_llama::convert` (f32 and f16), every prompt's
+//! random checkpoint converted with `ggrs_convert` (f32 and f16), every prompt's
 //! top-10 logits at every position, the 16 greedy steps with their top-10 logits, the
 //! position streams and the bidirectional-context mask the session feeds, the refusal of a
 //! chunked prefill, and the v1 text conventions.
@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use common::argmax;
+use ggrs_convert::{convert_hf_dir, ConvertOptions, OutType};
 use ggrs_core::{Context, DType};
 use ggrs_llama::arch::chatglm1::{self, Glm1Params, Glm1State};
-use ggrs_llama::convert::{convert_hf_dir, ConvertOptions, OutType};
 use ggrs_llama::kv_cache::KvCache;
 use ggrs_llama::{Batch, LlamaError, Model, Session, SessionParams, StopReason};
 use serde_json::Value;

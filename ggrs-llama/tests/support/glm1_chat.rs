@@ -1,14 +1,14 @@
 //! Test support shared by `ggrs-llama/tests/chat_glm1.rs` and `ggrs-cli/tests/chat.rs`
 //! (included with `#[path]`): the tiny ChatGLM-6B v1 checkpoint of
-//! `shared/reference/chatglm6b-v1` converted with `ggrs_llama::convert`, given a made-up
+//! `shared/reference/chatglm6b-v1` converted with `ggrs_convert`, given a made-up
 //! SentencePiece vocabulary that can spell the official chat prompt, and the official
 //! tokenizer's rule for that vocabulary written plainly.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
+use ggrs_convert::{convert_hf_dir, ConvertOptions, OutType};
 use ggrs_core::gguf::{GgufFile, GgufWriter, Value};
-use ggrs_llama::convert::{convert_hf_dir, ConvertOptions, OutType};
 
 /// `[gMASK]`, `<sop>`, `<eop>` of the tiny vocabulary.
 pub const GMASK: u32 = 990;

@@ -5,18 +5,24 @@
 //!     small SentencePiece protobuf writer) from the tiny llama.cpp GGUFs, with llama.cpp's
 //!     Q/K permutation undone by hand, convert back to the original tensors byte for byte,
 //!     and the models still match llama.cpp's outputs;
-//! (c) bad input: each a typed error with a clear message.
+//! (c) bad input: each a typed error with a clear message;
+//! (d) the registry of source architectures, and every architecture's output byte for byte
+//!     against files recorded before the converter was split into one file per architecture.
 
+/// The helpers ggrs-llama's tests share (reference files, comparing a model with llama.cpp's
+/// outputs): the round trips load the converted models with ggrs-llama.
+#[path = "../../ggrs-llama/tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use ggrs_convert::{
+    convert_hf_dir, convert_hf_dir_with, ConvertError, ConvertEvent, ConvertOptions, OutType,
+    SourceArch,
+};
 use ggrs_core::gguf::{GgufFile, Value};
 use ggrs_core::DType;
-use ggrs_llama::convert::{
-    convert_hf_dir, convert_hf_dir_with, ConvertError, ConvertEvent, ConvertOptions, OutType,
-};
 use serde_json::json;
 
 // ---------------------------------------------------------------------------------------
@@ -508,11 +514,11 @@ fn chatglm1_tied_embeddings_drop_lm_head() {
 // (b) Round trips through llama.cpp's layouts.
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn llama_round_trip() {
+/// Writes the tiny LLaMA of `tiny/tiny-llama-f16.gguf` as a `LlamaForCausalLM` checkpoint
+/// (rows of Q and K unpermuted, SentencePiece vocabulary) into `dir`; returns the GGUF.
+fn llama_checkpoint(dir: &Path) -> GgufFile {
     let src = common::reference_dir().join("tiny/tiny-llama-f16.gguf");
     let g = GgufFile::open(&src).unwrap();
-    let dir = scratch("llama-rt");
     let config = json!({
         "_name_or_path": "someone/tiny-llama-random",
         "architectures": ["LlamaForCausalLM"],
@@ -559,7 +565,14 @@ fn llama_round_trip() {
             None
         }
     };
-    hf_from_gguf(&g, &dir, config, &names, &perm);
+    hf_from_gguf(&g, dir, config, &names, &perm);
+    g
+}
+
+#[test]
+fn llama_round_trip() {
+    let dir = scratch("llama-rt");
+    let g = llama_checkpoint(&dir);
     let out = dir.join("back.gguf");
     let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
     assert_eq!(rep.tokenizer.as_deref(), Some("llama"));
@@ -573,11 +586,11 @@ fn llama_round_trip() {
     assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
 }
 
-#[test]
-fn chatglm2_round_trip() {
+/// Writes the tiny ChatGLM2 of `tiny/tiny-chatglm-f16.gguf` as a `ChatGLMModel` checkpoint
+/// (SentencePiece vocabulary) into `dir`; returns the GGUF.
+fn chatglm2_checkpoint(dir: &Path) -> GgufFile {
     let src = common::reference_dir().join("tiny/tiny-chatglm-f16.gguf");
     let g = GgufFile::open(&src).unwrap();
-    let dir = scratch("chatglm2-rt");
     let config = json!({
         "_name_or_path": "tiny-chatglm-random",
         "architectures": ["ChatGLMModel"],
@@ -621,7 +634,14 @@ fn chatglm2_round_trip() {
             ("ffn_down.weight", "mlp.dense_4h_to_h.weight"),
         ],
     );
-    hf_from_gguf(&g, &dir, config, &names, &|_| None);
+    hf_from_gguf(&g, dir, config, &names, &|_| None);
+    g
+}
+
+#[test]
+fn chatglm2_round_trip() {
+    let dir = scratch("chatglm2-rt");
+    let g = chatglm2_checkpoint(&dir);
     let out = dir.join("back.gguf");
     let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
     // The tiny model's SentencePiece vocabulary fills every id: ChatGLM's control tokens
@@ -797,7 +817,7 @@ fn unknown_architecture_is_an_error() {
     std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     let (e, written) = convert_err(&dir);
     match &e {
-        ConvertError::UnsupportedArchitecture { found } => {
+        ConvertError::UnsupportedArchitecture { found, .. } => {
             assert_eq!(found, &["GPTNeoXForCausalLM".to_string()])
         }
         other => panic!("{other:?}"),
@@ -953,10 +973,10 @@ fn unknown_outtype_is_an_error() {
 // Qwen2 with a tokenizer.json (byte-level BPE) and BF16 weights.
 // ---------------------------------------------------------------------------------------
 
-#[test]
-fn qwen2_tokenizer_json_and_bf16_weights() {
-    // The vocabulary of llama.cpp's Qwen2 vocab file, written back as tokenizer.json +
-    // tokenizer_config.json, must come out as the same tokenizer.ggml.* entries.
+/// Writes a one-layer `Qwen2ForCausalLM` checkpoint into `dir`: the vocabulary of llama.cpp's
+/// Qwen2 vocab file as tokenizer.json + tokenizer_config.json, BF16 matrices and F32 vectors.
+/// Returns the vocab file and the tensors written.
+fn qwen2_checkpoint(dir: &Path) -> (GgufFile, Vec<StT>) {
     let vg = GgufFile::open(common::reference_dir().join("vocab/ggml-vocab-qwen2.gguf")).unwrap();
     let arr = |k: &str| vg.get(k).unwrap().as_array().unwrap().to_vec();
     let tokens: Vec<String> = arr("tokenizer.ggml.tokens")
@@ -984,7 +1004,6 @@ fn qwen2_tokenizer_json_and_bf16_weights() {
         }
     }
     let n_vocab = tokens.len();
-    let dir = scratch("qwen2");
     std::fs::write(
         dir.join("tokenizer.json"),
         json!({"version": "1.0", "added_tokens": added,
@@ -1053,7 +1072,15 @@ fn qwen2_tokenizer_json_and_bf16_weights() {
     push(&l("mlp.up_proj.weight"), vec![16, 8]);
     push(&l("mlp.down_proj.weight"), vec![8, 16]);
     write_safetensors(&dir.join("model.safetensors"), &ts);
+    (vg, ts)
+}
 
+#[test]
+fn qwen2_tokenizer_json_and_bf16_weights() {
+    // The vocabulary of llama.cpp's Qwen2 vocab file, written back as tokenizer.json +
+    // tokenizer_config.json, must come out as the same tokenizer.ggml.* entries.
+    let dir = scratch("qwen2");
+    let (vg, ts) = qwen2_checkpoint(&dir);
     let out = dir.join("qwen2.gguf");
     let rep = convert_hf_dir(&dir, &out, &opts(OutType::F32)).unwrap();
     assert_eq!(rep.tokenizer.as_deref(), Some("gpt2"));
@@ -1225,4 +1252,240 @@ fn malformed_sentencepiece_model_is_an_error() {
         "{msg}"
     );
     assert!(!written);
+}
+
+// ---------------------------------------------------------------------------------------
+// The registry, and what the architectures write, byte for byte.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn registry_detects_each_architecture_from_config_json() {
+    let names: Vec<&str> = SourceArch::all().map(SourceArch::gguf_name).collect();
+    assert_eq!(names, ["llama", "qwen2", "chatglm", "chatglm1"]);
+    let detect = |cfg: serde_json::Value| SourceArch::detect(&cfg).map(SourceArch::gguf_name);
+    let cases = [
+        (json!({"architectures": ["LlamaForCausalLM"]}), "llama"),
+        (json!({"architectures": ["Qwen2ForCausalLM"]}), "qwen2"),
+        (json!({"architectures": ["ChatGLMModel"]}), "chatglm"),
+        (
+            json!({"architectures": ["ChatGLMForConditionalGeneration"]}),
+            "chatglm",
+        ),
+        (
+            json!({"architectures": ["ChatGLMModel"], "position_encoding_2d": true}),
+            "chatglm1",
+        ),
+        (
+            json!({"architectures": ["ChatGLMForConditionalGeneration"],
+                   "position_encoding_2d": false}),
+            "chatglm1",
+        ),
+        // The first entry an architecture recognises wins.
+        (
+            json!({"architectures": ["MyWrapper", "Qwen2ForCausalLM", "LlamaForCausalLM"]}),
+            "qwen2",
+        ),
+    ];
+    for (cfg, want) in cases {
+        assert_eq!(detect(cfg.clone()).ok(), Some(want), "{cfg}");
+    }
+    for cfg in [
+        json!({}),
+        json!({"architectures": []}),
+        json!({"model_type": "llama"}),
+    ] {
+        match SourceArch::detect(&cfg) {
+            Err(ConvertError::UnsupportedArchitecture { found, .. }) => {
+                assert!(found.is_empty(), "{cfg}: {found:?}")
+            }
+            other => panic!("{cfg}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn unknown_architecture_lists_every_registered_one() {
+    let e = SourceArch::detect(&json!({"architectures": ["MistralForCausalLM"]})).unwrap_err();
+    let msg = e.to_string();
+    for a in SourceArch::all() {
+        assert!(msg.contains(a.source()), "{msg} lacks {}", a.source());
+    }
+    assert!(msg.contains("MistralForCausalLM"), "{msg}");
+    assert!(msg.contains("position_encoding_2d"), "{msg}");
+}
+
+/// sha256 of the files ggrs-llama's `convert` module wrote (commit ab5a2b2, before the
+/// converter became this crate with one file per architecture), by checkpoint and output
+/// type: a change to any byte a conversion writes shows here. A deliberate change updates
+/// the table.
+const RECORDED_SHA256: &[(&str, &str, &str)] = &[
+    (
+        "chatglm1",
+        "f32",
+        "c8cc02d9660130c6fd2e94a3a04e694c4416240daf8d2fd9eb8570919ea08f5c",
+    ),
+    (
+        "chatglm1",
+        "f16",
+        "04f51dc6ad1ea8bdce06e029b37ec0d0cc1c3bb3c94148ab22ecbbeaf0507988",
+    ),
+    (
+        "chatglm1",
+        "bf16",
+        "23c6251934cdc799baddc959a4e021107758c2aa92efbe076bf9dd41d4dbdf5f",
+    ),
+    (
+        "chatglm1",
+        "q8_0",
+        "f7b6e018857baeb2069994ee8c6b9ac24d38983e5e58c098c17d91f07b7b7da9",
+    ),
+    (
+        "chatglm1",
+        "q4_0",
+        "df562fb2bc95b6f3d386538d795e406b8615eb5b86c77a36aaeccef4dca3e701",
+    ),
+    (
+        "llama",
+        "f32",
+        "ec4b1503d008378c92111db695dfb794b5d57b731565f7770f6d432b85fe77c5",
+    ),
+    (
+        "llama",
+        "f16",
+        "d2db733c675ad7adedf8fa31d6e64eb531ed3db0e2273a09cad05c027d59cc5f",
+    ),
+    (
+        "llama",
+        "bf16",
+        "7c7fb2cece4f91f52ad6e08d299d85f50b6b1fb4c320680cbaae5fc4f58d352e",
+    ),
+    (
+        "llama",
+        "q8_0",
+        "d35ec24f6c9554a6cd7d3c4d035ba84dbc1c3e439e2bece7f539385a9120e1bf",
+    ),
+    (
+        "llama",
+        "q4_0",
+        "d3ac7ab53f120b9d5cc987949bbfdd0ea61257e1d0cdcabebe5d895a2ae36643",
+    ),
+    (
+        "qwen2",
+        "f32",
+        "163410c15d35d6c729a36d9079f4bb6f267f11acce9c62b80a44e890e987d3d1",
+    ),
+    (
+        "qwen2",
+        "f16",
+        "80ed5a2b2fbd44ddba5d5eba8aaecb76838204f65d32980c70261f98f96f559b",
+    ),
+    (
+        "qwen2",
+        "bf16",
+        "e71fe4abc0bd5646440724d9125f1bc938f24da03a7b0455abf318a9ec2853ee",
+    ),
+    (
+        "qwen2",
+        "q8_0",
+        "1a75bd0e7e9f1e0627809c399e7c3c7dea19f5682f5aee9bed6a7d6c3fa14de7",
+    ),
+    (
+        "qwen2",
+        "q4_0",
+        "d8c048124362466ff0ddff997b7c90ff6650792e1d788f3e46bc0560eab984e8",
+    ),
+    (
+        "chatglm2",
+        "f32",
+        "21bb363f8bb54fa23400a64b050ee4ec31d2d87948c4a75a28fe052133dce11f",
+    ),
+    (
+        "chatglm2",
+        "f16",
+        "6cac2f420b9adab0d6b461a64a5ab5585fb4420d68d56a02a60c8ee436461cf9",
+    ),
+    (
+        "chatglm2",
+        "bf16",
+        "cb710354d56cb826df2de59a62f8eb50b4483ca29751f0b8f6f6aaff5c5e685e",
+    ),
+    (
+        "chatglm2",
+        "q8_0",
+        "ca76c85dde393a5754294dee8d70864080236301e20913a5fe4390019d922a00",
+    ),
+    (
+        "chatglm2",
+        "q4_0",
+        "4ca7e213f42b03e060b34e281e3403527c6f8c97ae354235cc81934220da8308",
+    ),
+    (
+        "chatglm3",
+        "f32",
+        "e6015a728c026bc8e25e3e7171ab11bf0cba8953ac8040261bd3869bb1303fb3",
+    ),
+    (
+        "chatglm3",
+        "f16",
+        "9c9b0496b980ae2855f781f406c436b622b5130ed7d13ee304711ea02fcfb856",
+    ),
+    (
+        "chatglm3",
+        "bf16",
+        "bae04ee76a5c3a05cc80e502ed82634928c15dd580ee8952c1f6bd1ad78213d8",
+    ),
+    (
+        "chatglm3",
+        "q8_0",
+        "c405b24b52563c260a7a3f8bd8308c559a616369d3f6623b73cd2d7c928e366e",
+    ),
+    (
+        "chatglm3",
+        "q4_0",
+        "946e6e4aa214f95a28b330b9c65952184cffdc1b7e039fe8fa397c48857e50db",
+    ),
+];
+
+#[test]
+fn outputs_equal_the_recorded_files() {
+    use sha2::{Digest, Sha256};
+    let root = scratch("recorded");
+    let mk = |name: &str| {
+        let d = root.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let llama = mk("llama");
+    llama_checkpoint(&llama);
+    let chatglm2 = mk("chatglm2");
+    chatglm2_checkpoint(&chatglm2);
+    let chatglm3 = mk("chatglm3");
+    small_chatglm3(&chatglm3);
+    // Named after the directory it was recorded from (its config.json has no
+    // `_name_or_path`).
+    let qwen2 = mk("qwen2");
+    qwen2_checkpoint(&qwen2);
+    let out = root.join("out.gguf");
+    for &(ck, outtype, want) in RECORDED_SHA256 {
+        let (dir, name) = match ck {
+            "chatglm1" => (v1_dir(), None),
+            "llama" => (llama.clone(), None),
+            "chatglm2" => (chatglm2.clone(), None),
+            "chatglm3" => (chatglm3.clone(), None),
+            "qwen2" => (qwen2.clone(), Some("convert-qwen2".to_string())),
+            other => panic!("{other}"),
+        };
+        let opts = ConvertOptions {
+            outtype: outtype.parse().unwrap(),
+            n_threads: 2,
+            name,
+        };
+        convert_hf_dir(&dir, &out, &opts).unwrap();
+        let got: String = Sha256::digest(std::fs::read(&out).unwrap())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(got, want, "{ck} as {outtype}");
+    }
+    std::fs::remove_file(&out).unwrap();
 }

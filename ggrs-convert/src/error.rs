@@ -46,14 +46,13 @@ pub enum ConvertError {
         detail: String,
     },
     /// `architectures` in `config.json` names no architecture the converter knows.
-    #[error(
-        "config.json: unsupported architecture {found:?} (supported: LlamaForCausalLM, \
-         Qwen2ForCausalLM, ChatGLMModel / ChatGLMForConditionalGeneration for ChatGLM-6B v1 \
-         and ChatGLM2/3)"
-    )]
+    #[error("config.json: unsupported architecture {found:?} (supported: {supported})")]
     UnsupportedArchitecture {
         /// The `architectures` entries found (empty when the key is missing).
         found: Vec<String>,
+        /// The architectures the converter reads, as [`crate::SourceArch::source`] names
+        /// them, comma-separated.
+        supported: String,
     },
     /// The directory has neither `model.safetensors` nor `model.safetensors.index.json`.
     #[error(

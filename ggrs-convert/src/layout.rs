@@ -1,0 +1,238 @@
+//! What a conversion writes: the metadata keys and the list of tensors (Hugging Face name →
+//! GGUF name, expected shape, row transform), built by the source architecture's
+//! [`ArchConverter::plan`](crate::arch::ArchConverter::plan) through a [`LayoutBuilder`]
+//! and checked against the checkpoint.
+
+use ggrs_core::gguf::Value;
+
+use crate::arch::SourceArch;
+use crate::config::Cfg;
+use crate::error::ConvertError;
+use crate::safetensors::{Checkpoint, StDtype};
+
+/// How a tensor's rows are reordered on the way to GGUF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transform {
+    /// Rows (and elements of a 1-D tensor) kept in checkpoint order.
+    None,
+    /// llama.cpp's Q/K permutation for LLaMA's rotary convention: within each of `n_head`
+    /// heads of `d` rows, output row `2j + t` is input row `t·d/2 + j` (the two halves of
+    /// the head, which Hugging Face rotates as pairs `(j, j + d/2)`, are interleaved so
+    /// that GGML's normal-mode rope pairs adjacent rows `(2j, 2j + 1)`).
+    RopePermute {
+        /// Heads in the tensor.
+        n_head: usize,
+    },
+}
+
+/// One tensor of the output.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    /// Name in the checkpoint.
+    pub hf_name: String,
+    /// Name in the GGUF.
+    pub gguf_name: String,
+    /// Shape the checkpoint must have (PyTorch order, outermost first).
+    pub shape: Vec<usize>,
+    /// Row reordering.
+    pub transform: Transform,
+}
+
+/// Metadata and tensors of one conversion.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    /// Source architecture.
+    pub arch: SourceArch,
+    /// Architecture keys in the order they are written (`general.*`, `<arch>.*`, and the
+    /// few `tokenizer.*` keys an architecture fixes).
+    pub metadata: Vec<(String, Value)>,
+    /// Output tensors in order.
+    pub tensors: Vec<Planned>,
+    /// Rows of the embedding table (the vocabulary the tokenizer is padded to).
+    pub n_vocab: usize,
+    /// Checkpoint tensors that are read by no output tensor and dropped on purpose.
+    pub dropped: Vec<String>,
+}
+
+/// Whether a planned tensor must be in the checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Req {
+    /// Required: a missing one is an error.
+    Need,
+    /// Optional: taken when present.
+    Maybe,
+}
+
+/// One tensor of a block (see [`LayoutBuilder::block`]): required or not, name under the
+/// checkpoint's block prefix, name under the GGUF block prefix, shape, row transform.
+pub(crate) type BlockPart<'s> = (Req, &'static str, &'static str, &'s [usize], Transform);
+
+/// Collects an architecture's metadata and tensor list against a checkpoint: required
+/// tensors must exist, optional ones are taken when present.
+pub(crate) struct LayoutBuilder<'a> {
+    ck: &'a Checkpoint,
+    /// The GGUF architecture: the prefix of the architecture keys.
+    arch: &'static str,
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<Planned>,
+    dropped: Vec<String>,
+}
+
+impl LayoutBuilder<'_> {
+    /// `<arch>.<key>` = `v`.
+    pub(crate) fn put(&mut self, key: &str, v: Value) {
+        self.metadata.push((format!("{}.{key}", self.arch), v));
+    }
+
+    /// `key` = `v`, a key outside the architecture's prefix (`tokenizer.ggml.add_bos_token`).
+    pub(crate) fn put_global(&mut self, key: &str, v: Value) {
+        self.metadata.push((key.to_string(), v));
+    }
+
+    /// `<arch>.<key>` = `v` as a u32 for each `(key, config key, v)`, in order; the config
+    /// key `v` was read from is named when it does not fit.
+    pub(crate) fn u32s(&mut self, entries: &[(&str, &str, usize)]) -> Result<(), ConvertError> {
+        for &(key, from, v) in entries {
+            let v = u32::try_from(v).map_err(|_| ConvertError::Config {
+                key: from.into(),
+                detail: format!("{v} does not fit in a u32"),
+            })?;
+            self.put(key, Value::U32(v));
+        }
+        Ok(())
+    }
+
+    /// Plans checkpoint tensor `hf` as GGUF tensor `gguf`; a missing `Need` tensor is an
+    /// error, a missing `Maybe` tensor is skipped.
+    pub(crate) fn add(
+        &mut self,
+        req: Req,
+        hf: String,
+        gguf: String,
+        shape: Vec<usize>,
+        transform: Transform,
+    ) -> Result<(), ConvertError> {
+        if self.ck.get(&hf).is_none() {
+            return match req {
+                Req::Maybe => Ok(()),
+                Req::Need => Err(ConvertError::MissingTensor {
+                    name: hf,
+                    gguf_name: gguf,
+                    arch: self.arch.into(),
+                }),
+            };
+        }
+        self.tensors.push(Planned {
+            hf_name: hf,
+            gguf_name: gguf,
+            shape,
+            transform,
+        });
+        Ok(())
+    }
+
+    /// [`LayoutBuilder::add`] of a required tensor.
+    pub(crate) fn need(
+        &mut self,
+        hf: String,
+        gguf: String,
+        shape: Vec<usize>,
+        transform: Transform,
+    ) -> Result<(), ConvertError> {
+        self.add(Req::Need, hf, gguf, shape, transform)
+    }
+
+    /// Plans the tensors of one block, in order: each part's names are taken under the
+    /// checkpoint's block prefix `hf` and the GGUF block prefix `gguf`.
+    pub(crate) fn block(
+        &mut self,
+        hf: &str,
+        gguf: &str,
+        parts: &[BlockPart],
+    ) -> Result<(), ConvertError> {
+        for (req, h, g, shape, transform) in parts {
+            let (h, g) = (format!("{hf}.{h}"), format!("{gguf}.{g}"));
+            self.add(*req, h, g, shape.to_vec(), *transform)?;
+        }
+        Ok(())
+    }
+
+    /// Checkpoint tensor `hf` is dropped on purpose (read by no output tensor).
+    pub(crate) fn drop_tensor(&mut self, hf: String) {
+        self.dropped.push(hf);
+    }
+}
+
+/// The metadata and tensor list of `arch` for `config.json` `cfg`, checked against the
+/// checkpoint's names (not yet its shapes: see [`check`]).
+pub(crate) fn build(
+    arch: SourceArch,
+    cfg: &serde_json::Value,
+    ck: &Checkpoint,
+    name: &str,
+) -> Result<Layout, ConvertError> {
+    let a = arch.gguf_name();
+    let mut b = LayoutBuilder {
+        ck,
+        arch: a,
+        metadata: vec![
+            ("general.architecture".into(), Value::String(a.into())),
+            ("general.name".into(), Value::String(name.into())),
+        ],
+        tensors: Vec::new(),
+        dropped: Vec::new(),
+    };
+    let n_vocab = arch.converter().plan(&Cfg(cfg), &mut b)?;
+    Ok(Layout {
+        arch,
+        metadata: b.metadata,
+        tensors: b.tensors,
+        n_vocab,
+        dropped: b.dropped,
+    })
+}
+
+/// Checks that every planned tensor has its expected shape and a float type, and that the
+/// checkpoint has no tensor the layout does not place (or drop on purpose).
+pub(crate) fn check(layout: &Layout, ck: &Checkpoint) -> Result<(), ConvertError> {
+    for p in &layout.tensors {
+        // `build` only plans tensors the checkpoint has.
+        let Some(t) = ck.get(&p.hf_name) else {
+            return Err(ConvertError::MissingTensor {
+                name: p.hf_name.clone(),
+                gguf_name: p.gguf_name.clone(),
+                arch: layout.arch.gguf_name().into(),
+            });
+        };
+        if t.shape != p.shape {
+            return Err(ConvertError::TensorShape {
+                name: p.hf_name.clone(),
+                found: t.shape.clone(),
+                expected: p.shape.clone(),
+            });
+        }
+        if !matches!(t.dtype, StDtype::Float(_)) {
+            return Err(ConvertError::TensorDtype {
+                name: p.hf_name.clone(),
+                dtype: t.dtype.name(),
+            });
+        }
+    }
+    let placed: std::collections::HashSet<&str> = layout
+        .tensors
+        .iter()
+        .map(|p| p.hf_name.as_str())
+        .chain(layout.dropped.iter().map(String::as_str))
+        .collect();
+    if let Some(t) = ck
+        .tensors
+        .iter()
+        .find(|t| !placed.contains(t.name.as_str()))
+    {
+        return Err(ConvertError::UnexpectedTensor {
+            name: t.name.clone(),
+            arch: layout.arch.gguf_name().into(),
+        });
+    }
+    Ok(())
+}
