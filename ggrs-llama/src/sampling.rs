@@ -144,15 +144,10 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// `log Σ exp(logits)`, in f64 from the largest logit.
+/// `log Σ exp(logits)`, from the largest logit ([`ggrs_core::kernels::vec::log_sum_exp`]:
+/// vectorised, the same bits on every CPU).
 pub fn log_sum_exp(logits: &[f32]) -> f64 {
-    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    max as f64
-        + logits
-            .iter()
-            .map(|&x| ((x - max) as f64).exp())
-            .sum::<f64>()
-            .ln()
+    ggrs_core::kernels::vec::log_sum_exp(logits)
 }
 
 /// The `k` most likely tokens and their log-probabilities under `softmax(logits)`, most
@@ -238,13 +233,18 @@ impl Sampler {
         self.recent.clear();
     }
 
-    fn apply_penalties(&self, logits: &mut [f32]) {
+    /// Whether the penalties change any logit now.
+    fn penalizes(&self) -> bool {
         let p = &self.params;
-        if self.recent.is_empty()
-            || (p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0)
-        {
+        !self.recent.is_empty()
+            && (p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        if !self.penalizes() {
             return;
         }
+        let p = &self.params;
         let mut counts: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
         for &t in &self.recent {
             *counts.entry(t).or_default() += 1;
@@ -265,24 +265,38 @@ impl Sampler {
     /// Picks the next token from `logits` (one value per vocabulary entry). Does not record
     /// it: call [`Sampler::accept`] with the token kept.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let mut l = logits.to_vec();
-        for &(t, b) in &self.params.logit_bias {
-            if let Some(x) = l.get_mut(t as usize) {
-                *x += b;
+        // The logits as biased and penalised (a copy only when something changes them).
+        let adjusted: Vec<f32>;
+        let l: &[f32] = if self.params.logit_bias.is_empty() && !self.penalizes() {
+            logits
+        } else {
+            let mut v = logits.to_vec();
+            for &(t, b) in &self.params.logit_bias {
+                if let Some(x) = v.get_mut(t as usize) {
+                    *x += b;
+                }
             }
-        }
-        self.apply_penalties(&mut l);
+            self.apply_penalties(&mut v);
+            adjusted = v;
+            &adjusted
+        };
         let p = &self.params;
         if p.temperature <= 0.0 || l.len() <= 1 {
-            return argmax(&l);
+            return argmax(l);
         }
-        // Candidates sorted by logit, most likely first.
-        let mut cand: Vec<(u32, f32)> = l.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect();
-        if p.top_k > 0 && p.top_k < cand.len() {
-            cand.select_nth_unstable_by(p.top_k - 1, |a, b| b.1.total_cmp(&a.1));
-            cand.truncate(p.top_k);
-        }
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Candidates sorted by logit, most likely first (ties: the lower id first): the
+        // `top_k` best in one pass over the vocabulary, or all of them.
+        let mut cand: Vec<(u32, f32)> = if p.top_k > 0 && p.top_k < l.len() {
+            top_ids(l, p.top_k)
+                .into_iter()
+                .map(|i| (i, l[i as usize]))
+                .collect()
+        } else {
+            let mut all: Vec<(u32, f32)> =
+                l.iter().enumerate().map(|(i, &x)| (i as u32, x)).collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            all
+        };
         let probs = |c: &[(u32, f32)]| -> Vec<f64> {
             let max = c[0].1;
             let e: Vec<f64> = c.iter().map(|&(_, x)| ((x - max) as f64).exp()).collect();
