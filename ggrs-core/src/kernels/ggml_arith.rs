@@ -825,6 +825,7 @@ pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
 /// against `C` activation rows already widened to f32 (`b[c]` holds `n` f16 values as f32,
 /// exactly): `t[r][c]` has the bits of the one-element kernel, each weight row converted
 /// once per 16 values for the whole tile. Needs [`f16_tiles`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     n: usize,
     a: [&[u8]; R],
@@ -909,6 +910,7 @@ pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
 /// Whether [`x86::v_expf_512`] may run: the vectorised variants are on and the CPU has
 /// AVX-512 F. Detected once.
 #[inline]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn exp_512() -> bool {
     // The AVX-512 level implies AVX-512 F.
     fast() && simd_level() >= SimdLevel::Avx512

@@ -241,6 +241,7 @@ pub(crate) struct Task {
     /// For a `mul_mat` on the panel path whose weight was packed ahead
     /// (`matmul::PackedWeight`): the first byte of the packed copy, which the executor keeps
     /// alive while the graph runs (`matmul::attach_packed`). Null otherwise.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub packed: *const u8,
 }
 

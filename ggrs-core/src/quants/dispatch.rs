@@ -460,6 +460,7 @@ pub fn force_no_panels(on: bool) {
 }
 
 /// True unless [`force_no_panels`] switched the panel kernels off.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn panels_allowed() -> bool {
     !NO_PANELS.load(Ordering::Relaxed)
 }

@@ -91,6 +91,7 @@ const TILE: usize = 16;
 /// `regions` threads in turn: chunk `rb` is piece `rb / regions` of region
 /// `rb % regions`, the regions lying one after the other; so a thread taking every
 /// `regions`-th chunk streams through one contiguous range (a bijection of `0..nrb`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn interleaved_position(rb: usize, nrb: usize, regions: usize) -> usize {
     let regions = regions.clamp(1, nrb.max(1));
     let r = rb % regions;

@@ -138,7 +138,8 @@ pub(crate) enum Element {
 // the plan records) on the same layouts: two plans are equal when they run the same code.
 impl PartialEq for Compute {
     fn eq(&self, other: &Self) -> bool {
-        use std::ptr::fn_addr_eq;
+        // (Only `Element` outside x86-64, where the catch-all arm cannot be reached.)
+        #[allow(unreachable_patterns)]
         match (self, other) {
             #[cfg(target_arch = "x86_64")]
             (Compute::Panel { kind: k, rest: r }, Compute::Panel { kind: k2, rest: r2 }) => {
@@ -147,7 +148,7 @@ impl PartialEq for Compute {
             #[cfg(target_arch = "x86_64")]
             (Compute::F16Tiles { rest: r }, Compute::F16Tiles { rest: r2 }) => r == r2,
             #[cfg(target_arch = "x86_64")]
-            (Compute::TiledPanel(p), Compute::TiledPanel(p2)) => fn_addr_eq(*p, *p2),
+            (Compute::TiledPanel(p), Compute::TiledPanel(p2)) => std::ptr::fn_addr_eq(*p, *p2),
             (Compute::Element(e), Compute::Element(e2)) => e == e2,
             _ => false,
         }
@@ -213,6 +214,7 @@ fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
 /// (AVX-512, `f16_lanes16` order) with its activation rows widened back to f32 once, in
 /// INIT, after the f16 rows in the shared buffer: every chunk then reads the columns as f32
 /// instead of widening them again.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
     dtype == DType::F16
         && crate::kernels::ggml_arith::f16_uses_lanes16(ne, m)
