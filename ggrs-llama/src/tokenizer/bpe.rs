@@ -1,7 +1,9 @@
 //! Byte-level BPE (`tokenizer.ggml.model = "gpt2"`), as llama.cpp's `llm_tokenizer_bpe`.
 //!
 //! The pre-tokenizer cuts the text into words; each word's bytes are written with GPT-2's
-//! byte map (a space becomes `Ġ`…) and start as one symbol per character. The neighbouring
+//! byte map (a space becomes `Ġ`…) and start as one symbol per character. (SentencePiece-style
+//! BPE, Gemma 4's `tokenizer.ggml.model = "gemma4"`, writes spaces as `▁` before the cut and
+//! keeps the words' UTF-8 as it is; what has no token becomes `<0xXX>` byte tokens.) The neighbouring
 //! pair with the lowest merge rank is merged first (ties: the leftmost), until no pair has a
 //! rule. Each final symbol is a token; one that is not (it can only happen with a vocabulary
 //! that lacks some byte characters) is emitted byte by byte where those exist, and dropped
@@ -50,17 +52,29 @@ impl Ord for Bigram {
     }
 }
 
-/// Appends the tokens of `text` to `out`.
-pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
-    // A BPE vocabulary always has a pre-tokenizer; `Default` is only a formal fallback.
-    let pre = vocab.pre.unwrap_or(PreTokenizer::Default);
+/// Appends the tokens of `text`, cut into words by `pre`, to `out`.
+pub(crate) fn tokenize(vocab: &Vocab, pre: PreTokenizer, text: &str, out: &mut Vec<u32>) {
+    // SentencePiece-style BPE (Gemma 4) writes spaces as `▁` before cutting words.
+    let escaped;
+    let text = if vocab.escape_whitespaces {
+        escaped = text.replace(' ', "\u{2581}");
+        escaped.as_str()
+    } else {
+        text
+    };
     let mut word = String::new();
     let mut symbols: Vec<Symbol> = Vec::new();
     let mut queue: BinaryHeap<Bigram> = BinaryHeap::new();
     for raw in pre.split(text) {
         word.clear();
-        word.extend(raw.bytes().map(|b| BYTE_TO_CHAR[b as usize]));
-        if vocab.ignore_merges {
+        if vocab.byte_encode {
+            word.extend(raw.bytes().map(|b| BYTE_TO_CHAR[b as usize]));
+        } else {
+            word.push_str(raw);
+        }
+        let whole =
+            vocab.ignore_merges || (vocab.newline_words_whole && raw.bytes().all(|b| b == b'\n'));
+        if whole {
             if let Some(id) = vocab.token_id(&word) {
                 out.push(id);
                 continue;
@@ -121,11 +135,19 @@ pub(crate) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
             let piece = &word[s.start..s.start + s.len];
             match vocab.token_id(piece) {
                 Some(id) => out.push(id),
-                None => {
+                None if vocab.byte_encode => {
                     // llama.cpp looks each byte up as a one-byte string: only ASCII bytes can
                     // be tokens that way.
                     for b in piece.bytes().filter(u8::is_ascii) {
                         if let Some(id) = vocab.token_id(char::from(b).encode_utf8(&mut [0; 4])) {
+                            out.push(id);
+                        }
+                    }
+                }
+                None => {
+                    // Raw UTF-8: each byte as its `<0xXX>` token, where there is one.
+                    for b in piece.bytes() {
+                        if let Some(id) = vocab.token_id(&format!("<0x{b:02X}>")) {
                             out.push(id);
                         }
                     }
@@ -156,7 +178,10 @@ mod tests {
 
     fn texts(v: &Vocab, text: &str) -> Vec<String> {
         let mut out = Vec::new();
-        tokenize(v, text, &mut out);
+        let pre = v
+            .pre_tokenizer()
+            .expect("a BPE vocabulary has a pre-tokenizer");
+        tokenize(v, pre, text, &mut out);
         out.iter()
             .map(|&id| v.tokens[id as usize].text.clone())
             .collect()

@@ -32,6 +32,9 @@ pub(crate) fn piece(
             text.as_bytes().to_vec()
         }
         (TokenType::Normal, VocabKind::Spm) => text.replace('▁', " ").into_bytes(),
+        (TokenType::Normal, VocabKind::Bpe) if vocab.escape_whitespaces => {
+            text.replace('▁', " ").into_bytes()
+        }
         (TokenType::Normal, VocabKind::Bpe) => {
             let mut out = Vec::with_capacity(text.len());
             for c in text.chars() {
@@ -50,13 +53,12 @@ pub(crate) fn piece(
             }
             out
         }
-        (TokenType::Byte, VocabKind::Spm) => match spm_byte_value(text) {
+        // llama.cpp reads `<0xXX>` byte tokens the same way for both (Gemma 4's BPE has them).
+        (TokenType::Byte, _) => match spm_byte_value(text) {
             Some(b) => vec![b],
             None => Vec::new(),
         },
-        (TokenType::Byte, VocabKind::Bpe) | (TokenType::Unused | TokenType::Undefined, _) => {
-            Vec::new()
-        }
+        (TokenType::Unused | TokenType::Undefined, _) => Vec::new(),
     };
     if lstrip && bytes.first() == Some(&b' ') {
         bytes.remove(0);

@@ -60,23 +60,51 @@ pub enum TokenizerError {
     /// `tokenizer.ggml.model` names a tokenizer this crate does not implement.
     #[error(
         "unsupported tokenizer model `{model}` in `tokenizer.ggml.model` (supported: `llama` = \
-         SentencePiece, `gpt2` = byte-level BPE)"
+         SentencePiece, `gpt2` = byte-level BPE, `gemma4` = Gemma 4's BPE)"
     )]
     UnknownModel {
         /// The name found.
         model: String,
     },
 
+    /// `tokenizer.ggml.model` names a tokenizer llama.cpp has but this crate does not
+    /// implement.
+    #[error(
+        "the tokenizer model `{model}` ({kind}) in `tokenizer.ggml.model` is not supported: \
+         ggrs implements `llama` (SentencePiece), `gpt2` (byte-level BPE) and `gemma4` \
+         (Gemma 4's BPE)"
+    )]
+    UnsupportedModel {
+        /// The name found.
+        model: String,
+        /// What kind of tokenizer it is.
+        kind: &'static str,
+    },
+
     /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not know.
     #[error(
         "unknown pre-tokenizer `{pre}` in `tokenizer.ggml.pre`; known: {known} (a new one \
-         needs its splitting rules added to ggrs-llama's tokenizer/pretokenize.rs)"
+         needs an entry in ggrs-llama's tokenizer/pretokenize/table.rs: its name, flags and \
+         llama.cpp's regular expressions for it)"
     )]
     UnknownPreTokenizer {
         /// The name found.
         pre: String,
         /// The names this crate knows, comma separated.
         known: String,
+    },
+
+    /// `tokenizer.ggml.pre` names one of llama.cpp's pre-tokenizers that this crate cannot
+    /// run exactly as llama.cpp does.
+    #[error(
+        "the pre-tokenizer `{pre}` in `tokenizer.ggml.pre` is one of llama.cpp's, but ggrs \
+         cannot run it exactly: {reason}"
+    )]
+    UnsupportedPreTokenizer {
+        /// The name found.
+        pre: String,
+        /// Why.
+        reason: String,
     },
 
     /// The vocabulary has no tokens.

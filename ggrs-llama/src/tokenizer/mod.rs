@@ -2,8 +2,12 @@
 //!
 //! Two algorithms, chosen by the model file's `tokenizer.ggml.model`:
 //! - `llama`: SentencePiece with byte fallback (LLaMA 1/2, Mistral, ChatGLM's vocabularies);
-//! - `gpt2`: byte-level BPE behind a pre-tokenizer named by `tokenizer.ggml.pre` (Qwen2,
-//!   LLaMA 3, GPT-2 and more; see [`PreTokenizer`]).
+//! - `gpt2`: byte-level BPE behind a pre-tokenizer named by `tokenizer.ggml.pre`, any of
+//!   llama.cpp's (Qwen2, LLaMA 3, GPT-2, DeepSeek and more; see [`PreTokenizer`]); `gemma4`
+//!   is the same BPE on raw UTF-8 with spaces written as `▁` (Gemma 4).
+//!
+//! Other tokenizer models llama.cpp has (`bert`'s WordPiece, `t5`'s Unigram, `rwkv`…) are
+//! refused with [`TokenizerError::UnsupportedModel`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), ggrs_llama::tokenizer::TokenizerError> {
@@ -169,10 +173,12 @@ impl Tokenizer {
                 }
             }
             VocabKind::Bpe => {
+                // `Vocab::from_parts` gives every BPE vocabulary its pre-tokenizer.
+                let pre = v.pre.expect("a BPE vocabulary has a pre-tokenizer");
                 for f in fragments {
                     match f {
                         Fragment::Text { start, end } => {
-                            bpe::tokenize(v, &text[start..end], &mut out)
+                            bpe::tokenize(v, pre, &text[start..end], &mut out)
                         }
                         Fragment::Token(id) => out.push(id),
                     }
@@ -401,8 +407,17 @@ mod tests {
             ..VocabParts::default()
         };
         let e = Vocab::from_parts(parts).unwrap_err();
-        assert!(matches!(&e, TokenizerError::UnknownModel { model } if model == "t5"));
+        assert!(
+            matches!(&e, TokenizerError::UnsupportedModel { model, kind } if model == "t5" && kind.contains("Unigram"))
+        );
         assert!(e.to_string().contains("`t5`"));
+        let parts = VocabParts {
+            model: "no-such-model".into(),
+            tokens: vec!["a".into()],
+            ..VocabParts::default()
+        };
+        let e = Vocab::from_parts(parts).unwrap_err();
+        assert!(matches!(&e, TokenizerError::UnknownModel { model } if model == "no-such-model"));
 
         let parts = VocabParts {
             model: "gpt2".into(),

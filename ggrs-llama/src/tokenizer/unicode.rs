@@ -9,70 +9,131 @@
 
 use unicode_general_category::{get_general_category, GeneralCategory as Gc};
 
-/// The classes of one character that the pre-tokenizers test.
+/// The classes of one character that the pre-tokenizers test, as bits of one byte (the
+/// scanners test them for every character).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct CharClass {
-    /// `\p{L}`: a letter of any kind.
-    pub letter: bool,
-    /// `\p{N}`: a number of any kind (decimal digit, letter number, other number).
-    pub number: bool,
-    /// `\s`: the Unicode `White_Space` property.
-    pub whitespace: bool,
-    /// `\p{P}`: punctuation of any kind.
-    pub punctuation: bool,
-    /// `\p{M}`: a combining mark of any kind.
-    pub mark: bool,
-}
+pub(crate) struct CharClass(u8);
 
 impl CharClass {
+    const LETTER: u8 = 1;
+    const NUMBER: u8 = 2;
+    const WHITESPACE: u8 = 4;
+    const PUNCTUATION: u8 = 8;
+    const MARK: u8 = 16;
+    const SYMBOL: u8 = 32;
+
+    /// `\p{L}`: a letter of any kind.
+    #[inline(always)]
+    pub fn letter(self) -> bool {
+        self.0 & Self::LETTER != 0
+    }
+
+    /// `\p{N}`: a number of any kind (decimal digit, letter number, other number).
+    #[inline(always)]
+    pub fn number(self) -> bool {
+        self.0 & Self::NUMBER != 0
+    }
+
+    /// `\s`: the Unicode `White_Space` property.
+    #[inline(always)]
+    pub fn whitespace(self) -> bool {
+        self.0 & Self::WHITESPACE != 0
+    }
+
+    /// `\p{P}`: punctuation of any kind.
+    #[inline(always)]
+    pub fn punctuation(self) -> bool {
+        self.0 & Self::PUNCTUATION != 0
+    }
+
+    /// `\p{M}`: a combining mark of any kind.
+    #[inline(always)]
+    pub fn mark(self) -> bool {
+        self.0 & Self::MARK != 0
+    }
+
+    /// `\p{S}`: a symbol of any kind (math, currency, modifier, other).
+    #[inline(always)]
+    pub fn symbol(self) -> bool {
+        self.0 & Self::SYMBOL != 0
+    }
+
     /// Neither whitespace, nor a letter, nor a number: `[^\s\p{L}\p{N}]`.
-    #[inline]
+    #[inline(always)]
     pub fn is_other(self) -> bool {
-        !(self.whitespace || self.letter || self.number)
+        self.0 & (Self::WHITESPACE | Self::LETTER | Self::NUMBER) == 0
+    }
+
+    /// The class with each bit set as its flag says.
+    const fn of(
+        letter: bool,
+        number: bool,
+        whitespace: bool,
+        punctuation: bool,
+        mark: bool,
+        symbol: bool,
+    ) -> CharClass {
+        const fn bit(on: bool, bit: u8) -> u8 {
+            if on {
+                bit
+            } else {
+                0
+            }
+        }
+        CharClass(
+            bit(letter, Self::LETTER)
+                | bit(number, Self::NUMBER)
+                | bit(whitespace, Self::WHITESPACE)
+                | bit(punctuation, Self::PUNCTUATION)
+                | bit(mark, Self::MARK)
+                | bit(symbol, Self::SYMBOL),
+        )
     }
 }
 
 /// Classes of the 128 ASCII characters, computed once (most text is mostly ASCII).
 static ASCII: [CharClass; 128] = {
-    let mut t = [CharClass {
-        letter: false,
-        number: false,
-        whitespace: false,
-        punctuation: false,
-        mark: false,
-    }; 128];
+    let mut t = [CharClass(0); 128];
     let mut i = 0;
     while i < 128 {
         let c = i as u8;
-        t[i].letter = c.is_ascii_alphabetic();
-        t[i].number = c.is_ascii_digit();
-        // White_Space in ASCII: \t \n \v \f \r and space.
-        t[i].whitespace = matches!(c, 0x09..=0x0d | b' ');
-        // Unicode categories Pc, Pd, Ps, Pe, Po in ASCII (not the symbols $ + < = > ^ ` | ~).
-        t[i].punctuation = matches!(
-            c,
-            b'!' | b'"'
-                | b'#'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'('
-                | b')'
-                | b'*'
-                | b','
-                | b'-'
-                | b'.'
-                | b'/'
-                | b':'
-                | b';'
-                | b'?'
-                | b'@'
-                | b'['
-                | b'\\'
-                | b']'
-                | b'_'
-                | b'{'
-                | b'}'
+        t[i] = CharClass::of(
+            c.is_ascii_alphabetic(),
+            c.is_ascii_digit(),
+            // White_Space in ASCII: \t \n \v \f \r and space.
+            matches!(c, 0x09..=0x0d | b' '),
+            // Unicode categories Pc, Pd, Ps, Pe, Po in ASCII (not the symbols $ + < = > ^ ` | ~).
+            matches!(
+                c,
+                b'!' | b'"'
+                    | b'#'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b','
+                    | b'-'
+                    | b'.'
+                    | b'/'
+                    | b':'
+                    | b';'
+                    | b'?'
+                    | b'@'
+                    | b'['
+                    | b'\\'
+                    | b']'
+                    | b'_'
+                    | b'{'
+                    | b'}'
+            ),
+            false,
+            // Unicode categories Sm, Sc, Sk in ASCII.
+            matches!(
+                c,
+                b'$' | b'+' | b'<' | b'=' | b'>' | b'^' | b'`' | b'|' | b'~'
+            ),
         );
         i += 1;
     }
@@ -80,14 +141,23 @@ static ASCII: [CharClass; 128] = {
 };
 
 /// The classes of `c`.
-#[inline]
+#[inline(always)]
 pub(crate) fn class_of(c: char) -> CharClass {
+    // The scanners call this for every character: the ASCII case must stay a table lookup
+    // inlined into them, with the category look-up out of line.
     if c.is_ascii() {
-        return ASCII[c as usize];
+        ASCII[c as usize]
+    } else {
+        class_of_non_ascii(c)
     }
+}
+
+/// The classes of a character outside ASCII, from its general category.
+#[inline(never)]
+fn class_of_non_ascii(c: char) -> CharClass {
     let cat = get_general_category(c);
-    CharClass {
-        letter: matches!(
+    CharClass::of(
+        matches!(
             cat,
             Gc::UppercaseLetter
                 | Gc::LowercaseLetter
@@ -95,9 +165,9 @@ pub(crate) fn class_of(c: char) -> CharClass {
                 | Gc::ModifierLetter
                 | Gc::OtherLetter
         ),
-        number: matches!(cat, Gc::DecimalNumber | Gc::LetterNumber | Gc::OtherNumber),
-        whitespace: c.is_whitespace(),
-        punctuation: matches!(
+        matches!(cat, Gc::DecimalNumber | Gc::LetterNumber | Gc::OtherNumber),
+        c.is_whitespace(),
+        matches!(
             cat,
             Gc::ConnectorPunctuation
                 | Gc::DashPunctuation
@@ -107,11 +177,61 @@ pub(crate) fn class_of(c: char) -> CharClass {
                 | Gc::FinalPunctuation
                 | Gc::OtherPunctuation
         ),
-        mark: matches!(
+        matches!(
             cat,
             Gc::NonspacingMark | Gc::SpacingMark | Gc::EnclosingMark
         ),
+        matches!(
+            cat,
+            Gc::MathSymbol | Gc::CurrencySymbol | Gc::ModifierSymbol | Gc::OtherSymbol
+        ),
+    )
+}
+
+/// The one byte that stands for `c` when llama.cpp runs an expression with Unicode
+/// categories through `std::regex`: ASCII stays itself, other whitespace becomes a vertical
+/// tab (`\x0B`, which `\s` matches), and every other character the byte of its category:
+/// `0xD1` number, `0xD2` letter, `0xD3` punctuation, `0xD4` mark, `0xD5` symbol, `0xD0`
+/// anything else (controls, format characters, unassigned code points…).
+#[inline]
+pub(crate) fn category_stand_in(c: char) -> u8 {
+    if c.is_ascii() {
+        return c as u8;
     }
+    let class = class_of(c);
+    if class.whitespace() {
+        0x0b
+    } else if class.number() {
+        0xd1
+    } else if class.letter() {
+        0xd2
+    } else if class.punctuation() {
+        0xd3
+    } else if class.mark() {
+        0xd4
+    } else if class.symbol() {
+        0xd5
+    } else {
+        0xd0
+    }
+}
+
+/// Whether `c` is a Han character as llama.cpp's `unicode_cpt_is_han` counts them: the CJK
+/// Unified Ideographs, their extensions A to F, and the compatibility ideographs.
+#[inline]
+pub(crate) fn is_han(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x4e00..=0x9fff
+            | 0x3400..=0x4dbf
+            | 0x20000..=0x2a6df
+            | 0x2a700..=0x2b73f
+            | 0x2b740..=0x2b81f
+            | 0x2b820..=0x2ceaf
+            | 0x2ceb0..=0x2ebef
+            | 0xf900..=0xfaff
+            | 0x2f800..=0x2fa1f
+    )
 }
 
 /// Whether GPT-2's byte map keeps byte `b` as the character of the same number.
@@ -198,14 +318,32 @@ mod tests {
 
     #[test]
     fn classes() {
-        assert!(class_of('a').letter && class_of('Ä').letter && class_of('我').letter);
-        assert!(class_of('7').number && class_of('½').number && class_of('Ⅻ').number);
-        assert!(class_of(' ').whitespace && class_of('\u{3000}').whitespace);
-        assert!(class_of('\u{85}').whitespace && !class_of('\u{200b}').whitespace);
+        assert!(class_of('a').letter() && class_of('Ä').letter() && class_of('我').letter());
+        assert!(class_of('7').number() && class_of('½').number() && class_of('Ⅻ').number());
+        assert!(class_of(' ').whitespace() && class_of('\u{3000}').whitespace());
+        assert!(class_of('\u{85}').whitespace() && !class_of('\u{200b}').whitespace());
         assert!(class_of('\u{1c}').is_other());
-        assert!(class_of('.').punctuation && class_of('，').punctuation);
-        assert!(!class_of('$').punctuation && !class_of('`').punctuation);
+        assert!(class_of('.').punctuation() && class_of('，').punctuation());
+        assert!(!class_of('$').punctuation() && !class_of('`').punctuation());
         assert!(class_of('🦙').is_other() && class_of('\u{301}').is_other());
-        assert!(class_of('\u{301}').mark && class_of('\u{17b7}').mark && !class_of('a').mark);
+        assert!(class_of('\u{301}').mark() && class_of('\u{17b7}').mark() && !class_of('a').mark());
+        assert!(class_of('$').symbol() && class_of('`').symbol() && class_of('€').symbol());
+        assert!(class_of('🦙').symbol() && !class_of('.').symbol() && !class_of('a').symbol());
+    }
+
+    #[test]
+    fn stand_ins() {
+        let s = |c| category_stand_in(c);
+        assert_eq!([s('a'), s(' '), s('\n'), s('~')], [b'a', b' ', b'\n', b'~']);
+        assert_eq!(s('\u{3000}'), 0x0b); // ideographic space
+        assert_eq!(s('\u{85}'), 0x0b); // next line: whitespace before its category (Cc)
+        assert_eq!(s('½'), 0xd1);
+        assert_eq!(s('我'), 0xd2);
+        assert_eq!(s('，'), 0xd3);
+        assert_eq!(s('\u{301}'), 0xd4);
+        assert_eq!(s('€'), 0xd5);
+        assert_eq!(s('\u{200b}'), 0xd0); // zero-width space: a format character
+        assert_eq!(s('\u{378}'), 0xd0); // unassigned
+        assert!(is_han('我') && is_han('\u{20000}') && !is_han('あ') && !is_han('a'));
     }
 }

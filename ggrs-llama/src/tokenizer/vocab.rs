@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use ggrs_core::gguf::{GgufFile, Value};
 
 use super::error::TokenizerError;
-use super::pretokenize::{pre_config, PreConfig, PreTokenizer, PRE_TOKENIZER_NAMES};
+use super::pretokenize::{PreConfig, PreTokenizer};
 
 type Result<T> = std::result::Result<T, TokenizerError>;
 
@@ -113,7 +113,7 @@ pub struct SpecialTokens {
 /// [`Vocab`] with [`Vocab::from_parts`]; `None` fields take llama.cpp's defaults.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct VocabParts {
-    /// `tokenizer.ggml.model`: `llama` or `gpt2`.
+    /// `tokenizer.ggml.model`: `llama`, `gpt2` or `gemma4`.
     pub model: String,
     /// `tokenizer.ggml.pre`: the BPE pre-tokenizer's name (`None`: `default`).
     pub pre: Option<String>,
@@ -273,13 +273,18 @@ impl VocabParts {
             key: K_TOKENS,
             hint: "it lists the vocabulary",
         })?;
-        let merges = if model == "gpt2" {
-            keys.strings(K_MERGES)?.ok_or(TokenizerError::MissingKey {
-                key: K_MERGES,
-                hint: "a `gpt2` (BPE) tokenizer needs its merge rules",
-            })?
-        } else {
-            Vec::new()
+        let pre = keys.string(K_PRE)?;
+        let bpe = model == "gpt2" || model == "gemma4";
+        let merges = match keys.strings(K_MERGES)? {
+            Some(merges) if bpe => merges,
+            // Kimi K2's files may come without merges; llama.cpp accepts that.
+            None if bpe && pre.as_deref() != Some("kimi-k2") => {
+                return Err(TokenizerError::MissingKey {
+                    key: K_MERGES,
+                    hint: "a BPE tokenizer (`gpt2`, `gemma4`) needs its merge rules",
+                })
+            }
+            _ => Vec::new(),
         };
         let special = SpecialTokens {
             bos: keys.id(K_BOS)?,
@@ -300,7 +305,7 @@ impl VocabParts {
         };
         Ok(VocabParts {
             model,
-            pre: keys.string(K_PRE)?,
+            pre,
             tokens,
             scores: keys.floats(K_SCORES)?,
             token_types: keys.ints(K_TYPES)?,
@@ -312,6 +317,20 @@ impl VocabParts {
             remove_extra_whitespaces: keys.bool(K_REMOVE_WS)?,
         })
     }
+}
+
+/// What a `tokenizer.ggml.model` llama.cpp knows but this crate does not implement is.
+fn unsupported_model_kind(model: &str) -> Option<&'static str> {
+    Some(match model {
+        "bert" => "WordPiece, as BERT's",
+        "t5" => "Unigram, as T5's",
+        "rwkv" => "RWKV's greedy tokenizer",
+        "plamo2" => "PLaMo 2's",
+        "hybriddna" => "BPE with DNA sequences",
+        "whitespace" => "BPE on whitespace-separated words",
+        "no_vocab" | "none" => "no vocabulary",
+        _ => return None,
+    })
 }
 
 /// Texts by which llama.cpp recognises special tokens a file does not name by key.
@@ -403,6 +422,13 @@ pub struct Vocab {
     pub(crate) remove_extra_whitespaces: bool,
     pub(crate) ignore_merges: bool,
     pub(crate) clean_spaces: bool,
+    /// BPE: words are written with GPT-2's byte map (false: raw UTF-8, with `<0xXX>` byte
+    /// tokens for what has no token).
+    pub(crate) byte_encode: bool,
+    /// BPE: spaces are `▁` in tokens (SentencePiece-style BPE).
+    pub(crate) escape_whitespaces: bool,
+    /// BPE: a word of line feeds that is a token is taken whole (Gemma 4).
+    pub(crate) newline_words_whole: bool,
     /// Control, user-defined and unknown tokens, longest text first: the tokens cut out of
     /// text before tokenizing.
     pub(crate) special_by_length: Vec<u32>,
@@ -417,24 +443,32 @@ impl Vocab {
     /// Validates plain vocabulary data and applies llama.cpp's defaults and rules:
     /// - `llama` (SentencePiece): BOS 1, EOS 2, UNK 0 unless given, BOS added, a space
     ///   prefixed to the text;
-    /// - `gpt2` (BPE): BOS = EOS = 11 unless given (llama.cpp's default), the flags of the
-    ///   pre-tokenizer named by `pre` (a missing name means `default`; an unknown one is an
-    ///   error, where llama.cpp falls back to `default` with a warning);
+    /// - `gpt2` (BPE): BOS = EOS = 11 unless given (llama.cpp's default), the pre-tokenizer
+    ///   named by `pre` and its flags (a missing name means `default`; an unknown one is an
+    ///   error, as in llama.cpp);
+    /// - `gemma4` (BPE on raw UTF-8 with spaces as `▁`): Gemma 4's pre-tokenizer whatever
+    ///   `pre` says, no default special tokens, BOS always added (llama.cpp's workaround);
     /// - tokens whose text marks them as end-of-turn, end-of-message or fill-in-the-middle
     ///   tokens become control tokens and fill the special ids the file does not give, and
     ///   the end-of-generation set is built, both as llama.cpp does;
     /// - an empty token text becomes `[EMPTY_<id>]`.
     ///
-    /// Errors: an unknown model or pre-tokenizer, an empty vocabulary, per-token arrays of
+    /// Errors: an unknown or unsupported model or pre-tokenizer, an empty vocabulary, per-token arrays of
     /// the wrong length, duplicate token texts, NaN scores, malformed merges, and BOS, EOS,
     /// EOT, EOM or UNK ids outside the vocabulary (other out-of-range special ids are ignored,
     /// as llama.cpp does).
     pub fn from_parts(parts: VocabParts) -> Result<Vocab> {
         let kind = match parts.model.as_str() {
             "llama" => VocabKind::Spm,
-            "gpt2" => VocabKind::Bpe,
-            _ => {
-                return Err(TokenizerError::UnknownModel { model: parts.model });
+            "gpt2" | "gemma4" => VocabKind::Bpe,
+            other => {
+                return Err(match unsupported_model_kind(other) {
+                    Some(kind) => TokenizerError::UnsupportedModel {
+                        model: parts.model,
+                        kind,
+                    },
+                    None => TokenizerError::UnknownModel { model: parts.model },
+                });
             }
         };
         let n = parts.tokens.len();
@@ -453,21 +487,23 @@ impl Vocab {
                 (None, None)
             }
             VocabKind::Bpe => {
-                let name = parts.pre.as_deref().unwrap_or("default");
-                let cfg: PreConfig =
-                    pre_config(name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
-                        pre: name.to_owned(),
-                        known: PRE_TOKENIZER_NAMES
-                            .iter()
-                            .map(|(n, _)| *n)
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    })?;
-                if !cfg.no_default_bos {
-                    special.bos = Some(11);
+                // A `gemma4` model always has Gemma 4's pre-tokenizer, and no default
+                // special tokens.
+                let gemma4 = parts.model == "gemma4";
+                let name = match parts.pre.as_deref() {
+                    _ if gemma4 => "gemma4",
+                    Some(name) => name,
+                    None => "default",
+                };
+                let pre = PreTokenizer::from_name(name)?;
+                let cfg: PreConfig = *pre.config();
+                if !gemma4 {
+                    if !cfg.no_default_bos {
+                        special.bos = Some(11);
+                    }
+                    special.eos = Some(11);
                 }
-                special.eos = Some(11);
-                (Some(cfg.pre), Some(cfg))
+                (Some(pre), Some(cfg))
             }
         };
         // A default that is not in a (small, hand-made) vocabulary means "none".
@@ -596,6 +632,8 @@ impl Vocab {
         if let Some(v) = parts.add_bos {
             add_bos = v;
         }
+        // llama.cpp's workaround for Gemma 4 files that say `add_bos_token = false`.
+        add_bos |= pre_cfg.is_some_and(|c| c.gemma4);
         if let Some(v) = parts.add_eos {
             add_eos = v;
         }
@@ -673,6 +711,9 @@ impl Vocab {
             remove_extra_whitespaces: parts.remove_extra_whitespaces.unwrap_or(false),
             ignore_merges,
             clean_spaces,
+            byte_encode: pre.is_none_or(|p| p.config().exprs.byte_encode),
+            escape_whitespaces: pre_cfg.is_some_and(|c| c.escape_whitespaces),
+            newline_words_whole: pre_cfg.is_some_and(|c| c.gemma4),
             special_by_length,
         })
     }
