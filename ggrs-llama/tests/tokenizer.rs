@@ -326,6 +326,76 @@ fn llama_cpp_vocabs_of_unsupported_models_are_refused() {
     }
 }
 
+/// Every pre-tokenizer against llama.cpp itself: `scripts/check-pretokenizers-vs-llamacpp.sh`
+/// writes llama.cpp's ids for its test strings (`cases.inp`) with each vocabulary file and
+/// `tokenizer.ggml.pre` name (`out/<vocabulary>.<name>.out`) to `$GGRS_PRETOK_CHECK_DIR`, then
+/// runs this test, which tokenizes the same strings with the same vocabulary and name.
+#[test]
+#[ignore = "needs llama.cpp's output: run scripts/check-pretokenizers-vs-llamacpp.sh"]
+fn pretokenizers_match_llama_cpp() {
+    use ggrs_core::gguf::GgufFile;
+    use ggrs_llama::tokenizer::{Vocab, VocabParts};
+
+    let dir = PathBuf::from(
+        std::env::var_os("GGRS_PRETOK_CHECK_DIR").expect("GGRS_PRETOK_CHECK_DIR is not set"),
+    );
+    let vocab_dir = llama_cpp_vocab_dir().expect("llama.cpp's vocabulary files");
+    let inp = std::fs::read_to_string(dir.join("cases.inp")).unwrap();
+    let mut texts: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+    texts.pop();
+    let mut results: Vec<PathBuf> = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    results.sort();
+    assert!(!results.is_empty(), "no results in {}", dir.display());
+    let mut files = std::collections::HashMap::new();
+    let mut failures = Vec::new();
+    for path in &results {
+        let file_name = path.file_name().unwrap().to_str().unwrap();
+        let (base, name) = file_name
+            .strip_suffix(".out")
+            .and_then(|s| s.split_once('.'))
+            .unwrap_or_else(|| panic!("{file_name}: not <vocabulary>.<name>.out"));
+        let expected: Vec<Vec<u32>> = std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
+            .collect();
+        assert_eq!(
+            expected.len(),
+            texts.len(),
+            "{file_name}: one line per string"
+        );
+        let file = files.entry(base.to_owned()).or_insert_with(|| {
+            GgufFile::open(vocab_dir.join(format!("ggml-vocab-{base}.gguf"))).unwrap()
+        });
+        let mut parts = VocabParts::from_kv(|k| file.get(k)).unwrap();
+        parts.pre = Some(name.to_owned());
+        let tok =
+            Tokenizer::new(Vocab::from_parts(parts).unwrap_or_else(|e| panic!("{name}: {e}")));
+        let mut differ = 0;
+        for (text, expected) in texts.iter().zip(&expected) {
+            let got = tok.encode(text, false, false).unwrap();
+            if &got != expected {
+                if differ < 3 {
+                    failures.push(format!(
+                        "{base} {name}: {text:?}\n   got      {got:?}\n   expected {expected:?}"
+                    ));
+                }
+                differ += 1;
+            }
+        }
+        eprintln!("{base} {name}: {differ} of {} strings differ", texts.len());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    eprintln!(
+        "{} vocabulary and pre-tokenizer pairs, {} strings each: all equal to llama.cpp",
+        results.len(),
+        texts.len()
+    );
+}
+
 /// The prompts of `prompts.txt` and their reference tokens in a `*.public.jsonl` file.
 fn prompt_tokens(rel: &str) -> Vec<(String, Vec<u32>)> {
     let prompts_path = reference("prompts.txt");
