@@ -56,7 +56,17 @@ async fn count(State(st): St, req: Request, next: Next) -> Response {
 }
 
 /// The API key check, and a body announced larger than the limit refused before it is read.
+///
+/// A refused request's body is read (up to the limit) before the answer, so the client's
+/// keep-alive connection stays usable; a body too large to read gets `Connection: close`
+/// instead, so no client reuses a connection the server is about to drop.
 async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = announced.is_some_and(|n| n > st.max_body_bytes as u64);
     if !st.api_keys.is_empty() && !PUBLIC.contains(&req.uri().path()) {
         let h = req.headers();
         let bearer = h
@@ -69,18 +79,32 @@ async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
             .or(x_key)
             .is_some_and(|k| st.api_keys.iter().any(|a| a == k))
         {
-            return ApiError::unauthorized().into_response();
+            let refused = ApiError::unauthorized().into_response();
+            if too_large {
+                return closing(refused);
+            }
+            if axum::body::to_bytes(req.into_body(), st.max_body_bytes)
+                .await
+                .is_err()
+            {
+                return closing(refused);
+            }
+            return refused;
         }
     }
-    let announced = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > st.max_body_bytes as u64) {
-        return ApiError::too_large(st.max_body_bytes).into_response();
+    if too_large {
+        return closing(ApiError::too_large(st.max_body_bytes).into_response());
     }
     next.run(req).await
+}
+
+/// `r` with `Connection: close` (its request's body was left unread).
+fn closing(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
 }
 
 /// The body as JSON, or the error for a body too large or not a JSON object.

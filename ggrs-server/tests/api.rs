@@ -269,8 +269,11 @@ fn api_key_is_required_except_for_health_models_and_page() {
     assert_error(&s.post("/v1/completions", &req), 401, None);
     assert_error(&s.get("/metrics"), 401, None);
     s.key = None;
-    assert_error(&s.post("/v1/completions", &req), 401, None);
-    assert_error(&s.post("/tokenize", &json!({"content": "a"})), 401, None);
+    // Refusals keep the keep-alive connection usable: many in a row on one client.
+    for _ in 0..20 {
+        assert_error(&s.post("/v1/completions", &req), 401, None);
+        assert_error(&s.post("/tokenize", &json!({"content": "a"})), 401, None);
+    }
     assert_eq!(s.get("/health").status, 200);
     assert_eq!(s.get("/v1/models").status, 200);
     assert_eq!(s.get("/").status, 200);
