@@ -178,7 +178,7 @@ pub(crate) fn plan(
 ) -> TaskPlan {
     let cols = arith_cols(per_column, b.ne[1]);
     #[cfg(target_arch = "x86_64")]
-    if let Some(kind) = panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
+    if let Some(kind) = panels::kind(a.dtype, a.ne).and_then(|k| k.for_columns(cols)) {
         return panels::plan(kind, a, b, dst, nth);
     }
     let k = a.ne[0];
@@ -1030,7 +1030,10 @@ mod packed {
         }
         let e = reg.get(&(a.data as usize))?;
         let dense = a.nb[0] == a.dtype.type_size() && a.nb[1] == a.dtype.row_size(a.ne[0]);
-        (e.kind == kind && e.dtype == a.dtype && e.ne == a.ne && dense).then(|| Arc::clone(e))
+        // One layout may serve several kernels (`Kind::layout`).
+        let layout = |k: Option<Kind>| k.map(Kind::layout);
+        (layout(e.kind) == layout(kind) && e.dtype == a.dtype && e.ne == a.ne && dense)
+            .then(|| Arc::clone(e))
     }
 }
 
@@ -1053,7 +1056,7 @@ mod panels {
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         let values = match dtype {
-            DType::Q6K => crate::quants::k_quants::QK_K,
+            DType::Q6K | DType::IQ4XS => crate::quants::k_quants::QK_K,
             _ => 32,
         };
         if ne[1] < ROWS
@@ -1070,6 +1073,8 @@ mod panels {
             (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
             (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
             (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
+            (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
+            (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
             _ => return None,
         };
         let simd = matches!(
