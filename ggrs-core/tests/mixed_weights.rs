@@ -13,7 +13,7 @@ use ggrs_core::quants::dispatch::force_scalar;
 use ggrs_core::{quants, Context, DType, Executor, Graph};
 
 /// Every weight type `mul_mat` takes.
-const TYPES: [DType; 14] = [
+const TYPES: [DType; 16] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -28,6 +28,8 @@ const TYPES: [DType; 14] = [
     DType::Q5K,
     DType::Q6K,
     DType::Q8K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// Activation width: a multiple of 256 (k-quant super-blocks) and of 32.

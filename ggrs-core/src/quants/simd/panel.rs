@@ -1,6 +1,8 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
 //! VNNI kernels; `panel_avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
+//! The same scheme serves Q4_1, Q5_0, Q5_1 and Q6_K (AVX2 kernels, layouts in
+//! [`Kind::block_at`]) and the i-quants IQ4_NL and IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
 //!
 //! # Layout
 //!
