@@ -455,7 +455,7 @@ impl Ahead {
 
 /// Prefetches (into L2) the `i`-th of `nb` even shares of `ahead`, one per 64-byte line.
 #[inline(always)]
-fn prefetch(ahead: Ahead, i: usize, nb: usize) {
+pub(super) fn prefetch(ahead: Ahead, i: usize, nb: usize) {
     if ahead.len == 0 {
         return;
     }
@@ -487,6 +487,9 @@ pub(crate) unsafe fn pack(
         match (kind, vnni()) {
             // IQ4_NL blocks have Q4_0's bytes (f16 scale, 16 bytes of nibbles).
             (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => pack_q4_0(nb, rows, out, ahead),
+            (Kind::IQ4XSLanes | Kind::IQ4XSTiled, true) => {
+                super::panel_iq4::pack_iq4_xs_vnni(nb, rows, out, ahead)
+            }
             (Kind::Q8_0Lanes, true) => pack_q8_0(nb, rows, out, ahead),
             _ => pack_portable(kind, nb, rows, out),
         }

@@ -41,13 +41,13 @@
 //!   `acc = fma(r, d_y, acc)`.
 //!
 //! # Safety
-//! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C), except
-//! [`pack_iq4_xs`], which is portable; the pointer contracts are those of
-//! [`super::panel::gemm`].
+//! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
+//! kernels' pointer contracts are those of [`super::panel::gemm`]. [`pack_iq4_xs`] is
+//! portable.
 
 use std::arch::x86_64::*;
 
-use super::panel::{q4_0_at, Kind, AUX_BYTES, ROWS};
+use super::panel::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
 use super::x86::{read_f32, read_u16, read_u32};
 use crate::quants::iq4::KVALUES_IQ4NL;
 
@@ -97,6 +97,73 @@ pub(super) fn pack_iq4_xs(nb: usize, src: &[&[u8]; ROWS], dst: &mut [u8]) {
             for (q, quad) in blk[8..].chunks_exact(4).enumerate() {
                 let v = at.v + 64 * q + 4 * r;
                 dst[v..v + 4].copy_from_slice(quad);
+            }
+        }
+    }
+}
+
+/// [`pack_iq4_xs`] with AVX-512: each 32-byte quarter of the sixteen rows' `qs` (eight
+/// quads per row) transposed into eight vectors by dword permutes, as `panel`'s Q8_0 packer
+/// does with its codes; the scales copied lane by lane; `ahead` prefetched on the way.
+///
+/// # Safety
+/// AVX-512 F; `nb` whole IQ4_XS super-blocks readable at every `rows[r]`;
+/// `Kind::IQ4XSLanes.panel_bytes(nb)` bytes writable at `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn pack_iq4_xs_vnni(
+    nb: usize,
+    rows: &[*const u8; ROWS],
+    out: *mut u8,
+    ahead: Ahead,
+) {
+    // SAFETY: reads stay inside super-block i < nb of each row, writes inside packed
+    // super-block i.
+    unsafe {
+        // Level 1: from two vectors of two rows × eight dwords, dwords 0..4 (`lo`) or 4..8
+        // (`hi`) of the four rows, one 128-bit lane per dword.
+        let idx_lo = _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+        let idx_hi = _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
+        for i in 0..nb {
+            prefetch(ahead, i, nb);
+            let at = Kind::IQ4XSLanes.block_at(i);
+            let blk = |r: usize| rows[r].add(i * IQ4_XS_BYTES);
+            let (mut d, mut sh, mut sl) = ([0u16; ROWS], [0u16; ROWS], [0u32; ROWS]);
+            for r in 0..ROWS {
+                d[r] = read_u16(blk(r));
+                sh[r] = read_u16(blk(r).add(2));
+                sl[r] = read_u32(blk(r).add(4));
+            }
+            _mm256_storeu_si256(out.add(at.d).cast(), _mm256_loadu_si256(d.as_ptr().cast()));
+            _mm256_storeu_si256(out.add(at.h).cast(), _mm256_loadu_si256(sh.as_ptr().cast()));
+            _mm512_storeu_si512(out.add(at.s).cast(), _mm512_loadu_si512(sl.as_ptr().cast()));
+            for quarter in 0..4 {
+                let ld = |r: usize| _mm256_loadu_si256(blk(r).add(8 + 32 * quarter).cast());
+                let pair = |k: usize| {
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ld(2 * k)), ld(2 * k + 1))
+                };
+                let mut c_lo = [_mm512_setzero_si512(); 4];
+                let mut c_hi = [_mm512_setzero_si512(); 4];
+                for p in 0..4 {
+                    let (x, y) = (pair(2 * p), pair(2 * p + 1));
+                    c_lo[p] = _mm512_permutex2var_epi32(x, idx_lo, y);
+                    c_hi[p] = _mm512_permutex2var_epi32(x, idx_hi, y);
+                }
+                // Level 2: per half panel q (rows 8q..8q+8), pairs of dwords:
+                // [d rows 0..4, d+1 rows 0..4, d rows 4..8, d+1 rows 4..8].
+                let mut h = [[_mm512_setzero_si512(); 4]; 2];
+                for q in 0..2 {
+                    h[q][0] = _mm512_shuffle_i64x2::<0x44>(c_lo[2 * q], c_lo[2 * q + 1]);
+                    h[q][1] = _mm512_shuffle_i64x2::<0xEE>(c_lo[2 * q], c_lo[2 * q + 1]);
+                    h[q][2] = _mm512_shuffle_i64x2::<0x44>(c_hi[2 * q], c_hi[2 * q + 1]);
+                    h[q][3] = _mm512_shuffle_i64x2::<0xEE>(c_hi[2 * q], c_hi[2 * q + 1]);
+                }
+                // Level 3: dword 2s and 2s + 1 of all sixteen rows: vectors 8·quarter + 2s
+                // and + 1.
+                for (s, (lo, hi)) in h[0].iter().zip(&h[1]).enumerate() {
+                    let v = out.add(at.v + 64 * (8 * quarter + 2 * s));
+                    _mm512_storeu_si512(v.cast(), _mm512_shuffle_i64x2::<0x88>(*lo, *hi));
+                    _mm512_storeu_si512(v.add(64).cast(), _mm512_shuffle_i64x2::<0xDD>(*lo, *hi));
+                }
             }
         }
     }
@@ -350,7 +417,7 @@ pub(super) unsafe fn iq4_xs_tiled<const C: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::panel::{activation_aux, pack, Ahead};
+    use super::super::panel::{activation_aux, pack};
     use super::super::panel_iq4_avx2 as avx2;
     use super::*;
     use crate::dtype::DType;
@@ -526,7 +593,7 @@ mod tests {
     }
 
     /// A packed IQ4_XS super-block holds each row's scale, scale bits and index quads where
-    /// the module docs say.
+    /// the module docs say, whichever packer wrote it.
     #[test]
     fn iq4_xs_packing_places_every_byte() {
         let mut seed = 31u64;
@@ -537,6 +604,17 @@ mod tests {
         let mut panel = vec![0u8; Kind::IQ4XSLanes.panel_bytes(nb)];
         pack_iq4_xs(nb, &src, &mut panel);
         assert_eq!(panel.len(), nb * 2176);
+        if builds().contains(&Isa::Avx512Vnni) {
+            let mut fast = vec![0u8; panel.len()];
+            let rows = src.map(|r| r.as_ptr());
+            // SAFETY: the CPU runs AVX-512 VNNI; the rows hold nb super-blocks, `fast` a
+            // packed panel of them.
+            unsafe { pack_iq4_xs_vnni(nb, &rows, fast.as_mut_ptr(), Ahead::NONE) };
+            assert!(
+                fast == panel,
+                "the AVX-512 packer writes the portable packer's bytes"
+            );
+        }
         for i in 0..nb {
             let base = 2176 * i;
             for (r, row) in src.iter().enumerate() {
