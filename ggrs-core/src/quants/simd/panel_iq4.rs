@@ -301,7 +301,7 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
         let low = _mm512_set1_epi8(0x0F);
         let magnitudes = table(&LEVELS_ABS);
         // Index bit 3 clear: a negative level (the table ascends through zero at index 8).
-        let (bit3, bit7) = (_mm512_set1_epi8(0x08), _mm512_set1_epi8(0x80u8 as i8));
+        let bit3 = _mm512_set1_epi8(0x08);
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         for i in 0..nb {
@@ -321,13 +321,14 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
                 let mut lanes = [[zero; 2]; C];
                 for (ib, &pair) in pairs.iter().enumerate() {
                     let v = _mm512_loadu_si512(panel.add(at.v + 64 * (4 * ib + g)).cast());
-                    let a_lo = _mm512_shuffle_epi8(magnitudes, _mm512_and_si512(v, low));
-                    let a_hi = _mm512_shuffle_epi8(
-                        magnitudes,
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
-                    );
-                    let n_lo = _mm512_testn_epi8_mask(v, bit3);
-                    let n_hi = _mm512_testn_epi8_mask(v, bit7);
+                    let i_lo = _mm512_and_si512(v, low);
+                    let i_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                    let a_lo = _mm512_shuffle_epi8(magnitudes, i_lo);
+                    let a_hi = _mm512_shuffle_epi8(magnitudes, i_hi);
+                    // (Both from the indices: a test of the packed byte's bit 7 would compile
+                    // to `vpmovb2m`, whose inverse costs a blend per column.)
+                    let n_lo = _mm512_testn_epi8_mask(i_lo, bit3);
+                    let n_hi = _mm512_testn_epi8_mask(i_hi, bit3);
                     for (c, l) in lanes.iter_mut().enumerate() {
                         let yq = y[c].add(i * Q8_K_BYTES + Q8_K_QS + 32 * ib);
                         let y_lo = quad(yq.add(4 * g));
