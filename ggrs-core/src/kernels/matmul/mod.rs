@@ -860,6 +860,7 @@ pub(crate) struct PackedKeep {
 pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<PackedKeep> {
     #[cfg(target_arch = "x86_64")]
     {
+        use crate::quants::dispatch::panel::Kind;
         let entry = &packed.entry;
         let a = task.s0();
         let dense = a.nb[0] == a.dtype.type_size() && a.nb[1] == a.dtype.row_size(a.ne[0]);
@@ -867,7 +868,8 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
             return None;
         }
         let kind = panels::planned(task);
-        if entry.kind != kind {
+        // One layout may serve several kernels (`Kind::layout`).
+        if entry.kind.map(Kind::layout) != kind.map(Kind::layout) {
             return None;
         }
         if kind.is_some() {
@@ -1078,7 +1080,7 @@ mod panels {
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         let values = match dtype {
-            DType::Q6K => crate::quants::k_quants::QK_K,
+            DType::Q6K | DType::IQ4XS => crate::quants::k_quants::QK_K,
             _ => 32,
         };
         if ne[1] < ROWS
@@ -1095,6 +1097,8 @@ mod panels {
             (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
             (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
             (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
+            (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
+            (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
             _ => return None,
         };
         let simd = matches!(

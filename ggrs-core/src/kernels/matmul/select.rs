@@ -24,6 +24,8 @@
 //! | Q5_0, ≥ 16 rows | AVX2 and up | panels | Q8_0 rows + offset seeds |
 //! | Q4_1, Q5_1, ≥ 16 rows | AVX2 and up | panels | Q8_1 rows |
 //! | Q6_K, ≥ 16 rows, < 8 columns | AVX2 and up | panels | Q8_K rows |
+//! | IQ4_NL (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels in the repacked `iq4_nl_8x8` order | Q8_0 rows + offset seeds |
+//! | IQ4_XS, ≥ 16 rows | AVX2 and up (tiled order from 8 columns: AVX-512 VNNI) | panels, one packed layout for both orders | Q8_K rows |
 //! | F16, ≥ 2 columns, k % 16 = 0, rows % 4 = 0 | AVX-512 | tinyBLAS-order tiles over widened columns ([`Compute::F16Tiles`]) | F16 rows + the same rows as f32 |
 //! | Q2_K … Q6_K, IQ4_XS not repacked, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
 //! | Q4_K, Q2_K repacked (rows % 8 = 0) | any | GEMM order for the first 4·⌊m/4⌋ columns, GEMV for the rest ([`Compute::Repacked`]) | Q8_K rows |
@@ -230,7 +232,7 @@ pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKerne
     };
     #[cfg(target_arch = "x86_64")]
     {
-        if let Some(kind) = super::panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
+        if let Some(kind) = super::panels::kind(a.dtype, a.ne).and_then(|k| k.for_columns(cols)) {
             return MatMulKernel {
                 activation: Some(ActivationForm::Panel(kind)),
                 compute: Compute::Panel {

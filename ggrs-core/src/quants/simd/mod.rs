@@ -56,6 +56,10 @@ pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx2;
 #[cfg(target_arch = "x86_64")]
+mod panel_iq4;
+#[cfg(target_arch = "x86_64")]
+mod panel_iq4_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;

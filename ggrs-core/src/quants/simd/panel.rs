@@ -1,6 +1,8 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
 //! VNNI kernels; `panel_avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
+//! The same scheme serves Q4_1, Q5_0, Q5_1 and Q6_K (AVX2 kernels, layouts in
+//! [`Kind::block_at`]) and the i-quants IQ4_NL and IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
 //!
 //! # Layout
 //!
@@ -99,6 +101,20 @@ pub(crate) enum Kind {
     /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only; below eight columns, where llama.cpp runs
     /// that kernel: [`Kind::takes_columns`]).
     Q6KLanes,
+    /// IQ4_NL weights, one FMA per block ([`SumOrder::GgmlBlockChain`], ggml's repacked
+    /// `iq4_nl_8x8` kernels); Q4_0's layout, the nibbles read as indices into the level
+    /// table (`panel_iq4`).
+    ///
+    /// [`SumOrder::GgmlBlockChain`]: crate::quants::dispatch::SumOrder::GgmlBlockChain
+    IQ4NLChain,
+    /// IQ4_XS weights against Q8_K, eight lanes per super-block as ggml's
+    /// `ggml_vec_dot_iq4_xs_q8_K` (below eight columns: [`Kind::takes_columns`]; layout in
+    /// `panel_iq4`).
+    IQ4XSLanes,
+    /// IQ4_XS weights against Q8_K in ggml's tiled order (eight columns or more), on the
+    /// packed layout of [`Kind::IQ4XSLanes`] (AVX-512 VNNI build only; elsewhere those
+    /// columns take `tiled_avx2`'s kernels: [`Kind::for_columns`]).
+    IQ4XSTiled,
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -115,7 +131,8 @@ pub(crate) struct BlockAt {
     /// = bytes `4q..4q + 4` of row `r`'s `qh`).
     pub h: usize,
     /// Q6_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r` at
-    /// byte `r`).
+    /// byte `r`). IQ4_XS: the rows' `scales_l` (lane `r` = row `r`'s four bytes); its
+    /// `scales_h` (16 × u16) are at `h`.
     pub s: usize,
 }
 
@@ -124,7 +141,7 @@ impl Kind {
     /// Q8_0, Q4_1 and Q5_1.
     pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self {
-            Kind::Q4_0Chain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
+            Kind::Q4_0Chain | Kind::IQ4NLChain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
             _ => {
                 nb * ROWS * self.src_block_bytes()
                     + matches!(self, Kind::Q8_0Lanes) as usize * nb * 32
@@ -132,30 +149,62 @@ impl Kind {
         }
     }
 
-    /// Values per block of the weight type (32, or 256 for Q6_K's super-blocks).
+    /// Values per block of the weight type (32, or 256 for Q6_K's and IQ4_XS's
+    /// super-blocks).
     pub(crate) const fn block_values(self) -> usize {
         match self {
-            Kind::Q6KLanes => 256,
+            Kind::Q6KLanes | Kind::IQ4XSLanes | Kind::IQ4XSTiled => 256,
             _ => 32,
         }
     }
 
     /// Whether this kernel keeps llama.cpp's order for `n_cols` activation columns (per
-    /// batch): all but Q6_K's, which llama.cpp multiplies with its tiled kernel from eight
-    /// columns on (`dispatch::GGML_TILED_MIN_COLS`).
+    /// batch): all but Q6_K's and IQ4_XS's lanes, which llama.cpp replaces with its tiled
+    /// kernel from eight columns on (`dispatch::GGML_TILED_MIN_COLS`), and IQ4_XS's tiled
+    /// kernel, which takes exactly those.
     pub(crate) const fn takes_columns(self, n_cols: usize) -> bool {
-        !matches!(self, Kind::Q6KLanes) || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+        let tiled = n_cols >= crate::quants::dispatch::GGML_TILED_MIN_COLS;
+        match self {
+            Kind::Q6KLanes | Kind::IQ4XSLanes => !tiled,
+            Kind::IQ4XSTiled => tiled,
+            _ => true,
+        }
+    }
+
+    /// The kernel that multiplies a weight packed for `self` ([`Kind::layout`]) by `n_cols`
+    /// columns per batch in llama.cpp's order on this CPU, if there is one: `self` when it
+    /// takes them ([`Kind::takes_columns`]), IQ4_XS's tiled kernel for the columns its lanes
+    /// do not take where the AVX-512 VNNI build runs, else `None` (the caller's other paths).
+    pub(crate) fn for_columns(self, n_cols: usize) -> Option<Kind> {
+        if self.takes_columns(n_cols) {
+            return Some(self);
+        }
+        match self {
+            Kind::IQ4XSLanes if vnni() && Kind::IQ4XSTiled.takes_columns(n_cols) => {
+                Some(Kind::IQ4XSTiled)
+            }
+            _ => None,
+        }
+    }
+
+    /// The kind whose packer lays out the panels this kind reads: itself, but
+    /// [`Kind::IQ4XSLanes`] for [`Kind::IQ4XSTiled`] (one packed copy serves both).
+    pub(crate) const fn layout(self) -> Kind {
+        match self {
+            Kind::IQ4XSTiled => Kind::IQ4XSLanes,
+            k => k,
+        }
     }
 
     /// Where block `i`'s parts lie in a packed panel.
     #[inline(always)]
     pub(crate) const fn block_at(self, i: usize) -> BlockAt {
         let base = match self {
-            Kind::Q4_0Chain => 0,
+            Kind::Q4_0Chain | Kind::IQ4NLChain => 0,
             _ => i * self.panel_bytes(1),
         };
         let (d, m, v, h, s) = match self {
-            Kind::Q4_0Chain => {
+            Kind::Q4_0Chain | Kind::IQ4NLChain => {
                 let (d, v) = q4_0_at(i);
                 (d, 0, v, 0, 0)
             }
@@ -165,6 +214,9 @@ impl Kind {
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
             // ql (32 vectors), qh (16), scales (256 bytes), d (32 bytes): 3360 bytes.
             Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
+            // qs (32 vectors), scales_l (16 × u32), scales_h (16 × u16), d (16 × f16):
+            // 2176 bytes (`panel_iq4`).
+            Kind::IQ4XSLanes | Kind::IQ4XSTiled => (base + 2144, 0, base, base + 2112, base + 2048),
         };
         BlockAt { d, m, v, h, s }
     }
@@ -178,6 +230,8 @@ impl Kind {
             Kind::Q5_0Lanes => 22,
             Kind::Q5_1Lanes => 24,
             Kind::Q6KLanes => 210,
+            Kind::IQ4NLChain => 18,
+            Kind::IQ4XSLanes | Kind::IQ4XSTiled => 136,
         }
     }
 
@@ -186,33 +240,49 @@ impl Kind {
     pub(crate) const fn activation(self) -> crate::dtype::DType {
         match self {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
-            Kind::Q6KLanes => crate::dtype::DType::Q8K,
+            Kind::Q6KLanes | Kind::IQ4XSLanes | Kind::IQ4XSTiled => crate::dtype::DType::Q8K,
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
-    /// types with a code offset, none for Q4_1, Q5_1 and Q6_K.
+    /// types with a code offset, none for Q4_1, Q5_1, Q6_K and IQ4_XS.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self {
-            Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
+            Kind::Q4_1Lanes
+            | Kind::Q5_1Lanes
+            | Kind::Q6KLanes
+            | Kind::IQ4XSLanes
+            | Kind::IQ4XSTiled => 0,
             _ => AUX_BYTES,
         }
     }
 
-    /// The offset `o` of the unsigned weight codes (`u = x + o`).
+    /// The offset `o` of the unsigned weight codes (`u = x + o`). IQ4_NL's VNNI kernel reads
+    /// its levels as `level + 128` (its AVX2 kernel ignores the seeds).
     const fn offset(self) -> i32 {
         match self {
             Kind::Q4_0Chain => 8,
-            Kind::Q8_0Lanes => 128,
+            Kind::Q8_0Lanes | Kind::IQ4NLChain => 128,
             Kind::Q5_0Lanes => 16,
-            Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
+            Kind::Q4_1Lanes
+            | Kind::Q5_1Lanes
+            | Kind::Q6KLanes
+            | Kind::IQ4XSLanes
+            | Kind::IQ4XSTiled => 0,
         }
     }
 
     /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one).
     const fn has_vnni_build(self) -> bool {
-        matches!(self, Kind::Q4_0Chain | Kind::Q8_0Lanes)
+        matches!(
+            self,
+            Kind::Q4_0Chain
+                | Kind::Q8_0Lanes
+                | Kind::IQ4NLChain
+                | Kind::IQ4XSLanes
+                | Kind::IQ4XSTiled
+        )
     }
 }
 
@@ -385,7 +455,7 @@ impl Ahead {
 
 /// Prefetches (into L2) the `i`-th of `nb` even shares of `ahead`, one per 64-byte line.
 #[inline(always)]
-fn prefetch(ahead: Ahead, i: usize, nb: usize) {
+pub(super) fn prefetch(ahead: Ahead, i: usize, nb: usize) {
     if ahead.len == 0 {
         return;
     }
@@ -415,7 +485,11 @@ pub(crate) unsafe fn pack(
     // SAFETY: forwarded from the caller (`vnni()` checked the CPU for the VNNI packers).
     unsafe {
         match (kind, vnni()) {
-            (Kind::Q4_0Chain, true) => pack_q4_0(nb, rows, out, ahead),
+            // IQ4_NL blocks have Q4_0's bytes (f16 scale, 16 bytes of nibbles).
+            (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => pack_q4_0(nb, rows, out, ahead),
+            (Kind::IQ4XSLanes | Kind::IQ4XSTiled, true) => {
+                super::panel_iq4::pack_iq4_xs_vnni(nb, rows, out, ahead)
+            }
             (Kind::Q8_0Lanes, true) => pack_q8_0(nb, rows, out, ahead),
             _ => pack_portable(kind, nb, rows, out),
         }
@@ -431,7 +505,7 @@ pub(crate) fn flips_q8_0() -> bool {
 
 /// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel_avx2`).
 #[inline]
-fn vnni() -> bool {
+pub(super) fn vnni() -> bool {
     crate::cpu::features().runs(crate::quants::dispatch::Isa::Avx512Vnni)
 }
 
@@ -442,11 +516,12 @@ fn vnni() -> bool {
 pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
     let wide = vnni() && kind.has_vnni_build();
     match (kind, wide) {
-        (Kind::Q4_0Chain, true) => &[8, 4],
-        (Kind::Q4_0Chain, false) => &AVX2_Q4_0_GROUPS,
+        (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[8, 4],
+        (Kind::Q4_0Chain | Kind::IQ4NLChain, false) => &AVX2_Q4_0_GROUPS,
         (Kind::Q8_0Lanes, _) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, _) => &[4, 2],
-        (Kind::Q6KLanes, _) => &[],
+        (Kind::Q6KLanes | Kind::IQ4XSLanes, _) => &[],
+        (Kind::IQ4XSTiled, _) => &[8, 4, 2],
     }
 }
 
@@ -474,18 +549,21 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
             std::slice::from_raw_parts_mut(out, kind.panel_bytes(nb)),
         )
     };
-    if kind == Kind::Q6KLanes {
-        pack_q6_k(nb, &src, dst);
-        return;
+    match kind {
+        Kind::Q6KLanes => return pack_q6_k(nb, &src, dst),
+        Kind::IQ4XSLanes | Kind::IQ4XSTiled => return super::panel_iq4::pack_iq4_xs(nb, &src, dst),
+        _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
     // then the codes.
     let (m_at, h_at, q_at) = match kind {
-        Kind::Q4_0Chain | Kind::Q8_0Lanes => (None, None, 2),
+        Kind::Q4_0Chain | Kind::Q8_0Lanes | Kind::IQ4NLChain => (None, None, 2),
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
-        Kind::Q6KLanes => unreachable!("packed by pack_q6_k above"),
+        Kind::Q6KLanes | Kind::IQ4XSLanes | Kind::IQ4XSTiled => {
+            unreachable!("packed by their own packers above")
+        }
     };
     let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
         0x80
@@ -686,12 +764,22 @@ pub(crate) unsafe fn gemm<const C: usize>(
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
+                Kind::IQ4NLChain => {
+                    super::panel_iq4_avx2::iq4_nl_chain::<C>(nb, panel, y, aux, out)
+                }
+                Kind::IQ4XSLanes => super::panel_iq4_avx2::iq4_xs_lanes::<C>(nb, panel, y, out),
+                // `Kind::for_columns` hands this kind out only where the VNNI build runs.
+                Kind::IQ4XSTiled => unreachable!("IQ4_XS's tiled panel kernel needs AVX-512 VNNI"),
             }
             return;
         }
+        use super::panel_iq4 as iq4;
         let acc = match kind {
             Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
             Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
+            Kind::IQ4NLChain => iq4::iq4_nl_chain::<C>(nb, panel, y, aux),
+            Kind::IQ4XSLanes => iq4::iq4_xs_lanes::<C>(nb, panel, y),
+            Kind::IQ4XSTiled => iq4::iq4_xs_tiled::<C>(nb, panel, y),
             _ => unreachable!("only the kinds with a VNNI build get here (checked above)"),
         };
         for (o, a) in out.iter_mut().zip(acc) {
@@ -719,14 +807,17 @@ mod tests {
         quantize_row_q8_0_x86, quantize_row_q8_1_x86,
     };
 
-    /// Every kind.
-    const KINDS: [Kind; 6] = [
+    /// Every kind (IQ4_XS's tiled one only where its VNNI build runs: see `run`).
+    const KINDS: [Kind; 9] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
         Kind::Q5_0Lanes,
         Kind::Q5_1Lanes,
         Kind::Q6KLanes,
+        Kind::IQ4NLChain,
+        Kind::IQ4XSLanes,
+        Kind::IQ4XSTiled,
     ];
 
     /// Whether a panel build runs here (the tests then check the one this CPU picks).
@@ -759,6 +850,9 @@ mod tests {
     }
 
     fn run<const C: usize>(kind: Kind, nb: usize, seed: &mut u64) {
+        if kind == Kind::IQ4XSTiled && !vnni() {
+            return; // `Kind::for_columns` never picks it without AVX-512 VNNI
+        }
         let k = nb * kind.block_values();
         let rs = nb * kind.src_block_bytes();
         let w = weights(kind, ROWS, nb, seed);
@@ -809,6 +903,15 @@ mod tests {
                     Kind::Q6KLanes => {
                         crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
                     }
+                    Kind::IQ4NLChain => {
+                        crate::kernels::ggml_arith::dot_iq4_nl_chain(k, row, &cols[c])
+                    }
+                    Kind::IQ4XSLanes => {
+                        crate::kernels::ggml_arith::dot_iq4_xs_lanes(k, row, &cols[c])
+                    }
+                    Kind::IQ4XSTiled => crate::quants::k_quants::tiled::dot_tiled::<
+                        crate::quants::BlockIQ4XS,
+                    >(k, row, &cols[c]),
                 };
                 assert_eq!(
                     out[c][r].to_bits(),
@@ -845,7 +948,7 @@ mod tests {
             return;
         }
         let mut seed = 3u64;
-        for kind in [Kind::Q4_0Chain, Kind::Q8_0Lanes] {
+        for kind in [Kind::Q4_0Chain, Kind::Q8_0Lanes, Kind::IQ4NLChain] {
             let nb = 5;
             let bytes = kind.src_block_bytes();
             let w = weights(kind, ROWS, nb, &mut seed);
@@ -867,18 +970,18 @@ mod tests {
             for i in 0..nb {
                 // Offsets of block i's scales and vectors, written out per layout.
                 let (sc, vec) = match kind {
-                    Kind::Q4_0Chain => (
+                    Kind::Q4_0Chain | Kind::IQ4NLChain => (
                         576 * (i / 2) + 32 * (i % 2),
                         576 * (i / 2) + 64 + 256 * (i % 2),
                     ),
                     Kind::Q8_0Lanes => (576 * i, 576 * i + 64),
-                    _ => unreachable!("this test packs Q4_0 and Q8_0 only"),
+                    _ => unreachable!("this test packs Q4_0, Q8_0 and IQ4_NL only"),
                 };
                 for r in 0..ROWS {
                     let src = &w[(r * nb + i) * bytes..];
                     let d = half::f16::from_le_bytes([src[0], src[1]]).to_f32();
                     let got = match kind {
-                        Kind::Q4_0Chain => {
+                        Kind::Q4_0Chain | Kind::IQ4NLChain => {
                             half::f16::from_le_bytes([panel[sc + 2 * r], panel[sc + 2 * r + 1]])
                                 .to_f32()
                         }

@@ -39,7 +39,7 @@ const PREFETCH_BLOCKS: usize = 4;
 /// Past the panel's end this fetches the next panel's first blocks (a prefetch never faults;
 /// `wrapping_add` keeps the address arithmetic defined).
 #[inline(always)]
-fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
+pub(super) fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
     let ahead = panel.wrapping_add((i + PREFETCH_BLOCKS) * bytes);
     let mut off = 0;
     while off < bytes {
@@ -55,7 +55,7 @@ fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
 /// # Safety
 /// AVX.
 #[inline(always)]
-unsafe fn lanes_total(a: &[__m256; 8]) -> __m256 {
+pub(super) unsafe fn lanes_total(a: &[__m256; 8]) -> __m256 {
     // SAFETY: register-only AVX operations.
     unsafe {
         _mm256_add_ps(
