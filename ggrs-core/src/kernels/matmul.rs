@@ -72,7 +72,7 @@ pub fn supports(dtype: DType) -> bool {
 pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX))
+        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -1053,7 +1053,7 @@ mod panels {
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         let values = match dtype {
-            DType::Q6K => crate::quants::k_quants::QK_K,
+            DType::Q6K | DType::Q4K | DType::Q2K => crate::quants::k_quants::QK_K,
             _ => 32,
         };
         if ne[1] < ROWS
@@ -1070,12 +1070,19 @@ mod panels {
             (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
             (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
             (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
+            (DType::Q4K, SumOrder::GgmlRepacked) => Kind::Q4KGemv,
+            (DType::Q2K, SumOrder::GgmlRepacked) => Kind::Q2KGemv,
             _ => return None,
         };
-        let simd = matches!(
-            active_variant_in(dtype, order)?.isa,
-            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
-        );
+        // The repacked orders have no tile build in the dispatch table (`mul_mat` runs
+        // `ggml_arith`'s one-element kernels for them): the SIMD switches decide directly.
+        let simd = match order {
+            SumOrder::GgmlRepacked => crate::quants::dispatch::simd_allowed(Isa::Avx2),
+            _ => matches!(
+                active_variant_in(dtype, order)?.isa,
+                Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
+            ),
+        };
         (simd && panel::available()).then_some(kind)
     }
 
@@ -1171,6 +1178,8 @@ mod panels {
         // Chunks are taken in turn by the threads: lay them out so that each thread's
         // stream through the weight stays contiguous (see `interleaved_position`).
         let pos = interleaved_position(rb, nrb, task.plan.n_threads);
+        let gemm_cols = kind.gemm_columns(task_arith_cols(task)).min(m);
+        let gemm_kind = kind.gemm_twin().unwrap_or(kind);
         for p in split_range(np, nrb, pos) {
             let i0 = p * ROWS;
             let buf = match task.packed.is_null() {
@@ -1182,38 +1191,42 @@ mod panels {
                     buf as *const u8
                 }
             };
+            // The repacked kinds' first columns take their GEMM twin; then every kernel
+            // takes several columns per pass through the panel where it has the registers
+            // for them (the grouping changes no column's bits).
             let mut j = 0;
-            macro_rules! columns {
-                ($c:literal) => {
-                    while m - j >= $c {
-                        let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
-                        let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
-                        let mut out = [[0f32; ROWS]; $c];
-                        // SAFETY: as `pack`; INIT wrote the columns and their side data.
-                        unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
-                        for (c, col) in out.iter().enumerate() {
-                            for (r, &v) in col.iter().enumerate() {
-                                // SAFETY: an element of this chunk's panel, inside dst.
-                                unsafe {
-                                    *(d.data.add(d.offset(i0 + r, j + c, i2, i3)) as *mut f32) = v
-                                };
+            for (kind, end) in [(gemm_kind, gemm_cols), (kind, m)] {
+                macro_rules! columns {
+                    ($c:literal) => {
+                        while end - j >= $c {
+                            let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
+                            let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
+                            let mut out = [[0f32; ROWS]; $c];
+                            // SAFETY: as `pack`; INIT wrote the columns and their side data.
+                            unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
+                            for (c, col) in out.iter().enumerate() {
+                                for (r, &v) in col.iter().enumerate() {
+                                    // SAFETY: an element of this chunk's panel, inside dst.
+                                    unsafe {
+                                        *(d.data.add(d.offset(i0 + r, j + c, i2, i3)) as *mut f32) =
+                                            v
+                                    };
+                                }
                             }
+                            j += $c;
                         }
-                        j += $c;
-                    }
-                };
-            }
-            // Several columns per pass through the panel where the kernel has the
-            // registers for them (the grouping changes no column's bits).
-            for &g in panel::column_groups(kind) {
-                match g {
-                    8 => columns!(8),
-                    4 => columns!(4),
-                    2 => columns!(2),
-                    _ => {}
+                    };
                 }
+                for &g in panel::column_groups(kind) {
+                    match g {
+                        8 => columns!(8),
+                        4 => columns!(4),
+                        2 => columns!(2),
+                        _ => {}
+                    }
+                }
+                columns!(1);
             }
-            columns!(1);
         }
         if rb == nrb - 1 && np * ROWS < n {
             // SAFETY: the leftover rows, written by this chunk only.

@@ -56,6 +56,12 @@ pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx2;
 #[cfg(target_arch = "x86_64")]
+mod panel_lanes_vnni;
+#[cfg(target_arch = "x86_64")]
+mod panel_repacked;
+#[cfg(target_arch = "x86_64")]
+mod panel_repacked_avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;

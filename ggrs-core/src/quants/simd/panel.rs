@@ -99,6 +99,18 @@ pub(crate) enum Kind {
     /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only; below eight columns, where llama.cpp runs
     /// that kernel: [`Kind::takes_columns`]).
     Q6KLanes,
+    /// Q4_K weights against Q8_K in the order of ggml's repacked `q4_K_8x8` GEMV kernel
+    /// (`panel_repacked`): one FMA per super-block. Planned for every Q4_K weight llama.cpp
+    /// repacks; the first `4·⌊m/4⌋` columns take its GEMM twin ([`Kind::gemm_twin`]).
+    Q4KGemv,
+    /// Q4_K in the order of ggml's repacked GEMM kernel (one FMA per 64 values), same layout
+    /// as [`Kind::Q4KGemv`].
+    Q4KGemm,
+    /// Q2_K weights against Q8_K in the order of ggml's repacked `q2_K_8x8` GEMV kernel.
+    Q2KGemv,
+    /// Q2_K in the order of ggml's repacked GEMM kernel (one FMA per 128 values), same layout
+    /// as [`Kind::Q2KGemv`].
+    Q2KGemm,
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -125,6 +137,8 @@ impl Kind {
     pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self {
             Kind::Q4_0Chain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
+            Kind::Q4KGemv | Kind::Q4KGemm => nb * super::panel_repacked::Q4K_PANEL_BYTES,
+            Kind::Q2KGemv | Kind::Q2KGemm => nb * super::panel_repacked::Q2K_PANEL_BYTES,
             _ => {
                 nb * ROWS * self.src_block_bytes()
                     + matches!(self, Kind::Q8_0Lanes) as usize * nb * 32
@@ -132,19 +146,45 @@ impl Kind {
         }
     }
 
-    /// Values per block of the weight type (32, or 256 for Q6_K's super-blocks).
+    /// Values per block of the weight type (32, or 256 for the k-quants' super-blocks).
     pub(crate) const fn block_values(self) -> usize {
         match self {
-            Kind::Q6KLanes => 256,
+            Kind::Q6KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => 256,
             _ => 32,
         }
     }
 
     /// Whether this kernel keeps llama.cpp's order for `n_cols` activation columns (per
     /// batch): all but Q6_K's, which llama.cpp multiplies with its tiled kernel from eight
-    /// columns on (`dispatch::GGML_TILED_MIN_COLS`).
+    /// columns on (`dispatch::GGML_TILED_MIN_COLS`). (The repacked kinds serve every column
+    /// count with their GEMM twin: [`Kind::gemm_columns`].)
     pub(crate) const fn takes_columns(self, n_cols: usize) -> bool {
         !matches!(self, Kind::Q6KLanes) || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+    }
+
+    /// Whether every column of a product gets the same arithmetic whatever the column count
+    /// (all but the repacked kinds, whose first `4·⌊m/4⌋` columns take the GEMM order).
+    pub(crate) const fn order_fixed(self) -> bool {
+        self.gemm_twin().is_none()
+    }
+
+    /// For the repacked GEMV kinds, the kind of the same layout in the GEMM order.
+    pub(crate) const fn gemm_twin(self) -> Option<Kind> {
+        match self {
+            Kind::Q4KGemv => Some(Kind::Q4KGemm),
+            Kind::Q2KGemv => Some(Kind::Q2KGemm),
+            _ => None,
+        }
+    }
+
+    /// How many leading columns of each batch of `n_cols` take the [`Kind::gemm_twin`]
+    /// (llama.cpp's repacked `forward_mul_mat`: `4·⌊n_cols/4⌋` when `n_cols > 3`); 0 for
+    /// kinds without one.
+    pub(crate) fn gemm_columns(self, n_cols: usize) -> usize {
+        match self.gemm_twin() {
+            Some(_) => crate::quants::k_quants::repacked::gemm_columns(n_cols),
+            None => 0,
+        }
     }
 
     /// Where block `i`'s parts lie in a packed panel.
@@ -165,6 +205,15 @@ impl Kind {
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
             // ql (32 vectors), qh (16), scales (256 bytes), d (32 bytes): 3360 bytes.
             Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
+            // See `panel_repacked` (the kernels address the parts themselves).
+            Kind::Q4KGemv | Kind::Q4KGemm => {
+                use super::panel_repacked::{Q4K_QS, Q4K_SC};
+                (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
+            }
+            Kind::Q2KGemv | Kind::Q2KGemm => {
+                use super::panel_repacked::{Q2K_QS, Q2K_SC};
+                (base, base + 32, base + Q2K_QS, 0, base + Q2K_SC)
+            }
         };
         BlockAt { d, m, v, h, s }
     }
@@ -178,6 +227,8 @@ impl Kind {
             Kind::Q5_0Lanes => 22,
             Kind::Q5_1Lanes => 24,
             Kind::Q6KLanes => 210,
+            Kind::Q4KGemv | Kind::Q4KGemm => 144,
+            Kind::Q2KGemv | Kind::Q2KGemm => 84,
         }
     }
 
@@ -186,16 +237,21 @@ impl Kind {
     pub(crate) const fn activation(self) -> crate::dtype::DType {
         match self {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
-            Kind::Q6KLanes => crate::dtype::DType::Q8K,
+            Kind::Q6KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => {
+                crate::dtype::DType::Q8K
+            }
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
-    /// types with a code offset, none for Q4_1, Q5_1 and Q6_K.
+    /// types with a code offset, the pair sums of Q4_K's repacked kinds, none for Q4_1, Q5_1,
+    /// Q6_K and Q2_K.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
+            Kind::Q2KGemv | Kind::Q2KGemm => 0,
+            Kind::Q4KGemv | Kind::Q4KGemm => super::panel_repacked::Q4K_AUX_BYTES,
             _ => AUX_BYTES,
         }
     }
@@ -207,12 +263,24 @@ impl Kind {
             Kind::Q8_0Lanes => 128,
             Kind::Q5_0Lanes => 16,
             Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
+            Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => 0,
         }
     }
 
     /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one).
     const fn has_vnni_build(self) -> bool {
-        matches!(self, Kind::Q4_0Chain | Kind::Q8_0Lanes)
+        matches!(
+            self,
+            Kind::Q4_0Chain
+                | Kind::Q8_0Lanes
+                | Kind::Q4_1Lanes
+                | Kind::Q5_0Lanes
+                | Kind::Q5_1Lanes
+                | Kind::Q4KGemv
+                | Kind::Q4KGemm
+                | Kind::Q2KGemv
+                | Kind::Q2KGemm
+        )
     }
 }
 
@@ -223,6 +291,9 @@ impl Kind {
 pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     if kind.aux_bytes() == 0 {
         return;
+    }
+    if matches!(kind, Kind::Q4KGemv | Kind::Q4KGemm) {
+        return super::panel_repacked::activation_aux_q4_k(row, aux);
     }
     let o = kind.offset();
     for (blk, out) in row
@@ -445,8 +516,12 @@ pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q4_0Chain, true) => &[8, 4],
         (Kind::Q4_0Chain, false) => &AVX2_Q4_0_GROUPS,
         (Kind::Q8_0Lanes, _) => &[2],
-        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, _) => &[4, 2],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
         (Kind::Q6KLanes, _) => &[],
+        (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
+        (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
+        (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
     }
 }
 
@@ -474,9 +549,11 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
             std::slice::from_raw_parts_mut(out, kind.panel_bytes(nb)),
         )
     };
-    if kind == Kind::Q6KLanes {
-        pack_q6_k(nb, &src, dst);
-        return;
+    match kind {
+        Kind::Q6KLanes => return pack_q6_k(nb, &src, dst),
+        Kind::Q4KGemv | Kind::Q4KGemm => return super::panel_repacked::pack_q4_k(nb, &src, dst),
+        Kind::Q2KGemv | Kind::Q2KGemm => return super::panel_repacked::pack_q2_k(nb, &src, dst),
+        _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
     // then the codes.
@@ -485,7 +562,9 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
-        Kind::Q6KLanes => unreachable!("packed by pack_q6_k above"),
+        Kind::Q6KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => {
+            unreachable!("packed by their own packers above")
+        }
     };
     let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
         0x80
@@ -659,13 +738,14 @@ unsafe fn q8_0_lanes<const C: usize>(
     }
 }
 
-/// Dot products of a packed panel (`nb` blocks, sixteen rows) with `C` Q8_0 activation rows
-/// `y[c]` and their side data `aux[c]` ([`activation_aux`] for the same `kind`): `out[c][r]`
-/// is row `r` · column `c`, with the bits of ggml's order for `kind` (see the module docs).
+/// Dot products of a packed panel (`nb` blocks, sixteen rows) with `C` activation rows
+/// `y[c]` (of [`Kind::activation`]'s type) and their side data `aux[c]` ([`activation_aux`]
+/// for the same `kind`): `out[c][r]` is row `r` · column `c`, with the bits of ggml's order
+/// for `kind` (see the module docs).
 ///
 /// # Safety
-/// [`available`] holds; a packed panel of `nb` blocks readable at `panel`, `nb` Q8_0 blocks
-/// at every `y[c]` and `nb · AUX_BYTES` bytes at every `aux[c]`.
+/// [`available`] holds; a packed panel of `nb` blocks readable at `panel`, `nb` activation
+/// blocks at every `y[c]` and `nb · kind.aux_bytes()` bytes at every `aux[c]`.
 pub(crate) unsafe fn gemm<const C: usize>(
     kind: Kind,
     nb: usize,
@@ -674,11 +754,39 @@ pub(crate) unsafe fn gemm<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    // SAFETY: forwarded from the caller (`vnni()` picks the build this CPU runs); the
-    // stores write `out`'s arrays of 16 f32.
+    // SAFETY: forwarded from the caller (`vnni()` picks the build this CPU runs).
     unsafe {
-        if !(vnni() && kind.has_vnni_build()) {
+        gemm_in(
+            vnni() && kind.has_vnni_build(),
+            kind,
+            nb,
+            panel,
+            y,
+            aux,
+            out,
+        )
+    }
+}
+
+/// [`gemm`] by the AVX-512 VNNI build (`vnni`, which `kind` must have) or the AVX2 one.
+///
+/// # Safety
+/// As [`gemm`], on a CPU that runs the chosen build; for Q8_0 the panel was packed for that
+/// build ([`flips_q8_0`]).
+unsafe fn gemm_in<const C: usize>(
+    vnni: bool,
+    kind: Kind,
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
+    unsafe {
+        if !vnni {
             use super::panel_avx2 as k;
+            use super::panel_repacked_avx2 as r;
             match kind {
                 Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
                 Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
@@ -686,13 +794,27 @@ pub(crate) unsafe fn gemm<const C: usize>(
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
+                Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
+                Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
+                Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
+                Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
             }
             return;
         }
+        use super::panel_avx2 as k;
+        use super::panel_lanes_vnni as l;
+        use super::panel_repacked as v;
         let acc = match kind {
             Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
             Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
-            _ => unreachable!("only the kinds with a VNNI build get here (checked above)"),
+            Kind::Q4_1Lanes => l::lanes::<k::Q4_1, C>(nb, panel, y, aux),
+            Kind::Q5_0Lanes => l::lanes::<k::Q5_0, C>(nb, panel, y, aux),
+            Kind::Q5_1Lanes => l::lanes::<k::Q5_1, C>(nb, panel, y, aux),
+            Kind::Q4KGemv => v::q4_k::<C, false>(nb, panel, y, aux),
+            Kind::Q4KGemm => v::q4_k::<C, true>(nb, panel, y, aux),
+            Kind::Q2KGemv => v::q2_k::<C, false>(nb, panel, y),
+            Kind::Q2KGemm => v::q2_k::<C, true>(nb, panel, y),
+            Kind::Q6KLanes => unreachable!("only the kinds with a VNNI build get here (caller)"),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -718,15 +840,20 @@ mod tests {
         dot_q4_0_chain, dot_q4_1_lanes, dot_q5_0_lanes, dot_q5_1_lanes, dot_q8_0_lanes,
         quantize_row_q8_0_x86, quantize_row_q8_1_x86,
     };
+    use crate::quants::k_quants::repacked;
 
     /// Every kind.
-    const KINDS: [Kind; 6] = [
+    const KINDS: [Kind; 10] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
         Kind::Q5_0Lanes,
         Kind::Q5_1Lanes,
         Kind::Q6KLanes,
+        Kind::Q4KGemv,
+        Kind::Q4KGemm,
+        Kind::Q2KGemv,
+        Kind::Q2KGemm,
     ];
 
     /// Whether a panel build runs here (the tests then check the one this CPU picks).
@@ -750,10 +877,17 @@ mod tests {
             for b in blk.iter_mut() {
                 *b = rng(seed) as u8;
             }
-            let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
-            // Q6_K keeps its f16 scale last.
-            let at = if kind == Kind::Q6KLanes { bytes - 2 } else { 0 };
-            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            // Q6_K keeps its f16 scale last, Q2_K its scale and minimum; Q4_K has both first.
+            let at: &[usize] = match kind {
+                Kind::Q6KLanes => &[208],
+                Kind::Q4KGemv | Kind::Q4KGemm => &[0, 2],
+                Kind::Q2KGemv | Kind::Q2KGemm => &[80, 82],
+                _ => &[0],
+            };
+            for &at in at {
+                let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
+                blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            }
         }
         w
     }
@@ -791,31 +925,43 @@ mod tests {
             .collect();
         let y: [*const u8; C] = std::array::from_fn(|c| cols[c].as_ptr());
         let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
-        let mut out = [[0f32; ROWS]; C];
         // SAFETY: the CPU was checked; the buffers hold nb blocks each.
-        unsafe {
-            pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE);
-            gemm::<C>(kind, nb, panel.as_ptr(), &y, &aux, &mut out);
+        unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
+        // The build this CPU picks, and the AVX2 build where that is another one (Q8_0's
+        // layout depends on the build: only the picked one reads it).
+        let f = crate::cpu::features();
+        let mut builds = vec![vnni() && kind.has_vnni_build()];
+        if builds[0] && f.avx2_fma_f16c() && kind != Kind::Q8_0Lanes {
+            builds.push(false);
         }
-        for c in 0..C {
-            for r in 0..ROWS {
-                let row = &w[r * rs..(r + 1) * rs];
-                let want = match kind {
-                    Kind::Q4_0Chain => dot_q4_0_chain(k, row, &cols[c]),
-                    Kind::Q8_0Lanes => dot_q8_0_lanes(k, row, &cols[c]),
-                    Kind::Q4_1Lanes => dot_q4_1_lanes(k, row, &cols[c]),
-                    Kind::Q5_0Lanes => dot_q5_0_lanes(k, row, &cols[c]),
-                    Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
-                    Kind::Q6KLanes => {
-                        crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
-                    }
-                };
-                assert_eq!(
-                    out[c][r].to_bits(),
-                    want.to_bits(),
-                    "{kind:?} nb={nb} C={C} row {r} col {c}: {} vs {want}",
-                    out[c][r]
-                );
+        for build in builds {
+            let mut out = [[0f32; ROWS]; C];
+            // SAFETY: the CPU runs `build` (checked above); the buffers hold nb blocks each.
+            unsafe { gemm_in::<C>(build, kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
+            for c in 0..C {
+                for r in 0..ROWS {
+                    let row = &w[r * rs..(r + 1) * rs];
+                    let want = match kind {
+                        Kind::Q4_0Chain => dot_q4_0_chain(k, row, &cols[c]),
+                        Kind::Q8_0Lanes => dot_q8_0_lanes(k, row, &cols[c]),
+                        Kind::Q4_1Lanes => dot_q4_1_lanes(k, row, &cols[c]),
+                        Kind::Q5_0Lanes => dot_q5_0_lanes(k, row, &cols[c]),
+                        Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
+                        Kind::Q6KLanes => {
+                            crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
+                        }
+                        Kind::Q4KGemv => repacked::q4_k_gemv(k, row, &cols[c]),
+                        Kind::Q4KGemm => repacked::q4_k_gemm(k, row, &cols[c]),
+                        Kind::Q2KGemv => repacked::q2_k_gemv(k, row, &cols[c]),
+                        Kind::Q2KGemm => repacked::q2_k_gemm(k, row, &cols[c]),
+                    };
+                    assert_eq!(
+                        out[c][r].to_bits(),
+                        want.to_bits(),
+                        "{kind:?} vnni={build} nb={nb} C={C} row {r} col {c}: {} vs {want}",
+                        out[c][r]
+                    );
+                }
             }
         }
     }
