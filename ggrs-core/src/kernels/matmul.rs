@@ -1053,7 +1053,7 @@ mod panels {
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         let values = match dtype {
-            DType::Q6K | DType::Q4K | DType::Q2K => crate::quants::k_quants::QK_K,
+            DType::Q6K | DType::Q3K | DType::Q4K | DType::Q2K => crate::quants::k_quants::QK_K,
             _ => 32,
         };
         if ne[1] < ROWS
@@ -1070,14 +1070,18 @@ mod panels {
             (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
             (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
             (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
+            (DType::Q3K, SumOrder::GgmlLanes) => Kind::Q3KLanes,
             (DType::Q4K, SumOrder::GgmlRepacked) => Kind::Q4KGemv,
             (DType::Q2K, SumOrder::GgmlRepacked) => Kind::Q2KGemv,
             _ => return None,
         };
-        // The repacked orders have no tile build in the dispatch table (`mul_mat` runs
-        // `ggml_arith`'s one-element kernels for them): the SIMD switches decide directly.
-        let simd = match order {
-            SumOrder::GgmlRepacked => crate::quants::dispatch::simd_allowed(Isa::Avx2),
+        // The repacked orders and Q3_K's lanes have no tile build in the dispatch table
+        // (`mul_mat` runs `ggml_arith`'s one-element kernels for them): the SIMD switches
+        // decide directly.
+        let simd = match (dtype, order) {
+            (_, SumOrder::GgmlRepacked) | (DType::Q3K, _) => {
+                crate::quants::dispatch::simd_allowed(Isa::Avx2)
+            }
             _ => matches!(
                 active_variant_in(dtype, order)?.isa,
                 Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni

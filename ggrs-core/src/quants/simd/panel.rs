@@ -99,6 +99,9 @@ pub(crate) enum Kind {
     /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only; below eight columns, where llama.cpp runs
     /// that kernel: [`Kind::takes_columns`]).
     Q6KLanes,
+    /// Q3_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
+    /// `ggml_vec_dot_q3_K_q8_K` (`panel_q3k`; below eight columns, as [`Kind::Q6KLanes`]).
+    Q3KLanes,
     /// Q4_K weights against Q8_K in the order of ggml's repacked `q4_K_8x8` GEMV kernel
     /// (`panel_repacked`): one FMA per super-block. Planned for every Q4_K weight llama.cpp
     /// repacks; the first `4·⌊m/4⌋` columns take its GEMM twin ([`Kind::gemm_twin`]).
@@ -137,6 +140,7 @@ impl Kind {
     pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self {
             Kind::Q4_0Chain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
+            Kind::Q3KLanes => nb * super::panel_q3k::Q3K_PANEL_BYTES,
             Kind::Q4KGemv | Kind::Q4KGemm => nb * super::panel_repacked::Q4K_PANEL_BYTES,
             Kind::Q2KGemv | Kind::Q2KGemm => nb * super::panel_repacked::Q2K_PANEL_BYTES,
             _ => {
@@ -149,7 +153,12 @@ impl Kind {
     /// Values per block of the weight type (32, or 256 for the k-quants' super-blocks).
     pub(crate) const fn block_values(self) -> usize {
         match self {
-            Kind::Q6KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => 256,
+            Kind::Q6KLanes
+            | Kind::Q3KLanes
+            | Kind::Q4KGemv
+            | Kind::Q4KGemm
+            | Kind::Q2KGemv
+            | Kind::Q2KGemm => 256,
             _ => 32,
         }
     }
@@ -159,7 +168,8 @@ impl Kind {
     /// columns on (`dispatch::GGML_TILED_MIN_COLS`). (The repacked kinds serve every column
     /// count with their GEMM twin: [`Kind::gemm_columns`].)
     pub(crate) const fn takes_columns(self, n_cols: usize) -> bool {
-        !matches!(self, Kind::Q6KLanes) || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+        !matches!(self, Kind::Q6KLanes | Kind::Q3KLanes)
+            || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
     }
 
     /// Whether every column of a product gets the same arithmetic whatever the column count
@@ -205,7 +215,8 @@ impl Kind {
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
             // ql (32 vectors), qh (16), scales (256 bytes), d (32 bytes): 3360 bytes.
             Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
-            // See `panel_repacked` (the kernels address the parts themselves).
+            // See `panel_q3k` and `panel_repacked` (the kernels address the parts themselves).
+            Kind::Q3KLanes => (base, 0, base + 320, base + 1344, base + 64),
             Kind::Q4KGemv | Kind::Q4KGemm => {
                 use super::panel_repacked::{Q4K_QS, Q4K_SC};
                 (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
@@ -227,6 +238,7 @@ impl Kind {
             Kind::Q5_0Lanes => 22,
             Kind::Q5_1Lanes => 24,
             Kind::Q6KLanes => 210,
+            Kind::Q3KLanes => 110,
             Kind::Q4KGemv | Kind::Q4KGemm => 144,
             Kind::Q2KGemv | Kind::Q2KGemm => 84,
         }
@@ -237,9 +249,12 @@ impl Kind {
     pub(crate) const fn activation(self) -> crate::dtype::DType {
         match self {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
-            Kind::Q6KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => {
-                crate::dtype::DType::Q8K
-            }
+            Kind::Q6KLanes
+            | Kind::Q3KLanes
+            | Kind::Q4KGemv
+            | Kind::Q4KGemm
+            | Kind::Q2KGemv
+            | Kind::Q2KGemm => crate::dtype::DType::Q8K,
             _ => crate::dtype::DType::Q8_0,
         }
     }
@@ -250,7 +265,7 @@ impl Kind {
     pub(crate) const fn aux_bytes(self) -> usize {
         match self {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
-            Kind::Q2KGemv | Kind::Q2KGemm => 0,
+            Kind::Q3KLanes | Kind::Q2KGemv | Kind::Q2KGemm => 0,
             Kind::Q4KGemv | Kind::Q4KGemm => super::panel_repacked::Q4K_AUX_BYTES,
             _ => AUX_BYTES,
         }
@@ -263,7 +278,7 @@ impl Kind {
             Kind::Q8_0Lanes => 128,
             Kind::Q5_0Lanes => 16,
             Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
-            Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => 0,
+            Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => 0,
         }
     }
 
@@ -276,6 +291,7 @@ impl Kind {
                 | Kind::Q4_1Lanes
                 | Kind::Q5_0Lanes
                 | Kind::Q5_1Lanes
+                | Kind::Q3KLanes
                 | Kind::Q4KGemv
                 | Kind::Q4KGemm
                 | Kind::Q2KGemv
@@ -518,7 +534,7 @@ pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q8_0Lanes, _) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
-        (Kind::Q6KLanes, _) => &[],
+        (Kind::Q6KLanes | Kind::Q3KLanes, _) => &[],
         (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
         (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
         (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
@@ -551,6 +567,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
     };
     match kind {
         Kind::Q6KLanes => return pack_q6_k(nb, &src, dst),
+        Kind::Q3KLanes => return super::panel_q3k::pack_q3_k(nb, &src, dst),
         Kind::Q4KGemv | Kind::Q4KGemm => return super::panel_repacked::pack_q4_k(nb, &src, dst),
         Kind::Q2KGemv | Kind::Q2KGemm => return super::panel_repacked::pack_q2_k(nb, &src, dst),
         _ => {}
@@ -562,7 +579,12 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
-        Kind::Q6KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => {
+        Kind::Q6KLanes
+        | Kind::Q3KLanes
+        | Kind::Q4KGemv
+        | Kind::Q4KGemm
+        | Kind::Q2KGemv
+        | Kind::Q2KGemm => {
             unreachable!("packed by their own packers above")
         }
     };
@@ -794,6 +816,11 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
+                Kind::Q3KLanes => {
+                    for (o, &yc) in out.iter_mut().zip(y) {
+                        super::panel_q3k::q3_k_avx2(nb, panel, yc, o);
+                    }
+                }
                 Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
@@ -810,6 +837,7 @@ unsafe fn gemm_in<const C: usize>(
             Kind::Q4_1Lanes => l::lanes::<k::Q4_1, C>(nb, panel, y, aux),
             Kind::Q5_0Lanes => l::lanes::<k::Q5_0, C>(nb, panel, y, aux),
             Kind::Q5_1Lanes => l::lanes::<k::Q5_1, C>(nb, panel, y, aux),
+            Kind::Q3KLanes => y.map(|yc| super::panel_q3k::q3_k_vnni(nb, panel, yc)),
             Kind::Q4KGemv => v::q4_k::<C, false>(nb, panel, y, aux),
             Kind::Q4KGemm => v::q4_k::<C, true>(nb, panel, y, aux),
             Kind::Q2KGemv => v::q2_k::<C, false>(nb, panel, y),
@@ -843,13 +871,14 @@ mod tests {
     use crate::quants::k_quants::repacked;
 
     /// Every kind.
-    const KINDS: [Kind; 10] = [
+    const KINDS: [Kind; 11] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
         Kind::Q5_0Lanes,
         Kind::Q5_1Lanes,
         Kind::Q6KLanes,
+        Kind::Q3KLanes,
         Kind::Q4KGemv,
         Kind::Q4KGemm,
         Kind::Q2KGemv,
@@ -880,6 +909,7 @@ mod tests {
             // Q6_K keeps its f16 scale last, Q2_K its scale and minimum; Q4_K has both first.
             let at: &[usize] = match kind {
                 Kind::Q6KLanes => &[208],
+                Kind::Q3KLanes => &[108],
                 Kind::Q4KGemv | Kind::Q4KGemm => &[0, 2],
                 Kind::Q2KGemv | Kind::Q2KGemm => &[80, 82],
                 _ => &[0],
@@ -899,13 +929,22 @@ mod tests {
         let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * rs..].as_ptr());
         let mut panel = vec![0u8; kind.panel_bytes(nb)];
         let cols: Vec<Vec<u8>> = (0..C)
-            .map(|_| {
+            .map(|c| {
                 let x: Vec<f32> = (0..k)
                     .map(|_| (rng(seed) % 20001) as f32 / 1000.0 - 10.0)
                     .collect();
                 let mut q = vec![0u8; kind.activation().row_size(k)];
                 match kind.activation() {
                     crate::dtype::DType::Q8_1 => quantize_row_q8_1_x86(&x, &mut q),
+                    // Odd columns: random bytes (codes −128 included, block sums unrelated
+                    // to the codes, which the kernels take as they are) with a finite scale.
+                    crate::dtype::DType::Q8K if c % 2 == 1 => {
+                        q.iter_mut().for_each(|b| *b = rng(seed) as u8);
+                        for blk in q.chunks_exact_mut(292) {
+                            let d = (rng(seed) % 2000) as f32 / 1e5 - 0.01;
+                            blk[..4].copy_from_slice(&d.to_le_bytes());
+                        }
+                    }
                     crate::dtype::DType::Q8K => {
                         crate::quants::k_quants::q8_k::quantize_row_q8_k_ref(&x, &mut q)
                             .expect("whole Q8_K blocks")
@@ -949,6 +988,9 @@ mod tests {
                         Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
                         Kind::Q6KLanes => {
                             crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
+                        }
+                        Kind::Q3KLanes => {
+                            crate::quants::k_quants::tiled::dot_q3_k_vec(k, row, &cols[c])
                         }
                         Kind::Q4KGemv => repacked::q4_k_gemv(k, row, &cols[c]),
                         Kind::Q4KGemm => repacked::q4_k_gemm(k, row, &cols[c]),
