@@ -1182,8 +1182,8 @@ mod panels {
         // Chunks are taken in turn by the threads: lay them out so that each thread's
         // stream through the weight stays contiguous (see `interleaved_position`).
         let pos = interleaved_position(rb, nrb, task.plan.n_threads);
-        let gemm_cols = kind.gemm_columns(task_arith_cols(task)).min(m);
-        let gemm_kind = kind.gemm_twin().unwrap_or(kind);
+        let (first_kind, first_cols) = kind.split(task_arith_cols(task));
+        let first_cols = first_cols.min(m);
         for p in split_range(np, nrb, pos) {
             let i0 = p * ROWS;
             let buf = match task.packed.is_null() {
@@ -1195,11 +1195,11 @@ mod panels {
                     buf as *const u8
                 }
             };
-            // The repacked kinds' first columns take their GEMM twin; then every kernel
-            // takes several columns per pass through the panel where it has the registers
-            // for them (the grouping changes no column's bits).
+            // The first columns take the kind's twin, if it has one for this column count
+            // (`Kind::split`); every kernel takes several columns per pass through the panel
+            // where it has the registers for them (the grouping changes no column's bits).
             let mut j = 0;
-            for (kind, end) in [(gemm_kind, gemm_cols), (kind, m)] {
+            for (kind, end) in [(first_kind, first_cols), (kind, m)] {
                 macro_rules! columns {
                     ($c:literal) => {
                         while end - j >= $c {

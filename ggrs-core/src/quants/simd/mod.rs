@@ -64,6 +64,8 @@ mod panel_repacked;
 #[cfg(target_arch = "x86_64")]
 mod panel_repacked_avx2;
 #[cfg(target_arch = "x86_64")]
+mod panel_tiled_vnni;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;

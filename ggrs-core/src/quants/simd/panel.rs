@@ -79,6 +79,11 @@ pub(super) const fn q4_0_at(i: usize) -> (usize, usize) {
 }
 
 /// A weight format and summation order the panel kernels implement.
+///
+/// Some kinds have *twins*: kinds of the same packed layout in another order, which the
+/// products llama.cpp runs another kernel for take ([`Kind::split`]): the repacked GEMV kinds
+/// their GEMM order for the first `4·⌊m/4⌋` columns, the Q3_K and Q6_K lanes (ggml's
+/// `vec_dot`, below eight columns) their tiled order from eight columns on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// Q4_0 weights, one FMA per block ([`SumOrder::GgmlBlockChain`]).
@@ -89,22 +94,29 @@ pub(crate) enum Kind {
     ///
     /// [`SumOrder::GgmlLanes`]: crate::quants::dispatch::SumOrder::GgmlLanes
     Q8_0Lanes,
-    /// Q4_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
+    /// Q4_1 weights against Q8_1, eight lanes plus the minimum chain.
     Q4_1Lanes,
-    /// Q5_0 weights, eight lanes (AVX2 build only).
+    /// Q5_0 weights, eight lanes.
     Q5_0Lanes,
-    /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
+    /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain.
     Q5_1Lanes,
     /// Q6_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
-    /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only; below eight columns, where llama.cpp runs
-    /// that kernel: [`Kind::takes_columns`]).
+    /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only), below eight columns, where llama.cpp runs
+    /// that kernel; from eight on its twin [`Kind::Q6KTiled`].
     Q6KLanes,
+    /// Q6_K in ggml's tiled k-quant order (`panel_tiled_vnni`; VNNI build only: without
+    /// it, `tiled_avx2` takes those products and [`Kind::takes_columns`] says so), same layout
+    /// as [`Kind::Q6KLanes`].
+    Q6KTiled,
     /// Q3_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
-    /// `ggml_vec_dot_q3_K_q8_K` (`panel_q3k`; below eight columns, as [`Kind::Q6KLanes`]).
+    /// `ggml_vec_dot_q3_K_q8_K` (`panel_q3k`), below eight columns; from eight on its twin
+    /// [`Kind::Q3KTiled`].
     Q3KLanes,
+    /// Q3_K in ggml's tiled order, as [`Kind::Q6KTiled`], same layout as [`Kind::Q3KLanes`].
+    Q3KTiled,
     /// Q4_K weights against Q8_K in the order of ggml's repacked `q4_K_8x8` GEMV kernel
     /// (`panel_repacked`): one FMA per super-block. Planned for every Q4_K weight llama.cpp
-    /// repacks; the first `4·⌊m/4⌋` columns take its GEMM twin ([`Kind::gemm_twin`]).
+    /// repacks; the first `4·⌊m/4⌋` columns take its twin [`Kind::Q4KGemm`].
     Q4KGemv,
     /// Q4_K in the order of ggml's repacked GEMM kernel (one FMA per 64 values), same layout
     /// as [`Kind::Q4KGemv`].
@@ -121,90 +133,102 @@ pub(crate) enum Kind {
 pub(crate) struct BlockAt {
     /// The sixteen scales (f16, or f32 for Q8_0).
     pub d: usize,
-    /// The sixteen minimums (f16; Q4_1, Q5_1).
+    /// The sixteen minimums (f16; Q4_1, Q5_1; Q4_K, Q2_K: their `dmin`).
     pub m: usize,
     /// The first 64-byte vector of codes (4 for nibbles, 8 for Q8_0).
     pub v: usize,
     /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
     /// row `r`'s value `4g + t`. Q6_K: its 16 vectors of high bits (lane `r` of vector `q`
-    /// = bytes `4q..4q + 4` of row `r`'s `qh`).
+    /// = bytes `4q..4q + 4` of row `r`'s `qh`); Q3_K: its 8 vectors of `hmask`.
     pub h: usize,
-    /// Q6_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r` at
-    /// byte `r`).
+    /// Q6_K, Q3_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r`
+    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`.
     pub s: usize,
 }
 
 impl Kind {
-    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64 for Q4_0,
-    /// Q8_0, Q4_1 and Q5_1.
-    pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
+    /// The kind that owns this kind's packed layout (itself, or the twin it shares it with).
+    pub(crate) const fn layout(self) -> Kind {
         match self {
+            Kind::Q6KTiled => Kind::Q6KLanes,
+            Kind::Q3KTiled => Kind::Q3KLanes,
+            Kind::Q4KGemm => Kind::Q4KGemv,
+            Kind::Q2KGemm => Kind::Q2KGemv,
+            k => k,
+        }
+    }
+
+    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64 for all but
+    /// Q5_0 and Q6_K.
+    pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
+        match self.layout() {
             Kind::Q4_0Chain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
             Kind::Q3KLanes => nb * super::panel_q3k::Q3K_PANEL_BYTES,
-            Kind::Q4KGemv | Kind::Q4KGemm => nb * super::panel_repacked::Q4K_PANEL_BYTES,
-            Kind::Q2KGemv | Kind::Q2KGemm => nb * super::panel_repacked::Q2K_PANEL_BYTES,
-            _ => {
-                nb * ROWS * self.src_block_bytes()
-                    + matches!(self, Kind::Q8_0Lanes) as usize * nb * 32
-            }
+            Kind::Q4KGemv => nb * super::panel_repacked::Q4K_PANEL_BYTES,
+            Kind::Q2KGemv => nb * super::panel_repacked::Q2K_PANEL_BYTES,
+            k => nb * ROWS * k.src_block_bytes() + matches!(k, Kind::Q8_0Lanes) as usize * nb * 32,
         }
     }
 
     /// Values per block of the weight type (32, or 256 for the k-quants' super-blocks).
     pub(crate) const fn block_values(self) -> usize {
-        match self {
-            Kind::Q6KLanes
-            | Kind::Q3KLanes
-            | Kind::Q4KGemv
-            | Kind::Q4KGemm
-            | Kind::Q2KGemv
-            | Kind::Q2KGemm => 256,
+        match self.layout() {
+            Kind::Q6KLanes | Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q2KGemv => 256,
             _ => 32,
         }
     }
 
-    /// Whether this kernel keeps llama.cpp's order for `n_cols` activation columns (per
-    /// batch): all but Q6_K's, which llama.cpp multiplies with its tiled kernel from eight
-    /// columns on (`dispatch::GGML_TILED_MIN_COLS`). (The repacked kinds serve every column
-    /// count with their GEMM twin: [`Kind::gemm_columns`].)
-    pub(crate) const fn takes_columns(self, n_cols: usize) -> bool {
+    /// Whether this kind, with its twins ([`Kind::split`]), keeps llama.cpp's order for
+    /// `n_cols` activation columns (per batch) on this CPU: all but the Q3_K and Q6_K lanes
+    /// from eight columns on (`dispatch::GGML_TILED_MIN_COLS`, llama.cpp's tiled kernel) where
+    /// their tiled twins have no build (no AVX-512 VNNI).
+    pub(crate) fn takes_columns(self, n_cols: usize) -> bool {
         !matches!(self, Kind::Q6KLanes | Kind::Q3KLanes)
             || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+            || vnni()
     }
 
     /// Whether every column of a product gets the same arithmetic whatever the column count
-    /// (all but the repacked kinds, whose first `4·⌊m/4⌋` columns take the GEMM order).
+    /// (all but the kinds with a twin).
     pub(crate) const fn order_fixed(self) -> bool {
-        self.gemm_twin().is_none()
+        !matches!(
+            self,
+            Kind::Q4KGemv | Kind::Q2KGemv | Kind::Q6KLanes | Kind::Q3KLanes
+        )
     }
 
-    /// For the repacked GEMV kinds, the kind of the same layout in the GEMM order.
-    pub(crate) const fn gemm_twin(self) -> Option<Kind> {
+    /// The kernels of a product with `n_cols` columns per batch: `(first, count)` means the
+    /// first `count` columns of each batch (at most; `usize::MAX`: all) take kind `first`,
+    /// the rest this kind. The repacked GEMV kinds give their GEMM twin `4·⌊n_cols/4⌋`
+    /// columns when `n_cols > 3` (llama.cpp's repacked `forward_mul_mat`); the Q3_K and Q6_K
+    /// lanes give every column to their tiled twin from eight columns on (when
+    /// [`Kind::takes_columns`] holds).
+    pub(crate) fn split(self, n_cols: usize) -> (Kind, usize) {
+        let tiled = n_cols >= crate::quants::dispatch::GGML_TILED_MIN_COLS;
         match self {
-            Kind::Q4KGemv => Some(Kind::Q4KGemm),
-            Kind::Q2KGemv => Some(Kind::Q2KGemm),
-            _ => None,
-        }
-    }
-
-    /// How many leading columns of each batch of `n_cols` take the [`Kind::gemm_twin`]
-    /// (llama.cpp's repacked `forward_mul_mat`: `4·⌊n_cols/4⌋` when `n_cols > 3`); 0 for
-    /// kinds without one.
-    pub(crate) fn gemm_columns(self, n_cols: usize) -> usize {
-        match self.gemm_twin() {
-            Some(_) => crate::quants::k_quants::repacked::gemm_columns(n_cols),
-            None => 0,
+            Kind::Q4KGemv => (
+                Kind::Q4KGemm,
+                crate::quants::k_quants::repacked::gemm_columns(n_cols),
+            ),
+            Kind::Q2KGemv => (
+                Kind::Q2KGemm,
+                crate::quants::k_quants::repacked::gemm_columns(n_cols),
+            ),
+            Kind::Q6KLanes if tiled => (Kind::Q6KTiled, usize::MAX),
+            Kind::Q3KLanes if tiled => (Kind::Q3KTiled, usize::MAX),
+            k => (k, 0),
         }
     }
 
     /// Where block `i`'s parts lie in a packed panel.
     #[inline(always)]
     pub(crate) const fn block_at(self, i: usize) -> BlockAt {
-        let base = match self {
+        let kind = self.layout();
+        let base = match kind {
             Kind::Q4_0Chain => 0,
-            _ => i * self.panel_bytes(1),
+            _ => i * kind.panel_bytes(1),
         };
-        let (d, m, v, h, s) = match self {
+        let (d, m, v, h, s) = match kind {
             Kind::Q4_0Chain => {
                 let (d, v) = q4_0_at(i);
                 (d, 0, v, 0, 0)
@@ -215,13 +239,13 @@ impl Kind {
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
             // ql (32 vectors), qh (16), scales (256 bytes), d (32 bytes): 3360 bytes.
             Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
-            // See `panel_q3k` and `panel_repacked` (the kernels address the parts themselves).
+            // See `panel_q3k` and `panel_repacked`.
             Kind::Q3KLanes => (base, 0, base + 320, base + 1344, base + 64),
-            Kind::Q4KGemv | Kind::Q4KGemm => {
+            Kind::Q4KGemv => {
                 use super::panel_repacked::{Q4K_QS, Q4K_SC};
                 (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
             }
-            Kind::Q2KGemv | Kind::Q2KGemm => {
+            _ => {
                 use super::panel_repacked::{Q2K_QS, Q2K_SC};
                 (base, base + 32, base + Q2K_QS, 0, base + Q2K_SC)
             }
@@ -231,7 +255,7 @@ impl Kind {
 
     /// Bytes of one block of the weight type in its file layout.
     pub(crate) const fn src_block_bytes(self) -> usize {
-        match self {
+        match self.layout() {
             Kind::Q4_0Chain => Q4_0_BYTES,
             Kind::Q8_0Lanes => Q8_0_BYTES,
             Kind::Q4_1Lanes => 20,
@@ -239,64 +263,55 @@ impl Kind {
             Kind::Q5_1Lanes => 24,
             Kind::Q6KLanes => 210,
             Kind::Q3KLanes => 110,
-            Kind::Q4KGemv | Kind::Q4KGemm => 144,
-            Kind::Q2KGemv | Kind::Q2KGemm => 84,
+            Kind::Q4KGemv => 144,
+            _ => 84,
         }
     }
 
-    /// The type the activations are converted to: Q8_0, or Q8_1 for the types with a
-    /// minimum.
+    /// The type the activations are converted to: Q8_0, Q8_1 for the types with a minimum,
+    /// Q8_K for the k-quants.
     pub(crate) const fn activation(self) -> crate::dtype::DType {
-        match self {
+        match self.layout() {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
-            Kind::Q6KLanes
-            | Kind::Q3KLanes
-            | Kind::Q4KGemv
-            | Kind::Q4KGemm
-            | Kind::Q2KGemv
-            | Kind::Q2KGemm => crate::dtype::DType::Q8K,
+            Kind::Q6KLanes | Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q2KGemv => {
+                crate::dtype::DType::Q8K
+            }
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
-    /// types with a code offset, the pair sums of Q4_K's repacked kinds, none for Q4_1, Q5_1,
-    /// Q6_K and Q2_K.
+    /// Q8_0 types with a code offset, the pair sums of Q4_K's repacked kinds, none for the
+    /// others.
     pub(crate) const fn aux_bytes(self) -> usize {
-        match self {
-            Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
-            Kind::Q3KLanes | Kind::Q2KGemv | Kind::Q2KGemm => 0,
-            Kind::Q4KGemv | Kind::Q4KGemm => super::panel_repacked::Q4K_AUX_BYTES,
-            _ => AUX_BYTES,
+        match self.layout() {
+            Kind::Q4_0Chain | Kind::Q8_0Lanes | Kind::Q5_0Lanes => AUX_BYTES,
+            Kind::Q4KGemv => super::panel_repacked::Q4K_AUX_BYTES,
+            _ => 0,
         }
     }
 
-    /// The offset `o` of the unsigned weight codes (`u = x + o`).
+    /// The offset `o` of the unsigned weight codes (`u = x + o`) of the Q8_0 types with
+    /// side data (0 for the others).
     const fn offset(self) -> i32 {
-        match self {
+        match self.layout() {
             Kind::Q4_0Chain => 8,
             Kind::Q8_0Lanes => 128,
             Kind::Q5_0Lanes => 16,
-            Kind::Q4_1Lanes | Kind::Q5_1Lanes | Kind::Q6KLanes => 0,
-            Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q4KGemm | Kind::Q2KGemv | Kind::Q2KGemm => 0,
+            _ => 0,
         }
     }
 
-    /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one).
+    /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one; the tiled twins
+    /// have only a VNNI build).
     const fn has_vnni_build(self) -> bool {
-        matches!(
-            self,
-            Kind::Q4_0Chain
-                | Kind::Q8_0Lanes
-                | Kind::Q4_1Lanes
-                | Kind::Q5_0Lanes
-                | Kind::Q5_1Lanes
-                | Kind::Q3KLanes
-                | Kind::Q4KGemv
-                | Kind::Q4KGemm
-                | Kind::Q2KGemv
-                | Kind::Q2KGemm
-        )
+        !matches!(self, Kind::Q6KLanes)
+    }
+
+    /// Whether this kind has an AVX2 build (the tests run every build the CPU has).
+    #[cfg(test)]
+    const fn has_avx2_build(self) -> bool {
+        !matches!(self, Kind::Q6KTiled | Kind::Q3KTiled)
     }
 }
 
@@ -308,7 +323,7 @@ pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     if kind.aux_bytes() == 0 {
         return;
     }
-    if matches!(kind, Kind::Q4KGemv | Kind::Q4KGemm) {
+    if kind.layout() == Kind::Q4KGemv {
         return super::panel_repacked::activation_aux_q4_k(row, aux);
     }
     let o = kind.offset();
@@ -535,6 +550,7 @@ pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
         (Kind::Q6KLanes | Kind::Q3KLanes, _) => &[],
+        (Kind::Q6KTiled | Kind::Q3KTiled, _) => &[8, 4, 2],
         (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
         (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
         (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
@@ -565,11 +581,11 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
             std::slice::from_raw_parts_mut(out, kind.panel_bytes(nb)),
         )
     };
-    match kind {
+    match kind.layout() {
         Kind::Q6KLanes => return pack_q6_k(nb, &src, dst),
         Kind::Q3KLanes => return super::panel_q3k::pack_q3_k(nb, &src, dst),
-        Kind::Q4KGemv | Kind::Q4KGemm => return super::panel_repacked::pack_q4_k(nb, &src, dst),
-        Kind::Q2KGemv | Kind::Q2KGemm => return super::panel_repacked::pack_q2_k(nb, &src, dst),
+        Kind::Q4KGemv => return super::panel_repacked::pack_q4_k(nb, &src, dst),
+        Kind::Q2KGemv => return super::panel_repacked::pack_q2_k(nb, &src, dst),
         _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
@@ -579,14 +595,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
-        Kind::Q6KLanes
-        | Kind::Q3KLanes
-        | Kind::Q4KGemv
-        | Kind::Q4KGemm
-        | Kind::Q2KGemv
-        | Kind::Q2KGemm => {
-            unreachable!("packed by their own packers above")
-        }
+        _ => unreachable!("the k-quants are packed by their own packers above"),
     };
     let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
         0x80
@@ -821,6 +830,9 @@ unsafe fn gemm_in<const C: usize>(
                         super::panel_q3k::q3_k_avx2(nb, panel, yc, o);
                     }
                 }
+                Kind::Q6KTiled | Kind::Q3KTiled => {
+                    unreachable!("the tiled twins are only split off where VNNI runs (Kind::split)")
+                }
                 Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
@@ -831,6 +843,7 @@ unsafe fn gemm_in<const C: usize>(
         use super::panel_avx2 as k;
         use super::panel_lanes_vnni as l;
         use super::panel_repacked as v;
+        use super::panel_tiled_vnni as t;
         let acc = match kind {
             Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
             Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
@@ -842,6 +855,8 @@ unsafe fn gemm_in<const C: usize>(
             Kind::Q4KGemm => v::q4_k::<C, true>(nb, panel, y, aux),
             Kind::Q2KGemv => v::q2_k::<C, false>(nb, panel, y),
             Kind::Q2KGemm => v::q2_k::<C, true>(nb, panel, y),
+            Kind::Q6KTiled => t::tiled::<t::Q6K, C>(nb, panel, y),
+            Kind::Q3KTiled => t::tiled::<t::Q3K, C>(nb, panel, y),
             Kind::Q6KLanes => unreachable!("only the kinds with a VNNI build get here (caller)"),
         };
         for (o, a) in out.iter_mut().zip(acc) {
@@ -871,14 +886,16 @@ mod tests {
     use crate::quants::k_quants::repacked;
 
     /// Every kind.
-    const KINDS: [Kind; 11] = [
+    const KINDS: [Kind; 13] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
         Kind::Q5_0Lanes,
         Kind::Q5_1Lanes,
         Kind::Q6KLanes,
+        Kind::Q6KTiled,
         Kind::Q3KLanes,
+        Kind::Q3KTiled,
         Kind::Q4KGemv,
         Kind::Q4KGemm,
         Kind::Q2KGemv,
@@ -907,11 +924,11 @@ mod tests {
                 *b = rng(seed) as u8;
             }
             // Q6_K keeps its f16 scale last, Q2_K its scale and minimum; Q4_K has both first.
-            let at: &[usize] = match kind {
+            let at: &[usize] = match kind.layout() {
                 Kind::Q6KLanes => &[208],
                 Kind::Q3KLanes => &[108],
-                Kind::Q4KGemv | Kind::Q4KGemm => &[0, 2],
-                Kind::Q2KGemv | Kind::Q2KGemm => &[80, 82],
+                Kind::Q4KGemv => &[0, 2],
+                Kind::Q2KGemv => &[80, 82],
                 _ => &[0],
             };
             for &at in at {
@@ -936,13 +953,20 @@ mod tests {
                 let mut q = vec![0u8; kind.activation().row_size(k)];
                 match kind.activation() {
                     crate::dtype::DType::Q8_1 => quantize_row_q8_1_x86(&x, &mut q),
-                    // Odd columns: random bytes (codes −128 included, block sums unrelated
-                    // to the codes, which the kernels take as they are) with a finite scale.
+                    // Odd columns: random codes (−128 included) with a finite scale and their
+                    // block sums (which the k-quant kernels rely on).
                     crate::dtype::DType::Q8K if c % 2 == 1 => {
                         q.iter_mut().for_each(|b| *b = rng(seed) as u8);
                         for blk in q.chunks_exact_mut(292) {
                             let d = (rng(seed) % 2000) as f32 / 1e5 - 0.01;
                             blk[..4].copy_from_slice(&d.to_le_bytes());
+                            for j in 0..16 {
+                                let s: i16 = blk[4 + 16 * j..20 + 16 * j]
+                                    .iter()
+                                    .map(|&b| b as i8 as i16)
+                                    .sum();
+                                blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&s.to_le_bytes());
+                            }
                         }
                     }
                     crate::dtype::DType::Q8K => {
@@ -966,11 +990,15 @@ mod tests {
         let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
         // SAFETY: the CPU was checked; the buffers hold nb blocks each.
         unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
-        // The build this CPU picks, and the AVX2 build where that is another one (Q8_0's
-        // layout depends on the build: only the picked one reads it).
+        // Every build of the kind this CPU runs (Q8_0's layout depends on the build: only
+        // the one the CPU picks reads it).
         let f = crate::cpu::features();
-        let mut builds = vec![vnni() && kind.has_vnni_build()];
-        if builds[0] && f.avx2_fma_f16c() && kind != Kind::Q8_0Lanes {
+        let mut builds = Vec::new();
+        if vnni() && kind.has_vnni_build() {
+            builds.push(true);
+        }
+        let avx2_reads = kind != Kind::Q8_0Lanes || builds.is_empty();
+        if f.avx2_fma_f16c() && kind.has_avx2_build() && avx2_reads {
             builds.push(false);
         }
         for build in builds {
@@ -991,6 +1019,14 @@ mod tests {
                         }
                         Kind::Q3KLanes => {
                             crate::quants::k_quants::tiled::dot_q3_k_vec(k, row, &cols[c])
+                        }
+                        Kind::Q6KTiled => {
+                            use crate::quants::k_quants::tiled::dot_tiled;
+                            dot_tiled::<crate::quants::BlockQ6K>(k, row, &cols[c])
+                        }
+                        Kind::Q3KTiled => {
+                            use crate::quants::k_quants::tiled::dot_tiled;
+                            dot_tiled::<crate::quants::BlockQ3K>(k, row, &cols[c])
                         }
                         Kind::Q4KGemv => repacked::q4_k_gemv(k, row, &cols[c]),
                         Kind::Q4KGemm => repacked::q4_k_gemm(k, row, &cols[c]),
