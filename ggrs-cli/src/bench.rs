@@ -81,6 +81,8 @@ struct Profile {
     ops: BTreeMap<&'static str, (usize, Duration)>,
     /// Per graph node (index, op, shape): times run and total time.
     nodes: BTreeMap<(usize, &'static str, [usize; 4]), (usize, Duration)>,
+    /// Per matrix-product weight type and output shape: nodes run and total time.
+    weights: BTreeMap<(String, [usize; 4]), (usize, Duration)>,
 }
 
 impl Profile {
@@ -94,6 +96,11 @@ impl Profile {
             let n = self.nodes.entry((t.node, t.op, t.ne)).or_default();
             n.0 += 1;
             n.1 += t.time;
+            if let Some(w) = t.weight {
+                let e = self.weights.entry((w.to_string(), t.ne)).or_default();
+                e.0 += 1;
+                e.1 += t.time;
+            }
         }
     }
 
@@ -114,6 +121,19 @@ impl Profile {
                 t.as_secs_f64() * 1e3,
                 share(*t)
             );
+        }
+        if !self.weights.is_empty() {
+            out +=
+                "\n| weight | shape | nodes | ms | share |\n| --- | --- | ---: | ---: | ---: |\n";
+            let mut ws: Vec<_> = self.weights.iter().collect();
+            ws.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
+            for ((w, ne), (n, t)) in ws {
+                out += &format!(
+                    "| {w} | {ne:?} | {n} | {:.2} | {:.1}% |\n",
+                    t.as_secs_f64() * 1e3,
+                    share(*t)
+                );
+            }
         }
         out += "\n| node | op | shape | runs | µs per run | share |\n";
         out += "| ---: | --- | --- | ---: | ---: | ---: |\n";

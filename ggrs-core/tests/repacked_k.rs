@@ -275,7 +275,7 @@ fn mul_mat_equals_the_repacked_kernels_oracle() {
         let (k, n) = (3 * QK_K, 24);
         let w = weights(t, &mut r, k, n);
         let rs = t.row_size(k);
-        for m in [1, 2, 3, 4, 5, 7, 8, 9, 13] {
+        for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17] {
             let x = activations(&mut r, k, m);
             let gemm_cols = if m > 3 { m - m % 4 } else { 0 };
             let cols: Vec<(Vec<Q8Block>, Vec<Q8Block>)> = x

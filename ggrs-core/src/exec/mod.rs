@@ -60,6 +60,9 @@ pub struct NodeTiming {
     pub op: &'static str,
     /// Output shape.
     pub ne: [usize; 4],
+    /// The weight (first operand) type of a matrix product (`MUL_MAT`, `MUL_MAT_ID`), so
+    /// that a profile can tell the kernels apart; `None` for other ops.
+    pub weight: Option<crate::dtype::DType>,
     /// Wall time from the end of the previous data-moving node to the end of this one.
     pub time: Duration,
 }
@@ -434,6 +437,9 @@ impl Job<'_> {
                 node: i,
                 op: task.op.name(),
                 ne: task.dst.ne,
+                weight: matches!(task.op, Op::MulMat { .. } | Op::MulMatId)
+                    .then(|| task.src[0].as_ref().map(|a| a.dtype))
+                    .flatten(),
                 time,
             });
         }

@@ -427,6 +427,13 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
     table[i]
 }
 
+/// True when SIMD kernels of `isa` may run now: neither `GGRS_FORCE_SCALAR` nor
+/// [`force_scalar`] switched SIMD off, and [`simd_level`] allows `isa` (the caller checks the
+/// CPU's features).
+pub(crate) fn simd_allowed(isa: Isa) -> bool {
+    !FORCE_SCALAR.load(Ordering::Relaxed) && !simd_off() && allowed(isa)
+}
+
 /// True when [`simd_level`] lets kernels of `isa` run (`GGRS_FORCE_SCALAR` allows none).
 fn allowed(isa: Isa) -> bool {
     match isa {

@@ -75,7 +75,7 @@ pub fn supports(dtype: DType) -> bool {
 pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX))
+        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -1080,7 +1080,9 @@ mod panels {
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         let values = match dtype {
-            DType::Q6K | DType::IQ4XS => crate::quants::k_quants::QK_K,
+            DType::Q6K | DType::Q3K | DType::Q4K | DType::Q2K | DType::IQ4XS => {
+                crate::quants::k_quants::QK_K
+            }
             _ => 32,
         };
         if ne[1] < ROWS
@@ -1099,12 +1101,23 @@ mod panels {
             (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
             (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
             (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
+            (DType::Q3K, SumOrder::GgmlLanes) => Kind::Q3KLanes,
+            (DType::Q4K, SumOrder::GgmlRepacked) => Kind::Q4KGemv,
+            (DType::Q2K, SumOrder::GgmlRepacked) => Kind::Q2KGemv,
             _ => return None,
         };
-        let simd = matches!(
-            active_variant_in(dtype, order)?.isa,
-            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
-        );
+        // The repacked orders and Q3_K's lanes have no tile build in the dispatch table
+        // (`mul_mat` runs `ggml_arith`'s one-element kernels for them): the SIMD switches
+        // decide directly.
+        let simd = match (dtype, order) {
+            (_, SumOrder::GgmlRepacked) | (DType::Q3K, _) => {
+                crate::quants::dispatch::simd_allowed(Isa::Avx2)
+            }
+            _ => matches!(
+                active_variant_in(dtype, order)?.isa,
+                Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
+            ),
+        };
         (simd && panel::available()).then_some(kind)
     }
 
@@ -1201,6 +1214,11 @@ mod panels {
         // Chunks are taken in turn by the threads: lay them out so that each thread's
         // stream through the weight stays contiguous (see `interleaved_position`).
         let pos = interleaved_position(rb, nrb, task.plan.n_threads);
+        let (first_kind, first_cols) = match task.plan.matmul.map(|k| k.compute) {
+            Some(select::Compute::Panel { first, .. }) => first,
+            _ => unreachable!("compute runs panels only for a panel plan"),
+        };
+        let first_cols = first_cols.min(m);
         for p in split_range(np, nrb, pos) {
             let i0 = p * ROWS;
             let buf = match task.packed.is_null() {
@@ -1212,38 +1230,42 @@ mod panels {
                     buf as *const u8
                 }
             };
+            // The first columns take the kind's twin, if it has one for this column count
+            // (`Kind::split`); every kernel takes several columns per pass through the panel
+            // where it has the registers for them (the grouping changes no column's bits).
             let mut j = 0;
-            macro_rules! columns {
-                ($c:literal) => {
-                    while m - j >= $c {
-                        let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
-                        let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
-                        let mut out = [[0f32; ROWS]; $c];
-                        // SAFETY: as `pack`; INIT wrote the columns and their side data.
-                        unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
-                        for (c, col) in out.iter().enumerate() {
-                            for (r, &v) in col.iter().enumerate() {
-                                // SAFETY: an element of this chunk's panel, inside dst.
-                                unsafe {
-                                    *(d.data.add(d.offset(i0 + r, j + c, i2, i3)) as *mut f32) = v
-                                };
+            for (kind, end) in [(first_kind, first_cols), (kind, m)] {
+                macro_rules! columns {
+                    ($c:literal) => {
+                        while end - j >= $c {
+                            let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
+                            let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
+                            let mut out = [[0f32; ROWS]; $c];
+                            // SAFETY: as `pack`; INIT wrote the columns and their side data.
+                            unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
+                            for (c, col) in out.iter().enumerate() {
+                                for (r, &v) in col.iter().enumerate() {
+                                    // SAFETY: an element of this chunk's panel, inside dst.
+                                    unsafe {
+                                        *(d.data.add(d.offset(i0 + r, j + c, i2, i3)) as *mut f32) =
+                                            v
+                                    };
+                                }
                             }
+                            j += $c;
                         }
-                        j += $c;
-                    }
-                };
-            }
-            // Several columns per pass through the panel where the kernel has the
-            // registers for them (the grouping changes no column's bits).
-            for &g in panel::column_groups(kind) {
-                match g {
-                    8 => columns!(8),
-                    4 => columns!(4),
-                    2 => columns!(2),
-                    _ => {}
+                    };
                 }
+                for &g in panel::column_groups(kind) {
+                    match g {
+                        8 => columns!(8),
+                        4 => columns!(4),
+                        2 => columns!(2),
+                        _ => {}
+                    }
+                }
+                columns!(1);
             }
-            columns!(1);
         }
         if rb == nrb - 1 && np * ROWS < n {
             // SAFETY: the leftover rows, written by this chunk only.

@@ -23,16 +23,17 @@
 //! | Q4_0 (rows % 8 = 0), Q8_0, ≥ 16 rows | AVX-512 VNNI, AVX2 | panels ([`Compute::Panel`]) | Q8_0 rows + offset seeds |
 //! | Q5_0, ≥ 16 rows | AVX2 and up | panels | Q8_0 rows + offset seeds |
 //! | Q4_1, Q5_1, ≥ 16 rows | AVX2 and up | panels | Q8_1 rows |
-//! | Q6_K, ≥ 16 rows, < 8 columns | AVX2 and up | panels | Q8_K rows |
+//! | Q6_K, Q3_K, ≥ 16 rows | AVX2 and up below 8 columns; AVX-512 VNNI from 8 on (its tiled-order twin kind, `first`) | panels | Q8_K rows |
+//! | Q4_K, Q2_K repacked by llama.cpp (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels: the GEMM order's twin for the first 4·⌊m/4⌋ columns, the GEMV order for the rest | Q8_K rows (+ pair sums for Q4_K) |
 //! | IQ4_NL (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels in the repacked `iq4_nl_8x8` order | Q8_0 rows + offset seeds |
 //! | IQ4_XS, ≥ 16 rows | AVX2 and up (tiled order from 8 columns: AVX-512 VNNI) | panels, one packed layout for both orders | Q8_K rows |
 //! | F16, ≥ 2 columns, k % 16 = 0, rows % 4 = 0 | AVX-512 | tinyBLAS-order tiles over widened columns ([`Compute::F16Tiles`]) | F16 rows + the same rows as f32 |
-//! | Q2_K … Q6_K, IQ4_XS not repacked, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
-//! | Q4_K, Q2_K repacked (rows % 8 = 0) | any | GEMM order for the first 4·⌊m/4⌋ columns, GEMV for the rest ([`Compute::Repacked`]) | Q8_K rows |
-//! | other ggml-order types | with a build keeping the order | the build's tiles ([`Compute::Tiles`]) | vec-dot-type rows |
-//! | other ggml-order types | none (or `GGRS_FORCE_SCALAR`) | portable code in that order ([`Compute::Dot`]) | vec-dot-type rows |
-//! | F32 | any | tinyBLAS or `ggml_vec_dot_f32` order ([`Compute::Dot`]) | none (f32 read in place) or f32 rows |
-//! | the rest (BF16, Q8_1, Q8_K weights) | any | the fastest build ([`Compute::Tiles`] / [`Compute::Dot`]) | vec-dot-type rows |
+//! | Q2_K … Q6_K, IQ4_XS without a panel kind above, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
+//! | Q4_K, Q2_K repacked (rows % 8 = 0), no panels | any | GEMM order for the first 4·⌊m/4⌋ columns, GEMV for the rest ([`Element::Repacked`]) | Q8_K rows |
+//! | other ggml-order types | with a build keeping the order | the build's tiles ([`Element::Tiles`]) | vec-dot-type rows |
+//! | other ggml-order types | none (or `GGRS_FORCE_SCALAR`) | portable code in that order ([`Element::Dot`]) | vec-dot-type rows |
+//! | F32 | any | tinyBLAS or `ggml_vec_dot_f32` order ([`Element::Dot`]) | none (f32 read in place) or f32 rows |
+//! | the rest (BF16, Q8_1, Q8_K weights) | any | the fastest build ([`Element::Tiles`] / [`Element::Dot`]) | vec-dot-type rows |
 //!
 //! Panels also carry the kernel for the rows below a whole panel (`n % 16`), chosen as if
 //! the weight had no panel kernel.
@@ -97,6 +98,9 @@ pub(crate) enum Compute {
     Panel {
         /// The panel layout and kernel.
         kind: Kind,
+        /// The twin kernel of the first columns of each batch and how many columns take it
+        /// (`Kind::split`; `(kind, 0)`: none).
+        first: (Kind, usize),
         /// The kernel of the last `n % 16` rows.
         rest: Element,
     },
@@ -144,9 +148,18 @@ impl PartialEq for Compute {
         #[allow(unreachable_patterns)]
         match (self, other) {
             #[cfg(target_arch = "x86_64")]
-            (Compute::Panel { kind: k, rest: r }, Compute::Panel { kind: k2, rest: r2 }) => {
-                k == k2 && r == r2
-            }
+            (
+                Compute::Panel {
+                    kind: k,
+                    first: f,
+                    rest: r,
+                },
+                Compute::Panel {
+                    kind: k2,
+                    first: f2,
+                    rest: r2,
+                },
+            ) => k == k2 && f == f2 && r == r2,
             #[cfg(target_arch = "x86_64")]
             (Compute::F16Tiles { rest: r }, Compute::F16Tiles { rest: r2 }) => r == r2,
             #[cfg(target_arch = "x86_64")]
@@ -232,11 +245,12 @@ pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKerne
     };
     #[cfg(target_arch = "x86_64")]
     {
-        if let Some(kind) = super::panels::kind(a.dtype, a.ne).and_then(|k| k.for_columns(cols)) {
+        if let Some(kind) = super::panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
             return MatMulKernel {
                 activation: Some(ActivationForm::Panel(kind)),
                 compute: Compute::Panel {
                     kind,
+                    first: kind.split(cols),
                     rest: element(a, b, cols),
                 },
             };

@@ -60,6 +60,16 @@ mod panel_iq4;
 #[cfg(target_arch = "x86_64")]
 mod panel_iq4_avx2;
 #[cfg(target_arch = "x86_64")]
+mod panel_lanes_vnni;
+#[cfg(target_arch = "x86_64")]
+mod panel_q3k;
+#[cfg(target_arch = "x86_64")]
+mod panel_repacked;
+#[cfg(target_arch = "x86_64")]
+mod panel_repacked_avx2;
+#[cfg(target_arch = "x86_64")]
+mod panel_tiled_vnni;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;

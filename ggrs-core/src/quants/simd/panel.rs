@@ -81,6 +81,11 @@ pub(super) const fn q4_0_at(i: usize) -> (usize, usize) {
 }
 
 /// A weight format and summation order the panel kernels implement.
+///
+/// Some kinds have *twins*: kinds of the same packed layout in another order, which the
+/// products llama.cpp runs another kernel for take ([`Kind::split`]): the repacked GEMV kinds
+/// their GEMM order for the first `4·⌊m/4⌋` columns, the Q3_K and Q6_K lanes (ggml's
+/// `vec_dot`, below eight columns) their tiled order from eight columns on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// Q4_0 weights, one FMA per block ([`SumOrder::GgmlBlockChain`]).
@@ -91,15 +96,15 @@ pub(crate) enum Kind {
     ///
     /// [`SumOrder::GgmlLanes`]: crate::quants::dispatch::SumOrder::GgmlLanes
     Q8_0Lanes,
-    /// Q4_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
+    /// Q4_1 weights against Q8_1, eight lanes plus the minimum chain.
     Q4_1Lanes,
-    /// Q5_0 weights, eight lanes (AVX2 build only).
+    /// Q5_0 weights, eight lanes.
     Q5_0Lanes,
-    /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain (AVX2 build only).
+    /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain.
     Q5_1Lanes,
     /// Q6_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
-    /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only; below eight columns, where llama.cpp runs
-    /// that kernel: [`Kind::takes_columns`]).
+    /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only), below eight columns, where llama.cpp runs
+    /// that kernel; from eight on its twin [`Kind::Q6KTiled`].
     Q6KLanes,
     /// IQ4_NL weights, one FMA per block ([`SumOrder::GgmlBlockChain`], ggml's repacked
     /// `iq4_nl_8x8` kernels); Q4_0's layout, the nibbles read as indices into the level
@@ -113,8 +118,30 @@ pub(crate) enum Kind {
     IQ4XSLanes,
     /// IQ4_XS weights against Q8_K in ggml's tiled order (eight columns or more), on the
     /// packed layout of [`Kind::IQ4XSLanes`] (AVX-512 VNNI build only; elsewhere those
-    /// columns take `tiled_avx2`'s kernels: [`Kind::for_columns`]).
+    /// columns take `tiled_avx2`'s kernels: [`Kind::split`]).
     IQ4XSTiled,
+    /// Q6_K in ggml's tiled k-quant order (`panel_tiled_vnni`; VNNI build only: without
+    /// it, `tiled_avx2` takes those products and [`Kind::takes_columns`] says so), same layout
+    /// as [`Kind::Q6KLanes`].
+    Q6KTiled,
+    /// Q3_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
+    /// `ggml_vec_dot_q3_K_q8_K` (`panel_q3k`), below eight columns; from eight on its twin
+    /// [`Kind::Q3KTiled`].
+    Q3KLanes,
+    /// Q3_K in ggml's tiled order, as [`Kind::Q6KTiled`], same layout as [`Kind::Q3KLanes`].
+    Q3KTiled,
+    /// Q4_K weights against Q8_K in the order of ggml's repacked `q4_K_8x8` GEMV kernel
+    /// (`panel_repacked`): one FMA per super-block. Planned for every Q4_K weight llama.cpp
+    /// repacks; the first `4·⌊m/4⌋` columns take its twin [`Kind::Q4KGemm`].
+    Q4KGemv,
+    /// Q4_K in the order of ggml's repacked GEMM kernel (one FMA per 64 values), same layout
+    /// as [`Kind::Q4KGemv`].
+    Q4KGemm,
+    /// Q2_K weights against Q8_K in the order of ggml's repacked `q2_K_8x8` GEMV kernel.
+    Q2KGemv,
+    /// Q2_K in the order of ggml's repacked GEMM kernel (one FMA per 128 values), same layout
+    /// as [`Kind::Q2KGemv`].
+    Q2KGemm,
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -122,88 +149,107 @@ pub(crate) enum Kind {
 pub(crate) struct BlockAt {
     /// The sixteen scales (f16, or f32 for Q8_0).
     pub d: usize,
-    /// The sixteen minimums (f16; Q4_1, Q5_1).
+    /// The sixteen minimums (f16; Q4_1, Q5_1; Q4_K, Q2_K: their `dmin`).
     pub m: usize,
     /// The first 64-byte vector of codes (4 for nibbles, 8 for Q8_0).
     pub v: usize,
     /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
     /// row `r`'s value `4g + t`. Q6_K: its 16 vectors of high bits (lane `r` of vector `q`
-    /// = bytes `4q..4q + 4` of row `r`'s `qh`).
+    /// = bytes `4q..4q + 4` of row `r`'s `qh`); Q3_K: its 8 vectors of `hmask`.
     pub h: usize,
-    /// Q6_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r` at
-    /// byte `r`). IQ4_XS: the rows' `scales_l` (lane `r` = row `r`'s four bytes); its
-    /// `scales_h` (16 × u16) are at `h`.
+    /// Q6_K, Q3_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r`
+    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`. IQ4_XS: the rows' `scales_l` (lane
+    /// `r` = row `r`'s four bytes); its `scales_h` (16 × u16) are at `h`.
     pub s: usize,
 }
 
 impl Kind {
-    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64 for Q4_0,
-    /// Q8_0, Q4_1 and Q5_1.
-    pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
+    /// The kind that owns this kind's packed layout (itself, or the twin it shares it with).
+    pub(crate) const fn layout(self) -> Kind {
         match self {
-            Kind::Q4_0Chain | Kind::IQ4NLChain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
-            _ => {
-                nb * ROWS * self.src_block_bytes()
-                    + matches!(self, Kind::Q8_0Lanes) as usize * nb * 32
-            }
+            Kind::Q6KTiled => Kind::Q6KLanes,
+            Kind::Q3KTiled => Kind::Q3KLanes,
+            Kind::Q4KGemm => Kind::Q4KGemv,
+            Kind::Q2KGemm => Kind::Q2KGemv,
+            Kind::IQ4XSTiled => Kind::IQ4XSLanes,
+            k => k,
         }
     }
 
-    /// Values per block of the weight type (32, or 256 for Q6_K's and IQ4_XS's
-    /// super-blocks).
+    /// Bytes of a packed panel (sixteen rows) of `nb` blocks: a multiple of 64 for all but
+    /// Q5_0 and Q6_K.
+    pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
+        match self.layout() {
+            Kind::Q4_0Chain | Kind::IQ4NLChain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
+            Kind::Q3KLanes => nb * super::panel_q3k::Q3K_PANEL_BYTES,
+            Kind::Q4KGemv => nb * super::panel_repacked::Q4K_PANEL_BYTES,
+            Kind::Q2KGemv => nb * super::panel_repacked::Q2K_PANEL_BYTES,
+            k => nb * ROWS * k.src_block_bytes() + matches!(k, Kind::Q8_0Lanes) as usize * nb * 32,
+        }
+    }
+
+    /// Values per block of the weight type (32, or 256 for the super-blocks of the k-quants and IQ4_XS).
     pub(crate) const fn block_values(self) -> usize {
-        match self {
-            Kind::Q6KLanes | Kind::IQ4XSLanes | Kind::IQ4XSTiled => 256,
+        match self.layout() {
+            Kind::Q6KLanes | Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q2KGemv | Kind::IQ4XSLanes => {
+                256
+            }
             _ => 32,
         }
     }
 
-    /// Whether this kernel keeps llama.cpp's order for `n_cols` activation columns (per
-    /// batch): all but Q6_K's and IQ4_XS's lanes, which llama.cpp replaces with its tiled
-    /// kernel from eight columns on (`dispatch::GGML_TILED_MIN_COLS`), and IQ4_XS's tiled
-    /// kernel, which takes exactly those.
-    pub(crate) const fn takes_columns(self, n_cols: usize) -> bool {
+    /// Whether this kind, with its twins ([`Kind::split`]), keeps llama.cpp's order for
+    /// `n_cols` activation columns (per batch) on this CPU: all but the Q3_K, Q6_K and IQ4_XS lanes
+    /// from eight columns on (`dispatch::GGML_TILED_MIN_COLS`, llama.cpp's tiled kernel) where
+    /// their tiled twins have no build (no AVX-512 VNNI).
+    pub(crate) fn takes_columns(self, n_cols: usize) -> bool {
+        !matches!(self, Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes)
+            || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+            || vnni()
+    }
+
+    /// Whether every column of a product gets the same arithmetic whatever the column count
+    /// (all but the kinds with a twin).
+    pub(crate) const fn order_fixed(self) -> bool {
+        !matches!(
+            self,
+            Kind::Q4KGemv | Kind::Q2KGemv | Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes
+        )
+    }
+
+    /// The kernels of a product with `n_cols` columns per batch: `(first, count)` means the
+    /// first `count` columns of each batch (at most; `usize::MAX`: all) take kind `first`,
+    /// the rest this kind. The repacked GEMV kinds give their GEMM twin `4·⌊n_cols/4⌋`
+    /// columns when `n_cols > 3` (llama.cpp's repacked `forward_mul_mat`); the Q3_K, Q6_K and
+    /// IQ4_XS lanes give every column to their tiled twin from eight columns on (when
+    /// [`Kind::takes_columns`] holds).
+    pub(crate) fn split(self, n_cols: usize) -> (Kind, usize) {
         let tiled = n_cols >= crate::quants::dispatch::GGML_TILED_MIN_COLS;
         match self {
-            Kind::Q6KLanes | Kind::IQ4XSLanes => !tiled,
-            Kind::IQ4XSTiled => tiled,
-            _ => true,
-        }
-    }
-
-    /// The kernel that multiplies a weight packed for `self` ([`Kind::layout`]) by `n_cols`
-    /// columns per batch in llama.cpp's order on this CPU, if there is one: `self` when it
-    /// takes them ([`Kind::takes_columns`]), IQ4_XS's tiled kernel for the columns its lanes
-    /// do not take where the AVX-512 VNNI build runs, else `None` (the caller's other paths).
-    pub(crate) fn for_columns(self, n_cols: usize) -> Option<Kind> {
-        if self.takes_columns(n_cols) {
-            return Some(self);
-        }
-        match self {
-            Kind::IQ4XSLanes if vnni() && Kind::IQ4XSTiled.takes_columns(n_cols) => {
-                Some(Kind::IQ4XSTiled)
-            }
-            _ => None,
-        }
-    }
-
-    /// The kind whose packer lays out the panels this kind reads: itself, but
-    /// [`Kind::IQ4XSLanes`] for [`Kind::IQ4XSTiled`] (one packed copy serves both).
-    pub(crate) const fn layout(self) -> Kind {
-        match self {
-            Kind::IQ4XSTiled => Kind::IQ4XSLanes,
-            k => k,
+            Kind::Q4KGemv => (
+                Kind::Q4KGemm,
+                crate::quants::k_quants::repacked::gemm_columns(n_cols),
+            ),
+            Kind::Q2KGemv => (
+                Kind::Q2KGemm,
+                crate::quants::k_quants::repacked::gemm_columns(n_cols),
+            ),
+            Kind::Q6KLanes if tiled => (Kind::Q6KTiled, usize::MAX),
+            Kind::Q3KLanes if tiled => (Kind::Q3KTiled, usize::MAX),
+            Kind::IQ4XSLanes if tiled => (Kind::IQ4XSTiled, usize::MAX),
+            k => (k, 0),
         }
     }
 
     /// Where block `i`'s parts lie in a packed panel.
     #[inline(always)]
     pub(crate) const fn block_at(self, i: usize) -> BlockAt {
-        let base = match self {
+        let kind = self.layout();
+        let base = match kind {
             Kind::Q4_0Chain | Kind::IQ4NLChain => 0,
-            _ => i * self.panel_bytes(1),
+            _ => i * kind.panel_bytes(1),
         };
-        let (d, m, v, h, s) = match self {
+        let (d, m, v, h, s) = match kind {
             Kind::Q4_0Chain | Kind::IQ4NLChain => {
                 let (d, v) = q4_0_at(i);
                 (d, 0, v, 0, 0)
@@ -216,14 +262,24 @@ impl Kind {
             Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
             // qs (32 vectors), scales_l (16 × u32), scales_h (16 × u16), d (16 × f16):
             // 2176 bytes (`panel_iq4`).
-            Kind::IQ4XSLanes | Kind::IQ4XSTiled => (base + 2144, 0, base, base + 2112, base + 2048),
+            Kind::IQ4XSLanes => (base + 2144, 0, base, base + 2112, base + 2048),
+            // See `panel_q3k` and `panel_repacked`.
+            Kind::Q3KLanes => (base, 0, base + 320, base + 1344, base + 64),
+            Kind::Q4KGemv => {
+                use super::panel_repacked::{Q4K_QS, Q4K_SC};
+                (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
+            }
+            _ => {
+                use super::panel_repacked::{Q2K_QS, Q2K_SC};
+                (base, base + 32, base + Q2K_QS, 0, base + Q2K_SC)
+            }
         };
         BlockAt { d, m, v, h, s }
     }
 
     /// Bytes of one block of the weight type in its file layout.
     pub(crate) const fn src_block_bytes(self) -> usize {
-        match self {
+        match self.layout() {
             Kind::Q4_0Chain => Q4_0_BYTES,
             Kind::Q8_0Lanes => Q8_0_BYTES,
             Kind::Q4_1Lanes => 20,
@@ -231,58 +287,58 @@ impl Kind {
             Kind::Q5_1Lanes => 24,
             Kind::Q6KLanes => 210,
             Kind::IQ4NLChain => 18,
-            Kind::IQ4XSLanes | Kind::IQ4XSTiled => 136,
+            Kind::IQ4XSLanes => 136,
+            Kind::Q3KLanes => 110,
+            Kind::Q4KGemv => 144,
+            _ => 84,
         }
     }
 
-    /// The type the activations are converted to: Q8_0, or Q8_1 for the types with a
-    /// minimum.
+    /// The type the activations are converted to: Q8_0, Q8_1 for the types with a minimum,
+    /// Q8_K for the k-quants.
     pub(crate) const fn activation(self) -> crate::dtype::DType {
-        match self {
+        match self.layout() {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
-            Kind::Q6KLanes | Kind::IQ4XSLanes | Kind::IQ4XSTiled => crate::dtype::DType::Q8K,
+            Kind::Q6KLanes | Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q2KGemv | Kind::IQ4XSLanes => {
+                crate::dtype::DType::Q8K
+            }
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
-    /// types with a code offset, none for Q4_1, Q5_1, Q6_K and IQ4_XS.
+    /// Q8_0 types with a code offset, the pair sums of Q4_K's repacked kinds, none for the
+    /// others.
     pub(crate) const fn aux_bytes(self) -> usize {
-        match self {
-            Kind::Q4_1Lanes
-            | Kind::Q5_1Lanes
-            | Kind::Q6KLanes
-            | Kind::IQ4XSLanes
-            | Kind::IQ4XSTiled => 0,
-            _ => AUX_BYTES,
+        match self.layout() {
+            Kind::Q4_0Chain | Kind::Q8_0Lanes | Kind::Q5_0Lanes | Kind::IQ4NLChain => AUX_BYTES,
+            Kind::Q4KGemv => super::panel_repacked::Q4K_AUX_BYTES,
+            _ => 0,
         }
     }
 
-    /// The offset `o` of the unsigned weight codes (`u = x + o`). IQ4_NL's VNNI kernel reads
-    /// its levels as `level + 128` (its AVX2 kernel ignores the seeds).
+    /// The offset `o` of the unsigned weight codes (`u = x + o`) of the Q8_0 types with
+    /// side data (0 for the others). IQ4_NL's VNNI kernel reads its levels as `level + 128`
+    /// (its AVX2 kernel ignores the seeds).
     const fn offset(self) -> i32 {
-        match self {
+        match self.layout() {
             Kind::Q4_0Chain => 8,
             Kind::Q8_0Lanes | Kind::IQ4NLChain => 128,
             Kind::Q5_0Lanes => 16,
-            Kind::Q4_1Lanes
-            | Kind::Q5_1Lanes
-            | Kind::Q6KLanes
-            | Kind::IQ4XSLanes
-            | Kind::IQ4XSTiled => 0,
+            _ => 0,
         }
     }
 
-    /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one).
+    /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one; the tiled twins
+    /// have only a VNNI build).
     const fn has_vnni_build(self) -> bool {
-        matches!(
-            self,
-            Kind::Q4_0Chain
-                | Kind::Q8_0Lanes
-                | Kind::IQ4NLChain
-                | Kind::IQ4XSLanes
-                | Kind::IQ4XSTiled
-        )
+        !matches!(self, Kind::Q6KLanes)
+    }
+
+    /// Whether this kind has an AVX2 build (the tests run every build the CPU has).
+    #[cfg(test)]
+    const fn has_avx2_build(self) -> bool {
+        !matches!(self, Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled)
     }
 }
 
@@ -293,6 +349,9 @@ impl Kind {
 pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     if kind.aux_bytes() == 0 {
         return;
+    }
+    if kind.layout() == Kind::Q4KGemv {
+        return super::panel_repacked::activation_aux_q4_k(row, aux);
     }
     let o = kind.offset();
     for (blk, out) in row
@@ -519,9 +578,13 @@ pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[8, 4],
         (Kind::Q4_0Chain | Kind::IQ4NLChain, false) => &AVX2_Q4_0_GROUPS,
         (Kind::Q8_0Lanes, _) => &[2],
-        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, _) => &[4, 2],
-        (Kind::Q6KLanes | Kind::IQ4XSLanes, _) => &[],
-        (Kind::IQ4XSTiled, _) => &[8, 4, 2],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
+        (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes, _) => &[],
+        (Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled, _) => &[8, 4, 2],
+        (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
+        (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
+        (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
     }
 }
 
@@ -549,9 +612,12 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
             std::slice::from_raw_parts_mut(out, kind.panel_bytes(nb)),
         )
     };
-    match kind {
+    match kind.layout() {
         Kind::Q6KLanes => return pack_q6_k(nb, &src, dst),
-        Kind::IQ4XSLanes | Kind::IQ4XSTiled => return super::panel_iq4::pack_iq4_xs(nb, &src, dst),
+        Kind::Q3KLanes => return super::panel_q3k::pack_q3_k(nb, &src, dst),
+        Kind::Q4KGemv => return super::panel_repacked::pack_q4_k(nb, &src, dst),
+        Kind::Q2KGemv => return super::panel_repacked::pack_q2_k(nb, &src, dst),
+        Kind::IQ4XSLanes => return super::panel_iq4::pack_iq4_xs(nb, &src, dst),
         _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
@@ -561,9 +627,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
-        Kind::Q6KLanes | Kind::IQ4XSLanes | Kind::IQ4XSTiled => {
-            unreachable!("packed by their own packers above")
-        }
+        _ => unreachable!("the k-quants and IQ4_XS are packed by their own packers above"),
     };
     let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
         0x80
@@ -737,13 +801,14 @@ unsafe fn q8_0_lanes<const C: usize>(
     }
 }
 
-/// Dot products of a packed panel (`nb` blocks, sixteen rows) with `C` Q8_0 activation rows
-/// `y[c]` and their side data `aux[c]` ([`activation_aux`] for the same `kind`): `out[c][r]`
-/// is row `r` · column `c`, with the bits of ggml's order for `kind` (see the module docs).
+/// Dot products of a packed panel (`nb` blocks, sixteen rows) with `C` activation rows
+/// `y[c]` (of [`Kind::activation`]'s type) and their side data `aux[c]` ([`activation_aux`]
+/// for the same `kind`): `out[c][r]` is row `r` · column `c`, with the bits of ggml's order
+/// for `kind` (see the module docs).
 ///
 /// # Safety
-/// [`available`] holds; a packed panel of `nb` blocks readable at `panel`, `nb` Q8_0 blocks
-/// at every `y[c]` and `nb · AUX_BYTES` bytes at every `aux[c]`.
+/// [`available`] holds; a packed panel of `nb` blocks readable at `panel`, `nb` activation
+/// blocks at every `y[c]` and `nb · kind.aux_bytes()` bytes at every `aux[c]`.
 pub(crate) unsafe fn gemm<const C: usize>(
     kind: Kind,
     nb: usize,
@@ -752,11 +817,39 @@ pub(crate) unsafe fn gemm<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    // SAFETY: forwarded from the caller (`vnni()` picks the build this CPU runs); the
-    // stores write `out`'s arrays of 16 f32.
+    // SAFETY: forwarded from the caller (`vnni()` picks the build this CPU runs).
     unsafe {
-        if !(vnni() && kind.has_vnni_build()) {
+        gemm_in(
+            vnni() && kind.has_vnni_build(),
+            kind,
+            nb,
+            panel,
+            y,
+            aux,
+            out,
+        )
+    }
+}
+
+/// [`gemm`] by the AVX-512 VNNI build (`vnni`, which `kind` must have) or the AVX2 one.
+///
+/// # Safety
+/// As [`gemm`], on a CPU that runs the chosen build; for Q8_0 the panel was packed for that
+/// build ([`flips_q8_0`]).
+unsafe fn gemm_in<const C: usize>(
+    vnni: bool,
+    kind: Kind,
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
+    unsafe {
+        if !vnni {
             use super::panel_avx2 as k;
+            use super::panel_repacked_avx2 as r;
             match kind {
                 Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
                 Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
@@ -764,23 +857,47 @@ pub(crate) unsafe fn gemm<const C: usize>(
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
+                Kind::Q3KLanes => {
+                    for (o, &yc) in out.iter_mut().zip(y) {
+                        super::panel_q3k::q3_k_avx2(nb, panel, yc, o);
+                    }
+                }
                 Kind::IQ4NLChain => {
                     super::panel_iq4_avx2::iq4_nl_chain::<C>(nb, panel, y, aux, out)
                 }
                 Kind::IQ4XSLanes => super::panel_iq4_avx2::iq4_xs_lanes::<C>(nb, panel, y, out),
-                // `Kind::for_columns` hands this kind out only where the VNNI build runs.
-                Kind::IQ4XSTiled => unreachable!("IQ4_XS's tiled panel kernel needs AVX-512 VNNI"),
+                Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled => {
+                    unreachable!("the tiled twins are only split off where VNNI runs (Kind::split)")
+                }
+                Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
+                Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
+                Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
+                Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
             }
             return;
         }
+        use super::panel_avx2 as k;
         use super::panel_iq4 as iq4;
+        use super::panel_lanes_vnni as l;
+        use super::panel_repacked as v;
+        use super::panel_tiled_vnni as t;
         let acc = match kind {
             Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
             Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
+            Kind::Q4_1Lanes => l::lanes::<k::Q4_1, C>(nb, panel, y, aux),
+            Kind::Q5_0Lanes => l::lanes::<k::Q5_0, C>(nb, panel, y, aux),
+            Kind::Q5_1Lanes => l::lanes::<k::Q5_1, C>(nb, panel, y, aux),
+            Kind::Q3KLanes => y.map(|yc| super::panel_q3k::q3_k_vnni(nb, panel, yc)),
+            Kind::Q4KGemv => v::q4_k::<C, false>(nb, panel, y, aux),
+            Kind::Q4KGemm => v::q4_k::<C, true>(nb, panel, y, aux),
+            Kind::Q2KGemv => v::q2_k::<C, false>(nb, panel, y),
+            Kind::Q2KGemm => v::q2_k::<C, true>(nb, panel, y),
+            Kind::Q6KTiled => t::tiled::<t::Q6K, C>(nb, panel, y),
+            Kind::Q3KTiled => t::tiled::<t::Q3K, C>(nb, panel, y),
             Kind::IQ4NLChain => iq4::iq4_nl_chain::<C>(nb, panel, y, aux),
             Kind::IQ4XSLanes => iq4::iq4_xs_lanes::<C>(nb, panel, y),
             Kind::IQ4XSTiled => iq4::iq4_xs_tiled::<C>(nb, panel, y),
-            _ => unreachable!("only the kinds with a VNNI build get here (checked above)"),
+            Kind::Q6KLanes => unreachable!("only the kinds with a VNNI build get here (caller)"),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -806,15 +923,23 @@ mod tests {
         dot_q4_0_chain, dot_q4_1_lanes, dot_q5_0_lanes, dot_q5_1_lanes, dot_q8_0_lanes,
         quantize_row_q8_0_x86, quantize_row_q8_1_x86,
     };
+    use crate::quants::k_quants::repacked;
 
-    /// Every kind (IQ4_XS's tiled one only where its VNNI build runs: see `run`).
-    const KINDS: [Kind; 9] = [
+    /// Every kind.
+    const KINDS: [Kind; 16] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
         Kind::Q5_0Lanes,
         Kind::Q5_1Lanes,
         Kind::Q6KLanes,
+        Kind::Q6KTiled,
+        Kind::Q3KLanes,
+        Kind::Q3KTiled,
+        Kind::Q4KGemv,
+        Kind::Q4KGemm,
+        Kind::Q2KGemv,
+        Kind::Q2KGemm,
         Kind::IQ4NLChain,
         Kind::IQ4XSLanes,
         Kind::IQ4XSTiled,
@@ -841,31 +966,60 @@ mod tests {
             for b in blk.iter_mut() {
                 *b = rng(seed) as u8;
             }
-            let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
-            // Q6_K keeps its f16 scale last.
-            let at = if kind == Kind::Q6KLanes { bytes - 2 } else { 0 };
-            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            // Q6_K keeps its f16 scale last, Q2_K its scale and minimum; Q4_K has both first.
+            let at: &[usize] = match kind.layout() {
+                Kind::Q6KLanes => &[208],
+                Kind::Q3KLanes => &[108],
+                Kind::Q4KGemv => &[0, 2],
+                Kind::Q2KGemv => &[80, 82],
+                _ => &[0],
+            };
+            for &at in at {
+                let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
+                blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+            }
         }
         w
     }
 
     fn run<const C: usize>(kind: Kind, nb: usize, seed: &mut u64) {
-        if kind == Kind::IQ4XSTiled && !vnni() {
-            return; // `Kind::for_columns` never picks it without AVX-512 VNNI
-        }
         let k = nb * kind.block_values();
         let rs = nb * kind.src_block_bytes();
         let w = weights(kind, ROWS, nb, seed);
         let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * rs..].as_ptr());
         let mut panel = vec![0u8; kind.panel_bytes(nb)];
         let cols: Vec<Vec<u8>> = (0..C)
-            .map(|_| {
+            .map(|c| {
                 let x: Vec<f32> = (0..k)
                     .map(|_| (rng(seed) % 20001) as f32 / 1000.0 - 10.0)
                     .collect();
                 let mut q = vec![0u8; kind.activation().row_size(k)];
                 match kind.activation() {
                     crate::dtype::DType::Q8_1 => quantize_row_q8_1_x86(&x, &mut q),
+                    // Odd columns: random codes (−128 included) with a finite scale and their
+                    // block sums (which the k-quant kernels rely on).
+                    // (IQ4_XS: −127 at least, as Q8_K's quantizer writes; ggml's sign trick
+                    // wraps −128 where the portable code does not.)
+                    crate::dtype::DType::Q8K if c % 2 == 1 => {
+                        let floor = if kind.layout() == Kind::IQ4XSLanes {
+                            -127
+                        } else {
+                            -128
+                        };
+                        q.iter_mut()
+                            .for_each(|b| *b = (rng(seed) as u8 as i8).max(floor) as u8);
+                        for blk in q.chunks_exact_mut(292) {
+                            let d = (rng(seed) % 2000) as f32 / 1e5 - 0.01;
+                            blk[..4].copy_from_slice(&d.to_le_bytes());
+                            for j in 0..16 {
+                                let s: i16 = blk[4 + 16 * j..20 + 16 * j]
+                                    .iter()
+                                    .map(|&b| b as i8 as i16)
+                                    .sum();
+                                blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&s.to_le_bytes());
+                            }
+                        }
+                    }
                     crate::dtype::DType::Q8K => {
                         crate::quants::k_quants::q8_k::quantize_row_q8_k_ref(&x, &mut q)
                             .expect("whole Q8_K blocks")
@@ -885,40 +1039,68 @@ mod tests {
             .collect();
         let y: [*const u8; C] = std::array::from_fn(|c| cols[c].as_ptr());
         let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
-        let mut out = [[0f32; ROWS]; C];
         // SAFETY: the CPU was checked; the buffers hold nb blocks each.
-        unsafe {
-            pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE);
-            gemm::<C>(kind, nb, panel.as_ptr(), &y, &aux, &mut out);
+        unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
+        // Every build of the kind this CPU runs (Q8_0's layout depends on the build: only
+        // the one the CPU picks reads it).
+        let f = crate::cpu::features();
+        let mut builds = Vec::new();
+        if vnni() && kind.has_vnni_build() {
+            builds.push(true);
         }
-        for c in 0..C {
-            for r in 0..ROWS {
-                let row = &w[r * rs..(r + 1) * rs];
-                let want = match kind {
-                    Kind::Q4_0Chain => dot_q4_0_chain(k, row, &cols[c]),
-                    Kind::Q8_0Lanes => dot_q8_0_lanes(k, row, &cols[c]),
-                    Kind::Q4_1Lanes => dot_q4_1_lanes(k, row, &cols[c]),
-                    Kind::Q5_0Lanes => dot_q5_0_lanes(k, row, &cols[c]),
-                    Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
-                    Kind::Q6KLanes => {
-                        crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
-                    }
-                    Kind::IQ4NLChain => {
-                        crate::kernels::ggml_arith::dot_iq4_nl_chain(k, row, &cols[c])
-                    }
-                    Kind::IQ4XSLanes => {
-                        crate::kernels::ggml_arith::dot_iq4_xs_lanes(k, row, &cols[c])
-                    }
-                    Kind::IQ4XSTiled => crate::quants::k_quants::tiled::dot_tiled::<
-                        crate::quants::BlockIQ4XS,
-                    >(k, row, &cols[c]),
-                };
-                assert_eq!(
-                    out[c][r].to_bits(),
-                    want.to_bits(),
-                    "{kind:?} nb={nb} C={C} row {r} col {c}: {} vs {want}",
-                    out[c][r]
-                );
+        let avx2_reads = kind != Kind::Q8_0Lanes || builds.is_empty();
+        if f.avx2_fma_f16c() && kind.has_avx2_build() && avx2_reads {
+            builds.push(false);
+        }
+        for build in builds {
+            let mut out = [[0f32; ROWS]; C];
+            // SAFETY: the CPU runs `build` (checked above); the buffers hold nb blocks each.
+            unsafe { gemm_in::<C>(build, kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
+            for c in 0..C {
+                for r in 0..ROWS {
+                    let row = &w[r * rs..(r + 1) * rs];
+                    let want = match kind {
+                        Kind::Q4_0Chain => dot_q4_0_chain(k, row, &cols[c]),
+                        Kind::Q8_0Lanes => dot_q8_0_lanes(k, row, &cols[c]),
+                        Kind::Q4_1Lanes => dot_q4_1_lanes(k, row, &cols[c]),
+                        Kind::Q5_0Lanes => dot_q5_0_lanes(k, row, &cols[c]),
+                        Kind::Q5_1Lanes => dot_q5_1_lanes(k, row, &cols[c]),
+                        Kind::Q6KLanes => {
+                            crate::quants::k_quants::tiled::dot_q6_k_vec(k, row, &cols[c])
+                        }
+                        Kind::Q3KLanes => {
+                            crate::quants::k_quants::tiled::dot_q3_k_vec(k, row, &cols[c])
+                        }
+                        Kind::Q6KTiled => {
+                            use crate::quants::k_quants::tiled::dot_tiled;
+                            dot_tiled::<crate::quants::BlockQ6K>(k, row, &cols[c])
+                        }
+                        Kind::Q3KTiled => {
+                            use crate::quants::k_quants::tiled::dot_tiled;
+                            dot_tiled::<crate::quants::BlockQ3K>(k, row, &cols[c])
+                        }
+                        Kind::Q4KGemv => repacked::q4_k_gemv(k, row, &cols[c]),
+                        Kind::Q4KGemm => repacked::q4_k_gemm(k, row, &cols[c]),
+                        Kind::Q2KGemv => repacked::q2_k_gemv(k, row, &cols[c]),
+                        Kind::Q2KGemm => repacked::q2_k_gemm(k, row, &cols[c]),
+                        Kind::IQ4NLChain => {
+                            crate::kernels::ggml_arith::dot_iq4_nl_chain(k, row, &cols[c])
+                        }
+                        Kind::IQ4XSLanes => {
+                            crate::kernels::ggml_arith::dot_iq4_xs_lanes(k, row, &cols[c])
+                        }
+                        Kind::IQ4XSTiled => {
+                            use crate::quants::k_quants::tiled::dot_tiled;
+                            dot_tiled::<crate::quants::BlockIQ4XS>(k, row, &cols[c])
+                        }
+                    };
+                    assert_eq!(
+                        out[c][r].to_bits(),
+                        want.to_bits(),
+                        "{kind:?} vnni={build} nb={nb} C={C} row {r} col {c}: {} vs {want}",
+                        out[c][r]
+                    );
+                }
             }
         }
     }
