@@ -13,6 +13,10 @@ use crate::session::Session;
 use super::slot::{Job, Outcome, Slot};
 use super::{Command, EngineParams, Pending, Shared, SlotInfo};
 
+/// Stack size of the threads that sample a step's outputs in parallel (their work is flat:
+/// log-sum-exp, top-k and sorting over one row of logits).
+const SAMPLER_STACK: usize = 256 * 1024;
+
 /// Prompt tokens per step while other slots are generating, when a piece may be cut (see
 /// `Scheduler::piece`).
 const PROMPT_CHUNK: usize = 128;
@@ -351,20 +355,38 @@ impl Scheduler {
             return run(&mut work);
         }
         let per = work.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = work
-                .chunks_mut(per)
-                .map(|c| scope.spawn(move || run(c)))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| match h.join() {
-                    Ok(v) => v,
+        let mut failed = Vec::new();
+        let mut out: Vec<_> = std::thread::scope(|scope| {
+            let mut handles = Vec::with_capacity(threads);
+            let mut chunks = work.chunks_mut(per).enumerate();
+            // The first chunk on this thread, the others on threads of their own.
+            let first = chunks.next();
+            for (i, c) in chunks {
+                // A small stack: these threads live for one step and their work is flat.
+                let spawned = std::thread::Builder::new()
+                    .stack_size(SAMPLER_STACK)
+                    .spawn_scoped(scope, move || run(c));
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    // No thread to be had: this chunk is sampled here, below.
+                    Err(_) => failed.push(i),
+                }
+            }
+            let mut out = first.map(|(_, c)| run(c)).unwrap_or_default();
+            for h in handles {
+                match h.join() {
+                    Ok(v) => out.extend(v),
                     // A listener that panicked: the panic goes on on this thread.
                     Err(p) => std::panic::resume_unwind(p),
-                })
-                .collect()
-        })
+                }
+            }
+            out
+        });
+        for i in failed {
+            let end = (i * per + per).min(work.len());
+            out.extend(run(&mut work[i * per..end]));
+        }
+        out
     }
 
     /// Ends slot `i`'s job with `stop`; the slot keeps its cache for later requests.
