@@ -429,7 +429,8 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
 
 /// True when SIMD kernels of `isa` may run now: neither `GGRS_FORCE_SCALAR` nor
 /// [`force_scalar`] switched SIMD off, and [`simd_level`] allows `isa` (the caller checks the
-/// CPU's features).
+/// CPU's features). (Used by the x86-64 panel selection only.)
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn simd_allowed(isa: Isa) -> bool {
     !FORCE_SCALAR.load(Ordering::Relaxed) && !simd_off() && allowed(isa)
 }
