@@ -112,7 +112,8 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
         let low = _mm512_set1_epi8(0x0F);
         let even = _mm512_set1_epi8(0x33);
         let odd = _mm512_set1_epi8(0xCCu8 as i8);
-        let mut acc = [[_mm512_setzero_ps(); 8]; C];
+        // acc[l][c]: lane l of column c.
+        let mut acc = [[_mm512_setzero_ps(); C]; 8];
         for i in 0..nb {
             prefetch_block(panel, i + PREFETCH_BLOCKS);
             let at = Kind::Q6KLanes.block_at(i);
@@ -120,12 +121,12 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(at.d).cast()));
             let d: [__m512; C] =
                 std::array::from_fn(|c| _mm512_mul_ps(dx, _mm512_set1_ps(read_f32(yb[c]))));
-            for half in 0..2 {
+            for (half, &dup_h) in dup.iter().enumerate() {
                 // Lanes 4·half..4·half + 4 take scale 2k + half of group k.
                 let sc: [__m512i; 8] = std::array::from_fn(|k| {
-                    _mm512_permutexvar_epi16(dup[half], scale_words(panel.add(at.s), k))
+                    _mm512_permutexvar_epi16(dup_h, scale_words(panel.add(at.s), k))
                 });
-                for l in 4 * half..4 * half + 4 {
+                for (l, acc_l) in acc.iter_mut().enumerate().skip(4 * half).take(4) {
                     let pl = _mm512_mullo_epi16(
                         _mm512_permutexvar_epi16(pair, scale_words(panel.add(at.s), l)),
                         minus32,
@@ -166,13 +167,14 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
                             }
                         }
                     }
-                    for c in 0..C {
-                        acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(lane[c]), acc[c][l]);
+                    for ((a, &dc), &lc) in acc_l.iter_mut().zip(&d).zip(&lane) {
+                        *a = _mm512_fmadd_ps(dc, _mm512_cvtepi32_ps(lc), *a);
                     }
                 }
             }
         }
-        acc.map(|a| {
+        std::array::from_fn(|c| {
+            let a: [__m512; 8] = std::array::from_fn(|l| acc[l][c]);
             _mm512_add_ps(
                 _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
                 _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])),
