@@ -1,8 +1,9 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
 //! VNNI kernels; `panel_avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
-//! The same scheme serves Q4_1, Q5_0, Q5_1 and Q6_K (AVX2 kernels, layouts in
-//! [`Kind::block_at`]) and the i-quants IQ4_NL and IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
+//! The same scheme serves Q4_1, Q5_0, Q5_1 (`panel_lanes_vnni`, `panel_avx2`) and Q6_K
+//! (`panel_q6k_vnni`, `panel_avx2`; layouts in [`Kind::block_at`]) and the i-quants IQ4_NL and
+//! IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
 //!
 //! # Layout
 //!
@@ -103,8 +104,8 @@ pub(crate) enum Kind {
     /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain.
     Q5_1Lanes,
     /// Q6_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
-    /// `ggml_vec_dot_q6_K_q8_K` (AVX2 build only), below eight columns, where llama.cpp runs
-    /// that kernel; from eight on its twin [`Kind::Q6KTiled`].
+    /// `ggml_vec_dot_q6_K_q8_K` (`panel_q6k_vnni`, `panel_avx2`), below eight columns, where
+    /// llama.cpp runs that kernel; from eight on its twin [`Kind::Q6KTiled`].
     Q6KLanes,
     /// IQ4_NL weights, one FMA per block ([`SumOrder::GgmlBlockChain`], ggml's repacked
     /// `iq4_nl_8x8` kernels); Q4_0's layout, the nibbles read as indices into the level
@@ -329,10 +330,10 @@ impl Kind {
         }
     }
 
-    /// Whether the AVX-512 VNNI build has this kind (else only the AVX2 one; the tiled twins
-    /// have only a VNNI build).
+    /// Whether the AVX-512 VNNI build has this kind (all have; the tiled twins have only a
+    /// VNNI build).
     const fn has_vnni_build(self) -> bool {
-        !matches!(self, Kind::Q6KLanes)
+        true
     }
 
     /// Whether this kind has an AVX2 build (the tests run every build the CPU has).
@@ -580,6 +581,7 @@ pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q8_0Lanes, _) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
+        (Kind::Q6KLanes, true) => &[2],
         (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes, _) => &[],
         (Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled, _) => &[8, 4, 2],
         (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
@@ -897,7 +899,7 @@ unsafe fn gemm_in<const C: usize>(
             Kind::IQ4NLChain => iq4::iq4_nl_chain::<C>(nb, panel, y, aux),
             Kind::IQ4XSLanes => iq4::iq4_xs_lanes::<C>(nb, panel, y),
             Kind::IQ4XSTiled => iq4::iq4_xs_tiled::<C>(nb, panel, y),
-            Kind::Q6KLanes => unreachable!("only the kinds with a VNNI build get here (caller)"),
+            Kind::Q6KLanes => super::panel_q6k_vnni::q6_k_lanes::<C>(nb, panel, y),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -960,11 +962,24 @@ mod tests {
     /// `rows` weight rows of `nb` blocks with random codes (all 256 byte values for Q8_0,
     /// −128 included) and random f16 scales.
     fn weights(kind: Kind, rows: usize, nb: usize, seed: &mut u64) -> Vec<u8> {
+        weights_in(kind, rows, nb, seed, false)
+    }
+
+    /// Bytes of extreme blocks: all bits clear or set (the largest and smallest codes and
+    /// scales), half-set bytes and their opposites.
+    const EXTREME_BYTES: [u8; 6] = [0x00, 0xFF, 0x80, 0x7F, 0x0F, 0xF0];
+
+    /// [`weights`], with bytes from [`EXTREME_BYTES`] only where `extreme`.
+    fn weights_in(kind: Kind, rows: usize, nb: usize, seed: &mut u64, extreme: bool) -> Vec<u8> {
         let bytes = kind.src_block_bytes();
         let mut w = vec![0u8; rows * nb * bytes];
         for blk in w.chunks_exact_mut(bytes) {
             for b in blk.iter_mut() {
-                *b = rng(seed) as u8;
+                *b = if extreme {
+                    EXTREME_BYTES[rng(seed) as usize % EXTREME_BYTES.len()]
+                } else {
+                    rng(seed) as u8
+                };
             }
             // Q6_K keeps its f16 scale last, Q2_K its scale and minimum; Q4_K has both first.
             let at: &[usize] = match kind.layout() {
@@ -983,9 +998,15 @@ mod tests {
     }
 
     fn run<const C: usize>(kind: Kind, nb: usize, seed: &mut u64) {
+        run_in::<C>(kind, nb, seed, false)
+    }
+
+    /// [`run`]; where `extreme`, the weights have extreme bytes ([`weights_in`]) and the odd
+    /// (raw Q8_K) columns codes −128 and 127 only.
+    fn run_in<const C: usize>(kind: Kind, nb: usize, seed: &mut u64, extreme: bool) {
         let k = nb * kind.block_values();
         let rs = nb * kind.src_block_bytes();
-        let w = weights(kind, ROWS, nb, seed);
+        let w = weights_in(kind, ROWS, nb, seed, extreme);
         let rows: [*const u8; ROWS] = std::array::from_fn(|r| w[r * rs..].as_ptr());
         let mut panel = vec![0u8; kind.panel_bytes(nb)];
         let cols: Vec<Vec<u8>> = (0..C)
@@ -1006,8 +1027,14 @@ mod tests {
                         } else {
                             -128
                         };
-                        q.iter_mut()
-                            .for_each(|b| *b = (rng(seed) as u8 as i8).max(floor) as u8);
+                        q.iter_mut().for_each(|b| {
+                            let v = if extreme {
+                                [-128i8, 127][rng(seed) as usize % 2]
+                            } else {
+                                rng(seed) as u8 as i8
+                            };
+                            *b = v.max(floor) as u8
+                        });
                         for blk in q.chunks_exact_mut(292) {
                             let d = (rng(seed) % 2000) as f32 / 1e5 - 0.01;
                             blk[..4].copy_from_slice(&d.to_le_bytes());
@@ -1119,6 +1146,29 @@ mod tests {
                 run::<2>(kind, nb, &mut seed);
                 run::<3>(kind, nb, &mut seed);
                 run::<8>(kind, nb, &mut seed);
+            }
+        }
+    }
+
+    /// The Q6_K lanes kernels (every build this CPU runs) for every column count they take
+    /// (1..8; the products with more columns take the tiled twin), on random and on extreme
+    /// blocks (codes 0 and 63, scales −128 and 127, activations −128 and 127).
+    #[test]
+    fn q6_k_lanes_every_column_count_and_extreme_blocks() {
+        if !cpu_ok() {
+            return;
+        }
+        let mut seed = 17u64;
+        for extreme in [false, true] {
+            for nb in [1usize, 2, 5, 19] {
+                let kind = Kind::Q6KLanes;
+                run_in::<1>(kind, nb, &mut seed, extreme);
+                run_in::<2>(kind, nb, &mut seed, extreme);
+                run_in::<3>(kind, nb, &mut seed, extreme);
+                run_in::<4>(kind, nb, &mut seed, extreme);
+                run_in::<5>(kind, nb, &mut seed, extreme);
+                run_in::<6>(kind, nb, &mut seed, extreme);
+                run_in::<7>(kind, nb, &mut seed, extreme);
             }
         }
     }
