@@ -37,6 +37,16 @@ pub struct NativeModel {
     path: PathBuf,
 }
 
+impl Drop for NativeModel {
+    fn drop(&mut self) {
+        if crate::exiting() {
+            // The process is ending: one more owner that is never dropped keeps the model
+            // and its session from being freed (the operating system takes the memory back).
+            std::mem::forget((self.model.clone(), self.state.clone()));
+        }
+    }
+}
+
 /// Locks the state; a worker that panicked while holding it leaves a session whose cache
 /// may be half-written, so it is cleared before use.
 pub fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {

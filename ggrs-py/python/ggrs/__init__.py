@@ -21,10 +21,16 @@ Errors are :mod:`ggrs.errors` exceptions carrying the Rust error's message.
 
 from __future__ import annotations
 
-from . import errors
+import atexit
+
+from . import _ggrs, errors
 from ._ggrs import Piece, __version__, quantize
 from ._model import Generation, Llama, Model, Perplexity, Stream
 from .errors import *  # noqa: F403  (GgrsError and its subclasses)
+
+# Models still loaded when the interpreter exits are left to the operating system rather
+# than freed one buffer at a time (as a `ggrs run` process ends).
+atexit.register(_ggrs._at_exit)
 
 __all__ = [
     "Model",

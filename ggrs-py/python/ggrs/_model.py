@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Iterator
 
 from . import _ggrs, _openai
 from .errors import BadArgumentError, GgrsError
 
-if TYPE_CHECKING:  # numpy is imported by the first logits() call, not at import time
+# The annotations are strings (`from __future__ import annotations`): `typing`'s names and
+# numpy are needed by type checkers only, so `import ggrs` does not import them (numpy is
+# imported by the first logits() call). `typing.TYPE_CHECKING` without importing `typing`:
+# type checkers take any name `TYPE_CHECKING` as it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
     import numpy as np
 
-Prompt = Union[str, Sequence[int]]
+    Prompt = Union[str, Sequence[int]]
 
 
 class _Record:
@@ -152,6 +159,10 @@ class Model:
     ``"chatml"``, or a Jinja template's text). With ``cache_prompt`` (the default) a prompt
     that starts with tokens the KV cache already holds evaluates only the rest, as
     llama-cpp-python does; its logits may then differ in the last bits from a fresh run.
+    ``copy_weights=True`` copies the weights that are not repacked (F16, BF16, k-quants) onto
+    2 MiB pages at load, as ``ggrs run`` does for long generations: a few percent faster
+    decoding for a slower load (by default they are read from the file's map, as ``ggrs run``
+    reads them for short generations; the weights the panel kernels read are always packed).
 
     One call runs at a time: calls from several Python threads wait for each other, without
     holding the GIL. For parallel requests, load one ``Model`` per thread or use
@@ -174,7 +185,7 @@ class Model:
         n_batch: int = 512,
         logits_all: bool = False,
         kv_type: str = "f16",
-        copy_weights: Optional[bool] = None,
+        copy_weights: bool = False,
         seed: Optional[int] = None,
         chat_format: Optional[str] = None,
         cache_prompt: bool = True,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping
 
 from .errors import BadArgumentError
 
-if TYPE_CHECKING:
+# `typing.TYPE_CHECKING` without importing `typing` (see `_model`).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (they are strings): see `_model`
+    from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
     from ._model import Generation, Model
 
 # Fields of llama-cpp-python's calls that ggrs does not implement: refused by name rather
