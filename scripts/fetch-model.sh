@@ -34,20 +34,9 @@ die() {
     exit 1
 }
 
-# sha256 of a file, hex only (sha256sum where there is one, Python's hashlib otherwise).
-sha256_of() {
-    if command -v sha256sum >/dev/null 2>&1; then
-        sha256sum "$1" | cut -d' ' -f1
-    else
-        "$PYTHON" -c '
-import hashlib, sys
-h = hashlib.sha256()
-with open(sys.argv[1], "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-        h.update(chunk)
-print(h.hexdigest())' "$1"
-    fi
-}
+# sha256_of FILE
+# shellcheck source=lib/sha256.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/sha256.sh"
 
 size_of() { wc -c <"$1" | tr -d ' '; }
 
