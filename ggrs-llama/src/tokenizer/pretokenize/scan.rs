@@ -185,6 +185,19 @@ fn class_at(seg: &[char], i: usize) -> Option<CharClass> {
     seg.get(i).map(|&c| class_of(c))
 }
 
+/// The end of the run of `class` characters starting at `i`, if `seg[i]` is one.
+#[inline(always)]
+fn run_of(seg: &[char], i: usize, class: impl Fn(&[char], usize) -> bool) -> Option<usize> {
+    if !class(seg, i) {
+        return None;
+    }
+    let mut end = i + 1;
+    while class(seg, end) {
+        end += 1;
+    }
+    Some(end)
+}
+
 #[inline]
 fn is_letter(seg: &[char], i: usize) -> bool {
     class_at(seg, i).is_some_and(|c| c.letter())
@@ -280,27 +293,11 @@ fn split_gpt2(seg: &[char], sink: &mut Sink<'_>) {
         // ` ?X+` for X in letters, numbers, others: the optional space is taken when the
         // character after it starts the run.
         let lead = usize::from(c == ' ');
-        if is_letter(seg, pos + lead) {
-            pos += lead;
-            while is_letter(seg, pos) {
-                pos += 1;
-            }
-            sink.emit(pos);
-            continue;
-        }
-        if is_number(seg, pos + lead) {
-            pos += lead;
-            while is_number(seg, pos) {
-                pos += 1;
-            }
-            sink.emit(pos);
-            continue;
-        }
-        if is_other(seg, pos + lead) {
-            pos += lead;
-            while is_other(seg, pos) {
-                pos += 1;
-            }
+        let run = run_of(seg, pos + lead, is_letter)
+            .or_else(|| run_of(seg, pos + lead, is_number))
+            .or_else(|| run_of(seg, pos + lead, is_other));
+        if let Some(end) = run {
+            pos = end;
             sink.emit(pos);
             continue;
         }
