@@ -446,13 +446,17 @@ impl Session {
 /// The log-probability of `id` under `logits` and the `top` most likely tokens with theirs
 /// (empty when `top` is 0).
 pub fn token_logprobs(logits: &[f32], id: u32, top: usize) -> (f32, Vec<(u32, f32)>) {
-    let best = top_logprobs(logits, top.max(1));
+    if top == 0 {
+        // The same value `top_logprobs` would give `id`, without its pass for the best.
+        return (top_logprobs_of(logits, id), Vec::new());
+    }
+    let best = top_logprobs(logits, top);
     let lp = if best.first().map(|t| t.0) == Some(id) {
         best[0].1
     } else {
         top_logprobs_of(logits, id)
     };
-    (lp, if top == 0 { Vec::new() } else { best })
+    (lp, best)
 }
 
 fn top_logprobs_of(logits: &[f32], id: u32) -> f32 {

@@ -133,15 +133,65 @@ pub struct Sampler {
     recent: VecDeque<u32>,
 }
 
-/// Index of the largest value (the first on ties); 0 for an empty slice.
+/// Index of the largest value (the first on ties; NaN never wins over a number, and a NaN
+/// first value is kept); 0 for an empty slice.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    for (i, &x) in logits.iter().enumerate() {
-        if x > logits[best] {
-            best = i;
+    let Some(&first) = logits.first() else {
+        return 0;
+    };
+    let (mut best, mut best_x) = (0usize, first);
+    for (c, chunk) in logits.chunks(SCAN).enumerate() {
+        // Most chunks hold nothing above the best so far: a lane-wise maximum (vectorised)
+        // tells, and only a chunk that does is walked in order.
+        if !(chunk_max(chunk) > best_x) {
+            continue;
+        }
+        for (i, &x) in chunk.iter().enumerate() {
+            if x > best_x {
+                (best, best_x) = (c * SCAN + i, x);
+            }
         }
     }
     best as u32
+}
+
+/// Values per chunk of the scans in [`argmax`] and [`top_ids`].
+const SCAN: usize = 256;
+/// Lanes of the lane-wise maxima (one AVX-512 register of f32 or i32).
+const LANES: usize = 16;
+
+/// The largest value of `chunk` by `>` (NaN never counts; −∞ for no number).
+fn chunk_max(chunk: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut it = chunk.chunks_exact(LANES);
+    for v in &mut it {
+        for (m, &x) in m.iter_mut().zip(v) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let tail = it.remainder().iter();
+    m.into_iter()
+        .chain(tail.copied())
+        .fold(f32::NEG_INFINITY, |a, x| if x > a { x } else { a })
+}
+
+/// `x`'s rank in [`f32::total_cmp`]'s order as an `i32` (same order under `<`).
+fn total_key(x: f32) -> i32 {
+    let b = x.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
+/// The largest [`total_key`] of `chunk`.
+fn chunk_max_key(chunk: &[f32]) -> i32 {
+    let mut m = [i32::MIN; LANES];
+    let mut it = chunk.chunks_exact(LANES);
+    for v in &mut it {
+        for (m, &x) in m.iter_mut().zip(v) {
+            *m = (*m).max(total_key(x));
+        }
+    }
+    let tail = it.remainder().iter().map(|&x| total_key(x));
+    m.into_iter().chain(tail).max().unwrap_or(i32::MIN)
 }
 
 /// `log Σ exp(logits)`, from the largest logit ([`ggrs_core::kernels::vec::log_sum_exp`]:
@@ -191,13 +241,21 @@ fn top_ids(logits: &[f32], k: usize) -> Vec<u32> {
         return idx;
     }
     let mut best: Vec<u32> = Vec::with_capacity(k + 1);
-    for i in 0..logits.len() as u32 {
-        if best.len() == k && !before(i, best[k - 1]) {
+    for (c, chunk) in logits.chunks(SCAN).enumerate() {
+        // A later id enters only with a value above the k-th best (ties keep the lower
+        // id): a chunk whose largest value is not above it is skipped whole.
+        if best.len() == k && chunk_max_key(chunk) <= total_key(logits[best[k - 1] as usize]) {
             continue;
         }
-        let at = best.partition_point(|&b| before(b, i));
-        best.insert(at, i);
-        best.truncate(k);
+        let from = (c * SCAN) as u32;
+        for i in from..from + chunk.len() as u32 {
+            if best.len() == k && !before(i, best[k - 1]) {
+                continue;
+            }
+            let at = best.partition_point(|&b| before(b, i));
+            best.insert(at, i);
+            best.truncate(k);
+        }
     }
     best
 }
@@ -420,6 +478,69 @@ mod tests {
         });
         s.accept(1);
         assert_eq!(s.sample(&logits()), 5);
+    }
+
+    /// The first index of the largest value by `>`, in one plain pass: the definition the
+    /// chunked [`argmax`] must keep.
+    fn argmax_plain(v: &[f32]) -> u32 {
+        let mut best = 0usize;
+        for (i, &x) in v.iter().enumerate() {
+            if x > v[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    /// Vocabulary-sized rows with ties, infinities, NaN and −0.0 in every position class
+    /// (chunk starts, lane tails, the last partial chunk): the chunked scans equal the plain
+    /// definitions.
+    #[test]
+    fn chunked_scans_equal_plain_ones() {
+        let mut seed = 5u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        for len in [1, 15, 16, 17, 255, 256, 257, 1000, 4099, 151_936] {
+            for case in 0..8 {
+                let mut v: Vec<f32> = (0..len).map(|_| (next() % 64) as f32 / 8.0 - 4.0).collect();
+                let mut poke = |v: &mut Vec<f32>, x: f32| {
+                    let at = next() as usize % v.len();
+                    v[at] = x;
+                };
+                match case {
+                    0 => {}
+                    1 => (0..3).for_each(|_| poke(&mut v, f32::NAN)),
+                    2 => (0..3).for_each(|_| poke(&mut v, f32::INFINITY)),
+                    3 => v.iter_mut().for_each(|x| *x = f32::NEG_INFINITY),
+                    4 => {
+                        v[0] = f32::NAN;
+                        poke(&mut v, 9.0);
+                    }
+                    5 => v
+                        .iter_mut()
+                        .for_each(|x| *x = if *x > 0.0 { -0.0 } else { 0.0 }),
+                    6 => v.iter_mut().for_each(|x| *x = -x.abs() - 1.0),
+                    // Negative and rising: every chunk beats the best so far.
+                    _ => {
+                        let n = v.len() as f32;
+                        v.iter_mut()
+                            .enumerate()
+                            .for_each(|(i, x)| *x = -1.0 - (n - i as f32) / 64.0)
+                    }
+                }
+                assert_eq!(argmax(&v), argmax_plain(&v), "len {len} case {case}");
+                let mut all: Vec<u32> = (0..len as u32).collect();
+                all.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]).then(a.cmp(&b)));
+                for k in [1, 3, 40, 64] {
+                    let k = k.min(len);
+                    assert_eq!(top_ids(&v, k), all[..k], "len {len} case {case} k {k}");
+                }
+            }
+        }
     }
 
     /// The one-pass selection equals a full sort (ties by lower id), for every k.

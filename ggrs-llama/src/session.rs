@@ -375,6 +375,13 @@ impl Session {
         self.exec.n_threads()
     }
 
+    /// Runs `f` on every item on the session's compute threads, between steps (e.g. sampling
+    /// a batch's rows of logits); see [`Executor::for_each_mut`]: each item goes to one
+    /// thread, so `f`'s result for an item must depend on that item only.
+    pub fn for_each_mut<T: Send>(&self, items: &mut [T], f: impl Fn(&mut T) + Sync) {
+        self.exec.for_each_mut(items, f)
+    }
+
     /// Whether a step of several sequences in cache regions runs as one graph (every
     /// weight keeps each column's bits whatever its neighbours), rather than one graph for
     /// the one-token sequences (per-column products) and one per longer run. Either way a

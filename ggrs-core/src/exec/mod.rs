@@ -69,10 +69,19 @@ pub struct NodeTiming {
 
 type AbortFn = Box<dyn Fn() -> bool + Send + Sync>;
 
+/// The items of [`Executor::for_each_mut`], shared by its threads.
+struct ItemsPtr<T>(*mut T);
+
+// SAFETY: the threads of `for_each_mut` reach disjoint items only (each index is handed
+// out once) and `T: Send`, so sharing the pointer among them is sound.
+unsafe impl<T: Send> Sync for ItemsPtr<T> {}
+
 /// Runs graphs on a pool of threads started once and reused.
 pub struct Executor {
     n_threads: usize,
     pool: Pool,
+    /// Whether a [`Executor::for_each_mut`] runs on the pool now.
+    pool_lent: AtomicBool,
     work: Vec<WorkLine>,
     abort: Option<AbortFn>,
     profiling: bool,
@@ -127,6 +136,7 @@ impl Executor {
         Executor {
             n_threads: n,
             pool: Pool::new(n),
+            pool_lent: AtomicBool::new(false),
             work: Vec::new(),
             abort: None,
             profiling: false,
@@ -138,6 +148,55 @@ impl Executor {
     /// Threads this executor runs on (the caller's included).
     pub fn n_threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// Runs `f` on every item of `items` on this executor's threads (the caller's included),
+    /// for work between graphs that the compute threads would otherwise idle through, e.g.
+    /// sampling each row of a batch's logits. Each item goes to exactly one thread; which
+    /// one, and in what order, is not fixed, so `f`'s result for an item must depend on
+    /// that item only. A panic in `f` reaches the caller once every thread has stopped.
+    ///
+    /// ```
+    /// let exec = ggrs_core::Executor::new(2);
+    /// let mut rows = vec![vec![1.0f32, 2.0], vec![3.0, 4.0], vec![5.0, 6.0]];
+    /// exec.for_each_mut(&mut rows, |r| r.iter_mut().for_each(|x| *x *= 2.0));
+    /// assert_eq!(rows, [vec![2.0, 4.0], vec![6.0, 8.0], vec![10.0, 12.0]]);
+    /// ```
+    pub fn for_each_mut<T: Send>(&self, items: &mut [T], f: impl Fn(&mut T) + Sync) {
+        // `&self` may be shared by threads: only one of them at a time gets the pool (two
+        // jobs at once would overwrite each other's); the others do their items alone.
+        if self.n_threads == 1
+            || items.len() <= 1
+            || self
+                .pool_lent
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            items.iter_mut().for_each(f);
+            return;
+        }
+        // Returns the pool even if `f` panics.
+        struct Lent<'a>(&'a AtomicBool);
+        impl Drop for Lent<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _lent = Lent(&self.pool_lent);
+        let next = AtomicUsize::new(0);
+        let base = ItemsPtr(items.as_mut_ptr());
+        let n = items.len();
+        let base = &base;
+        self.pool.run(&|_| loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            // SAFETY: `i < n` lies inside `items`, which `run` outlives, and the counter
+            // hands every index out once, so this is the only reference to item `i`;
+            // `T: Send` lets it be used on this thread.
+            f(unsafe { &mut *base.0.add(i) });
+        });
     }
 
     /// Sets a callback checked between nodes; when it returns true the computation stops

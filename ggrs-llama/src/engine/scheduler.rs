@@ -13,10 +13,6 @@ use crate::session::Session;
 use super::slot::{Job, Outcome, Slot};
 use super::{Command, EngineParams, Pending, Shared, SlotInfo};
 
-/// Stack size of the threads that sample a step's outputs in parallel (their work is flat:
-/// log-sum-exp, top-k and sorting over one row of logits).
-const SAMPLER_STACK: usize = 256 * 1024;
-
 /// Prompt tokens per step while other slots are generating, when a piece may be cut (see
 /// `Scheduler::piece`).
 const PROMPT_CHUNK: usize = 128;
@@ -318,17 +314,23 @@ impl Scheduler {
     }
 
     /// Samples the next token of each slot of `outputs` (slot of each logits row) from the
-    /// last step's logits, on up to as many threads as the session computes with (the
-    /// compute threads are idle meanwhile; a 150k-entry vocabulary takes about a
-    /// millisecond per token). Each slot's sampler and listener see only its own rows, so
-    /// the results do not depend on how slots are spread over threads.
+    /// last step's logits, on the session's compute threads (idle meanwhile; a 150k-entry
+    /// vocabulary takes a fraction of a millisecond per token). Each slot's sampler and
+    /// listener see only its own rows, so the results do not depend on how slots are spread
+    /// over threads.
     fn sample(&mut self, outputs: &[usize]) -> Vec<(usize, crate::error::Result<Outcome>)> {
         let n_vocab = self.session.model().hparams.n_vocab;
         let model = self.session.model().clone();
         let (tok, conventions) = (model.tokenizer(), model.text());
         let logits = self.session.all_logits();
         let n_ctx = self.n_ctx_slot;
-        let mut work: Vec<(&mut Slot, &[f32])> = Vec::with_capacity(outputs.len());
+        // (slot, its row of logits, its outcome once sampled)
+        type Item<'a> = (
+            &'a mut Slot,
+            &'a [f32],
+            Option<crate::error::Result<Outcome>>,
+        );
+        let mut work: Vec<Item> = Vec::with_capacity(outputs.len());
         let mut rows: Vec<(usize, usize)> =
             outputs.iter().enumerate().map(|(r, &i)| (i, r)).collect();
         rows.sort_unstable();
@@ -336,57 +338,18 @@ impl Scheduler {
         for s in self.slots.iter_mut() {
             if let Some(&(_, r)) = it.peek().filter(|(i, _)| *i == s.id) {
                 it.next();
-                work.push((s, &logits[r * n_vocab..(r + 1) * n_vocab]));
+                work.push((s, &logits[r * n_vocab..(r + 1) * n_vocab], None));
             }
         }
-        let run =
-            |chunk: &mut [(&mut Slot, &[f32])]| -> Vec<(usize, crate::error::Result<Outcome>)> {
-                chunk
-                    .iter_mut()
-                    .map(|(s, l)| {
-                        let n_cached = s.cached.len();
-                        let j = s.job.as_mut().expect("an output's slot has a job");
-                        (s.id, j.sample(l, tok, conventions, n_cached, n_ctx))
-                    })
-                    .collect()
-            };
-        let threads = self.session.n_threads().min(work.len()).max(1);
-        if threads == 1 {
-            return run(&mut work);
-        }
-        let per = work.len().div_ceil(threads);
-        let mut failed = Vec::new();
-        let mut out: Vec<_> = std::thread::scope(|scope| {
-            let mut handles = Vec::with_capacity(threads);
-            let mut chunks = work.chunks_mut(per).enumerate();
-            // The first chunk on this thread, the others on threads of their own.
-            let first = chunks.next();
-            for (i, c) in chunks {
-                // A small stack: these threads live for one step and their work is flat.
-                let spawned = std::thread::Builder::new()
-                    .stack_size(SAMPLER_STACK)
-                    .spawn_scoped(scope, move || run(c));
-                match spawned {
-                    Ok(h) => handles.push(h),
-                    // No thread to be had: this chunk is sampled here, below.
-                    Err(_) => failed.push(i),
-                }
-            }
-            let mut out = first.map(|(_, c)| run(c)).unwrap_or_default();
-            for h in handles {
-                match h.join() {
-                    Ok(v) => out.extend(v),
-                    // A listener that panicked: the panic goes on on this thread.
-                    Err(p) => std::panic::resume_unwind(p),
-                }
-            }
-            out
+        // On the session's compute threads, idle between steps (no thread started per step).
+        self.session.for_each_mut(&mut work, |(s, l, out)| {
+            let n_cached = s.cached.len();
+            let j = s.job.as_mut().expect("an output's slot has a job");
+            *out = Some(j.sample(l, tok, conventions, n_cached, n_ctx));
         });
-        for i in failed {
-            let end = (i * per + per).min(work.len());
-            out.extend(run(&mut work[i * per..end]));
-        }
-        out
+        work.into_iter()
+            .map(|(s, _, out)| (s.id, out.expect("for_each_mut visits every item")))
+            .collect()
     }
 
     /// Ends slot `i`'s job with `stop`; the slot keeps its cache for later requests.
