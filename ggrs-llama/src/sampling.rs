@@ -143,7 +143,9 @@ pub fn argmax(logits: &[f32]) -> u32 {
     for (c, chunk) in logits.chunks(SCAN).enumerate() {
         // Most chunks hold nothing above the best so far: a lane-wise maximum (vectorised)
         // tells, and only a chunk that does is walked in order.
-        if !(chunk_max(chunk) > best_x) {
+        // (`best_x` may be a NaN first value: then nothing is greater and nothing changes.)
+        let above = chunk_max(chunk).partial_cmp(&best_x) == Some(std::cmp::Ordering::Greater);
+        if !above {
             continue;
         }
         for (i, &x) in chunk.iter().enumerate() {
