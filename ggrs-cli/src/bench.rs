@@ -255,6 +255,21 @@ fn time_test(
     Ok(secs)
 }
 
+/// The file's type as llama-quantize names it (`Q4_K_M`), from `general.file_type`; for a
+/// file without it (or with a number we do not know), the type of its first FFN down
+/// projection, else `?`.
+fn file_type_name(gguf: &ggrs_core::gguf::GgufFile) -> String {
+    let named = gguf
+        .get("general.file_type")
+        .and_then(|v| v.as_u32())
+        .and_then(|id| ggrs_llama::quantize::FileType::from_name(&id.to_string()))
+        .map(|t| t.name().to_string());
+    named.unwrap_or_else(|| {
+        gguf.tensor("blk.0.ffn_down.weight")
+            .map_or("?".into(), |t| t.dtype.name().to_string())
+    })
+}
+
 /// Runs `ggrs bench`.
 pub fn run(a: Args) -> CliResult {
     if a.reps == 0 {
@@ -268,10 +283,7 @@ pub fn run(a: Args) -> CliResult {
     let hp = model.hparams.clone();
     let size: usize = model.gguf().tensors().iter().map(|t| t.size).sum();
     let params: usize = model.gguf().tensors().iter().map(|t| t.nelements()).sum();
-    let ftype = model
-        .gguf()
-        .tensor("blk.0.ffn_down.weight")
-        .map_or("?".into(), |t| t.dtype.name().to_string());
+    let ftype = file_type_name(model.gguf());
     let name = format!("{} {:.1}B {}", hp.arch, params as f64 / 1e9, ftype);
     let max_p = a.n_prompt.iter().copied().max().unwrap_or(0);
     let max_n = a.n_gen.iter().copied().max().unwrap_or(0);

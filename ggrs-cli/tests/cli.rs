@@ -107,6 +107,12 @@ fn bench_prints_a_row_per_test_and_thread_count() {
         .filter(|l| l.contains("| pp16 |") || l.contains("| tg4 |"))
         .collect();
     assert_eq!(rows.len(), 4, "{out}");
+    // The model column names the file's type from `general.file_type` (1: F16), as
+    // llama-quantize names it.
+    assert!(
+        rows.iter().all(|r| r.starts_with("| llama 0.0B F16 |")),
+        "{out}"
+    );
     let (ok, out, err) = bench(&["-p", "8", "-n", "0", "-r", "1", "--json", "-d", "4"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
