@@ -59,6 +59,46 @@ pub enum DType {
     BF16 = 30,
 }
 
+/// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`).
+const UNREAD_GGML_TYPES: [(u32, &str); 13] = [
+    (16, "IQ2_XXS"),
+    (17, "IQ2_XS"),
+    (18, "IQ3_XXS"),
+    (19, "IQ1_S"),
+    (21, "IQ3_S"),
+    (22, "IQ2_S"),
+    (29, "IQ1_M"),
+    (34, "TQ1_0"),
+    (35, "TQ2_0"),
+    (39, "MXFP4"),
+    (40, "NVFP4"),
+    (41, "Q1_0"),
+    (42, "Q2_0"),
+];
+
+/// A tensor type id for a message: `type IQ3_S (ggml type 21)` for a ggml type ggrs does
+/// not read, `retired type id 4` for Q4_2/Q4_3's old ids, else `unknown type id N`.
+pub fn describe_type_id(id: u32) -> String {
+    if let Some(t) = DType::from_id(id) {
+        return format!("type {} (ggml type {id})", t.name());
+    }
+    match UNREAD_GGML_TYPES.iter().find(|(i, _)| *i == id) {
+        Some((_, name)) => format!("type {name} (ggml type {id})"),
+        None if matches!(id, 4 | 5 | 31..=33 | 36..=38) => format!("retired type id {id}"),
+        None => format!("unknown type id {id}"),
+    }
+}
+
+/// The names of the tensor types ggrs reads, comma-separated (for messages).
+pub fn supported_type_names() -> String {
+    DType::ALL
+        .iter()
+        .filter(|t| !matches!(t, DType::Q8_1 | DType::Q8K))
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl DType {
     /// Every type this build knows, in id order.
     pub const ALL: [DType; 22] = [

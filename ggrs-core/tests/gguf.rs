@@ -257,6 +257,25 @@ fn unknown_tensor_type() {
     }
 }
 
+/// A ggml type ggrs has no kernels for is named in the message, with what ggrs reads.
+#[test]
+fn unread_tensor_type_is_named() {
+    let e = small_file();
+    for (id, words) in [
+        (21u32, "type IQ3_S (ggml type 21)"),
+        (16, "type IQ2_XXS (ggml type 16)"),
+        (4, "retired type id 4"),
+        (1000, "unknown type id 1000"),
+    ] {
+        let mut buf = e.buf.clone();
+        patch_u32(&mut buf, e.at("t1.type"), id);
+        let msg = parse(buf).unwrap_err().to_string();
+        assert!(msg.contains(words), "{msg}");
+        assert!(msg.contains("it reads f32, f16, q4_0"), "{msg}");
+        assert!(msg.contains("iq4_xs") && !msg.contains("q8_1"), "{msg}");
+    }
+}
+
 #[test]
 fn tensor_data_outside_the_file() {
     let e = small_file();

@@ -78,8 +78,14 @@ pub enum GgufError {
         what: String,
     },
 
-    /// A tensor type id this library does not know (or a retired one, such as 4 and 5).
-    #[error("tensor `{name}` has unknown type id {id} (at offset {offset})")]
+    /// A tensor type id this library does not read: one of ggml's types ggrs has no kernels
+    /// for (e.g. IQ3_S), a retired one (4, 5) or an unknown one.
+    #[error(
+        "tensor `{name}` has {} (at offset {offset}), which ggrs cannot read; it reads {}. \
+         A file of the same model in one of those types (e.g. Q4_K_M, IQ4_XS) works",
+        crate::dtype::describe_type_id(*id),
+        crate::dtype::supported_type_names()
+    )]
     UnknownTensorType {
         /// Tensor name.
         name: String,
