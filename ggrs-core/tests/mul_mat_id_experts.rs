@@ -83,9 +83,7 @@ fn one_column(t: DType, matrix: &[u8], col: &[f32], threads: usize) -> Vec<u32> 
     let y = ctx.mul_mat(w, x).expect("shapes agree");
     let mut g = Graph::new();
     g.build_forward_expand(&ctx, y).expect("one node");
-    Executor::new(threads)
-        .compute(&mut ctx, &g)
-        .expect("runs");
+    Executor::new(threads).compute(&mut ctx, &g).expect("runs");
     bits(&ctx, y)
 }
 
@@ -167,7 +165,15 @@ fn check_all(failures: &mut Vec<String>, build: &str) {
                 .collect(),
         );
         let packed = PackedWeight::pack(t, [K, N, N_MAT, 1], &stack);
-        for (n_tok, n_b) in [(1, 1), (1, N_USED), (2, 1), (3, N_USED), (7, 1), (17, 1), (40, 1)] {
+        for (n_tok, n_b) in [
+            (1, 1),
+            (1, N_USED),
+            (2, 1),
+            (3, N_USED),
+            (7, 1),
+            (17, 1),
+            (40, 1),
+        ] {
             let ids = ids_for(n_tok, 7 + n_tok as u64);
             let b_vals = values(77 + n_tok as u64 + n_b as u64, K * n_b * n_tok);
             // The one-column products, once per column.
@@ -309,9 +315,7 @@ fn products_sharing_activations_keep_their_own_ids() {
                     g.build_forward_expand(&ctx, y).expect("valid graph");
                     outs.push((y, stack, which));
                 }
-                Executor::new(threads)
-                    .compute(&mut ctx, &g)
-                    .expect("runs");
+                Executor::new(threads).compute(&mut ctx, &g).expect("runs");
                 for (y, stack, which) in outs {
                     let got = bits(&ctx, y);
                     for c in 0..n_tok * N_USED {

@@ -258,9 +258,7 @@ impl Model {
         let (picked, mut left): (Vec<_>, Vec<_>) =
             sources.into_iter().partition(|&(dtype, ne, _)| {
                 let repacks = ggrs_core::kernels::PackedWeight::repacks(dtype, ne);
-                opts.pack_weights
-                    && ne[3] == 1
-                    && (repacks || (opts.copy_weights && ne[2] == 1))
+                opts.pack_weights && ne[3] == 1 && (repacks || (opts.copy_weights && ne[2] == 1))
             });
         // One call, so that all packed weights share one huge-page-backed buffer; each
         // source's mapped pages are released as soon as it is packed.

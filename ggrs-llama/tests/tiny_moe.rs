@@ -346,7 +346,8 @@ fn q4_0_experts_packed_give_the_mapped_bits() {
             let mut out = s.all_logits().to_vec();
             for step in 0..3 {
                 let next = common::argmax(s.logits());
-                s.eval(&[next], false).unwrap_or_else(|e| panic!("step {step}: {e}"));
+                s.eval(&[next], false)
+                    .unwrap_or_else(|e| panic!("step {step}: {e}"));
                 out.extend_from_slice(s.logits());
             }
             out

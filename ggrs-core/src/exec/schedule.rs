@@ -92,6 +92,19 @@ fn init_key(t: &Task) -> Option<InitKey> {
     }
 }
 
+/// The `mul_mat` (or `mul_mat_id`) whose INIT output is in the shared buffer.
+#[derive(Clone, Copy)]
+struct InitOwner {
+    /// Its index in the task list.
+    node: usize,
+    key: InitKey,
+    /// Its activations' span.
+    src: (usize, usize),
+    /// For a `mul_mat_id`: its grouping's key and its ids' span.
+    group: Option<GroupKey>,
+    ids: (usize, usize),
+}
+
 /// Groups the data-moving tasks into epochs. With `serial` every node is an epoch of its
 /// own (used while profiling, so that each node's time is its own).
 pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedule {
@@ -100,10 +113,8 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
     let mut epoch_start = 0;
     // Whether a node of the current epoch writes or reads the shared work buffer.
     let mut shared_busy = false;
-    // The mul_mat whose INIT output is in the shared buffer, its key and its src1 span; for
-    // a mul_mat_id, also its grouping's key and its ids' span.
-    let mut owner: Option<(usize, InitKey, (usize, usize), Option<GroupKey>, (usize, usize))> =
-        None;
+    // The mul_mat whose INIT output is in the shared buffer.
+    let mut owner: Option<InitOwner> = None;
     for (i, t) in tasks.iter().enumerate() {
         if t.plan.is_noop() || matches!(t.op, Op::None) {
             continue;
@@ -113,8 +124,8 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
         // only a mul_mat_id with the same ids and matrix count wrote.
         let group = group_key(t);
         let reuse = match (key, owner) {
-            (Some(k), Some((p, ok, _, og, _))) if k == ok && (group.is_none() || group == og) => {
-                Some(p)
+            (Some(k), Some(o)) if k == o.key && (group.is_none() || group == o.group) => {
+                Some(o.node)
             }
             _ => None,
         };
@@ -145,12 +156,18 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
         };
         if uses_shared {
             let src = |s: usize| t.src[s].map_or((0, 0), |b| span(&b));
-            owner = key.map(|k| (i, k, src(1), group, src(2)));
+            owner = key.map(|key| InitOwner {
+                node: i,
+                key,
+                src: src(1),
+                group,
+                ids: src(2),
+            });
         }
         // Writing the converted activations' source (or a grouping's ids) makes the
         // conversion stale.
-        if let Some((_, _, src, og, ids)) = owner {
-            if overlaps(write, src) || (og.is_some() && overlaps(write, ids)) {
+        if let Some(o) = owner {
+            if overlaps(write, o.src) || (o.group.is_some() && overlaps(write, o.ids)) {
                 owner = None;
             }
         }

@@ -67,7 +67,9 @@ impl Gathered<'_> {
 /// Bytes INIT writes for the activations of a `mul_mat_id` planned with `kernel` (`k`
 /// values per row, `rows` rows): the converted rows, then a panel kernel's side data.
 fn activation_bytes(kernel: &select::MatMulKernel, k: usize, rows: usize) -> usize {
-    let form = kernel.activation.unwrap_or(ActivationForm::Rows(DType::F32));
+    let form = kernel
+        .activation
+        .unwrap_or(ActivationForm::Rows(DType::F32));
     let aux = match form {
         #[cfg(target_arch = "x86_64")]
         ActivationForm::Panel(kind) => k / kind.block_values() * kind.aux_bytes(),
@@ -354,7 +356,7 @@ unsafe fn panel_rows(
         // SAFETY: `panel` holds panel p; INIT wrote every column's converted row and side
         // data; rows i0..i0 + 16 of these columns are this chunk's.
         unsafe {
-            panels::columns(kind, first, nb, panel, g.len(), &y, &aux, |j, col| {
+            panels::columns(kind, first, nb, panel, g.len(), y, aux, |j, col| {
                 let (slot, t) = g.column(j);
                 for (r, &v) in col.iter().enumerate() {
                     // SAFETY: element (i0 + r, slot, t) of dst, this chunk's.

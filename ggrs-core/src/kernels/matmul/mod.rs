@@ -1171,12 +1171,21 @@ mod panels {
             // SAFETY: `buf` holds panel p (packed ahead or just now); INIT wrote the columns
             // and their side data; the panel's rows of every column are this chunk's.
             unsafe {
-                columns(kind, (first_kind, first_cols), nb, buf, m, &y, &aux, |j, col| {
-                    for (r, &v) in col.iter().enumerate() {
-                        // SAFETY: an element of this chunk's panel, inside dst.
-                        *(d.data.add(d.offset(i0 + r, j, i2, i3)) as *mut f32) = v;
-                    }
-                })
+                columns(
+                    kind,
+                    (first_kind, first_cols),
+                    nb,
+                    buf,
+                    m,
+                    y,
+                    aux,
+                    |j, col| {
+                        for (r, &v) in col.iter().enumerate() {
+                            // SAFETY: an element of this chunk's panel, inside dst.
+                            *(d.data.add(d.offset(i0 + r, j, i2, i3)) as *mut f32) = v;
+                        }
+                    },
+                )
             };
         }
         if rb == nrb - 1 && np * ROWS < n {
@@ -1470,7 +1479,10 @@ mod tests {
         let packed = PackedWeight::pack_all(&list, |i| reported.push(i));
         drop(list);
         assert_eq!(packed.len(), 5);
-        assert!(packed[4].is_none(), "stacks without panels (3-D F16) are not packed");
+        assert!(
+            packed[4].is_none(),
+            "stacks without panels (3-D F16) are not packed"
+        );
         let Some(first) = &packed[0] else {
             return; // no packing on this target: nothing to compare
         };

@@ -285,9 +285,7 @@ pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKerne
 pub(crate) fn select_id(a: &TensorMeta, b: &TensorMeta) -> MatMulKernel {
     let one = select(a, b, 1);
     MatMulKernel {
-        activation: one
-            .activation
-            .or(Some(ActivationForm::Rows(vdt(a.dtype)))),
+        activation: one.activation.or(Some(ActivationForm::Rows(vdt(a.dtype)))),
         compute: one.compute,
     }
 }
