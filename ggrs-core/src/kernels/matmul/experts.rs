@@ -70,11 +70,13 @@ fn activation_bytes(kernel: &select::MatMulKernel, k: usize, rows: usize) -> usi
     let form = kernel
         .activation
         .unwrap_or(ActivationForm::Rows(DType::F32));
+    #[cfg(target_arch = "x86_64")]
     let aux = match form {
-        #[cfg(target_arch = "x86_64")]
         ActivationForm::Panel(kind) => k / kind.block_values() * kind.aux_bytes(),
         _ => 0,
     };
+    #[cfg(not(target_arch = "x86_64"))]
+    let aux = 0;
     (form.rows().row_size(k) + aux) * rows
 }
 
@@ -102,14 +104,16 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
     };
     let kernel = select::select_id(&mat, b);
     let groups = activation_bytes(&kernel, k, b.nrows()).next_multiple_of(8);
+    // Room to pack one panel where the weight was not packed ahead.
+    #[cfg(target_arch = "x86_64")]
     let scratch = match kernel.compute {
-        // Room to pack one panel where the weight was not packed ahead.
-        #[cfg(target_arch = "x86_64")]
         select::Compute::Panel { kind, .. } => {
             (k + 16).max(kind.panel_bytes(k / kind.block_values()).div_ceil(4) + 16)
         }
         _ => k + 16,
     };
+    #[cfg(not(target_arch = "x86_64"))]
+    let scratch = k + 16;
     // Several chunks per thread, so that threads finishing early take more; more for
     // prompts, whose blocks weigh more and less evenly.
     let n_chunks = if entries <= TILE { nth * 8 } else { nth * 16 }.max(1);

@@ -19,6 +19,10 @@
 //!   (`quants::simd::tiled_avx2`);
 //! - everything else: 4 × 4, 4 × 1 and 1 × 4 tiles of a dot-product build, or one element
 //!   at a time.
+//!
+//! `mul_mat_id` ([`experts`]) groups its columns by the matrix their ids choose and runs
+//! each chosen matrix's columns through the kernels of a one-column product by it (panels
+//! included: each column keeps its one-column bits).
 
 use half::{bf16, f16};
 
