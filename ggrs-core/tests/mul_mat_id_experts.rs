@@ -337,3 +337,46 @@ fn products_sharing_activations_keep_their_own_ids() {
         }
     }
 }
+
+/// A packed stack also serves a batched `mul_mat` (each batch its own matrix): the copy's
+/// panels are read matrix by matrix, giving the bits of the unpacked stack.
+#[test]
+fn a_packed_stack_serves_a_batched_mul_mat() {
+    let _serial = serial();
+    for t in [DType::Q8_0, DType::Q6K, DType::Q4_0] {
+        let stack: Arc<Vec<u8>> = Arc::new(
+            (0..N_MAT)
+                .flat_map(|e| weight(t, N, 300 + e as u64))
+                .collect(),
+        );
+        let b_vals = values(31, K * 3 * N_MAT);
+        let run = |packed: Option<&PackedWeight>, threads: usize| {
+            let mut ctx = Context::with_mem_size(16 << 20);
+            let a = ctx
+                .new_tensor_external(t, &[K, N, N_MAT], Arc::clone(&stack) as _, 0)
+                .expect("room");
+            if let Some(p) = packed {
+                ctx.set_packed(a, p).expect("a copy of this stack");
+            }
+            let b = ctx.new_tensor_3d(DType::F32, K, 3, N_MAT).expect("room");
+            ctx.set_f32(b, &b_vals).expect("values");
+            let y = ctx.mul_mat(a, b).expect("one matrix per batch");
+            let mut g = Graph::new();
+            g.build_forward_expand(&ctx, y).expect("one node");
+            Executor::new(threads).compute(&mut ctx, &g).expect("runs");
+            bits(&ctx, y)
+        };
+        let Some(packed) = PackedWeight::pack(t, [K, N, N_MAT, 1], &stack) else {
+            continue; // no panels for this type here: nothing packed to read
+        };
+        for threads in [1, 2] {
+            let (got, want) = (run(Some(&packed), threads), run(None, threads));
+            let differ = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+            assert_eq!(
+                (got.len(), differ),
+                (want.len(), 0),
+                "{t:?}, {threads} threads: values differ"
+            );
+        }
+    }
+}
