@@ -10,8 +10,10 @@
 //! pages cost (those are huge only where the page cache happens to hold the file in 2 MiB
 //! folios). Where the CPU has the `mul_mat` panel kernels (Q4_0/Q8_0 on AVX-512 VNNI), the
 //! copy is repacked into the layout those kernels stream, which `mul_mat` then reads instead
-//! of repacking the mapped rows on every product; other types are copied as they are
-//! (unless [`ModelOptions::copy_weights`] is off: short runs start sooner without).
+//! of repacking the mapped rows on every product (stacked experts too, matrix by matrix,
+//! for `mul_mat_id`); other types are copied as they are (unless
+//! [`ModelOptions::copy_weights`] is off: short runs start sooner without; stacked experts
+//! never).
 //! Results are the same, bit for bit. The mapped pages of a packed weight are released
 //! (they come back from the file if another op, e.g. the embedding lookup, reads them), so
 //! resident memory stays about one copy of the weights. [`ModelOptions::pack_weights`] (or
@@ -250,15 +252,13 @@ impl Model {
             }
         }
         // The weights to copy: all of them, or only those laid out anew for the panel
-        // kernels (`copy_weights` off); the others stay in the map. Only 2-D matrices: a
-        // copy serves `mul_mat` on a 2-D weight, never `mul_mat_id` on stacked experts
-        // (which reads the map), so copying those would only double their memory.
+        // kernels (`copy_weights` off); the others stay in the map. Stacked experts only
+        // when laid out anew (matrix by matrix, for `mul_mat_id`'s panel kernels): a plain
+        // copy of a stack would only double its memory.
         let (picked, mut left): (Vec<_>, Vec<_>) =
             sources.into_iter().partition(|&(dtype, ne, _)| {
-                opts.pack_weights
-                    && ne[2] == 1
-                    && ne[3] == 1
-                    && (opts.copy_weights || ggrs_core::kernels::PackedWeight::repacks(dtype, ne))
+                let repacks = ggrs_core::kernels::PackedWeight::repacks(dtype, ne);
+                opts.pack_weights && ne[3] == 1 && (repacks || (opts.copy_weights && ne[2] == 1))
             });
         // One call, so that all packed weights share one huge-page-backed buffer; each
         // source's mapped pages are released as soon as it is packed.

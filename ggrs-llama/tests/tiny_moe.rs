@@ -36,8 +36,9 @@ fn hyperparameters_and_experts() {
     }
 }
 
-/// Stacked experts are never copied when the model copies its matrices: `mul_mat_id` reads
-/// them from the map, so a copy would only double their memory.
+/// Stacked experts are never copied as they are when the model copies its matrices (only
+/// repacked for `mul_mat_id`'s panel kernels, which f16 has none of): a plain copy would
+/// only double their memory.
 #[test]
 fn stacked_experts_stay_in_the_map() {
     use ggrs_llama::ModelOptions;
@@ -271,4 +272,95 @@ fn moe_ffn_of_a_batch_is_per_column_and_the_definition() {
         );
         assert!(max_rel < 5e-3, "layer {il}: {max_rel}");
     }
+}
+
+/// The tiny Qwen3-MoE quantized to q4_0: its stacked experts are repacked at load for
+/// `mul_mat_id`'s panel kernels (where this CPU runs them), and the logits of a batched
+/// prompt and of single decoding steps, on 1 and 2 threads, are the bits of the same model
+/// read from the file's map.
+#[test]
+fn q4_0_experts_packed_give_the_mapped_bits() {
+    use ggrs_core::gguf::GgufFile;
+    use ggrs_core::kernels::PackedWeight;
+    use ggrs_core::quantize::QuantizeOptions;
+    use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
+    use ggrs_llama::ModelOptions;
+
+    let dir = std::env::temp_dir().join(format!("ggrs-tiny-moe-q4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let q4 = dir.join("tiny-moe-q4_0.gguf");
+    let input = GgufFile::open(common::reference_dir().join("tiny/tiny-moe-f16.gguf"))
+        .expect("open tiny moe");
+    let recipe = RecipeOptions::new(FileType::from_name("q4_0").expect("q4_0"));
+    let engine = QuantizeOptions {
+        allow_requantize: false,
+        n_threads: 2,
+    };
+    quantize(&input, &q4, &recipe, &engine, |_| {}).expect("quantize");
+    drop(input);
+    let load = |pack_weights: bool| {
+        let opts = ModelOptions {
+            pack_weights,
+            copy_weights: false,
+            huge_pages: false,
+        };
+        Arc::new(Model::load_with(&q4, opts).expect("load q4_0 tiny moe"))
+    };
+    let (packed, mapped) = (load(true), load(false));
+    assert_eq!(mapped.packed_bytes(), 0);
+    // Packed: exactly the weights the panel kernels read, the stacks among them (matrix by
+    // matrix), each as packing it alone gives (tied weights once).
+    let mut seen = std::collections::HashSet::new();
+    let (mut all, mut stacks) = (0, 0);
+    for w in packed.weights() {
+        let info = packed.gguf().tensor(&w.name).expect("in the file");
+        let data = packed.gguf().tensor_data(info);
+        if !PackedWeight::repacks(w.dtype, w.ne) || !seen.insert(data.as_ptr()) {
+            continue;
+        }
+        let bytes = PackedWeight::pack(w.dtype, w.ne, data).map_or(0, |p| p.bytes());
+        all += bytes;
+        if w.ne[2] > 1 {
+            stacks += bytes;
+        }
+    }
+    assert_eq!(packed.packed_bytes(), all);
+    if PackedWeight::repacks(DType::Q4_0, [128, 96, 4, 1]) {
+        assert!(stacks > 0, "no expert stack was repacked");
+    }
+    let prompt = packed
+        .tokenizer()
+        .encode("The quick brown fox jumps over", true, true)
+        .expect("tokenize");
+    for threads in [1, 2] {
+        let run = |model: &Arc<Model>| {
+            let params = SessionParams {
+                n_ctx: 64,
+                n_batch: 64,
+                n_threads: threads,
+                logits_all: true,
+                ..Default::default()
+            };
+            let mut s = Session::new(model.clone(), params).expect("session");
+            s.eval(&prompt, true).expect("prompt in one batch");
+            let mut out = s.all_logits().to_vec();
+            for step in 0..3 {
+                let next = common::argmax(s.logits());
+                s.eval(&[next], false)
+                    .unwrap_or_else(|e| panic!("step {step}: {e}"));
+                out.extend_from_slice(s.logits());
+            }
+            out
+        };
+        let (a, b) = (run(&packed), run(&mapped));
+        assert_eq!(a.len(), b.len());
+        let differ = a
+            .iter()
+            .zip(&b)
+            .filter(|(x, y)| x.to_bits() != y.to_bits())
+            .count();
+        assert_eq!(differ, 0, "{threads} threads: {differ} logits differ");
+    }
+    drop((packed, mapped));
+    let _ = std::fs::remove_dir_all(&dir);
 }

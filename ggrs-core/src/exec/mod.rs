@@ -407,7 +407,7 @@ fn resolve(
             plan: p,
             packed: std::ptr::null(),
         };
-        if matches!(m.op, Op::MulMat { .. }) {
+        if matches!(m.op, Op::MulMat { .. } | Op::MulMatId) {
             // The weight's packed copy is part of its data (`Context::set_packed`).
             if let Some(p) = m.src[0].and_then(|w| ctx.packed(w)) {
                 keep.extend(kernels::matmul::attach_packed(&mut task, p));

@@ -69,6 +69,18 @@ struct Access {
 /// reads: see `kernels::matmul::ActivationForm`).
 type InitKey = (usize, [usize; 4], [usize; 4], ActivationForm);
 
+/// What a `mul_mat_id`'s INIT also writes after the converted activations: its columns
+/// grouped by matrix, which depend on its ids (place, shape, strides) and matrix count.
+type GroupKey = (usize, [usize; 4], [usize; 4], usize);
+
+/// The [`GroupKey`] of `t`, if it is a `mul_mat_id`.
+fn group_key(t: &Task) -> Option<GroupKey> {
+    match (t.op, t.src[0], t.src[2]) {
+        (Op::MulMatId, Some(a), Some(ids)) => Some((ids.data as usize, ids.ne, ids.nb, a.ne[2])),
+        _ => None,
+    }
+}
+
 /// The [`InitKey`] of `t`, if it is a `mul_mat` or `mul_mat_id` with INIT (both convert
 /// `src1`'s rows into the same slots, so either may reuse the other's conversion).
 fn init_key(t: &Task) -> Option<InitKey> {
@@ -80,6 +92,19 @@ fn init_key(t: &Task) -> Option<InitKey> {
     }
 }
 
+/// The `mul_mat` (or `mul_mat_id`) whose INIT output is in the shared buffer.
+#[derive(Clone, Copy)]
+struct InitOwner {
+    /// Its index in the task list.
+    node: usize,
+    key: InitKey,
+    /// Its activations' span.
+    src: (usize, usize),
+    /// For a `mul_mat_id`: its grouping's key and its ids' span.
+    group: Option<GroupKey>,
+    ids: (usize, usize),
+}
+
 /// Groups the data-moving tasks into epochs. With `serial` every node is an epoch of its
 /// own (used while profiling, so that each node's time is its own).
 pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedule {
@@ -88,15 +113,20 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
     let mut epoch_start = 0;
     // Whether a node of the current epoch writes or reads the shared work buffer.
     let mut shared_busy = false;
-    // The mul_mat whose INIT output is in the shared buffer, its key and its src1 span.
-    let mut owner: Option<(usize, InitKey, (usize, usize))> = None;
+    // The mul_mat whose INIT output is in the shared buffer.
+    let mut owner: Option<InitOwner> = None;
     for (i, t) in tasks.iter().enumerate() {
         if t.plan.is_noop() || matches!(t.op, Op::None) {
             continue;
         }
         let key = init_key(t);
+        // A mul_mat reads only the converted rows; a mul_mat_id also the grouping, which
+        // only a mul_mat_id with the same ids and matrix count wrote.
+        let group = group_key(t);
         let reuse = match (key, owner) {
-            (Some(k), Some((p, ok, _))) if k == ok => Some(p),
+            (Some(k), Some(o)) if k == o.key && (group.is_none() || group == o.group) => {
+                Some(o.node)
+            }
             _ => None,
         };
         let uses_shared = reuse.is_none() && t.plan.work_shared > 0;
@@ -125,11 +155,19 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
             (None, _) => (0, None),
         };
         if uses_shared {
-            owner = key.map(|k| (i, k, t.src[1].map_or((0, 0), |b| span(&b))));
+            let src = |s: usize| t.src[s].map_or((0, 0), |b| span(&b));
+            owner = key.map(|key| InitOwner {
+                node: i,
+                key,
+                src: src(1),
+                group,
+                ids: src(2),
+            });
         }
-        // Writing the converted activations' source makes the conversion stale.
-        if let Some((_, _, src)) = owner {
-            if overlaps(write, src) {
+        // Writing the converted activations' source (or a grouping's ids) makes the
+        // conversion stale.
+        if let Some(o) = owner {
+            if overlaps(write, o.src) || (o.group.is_some() && overlaps(write, o.ids)) {
                 owner = None;
             }
         }

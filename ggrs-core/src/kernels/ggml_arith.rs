@@ -602,10 +602,10 @@ pub(crate) fn mul_mat_dot_f32(
     }
 }
 
-/// llamafile's tinyBLAS on AVX-512 for f32 rows (`n` values as bytes): one register of 16
-/// FMA lanes per output over blocks of 16, then [`reduce16`]; `n` is a multiple of 16 where
-/// [`mul_mat_dot_f32`] chooses it (a tail, if any, is added in f32).
-fn dot_f32_lanes16(n: usize, a: &[u8], b: &[u8]) -> f32 {
+/// [`dot_f32_lanes16`]'s body (portable; compiled with FMA where the CPU has it, where
+/// `mul_add` is one instruction instead of a library call, with the same bits).
+#[inline(always)]
+fn dot_f32_lanes16_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
     let m = n / 16 * 16;
     let mut lanes = [0f32; 16];
@@ -621,10 +621,9 @@ fn dot_f32_lanes16(n: usize, a: &[u8], b: &[u8]) -> f32 {
     sum
 }
 
-/// `ggml_vec_dot_f32` on AVX-512 for f32 rows (`n` values as bytes): four registers of 16
-/// FMA lanes over blocks of 64, the same reduction as [`dot_f16_vec_f32_body`]; the tail
-/// (below a block of 64) added in f32, as ggml's f32 sum.
-fn dot_f32_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
+/// [`dot_f32_vec`]'s body (portable; compiled with FMA where the CPU has it).
+#[inline(always)]
+fn dot_f32_vec_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let (a, b): (&[f32], &[f32]) = (bytemuck::cast_slice(a), bytemuck::cast_slice(b));
     let np = n & !63;
     let mut sum = dot_f16_vec_f32_body(&a[..np], &b[..np]);
@@ -721,6 +720,21 @@ dispatch_dot!(
     dot_q8_0_lanes,
     dot_q8_0_lanes_body
 );
+dispatch_dot!(
+    /// llamafile's tinyBLAS on AVX-512 for f32 rows (`n` values as bytes): one register of
+    /// 16 FMA lanes per output over blocks of 16, then [`reduce16`]; `n` is a multiple of 16
+    /// where [`mul_mat_dot_f32`] chooses it (a tail, if any, is added in f32).
+    dot_f32_lanes16,
+    dot_f32_lanes16_body
+);
+dispatch_dot!(
+    /// `ggml_vec_dot_f32` on AVX-512 for f32 rows (`n` values as bytes): four registers of
+    /// 16 FMA lanes over blocks of 64, the same reduction as [`dot_f16_vec_f32_body`]; the
+    /// tail (below a block of 64) added in f32, as ggml's f32 sum.
+    dot_f32_vec,
+    dot_f32_vec_body
+);
+
 dispatch_dot!(
     /// Q4_0 · Q8_0 in ggml's x86 lane order (unpacked weights).
     dot_q4_0_lanes,
@@ -1272,6 +1286,8 @@ pub(crate) mod x86 {
         dot_iq4_xs_lanes => dot_iq4_xs_lanes_body,
         dot_q4_1_lanes => dot_q4_1_lanes_body,
         dot_q5_1_lanes => dot_q5_1_lanes_body,
+        dot_f32_lanes16 => dot_f32_lanes16_body,
+        dot_f32_vec => dot_f32_vec_body,
     );
 
     // The repacked Q4_K / Q2_K orders: explicit AVX2 kernels (`dispatch::repacked_k`).

@@ -238,7 +238,7 @@ pub(crate) struct Task {
     pub dst: RawTensor,
     pub src: [Option<RawTensor>; MAX_SRC],
     pub plan: TaskPlan,
-    /// For a `mul_mat` on the panel path whose weight was packed ahead
+    /// For a `mul_mat` or `mul_mat_id` on the panel path whose weight was packed ahead
     /// (`matmul::PackedWeight`): the first byte of the packed copy, which the executor keeps
     /// alive while the graph runs (`matmul::attach_packed`). Null otherwise.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -401,6 +401,10 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
         if let Op::MulMat { .. } | Op::MulMatId = task.op {
             // mul_mat_id converts b's rows into the same slots as mul_mat.
             matmul::init(task, ith, nth, work)
+        }
+        if matches!(task.op, Op::MulMatId) && ith == 0 {
+            // One piece also groups the columns by matrix, after the converted rows.
+            matmul::experts::group(task, work)
         }
     }
 }

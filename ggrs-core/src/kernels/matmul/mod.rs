@@ -19,13 +19,20 @@
 //!   (`quants::simd::tiled_avx2`);
 //! - everything else: 4 × 4, 4 × 1 and 1 × 4 tiles of a dot-product build, or one element
 //!   at a time.
+//!
+//! `mul_mat_id` ([`experts`]) groups its columns by the matrix their ids choose and runs
+//! each chosen matrix's columns through the kernels of a one-column product by it (panels
+//! included: each column keeps its one-column bits).
 
 use half::{bf16, f16};
 
+pub(crate) mod experts;
 pub(crate) mod select;
 
+pub(crate) use experts::{compute as compute_id, plan as plan_id};
+
 use crate::dtype::DType;
-use crate::kernels::{split_range, vec, RawTensor, Task, TaskPlan, Work};
+use crate::kernels::{split_range, vec, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 use crate::types::traits;
 pub(crate) use select::ActivationForm;
@@ -91,7 +98,6 @@ const TILE: usize = 16;
 /// `regions` threads in turn: chunk `rb` is piece `rb / regions` of region
 /// `rb % regions`, the regions lying one after the other; so a thread taking every
 /// `regions`-th chunk streams through one contiguous range (a bijection of `0..nrb`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn interleaved_position(rb: usize, nrb: usize, regions: usize) -> usize {
     let regions = regions.clamp(1, nrb.max(1));
     let r = rb % regions;
@@ -305,6 +311,9 @@ struct Operands<'t> {
     /// Bytes of a weight row and of an activation row.
     rs_a: usize,
     rs_b: usize,
+    /// For a `mul_mat_id`: the columns of one matrix, gathered (column `j` of the view is
+    /// entry `j` of the list); `None` for a `mul_mat`'s batch.
+    gathered: Option<experts::Gathered<'t>>,
 }
 
 impl<'t> Operands<'t> {
@@ -322,6 +331,27 @@ impl<'t> Operands<'t> {
             a_batch: (i2 / (b.ne[2] / a.ne[2]), i3 / (b.ne[3] / a.ne[3])),
             rs_a: a.dtype.row_size(k),
             rs_b,
+            gathered: None,
+        }
+    }
+
+    /// The operands of a `mul_mat_id` chunk: matrix `e` of the stack, against the columns
+    /// `cols` chose it (their converted rows in INIT's slots).
+    fn gathered(task: &'t Task, work: &mut Work, e: usize, cols: experts::Gathered<'t>) -> Self {
+        let k = task.s0().ne[0];
+        let rs_b = task
+            .plan
+            .activation()
+            .map_or(DType::F32, |form| form.rows())
+            .row_size(k);
+        Operands {
+            task,
+            shared: work.shared,
+            batch: (0, 0),
+            a_batch: (e, 0),
+            rs_a: task.s0().dtype.row_size(k),
+            rs_b,
+            gathered: Some(cols),
         }
     }
 
@@ -344,9 +374,14 @@ impl<'t> Operands<'t> {
         let (b, d) = (self.task.s1(), &self.task.dst);
         let (i2, i3) = self.batch;
         // SAFETY: j < m; with conversion, row (j, i2, i3) is slot r of the shared buffer,
-        // written in INIT; without, b is dense f32 and the row lies in its span.
+        // written in INIT; without, b is dense f32 and the row lies in its span. Gathered
+        // columns: `slot` names a converted row of INIT's buffer (a `mul_mat_id` always
+        // converts).
         unsafe {
-            if self.task.plan.init {
+            if let Some(g) = &self.gathered {
+                let r = g.slot(j);
+                std::slice::from_raw_parts(self.shared.add(r * self.rs_b), self.rs_b)
+            } else if self.task.plan.init {
                 let r = j + d.ne[1] * (i2 + d.ne[2] * i3);
                 std::slice::from_raw_parts(self.shared.add(r * self.rs_b), self.rs_b)
             } else {
@@ -361,9 +396,15 @@ impl<'t> Operands<'t> {
     /// i < n, j < m, and the element belongs to the calling chunk (no other chunk writes it).
     unsafe fn put(&self, i: usize, j: usize, v: f32) {
         let d = &self.task.dst;
-        let (i2, i3) = self.batch;
+        let (i1, i2, i3) = match &self.gathered {
+            Some(g) => {
+                let (slot, t) = g.column(j);
+                (slot, t, 0)
+            }
+            None => (j, self.batch.0, self.batch.1),
+        };
         // SAFETY: the caller's guarantee: the offset lies inside dst, the element is ours.
-        unsafe { *(d.data.add(d.offset(i, j, i2, i3)) as *mut f32) = v };
+        unsafe { *(d.data.add(d.offset(i, i1, i2, i3)) as *mut f32) = v };
     }
 
     /// Rows × columns with a one-element kernel, in tiles where it has them. The tile
@@ -572,124 +613,6 @@ impl<'t> Operands<'t> {
     }
 }
 
-/// Plans a `mul_mat_id` (`a`: `[k, n, n_mat]`, `b`: `[k, n_b, n_tok]`): INIT converts every
-/// row of `b` as a one-column `mul_mat`'s does (its activation form, the same slots); COMPUTE
-/// chunks are blocks of one matrix's rows, each against every column that chose that matrix.
-pub(crate) fn plan_id(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize) -> TaskPlan {
-    let _ = dst;
-    let k = a.ne[0];
-    let vdt = traits(a.dtype).vec_dot_type;
-    let n_mat = a.ne[2].max(1);
-    let nrb = (nth * 4).div_ceil(n_mat).min(a.ne[1].div_ceil(TILE)).max(1);
-    // Each column is a one-column product by one matrix of `a`, as a 2-D tensor.
-    let mat = TensorMeta {
-        ne: [k, a.ne[1], 1, 1],
-        ..a.clone()
-    };
-    TaskPlan {
-        n_chunks: n_mat * nrb,
-        init: true,
-        finalize: false,
-        work_shared: vdt.row_size(k) * b.nrows(),
-        scratch_f32: k + 16,
-        tiles: (nrb, 1),
-        n_threads: nth,
-        matmul: Some(select::select_id(&mat, b)),
-    }
-}
-
-/// One chunk of a `mul_mat_id` planned by [`plan_id`]: rows block `chunk % nrb` of matrix
-/// `chunk / nrb`, against every (slot, token) column whose id names that matrix. Each column
-/// goes through [`tile`] as the only column of a `mul_mat` by the matrix as a 2-D tensor,
-/// so it gets that product's kernels and bits. Fails on an id outside `0..n_mat`.
-///
-/// # Safety
-/// See [`crate::kernels::compute_chunk`]; INIT has run.
-pub(crate) unsafe fn compute_id(
-    task: &Task,
-    chunk: usize,
-    n_chunks: usize,
-    work: &mut Work,
-) -> crate::error::Result<()> {
-    let _ = n_chunks;
-    let (a, b, d) = (task.s0(), task.s1(), &task.dst);
-    let ids = task.src[2]
-        .as_ref()
-        .expect("builder gives mul_mat_id its ids as src2");
-    let nrb = task.plan.tiles.0;
-    let (e, rb) = (chunk / nrb, chunk % nrb);
-    let rows = split_range(a.ne[1], nrb, rb);
-    let k = a.ne[0];
-    let vdt = task
-        .plan
-        .activation()
-        .map_or(traits(a.dtype).vec_dot_type, |f| f.rows());
-    let rs = vdt.row_size(k);
-    let (n_used, n_tok) = (ids.ne[0], ids.ne[1]);
-    let plane = a.nb[1] * a.ne[1];
-    // Matrix e as a 2-D tensor; e < a.ne[2] = n_mat (chunks cover n_mat · nrb).
-    let mat = RawTensor {
-        // SAFETY: e < a.ne[2], so the offset lies inside a.
-        data: unsafe { a.data.add(e * a.nb[2]) },
-        dtype: a.dtype,
-        ne: [k, a.ne[1], 1, 1],
-        nb: [a.nb[0], a.nb[1], plane, plane],
-    };
-    for t in 0..n_tok {
-        for slot in 0..n_used {
-            // SAFETY: (slot, t) lies within ids ([n_used, n_tok] i32, 4-byte aligned).
-            let id = unsafe { *(ids.data.add(ids.offset(slot, t, 0, 0)) as *const i32) };
-            let id = crate::kernels::rows::check_id("MUL_MAT_ID", id, a.ne[2])?;
-            if id != e {
-                continue;
-            }
-            // The converted row of b's column (slot % n_b, t): slot r of INIT's buffer.
-            let r = slot % b.ne[1] + b.ne[1] * t;
-            // SAFETY: r < b.nrows(), so the slot lies in the shared buffer INIT filled.
-            let conv = unsafe { work.shared.add(r * rs) };
-            let col = Task {
-                op: crate::op::Op::MulMat { per_column: false },
-                dst: RawTensor {
-                    // SAFETY: (0, slot, t) lies within dst.
-                    data: unsafe { d.data.add(d.offset(0, slot, t, 0)) },
-                    dtype: DType::F32,
-                    ne: [d.ne[0], 1, 1, 1],
-                    nb: d.nb,
-                },
-                src: [
-                    Some(mat),
-                    Some(RawTensor {
-                        data: conv,
-                        dtype: DType::F32,
-                        ne: [k, 1, 1, 1],
-                        nb: [4, 4 * k, 4 * k, 4 * k],
-                    }),
-                    None,
-                    None,
-                ],
-                plan: TaskPlan {
-                    n_chunks: 1,
-                    init: true,
-                    tiles: (1, 1),
-                    n_threads: 1,
-                    matmul: task.plan.matmul,
-                    ..TaskPlan::default()
-                },
-                packed: std::ptr::null(),
-            };
-            let mut w = Work {
-                shared: conv,
-                scratch: &mut *work.scratch,
-            };
-            // SAFETY: the column's converted row is at `conv` (slot 0 of `w.shared`); the
-            // output column (rows `rows` of dst column (slot, t)) is written by this chunk
-            // only: its matrix is e and its rows are this chunk's block.
-            unsafe { tile(&col, &mut w, (0, 0), rows.clone(), 0..1) };
-        }
-    }
-    Ok(())
-}
-
 /// A weight matrix copied once, ahead of any graph, into the layout `mul_mat` reads best,
 /// 64-byte aligned, on transparent huge pages where the system has them, owned by whoever
 /// loaded the weights (e.g. a model; clones share the copy). The layout is the panels the
@@ -742,10 +665,12 @@ impl PackedWeight {
     /// Copies the 2-D weight whose `ne[1]` rows of `ne[0]` values of type `dtype` are `data`
     /// (dense, in file layout): into the panel layout when this CPU has the panel kernel for
     /// it (Q4_0 or Q8_0 on AVX-512 VNNI or AVX2, at least 16 rows, rows of whole blocks), else as it
-    /// is. `None` on targets without packing (all but x86-64), for a weight that is not 2-D
-    /// or whose `data` is shorter than its rows, or if memory for the copy cannot be mapped.
-    /// The copy belongs to the tensors whose data starts at `data`'s address
-    /// ([`crate::Context::set_packed`]).
+    /// is. A stack of `ne[2]` such matrices (3-D, the experts `mul_mat_id` reads) is packed
+    /// matrix by matrix when each has a panel kernel as a 2-D weight, and not at all
+    /// otherwise. `None` on targets without packing (all but x86-64), for a 4-D weight or
+    /// a stack without panels, one whose `data` is shorter than its rows, or if memory for
+    /// the copy cannot be mapped. The copy belongs to the tensors whose data starts at
+    /// `data`'s address ([`crate::Context::set_packed`]).
     pub fn pack(dtype: DType, ne: [usize; 4], data: &[u8]) -> Option<PackedWeight> {
         PackedWeight::pack_all(&[(dtype, ne, data)], |_| ())
             .pop()
@@ -757,11 +682,12 @@ impl PackedWeight {
     /// as they are (`false`; also on targets without packing). Callers that only want the
     /// repacked weights (whose gain is large) and not the plain copies (whose gain is a
     /// few percent of decoding speed, for the cost of touching fresh memory at load time)
-    /// pass only the weights for which this holds.
+    /// pass only the weights for which this holds. Stacks of matrices (3-D) are packed only
+    /// when this holds.
     pub fn repacks(dtype: DType, ne: [usize; 4]) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            ne[2] == 1 && ne[3] == 1 && panels::kind(dtype, ne).is_some()
+            ne[3] == 1 && panels::kind(dtype, [ne[0], ne[1], 1, 1]).is_some()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -852,7 +778,7 @@ pub(crate) struct PackedKeep {
     _entry: std::sync::Arc<packed::Packed>,
 }
 
-/// Points `task` (a `mul_mat`) at `packed`, the packed copy its weight operand carries
+/// Points `task` (a `mul_mat` or `mul_mat_id`) at `packed`, the packed copy its weight operand carries
 /// ([`crate::Context::set_packed`]), once per graph run rather than per chunk: a panel plan
 /// streams the copy's panels when they are in its kernel's layout, any other plan reads a
 /// plain copy of the rows in place of the source. A copy in another layout than the plan
@@ -863,7 +789,10 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
         use crate::quants::dispatch::panel::Kind;
         let entry = &packed.entry;
         let a = task.s0();
-        let dense = a.nb[0] == a.dtype.type_size() && a.nb[1] == a.dtype.row_size(a.ne[0]);
+        // (The matrices of a stack one after the other, as they were packed.)
+        let dense = a.nb[0] == a.dtype.type_size()
+            && a.nb[1] == a.dtype.row_size(a.ne[0])
+            && (a.ne[2] <= 1 || a.nb[2] == a.nb[1] * a.ne[1]);
         if !(dense && entry.dtype == a.dtype && entry.ne == a.ne) {
             return None;
         }
@@ -984,14 +913,20 @@ mod packed {
         let places: Vec<Option<(Option<Kind>, usize, usize)>> = weights
             .iter()
             .map(|&(dtype, ne, data)| {
-                let rows_bytes = dtype.row_size(ne[0]) * ne[1];
-                if ne[2] != 1 || ne[3] != 1 || rows_bytes == 0 || data.len() < rows_bytes {
+                let planes = ne[2];
+                let rows_bytes = dtype.row_size(ne[0]) * ne[1] * planes;
+                if ne[3] != 1 || rows_bytes == 0 || data.len() < rows_bytes {
                     return None;
                 }
-                let kind = panels::kind(dtype, ne);
+                // A stack of matrices (the experts `mul_mat_id` reads) is packed matrix by
+                // matrix, each in the panels of its kernel as a 2-D weight, and only then.
+                let kind = panels::kind(dtype, [ne[0], ne[1], 1, 1]);
                 let len = match kind {
-                    Some(kind) => ne[1] / ROWS * kind.panel_bytes(ne[0] / kind.block_values()),
-                    None => rows_bytes,
+                    Some(kind) => {
+                        planes * (ne[1] / ROWS) * kind.panel_bytes(ne[0] / kind.block_values())
+                    }
+                    None if planes == 1 => rows_bytes,
+                    None => return None,
                 };
                 let at = total;
                 total += len.next_multiple_of(64);
@@ -1020,9 +955,13 @@ mod packed {
             let (rs, nb) = (dtype.row_size(ne[0]), ne[0] / kind.block_values());
             let panel_bytes = kind.panel_bytes(nb);
             let out = region[at..at + len].as_mut_ptr();
+            // Panel p is panel p % np of matrix p / np, whose rows follow the previous
+            // matrix's.
+            let np = ne[1] / ROWS;
             for p in 0..len / panel_bytes {
+                let first = (p / np) * ne[1] + (p % np) * ROWS;
                 let rows: [*const u8; ROWS] =
-                    std::array::from_fn(|r| data[(p * ROWS + r) * rs..].as_ptr());
+                    std::array::from_fn(|r| data[(first + r) * rs..].as_ptr());
                 // SAFETY: `panels::kind` checked the CPU features; each row holds nb whole
                 // blocks inside `data` (length checked above); panel p's bytes lie inside
                 // this weight's `len` bytes of `region`.
@@ -1218,58 +1157,96 @@ mod panels {
             Some(select::Compute::Panel { first, .. }) => first,
             _ => unreachable!("compute runs panels only for a panel plan"),
         };
-        let first_cols = first_cols.min(m);
+        // The packed copy holds the panels of every matrix of a stack (3-D weights), one
+        // matrix after the other.
+        let plane = (a3 * a.ne[2] + a2) * np;
         for p in split_range(np, nrb, pos) {
             let i0 = p * ROWS;
             let buf = match task.packed.is_null() {
-                // Panel p < np of the packed copy, which the executor keeps alive.
-                false => task.packed.wrapping_add(p * panel_bytes),
+                // Panel p < np of matrix (a2, a3) of the packed copy, which the executor
+                // keeps alive.
+                false => task.packed.wrapping_add((plane + p) * panel_bytes),
                 true => {
                     // SAFETY: as below.
                     unsafe { pack_panel(kind, a, (a2, a3), p, np, buf) };
                     buf as *const u8
                 }
             };
-            // The first columns take the kind's twin, if it has one for this column count
-            // (`Kind::split`); every kernel takes several columns per pass through the panel
-            // where it has the registers for them (the grouping changes no column's bits).
-            let mut j = 0;
-            for (kind, end) in [(first_kind, first_cols), (kind, m)] {
-                macro_rules! columns {
-                    ($c:literal) => {
-                        while end - j >= $c {
-                            let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
-                            let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
-                            let mut out = [[0f32; ROWS]; $c];
-                            // SAFETY: as `pack`; INIT wrote the columns and their side data.
-                            unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
-                            for (c, col) in out.iter().enumerate() {
-                                for (r, &v) in col.iter().enumerate() {
-                                    // SAFETY: an element of this chunk's panel, inside dst.
-                                    unsafe {
-                                        *(d.data.add(d.offset(i0 + r, j + c, i2, i3)) as *mut f32) =
-                                            v
-                                    };
-                                }
-                            }
-                            j += $c;
+            // SAFETY: `buf` holds panel p (packed ahead or just now); INIT wrote the columns
+            // and their side data; the panel's rows of every column are this chunk's.
+            unsafe {
+                columns(
+                    kind,
+                    (first_kind, first_cols),
+                    nb,
+                    buf,
+                    m,
+                    y,
+                    aux,
+                    |j, col| {
+                        for (r, &v) in col.iter().enumerate() {
+                            // SAFETY: an element of this chunk's panel, inside dst.
+                            *(d.data.add(d.offset(i0 + r, j, i2, i3)) as *mut f32) = v;
                         }
-                    };
-                }
-                for &g in panel::column_groups(kind) {
-                    match g {
-                        8 => columns!(8),
-                        4 => columns!(4),
-                        2 => columns!(2),
-                        _ => {}
-                    }
-                }
-                columns!(1);
-            }
+                    },
+                )
+            };
         }
         if rb == nrb - 1 && np * ROWS < n {
             // SAFETY: the leftover rows, written by this chunk only.
             unsafe { tile(task, work, (i2, i3), np * ROWS..n, 0..m) };
+        }
+    }
+
+    /// One packed panel (`nb` blocks of `kind`, at `buf`) against columns `0..m`, whose
+    /// converted rows and side data are at `y(j)` and `aux(j)`: `put(j, values)` receives
+    /// the panel's sixteen results of column `j`. The first `first.1` columns take kernel
+    /// `first.0` (the kind's twin, `Kind::split`), the rest `kind`; every kernel takes
+    /// several columns per pass where it has the registers for them (the grouping changes
+    /// no column's bits).
+    ///
+    /// # Safety
+    /// As `panel::gemm`: the CPU runs `kind`'s build, `buf` holds a packed panel of `nb`
+    /// blocks, `y(j)` / `aux(j)` point at a converted row and its side data for every
+    /// `j < m`; `put` may write its column's values (the caller owns those elements).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) unsafe fn columns(
+        kind: Kind,
+        first: (Kind, usize),
+        nb: usize,
+        buf: *const u8,
+        m: usize,
+        y: impl Fn(usize) -> *const u8,
+        aux: impl Fn(usize) -> *const u8,
+        mut put: impl FnMut(usize, &[f32; ROWS]),
+    ) {
+        let mut j = 0;
+        for (kind, end) in [(first.0, first.1.min(m)), (kind, m)] {
+            macro_rules! columns {
+                ($c:literal) => {
+                    while end - j >= $c {
+                        let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
+                        let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
+                        let mut out = [[0f32; ROWS]; $c];
+                        // SAFETY: the caller's guarantees.
+                        unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
+                        for (c, col) in out.iter().enumerate() {
+                            put(j + c, col);
+                        }
+                        j += $c;
+                    }
+                };
+            }
+            for &g in panel::column_groups(kind) {
+                match g {
+                    8 => columns!(8),
+                    4 => columns!(4),
+                    2 => columns!(2),
+                    _ => {}
+                }
+            }
+            columns!(1);
         }
     }
 
@@ -1279,7 +1256,7 @@ mod panels {
     /// # Safety
     /// As [`compute`]: the CPU has `kind`'s features, `p < np` panels of whole rows exist in
     /// that batch, `buf` has room for one packed panel.
-    unsafe fn pack_panel(
+    pub(super) unsafe fn pack_panel(
         kind: Kind,
         a: &crate::kernels::RawTensor,
         (a2, a3): (usize, usize),
@@ -1465,7 +1442,7 @@ mod tests {
     /// `mul_mat` reads its own weight's copy there (panels, or the rows of a type without a
     /// panel kernel): with the sources zeroed after packing, the products (one column and
     /// two) keep the packed weights' bits, and lose them once the copies are dropped. A
-    /// weight that is not 2-D gets `None`.
+    /// stack of matrices without panel kernels (3-D F16) gets `None`.
     #[test]
     fn weights_packed_together_keep_their_own_copies() {
         let mut seed = 11u64;
@@ -1506,7 +1483,10 @@ mod tests {
         let packed = PackedWeight::pack_all(&list, |i| reported.push(i));
         drop(list);
         assert_eq!(packed.len(), 5);
-        assert!(packed[4].is_none(), "3-D weights are not packed");
+        assert!(
+            packed[4].is_none(),
+            "stacks without panels (3-D F16) are not packed"
+        );
         let Some(first) = &packed[0] else {
             return; // no packing on this target: nothing to compare
         };
@@ -1525,7 +1505,14 @@ mod tests {
             assert_eq!(entry.kind.is_some(), PackedWeight::repacks(d, [k, n, 1, 1]));
         }
         assert!(!PackedWeight::repacks(DType::F16, [64, 20, 1, 1]));
-        assert!(!PackedWeight::repacks(DType::Q4_0, [64, 16, 2, 1]));
+        // A stack of matrices (the experts of a `mul_mat_id`) is repacked exactly when one
+        // of its matrices would be; never a 4-D weight, nor a stack without panels.
+        assert_eq!(
+            PackedWeight::repacks(DType::Q4_0, [64, 16, 2, 1]),
+            PackedWeight::repacks(DType::Q4_0, [64, 16, 1, 1])
+        );
+        assert!(!PackedWeight::repacks(DType::Q4_0, [64, 16, 2, 2]));
+        assert!(!PackedWeight::repacks(DType::F16, [64, 2, 2, 1]));
         for w in &mut ws {
             Arc::get_mut(w).expect("no graph holds the weight").fill(0);
         }

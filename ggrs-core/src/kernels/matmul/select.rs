@@ -276,13 +276,17 @@ pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKerne
     }
 }
 
-/// [`select`] for one column of a `mul_mat_id`: the element kernels a one-column `mul_mat`
-/// by the chosen matrix (`a`, as a 2-D tensor) takes, without panels, reading
-/// vec-dot-type rows.
+/// [`select`] for the columns of a `mul_mat_id` that chose matrix `a` (one matrix of the
+/// stack, as a 2-D tensor): the kernels of a one-column `mul_mat` by it, since llama.cpp
+/// multiplies each column of a `mul_mat_id` on its own (`ggml_compute_forward_mul_mat_id`,
+/// the repacked kernels' GEMV). Panels where a one-column product takes them (their
+/// several-column passes keep every column's one-column bits), else the element kernels;
+/// the activations are always converted (INIT also groups the columns).
 pub(crate) fn select_id(a: &TensorMeta, b: &TensorMeta) -> MatMulKernel {
+    let one = select(a, b, 1);
     MatMulKernel {
-        activation: Some(ActivationForm::Rows(vdt(a.dtype))),
-        compute: Compute::Element(element(a, b, 1)),
+        activation: one.activation.or(Some(ActivationForm::Rows(vdt(a.dtype)))),
+        compute: one.compute,
     }
 }
 
