@@ -1,8 +1,10 @@
 //! The read rate of one decoding `mul_mat` (one activation column) against a large weight
 //! packed as a model load packs it: `cargo run --release -p ggrs-core --example
-//! decode_stream -- [TYPE] [ROWS] [K] [THREADS] [REPS]` (defaults: `q6_k 151936 1024 2 200`,
-//! the shape of Qwen3's output matrix in the generated test models). Prints the median time
-//! per product and the weight bytes read per second at that median.
+//! decode_stream -- [TYPE] [ROWS] [K] [THREADS] [REPS] [COLUMNS]` (defaults: `q6_k 151936
+//! 1024 2 200 1`, the shape of Qwen3's output matrix in the generated test models, one
+//! column as in decoding). Prints the median time per product and the weight bytes read per
+//! second at that median, and the process's CPU time per product (which other processes
+//! sharing the cores inflate less than the wall time).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,6 +64,7 @@ fn main() -> ggrs_core::Result<()> {
         parse(3, "2")?,
         parse(4, "200")?.max(1),
     );
+    let m = parse(5, "1")?.max(1);
     if k == 0 || !k.is_multiple_of(dtype.block_size()) || rows == 0 {
         return Err(bad(format!(
             "{rows} rows of {k} values: need rows and a multiple of {} values",
@@ -70,7 +73,7 @@ fn main() -> ggrs_core::Result<()> {
     }
     // Real quantized rows: quantize random f32 values (a valid block for every type).
     let mut seed = 7;
-    let x: Vec<f32> = bytes(k, &mut seed)
+    let x: Vec<f32> = bytes(k * m, &mut seed)
         .iter()
         .map(|&b| b as f32 / 64.0 - 2.0)
         .collect();
@@ -98,7 +101,7 @@ fn main() -> ggrs_core::Result<()> {
     if let Some(p) = &packed {
         ctx.set_packed(w, p)?;
     }
-    let a = ctx.new_tensor_1d(DType::F32, k)?;
+    let a = ctx.new_tensor_2d(DType::F32, k, m)?;
     ctx.set_f32(a, &x)?;
     let y = ctx.mul_mat(w, a)?;
     let graph = Graph::build(&ctx, y)?;
@@ -119,7 +122,7 @@ fn main() -> ggrs_core::Result<()> {
     let out = ctx.to_f32_vec(y)?;
     let check: f64 = out.iter().map(|&v| v as f64).sum();
     println!(
-        "{dtype} {rows}x{k} t={threads} packed={} median {:.3} ms  {:.1} GB/s  (min {:.3} ms) cpu median {:.3} ms min {:.3} ms check {check:.6e}",
+        "{dtype} {rows}x{k} m={m} t={threads} packed={} median {:.3} ms  {:.1} GB/s  (min {:.3} ms) cpu median {:.3} ms min {:.3} ms check {check:.6e}",
         packed.is_some(),
         med * 1e3,
         gb / med,
