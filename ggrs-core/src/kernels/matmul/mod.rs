@@ -1771,4 +1771,66 @@ mod tests {
             }
         }
     }
+
+    /// Q6_K weights of short rows (four super-blocks, as the output matrices of the
+    /// generated models) and a tall shape with rows past the last panel: every element of a
+    /// product of 1 to 9 columns, packed at load or packed per chunk, on 1 and 2 threads,
+    /// has the bits of the one-element kernel of llama.cpp's order for that column count
+    /// (`ggml_vec_dot_q6_K_q8_K`'s lanes below eight columns, the tiled order from eight).
+    #[test]
+    fn q6_k_short_rows_match_the_one_element_kernels() {
+        use crate::quants::k_quants::tiled::{dot_q6_k_vec, dot_tiled};
+        let mut seed = 31u64;
+        let dtype = DType::Q6K;
+        let from = crate::types::traits(dtype)
+            .from_f32
+            .expect("Q6_K quantizes from f32");
+        for (k, n) in [(1024usize, 16 * 37 + 5), (256, 16 * 3 + 15), (768, 16 * 64)] {
+            let vals: Vec<f32> = (0..k * n)
+                .map(|_| (rng(&mut seed) % 20001) as f32 / 10000.0 - 1.0)
+                .collect();
+            let rs = dtype.row_size(k);
+            let mut wb = vec![0u8; rs * n];
+            for (src, dst) in vals.chunks(k).zip(wb.chunks_mut(rs)) {
+                from(src, dst);
+            }
+            let w = Arc::new(wb);
+            let packed = PackedWeight::pack(dtype, [k, n, 1, 1], &w);
+            for m in 1..=9usize {
+                let b: Vec<f32> = (0..k * m)
+                    .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                    .collect();
+                let cols: Vec<Vec<u8>> = b
+                    .chunks(k)
+                    .map(|x| {
+                        let mut q = vec![0u8; DType::Q8K.row_size(k)];
+                        crate::quants::k_quants::q8_k::quantize_row_q8_k_ref(x, &mut q)
+                            .expect("whole Q8_K blocks");
+                        q
+                    })
+                    .collect();
+                for nth in [1, 2] {
+                    for p in [None, packed.as_ref()] {
+                        let got = product_with(dtype, k, n, &w, &b, nth, false, p);
+                        for (j, col) in cols.iter().enumerate() {
+                            for i in 0..n {
+                                let row = &w[i * rs..(i + 1) * rs];
+                                let want = if m < crate::quants::dispatch::GGML_TILED_MIN_COLS {
+                                    dot_q6_k_vec(k, row, col)
+                                } else {
+                                    dot_tiled::<crate::quants::BlockQ6K>(k, row, col)
+                                };
+                                assert_eq!(
+                                    got[i + n * j].to_bits(),
+                                    want.to_bits(),
+                                    "k={k} n={n} m={m} nth={nth} packed={}: row {i} column {j}",
+                                    p.is_some()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -155,8 +155,8 @@ pub(crate) struct BlockAt {
     /// The first 64-byte vector of codes (4 for nibbles, 8 for Q8_0).
     pub v: usize,
     /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
-    /// row `r`'s value `4g + t`. Q6_K: its 16 vectors of high bits (lane `r` of vector `q`
-    /// = bytes `4q..4q + 4` of row `r`'s `qh`); Q3_K: its 8 vectors of `hmask`.
+    /// row `r`'s value `4g + t`. Q3_K: its 8 vectors of `hmask`. Q6_K: `v` (its codes are
+    /// one run of `ql` and `qh` vectors, see [`q6_k_ql`] and [`q6_k_qh`]).
     pub h: usize,
     /// Q6_K, Q3_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r`
     /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`. IQ4_XS: the rows' `scales_l` (lane
@@ -259,8 +259,10 @@ impl Kind {
             Kind::Q4_1Lanes => (base, base + 32, base + 64, 0, 0),
             Kind::Q5_0Lanes => (base + 320, 0, base, base + 256, 0),
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
-            // ql (32 vectors), qh (16), scales (256 bytes), d (32 bytes): 3360 bytes.
-            Kind::Q6KLanes => (base + 3328, 0, base, base + 2048, base + 3072),
+            // d (32 bytes), scales (256 bytes), then ql (32 vectors) and qh (16) in the
+            // order the lanes kernels read them (`q6_k_ql`, `q6_k_qh`): 3360 bytes, read
+            // front to back.
+            Kind::Q6KLanes => (base, 0, base + 288, base + 288, base + 32),
             // qs (32 vectors), scales_l (16 × u32), scales_h (16 × u16), d (16 × f16):
             // 2176 bytes (`panel_iq4`).
             Kind::IQ4XSLanes => (base + 2144, 0, base, base + 2112, base + 2048),
@@ -666,6 +668,27 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
     }
 }
 
+/// Where `ql` vector `q` (0..32; lane `r` = bytes `4q..4q + 4` of row `r`'s `ql`) of a packed
+/// Q6_K super-block lies, in bytes from its codes ([`BlockAt::v`]). The lanes kernels take
+/// lane `l` of the 32-value groups at a time (`q = 16n + 8m' + l`, with `qh` vector
+/// `8n + l` holding the top bits of groups `4n + m'` and `4n + m' + 2`): the codes lie in
+/// that order, for lane `l` `qh_l`, `ql_l`, `ql_8+l`, `qh_8+l`, `ql_16+l`, `ql_24+l`, so that
+/// a pass through a super-block reads it front to back (which the hardware prefetchers
+/// follow, where a jump between six streams per lane stalled on memory).
+#[inline(always)]
+pub(crate) const fn q6_k_ql(q: usize) -> usize {
+    let (n, m2, l) = (q / 16, q / 8 % 2, q % 8);
+    64 * (6 * l + 3 * n + 1 + m2)
+}
+
+/// Where `qh` vector `h` (0..16; lane `r` = bytes `4h..4h + 4` of row `r`'s `qh`) of a packed
+/// Q6_K super-block lies, in bytes from its codes ([`BlockAt::v`]; see [`q6_k_ql`]).
+#[inline(always)]
+pub(crate) const fn q6_k_qh(h: usize) -> usize {
+    let (n, l) = (h / 8, h % 8);
+    64 * (6 * l + 3 * n)
+}
+
 /// [`pack_portable`] for Q6_K (file layout: `ql[128]`, `qh[64]`, `scales[16]`, f16 `d`):
 /// `ql` and `qh` transposed by 4-byte quads like the other types' codes, the scales
 /// scale-major, the sixteen `d` together ([`Kind::block_at`]).
@@ -677,7 +700,7 @@ fn pack_q6_k(nb: usize, src: &[&[u8]; ROWS], dst: &mut [u8]) {
             let blk = &row[i * bytes..(i + 1) * bytes];
             for (q, quad) in blk[..192].chunks_exact(4).enumerate() {
                 // ql's 32 quads, then qh's 16, each one vector of 64 bytes.
-                let v = at.v + 64 * q + 4 * r;
+                let v = at.v + if q < 32 { q6_k_ql(q) } else { q6_k_qh(q - 32) } + 4 * r;
                 dst[v..v + 4].copy_from_slice(quad);
             }
             for j in 0..16 {
@@ -1160,7 +1183,7 @@ mod tests {
         }
         let mut seed = 17u64;
         for extreme in [false, true] {
-            for nb in [1usize, 2, 5, 19] {
+            for nb in [1usize, 2, 4, 5, 19] {
                 let kind = Kind::Q6KLanes;
                 run_in::<1>(kind, nb, &mut seed, extreme);
                 run_in::<2>(kind, nb, &mut seed, extreme);

@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::panel::{q4_0_at, Kind, AUX_BYTES, ROWS};
+use super::panel::{q4_0_at, q6_k_qh, q6_k_ql, Kind, AUX_BYTES, ROWS};
 use super::x86::{read_f32, read_u16, read_u32};
 
 /// Bytes of a Q8_0 block (activations).
@@ -415,12 +415,12 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
                     for n in 0..2 {
                         for (l, lane) in lanes.iter_mut().enumerate() {
                             let qh = _mm256_loadu_si256(
-                                panel.add(at.h + 64 * (8 * n + l) + 32 * half).cast(),
+                                panel.add(at.v + q6_k_qh(8 * n + l) + 32 * half).cast(),
                             );
                             for m2 in 0..2 {
                                 let ql = _mm256_loadu_si256(
                                     panel
-                                        .add(at.v + 64 * (16 * n + 8 * m2 + l) + 32 * half)
+                                        .add(at.v + q6_k_ql(16 * n + 8 * m2 + l) + 32 * half)
                                         .cast(),
                                 );
                                 for nib in 0..2 {

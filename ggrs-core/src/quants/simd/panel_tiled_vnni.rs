@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::panel::Kind;
+use super::panel::{q6_k_qh, q6_k_ql, Kind};
 use super::x86::{read_f32, read_u16, read_u32};
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
@@ -128,8 +128,8 @@ impl TiledPanel for Q6K {
         let (n, m) = (g / 4, g % 4);
         // SAFETY: vectors of the packed super-block (caller); register operations.
         unsafe {
-            let ql = _mm512_loadu_si512(p.add(at.v + 64 * (16 * n + 8 * (m % 2) + q)).cast());
-            let qh = _mm512_loadu_si512(p.add(at.h + 64 * (8 * n + q)).cast());
+            let ql = _mm512_loadu_si512(p.add(at.v + q6_k_ql(16 * n + 8 * (m % 2) + q)).cast());
+            let qh = _mm512_loadu_si512(p.add(at.v + q6_k_qh(8 * n + q)).cast());
             let lo = if m < 2 {
                 ql
             } else {
