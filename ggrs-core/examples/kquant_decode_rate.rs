@@ -5,8 +5,8 @@
 //! does. Prints the median time per graph and the weight bytes (file layout) read per second.
 //!
 //! `cargo run --release -p ggrs-core --example kquant_decode_rate -- [TYPE] [ROWS] [K] [L]
-//! [THREADS] [REPS]` (defaults `q4_k 896 4864 24 2 100`; TYPE one of q4_0, q4_k, q5_k, q6_k,
-//! q2_k, q8_0).
+//! [THREADS] [REPS]` (defaults `q4_k 896 4864 24 2 100`; TYPE one of q4_0, q4_1, q5_0, q5_1,
+//! q8_0, q2_k, q3_k, q4_k, q5_k, q6_k).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,12 +39,16 @@ fn main() -> ggrs_core::Result<()> {
     let dtype = match arg(0, "q4_k").as_str() {
         "q4_0" => DType::Q4_0,
         "q8_0" => DType::Q8_0,
+        "q4_1" => DType::Q4_1,
+        "q5_0" => DType::Q5_0,
+        "q5_1" => DType::Q5_1,
+        "q3_k" => DType::Q3K,
         "q2_k" => DType::Q2K,
         "q4_k" => DType::Q4K,
         "q5_k" => DType::Q5K,
         "q6_k" => DType::Q6K,
         other => {
-            eprintln!("unknown type {other}: q4_0, q8_0, q2_k, q4_k, q5_k or q6_k");
+            eprintln!("unknown type {other}: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k");
             std::process::exit(2)
         }
     };
