@@ -164,8 +164,9 @@ pub(crate) struct BlockAt {
     /// first vector of `qh`, the code vectors interleaved with them (`panel_q5k`).
     pub h: usize,
     /// Q6_K, Q3_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r`
-    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`. IQ4_XS: the rows' `scales_l` (lane
-    /// `r` = row `r`'s four bytes); its `scales_h` (16 × u16) are at `h`.
+    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`; Q5_K: the 12 packed scale bytes of
+    /// each row, in 3 vectors (`panel_q5k`). IQ4_XS: the rows' `scales_l` (lane `r` = row
+    /// `r`'s four bytes); its `scales_h` (16 × u16) are at `h`.
     pub s: usize,
 }
 
