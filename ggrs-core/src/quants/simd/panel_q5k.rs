@@ -21,8 +21,9 @@
 //! Value `32j + 4l + e` of a row (sub-block `j = 2p + n`, quad `l`) has its low four bits in
 //! nibble `n` of `v_8p+l` (byte `e` of lane `r`) and its fifth bit at bit `j` of `h_l`. The
 //! kernels take quad `l` of every sub-block together (one lane accumulator at a time), so
-//! this order lets them read each super-block front to back: strides of 512 bytes through a
-//! block (the file's order) left the hardware prefetcher behind, at a seventh of the rate.
+//! this order lets them read each super-block front to back: with the codes in the file's
+//! order they read a block in strides of 512 bytes, which left the hardware prefetcher behind
+//! (24 weights of 896 × 4864 on Zen 4, 2 threads: 4–6 GB/s against 16–23).
 //!
 //! # Arithmetic
 //!
