@@ -1019,7 +1019,7 @@ mod panels {
     /// switch this path off too).
     pub(super) fn kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         let values = match dtype {
-            DType::Q6K | DType::Q3K | DType::Q4K | DType::Q2K | DType::IQ4XS => {
+            DType::Q6K | DType::Q5K | DType::Q3K | DType::Q4K | DType::Q2K | DType::IQ4XS => {
                 crate::quants::k_quants::QK_K
             }
             _ => 32,
@@ -1038,6 +1038,7 @@ mod panels {
             (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
             (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
             (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
+            (DType::Q5K, SumOrder::GgmlLanes) => Kind::Q5KLanes,
             (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
             (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
             (DType::Q3K, SumOrder::GgmlLanes) => Kind::Q3KLanes,

@@ -24,6 +24,7 @@
 //! | Q5_0, ≥ 16 rows | AVX2 and up | panels | Q8_0 rows + offset seeds |
 //! | Q4_1, Q5_1, ≥ 16 rows | AVX2 and up | panels | Q8_1 rows |
 //! | Q6_K, Q3_K, ≥ 16 rows | AVX2 and up below 8 columns; AVX-512 VNNI from 8 on (its tiled-order twin kind, `first`) | panels | Q8_K rows |
+//! | Q5_K, ≥ 16 rows, below 8 columns | AVX2 and up | panels in `ggml_vec_dot_q5_K_q8_K`'s lanes | Q8_K rows + pair sums |
 //! | Q4_K, Q2_K repacked by llama.cpp (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels: the GEMM order's twin for the first 4·⌊m/4⌋ columns, the GEMV order for the rest | Q8_K rows (+ pair sums for Q4_K) |
 //! | IQ4_NL (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels in the repacked `iq4_nl_8x8` order | Q8_0 rows + offset seeds |
 //! | IQ4_XS, ≥ 16 rows | AVX2 and up (tiled order from 8 columns: AVX-512 VNNI) | panels, one packed layout for both orders | Q8_K rows |

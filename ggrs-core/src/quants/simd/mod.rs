@@ -64,6 +64,10 @@ mod panel_lanes_vnni;
 #[cfg(target_arch = "x86_64")]
 mod panel_q3k;
 #[cfg(target_arch = "x86_64")]
+mod panel_q5k;
+#[cfg(target_arch = "x86_64")]
+mod panel_q5k_avx2;
+#[cfg(target_arch = "x86_64")]
 mod panel_q6k_vnni;
 #[cfg(target_arch = "x86_64")]
 mod panel_repacked;

@@ -2,8 +2,8 @@
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
 //! VNNI kernels; `panel_avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
 //! The same scheme serves Q4_1, Q5_0, Q5_1 (`panel_lanes_vnni`, `panel_avx2`) and Q6_K
-//! (`panel_q6k_vnni`, `panel_avx2`; layouts in [`Kind::block_at`]) and the i-quants IQ4_NL and
-//! IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
+//! (`panel_q6k_vnni`, `panel_avx2`; layouts in [`Kind::block_at`]), Q5_K (`panel_q5k`,
+//! `panel_q5k_avx2`) and the i-quants IQ4_NL and IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
 //!
 //! # Layout
 //!
@@ -143,6 +143,10 @@ pub(crate) enum Kind {
     /// Q2_K in the order of ggml's repacked GEMM kernel (one FMA per 128 values), same layout
     /// as [`Kind::Q2KGemv`].
     Q2KGemm,
+    /// Q5_K weights against Q8_K, eight lanes per super-block and the minimum chain as ggml's
+    /// AVX2 `ggml_vec_dot_q5_K_q8_K` (`panel_q5k`, `panel_q5k_avx2`), below eight columns,
+    /// where llama.cpp runs that kernel (from eight on, its tiled order: `tiled_avx2`).
+    Q5KLanes,
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -150,17 +154,19 @@ pub(crate) enum Kind {
 pub(crate) struct BlockAt {
     /// The sixteen scales (f16, or f32 for Q8_0).
     pub d: usize,
-    /// The sixteen minimums (f16; Q4_1, Q5_1; Q4_K, Q2_K: their `dmin`).
+    /// The sixteen minimums (f16; Q4_1, Q5_1; Q4_K, Q2_K, Q5_K: their `dmin`).
     pub m: usize,
     /// The first 64-byte vector of codes (4 for nibbles, 8 for Q8_0).
     pub v: usize,
     /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
     /// row `r`'s value `4g + t`. Q3_K: its 8 vectors of `hmask`. Q6_K: `v` (its codes are
-    /// one run of `ql` and `qh` vectors, see [`q6_k_ql`] and [`q6_k_qh`]).
+    /// one run of `ql` and `qh` vectors, see [`q6_k_ql`] and [`q6_k_qh`]). Q5_K: its first
+    /// vector of `qh`, the code vectors interleaved with them (`panel_q5k`).
     pub h: usize,
     /// Q6_K, Q3_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r`
-    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`. IQ4_XS: the rows' `scales_l` (lane
-    /// `r` = row `r`'s four bytes); its `scales_h` (16 × u16) are at `h`.
+    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`; Q5_K: the 12 packed scale bytes of
+    /// each row, in 3 vectors (`panel_q5k`). IQ4_XS: the rows' `scales_l` (lane `r` = row
+    /// `r`'s four bytes); its `scales_h` (16 × u16) are at `h`.
     pub s: usize,
 }
 
@@ -185,6 +191,7 @@ impl Kind {
             Kind::Q3KLanes => nb * super::panel_q3k::Q3K_PANEL_BYTES,
             Kind::Q4KGemv => nb * super::panel_repacked::Q4K_PANEL_BYTES,
             Kind::Q2KGemv => nb * super::panel_repacked::Q2K_PANEL_BYTES,
+            Kind::Q5KLanes => nb * super::panel_q5k::Q5K_PANEL_BYTES,
             k => nb * ROWS * k.src_block_bytes() + matches!(k, Kind::Q8_0Lanes) as usize * nb * 32,
         }
     }
@@ -192,9 +199,12 @@ impl Kind {
     /// Values per block of the weight type (32, or 256 for the super-blocks of the k-quants and IQ4_XS).
     pub(crate) const fn block_values(self) -> usize {
         match self.layout() {
-            Kind::Q6KLanes | Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q2KGemv | Kind::IQ4XSLanes => {
-                256
-            }
+            Kind::Q6KLanes
+            | Kind::Q3KLanes
+            | Kind::Q4KGemv
+            | Kind::Q2KGemv
+            | Kind::IQ4XSLanes
+            | Kind::Q5KLanes => 256,
             _ => 32,
         }
     }
@@ -202,19 +212,29 @@ impl Kind {
     /// Whether this kind, with its twins ([`Kind::split`]), keeps llama.cpp's order for
     /// `n_cols` activation columns (per batch) on this CPU: all but the Q3_K, Q6_K and IQ4_XS lanes
     /// from eight columns on (`dispatch::GGML_TILED_MIN_COLS`, llama.cpp's tiled kernel) where
-    /// their tiled twins have no build (no AVX-512 VNNI).
+    /// their tiled twins have no build (no AVX-512 VNNI), and the Q5_K lanes, which have no
+    /// tiled twin, from eight columns on everywhere.
     pub(crate) fn takes_columns(self, n_cols: usize) -> bool {
+        if self == Kind::Q5KLanes {
+            return n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS;
+        }
         !matches!(self, Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes)
             || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
             || vnni()
     }
 
     /// Whether every column of a product gets the same arithmetic whatever the column count
-    /// (all but the kinds with a twin).
+    /// (all but the kinds with a twin, and the Q5_K lanes, whose products with eight columns
+    /// or more take another kernel).
     pub(crate) const fn order_fixed(self) -> bool {
         !matches!(
             self,
-            Kind::Q4KGemv | Kind::Q2KGemv | Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes
+            Kind::Q4KGemv
+                | Kind::Q2KGemv
+                | Kind::Q6KLanes
+                | Kind::Q3KLanes
+                | Kind::IQ4XSLanes
+                | Kind::Q5KLanes
         )
     }
 
@@ -272,6 +292,11 @@ impl Kind {
                 use super::panel_repacked::{Q4K_QS, Q4K_SC};
                 (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
             }
+            Kind::Q5KLanes => {
+                use super::panel_q5k::{h_at, v_at, Q5K_DMIN, Q5K_SC};
+                let (v, h) = (v_at(0, 0), h_at(0));
+                (base, base + Q5K_DMIN, base + v, base + h, base + Q5K_SC)
+            }
             _ => {
                 use super::panel_repacked::{Q2K_QS, Q2K_SC};
                 (base, base + 32, base + Q2K_QS, 0, base + Q2K_SC)
@@ -293,6 +318,7 @@ impl Kind {
             Kind::IQ4XSLanes => 136,
             Kind::Q3KLanes => 110,
             Kind::Q4KGemv => 144,
+            Kind::Q5KLanes => 176,
             _ => 84,
         }
     }
@@ -302,20 +328,23 @@ impl Kind {
     pub(crate) const fn activation(self) -> crate::dtype::DType {
         match self.layout() {
             Kind::Q4_1Lanes | Kind::Q5_1Lanes => crate::dtype::DType::Q8_1,
-            Kind::Q6KLanes | Kind::Q3KLanes | Kind::Q4KGemv | Kind::Q2KGemv | Kind::IQ4XSLanes => {
-                crate::dtype::DType::Q8K
-            }
+            Kind::Q6KLanes
+            | Kind::Q3KLanes
+            | Kind::Q4KGemv
+            | Kind::Q2KGemv
+            | Kind::IQ4XSLanes
+            | Kind::Q5KLanes => crate::dtype::DType::Q8K,
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
-    /// Q8_0 types with a code offset, the pair sums of Q4_K's repacked kinds, none for the
-    /// others.
+    /// Q8_0 types with a code offset, the pair sums of Q4_K's repacked kinds and Q5_K's lanes,
+    /// none for the others.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self.layout() {
             Kind::Q4_0Chain | Kind::Q8_0Lanes | Kind::Q5_0Lanes | Kind::IQ4NLChain => AUX_BYTES,
-            Kind::Q4KGemv => super::panel_repacked::Q4K_AUX_BYTES,
+            Kind::Q4KGemv | Kind::Q5KLanes => super::panel_repacked::Q4K_AUX_BYTES,
             _ => 0,
         }
     }
@@ -353,7 +382,7 @@ pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     if kind.aux_bytes() == 0 {
         return;
     }
-    if kind.layout() == Kind::Q4KGemv {
+    if matches!(kind.layout(), Kind::Q4KGemv | Kind::Q5KLanes) {
         return super::panel_repacked::activation_aux_q4_k(row, aux);
     }
     let o = kind.offset();
@@ -584,7 +613,7 @@ pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
         (Kind::Q6KLanes, true) => &[2],
-        (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes, _) => &[],
+        (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes | Kind::Q5KLanes, _) => &[],
         (Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled, _) => &[8, 4, 2],
         (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
         (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
@@ -621,6 +650,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q3KLanes => return super::panel_q3k::pack_q3_k(nb, &src, dst),
         Kind::Q4KGemv => return super::panel_repacked::pack_q4_k(nb, &src, dst),
         Kind::Q2KGemv => return super::panel_repacked::pack_q2_k(nb, &src, dst),
+        Kind::Q5KLanes => return super::panel_q5k::pack_q5_k(nb, &src, dst),
         Kind::IQ4XSLanes => return super::panel_iq4::pack_iq4_xs(nb, &src, dst),
         _ => {}
     }
@@ -898,6 +928,7 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
                 Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
+                Kind::Q5KLanes => super::panel_q5k_avx2::q5_k_lanes::<C>(nb, panel, y, aux, out),
             }
             return;
         }
@@ -923,6 +954,7 @@ unsafe fn gemm_in<const C: usize>(
             Kind::IQ4XSLanes => iq4::iq4_xs_lanes::<C>(nb, panel, y),
             Kind::IQ4XSTiled => iq4::iq4_xs_tiled::<C>(nb, panel, y),
             Kind::Q6KLanes => super::panel_q6k_vnni::q6_k_lanes::<C>(nb, panel, y),
+            Kind::Q5KLanes => super::panel_q5k::q5_k_lanes::<C>(nb, panel, y, aux),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -951,7 +983,7 @@ mod tests {
     use crate::quants::k_quants::repacked;
 
     /// Every kind.
-    const KINDS: [Kind; 16] = [
+    const KINDS: [Kind; 17] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
@@ -968,6 +1000,7 @@ mod tests {
         Kind::IQ4NLChain,
         Kind::IQ4XSLanes,
         Kind::IQ4XSTiled,
+        Kind::Q5KLanes,
     ];
 
     /// Whether a panel build runs here (the tests then check the one this CPU picks).
@@ -1008,7 +1041,7 @@ mod tests {
             let at: &[usize] = match kind.layout() {
                 Kind::Q6KLanes => &[208],
                 Kind::Q3KLanes => &[108],
-                Kind::Q4KGemv => &[0, 2],
+                Kind::Q4KGemv | Kind::Q5KLanes => &[0, 2],
                 Kind::Q2KGemv => &[80, 82],
                 _ => &[0],
             };
@@ -1130,6 +1163,9 @@ mod tests {
                             dot_tiled::<crate::quants::BlockQ3K>(k, row, &cols[c])
                         }
                         Kind::Q4KGemv => repacked::q4_k_gemv(k, row, &cols[c]),
+                        Kind::Q5KLanes => {
+                            crate::quants::k_quants::tiled::dot_q5_k_vec(k, row, &cols[c])
+                        }
                         Kind::Q4KGemm => repacked::q4_k_gemm(k, row, &cols[c]),
                         Kind::Q2KGemv => repacked::q2_k_gemv(k, row, &cols[c]),
                         Kind::Q2KGemm => repacked::q2_k_gemm(k, row, &cols[c]),
@@ -1173,18 +1209,21 @@ mod tests {
         }
     }
 
-    /// The Q6_K lanes kernels (every build this CPU runs) for every column count they take
-    /// (1..8; the products with more columns take the tiled twin), on random and on extreme
-    /// blocks (codes 0 and 63, scales −128 and 127, activations −128 and 127).
+    /// The Q6_K and Q5_K lanes kernels (every build this CPU runs) for every column count
+    /// they take (1..8; the products with more columns take another order), on random and on
+    /// extreme blocks (Q6_K codes 0 and 63, scales −128 and 127; Q5_K codes 0 and 31, scales
+    /// and minimums 0 and 63; activations −128 and 127).
     #[test]
-    fn q6_k_lanes_every_column_count_and_extreme_blocks() {
+    fn k_lanes_every_column_count_and_extreme_blocks() {
         if !cpu_ok() {
             return;
         }
         let mut seed = 17u64;
-        for extreme in [false, true] {
+        for (extreme, kind) in [false, true]
+            .into_iter()
+            .flat_map(|e| [(e, Kind::Q6KLanes), (e, Kind::Q5KLanes)])
+        {
             for nb in [1usize, 2, 4, 5, 19] {
-                let kind = Kind::Q6KLanes;
                 run_in::<1>(kind, nb, &mut seed, extreme);
                 run_in::<2>(kind, nb, &mut seed, extreme);
                 run_in::<3>(kind, nb, &mut seed, extreme);

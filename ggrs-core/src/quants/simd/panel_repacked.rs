@@ -40,6 +40,14 @@
 //! 16·3·128 = 6144, which fits the 16-bit half of a `vpdpwssd` pair against its scale (at
 //! most 15).
 //!
+//! # Memory
+//!
+//! Decoding streams each packed panel once from memory, front to back; the kernels leave
+//! that stream to the hardware prefetcher. Software prefetches of the super-blocks ahead
+//! (into L1 or L2, two to twelve blocks ahead) halved the read rate on an AMD Zen 4 (one
+//! thread, 24 weights of 896 × 4864 Q4_K, VNNI build: 9–10 GB/s with them, 22 without;
+//! the AVX2 build 5 against 14; Q2_K 14 against 18).
+//!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
 //! pointer contracts are those of [`super::panel::gemm`].
@@ -143,20 +151,6 @@ pub(crate) fn activation_aux_q4_k(row: &[u8], aux: &mut [u8]) {
     }
 }
 
-/// Prefetches (into L1) packed super-block `i + 2` of `bytes` bytes from `panel` while a
-/// decode works on block `i` (past the panel's end: the next panel's first blocks; a
-/// prefetch never faults and `wrapping_add` keeps the arithmetic defined).
-#[inline(always)]
-pub(super) fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
-    let ahead = panel.wrapping_add((i + 2) * bytes);
-    let mut off = 0;
-    while off < bytes {
-        // SAFETY: a prefetch is a hint; it reads nothing and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
-        off += 64;
-    }
-}
-
 /// The four bytes at `p` in every 32-bit lane.
 ///
 /// # Safety
@@ -189,9 +183,6 @@ pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
         let mut accm = [_mm512_setzero_ps(); C];
         for i in 0..nb {
             let p = panel.add(i * Q4K_PANEL_BYTES);
-            if C == 1 {
-                prefetch_ahead(panel, i, Q4K_PANEL_BYTES);
-            }
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
             let mx = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
             let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));
@@ -273,9 +264,6 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
         let mut accm = [_mm512_setzero_ps(); C];
         for i in 0..nb {
             let p = panel.add(i * Q2K_PANEL_BYTES);
-            if C == 1 {
-                prefetch_ahead(panel, i, Q2K_PANEL_BYTES);
-            }
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
             let mx = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()));
             let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));

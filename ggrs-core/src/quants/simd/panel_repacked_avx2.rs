@@ -19,8 +19,8 @@ use std::arch::x86_64::*;
 
 use super::panel::ROWS;
 use super::panel_repacked::{
-    prefetch_ahead, Q2K_PANEL_BYTES, Q2K_QS, Q2K_SC, Q4K_AUX_BYTES, Q4K_MIN, Q4K_PANEL_BYTES,
-    Q4K_QS, Q4K_SC, Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
+    Q2K_PANEL_BYTES, Q2K_QS, Q2K_SC, Q4K_AUX_BYTES, Q4K_MIN, Q4K_PANEL_BYTES, Q4K_QS, Q4K_SC,
+    Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
 use super::x86::{read_f32, read_u32};
 
@@ -80,9 +80,6 @@ pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
             let mut accm = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let p = panel.add(i * Q4K_PANEL_BYTES);
-                if half == 0 && C == 1 {
-                    prefetch_ahead(panel, i, Q4K_PANEL_BYTES);
-                }
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * half).cast()));
                 let mx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(32 + 16 * half).cast()));
                 let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));
@@ -178,9 +175,6 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
             let mut accm = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let p = panel.add(i * Q2K_PANEL_BYTES);
-                if half == 0 && C == 1 {
-                    prefetch_ahead(panel, i, Q2K_PANEL_BYTES);
-                }
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * half).cast()));
                 let mx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(32 + 16 * half).cast()));
                 let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));
