@@ -5,22 +5,13 @@
 //! strided activations. A MoE router (F32) multiplied in another order may round a
 //! probability differently from llama.cpp's and, near a tie, choose another expert.
 
+mod support;
+
 use ggrs_core::{Context, DType, Executor, Graph};
+use support::values;
 
 const K: usize = 192;
 const N: usize = 6;
-
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
 
 /// GCC's `_mm512_reduce_add_ps`: 8 + 8, then 4 + 4, then (0 + 2) + (1 + 3).
 fn reduce_add_ps(v: &[f32; 16]) -> f32 {

@@ -9,8 +9,11 @@
 //! SIMD kernels and with the portable ones, and requires each result to equal, bit for bit, the
 //! same weight computed in a graph of its own.
 
+mod support;
+
 use ggrs_core::quants::dispatch::force_scalar;
-use ggrs_core::{quants, Context, DType, Executor, Graph};
+use ggrs_core::{Context, DType, Executor, Graph};
+use support::values;
 
 /// Every weight type `mul_mat` takes.
 const TYPES: [DType; 16] = [
@@ -35,41 +38,10 @@ const TYPES: [DType; 16] = [
 /// Activation width: a multiple of 256 (k-quant super-blocks) and of 32.
 const K: usize = 512;
 
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
-
 /// `rows` rows of type `t`, quantized from seeded values.
 fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
     let x = values(seed, K * rows);
-    let mut out = vec![0u8; t.row_size(K) * rows];
-    match t {
-        DType::F32 => {
-            for (o, v) in out.chunks_exact_mut(4).zip(&x) {
-                o.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        DType::F16 => {
-            for (o, v) in out.chunks_exact_mut(2).zip(&x) {
-                o.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
-            }
-        }
-        DType::BF16 => {
-            for (o, v) in out.chunks_exact_mut(2).zip(&x) {
-                o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
-            }
-        }
-        _ => quants::quantize_row_dyn(t, &x, &mut out).expect("whole blocks"),
-    }
-    out
+    support::encode(t, &x)
 }
 
 /// Computes `mul_mat(w, x)` for each weight of `ws` (type, rows, bytes) on the input `x`

@@ -4,7 +4,10 @@
 //! Every column of a `mul_mat_id` must be, bit for bit, what `mul_mat` gives for the chosen
 //! matrix (as a 2-D tensor of its own) times that one column, on 1 and 2 threads.
 
-use ggrs_core::{quants, Context, DType, Error, Executor, Graph, Tensor};
+mod support;
+
+use ggrs_core::{Context, DType, Error, Executor, Graph, Tensor};
+use support::values;
 
 const K: usize = 512;
 /// Rows of each matrix: a multiple of 8 (llama.cpp's repacked Q4_0 order) but not of 16.
@@ -13,36 +16,10 @@ const N_MAT: usize = 4;
 const N_USED: usize = 2;
 const N_TOK: usize = 5;
 
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
-
 /// `rows` rows of `K` values of type `t`, from seeded values.
 fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
     let x = values(seed, K * rows);
-    let mut out = vec![0u8; t.row_size(K) * rows];
-    match t {
-        DType::F32 => {
-            for (o, v) in out.chunks_exact_mut(4).zip(&x) {
-                o.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        DType::F16 => {
-            for (o, v) in out.chunks_exact_mut(2).zip(&x) {
-                o.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
-            }
-        }
-        _ => quants::quantize_row_dyn(t, &x, &mut out).expect("whole blocks"),
-    }
-    out
+    support::encode(t, &x)
 }
 
 fn bits(ctx: &Context, t: Tensor) -> Vec<u32> {

@@ -8,11 +8,14 @@
 //! One test flips `force_scalar`, which is process-wide: every test of this file holds
 //! [`SERIAL`] while it runs.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
+use support::values;
 
 use ggrs_core::kernels::PackedWeight;
 use ggrs_core::quants::dispatch::force_scalar;
-use ggrs_core::{quants, Context, DType, Error, Executor, Graph, Tensor};
+use ggrs_core::{Context, DType, Error, Executor, Graph, Tensor};
 
 /// Values per row: a multiple of 256 (the k-quants' super-blocks), an odd count of them.
 const K: usize = 768;
@@ -24,18 +27,6 @@ const N_MAT: usize = 8;
 /// Slots (experts used) per token.
 const N_USED: usize = 4;
 
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
-
 /// `rows` rows of `K` values of type `t` from seeded values; the last block of the first
 /// row is extreme (large values next to tiny ones).
 fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
@@ -43,26 +34,7 @@ fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
     for (i, v) in x[K - 256..K].iter_mut().enumerate() {
         *v = if i % 7 == 0 { 60.0 } else { *v * 1e-3 };
     }
-    let mut out = vec![0u8; t.row_size(K) * rows];
-    match t {
-        DType::F32 => {
-            for (o, v) in out.chunks_exact_mut(4).zip(&x) {
-                o.copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        DType::F16 => {
-            for (o, v) in out.chunks_exact_mut(2).zip(&x) {
-                o.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
-            }
-        }
-        DType::BF16 => {
-            for (o, v) in out.chunks_exact_mut(2).zip(&x) {
-                o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
-            }
-        }
-        _ => quants::quantize_row_dyn(t, &x, &mut out).expect("whole blocks"),
-    }
-    out
+    support::encode(t, &x)
 }
 
 fn bits(ctx: &Context, t: Tensor) -> Vec<u32> {
