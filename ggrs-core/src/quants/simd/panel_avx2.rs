@@ -232,7 +232,7 @@ impl LanesType for Q5_1 {
 /// # Safety
 /// AVX2.
 #[inline(always)]
-unsafe fn fifth(h: __m256i, g: usize) -> __m256i {
+pub(super) unsafe fn fifth(h: __m256i, g: usize) -> __m256i {
     // SAFETY: register-only AVX2 operations.
     unsafe {
         let b4 = _mm256_set1_epi8(0x10);

@@ -30,7 +30,7 @@ const PREFETCH_BLOCKS: usize = 4;
 /// # Safety
 /// AVX-512 BW.
 #[inline(always)]
-unsafe fn fifth(h: __m512i, g: usize) -> __m512i {
+pub(super) unsafe fn fifth(h: __m512i, g: usize) -> __m512i {
     // SAFETY: register-only AVX-512 BW operations.
     unsafe {
         let moved = match g {

@@ -50,6 +50,7 @@
 use std::arch::x86_64::*;
 
 use super::panel::ROWS;
+use super::panel_lanes_vnni::fifth;
 use super::panel_repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
 use super::x86::{read_f32, read_u32};
 
@@ -170,29 +171,6 @@ unsafe fn scales_mins(s: *const u8) -> ([__m512i; 2], [__m512i; 2]) {
             ),
         ];
         (sc, mn)
-    }
-}
-
-/// Bit `j` of every byte of `h` at bit 4, every other bit of the byte clear (16-bit shifts
-/// by at most 4 move no bit across a byte into bit 4).
-///
-/// # Safety
-/// AVX-512 BW.
-#[inline(always)]
-unsafe fn fifth(h: __m512i, j: usize) -> __m512i {
-    // SAFETY: register-only AVX-512 BW operations.
-    unsafe {
-        let moved = match j {
-            0 => _mm512_slli_epi16::<4>(h),
-            1 => _mm512_slli_epi16::<3>(h),
-            2 => _mm512_slli_epi16::<2>(h),
-            3 => _mm512_slli_epi16::<1>(h),
-            4 => h,
-            5 => _mm512_srli_epi16::<1>(h),
-            6 => _mm512_srli_epi16::<2>(h),
-            _ => _mm512_srli_epi16::<3>(h),
-        };
-        _mm512_and_si512(moved, _mm512_set1_epi8(0x10))
     }
 }
 

@@ -11,45 +11,14 @@
 use std::arch::x86_64::*;
 
 use super::panel::ROWS;
-use super::panel_avx2::lanes_total;
+use super::panel_avx2::{fifth, lanes_total};
 use super::panel_q5k::{h_at, v_at, MIN_PAIR, Q5K_DMIN, Q5K_PANEL_BYTES, Q5K_SC, SCALE_DUP};
 use super::panel_repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
-use super::x86::{read_f32, read_u32};
+use super::panel_repacked_avx2::bcast;
+use super::x86::read_f32;
 
 /// Offset of the codes in a Q8_K block.
 const Q8K_QS: usize = 4;
-
-/// The four bytes at `p` in every 32-bit lane.
-///
-/// # Safety
-/// Four bytes readable at `p`; AVX.
-#[inline(always)]
-unsafe fn bcast(p: *const u8) -> __m256i {
-    // SAFETY: forwarded from the caller.
-    unsafe { _mm256_set1_epi32(read_u32(p) as i32) }
-}
-
-/// Bit `j` of every byte of `h` at bit 4, every other bit of the byte clear.
-///
-/// # Safety
-/// AVX2.
-#[inline(always)]
-unsafe fn fifth(h: __m256i, j: usize) -> __m256i {
-    // SAFETY: register-only AVX2 operations.
-    unsafe {
-        let moved = match j {
-            0 => _mm256_slli_epi16::<4>(h),
-            1 => _mm256_slli_epi16::<3>(h),
-            2 => _mm256_slli_epi16::<2>(h),
-            3 => _mm256_slli_epi16::<1>(h),
-            4 => h,
-            5 => _mm256_srli_epi16::<1>(h),
-            6 => _mm256_srli_epi16::<2>(h),
-            _ => _mm256_srli_epi16::<3>(h),
-        };
-        _mm256_and_si256(moved, _mm256_set1_epi8(0x10))
-    }
-}
 
 /// `C` columns against a Q5_K panel of `nb` super-blocks in the lane order; `out[c][r]` row
 /// `r` · column `c`.

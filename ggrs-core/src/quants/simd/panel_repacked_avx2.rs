@@ -29,7 +29,7 @@ use super::x86::{read_f32, read_u32};
 /// # Safety
 /// Four bytes readable at `p`; AVX.
 #[inline(always)]
-unsafe fn bcast(p: *const u8) -> __m256i {
+pub(super) unsafe fn bcast(p: *const u8) -> __m256i {
     // SAFETY: forwarded from the caller.
     unsafe { _mm256_set1_epi32(read_u32(p) as i32) }
 }
