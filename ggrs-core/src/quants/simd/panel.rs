@@ -277,7 +277,9 @@ impl Kind {
             }
             Kind::Q8_0Lanes => (base, 0, base + 64, 0, 0),
             Kind::Q4_1Lanes => (base, base + 32, base + 64, 0, 0),
-            Kind::Q5_0Lanes => (base + 320, 0, base, base + 256, 0),
+            // d, then codes, then fifth bits: the order the kernels read them, so that the
+            // hardware prefetcher sees one forward stream (d at the end ran ~20% slower).
+            Kind::Q5_0Lanes => (base, 0, base + 32, base + 288, 0),
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
             // d (32 bytes), scales (256 bytes), then ql (32 vectors) and qh (16) in the
             // order the lanes kernels read them (`q6_k_ql`, `q6_k_qh`): 3360 bytes, read
