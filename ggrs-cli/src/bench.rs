@@ -62,7 +62,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Also measure how fast the threads read plain memory (a 256 MiB buffer, read before
-    /// every generation rep) and report, per generation test, the weight bytes streamed per
+    /// and after every generation rep) and report, per generation test, the weight bytes streamed per
     /// second against it: how close decoding runs to the memory-bandwidth bound.
     #[arg(long)]
     mem_bw: bool,
@@ -372,6 +372,11 @@ pub fn run(a: Args) -> CliResult {
                     if rep > 0 {
                         speeds[di].push(n as f64 / secs);
                     }
+                }
+                // A second read after the rep: on a shared host the memory's rate moves within
+                // seconds, and one short read per rep was the noisier half of the ratio.
+                if a.mem_bw && !is_pp && rep > 0 {
+                    read.push(read_rate(&probe, t));
                 }
             }
             if progress {

@@ -166,8 +166,8 @@ fn bench_mem_bw_reports_the_weight_rate_against_a_plain_read() {
     let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
     let reads = v["read_samples"]
         .as_array()
-        .expect("one plain read per rep");
-    assert_eq!(reads.len(), 2, "{out}");
+        .expect("plain reads, one before and one after every rep");
+    assert_eq!(reads.len(), 4, "{out}");
     let read = v["read_gbps"].as_f64().expect("read rate");
     assert!(read > 0.1, "{out}");
     // Weight bytes per token × tokens per second.
