@@ -289,7 +289,10 @@ impl Kind {
             // 2176 bytes (`panel_iq4`).
             Kind::IQ4XSLanes => (base + 2144, 0, base, base + 2112, base + 2048),
             // See `panel_q3k` and `panel_repacked`.
-            Kind::Q3KLanes => (base, 0, base + 320, base + 1344, base + 64),
+            Kind::Q3KLanes => {
+                use super::panel_q3k::{hm_at, qs_at};
+                (base, 0, base + qs_at(0), base + hm_at(0), base + 64)
+            }
             Kind::Q4KGemv => {
                 use super::panel_repacked::{Q4K_QS, Q4K_SC};
                 (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
@@ -1211,20 +1214,24 @@ mod tests {
         }
     }
 
-    /// The Q6_K and Q5_K lanes kernels (every build this CPU runs) for every column count
-    /// they take (1..8; the products with more columns take another order), on random and on
-    /// extreme blocks (Q6_K codes 0 and 63, scales −128 and 127; Q5_K codes 0 and 31, scales
-    /// and minimums 0 and 63; activations −128 and 127).
+    /// The Q6_K, Q5_K and Q3_K lanes kernels (every build this CPU runs) for every column
+    /// count they take (1..8; the products with more columns take another order), on random
+    /// and on extreme blocks (Q6_K codes 0 and 63, scales −128 and 127; Q5_K codes 0 and 31,
+    /// scales and minimums 0 and 63; Q3_K codes −4 and 3, scales −32 and 31; activations −128
+    /// and 127).
     #[test]
     fn k_lanes_every_column_count_and_extreme_blocks() {
         if !cpu_ok() {
             return;
         }
         let mut seed = 17u64;
-        for (extreme, kind) in [false, true]
-            .into_iter()
-            .flat_map(|e| [(e, Kind::Q6KLanes), (e, Kind::Q5KLanes)])
-        {
+        for (extreme, kind) in [false, true].into_iter().flat_map(|e| {
+            [
+                (e, Kind::Q6KLanes),
+                (e, Kind::Q5KLanes),
+                (e, Kind::Q3KLanes),
+            ]
+        }) {
             for nb in [1usize, 2, 4, 5, 19] {
                 run_in::<1>(kind, nb, &mut seed, extreme);
                 run_in::<2>(kind, nb, &mut seed, extreme);

@@ -14,21 +14,28 @@
 //! ```text
 //!   [ d: 16 × f16 ][ 32 bytes unused ]
 //!   [ scale j: 16 × i8 ] × 16                 row r at byte r, the scale without its +32
-//!   [ qs_8h+q ] × 16                          lane r = qs bytes 32h + 4q..32h + 4q + 4
-//!   [ hm_q ] × 8                              lane r = hmask bytes 4q..4q + 4
+//!   [ qs_q ][ hm_q ] for q = 0..8             lane r = qs bytes 4q..4q + 4, hmask bytes 4q..4q + 4
+//!   [ qs_8+q ] × 8                            lane r = qs bytes 32 + 4q..32 + 4q + 4
 //! ```
 //!
+//! That is the order the decoding kernel first reads them in (`qs_q` with `hm_q` for the
+//! first half, the second half's codes after them), so that a panel streams front to back: with
+//! the high bits at the end of the block it read at two thirds of the rate.
+//!
 //! Value `p = 128h + 32s + 4q + e` has its low two bits in bits `2s` of byte `e` of lane `r`
-//! of `qs_8h+q` and its high bit in bit `4h + s` of byte `e` of `hm_q`: the quad of lane `q`
-//! in 32-value group `4h + s`, sub-block `8h + 2s + q / 4`.
+//! of `qs_8h+q` ([`qs_at`]) and its high bit in bit `4h + s` of byte `e` of `hm_q`
+//! ([`hm_at`]): the quad of lane `q` in 32-value group `4h + s`, sub-block `8h + 2s + q / 4`.
 //!
 //! # Arithmetic
 //!
 //! A quad's unsigned code `u = code + 4` (0..=7: the low bits, plus 4 where the high bit is
-//! set) against the broadcast activation quad: `vpmaddubsw(u, y) − vpmaddubsw(4, y)` gives
-//! the two pair sums of `code · y` exactly in 16 bits (at most 2·7·128 + 2·4·128 in
-//! magnitude); `vpdpwssd` (VNNI) or `vpmaddwd` (AVX2) by the scale in both halves adds them
-//! times the scale exactly into the lane's 32 bits.
+//! set) against the broadcast activation quad. AVX2: `vpmaddubsw(u, y) − vpmaddubsw(4, y)`
+//! gives the two pair sums of `code · y` exactly in 16 bits (at most 2·7·128 + 2·4·128 in
+//! magnitude), and `vpmaddwd` by the scale in both halves adds them times the scale exactly
+//! into the lane's 32 bits. VNNI: one `vpdpbusd` of `u` by the quad, seeded with `−4 · Σ y`
+//! over the quad (computed once per block and column), gives `Σ code · y` (at most 4·4·128 in
+//! magnitude, so its low 16 bits hold it), and `vpdpwssd` against the scale in the low half
+//! (zero in the high half) adds it times the scale. Both sum the same integers into each lane.
 //!
 //! # Safety
 //! The VNNI kernel needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C), the AVX2 one
@@ -47,12 +54,26 @@ pub(crate) const Q3K_PANEL_BYTES: usize = 1856;
 const Q3K_BYTES: usize = 110;
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
 const Q8K_BYTES: usize = 292;
-/// Offsets in a packed super-block: scales, low bits, high bits.
+/// Offset of the scales in a packed super-block.
 const SC: usize = 64;
-/// See [`SC`].
-const QS: usize = 320;
-/// See [`SC`].
-const HM: usize = 1344;
+/// Offset of the first code vector in a packed super-block.
+const CODES: usize = 320;
+
+/// Offset in a packed super-block of `qs_v` (see the module docs).
+#[inline(always)]
+pub(super) const fn qs_at(v: usize) -> usize {
+    if v < 8 {
+        CODES + 128 * v
+    } else {
+        CODES + 1024 + 64 * (v - 8)
+    }
+}
+
+/// Offset in a packed super-block of `hm_q` (see the module docs).
+#[inline(always)]
+pub(super) const fn hm_at(q: usize) -> usize {
+    CODES + 128 * q + 64
+}
 
 /// Packs `nb` Q3_K super-blocks of sixteen rows (file layout: `hmask[32]`, `qs[64]`,
 /// `scales[12]`, f16 `d`) into `dst` (see the module docs).
@@ -68,11 +89,11 @@ pub(super) fn pack_q3_k(nb: usize, src: &[&[u8]; ROWS], dst: &mut [u8]) {
                 out[SC + 16 * j + r] = q3_k_scale(scales, j) as i8 as u8;
             }
             for (q, quad) in blk[32..96].chunks_exact(4).enumerate() {
-                let v = QS + 64 * q + 4 * r;
+                let v = qs_at(q) + 4 * r;
                 out[v..v + 4].copy_from_slice(quad);
             }
             for (q, quad) in blk[..32].chunks_exact(4).enumerate() {
-                let v = HM + 64 * q + 4 * r;
+                let v = hm_at(q) + 4 * r;
                 out[v..v + 4].copy_from_slice(quad);
             }
         }
@@ -93,8 +114,8 @@ fn dup_ctrl(row0: usize) -> [i8; 64] {
     })
 }
 
-/// Prefetches (into L1) packed super-block `i + 2` while a decode works on block `i` (a
-/// prefetch never faults; `wrapping_add` keeps the arithmetic defined).
+/// Prefetches (into L1) packed super-block `i + 2` while the AVX2 decode works on block `i`
+/// (a prefetch never faults; `wrapping_add` keeps the arithmetic defined).
 #[inline(always)]
 fn prefetch_ahead(panel: *const u8, i: usize) {
     let ahead = panel.wrapping_add((i + 2) * Q3K_PANEL_BYTES);
@@ -114,23 +135,33 @@ fn prefetch_ahead(panel: *const u8, i: usize) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn q3_k_vnni(nb: usize, panel: *const u8, y: *const u8) -> __m512 {
     // SAFETY: packed super-block i < nb of the panel and Q8_K block i of the column are
-    // readable (caller); unaligned loads.
+    // readable (caller); unaligned loads; the stores write `seeds`.
     unsafe {
-        let ctrl = _mm512_loadu_si512(dup_ctrl(0).as_ptr().cast());
         let four = _mm512_set1_epi8(4);
         let three = _mm512_set1_epi8(3);
+        let low16 = _mm512_set1_epi32(0xFFFF);
         let mut acc = [_mm512_setzero_ps(); 8];
+        // −4 · Σ y over every activation quad of the block (quad `p / 4` of value `p`).
+        let mut seeds = [0i32; 64];
         for i in 0..nb {
+            // No software prefetch: the panel streams front to back, which the hardware
+            // prefetcher keeps up with on its own (the prefetches cost 3–10% on a Zen 4).
             let p = panel.add(i * Q3K_PANEL_BYTES);
-            prefetch_ahead(panel, i);
             let yb = y.add(i * Q8K_BYTES);
+            for t in 0..4 {
+                let v = _mm512_loadu_si512(yb.add(4 + 64 * t).cast());
+                let s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), four, v);
+                let neg = _mm512_sub_epi32(_mm512_setzero_si512(), s4);
+                _mm512_storeu_si512(seeds.as_mut_ptr().add(16 * t).cast(), neg);
+            }
             let mut lanes = [_mm512_setzero_si512(); 8];
             for h in 0..2 {
                 for s in 0..4 {
                     let j = 8 * h + 2 * s;
+                    // Sub-block j's scale of row r in the low half of dword r, zero above.
                     let sc = |j: usize| {
-                        let b = _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(SC + 16 * j).cast()));
-                        _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(b, ctrl))
+                        let b = _mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(SC + 16 * j).cast()));
+                        _mm512_and_si512(b, low16)
                     };
                     let sc = [sc(j), sc(j + 1)];
                     let lo = _mm_cvtsi32_si128(2 * s as i32);
@@ -139,8 +170,8 @@ pub(super) unsafe fn q3_k_vnni(nb: usize, panel: *const u8, y: *const u8) -> __m
                     let k = (4 * h + s) as i32;
                     let hi = _mm_cvtsi32_si128((k - 2).abs());
                     for (q, lane) in lanes.iter_mut().enumerate() {
-                        let qs = _mm512_loadu_si512(p.add(QS + 64 * (8 * h + q)).cast());
-                        let hm = _mm512_loadu_si512(p.add(HM + 64 * q).cast());
+                        let qs = _mm512_loadu_si512(p.add(qs_at(8 * h + q)).cast());
+                        let hm = _mm512_loadu_si512(p.add(hm_at(q)).cast());
                         let hm = if k >= 2 {
                             _mm512_srl_epi16(hm, hi)
                         } else {
@@ -155,11 +186,12 @@ pub(super) unsafe fn q3_k_vnni(nb: usize, panel: *const u8, y: *const u8) -> __m
                         let yv = _mm512_set1_epi32(
                             read_u32(yb.add(4 + 128 * h + 32 * s + 4 * q)) as i32
                         );
-                        let p16 = _mm512_sub_epi16(
-                            _mm512_maddubs_epi16(u, yv),
-                            _mm512_maddubs_epi16(four, yv),
-                        );
-                        *lane = _mm512_dpwssd_epi32(*lane, p16, sc[q / 4]);
+                        // Σ code·y over the quad = Σ u·y − 4·Σ y: at most 4·4·128 in
+                        // magnitude, so its low 16 bits hold it and `vpdpwssd` against the
+                        // scale (high half zero) adds exactly scale · it.
+                        let seed = _mm512_set1_epi32(seeds[32 * h + 8 * s + q]);
+                        let dot = _mm512_dpbusd_epi32(seed, u, yv);
+                        *lane = _mm512_dpwssd_epi32(*lane, dot, sc[q / 4]);
                     }
                 }
             }
@@ -212,9 +244,8 @@ pub(super) unsafe fn q3_k_avx2(nb: usize, panel: *const u8, y: *const u8, out: &
                         let k = (4 * h + s) as i32;
                         let hi = _mm_cvtsi32_si128((k - 2).abs());
                         for (q, lane) in lanes.iter_mut().enumerate() {
-                            let qs =
-                                _mm256_loadu_si256(p.add(QS + 64 * (8 * h + q) + 32 * half).cast());
-                            let hm = _mm256_loadu_si256(p.add(HM + 64 * q + 32 * half).cast());
+                            let qs = _mm256_loadu_si256(p.add(qs_at(8 * h + q) + 32 * half).cast());
+                            let hm = _mm256_loadu_si256(p.add(hm_at(q) + 32 * half).cast());
                             let hm = if k >= 2 {
                                 _mm256_srl_epi16(hm, hi)
                             } else {

@@ -78,12 +78,12 @@ impl TiledPanel for Q3K {
     #[inline(always)]
     unsafe fn quad(p: *const u8, g: usize, q: usize) -> __m512i {
         // Group g = 4h + s: low bits at 2s of `qs_8h+q`, high bit at 4h + s of `hm_q`.
-        let at = Self::KIND.block_at(0);
+        use super::panel_q3k::{hm_at, qs_at};
         let (h, s) = (g / 4, g % 4);
         // SAFETY: vectors of the packed super-block (caller); register operations.
         unsafe {
-            let qs = _mm512_loadu_si512(p.add(at.v + 64 * (8 * h + q)).cast());
-            let hm = _mm512_loadu_si512(p.add(at.h + 64 * q).cast());
+            let qs = _mm512_loadu_si512(p.add(qs_at(8 * h + q)).cast());
+            let hm = _mm512_loadu_si512(p.add(hm_at(q)).cast());
             let k = (4 * h + s) as i32;
             let shift = _mm_cvtsi32_si128((k - 2).abs());
             let hm = if k >= 2 {
