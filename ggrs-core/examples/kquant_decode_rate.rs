@@ -6,7 +6,7 @@
 //!
 //! `cargo run --release -p ggrs-core --example kquant_decode_rate -- [TYPE] [ROWS] [K] [L]
 //! [THREADS] [REPS]` (defaults `q4_k 896 4864 24 2 100`; TYPE one of q4_0, q4_1, q5_0, q5_1,
-//! q8_0, q2_k, q3_k, q4_k, q5_k, q6_k).
+//! q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,8 +47,13 @@ fn main() -> ggrs_core::Result<()> {
         "q4_k" => DType::Q4K,
         "q5_k" => DType::Q5K,
         "q6_k" => DType::Q6K,
+        "iq4_nl" => DType::IQ4NL,
+        "iq4_xs" => DType::IQ4XS,
         other => {
-            eprintln!("unknown type {other}: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k or q6_k");
+            eprintln!(
+                "unknown type {other}: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, \
+                 iq4_nl or iq4_xs"
+            );
             std::process::exit(2)
         }
     };

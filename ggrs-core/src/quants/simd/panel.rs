@@ -285,9 +285,9 @@ impl Kind {
             // order the lanes kernels read them (`q6_k_ql`, `q6_k_qh`): 3360 bytes, read
             // front to back.
             Kind::Q6KLanes => (base, 0, base + 288, base + 288, base + 32),
-            // qs (32 vectors), scales_l (16 × u32), scales_h (16 × u16), d (16 × f16):
-            // 2176 bytes (`panel_iq4`).
-            Kind::IQ4XSLanes => (base + 2144, 0, base, base + 2112, base + 2048),
+            // d (16 × f16), scales_h (16 × u16), scales_l (16 × u32), qs (32 vectors):
+            // 2176 bytes, in the order the kernels read them (`panel_iq4`).
+            Kind::IQ4XSLanes => (base, 0, base + 128, base + 32, base + 64),
             // See `panel_q3k` and `panel_repacked`.
             Kind::Q3KLanes => {
                 use super::panel_q3k::{hm_at, qs_at};

@@ -13,13 +13,15 @@
 //! [`Kind::IQ4XSTiled`] too) is 2176 bytes, the file's size, every vector 64-byte aligned:
 //!
 //! ```text
+//!   [ d: 16 × f16 ]
+//!   [ scales_h: 16 × u16 ]
+//!   [ scales_l: 16 × u32 ]    row r's four bytes in lane r
 //!   [ v_0 ] … [ v_31 ]        lane r of v_q = bytes 4q..4q+4 of row r's qs: sub-block
 //!                             ib = q / 4, values 4·(q % 4).. (low nibbles) and 16 + 4·(q % 4)..
 //!                             (high nibbles) of it
-//!   [ scales_l: 16 × u32 ]    row r's four bytes in lane r
-//!   [ scales_h: 16 × u16 ]
-//!   [ d: 16 × f16 ]
 //! ```
+//!
+//! That is the order the kernels read a block in, so that a panel streams front to back.
 //!
 //! # Arithmetic
 //!
@@ -335,8 +337,10 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         for i in 0..nb {
+            // No software prefetch: the block is read front to back, and the hardware
+            // prefetcher alone streams it faster (Zen 4, 24 × 896×4864 on 2 threads:
+            // 18 → 23 GB/s, median of three, with the layout in read order).
             let at = Kind::IQ4XSLanes.block_at(i);
-            super::panel_avx2::prefetch_ahead(panel, i, Kind::IQ4XSLanes.panel_bytes(1));
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(at.d).cast()));
             let scales = Scales::load(panel, at);
             // Quad g of every sub-block into lane g (low nibbles) and lane g + 4 (high),
@@ -647,13 +651,13 @@ mod tests {
             let base = 2176 * i;
             for (r, row) in src.iter().enumerate() {
                 let blk = &row[i * IQ4_XS_BYTES..(i + 1) * IQ4_XS_BYTES];
-                assert_eq!(&panel[base + 2144 + 2 * r..base + 2146 + 2 * r], &blk[0..2]);
-                assert_eq!(&panel[base + 2112 + 2 * r..base + 2114 + 2 * r], &blk[2..4]);
-                assert_eq!(&panel[base + 2048 + 4 * r..base + 2052 + 4 * r], &blk[4..8]);
+                assert_eq!(&panel[base + 2 * r..base + 2 + 2 * r], &blk[0..2]);
+                assert_eq!(&panel[base + 32 + 2 * r..base + 34 + 2 * r], &blk[2..4]);
+                assert_eq!(&panel[base + 64 + 4 * r..base + 68 + 4 * r], &blk[4..8]);
                 for ib in 0..8 {
                     for j in 0..16 {
                         let (q, t) = (4 * ib + j / 4, j % 4);
-                        assert_eq!(panel[base + 64 * q + 4 * r + t], blk[8 + 16 * ib + j]);
+                        assert_eq!(panel[base + 128 + 64 * q + 4 * r + t], blk[8 + 16 * ib + j]);
                     }
                 }
             }
