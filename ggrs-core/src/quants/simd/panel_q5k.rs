@@ -23,7 +23,9 @@
 //! kernels take quad `l` of every sub-block together (one lane accumulator at a time), so
 //! this order lets them read each super-block front to back: with the codes in the file's
 //! order they read a block in strides of 512 bytes, which left the hardware prefetcher behind
-//! (24 weights of 896 × 4864 on Zen 4, 2 threads: 4–6 GB/s against 16–23).
+//! (24 weights of 896 × 4864 on Zen 4, 2 threads: 4–6 GB/s against 16–23). The VNNI
+//! kernel also prefetches (into L2) an eighth of the super-block [`PREFETCH_BLOCKS`] ahead in
+//! each of its eight lane passes (`panel::prefetch_block`).
 //!
 //! # Arithmetic
 //!
@@ -49,13 +51,15 @@
 
 use std::arch::x86_64::*;
 
-use super::panel::ROWS;
+use super::panel::{prefetch_block, ROWS};
 use super::panel_lanes_vnni::fifth;
 use super::panel_repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
 use super::x86::{read_f32, read_u32};
 
 /// Bytes of a packed Q5_K super-block of sixteen rows.
 pub(crate) const Q5K_PANEL_BYTES: usize = 2816;
+/// How many packed super-blocks ahead the VNNI kernel prefetches (see the module docs).
+const PREFETCH_BLOCKS: usize = 4;
 /// Offsets in a packed super-block: minimum scales (`dmin`), packed scale bytes, the first
 /// group of fifth bits and codes ([`h_at`], [`v_at`]; the scales `d` come first).
 pub(super) const Q5K_DMIN: usize = 32;
@@ -220,6 +224,7 @@ pub(super) unsafe fn q5_k_lanes<const C: usize>(
             let sc: [__m512i; 8] =
                 std::array::from_fn(|j| _mm512_shuffle_epi8(scv[j / 4], dup[j % 4]));
             for (l, acc_l) in acc.iter_mut().enumerate() {
+                prefetch_block(panel, Q5K_PANEL_BYTES, i + PREFETCH_BLOCKS, l, 8);
                 let h = _mm512_loadu_si512(p.add(h_at(l)).cast());
                 let mut lane = [_mm512_setzero_si512(); C];
                 for pp in 0..4 {

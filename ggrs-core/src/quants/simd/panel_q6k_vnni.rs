@@ -29,7 +29,7 @@
 //! Decoding streams the packed weight once per token, and a Q6_K row carries 6.6 bits per
 //! value, so this kernel must keep up with the memory. The packed super-block holds its
 //! vectors in the order the lane passes read them (`panel::q6_k_ql`, `panel::q6_k_qh`), and
-//! each pass prefetches its eighth of the super-block two ahead ([`prefetch_eighth`]). The
+//! each pass prefetches its eighth of the super-block two ahead (`panel::prefetch_block`). The
 //! block body stays out of line ([`block`]). Decoding the 151936 × 1024 output matrix of the
 //! generated Qwen3 model on one Zen 4 core: 10.8 ms per product before these three changes
 //! (six streams of vectors per pass, every block's lines prefetched at its start, the block
@@ -41,7 +41,7 @@
 
 use std::arch::x86_64::*;
 
-use super::panel::{q6_k_qh, q6_k_ql, Kind};
+use super::panel::{prefetch_block, q6_k_qh, q6_k_ql, Kind};
 use super::x86::{read_f32, read_u32};
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
@@ -51,21 +51,6 @@ const Q8K_BSUMS: usize = 260;
 
 /// How far ahead of the bytes it reads a pass prefetches, in packed super-blocks.
 const PREFETCH_BLOCKS: usize = 2;
-
-/// Prefetches (into L2) the `l`-th eighth of packed super-block `i` (the lines from byte
-/// `448·l` to `448·(l + 1)` of it, so that the eight together cover the block whatever its
-/// alignment): one eighth per lane pass, [`PREFETCH_BLOCKS`] blocks ahead of the pass, so
-/// that the requests spread over the block instead of queueing up at its start. Past the
-/// panel's end this fetches the next panel's first blocks (a prefetch never faults;
-/// `wrapping_add` keeps the address arithmetic defined).
-#[inline(always)]
-fn prefetch_eighth(panel: *const u8, i: usize, l: usize) {
-    let at = panel.wrapping_add(i * Kind::Q6KLanes.panel_bytes(1) + 448 * l);
-    for line in 0..7 {
-        // SAFETY: a prefetch is a hint; it reads nothing and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(64 * line).cast()) };
-    }
-}
 
 /// The `vpermw` indices that turn the words of two scales (scale `a` of rows 0..16, then
 /// scale `a + 1`) into scale `a + half` of row `r` in both halves of lane `r`.
@@ -201,7 +186,13 @@ unsafe fn block<const C: usize>(
         // so that the accumulators stay in registers.
         macro_rules! pass {
             ($sc:expr, $l:literal) => {{
-                prefetch_eighth(panel, i + PREFETCH_BLOCKS, $l);
+                prefetch_block(
+                    panel,
+                    Kind::Q6KLanes.panel_bytes(1),
+                    i + PREFETCH_BLOCKS,
+                    $l,
+                    8,
+                );
                 let lane = lane_sums::<C>(k, v, s, $sc, &yb, $l);
                 for ((a, &dc), &lc) in acc[$l].iter_mut().zip(&d).zip(&lane) {
                     *a = _mm512_fmadd_ps(dc, _mm512_cvtepi32_ps(lc), *a);
