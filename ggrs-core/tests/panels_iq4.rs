@@ -6,21 +6,19 @@
 //! ggml's one-element orders in the unit tests; this checks how `mul_mat` strings them
 //! together: plans, packed-copy lookup, leftover rows.)
 
+mod support;
+
 use std::sync::Arc;
 
 use ggrs_core::kernels::PackedWeight;
 use ggrs_core::quants::dispatch::{force_no_panels, force_scalar};
 use ggrs_core::{quants, Context, DType, Executor, Graph};
 
+/// Seeded values in [−2, 2) (`support::values`, doubled).
 fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
-        })
+    support::values(seed, n)
+        .into_iter()
+        .map(|v| v * 2.0)
         .collect()
 }
 

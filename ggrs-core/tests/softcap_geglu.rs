@@ -1,19 +1,16 @@
 //! `tanh`, `soft_cap` and `geglu_split` (Gemma 2's soft-capping and GeGLU) against their
 //! formulas, computed directly here, on 1 and 2 threads and on strided (transposed) inputs.
 
+mod support;
+
 use ggrs_core::{Context, DType, Executor, Graph, Tensor};
 use half::f16;
 
-/// Seeded values spread over [−scale, scale].
+/// Seeded values spread over [−scale, scale) (`support::values`, scaled).
 fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
-        })
+    support::values(seed, n)
+        .into_iter()
+        .map(|v| v * scale)
         .collect()
 }
 
