@@ -82,7 +82,8 @@ pub fn convert_hf_dir_with(
     let arch = SourceArch::detect(&cfg)?;
     let ck = Checkpoint::open_dir(dir)?;
     let name = opts.name.clone().unwrap_or_else(|| default_name(dir, &cfg));
-    let layout = layout::build(arch, &cfg, &ck, &name)?;
+    let conv = arch.converter();
+    let layout = layout::build(arch.gguf_name(), |c, b| conv.plan(c, b), &cfg, &ck, &name)?;
     layout::check(&layout, &ck)?;
     let mut notes = Vec::new();
     let mut note = |s: String, events: &mut dyn FnMut(ConvertEvent<'_>)| {
@@ -90,7 +91,12 @@ pub fn convert_hf_dir_with(
         notes.push(s);
     };
 
-    let vocab = vocab::load(dir, arch, layout.n_vocab, &cfg)?;
+    let rules = vocab::VocabRules {
+        sentencepiece_pre: conv.sentencepiece_pre(),
+        bpe_pre: conv.bpe_pre(),
+        complete_sentencepiece: &|v, n, c| conv.complete_sentencepiece(v, n, c),
+    };
+    let vocab = vocab::load(dir, &rules, layout.n_vocab, &cfg)?;
     for n in vocab.iter().flat_map(|v| v.notes.clone()) {
         note(n, &mut events);
     }

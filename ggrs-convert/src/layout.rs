@@ -5,7 +5,6 @@
 
 use ggrs_core::gguf::Value;
 
-use crate::arch::SourceArch;
 use crate::config::Cfg;
 use crate::error::ConvertError;
 use crate::safetensors::{Checkpoint, StDtype};
@@ -41,8 +40,8 @@ pub(crate) struct Planned {
 /// Metadata and tensors of one conversion.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
-    /// Source architecture.
-    pub arch: SourceArch,
+    /// The GGUF architecture name (`general.architecture`).
+    pub arch: &'static str,
     /// Architecture keys in the order they are written (`general.*`, `<arch>.*`, and the
     /// few `tokenizer.*` keys an architecture fixes).
     pub metadata: Vec<(String, Value)>,
@@ -163,15 +162,16 @@ impl LayoutBuilder<'_> {
     }
 }
 
-/// The metadata and tensor list of `arch` for `config.json` `cfg`, checked against the
-/// checkpoint's names (not yet its shapes: see [`check`]).
+/// The metadata and tensor list of the architecture whose GGUF name is `a` for
+/// `config.json` `cfg`, as its `plan` writes them (returning the embedding rows), checked
+/// against the checkpoint's names (not yet its shapes: see [`check`]).
 pub(crate) fn build(
-    arch: SourceArch,
+    a: &'static str,
+    plan: impl FnOnce(&Cfg<'_>, &mut LayoutBuilder<'_>) -> Result<usize, ConvertError>,
     cfg: &serde_json::Value,
     ck: &Checkpoint,
     name: &str,
 ) -> Result<Layout, ConvertError> {
-    let a = arch.gguf_name();
     let mut b = LayoutBuilder {
         ck,
         arch: a,
@@ -182,9 +182,9 @@ pub(crate) fn build(
         tensors: Vec::new(),
         dropped: Vec::new(),
     };
-    let n_vocab = arch.converter().plan(&Cfg(cfg), &mut b)?;
+    let n_vocab = plan(&Cfg(cfg), &mut b)?;
     Ok(Layout {
-        arch,
+        arch: a,
         metadata: b.metadata,
         tensors: b.tensors,
         n_vocab,
@@ -201,7 +201,7 @@ pub(crate) fn check(layout: &Layout, ck: &Checkpoint) -> Result<(), ConvertError
             return Err(ConvertError::MissingTensor {
                 name: p.hf_name.clone(),
                 gguf_name: p.gguf_name.clone(),
-                arch: layout.arch.gguf_name().into(),
+                arch: layout.arch.into(),
             });
         };
         if t.shape != p.shape {
@@ -231,7 +231,7 @@ pub(crate) fn check(layout: &Layout, ck: &Checkpoint) -> Result<(), ConvertError
     {
         return Err(ConvertError::UnexpectedTensor {
             name: t.name.clone(),
-            arch: layout.arch.gguf_name().into(),
+            arch: layout.arch.into(),
         });
     }
     Ok(())

@@ -1,16 +1,46 @@
-//! What this CPU can run, read once per process.
+//! What this CPU can run, read once per process, in one vocabulary: [`Isa`].
 //!
-//! Every kernel choice in the crate (the vector primitives' level, the dot-product builds of
+//! Every kernel choice in the crate (the vector primitives, the dot-product builds of
 //! `quants::dispatch`, the F16 tiles and the vectorised `exp` of `kernels::ggml_arith`, the
-//! NEON kernels) asks [`features`] instead of probing the CPU itself, so that one process
-//! never mixes two views of the machine and `GGRS_FORCE_SCALAR` is read in one place.
+//! panel kernels, the NEON kernels) asks [`isa`] (the best instruction set kernels may use
+//! now) or [`CpuFeatures::runs`] (whether the CPU could run a build at all) instead of
+//! probing the CPU itself, so that one process never mixes two views of the machine and
+//! `GGRS_FORCE_SCALAR` is read in one place.
 //!
 //! ```
-//! let cpu = ggrs_core::cpu::features();
-//! println!("AVX2 {} AVX-512 {} VNNI {}", cpu.avx2, cpu.avx512(), cpu.avx512vnni);
+//! use ggrs_core::cpu::{self, Isa};
+//! let f = cpu::features();
+//! println!("AVX2 {} AVX-512 {} VNNI {}", f.avx2, f.avx512(), f.avx512vnni);
+//! // `Scalar` under GGRS_FORCE_SCALAR=1; on this crate's x86-64 kernels the levels compare
+//! // in order (AVX-512 kernels need `isa() >= Isa::Avx512`).
+//! println!("kernels run at {:?}", cpu::isa());
+//! assert!(cpu::isa() >= Isa::Scalar);
 //! ```
 
 use std::sync::OnceLock;
+
+/// An instruction set kernels are written for, the one vocabulary of the crate's dispatch.
+///
+/// Variants are ordered so that on x86-64 a higher one includes the lower ones
+/// (`Avx512Vnni > Avx512 > Avx2 > Scalar`); the AArch64 ones sort below every x86 one, so an
+/// x86 test such as `isa() >= Isa::Avx2` is false on AArch64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable code: the reference.
+    Scalar,
+    /// AArch64 NEON (Advanced SIMD), base ARMv8-A.
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// AArch64 NEON with the dot-product extension (`sdot`).
+    #[cfg(target_arch = "aarch64")]
+    NeonDotprod,
+    /// x86-64 AVX2 with FMA and F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL (with FMA, F16C), without VNNI instructions.
+    Avx512,
+    /// x86-64 AVX-512 F/BW/VL with VNNI (`vpdpbusd`, `vpdpwssd`).
+    Avx512Vnni,
+}
 
 /// The instruction-set extensions the kernels care about, as this CPU reports them, and
 /// whether the user switched SIMD off (`GGRS_FORCE_SCALAR` set to anything but `0` or the
@@ -79,24 +109,30 @@ impl CpuFeatures {
         self.avx2_fma_f16c() && self.avx512f && self.avx512bw && self.avx512vl
     }
 
-    /// The SIMD level the x86 kernels run at (`Scalar` when SIMD is switched off).
-    pub fn simd_level(&self) -> crate::kernels::vec::SimdLevel {
-        use crate::kernels::vec::SimdLevel;
+    /// The best instruction set kernels may use: the best this CPU runs, or
+    /// [`Isa::Scalar`] when [`Self::force_scalar`] switched SIMD off.
+    pub fn best_isa(&self) -> Isa {
+        let order = [
+            Isa::Avx512Vnni,
+            Isa::Avx512,
+            Isa::Avx2,
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod,
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon,
+        ];
         if self.force_scalar {
-            SimdLevel::Scalar
-        } else if self.avx512() {
-            SimdLevel::Avx512
-        } else if self.avx2_fma_f16c() {
-            SimdLevel::Avx2
-        } else {
-            SimdLevel::Scalar
+            return Isa::Scalar;
         }
+        order
+            .into_iter()
+            .find(|&i| self.runs(i))
+            .unwrap_or(Isa::Scalar)
     }
 
     /// Whether this CPU can execute code built for `isa` (regardless of
     /// [`Self::force_scalar`], which the dispatcher applies).
-    pub fn runs(&self, isa: crate::quants::dispatch::Isa) -> bool {
-        use crate::quants::dispatch::Isa;
+    pub fn runs(&self, isa: Isa) -> bool {
         match isa {
             Isa::Scalar => true,
             Isa::Avx2 => self.avx2_fma_f16c(),
@@ -116,16 +152,22 @@ pub fn features() -> &'static CpuFeatures {
     FEATURES.get_or_init(CpuFeatures::detect)
 }
 
+/// The best instruction set kernels may use in this process ([`CpuFeatures::best_isa`] of
+/// [`features`]): `Scalar` under `GGRS_FORCE_SCALAR`.
+#[inline]
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| features().best_isa())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn levels_follow_the_features() {
-        use crate::kernels::vec::SimdLevel;
-        use crate::quants::dispatch::Isa;
         let none = CpuFeatures::default();
-        assert_eq!(none.simd_level(), SimdLevel::Scalar);
+        assert_eq!(none.best_isa(), Isa::Scalar);
         assert!(none.runs(Isa::Scalar) && !none.runs(Isa::Avx2));
         let avx2 = CpuFeatures {
             avx2: true,
@@ -133,27 +175,33 @@ mod tests {
             f16c: true,
             ..none
         };
-        assert_eq!(avx2.simd_level(), SimdLevel::Avx2);
+        assert_eq!(avx2.best_isa(), Isa::Avx2);
         assert!(avx2.runs(Isa::Avx2) && !avx2.runs(Isa::Avx512));
         // AVX-512 F without BW is not enough for the AVX-512 kernels.
         let f_only = CpuFeatures {
             avx512f: true,
             ..avx2
         };
-        assert_eq!(f_only.simd_level(), SimdLevel::Avx2);
+        assert_eq!(f_only.best_isa(), Isa::Avx2);
         let vnni = CpuFeatures {
             avx512bw: true,
             avx512vl: true,
             avx512vnni: true,
             ..f_only
         };
-        assert_eq!(vnni.simd_level(), SimdLevel::Avx512);
+        assert_eq!(vnni.best_isa(), Isa::Avx512Vnni);
         assert!(vnni.runs(Isa::Avx512Vnni));
+        let no_vnni = CpuFeatures {
+            avx512vnni: false,
+            ..vnni
+        };
+        assert_eq!(no_vnni.best_isa(), Isa::Avx512);
+        assert!(Isa::Avx512Vnni > Isa::Avx512 && Isa::Avx512 > Isa::Avx2);
         let forced = CpuFeatures {
             force_scalar: true,
             ..vnni
         };
-        assert_eq!(forced.simd_level(), SimdLevel::Scalar);
+        assert_eq!(forced.best_isa(), Isa::Scalar);
         // The CPU still runs the code; the dispatcher is what declines it.
         assert!(forced.runs(Isa::Avx512Vnni));
     }

@@ -116,7 +116,7 @@ pub struct TensorMeta {
     pub flags: TensorFlags,
     pub(crate) data: DataLoc,
     /// A copy of the data packed for `mul_mat` (see [`crate::Context::set_packed`]).
-    pub(crate) packed: Option<crate::kernels::PackedWeight>,
+    pub(crate) packed: Option<crate::kernels::packed::PackedWeight>,
 }
 
 impl TensorMeta {

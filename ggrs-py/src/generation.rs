@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::errors::IntoPyResult;
-use crate::model::{lock, State};
+use crate::state::{lock, State};
 use crate::worker::{self, Job};
 
 /// What a generating worker sends.

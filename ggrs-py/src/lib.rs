@@ -10,6 +10,7 @@ mod errors;
 mod generation;
 mod model;
 mod quantize;
+mod state;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,7 +4,7 @@
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use ggrs_core::gguf::Value;
 use ggrs_core::DType;
@@ -21,13 +21,8 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::errors::{bad_argument, IntoPyResult};
 use crate::generation::{generation_dict, start_generation, TokenStream};
+use crate::state::{lock, State};
 use crate::worker;
-
-/// The session and what its cache holds; one generation or evaluation at a time.
-pub struct State {
-    pub session: Session,
-    pub cache: PromptCache,
-}
 
 /// A model file loaded for inference, with one session (see `ggrs.Model`).
 #[pyclass(frozen, module = "ggrs._ggrs")]
@@ -43,21 +38,6 @@ impl Drop for NativeModel {
             // The process is ending: one more owner that is never dropped keeps the model
             // and its session from being freed (the operating system takes the memory back).
             std::mem::forget((self.model.clone(), self.state.clone()));
-        }
-    }
-}
-
-/// Locks the state; a worker that panicked while holding it leaves a session whose cache
-/// may be half-written, so it is cleared before use.
-pub fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    match state.lock() {
-        Ok(g) => g,
-        Err(poisoned) => {
-            let mut g = poisoned.into_inner();
-            let State { session, cache } = &mut *g;
-            cache.forget(session);
-            state.clear_poison();
-            g
         }
     }
 }

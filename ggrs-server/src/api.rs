@@ -2,22 +2,18 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body as HttpBody, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body as HttpBody;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
 use crate::error::ApiError;
-use crate::params::Body;
-use crate::state::{AppState, Loaded};
+use crate::handler::St;
+use crate::state::AppState;
 use crate::{completions, info};
-
-/// Shared state as handlers receive it.
-pub(crate) type St = State<Arc<AppState>>;
 
 /// Paths open without an API key (as llama-server's: health, the model list, the page).
 const PUBLIC: &[&str] = &["/", "/health", "/v1/health", "/models", "/v1/models"];
@@ -105,28 +101,4 @@ fn closing(mut r: Response) -> Response {
         header::HeaderValue::from_static("close"),
     );
     r
-}
-
-/// The body as JSON, or the error for a body too large or not a JSON object.
-pub(crate) fn json_body(
-    st: &AppState,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Body, ApiError> {
-    let bytes = bytes.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(st.max_body_bytes)
-        } else {
-            ApiError::bad_request(r.body_text())
-        }
-    })?;
-    Body::parse(&bytes)
-}
-
-/// The engine, or 503 while the model loads (500 if it failed).
-pub(crate) fn ready(st: &AppState) -> Result<Arc<Loaded>, ApiError> {
-    match st.loaded() {
-        Ok(Some(l)) => Ok(l),
-        Ok(None) => Err(ApiError::loading()),
-        Err(e) => Err(ApiError::server(e.to_string())),
-    }
 }

@@ -15,8 +15,8 @@ use ggrs_llama::{StopReason, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use crate::api::{json_body, ready, St};
 use crate::error::ApiError;
+use crate::handler::{json_body, ready, St};
 use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
 use crate::state::{unix_now, AppState, Loaded};
 

@@ -12,8 +12,8 @@ use axum::Json;
 use ggrs_llama::{ChatTemplate, SamplingParams};
 use serde_json::{json, Value};
 
-use crate::api::{json_body, ready, St};
 use crate::error::ApiError;
+use crate::handler::{json_body, ready, St};
 use crate::params::wrong_type;
 
 /// The chat page, compiled in.

@@ -21,6 +21,7 @@
 mod api;
 mod completions;
 mod error;
+mod handler;
 mod info;
 mod params;
 mod state;

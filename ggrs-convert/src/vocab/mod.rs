@@ -22,7 +22,6 @@ use std::path::Path;
 use ggrs_core::gguf::Value;
 use serde_json::Value as Json;
 
-use crate::arch::SourceArch;
 use crate::config::Cfg;
 use crate::error::ConvertError;
 use crate::safetensors::read_json;
@@ -89,12 +88,24 @@ pub struct Specials {
     pub add_eos: Option<bool>,
 }
 
+/// What an architecture says about its vocabulary (see `arch::ArchConverter`): the
+/// `tokenizer.ggml.pre` of a SentencePiece and of a BPE vocabulary, and how to complete a
+/// SentencePiece one before it is padded.
+pub(crate) struct VocabRules<'a> {
+    /// `tokenizer.ggml.pre` of a vocabulary read from a SentencePiece model.
+    pub sentencepiece_pre: &'static str,
+    /// `tokenizer.ggml.pre` of a vocabulary read from a BPE `tokenizer.json`.
+    pub bpe_pre: &'static str,
+    /// Completes a SentencePiece vocabulary (`vocab`, `n_vocab`, `config.json`).
+    pub complete_sentencepiece: &'a dyn Fn(&mut Vocab, usize, &Json),
+}
+
 /// Reads the directory's tokenizer, padded to `n_vocab` entries (`[PADi]`, unused), or
-/// `None` when it has none. `cfg` is `config.json` (for the architecture's
-/// [`complete_sentencepiece`](crate::arch::ArchConverter::complete_sentencepiece)).
-pub fn load(
+/// `None` when it has none, by the architecture's `rules`. `cfg` is `config.json` (for
+/// [`VocabRules::complete_sentencepiece`]).
+pub(crate) fn load(
     dir: &Path,
-    arch: SourceArch,
+    rules: &VocabRules<'_>,
     n_vocab: usize,
     cfg: &Json,
 ) -> Result<Option<Vocab>, ConvertError> {
@@ -104,15 +115,14 @@ pub fn load(
         .find(|p| p.is_file());
     let json = dir.join("tokenizer.json");
     let mut v = if let Some(p) = spm {
-        sentencepiece::read_sentencepiece(&p, arch.converter().sentencepiece_pre())?
+        sentencepiece::read_sentencepiece(&p, rules.sentencepiece_pre)?
     } else if json.is_file() {
-        tokenizer_json::read_tokenizer_json(&json, arch.converter().bpe_pre())?
+        tokenizer_json::read_tokenizer_json(&json, rules.bpe_pre)?
     } else {
         return Ok(None);
     };
     if v.model == "llama" {
-        arch.converter()
-            .complete_sentencepiece(&mut v, n_vocab, cfg);
+        (rules.complete_sentencepiece)(&mut v, n_vocab, cfg);
     }
     if v.tokens.len() > n_vocab {
         return Err(ConvertError::Tokenizer {

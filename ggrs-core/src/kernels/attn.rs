@@ -46,8 +46,9 @@
 
 use half::f16;
 
+use crate::cpu::{isa, Isa};
 use crate::dtype::DType;
-use crate::kernels::ggml_arith::{dot_f16_vec_f32_body, fast, reduce16, v_expf16};
+use crate::kernels::ggml_arith::{dot_f16_vec_f32_body, reduce16, v_expf16};
 use crate::kernels::{split_range, RawTensor, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 
@@ -226,7 +227,7 @@ pub(crate) unsafe fn flash_attn_ext(
             scale
         },
         softcap,
-        fast: fast(),
+        fast: isa() >= Isa::Avx2,
     };
     let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
     let gs = group_size(a.q.ne, a.k.ne, a.v.ne);
@@ -548,7 +549,7 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
     let mut skip = [false; TILE_Q];
     // Register-blocked score and value products (the same FMA chains) with AVX-512.
     #[cfg(target_arch = "x86_64")]
-    let x86_512 = crate::kernels::ggml_arith::f16_tiles();
+    let x86_512 = crate::cpu::isa() >= crate::cpu::Isa::Avx512;
 
     for ic0 in (0..n_kv).step_by(TILE_KV) {
         let n_t = TILE_KV.min(n_kv - ic0);
@@ -1015,7 +1016,7 @@ mod x86 {
         // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
         // their tensors (the builder checked the shapes).
         let res = unsafe {
-            if crate::kernels::ggml_arith::f16_tiles() {
+            if crate::cpu::isa() >= crate::cpu::Isa::Avx512 {
                 keys_block_512::<G>(&q, &mut acc, &rows, keys, a.scale)
             } else {
                 keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale)
@@ -1665,7 +1666,7 @@ mod x86 {
     #[cfg(test)]
     mod tests {
         use super::*;
-        use crate::kernels::ggml_arith::{f16_tiles, fast};
+        use crate::cpu::{isa, Isa};
 
         /// Keys and values of one head as the cache holds them (rows `stride` u16 apart,
         /// this head's `D` values first) and a mask row in either element type.
@@ -1795,7 +1796,7 @@ mod x86 {
                             .collect();
                         let what = format!("G={G} n={n} keys={keys:?} mask={which}");
                         let mut runs = Vec::new();
-                        if f16_tiles() {
+                        if isa() >= Isa::Avx512 {
                             let mut acc = [[0u16; D]; G];
                             // SAFETY: the CPU has the features (checked); the rows and the
                             // mask cover every key of `keys`.
@@ -1804,7 +1805,7 @@ mod x86 {
                             };
                             runs.push(("block", acc, r));
                         }
-                        if fast() {
+                        if isa() >= Isa::Avx2 {
                             let mut acc = [[0u16; D]; G];
                             // SAFETY: as above (AVX2, FMA, F16C).
                             let r = unsafe {
@@ -1842,7 +1843,7 @@ mod x86 {
         /// bit pattern (subnormals, overflow to infinity, NaN included) and odd lengths.
         #[test]
         fn round_to_f16_equals_the_portable_rounding() {
-            if !fast() {
+            if isa() < Isa::Avx2 {
                 return;
             }
             let xs: Vec<f32> = (0..=u32::MAX / 97)
@@ -1891,7 +1892,7 @@ mod tests {
 
     #[test]
     fn vectorised_primitives_equal_portable_ones() {
-        if !fast() {
+        if isa() < Isa::Avx2 {
             return;
         }
         for n in 0..=515 {

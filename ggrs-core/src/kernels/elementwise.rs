@@ -44,12 +44,6 @@ pub(crate) unsafe fn binary(task: &Task, chunk: usize, n_chunks: usize, work: &m
     }
 }
 
-/// SiLU, `x·σ(x)`.
-#[inline(always)]
-pub(crate) fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
 /// GELU, tanh form.
 #[inline(always)]
 pub(crate) fn gelu(x: f32) -> f32 {

@@ -22,6 +22,12 @@
 // The table path runs in the x86-64 lanes (and the tests); other targets call the C library.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
+/// SiLU, `x·σ(x)`, with the C library's `expf` (what ggml's scalar paths use).
+#[inline(always)]
+pub(crate) fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
 /// `N`: table entries per octave.
 #[cfg(test)]
 const N: u64 = 32;

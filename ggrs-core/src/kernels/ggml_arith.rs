@@ -33,11 +33,11 @@
 
 use half::f16;
 
+use crate::cpu::{isa, Isa};
 use crate::dtype::DType;
-use crate::kernels::matmul::VecDotFn;
-use crate::kernels::vec::{simd_level, SimdLevel};
 use crate::quants::dispatch::{ggml_sum_order, ggml_sum_order_cols, SumOrder};
 use crate::quants::k_quants::repacked::{q2_k_gemm, q2_k_gemv, q4_k_gemm, q4_k_gemv};
+use crate::quants::VecDotKernel as VecDotFn;
 use crate::types::FromF32Fn;
 
 /// Bytes of a Q8_0 block (f16 scale, 32 codes).
@@ -59,12 +59,6 @@ const Q8_1_BYTES: usize = 36;
 const Q4_1_BYTES: usize = 20;
 /// Bytes of a Q5_1 block (f16 scale, f16 minimum, 4 bytes of fifth bits, 16 of nibbles).
 const Q5_1_BYTES: usize = 24;
-
-/// True when the vectorised variants may run (x86-64 with AVX2, FMA and F16C).
-#[inline]
-pub(crate) fn fast() -> bool {
-    cfg!(target_arch = "x86_64") && simd_level() != SimdLevel::Scalar
-}
 
 #[inline(always)]
 fn half_at(b: &[u8], i: usize) -> f32 {
@@ -192,8 +186,8 @@ pub(crate) fn activation_quantizer(vdt: DType) -> Option<FromF32Fn> {
 /// `x.len()/32` blocks.
 pub fn quantize_row_q8_0_x86(x: &[f32], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if fast() {
-        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+    if isa() >= Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.
         return unsafe { x86::quantize_row_q8_0(x, out) };
     }
     quantize_row_q8_0_body(x, out)
@@ -224,8 +218,8 @@ fn quantize_row_q8_0_body(x: &[f32], out: &mut [u8]) {
 /// (`d`, `s`, 32 codes).
 pub fn quantize_row_q8_1_x86(x: &[f32], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if fast() {
-        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+    if isa() >= Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.
         return unsafe { x86::quantize_row_q8_1(x, out) };
     }
     quantize_row_q8_1_body(x, out)
@@ -706,8 +700,8 @@ macro_rules! dispatch_dot {
         $(#[$m])*
         pub(crate) fn $name(n: usize, a: &[u8], b: &[u8]) -> f32 {
             #[cfg(target_arch = "x86_64")]
-            if fast() {
-                // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+            if isa() >= Isa::Avx2 {
+                // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.
                 return unsafe { x86::$name(n, a, b) };
             }
             $body(n, a, b)
@@ -811,19 +805,11 @@ dispatch_dot!(
     dot_f16_vec_body
 );
 
-/// True when the AVX-512 F16 tiles below may run (x86-64 with AVX-512 F/BW/VL next to AVX2,
-/// FMA and F16C, and SIMD not switched off).
-#[inline]
-pub(crate) fn f16_tiles() -> bool {
-    // The AVX-512 level implies AVX-512 F/BW/VL next to AVX2, FMA and F16C.
-    fast() && simd_level() >= SimdLevel::Avx512
-}
-
 /// Widens the f16 values in `src` (little-endian, `2 · dst.len()` bytes or more) to f32 in
-/// `dst`, exactly, sixteen at a time. Needs [`f16_tiles`].
+/// `dst`, exactly, sixteen at a time. Needs `isa() >= Isa::Avx512`.
 pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
     assert!(
-        f16_tiles() && src.len() >= 2 * dst.len(),
+        isa() >= Isa::Avx512 && src.len() >= 2 * dst.len(),
         "widen_f16: AVX-512 and two bytes per value"
     );
     #[cfg(target_arch = "x86_64")]
@@ -832,13 +818,13 @@ pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
         x86::widen_f16(src.as_ptr(), dst)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("f16_tiles() is false off x86-64")
+    unreachable!("isa() is below AVX-512 off x86-64")
 }
 
 /// [`dot_f16_lanes16_body`] of `R` weight rows (f16, `n` values each, `n` a multiple of 16)
 /// against `C` activation rows already widened to f32 (`b[c]` holds `n` f16 values as f32,
 /// exactly): `t[r][c]` has the bits of the one-element kernel, each weight row converted
-/// once per 16 values for the whole tile. Needs [`f16_tiles`].
+/// once per 16 values for the whole tile. Needs `isa() >= Isa::Avx512`.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     n: usize,
@@ -846,7 +832,7 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     b: [&[f32]; C],
 ) -> [[f32; C]; R] {
     assert!(
-        f16_tiles()
+        isa() >= Isa::Avx512
             && n.is_multiple_of(16)
             && a.iter().all(|r| r.len() >= 2 * n)
             && b.iter().all(|r| r.len() >= n),
@@ -860,7 +846,7 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("f16_tiles() is false off x86-64")
+    unreachable!("isa() is below AVX-512 off x86-64")
 }
 
 // -------------------------------------------------------------------------------------------
@@ -914,20 +900,11 @@ fn scalef(j: f32, n: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
     #[cfg(target_arch = "x86_64")]
-    if exp_512() {
-        // SAFETY: `exp_512()` is only true when the CPU has AVX-512 F.
+    if isa() >= Isa::Avx512 {
+        // SAFETY: `isa()` is AVX-512 or better only when the CPU has AVX-512 F.
         return unsafe { x86::v_expf16_512(x) };
     }
     v_expf16_body(x)
-}
-
-/// Whether [`x86::v_expf_512`] may run: the vectorised variants are on and the CPU has
-/// AVX-512 F. Detected once.
-#[inline]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-fn exp_512() -> bool {
-    // The AVX-512 level implies AVX-512 F.
-    fast() && simd_level() >= SimdLevel::Avx512
 }
 
 /// The portable body of [`v_expf16`]: the same operations lane by lane, with the scaling by
@@ -986,14 +963,14 @@ fn v_expf16_body(x: &[f32; 16]) -> [f32; 16] {
 /// (`ggml_vec_silu_f32`, same split).
 pub(crate) fn swiglu_row(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
     #[cfg(target_arch = "x86_64")]
-    if exp_512() {
-        // SAFETY: `exp_512()` is only true when the CPU has AVX-512 F.
+    if isa() >= Isa::Avx512 {
+        // SAFETY: `isa()` is AVX-512 or better only when the CPU has AVX-512 F.
         let done = unsafe { x86::swiglu_groups_512(out, g, u) };
         return swiglu_tail(out, g, u, done);
     }
     #[cfg(target_arch = "x86_64")]
-    if fast() {
-        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+    if isa() >= Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.
         return unsafe { x86::swiglu_row(out, g, u) };
     }
     swiglu_row_body(out, g, u)
@@ -1026,7 +1003,7 @@ fn swiglu_row_body(out: &mut [f32], g: &[f32], u: Option<&[f32]>) {
 fn swiglu_tail(out: &mut [f32], g: &[f32], u: Option<&[f32]>, from: usize) {
     let n = out.len().min(g.len());
     for i in from..n {
-        let s = crate::kernels::elementwise::silu(g[i]);
+        let s = crate::kernels::expf::silu(g[i]);
         out[i] = match u {
             Some(u) => s * u[i],
             None => s,
@@ -1551,7 +1528,7 @@ mod tests {
 
     #[test]
     fn vectorised_dots_equal_portable_ones() {
-        if !fast() {
+        if isa() < Isa::Avx2 {
             return;
         }
         for nb in [1usize, 2, 3, 7, 28, 152] {
@@ -1661,7 +1638,7 @@ mod tests {
     /// The AVX-512 F16 tiles give the one-element kernels' bits.
     #[test]
     fn f16_tiles_equal_one_element_kernels() {
-        if !f16_tiles() {
+        if isa() < Isa::Avx512 {
             return;
         }
         for n in [0usize, 16, 48, 64, 80, 896, 1000, 1024] {

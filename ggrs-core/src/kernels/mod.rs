@@ -20,6 +20,7 @@ pub(crate) mod expf;
 pub(crate) mod ggml_arith;
 pub(crate) mod matmul;
 pub(crate) mod nn;
+pub(crate) mod packed;
 pub(crate) mod reduce;
 pub(crate) mod rope_freqs;
 pub(crate) mod rows;
@@ -30,7 +31,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::{TensorMeta, MAX_SRC};
 
-pub use matmul::PackedWeight;
+pub use packed::PackedWeight;
 
 /// True when `mul_mat` accepts weights of `dtype` (F32, F16, BF16 and every block type
 /// with a dot-product kernel in this build).

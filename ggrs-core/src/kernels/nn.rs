@@ -155,8 +155,8 @@ pub(crate) unsafe fn rope(
 /// `(cos, sin)`, the rest copied.
 fn rotate_row(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::ggml_arith::fast() {
-        // SAFETY: `fast()` is only true when the CPU has AVX2, FMA and F16C.
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.
         return unsafe { rotate_row_fma(mode, cache, x, out) };
     }
     rotate_row_body(mode, cache, x, out)

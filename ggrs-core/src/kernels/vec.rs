@@ -11,32 +11,17 @@ use std::sync::OnceLock;
 
 use half::{bf16, f16};
 
-/// The instruction-set level the kernels run at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum SimdLevel {
-    /// Portable code only.
-    Scalar,
-    /// x86-64 AVX2 with FMA and F16C.
-    Avx2,
-    /// x86-64 AVX-512 (F, BW, VL; VNNI where present).
-    Avx512,
-}
+use crate::cpu::{isa, Isa};
 
-/// The level detected on this CPU (or `Scalar` when `GGRS_FORCE_SCALAR` is set to anything
-/// but `0`): [`crate::cpu::CpuFeatures::simd_level`] of [`crate::cpu::features`].
-pub fn simd_level() -> SimdLevel {
-    crate::cpu::features().simd_level()
-}
-
-/// The level the CPU itself supports, whatever `GGRS_FORCE_SCALAR` says (the tests run every
-/// variant the CPU can).
+/// The best instruction set the CPU itself supports, whatever `GGRS_FORCE_SCALAR` says (the
+/// tests run every variant the CPU can).
 #[cfg(all(test, target_arch = "x86_64"))]
-fn detect() -> SimdLevel {
+fn detect() -> Isa {
     crate::cpu::CpuFeatures {
         force_scalar: false,
         ..*crate::cpu::features()
     }
-    .simd_level()
+    .best_isa()
 }
 
 const LANES: usize = 16;
@@ -181,21 +166,20 @@ macro_rules! simd_dispatch {
             let f = IMPL.get_or_init(|| {
                 #[cfg(target_arch = "x86_64")]
                 {
-                    match simd_level() {
-                        SimdLevel::Avx512 => {
-                            return |$($arg: $ty),*| {
-                                // SAFETY: chosen only when the CPU reports AVX-512 F/BW/VL,
-                                // FMA and F16C.
-                                unsafe { $avx512($($arg),*) }
-                            }
-                        }
-                        SimdLevel::Avx2 => {
-                            return |$($arg: $ty),*| {
-                                // SAFETY: chosen only when the CPU reports AVX2, FMA, F16C.
-                                unsafe { $avx2($($arg),*) }
-                            }
-                        }
-                        SimdLevel::Scalar => {}
+                    let level = isa();
+                    if level >= Isa::Avx512 {
+                        return |$($arg: $ty),*| {
+                            // SAFETY: `isa()` is AVX-512 or better only when the CPU reports
+                            // AVX-512 F/BW/VL, FMA and F16C.
+                            unsafe { $avx512($($arg),*) }
+                        };
+                    }
+                    if level >= Isa::Avx2 {
+                        return |$($arg: $ty),*| {
+                            // SAFETY: `isa()` is AVX2 or better only when the CPU reports
+                            // AVX2, FMA and F16C.
+                            unsafe { $avx2($($arg),*) }
+                        };
                     }
                 }
                 $scalar
@@ -207,16 +191,16 @@ macro_rules! simd_dispatch {
         impl SimdVariants {
             /// Every variant this CPU can run, with its level.
             #[allow(dead_code)]
-            pub(crate) fn $name() -> Vec<(SimdLevel, fn($($ty),*) -> $ret)> {
-                let mut v: Vec<(SimdLevel, fn($($ty),*) -> $ret)> = vec![(SimdLevel::Scalar, $scalar)];
+            pub(crate) fn $name() -> Vec<(Isa, fn($($ty),*) -> $ret)> {
+                let mut v: Vec<(Isa, fn($($ty),*) -> $ret)> = vec![(Isa::Scalar, $scalar)];
                 let lvl = detect();
-                if lvl >= SimdLevel::Avx2 {
+                if lvl >= Isa::Avx2 {
                     // SAFETY: the CPU reports AVX2, FMA and F16C.
-                    v.push((SimdLevel::Avx2, |$($arg: $ty),*| unsafe { $avx2($($arg),*) }));
+                    v.push((Isa::Avx2, |$($arg: $ty),*| unsafe { $avx2($($arg),*) }));
                 }
-                if lvl >= SimdLevel::Avx512 {
+                if lvl >= Isa::Avx512 {
                     // SAFETY: the CPU reports AVX-512 F/BW/VL, FMA and F16C.
-                    v.push((SimdLevel::Avx512, |$($arg: $ty),*| unsafe { $avx512($($arg),*) }));
+                    v.push((Isa::Avx512, |$($arg: $ty),*| unsafe { $avx512($($arg),*) }));
                 }
                 v
             }
@@ -274,12 +258,16 @@ pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
     let f = IMPL.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            match simd_level() {
-                // SAFETY: chosen only when the CPU reports AVX-512 F/BW/VL, FMA and F16C.
-                SimdLevel::Avx512 => return |a, b| unsafe { dot_f16_avx512(a, b) },
-                // SAFETY: chosen only when the CPU reports AVX2, FMA and F16C.
-                SimdLevel::Avx2 => return |a, b| unsafe { dot_f16_avx2(a, b) },
-                SimdLevel::Scalar => {}
+            let level = isa();
+            if level >= Isa::Avx512 {
+                // SAFETY: `isa()` is AVX-512 or better only when the CPU reports AVX-512
+                // F/BW/VL, FMA and F16C.
+                return |a, b| unsafe { dot_f16_avx512(a, b) };
+            }
+            if level >= Isa::Avx2 {
+                // SAFETY: `isa()` is AVX2 or better only when the CPU reports AVX2, FMA and
+                // F16C.
+                return |a, b| unsafe { dot_f16_avx2(a, b) };
             }
         }
         dot_f16_scalar
@@ -290,16 +278,16 @@ pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
 #[cfg(all(test, target_arch = "x86_64"))]
 impl SimdVariants {
     /// Every build of [`dot_f16`] this CPU can run.
-    pub(crate) fn dot_f16() -> Vec<(SimdLevel, DotF16Fn)> {
-        let mut v: Vec<(SimdLevel, DotF16Fn)> = vec![(SimdLevel::Scalar, dot_f16_scalar)];
+    pub(crate) fn dot_f16() -> Vec<(Isa, DotF16Fn)> {
+        let mut v: Vec<(Isa, DotF16Fn)> = vec![(Isa::Scalar, dot_f16_scalar)];
         let lvl = detect();
-        if lvl >= SimdLevel::Avx2 {
+        if lvl >= Isa::Avx2 {
             // SAFETY: the CPU reports AVX2, FMA and F16C.
-            v.push((SimdLevel::Avx2, |a, b| unsafe { dot_f16_avx2(a, b) }));
+            v.push((Isa::Avx2, |a, b| unsafe { dot_f16_avx2(a, b) }));
         }
-        if lvl >= SimdLevel::Avx512 {
+        if lvl >= Isa::Avx512 {
             // SAFETY: the CPU reports AVX-512 F/BW/VL, FMA and F16C.
-            v.push((SimdLevel::Avx512, |a, b| unsafe { dot_f16_avx512(a, b) }));
+            v.push((Isa::Avx512, |a, b| unsafe { dot_f16_avx512(a, b) }));
         }
         v
     }

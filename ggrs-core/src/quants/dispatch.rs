@@ -4,7 +4,7 @@
 //! Faster kernels (see `quants/simd/`: AVX2, AVX-512, AVX-512 VNNI; on aarch64 NEON and
 //! NEON `dotprod`, for Q4_0 and Q8_0) plug in here: `detect` picks, per type, the best
 //! build the CPU runs, on first use, and caches it, so `mul_mat` pays one table read per
-//! node. `GGRS_FORCE_SCALAR=1` (read once, see [`crate::kernels::vec::simd_level`]) keeps
+//! node. `GGRS_FORCE_SCALAR=1` (read once, see [`crate::cpu::isa`]) keeps
 //! every type on its scalar kernel;
 //! [`force_scalar`] does the same from inside a process, for benchmarks.
 //!
@@ -31,10 +31,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+use super::FromF32Fn;
 use crate::dtype::DType;
-use crate::kernels::vec::{simd_level, SimdLevel};
 use crate::quants::{simd, vec_dot_scalar, BlockQuant, VecDotKernel};
-use crate::types::FromF32Fn;
 
 /// The panel kernels of `mul_mat` (see `quants::simd::panel`).
 #[cfg(target_arch = "x86_64")]
@@ -48,40 +47,11 @@ use super::{
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 
-/// A dot product of one weight row with four rows of its `VecDot` type (`n` values each):
-/// `[dot(a, b[0]), …, dot(a, b[3])]`, each bit-identical to the one-row kernel of the same
-/// build. `mul_mat` uses it to load each weight block once per four activation columns.
-pub type VecDot4Kernel = fn(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4];
+pub use super::{VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
 
-/// A dot product of four weight rows with one row of their `VecDot` type (`n` values each):
-/// `[dot(a[0], b), …, dot(a[3], b)]`, each bit-identical to the one-row kernel of the same
-/// build. `mul_mat` uses it when it has fewer than four columns (decoding).
-pub type VecDotRows4Kernel = fn(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4];
-
-/// Dot products of four weight rows with four rows of their `VecDot` type: `t[r][c] =
-/// dot(a[r], b[c])`, each bit-identical to the one-row kernel of the same build. `mul_mat`
-/// uses it for prompts (each weight block decoded once per four columns, each activation
-/// block loaded once per four rows).
-pub type VecDotTileKernel = fn(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4];
-
-/// The instruction set a dot-product kernel is written for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Isa {
-    /// Portable code: the reference.
-    Scalar,
-    /// x86-64 AVX2 with FMA and F16C.
-    Avx2,
-    /// x86-64 AVX-512 F/BW/VL (with FMA, F16C), without VNNI instructions.
-    Avx512,
-    /// x86-64 AVX-512 F/BW/VL with VNNI (`vpdpbusd`, `vpdpwssd`).
-    Avx512Vnni,
-    /// AArch64 NEON (Advanced SIMD), base ARMv8-A.
-    #[cfg(target_arch = "aarch64")]
-    Neon,
-    /// AArch64 NEON with the dot-product extension (`sdot`).
-    #[cfg(target_arch = "aarch64")]
-    NeonDotprod,
-}
+/// The instruction set a dot-product kernel is written for (the crate's one ISA
+/// vocabulary, [`crate::cpu::Isa`]).
+pub use crate::cpu::Isa;
 
 /// One build of a weight type's dot product.
 #[derive(Clone, Copy)]
@@ -204,7 +174,7 @@ pub fn vec_dot_variants(dtype: DType) -> Vec<VecDotVariant> {
 }
 
 /// The fastest build this CPU runs for `dtype`, if faster than the scalar one: the best of
-/// [`SIMD_ISAS`] that [`simd_level`] allows (`GGRS_FORCE_SCALAR` makes it `Scalar`).
+/// [`SIMD_ISAS`] that [`crate::cpu::isa`] allows (`GGRS_FORCE_SCALAR` makes it `Scalar`).
 fn detect(dtype: DType) -> Option<VecDotVariant> {
     SIMD_ISAS
         .into_iter()
@@ -280,7 +250,7 @@ pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
 
 /// Column counts from which llama.cpp's CPU backend multiplies a k-quant weight with its
 /// tiled kernel ([`SumOrder::GgmlTiled`]) instead of one `ggml_vec_dot` per element.
-pub const GGML_TILED_MIN_COLS: usize = 8;
+pub use crate::quants::k_quants::tiled::GGML_TILED_MIN_COLS;
 
 /// [`ggml_sum_order`] for a `mul_mat` of weight type `dtype` and shape `ne` against `n_cols`
 /// activation columns per batch: k-quant weights that llama.cpp does not repack take its
@@ -385,7 +355,7 @@ pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
     if ggml_sum_order_cols(dtype, ne, n_cols) != SumOrder::GgmlTiled
         || FORCE_SCALAR.load(Ordering::Relaxed)
         || !allowed(Isa::Avx2)
-        || !simd::cpu_has(Isa::Avx2)
+        || !crate::cpu::features().runs(Isa::Avx2)
     {
         return None;
     }
@@ -428,32 +398,30 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
 }
 
 /// True when SIMD kernels of `isa` may run now: neither `GGRS_FORCE_SCALAR` nor
-/// [`force_scalar`] switched SIMD off, and [`simd_level`] allows `isa` (the caller checks the
+/// [`force_scalar`] switched SIMD off, and [`crate::cpu::isa`] allows `isa` (the caller checks the
 /// CPU's features). (Used by the x86-64 panel selection only.)
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn simd_allowed(isa: Isa) -> bool {
     !FORCE_SCALAR.load(Ordering::Relaxed) && !simd_off() && allowed(isa)
 }
 
-/// True when [`simd_level`] lets kernels of `isa` run (`GGRS_FORCE_SCALAR` allows none).
+/// True when [`crate::cpu::isa`] lets kernels of `isa` run (`GGRS_FORCE_SCALAR` allows
+/// none). On x86-64 the AVX-512 builds go together (VNNI is the caller's check, as NEON's
+/// `dotprod` is on AArch64).
 fn allowed(isa: Isa) -> bool {
     match isa {
         Isa::Scalar => true,
-        Isa::Avx2 => simd_level() >= SimdLevel::Avx2,
-        Isa::Avx512 | Isa::Avx512Vnni => simd_level() >= SimdLevel::Avx512,
+        Isa::Avx2 => crate::cpu::isa() >= Isa::Avx2,
+        Isa::Avx512 | Isa::Avx512Vnni => crate::cpu::isa() >= Isa::Avx512,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod => !simd_off(),
     }
 }
 
-/// True when `GGRS_FORCE_SCALAR` switched every SIMD kernel off (on x86-64, also when the CPU
-/// has no AVX2).
+/// True when `GGRS_FORCE_SCALAR` switched every SIMD kernel off (also when the CPU has no
+/// SIMD kernels).
 fn simd_off() -> bool {
-    #[cfg(target_arch = "aarch64")]
-    let off = simd::neon::env_forces_scalar();
-    #[cfg(not(target_arch = "aarch64"))]
-    let off = simd_level() == SimdLevel::Scalar;
-    off
+    crate::cpu::isa() == Isa::Scalar
 }
 
 static FORCE_SCALAR: AtomicBool = AtomicBool::new(false);

@@ -42,7 +42,6 @@ use half::f16;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::types::{FromF32Fn, ToF32Fn};
 
 pub mod dispatch;
 pub mod iq4;
@@ -70,6 +69,27 @@ pub use q8::{BlockQ8_0, BlockQ8_1};
 /// A dot-product kernel: `n` values of a row of the weight type (`a`) against a row of its
 /// `VecDot` type (`b`), both as bytes. The same type as `mul_mat`'s kernel pointer.
 pub type VecDotKernel = fn(n: usize, a: &[u8], b: &[u8]) -> f32;
+
+/// Converts a row of `dtype` bytes to f32 (`src` holds exactly `dst.len()` values).
+pub type ToF32Fn = fn(src: &[u8], dst: &mut [f32]);
+/// Converts f32 values to a row of `dtype` bytes (`dst` holds exactly `src.len()` values).
+pub type FromF32Fn = fn(src: &[f32], dst: &mut [u8]);
+
+/// A dot product of one weight row with four rows of its `VecDot` type (`n` values each):
+/// `[dot(a, b[0]), …, dot(a, b[3])]`, each bit-identical to the one-row kernel of the same
+/// build. `mul_mat` uses it to load each weight block once per four activation columns.
+pub type VecDot4Kernel = fn(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4];
+
+/// A dot product of four weight rows with one row of their `VecDot` type (`n` values each):
+/// `[dot(a[0], b), …, dot(a[3], b)]`, each bit-identical to the one-row kernel of the same
+/// build. `mul_mat` uses it when it has fewer than four columns (decoding).
+pub type VecDotRows4Kernel = fn(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4];
+
+/// Dot products of four weight rows with four rows of their `VecDot` type: `t[r][c] =
+/// dot(a[r], b[c])`, each bit-identical to the one-row kernel of the same build. `mul_mat`
+/// uses it for prompts (each weight block decoded once per four columns, each activation
+/// block loaded once per four rows).
+pub type VecDotTileKernel = fn(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4];
 
 /// One block type: its layout, its reference quantizer and dequantizer, and its dot product
 /// with the block type activations are converted to.
@@ -362,7 +382,7 @@ pub(crate) fn traits(dtype: DType) -> Option<QuantTraits> {
 }
 
 /// The fused dequantize-and-dot kernel of a block type, or `None` where this build has none.
-pub(crate) fn vec_dot(dtype: DType) -> Option<crate::kernels::matmul::VecDotFn> {
+pub(crate) fn vec_dot(dtype: DType) -> Option<VecDotKernel> {
     vec_dot_kernel(dtype)
 }
 

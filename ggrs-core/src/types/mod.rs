@@ -9,10 +9,7 @@ use half::{bf16, f16};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// Converts a row of `dtype` bytes to f32 (`src` holds exactly `dst.len()` values).
-pub type ToF32Fn = fn(src: &[u8], dst: &mut [f32]);
-/// Converts f32 values to a row of `dtype` bytes (`dst` holds exactly `src.len()` values).
-pub type FromF32Fn = fn(src: &[f32], dst: &mut [u8]);
+pub use crate::quants::{FromF32Fn, ToF32Fn};
 
 /// What the library knows about one type.
 #[derive(Clone, Copy)]

@@ -1,6 +1,12 @@
-//! Test data shared by the product tests: seeded values and their encoding in any weight type.
+//! What the integration tests of ggrs-core share (one module, `support`, for every test
+//! binary): seeded values and their encoding in any weight type (here), and the op tests'
+//! harness, input layouts and reference arrays ([`cases`]).
 
 #![allow(dead_code)] // each test binary uses its own part
+
+mod cases;
+#[allow(unused_imports)] // not every test binary runs op cases
+pub use cases::*;
 
 use ggrs_core::{quants, DType};
 

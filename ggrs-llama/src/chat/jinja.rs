@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::{Environment, Error, ErrorKind, Value};
 
-use super::template::{ChatError, Message};
+use super::message::{ChatError, Message};
 
 /// The values a template may read besides the conversation (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]

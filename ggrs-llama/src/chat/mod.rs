@@ -43,6 +43,7 @@
 //! ```
 
 pub mod jinja;
+pub mod message;
 pub mod named;
 pub mod template;
 

@@ -2,7 +2,7 @@
 //! `--chat-template NAME` of its tools), for models whose file carries no template or to
 //! override it: each writes the conversation the way llama.cpp's built-in formatter does.
 
-use super::template::{ChatError, ChatTemplate, Message};
+use super::message::{ChatError, Message};
 
 /// A format llama.cpp has built in, by the name it gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,24 +21,8 @@ pub enum NamedFormat {
     ChatMl,
 }
 
-/// The names [`ChatTemplate::named`] knows, as llama.cpp spells them.
+/// The names `ChatTemplate::named` knows, as llama.cpp spells them.
 pub const NAMES: &str = "llama3, gemma, phi3, chatml, chatglm3, chatglm4";
-
-impl ChatTemplate {
-    /// The format llama.cpp builds in under `name` (`llama3`, `gemma`, `phi3`, `chatml`,
-    /// `chatglm3`, `chatglm4`), or `None`.
-    pub fn named(name: &str) -> Option<ChatTemplate> {
-        Some(match name {
-            "llama3" => ChatTemplate::Named(NamedFormat::Llama3),
-            "gemma" => ChatTemplate::Named(NamedFormat::Gemma),
-            "phi3" => ChatTemplate::Named(NamedFormat::Phi3),
-            "chatml" => ChatTemplate::Named(NamedFormat::ChatMl),
-            "chatglm3" => ChatTemplate::ChatGlm3,
-            "chatglm4" => ChatTemplate::Glm4,
-            _ => return None,
-        })
-    }
-}
 
 /// C's `isspace` trim, as llama.cpp's formatter trims.
 fn trim(s: &str) -> &str {

@@ -234,7 +234,7 @@ fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
 pub(crate) fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
     dtype == DType::F16
         && crate::kernels::ggml_arith::f16_uses_lanes16(ne, m)
-        && crate::kernels::ggml_arith::f16_tiles()
+        && crate::cpu::isa() >= crate::cpu::Isa::Avx512
 }
 
 /// The kernel and activation form of a `mul_mat` with weights `a` and activations `b`, whose

@@ -30,6 +30,10 @@ use super::{get_scale_min_k4, q3_k_scale, QK_K};
 use crate::quants::iq4::{BlockIQ4XS, KVALUES_IQ4NL};
 use crate::quants::{fp16, BlockQuant};
 
+/// Column counts from which llama.cpp's CPU backend multiplies a k-quant weight with its
+/// tiled kernel (the order of this module) instead of one `ggml_vec_dot` per element.
+pub const GGML_TILED_MIN_COLS: usize = 8;
+
 /// What one weight super-block contributes against one Q8_K block, before any rounding.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct TiledTerms {

@@ -54,28 +54,6 @@ pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]
-mod panel_avx2;
-#[cfg(target_arch = "x86_64")]
-mod panel_iq4;
-#[cfg(target_arch = "x86_64")]
-mod panel_iq4_avx2;
-#[cfg(target_arch = "x86_64")]
-mod panel_lanes_vnni;
-#[cfg(target_arch = "x86_64")]
-mod panel_q3k;
-#[cfg(target_arch = "x86_64")]
-mod panel_q5k;
-#[cfg(target_arch = "x86_64")]
-mod panel_q5k_avx2;
-#[cfg(target_arch = "x86_64")]
-mod panel_q6k_vnni;
-#[cfg(target_arch = "x86_64")]
-mod panel_repacked;
-#[cfg(target_arch = "x86_64")]
-mod panel_repacked_avx2;
-#[cfg(target_arch = "x86_64")]
-mod panel_tiled_vnni;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;
@@ -84,10 +62,11 @@ pub(crate) mod tiled_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+use crate::cpu::Isa;
 use crate::dtype::DType;
-use crate::quants::dispatch::{Isa, VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
-use crate::quants::{BlockQuant, VecDotKernel};
-use crate::types::FromF32Fn;
+use crate::quants::{
+    BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
+};
 
 /// Whole blocks usable in a call with `n` values: `n / BLOCK_SIZE`, cut to the blocks present
 /// in every operand (debug builds assert that the operands are exact rows).
@@ -295,16 +274,11 @@ mod forms {
     }
 }
 
-/// True when this CPU runs code built for `isa` ([`crate::cpu::CpuFeatures::runs`]).
-pub(crate) fn cpu_has(isa: Isa) -> bool {
-    crate::cpu::features().runs(isa)
-}
-
 /// The SIMD kernel forms of weight type `dtype` for `isa` (in ggml's repacked-Q4_0 order
 /// when `chain`), if this build has them and this CPU runs them. `Isa::Scalar` has none here
 /// (see `dispatch`).
 pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
-    if isa == Isa::Scalar || !cpu_has(isa) {
+    if isa == Isa::Scalar || !crate::cpu::features().runs(isa) {
         return None;
     }
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -326,7 +300,7 @@ pub(crate) fn kernels(dtype: DType, isa: Isa, chain: bool) -> Option<Forms> {
 /// (`dispatch::SumOrder::GgmlTiled`, bit-identical to `k_quants::tiled::dot_tiled`), if this
 /// build has them and this CPU runs them.
 pub(crate) fn tiled_kernels(dtype: DType, isa: Isa) -> Option<Forms> {
-    if isa == Isa::Scalar || !cpu_has(isa) {
+    if isa == Isa::Scalar || !crate::cpu::features().runs(isa) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -350,11 +324,11 @@ pub(crate) fn quantizer(dtype: DType, isa: Isa) -> Option<FromF32Fn> {
             // the lengths itself.
             unsafe { neon::quantize_row_q8_0(src, dst) }
         }
-        if isa == Isa::Neon && dtype == DType::Q8_0 && cpu_has(isa) {
+        if isa == Isa::Neon && dtype == DType::Q8_0 && crate::cpu::features().runs(isa) {
             return Some(q8_0);
         }
     }
-    if isa != Isa::Avx2 || !cpu_has(isa) {
+    if isa != Isa::Avx2 || !crate::cpu::features().runs(isa) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -451,10 +425,7 @@ mod tests {
             let order = ggml_sum_order(t, ne);
             assert_ne!(order, SumOrder::Any);
             let builds = vec_dot_variants_in(t, order);
-            assert!(
-                !builds.is_empty()
-                    || !crate::quants::simd::cpu_has(crate::quants::dispatch::Isa::Avx2)
-            );
+            assert!(!builds.is_empty() || !crate::cpu::features().runs(crate::cpu::Isa::Avx2));
             let w = blocks(t, 4 * k / t.block_size(), &mut seed);
             let mut y = blocks(vt, 4 * k / t.block_size(), &mut seed);
             if vt == DType::Q8K {
@@ -491,7 +462,7 @@ mod tests {
     fn q5_k_avx2_is_dot_q5_k_vec() {
         use crate::quants::dispatch::Isa;
         use crate::quants::k_quants::tiled::dot_q5_k_vec;
-        if !crate::quants::simd::cpu_has(Isa::Avx2) {
+        if !crate::cpu::features().runs(Isa::Avx2) {
             return;
         }
         let builds = vec_dot_variants_in(DType::Q5K, SumOrder::GgmlLanes);

@@ -50,13 +50,6 @@ use crate::quants::{to_fp16, BlockQ4_0, BlockQ8_0, BlockQuant};
 const Q4_0: usize = BlockQ4_0::BYTES;
 const Q8_0: usize = BlockQ8_0::BYTES;
 
-/// True when `GGRS_FORCE_SCALAR` is set to anything but `0` or the empty string
-/// ([`crate::cpu::CpuFeatures::force_scalar`]; `kernels::vec::simd_level`'s levels are x86
-/// ones and say nothing about NEON).
-pub(crate) fn env_forces_scalar() -> bool {
-    crate::cpu::features().force_scalar
-}
-
 /// The f16 at `p` as f32 (exact).
 ///
 /// # Safety

@@ -1,5 +1,5 @@
 //! The AVX-512 VNNI build of the lanes panel kernel for Q4_1, Q5_0 and Q5_1 weights
-//! (`panel`'s layout: sixteen rows, one per 32-bit lane; `panel_avx2::lanes` is the AVX2
+//! (`panel`'s layout: sixteen rows, one per 32-bit lane; `panel::avx2::lanes` is the AVX2
 //! build, same bits): ggml's x86 lane order (`ggml_vec_dot_q4_1_q8_1`, `_q5_0_q8_0`,
 //! `_q5_1_q8_1`, tinyBLAS), per row eight accumulators, one per quad `g` of the block,
 //! `acc_g = fma(s_g, dx·dy, acc_g)` on the exact quad sum `s_g`; for the types with a
@@ -12,13 +12,13 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! pointer contracts are those of [`super::panel::gemm`].
+//! pointer contracts are those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
-use super::panel::AUX_BYTES;
-use super::panel_avx2::LanesType;
-use super::x86::{f16_at, read_u32};
+use super::super::x86::{f16_at, read_u32};
+use super::avx2::LanesType;
+use super::AUX_BYTES;
 
 /// Bit `g` of every byte of `h` moved to bit 4 (`0x10`), the other bits cleared: the fifth
 /// bits of quad `g` (see `panel::BlockAt::h`). The 16-bit shifts move no bit across a byte
@@ -48,7 +48,7 @@ pub(super) unsafe fn fifth(h: __m512i, g: usize) -> __m512i {
 /// docs): lane `r` of result `c` is row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`]: Q8_1 activation rows for the types with a minimum, else Q8_0
+/// As [`super::gemm`]: Q8_1 activation rows for the types with a minimum, else Q8_0
 /// rows with their side data.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]

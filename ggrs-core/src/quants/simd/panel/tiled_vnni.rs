@@ -3,7 +3,7 @@
 //! matmul (`k_quants::tiled::dot_tiled`, the oracle): per super-block and row the exact
 //! `s1 = Σ_j sc_j · Σ_{i in j} code_i · y_i` over the sixteen 16-value sub-blocks, then
 //! `r = d · s1` and `acc = fma(r, d_y, acc)`. They read the panels their types' lane kinds
-//! pack (`panel_q3k`'s layout for Q3_K, `panel`'s Q6_K layout), so one packed copy serves
+//! pack (`panel::q3k`'s layout for Q3_K, `panel`'s Q6_K layout), so one packed copy serves
 //! both orders.
 //!
 //! A sub-block's sum starts from the seed `−o · bsum_j` (`o` the code offset: 4 for Q3_K,
@@ -17,12 +17,12 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! pointer contracts are those of [`super::panel::gemm`] (Q8_K rows, no side data).
+//! pointer contracts are those of [`super::gemm`] (Q8_K rows, no side data).
 
 use std::arch::x86_64::*;
 
-use super::panel::{q6_k_qh, q6_k_ql, Kind};
-use super::x86::{read_f32, read_u16, read_u32};
+use super::super::x86::{read_f32, read_u16, read_u32};
+use super::{q6_k_qh, q6_k_ql, Kind};
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
 const Q8K_BYTES: usize = 292;
@@ -53,7 +53,7 @@ pub(super) trait TiledPanel {
     unsafe fn quad(p: *const u8, g: usize, q: usize) -> __m512i;
 }
 
-/// Q3_K (`panel_q3k`'s layout).
+/// Q3_K (`panel::q3k`'s layout).
 pub(super) struct Q3K;
 /// Q6_K (`panel`'s layout of [`Kind::Q6KLanes`]).
 pub(super) struct Q6K;
@@ -78,7 +78,7 @@ impl TiledPanel for Q3K {
     #[inline(always)]
     unsafe fn quad(p: *const u8, g: usize, q: usize) -> __m512i {
         // Group g = 4h + s: low bits at 2s of `qs_8h+q`, high bit at 4h + s of `hm_q`.
-        use super::panel_q3k::{hm_at, qs_at};
+        use super::q3k::{hm_at, qs_at};
         let (h, s) = (g / 4, g % 4);
         // SAFETY: vectors of the packed super-block (caller); register operations.
         unsafe {

@@ -1,4 +1,4 @@
-//! The AVX2 builds of `panel_repacked`'s Q4_K and Q2_K panel kernels (the repacked
+//! The AVX2 builds of `panel::repacked`'s Q4_K and Q2_K panel kernels (the repacked
 //! `q4_K_8x8` / `q2_K_8x8` orders), for CPUs without AVX-512 VNNI: each panel is two halves
 //! of eight rows, the low and high 32 bytes of every packed 64-byte vector, 16 bytes of every
 //! 32-byte group of scales.
@@ -13,16 +13,16 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
-//! those of [`super::panel::gemm`].
+//! those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
-use super::panel::ROWS;
-use super::panel_repacked::{
+use super::super::x86::{read_f32, read_u32};
+use super::repacked::{
     Q2K_PANEL_BYTES, Q2K_QS, Q2K_SC, Q4K_AUX_BYTES, Q4K_MIN, Q4K_PANEL_BYTES, Q4K_QS, Q4K_SC,
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
 };
-use super::x86::{read_f32, read_u32};
+use super::ROWS;
 
 /// The four bytes at `p` in every 32-bit lane.
 ///
@@ -60,7 +60,7 @@ unsafe fn store<const C: usize>(
 /// `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_K rows with `panel_repacked::activation_aux_q4_k`'s side
+/// As [`super::gemm`] (Q8_K rows with `panel_repacked::activation_aux_q4_k`'s side
 /// data), on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -155,7 +155,7 @@ pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
 /// `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_K rows, no side data), on a CPU with AVX2, FMA and F16C.
+/// As [`super::gemm`] (Q8_K rows, no side data), on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(

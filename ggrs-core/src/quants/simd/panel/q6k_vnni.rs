@@ -1,5 +1,5 @@
 //! The AVX-512 VNNI build of the Q6_K lanes panel kernel ([`Kind::Q6KLanes`]: `panel`'s
-//! layout, sixteen rows, one per 32-bit lane; `panel_avx2::q6_k_lanes` is the AVX2 build,
+//! layout, sixteen rows, one per 32-bit lane; `panel::avx2::q6_k_lanes` is the AVX2 build,
 //! same bits): the order of ggml's AVX2 `ggml_vec_dot_q6_K_q8_K`
 //! (`k_quants::tiled::dot_q6_k_vec`, the oracle), per super-block and row eight exact integer
 //! lanes, lane `l` summing `sc_j · code · y` over the values `p` with `(p mod 32) / 4 = l`
@@ -37,12 +37,12 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! pointer contracts are those of [`super::panel::gemm`] (Q8_K rows, no side data).
+//! pointer contracts are those of [`super::gemm`] (Q8_K rows, no side data).
 
 use std::arch::x86_64::*;
 
-use super::panel::{prefetch_block, q6_k_qh, q6_k_ql, Kind};
-use super::x86::{read_f32, read_u32};
+use super::super::x86::{read_f32, read_u32};
+use super::{prefetch_block, q6_k_qh, q6_k_ql, Kind};
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
 const Q8K_BYTES: usize = 292;

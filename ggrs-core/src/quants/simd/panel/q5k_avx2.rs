@@ -1,4 +1,4 @@
-//! The AVX2 build of `panel_q5k`'s Q5_K lanes panel kernel, for CPUs without AVX-512 VNNI:
+//! The AVX2 build of `panel::q5k`'s Q5_K lanes panel kernel, for CPUs without AVX-512 VNNI:
 //! each panel is two halves of eight rows, the low and high 32 bytes of every packed 64-byte
 //! vector and 16 bytes of each group of sixteen f16 scales. The integers are the VNNI build's
 //! (`vpmaddubsw` pair sums, then `vpmaddwd` against the scale in both halves and a 32-bit
@@ -6,16 +6,16 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
-//! those of [`super::panel::gemm`] (Q8_K rows and their side data).
+//! those of [`super::gemm`] (Q8_K rows and their side data).
 
 use std::arch::x86_64::*;
 
-use super::panel::ROWS;
-use super::panel_avx2::{fifth, lanes_total};
-use super::panel_q5k::{h_at, v_at, MIN_PAIR, Q5K_DMIN, Q5K_PANEL_BYTES, Q5K_SC, SCALE_DUP};
-use super::panel_repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
-use super::panel_repacked_avx2::bcast;
-use super::x86::read_f32;
+use super::super::x86::read_f32;
+use super::avx2::{fifth, lanes_total};
+use super::q5k::{h_at, v_at, MIN_PAIR, Q5K_DMIN, Q5K_PANEL_BYTES, Q5K_SC, SCALE_DUP};
+use super::repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
+use super::repacked_avx2::bcast;
+use super::ROWS;
 
 /// Offset of the codes in a Q8_K block.
 const Q8K_QS: usize = 4;

@@ -1,7 +1,7 @@
 //! Panel kernels (`panel`: sixteen weight rows, one per 32-bit lane) for Q4_K and Q2_K
 //! weights in the orders of ggml's repacked `q4_K_8x8` / `q2_K_8x8` kernels
 //! (`quants::k_quants::repacked`, whose portable bodies are the oracle): the layout, its
-//! packers, the activation side data and the AVX-512 VNNI kernels; `panel_repacked_avx2`
+//! packers, the activation side data and the AVX-512 VNNI kernels; `panel::repacked_avx2`
 //! holds the AVX2 builds (same layout, same bits).
 //!
 //! # Layout
@@ -52,12 +52,12 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! pointer contracts are those of [`super::panel::gemm`].
+//! pointer contracts are those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
-use super::panel::{prefetch_block, ROWS};
-use super::x86::{read_f32, read_u32};
+use super::super::x86::{read_f32, read_u32};
+use super::{prefetch_block, ROWS};
 use crate::quants::k_quants::get_scale_min_k4;
 
 /// How many packed super-blocks ahead the VNNI GEMV kernels prefetch (see the module docs).
@@ -170,7 +170,7 @@ unsafe fn bcast(p: *const u8) -> __m512i {
 /// GEMV order: lane `r` of result `c` is row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`]: Q8_K rows at `y[c]`, their [`activation_aux_q4_k`] at
+/// As [`super::gemm`]: Q8_K rows at `y[c]`, their [`activation_aux_q4_k`] at
 /// `aux[c]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -255,7 +255,7 @@ pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
 /// GEMV order: lane `r` of result `c` is row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`]: Q8_K rows at `y[c]` (no side data).
+/// As [`super::gemm`]: Q8_K rows at `y[c]` (no side data).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
@@ -342,9 +342,9 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::panel::{self, Kind};
     use super::*;
     use crate::quants::k_quants::repacked;
+    use crate::quants::simd::panel::{self, Kind};
 
     fn rng(seed: &mut u64) -> u32 {
         *seed = seed
@@ -434,7 +434,7 @@ mod tests {
                     _mm512_storeu_ps(o.as_mut_ptr(), a);
                 }
             } else {
-                use super::super::panel_repacked_avx2 as r;
+                use super::super::repacked_avx2 as r;
                 match kind {
                     Kind::Q4KGemv => r::q4_k::<C, false>(nb, p, &y, &ax, &mut out),
                     Kind::Q4KGemm => r::q4_k::<C, true>(nb, p, &y, &ax, &mut out),

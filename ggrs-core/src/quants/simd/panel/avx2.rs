@@ -12,7 +12,7 @@
 //!   magnitude, eight of them 30 480 < 2¹⁵), widened, plus the seed `−8 · Σ y`; then
 //!   `acc = fma(s, dx·dy, acc)` per block.
 //! - Q8_0 lanes: the packed codes are `x` itself (the portable packer, which CPUs without
-//!   VNNI use, leaves them signed: [`super::panel::flips_q8_0`]); `|x|` (at most 128,
+//!   VNNI use, leaves them signed: [`super::flips_q8_0`]); `|x|` (at most 128,
 //!   as an unsigned byte) against `y` carrying `x`'s sign (`vpsignb`: the activations come
 //!   from the Q8_0 quantizer, so |y| ≤ 127 and the negation is exact), pairs at most
 //!   2·128·127 < 2¹⁵. Eight accumulators per row, one per quad, added at the end in
@@ -20,12 +20,12 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
-//! those of [`super::panel::gemm`].
+//! those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
-use super::panel::{q4_0_at, q6_k_qh, q6_k_ql, Kind, AUX_BYTES, ROWS};
-use super::x86::{read_f32, read_u16, read_u32};
+use super::super::x86::{read_f32, read_u16, read_u32};
+use super::{q4_0_at, q6_k_qh, q6_k_ql, Kind, AUX_BYTES, ROWS};
 
 /// Bytes of a Q8_0 block (activations).
 const Q8_0_BYTES: usize = 34;
@@ -78,7 +78,7 @@ unsafe fn quad(p: *const u8) -> __m256i {
 /// `C` columns against a Q4_0 panel in the chain order; `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
+/// As [`super::gemm`], on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q4_0_chain<const C: usize>(
@@ -141,7 +141,7 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
 /// `C` columns against a Q8_0 panel in the lane order; `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
+/// As [`super::gemm`], on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q8_0_lanes<const C: usize>(
@@ -259,7 +259,7 @@ pub(super) unsafe fn fifth(h: __m256i, g: usize) -> __m256i {
 /// 2·31·127 in magnitude (exact in 16 bits), plus the seed for Q5_0's offset.
 ///
 /// # Safety
-/// As [`super::panel::gemm`], on a CPU with AVX2, FMA and F16C.
+/// As [`super::gemm`], on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
@@ -307,9 +307,9 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
                 }
                 for c in 0..C {
                     let b = y[c].add(i * yb);
-                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(super::x86::f16_at(b)));
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(super::super::x86::f16_at(b)));
                     if T::MIN {
-                        let sy = _mm256_set1_ps(super::x86::f16_at(b.add(2)));
+                        let sy = _mm256_set1_ps(super::super::x86::f16_at(b.add(2)));
                         summs[c] = _mm256_fmadd_ps(mx, sy, summs[c]);
                     }
                     let q = b.add(yq);
@@ -367,7 +367,7 @@ unsafe fn q6_high(qh: __m256i, m: usize) -> __m256i {
 /// `vpmaddubsw` are at most 2·63·128 in magnitude (Q8_K codes reach −128): exact.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_K activation rows, no side data), on a CPU with AVX2, FMA
+/// As [`super::gemm`] (Q8_K activation rows, no side data), on a CPU with AVX2, FMA
 /// and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

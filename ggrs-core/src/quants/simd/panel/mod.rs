@@ -1,9 +1,10 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
-//! VNNI kernels; `panel_avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
-//! The same scheme serves Q4_1, Q5_0, Q5_1 (`panel_lanes_vnni`, `panel_avx2`) and Q6_K
-//! (`panel_q6k_vnni`, `panel_avx2`; layouts in [`Kind::block_at`]), Q5_K (`panel_q5k`,
-//! `panel_q5k_avx2`) and the i-quants IQ4_NL and IQ4_XS (`panel_iq4`, `panel_iq4_avx2`).
+//! VNNI kernels; `avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
+//! The same scheme serves Q4_1, Q5_0, Q5_1 (`lanes_vnni`, `avx2`) and Q6_K
+//! (`q6k_vnni`, `avx2`; layouts in [`Kind::block_at`]), Q5_K (`q5k`,
+//! `q5k_avx2`) and the i-quants IQ4_NL and IQ4_XS (`iq4`, `iq4_avx2`). Each kind's kernels
+//! live in a submodule; this module is the hub they share (layout, packers, dispatch).
 //!
 //! # Layout
 //!
@@ -56,6 +57,18 @@
 //! [`pack`] and [`gemm`], which need one on which [`available`] holds (they pick the build
 //! the CPU runs); the pointer contracts are stated on each function.
 
+mod avx2;
+mod iq4;
+mod iq4_avx2;
+mod lanes_vnni;
+mod q3k;
+mod q5k;
+mod q5k_avx2;
+mod q6k_vnni;
+mod repacked;
+mod repacked_avx2;
+mod tiled_vnni;
+
 use std::arch::x86_64::*;
 
 use super::x86::{read_f32, read_u16, read_u32};
@@ -104,35 +117,35 @@ pub(crate) enum Kind {
     /// Q5_1 weights against Q8_1, eight lanes plus the minimum chain.
     Q5_1Lanes,
     /// Q6_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
-    /// `ggml_vec_dot_q6_K_q8_K` (`panel_q6k_vnni`, `panel_avx2`), below eight columns, where
+    /// `ggml_vec_dot_q6_K_q8_K` (`panel::q6k_vnni`, `panel::avx2`), below eight columns, where
     /// llama.cpp runs that kernel; from eight on its twin [`Kind::Q6KTiled`].
     Q6KLanes,
     /// IQ4_NL weights, one FMA per block ([`SumOrder::GgmlBlockChain`], ggml's repacked
     /// `iq4_nl_8x8` kernels); Q4_0's layout, the nibbles read as indices into the level
-    /// table (`panel_iq4`).
+    /// table (`panel::iq4`).
     ///
     /// [`SumOrder::GgmlBlockChain`]: crate::quants::dispatch::SumOrder::GgmlBlockChain
     IQ4NLChain,
     /// IQ4_XS weights against Q8_K, eight lanes per super-block as ggml's
     /// `ggml_vec_dot_iq4_xs_q8_K` (below eight columns: [`Kind::takes_columns`]; layout in
-    /// `panel_iq4`).
+    /// `panel::iq4`).
     IQ4XSLanes,
     /// IQ4_XS weights against Q8_K in ggml's tiled order (eight columns or more), on the
     /// packed layout of [`Kind::IQ4XSLanes`] (AVX-512 VNNI build only; elsewhere those
     /// columns take `tiled_avx2`'s kernels: [`Kind::split`]).
     IQ4XSTiled,
-    /// Q6_K in ggml's tiled k-quant order (`panel_tiled_vnni`; VNNI build only: without
+    /// Q6_K in ggml's tiled k-quant order (`panel::tiled_vnni`; VNNI build only: without
     /// it, `tiled_avx2` takes those products and [`Kind::takes_columns`] says so), same layout
     /// as [`Kind::Q6KLanes`].
     Q6KTiled,
     /// Q3_K weights against Q8_K, eight lanes per super-block as ggml's AVX2
-    /// `ggml_vec_dot_q3_K_q8_K` (`panel_q3k`), below eight columns; from eight on its twin
+    /// `ggml_vec_dot_q3_K_q8_K` (`panel::q3k`), below eight columns; from eight on its twin
     /// [`Kind::Q3KTiled`].
     Q3KLanes,
     /// Q3_K in ggml's tiled order, as [`Kind::Q6KTiled`], same layout as [`Kind::Q3KLanes`].
     Q3KTiled,
     /// Q4_K weights against Q8_K in the order of ggml's repacked `q4_K_8x8` GEMV kernel
-    /// (`panel_repacked`): one FMA per super-block. Planned for every Q4_K weight llama.cpp
+    /// (`panel::repacked`): one FMA per super-block. Planned for every Q4_K weight llama.cpp
     /// repacks; the first `4·⌊m/4⌋` columns take its twin [`Kind::Q4KGemm`].
     Q4KGemv,
     /// Q4_K in the order of ggml's repacked GEMM kernel (one FMA per 64 values), same layout
@@ -144,7 +157,7 @@ pub(crate) enum Kind {
     /// as [`Kind::Q2KGemv`].
     Q2KGemm,
     /// Q5_K weights against Q8_K, eight lanes per super-block and the minimum chain as ggml's
-    /// AVX2 `ggml_vec_dot_q5_K_q8_K` (`panel_q5k`, `panel_q5k_avx2`), below eight columns,
+    /// AVX2 `ggml_vec_dot_q5_K_q8_K` (`panel::q5k`, `panel::q5k_avx2`), below eight columns,
     /// where llama.cpp runs that kernel (from eight on, its tiled order: `tiled_avx2`).
     Q5KLanes,
 }
@@ -161,11 +174,11 @@ pub(crate) struct BlockAt {
     /// The fifth bits (Q5_0, Q5_1): lane `r`, byte `t` holds, in bit `g`, the fifth bit of
     /// row `r`'s value `4g + t`. Q3_K: its 8 vectors of `hmask`. Q6_K: `v` (its codes are
     /// one run of `ql` and `qh` vectors, see [`q6_k_ql`] and [`q6_k_qh`]). Q5_K: its first
-    /// vector of `qh`, the code vectors interleaved with them (`panel_q5k`).
+    /// vector of `qh`, the code vectors interleaved with them (`panel::q5k`).
     pub h: usize,
     /// Q6_K, Q3_K: the sixteen scales of each row, scale-major (16 bytes per scale: row `r`
-    /// at byte `r`); Q4_K, Q2_K: see `panel_repacked`; Q5_K: the 12 packed scale bytes of
-    /// each row, in 3 vectors (`panel_q5k`). IQ4_XS: the rows' `scales_l` (lane `r` = row
+    /// at byte `r`); Q4_K, Q2_K: see `panel::repacked`; Q5_K: the 12 packed scale bytes of
+    /// each row, in 3 vectors (`panel::q5k`). IQ4_XS: the rows' `scales_l` (lane `r` = row
     /// `r`'s four bytes); its `scales_h` (16 × u16) are at `h`.
     pub s: usize,
 }
@@ -188,10 +201,10 @@ impl Kind {
     pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self.layout() {
             Kind::Q4_0Chain | Kind::IQ4NLChain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
-            Kind::Q3KLanes => nb * super::panel_q3k::Q3K_PANEL_BYTES,
-            Kind::Q4KGemv => nb * super::panel_repacked::Q4K_PANEL_BYTES,
-            Kind::Q2KGemv => nb * super::panel_repacked::Q2K_PANEL_BYTES,
-            Kind::Q5KLanes => nb * super::panel_q5k::Q5K_PANEL_BYTES,
+            Kind::Q3KLanes => nb * self::q3k::Q3K_PANEL_BYTES,
+            Kind::Q4KGemv => nb * self::repacked::Q4K_PANEL_BYTES,
+            Kind::Q2KGemv => nb * self::repacked::Q2K_PANEL_BYTES,
+            Kind::Q5KLanes => nb * self::q5k::Q5K_PANEL_BYTES,
             k => nb * ROWS * k.src_block_bytes() + matches!(k, Kind::Q8_0Lanes) as usize * nb * 32,
         }
     }
@@ -216,10 +229,10 @@ impl Kind {
     /// tiled twin, from eight columns on everywhere.
     pub(crate) fn takes_columns(self, n_cols: usize) -> bool {
         if self == Kind::Q5KLanes {
-            return n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS;
+            return n_cols < crate::quants::k_quants::tiled::GGML_TILED_MIN_COLS;
         }
         !matches!(self, Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes)
-            || n_cols < crate::quants::dispatch::GGML_TILED_MIN_COLS
+            || n_cols < crate::quants::k_quants::tiled::GGML_TILED_MIN_COLS
             || vnni()
     }
 
@@ -245,7 +258,7 @@ impl Kind {
     /// IQ4_XS lanes give every column to their tiled twin from eight columns on (when
     /// [`Kind::takes_columns`] holds).
     pub(crate) fn split(self, n_cols: usize) -> (Kind, usize) {
-        let tiled = n_cols >= crate::quants::dispatch::GGML_TILED_MIN_COLS;
+        let tiled = n_cols >= crate::quants::k_quants::tiled::GGML_TILED_MIN_COLS;
         match self {
             Kind::Q4KGemv => (
                 Kind::Q4KGemm,
@@ -286,24 +299,24 @@ impl Kind {
             // front to back.
             Kind::Q6KLanes => (base, 0, base + 288, base + 288, base + 32),
             // d (16 × f16), scales_h (16 × u16), scales_l (16 × u32), qs (32 vectors):
-            // 2176 bytes, in the order the kernels read them (`panel_iq4`).
+            // 2176 bytes, in the order the kernels read them (`panel::iq4`).
             Kind::IQ4XSLanes => (base, 0, base + 128, base + 32, base + 64),
-            // See `panel_q3k` and `panel_repacked`.
+            // See `panel::q3k` and `panel::repacked`.
             Kind::Q3KLanes => {
-                use super::panel_q3k::{hm_at, qs_at};
+                use self::q3k::{hm_at, qs_at};
                 (base, 0, base + qs_at(0), base + hm_at(0), base + 64)
             }
             Kind::Q4KGemv => {
-                use super::panel_repacked::{Q4K_QS, Q4K_SC};
+                use self::repacked::{Q4K_QS, Q4K_SC};
                 (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
             }
             Kind::Q5KLanes => {
-                use super::panel_q5k::{h_at, v_at, Q5K_DMIN, Q5K_SC};
+                use self::q5k::{h_at, v_at, Q5K_DMIN, Q5K_SC};
                 let (v, h) = (v_at(0, 0), h_at(0));
                 (base, base + Q5K_DMIN, base + v, base + h, base + Q5K_SC)
             }
             _ => {
-                use super::panel_repacked::{Q2K_QS, Q2K_SC};
+                use self::repacked::{Q2K_QS, Q2K_SC};
                 (base, base + 32, base + Q2K_QS, 0, base + Q2K_SC)
             }
         };
@@ -349,7 +362,7 @@ impl Kind {
     pub(crate) const fn aux_bytes(self) -> usize {
         match self.layout() {
             Kind::Q4_0Chain | Kind::Q8_0Lanes | Kind::Q5_0Lanes | Kind::IQ4NLChain => AUX_BYTES,
-            Kind::Q4KGemv | Kind::Q5KLanes => super::panel_repacked::Q4K_AUX_BYTES,
+            Kind::Q4KGemv | Kind::Q5KLanes => self::repacked::Q4K_AUX_BYTES,
             _ => 0,
         }
     }
@@ -388,7 +401,7 @@ pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
         return;
     }
     if matches!(kind.layout(), Kind::Q4KGemv | Kind::Q5KLanes) {
-        return super::panel_repacked::activation_aux_q4_k(row, aux);
+        return self::repacked::activation_aux_q4_k(row, aux);
     }
     let o = kind.offset();
     for (blk, out) in row
@@ -604,7 +617,7 @@ pub(crate) unsafe fn pack(
             // IQ4_NL blocks have Q4_0's bytes (f16 scale, 16 bytes of nibbles).
             (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => pack_q4_0(nb, rows, out, ahead),
             (Kind::IQ4XSLanes | Kind::IQ4XSTiled, true) => {
-                super::panel_iq4::pack_iq4_xs_vnni(nb, rows, out, ahead)
+                self::iq4::pack_iq4_xs_vnni(nb, rows, out, ahead)
             }
             (Kind::Q8_0Lanes, true) => pack_q8_0(nb, rows, out, ahead),
             _ => pack_portable(kind, nb, rows, out),
@@ -619,10 +632,10 @@ pub(crate) fn flips_q8_0() -> bool {
     vnni()
 }
 
-/// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel_avx2`).
+/// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel::avx2`).
 #[inline]
 pub(super) fn vnni() -> bool {
-    crate::cpu::features().runs(crate::quants::dispatch::Isa::Avx512Vnni)
+    crate::cpu::features().runs(crate::cpu::Isa::Avx512Vnni)
 }
 
 /// The column counts the panel kernel of `kind` takes in one pass on this CPU, widest
@@ -651,8 +664,7 @@ const AVX2_Q4_0_GROUPS: [usize; 1] = [4];
 /// Whether this CPU runs a panel kernel: AVX-512 VNNI, or AVX2 with FMA and F16C (before
 /// [`crate::quants::dispatch::force_scalar`] and the other switches, which the caller applies).
 pub(crate) fn available() -> bool {
-    let f = crate::cpu::features();
-    vnni() || f.avx2_fma_f16c()
+    vnni() || crate::cpu::features().runs(crate::cpu::Isa::Avx2)
 }
 
 /// [`pack`] in portable code (the layout of the module docs, byte by byte): for CPUs
@@ -672,11 +684,11 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
     };
     match kind.layout() {
         Kind::Q6KLanes => return pack_q6_k(nb, &src, dst),
-        Kind::Q3KLanes => return super::panel_q3k::pack_q3_k(nb, &src, dst),
-        Kind::Q4KGemv => return super::panel_repacked::pack_q4_k(nb, &src, dst),
-        Kind::Q2KGemv => return super::panel_repacked::pack_q2_k(nb, &src, dst),
-        Kind::Q5KLanes => return super::panel_q5k::pack_q5_k(nb, &src, dst),
-        Kind::IQ4XSLanes => return super::panel_iq4::pack_iq4_xs(nb, &src, dst),
+        Kind::Q3KLanes => return self::q3k::pack_q3_k(nb, &src, dst),
+        Kind::Q4KGemv => return self::repacked::pack_q4_k(nb, &src, dst),
+        Kind::Q2KGemv => return self::repacked::pack_q2_k(nb, &src, dst),
+        Kind::Q5KLanes => return self::q5k::pack_q5_k(nb, &src, dst),
+        Kind::IQ4XSLanes => return self::iq4::pack_iq4_xs(nb, &src, dst),
         _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
@@ -928,8 +940,8 @@ unsafe fn gemm_in<const C: usize>(
     // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
     unsafe {
         if !vnni {
-            use super::panel_avx2 as k;
-            use super::panel_repacked_avx2 as r;
+            use self::avx2 as k;
+            use self::repacked_avx2 as r;
             match kind {
                 Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
                 Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
@@ -939,13 +951,11 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
                 Kind::Q3KLanes => {
                     for (o, &yc) in out.iter_mut().zip(y) {
-                        super::panel_q3k::q3_k_avx2(nb, panel, yc, o);
+                        self::q3k::q3_k_avx2(nb, panel, yc, o);
                     }
                 }
-                Kind::IQ4NLChain => {
-                    super::panel_iq4_avx2::iq4_nl_chain::<C>(nb, panel, y, aux, out)
-                }
-                Kind::IQ4XSLanes => super::panel_iq4_avx2::iq4_xs_lanes::<C>(nb, panel, y, out),
+                Kind::IQ4NLChain => self::iq4_avx2::iq4_nl_chain::<C>(nb, panel, y, aux, out),
+                Kind::IQ4XSLanes => self::iq4_avx2::iq4_xs_lanes::<C>(nb, panel, y, out),
                 Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled => {
                     unreachable!("the tiled twins are only split off where VNNI runs (Kind::split)")
                 }
@@ -953,22 +963,22 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
                 Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
-                Kind::Q5KLanes => super::panel_q5k_avx2::q5_k_lanes::<C>(nb, panel, y, aux, out),
+                Kind::Q5KLanes => self::q5k_avx2::q5_k_lanes::<C>(nb, panel, y, aux, out),
             }
             return;
         }
-        use super::panel_avx2 as k;
-        use super::panel_iq4 as iq4;
-        use super::panel_lanes_vnni as l;
-        use super::panel_repacked as v;
-        use super::panel_tiled_vnni as t;
+        use self::avx2 as k;
+        use self::iq4;
+        use self::lanes_vnni as l;
+        use self::repacked as v;
+        use self::tiled_vnni as t;
         let acc = match kind {
             Kind::Q4_0Chain => q4_0_chain::<C>(nb, panel, y, aux),
             Kind::Q8_0Lanes => q8_0_lanes::<C>(nb, panel, y, aux),
             Kind::Q4_1Lanes => l::lanes::<k::Q4_1, C>(nb, panel, y, aux),
             Kind::Q5_0Lanes => l::lanes::<k::Q5_0, C>(nb, panel, y, aux),
             Kind::Q5_1Lanes => l::lanes::<k::Q5_1, C>(nb, panel, y, aux),
-            Kind::Q3KLanes => y.map(|yc| super::panel_q3k::q3_k_vnni(nb, panel, yc)),
+            Kind::Q3KLanes => y.map(|yc| self::q3k::q3_k_vnni(nb, panel, yc)),
             Kind::Q4KGemv => v::q4_k::<C, false>(nb, panel, y, aux),
             Kind::Q4KGemm => v::q4_k::<C, true>(nb, panel, y, aux),
             Kind::Q2KGemv => v::q2_k::<C, false>(nb, panel, y),
@@ -978,8 +988,8 @@ unsafe fn gemm_in<const C: usize>(
             Kind::IQ4NLChain => iq4::iq4_nl_chain::<C>(nb, panel, y, aux),
             Kind::IQ4XSLanes => iq4::iq4_xs_lanes::<C>(nb, panel, y),
             Kind::IQ4XSTiled => iq4::iq4_xs_tiled::<C>(nb, panel, y),
-            Kind::Q6KLanes => super::panel_q6k_vnni::q6_k_lanes::<C>(nb, panel, y),
-            Kind::Q5KLanes => super::panel_q5k::q5_k_lanes::<C>(nb, panel, y, aux),
+            Kind::Q6KLanes => self::q6k_vnni::q6_k_lanes::<C>(nb, panel, y),
+            Kind::Q5KLanes => self::q5k::q5_k_lanes::<C>(nb, panel, y, aux),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);

@@ -1,7 +1,7 @@
-//! The i-quant panel kernels (`panel_iq4`: layouts and AVX-512 VNNI builds) for CPUs with
+//! The i-quant panel kernels (`panel::iq4`: layouts and AVX-512 VNNI builds) for CPUs with
 //! AVX2 but without AVX-512 VNNI: each panel is two halves of eight rows, the low and high
 //! 32 bytes of every packed 64-byte vector, one half at a time (the second re-reads the
-//! panel from cache), as `panel_avx2`'s kernels do.
+//! panel from cache), as `panel::avx2`'s kernels do.
 //!
 //! AVX2 has no `vpdpbusd`, and `vpmaddubsw` would saturate on `level + 128` (up to 241)
 //! times an activation, so both kernels take the levels' magnitudes (at most 127) as the
@@ -13,13 +13,13 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
-//! those of [`super::panel::gemm`].
+//! those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
-use super::panel::{q4_0_at, Kind, AUX_BYTES, ROWS};
-use super::panel_avx2::{lanes_total, prefetch_ahead};
-use super::x86::{read_f32, read_u32};
+use super::super::x86::{read_f32, read_u32};
+use super::avx2::{lanes_total, prefetch_ahead};
+use super::{q4_0_at, Kind, AUX_BYTES, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;
 
 /// Bytes of a Q8_0 block (activations).
@@ -63,7 +63,7 @@ unsafe fn signed_pairs(x: __m256i, x_abs: __m256i, y: __m256i) -> __m256i {
 /// `C` columns against an IQ4_NL panel in the chain order; `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_0 columns from the quantizer with their side data for
+/// As [`super::gemm`] (Q8_0 columns from the quantizer with their side data for
 /// [`Kind::IQ4NLChain`]), on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -123,10 +123,10 @@ pub(super) unsafe fn iq4_nl_chain<const C: usize>(
 }
 
 /// `C` columns (fewer than eight) against an IQ4_XS panel in `ggml_vec_dot_iq4_xs_q8_K`'s
-/// lane order (`panel_iq4`'s module docs); `out[c][r]` row `r` · column `c`.
+/// lane order (`panel::iq4`'s module docs); `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_K columns from the quantizer, no side data), on a CPU with
+/// As [`super::gemm`] (Q8_K columns from the quantizer, no side data), on a CPU with
 /// AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -40,12 +40,12 @@
 //!
 //! # Safety
 //! The VNNI kernel needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C), the AVX2 one
-//! AVX2, FMA and F16C; the pointer contracts are those of [`super::panel::gemm`].
+//! AVX2, FMA and F16C; the pointer contracts are those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
-use super::panel::{prefetch_block, ROWS};
-use super::x86::{read_f32, read_u32};
+use super::super::x86::{read_f32, read_u32};
+use super::{prefetch_block, ROWS};
 use crate::quants::k_quants::q3_k_scale;
 
 /// Bytes of a packed Q3_K super-block of sixteen rows.
@@ -134,7 +134,7 @@ const PREFETCH_BLOCKS: usize = 4;
 /// row `r` · the column.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (one Q8_K row, no side data), on a CPU with AVX-512
+/// As [`super::gemm`] (one Q8_K row, no side data), on a CPU with AVX-512
 /// F/BW/VL/VNNI.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -216,7 +216,7 @@ pub(super) unsafe fn q3_k_vnni(nb: usize, panel: *const u8, y: *const u8) -> __m
 /// a time: `out[r]` is row `r` · the column.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (one Q8_K row, no side data), on a CPU with AVX2, FMA and F16C.
+/// As [`super::gemm`] (one Q8_K row, no side data), on a CPU with AVX2, FMA and F16C.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q3_k_avx2(nb: usize, panel: *const u8, y: *const u8, out: &mut [f32; ROWS]) {

@@ -1,13 +1,10 @@
-//! Helpers shared by the integration tests: deterministic random data, inputs in several
+//! Helpers shared by the op tests (`ops*.rs`, `flash_attn.rs`, `context.rs`): deterministic random data, inputs in several
 //! memory layouts together with their logical values, plain reference arrays, the NMSE
 //! measure, and a harness that runs one case on 1, 2, 3 and 4 threads.
 //!
 //! Nothing here calls a library kernel to compute an expected value: references are built
 //! from the same `Vec<f32>` the inputs were filled from, with index loops over logical
 //! coordinates (`ne[0]` fastest, as ggml orders them).
-
-// Each test binary uses a different subset of these helpers.
-#![allow(dead_code)]
 
 use ggrs_core::{Context, DType, Error, Executor, Graph, Op, Result, Tensor};
 

@@ -1,5 +1,5 @@
 //! Panel kernels (`panel`: sixteen weight rows per panel, one row per 32-bit lane) of the
-//! non-linear 4-bit i-quants on AVX-512 VNNI, and IQ4_XS's panel layout; `panel_iq4_avx2`
+//! non-linear 4-bit i-quants on AVX-512 VNNI, and IQ4_XS's panel layout; `panel::iq4_avx2`
 //! has the AVX2 builds of the same kinds (same layouts, same bits).
 //!
 //! # Layouts
@@ -44,13 +44,13 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! kernels' pointer contracts are those of [`super::panel::gemm`]. [`pack_iq4_xs`] is
+//! kernels' pointer contracts are those of [`super::gemm`]. [`pack_iq4_xs`] is
 //! portable.
 
 use std::arch::x86_64::*;
 
-use super::panel::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
-use super::x86::{read_f32, read_u16, read_u32};
+use super::super::x86::{read_f32, read_u16, read_u32};
+use super::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;
 
 /// Bytes of a Q8_0 block (activations).
@@ -194,7 +194,7 @@ unsafe fn quad(p: *const u8) -> __m512i {
 /// `C` columns against an IQ4_NL panel in the chain order.
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_0 columns with their side data for
+/// As [`super::gemm`] (Q8_0 columns with their side data for
 /// [`Kind::IQ4NLChain`]); AVX-512 VNNI.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -270,7 +270,7 @@ impl Scales {
     /// # Safety
     /// AVX-512 F; the packed super-block is readable.
     #[inline(always)]
-    unsafe fn load(panel: *const u8, at: super::panel::BlockAt) -> Scales {
+    unsafe fn load(panel: *const u8, at: super::BlockAt) -> Scales {
         // SAFETY: the scale bytes lie inside the packed super-block (caller).
         unsafe {
             let h16 = _mm256_loadu_si256(panel.add(at.h).cast());
@@ -318,7 +318,7 @@ impl Scales {
 /// lane order (see the module docs).
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_K columns from the Q8_K quantizer, no side data); AVX-512
+/// As [`super::gemm`] (Q8_K columns from the Q8_K quantizer, no side data); AVX-512
 /// VNNI.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -392,7 +392,7 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
 /// (see the module docs).
 ///
 /// # Safety
-/// As [`super::panel::gemm`] (Q8_K columns whose group sums are the sums of their codes, no
+/// As [`super::gemm`] (Q8_K columns whose group sums are the sums of their codes, no
 /// side data); AVX-512 VNNI.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -449,8 +449,8 @@ pub(super) unsafe fn iq4_xs_tiled<const C: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::panel::{activation_aux, pack};
-    use super::super::panel_iq4_avx2 as avx2;
+    use super::super::iq4_avx2 as avx2;
+    use super::super::{activation_aux, pack};
     use super::*;
     use crate::dtype::DType;
     use crate::kernels::ggml_arith::{dot_iq4_nl_chain, dot_iq4_xs_lanes, quantize_row_q8_0_x86};

@@ -2,7 +2,7 @@
 //! one per 32-bit lane) in the order of ggml's AVX2 `ggml_vec_dot_q5_K_q8_K`, which llama.cpp
 //! runs for Q5_K weights below eight columns (no repacked Q5_K kernel on x86;
 //! `k_quants::tiled::dot_q5_k_vec` is the oracle): the layout, its packer and the AVX-512 VNNI
-//! build; `panel_q5k_avx2` holds the AVX2 build (same layout, same bits).
+//! build; `panel::q5k_avx2` holds the AVX2 build (same layout, same bits).
 //!
 //! # Layout
 //!
@@ -47,14 +47,14 @@
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
-//! pointer contracts are those of [`super::panel::gemm`] (Q8_K rows and their side data).
+//! pointer contracts are those of [`super::gemm`] (Q8_K rows and their side data).
 
 use std::arch::x86_64::*;
 
-use super::panel::{prefetch_block, ROWS};
-use super::panel_lanes_vnni::fifth;
-use super::panel_repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
-use super::x86::{read_f32, read_u32};
+use super::super::x86::{read_f32, read_u32};
+use super::lanes_vnni::fifth;
+use super::repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
+use super::{prefetch_block, ROWS};
 
 /// Bytes of a packed Q5_K super-block of sixteen rows.
 pub(crate) const Q5K_PANEL_BYTES: usize = 2816;

@@ -1,0 +1,93 @@
+//! A conversation's parts: [`Message`] and the [`ChatError`] rendering one can give.
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Who speaks: `system`, `user`, `assistant` (ChatGLM also has `observation`, a tool's
+    /// result).
+    pub role: String,
+    /// What is said.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with any role.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// A system message (instructions for the assistant).
+    pub fn system(content: impl Into<String>) -> Message {
+        Message::new("system", content)
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Message {
+        Message::new("user", content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Message {
+        Message::new("assistant", content)
+    }
+}
+
+/// What can go wrong turning a conversation into a prompt.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The model carries no template and its architecture has no built-in format.
+    #[error(
+        "the model (architecture `{arch}`) has no chat template (`tokenizer.chat_template`) and \
+         no built-in chat format; use a plain prompt (without --chat) or a model with a template"
+    )]
+    NoTemplate {
+        /// The model's architecture (`general.architecture`).
+        arch: &'static str,
+    },
+    /// The Jinja template failed to compile or to render.
+    #[error("the chat template failed: {detail}")]
+    Template {
+        /// minijinja's message (with the template line where it has one).
+        detail: String,
+    },
+    /// A built-in format met a role it has no marker for.
+    #[error("the {format} chat format has no role `{role}` (it knows: {known})")]
+    UnknownRole {
+        /// The format's name.
+        format: &'static str,
+        /// The role given.
+        role: String,
+        /// The roles it knows.
+        known: &'static str,
+    },
+    /// Nothing to format.
+    #[error("the conversation is empty: give at least one message")]
+    EmptyConversation,
+    /// A built-in format that needs its messages in a fixed order met another.
+    #[error("the {format} chat format needs {expected}; message {index} has role `{role}`")]
+    Order {
+        /// The format's name.
+        format: &'static str,
+        /// What the format accepts.
+        expected: &'static str,
+        /// Index of the first message out of order.
+        index: usize,
+        /// Its role.
+        role: String,
+    },
+}
+
+impl From<minijinja::Error> for ChatError {
+    fn from(e: minijinja::Error) -> ChatError {
+        // minijinja's Display gives the kind and message; its alternate form adds the source
+        // context. Keep the message and the line, as they say what to fix.
+        let mut detail = e.to_string();
+        if let Some(line) = e.line() {
+            detail = format!("{detail} (template line {line})");
+        }
+        ChatError::Template { detail }
+    }
+}

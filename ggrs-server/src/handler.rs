@@ -1,0 +1,40 @@
+//! What every handler shares: the state extractor, reading a JSON body, and the loaded
+//! model (or why there is none yet).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::StatusCode;
+
+use crate::error::ApiError;
+use crate::params::Body;
+use crate::state::{AppState, Loaded};
+
+/// Shared state as handlers receive it.
+pub(crate) type St = State<Arc<AppState>>;
+
+/// The body as JSON, or the error for a body too large or not a JSON object.
+pub(crate) fn json_body(
+    st: &AppState,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Body, ApiError> {
+    let bytes = bytes.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(st.max_body_bytes)
+        } else {
+            ApiError::bad_request(r.body_text())
+        }
+    })?;
+    Body::parse(&bytes)
+}
+
+/// The engine, or 503 while the model loads (500 if it failed).
+pub(crate) fn ready(st: &AppState) -> Result<Arc<Loaded>, ApiError> {
+    match st.loaded() {
+        Ok(Some(l)) => Ok(l),
+        Ok(None) => Err(ApiError::loading()),
+        Err(e) => Err(ApiError::server(e.to_string())),
+    }
+}
