@@ -37,6 +37,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod safetensors;
 

@@ -146,13 +146,47 @@
 //!   [`quants`]: block-quantized types.
 //! - [`kernels`]: the CPU kernels behind each op. Vector primitives in [`kernels::vec`] are
 //!   compiled as plain Rust and for AVX2 and AVX-512; the best version for the CPU is chosen
-//!   once at run time. Set the environment variable `GGRS_FORCE_SCALAR=1` to force the plain
-//!   versions (to compare against them, or to rule out a SIMD bug).
+//!   once at run time from [`cpu::isa`], the one instruction-set vocabulary ([`cpu::Isa`]).
+//!   Set the environment variable `GGRS_FORCE_SCALAR=1` to force the plain versions (to
+//!   compare against them, or to rule out a SIMD bug).
+//! - [`weights`]: weights prepared once for the kernels ([`weights::prepare`]: panel
+//!   layouts on huge pages) and the per-column property batch invariance needs
+//!   ([`weights::columns_independent`]), so that a model loader names no kernel.
 //! - [`gguf`]: GGUF files, read through a memory map without copying tensor data, and
 //!   written; [`quantize`]: writing a GGUF file with each tensor converted to the type a
 //!   caller's plan names (the recipes that make plans live in `ggrs_llama::quantize`).
 //! - [`error`]: the one [`Error`] type; every fallible call returns [`Result`].
+//!
+//! ## From a `mul_mat` node to the instruction that runs it
+//!
+//! In the order the code runs (files under `src/`):
+//!
+//! 1. `ops/nn.rs`: [`Context::mul_mat`] checks shapes and records [`Op::MulMat`] (with
+//!    [`Context::set_per_column_products`]'s setting); nothing is computed.
+//! 2. `exec/`: [`Executor::compute`] plans every node through `kernels/mod.rs` (`plan`),
+//!    which hands `mul_mat` to `kernels/matmul/mod.rs` (`plan`).
+//! 3. `kernels/matmul/select.rs` (`select`) picks the kernel and the activation form from
+//!    the weight's type and shape, the column count and [`cpu::isa`]: a panel kernel
+//!    (`kernels/packed.rs`: `panel_kind`), F16 tiles, the tiled k-quant panels, or
+//!    element-wise dot products in the order `quants/dispatch.rs` names
+//!    ([`quants::dispatch::ggml_sum_order`]) with the best build it allows
+//!    ([`quants::dispatch::active_variant`]).
+//! 4. INIT (`kernels/matmul/mod.rs`: `init`): the activations are converted once to the
+//!    weight's dot-product type (`quants/dispatch.rs`: `activation_quantizer`, or
+//!    `kernels/ggml_arith.rs`'s quantizers where ggml's x86 rounding is the oracle).
+//! 5. COMPUTE (`kernels/matmul/mod.rs`: `compute`), chunk by chunk on every thread: panels
+//!    come from the weight's prepared copy ([`weights::prepare`], `kernels/packed.rs`) or are
+//!    packed per node; the kernels themselves are `#[target_feature]` functions in
+//!    `quants/simd/` (`panel/` for the panel kernels, `avx2.rs`, `avx512.rs`, `tiled_avx2.rs`,
+//!    `neon.rs`) and `kernels/ggml_arith.rs`, with portable bodies in `quants/` (the block
+//!    formats and their reference dot products) and `kernels/ggml_arith.rs`.
+//!
+//! A weight type lives in `quants/` (its block layout, reference quantizer, dequantizer and
+//! dot product, and the `with_block!` row of `quants/mod.rs` that `types/` reads); its SIMD
+//! kernels in `quants/simd/`, listed by `quants/simd/mod.rs` (`kernels`).
 #![warn(missing_docs)]
+// Every `unsafe` block says why it is sound (`// SAFETY:`), as the house rules ask.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod alloc;
 pub mod context;
@@ -170,6 +204,7 @@ pub mod quantize;
 pub mod quants;
 pub mod tensor;
 pub mod types;
+pub mod weights;
 
 pub use context::{
     available_memory, Checkpoint, Context, ContextParams, ExternalData, ARENA_ALIGN,
@@ -178,7 +213,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use exec::{compute_graph, Executor, NodeTiming, Plan};
 pub use graph::Graph;
-pub use kernels::matmul::columns_independent as mul_mat_columns_independent;
 pub use op::{Op, RopeMode};
 pub use ops::nn::RopeParams;
 pub use tensor::{Tensor, TensorFlags, TensorMeta};
+pub use weights::columns_independent as mul_mat_columns_independent;

@@ -221,13 +221,11 @@ fn check_shape(w: &WeightRef, shape: &[usize]) -> Result<()> {
 
 fn check_use(w: &WeightRef, usage: Use) -> Result<()> {
     match usage {
-        Use::Matrix if !ggrs_core::kernels::mul_mat_supports(w.dtype) => {
-            Err(LlamaError::BadTensorType {
-                name: w.name.clone(),
-                dtype: w.dtype,
-                detail: "has no matrix-product kernel in this build".into(),
-            })
-        }
+        Use::Matrix if !ggrs_core::weights::supported(w.dtype) => Err(LlamaError::BadTensorType {
+            name: w.name.clone(),
+            dtype: w.dtype,
+            detail: "has no matrix-product kernel in this build".into(),
+        }),
         Use::F32 if w.dtype != DType::F32 => Err(LlamaError::BadTensorType {
             name: w.name.clone(),
             dtype: w.dtype,

@@ -5,7 +5,7 @@
 //! (read-only) tensors, without copying them.
 //!
 //! On x86-64, loading copies every matrix weight once into one buffer advised for
-//! transparent huge pages ([`ggrs_core::kernels::PackedWeight`]): decoding streams the
+//! transparent huge pages ([`ggrs_core::weights::prepare`]): decoding streams the
 //! weights once per token, and 2 MiB pages spare most of the page walks that the file map's
 //! pages cost (those are huge only where the page cache happens to hold the file in 2 MiB
 //! folios). Where the CPU has the `mul_mat` panel kernels (Q4_0/Q8_0 on AVX-512 VNNI), the
@@ -51,7 +51,7 @@ pub struct Model {
     /// Packed copies of matrix weights (see the module docs) by the file offset of the
     /// weight they copy: part of that weight's data in every session's context
     /// ([`Model::import`] gives them to its tensors).
-    packed: std::collections::HashMap<usize, ggrs_core::kernels::PackedWeight>,
+    packed: std::collections::HashMap<usize, ggrs_core::weights::PreparedWeight>,
     /// What settling the weights streamed from the map on huge pages found (see
     /// [`Model::huge_pages`]).
     huge_pages: Option<HugePageReport>,
@@ -228,6 +228,16 @@ impl Model {
         self.text.encode(&self.tokenizer, text, true, true)
     }
 
+    /// The weights the architecture multiplies (`mul_mat`, `mul_mat_id`), each once: what
+    /// loading prepares for the kernels, and what decides whether a step's products keep each
+    /// column's bits ([`ggrs_core::weights::columns_independent`]).
+    pub fn matrix_weights(&self) -> impl Iterator<Item = &WeightRef> + '_ {
+        self.weights
+            .matrices
+            .iter()
+            .map(|id| &self.weights.table[id.index()])
+    }
+
     /// Token ids of a rendered chat prompt, as the architecture encodes one.
     pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>> {
         self.text.encode_chat(&self.tokenizer, text)
@@ -254,27 +264,28 @@ impl Model {
         // The weights to copy: all of them, or only those laid out anew for the panel
         // kernels (`copy_weights` off); the others stay in the map. Stacked experts only
         // when laid out anew (matrix by matrix, for `mul_mat_id`'s panel kernels): a plain
-        // copy of a stack would only double its memory.
-        let (picked, mut left): (Vec<_>, Vec<_>) =
-            sources.into_iter().partition(|&(dtype, ne, _)| {
-                let repacks = ggrs_core::kernels::PackedWeight::repacks(dtype, ne);
-                opts.pack_weights && ne[3] == 1 && (repacks || (opts.copy_weights && ne[2] == 1))
-            });
-        // One call, so that all packed weights share one huge-page-backed buffer; each
-        // source's mapped pages are released as soon as it is packed.
+        // copy of a stack would only double its memory. One call, so that all prepared
+        // weights share one huge-page-backed buffer; each source's mapped pages are
+        // released as soon as it is copied.
         let file = &self.file;
-        let packed = ggrs_core::kernels::PackedWeight::pack_all(&picked, |j| {
-            file.release_pages(picked[j].2);
-        });
-        // Those packing gave nothing for (all of them if no buffer could be mapped) stay in
-        // the map too.
-        left.extend(
-            picked
-                .iter()
-                .zip(&packed)
-                .filter(|(_, p)| p.is_none())
-                .map(|(&src, _)| src),
-        );
+        let prepared = if opts.pack_weights {
+            ggrs_core::weights::prepare(&sources, opts.copy_weights, |j| {
+                file.release_pages(sources[j].2);
+            })
+        } else {
+            vec![None; sources.len()]
+        };
+        let at = |data: &[u8]| data.as_ptr() as usize - bytes.as_ptr() as usize;
+        // Those not prepared (all of them if no buffer could be mapped) stay in the map.
+        let mut left = Vec::new();
+        for (&src, p) in sources.iter().zip(prepared) {
+            match p {
+                Some(p) => {
+                    self.packed.insert(at(src.2), p);
+                }
+                None => left.push(src),
+            }
+        }
         let base = bytes.as_ptr() as usize;
         let streamed: Vec<std::ops::Range<usize>> = left
             .iter()
@@ -283,13 +294,6 @@ impl Model {
                 at..at + data.len()
             })
             .collect();
-        let at = |data: &[u8]| data.as_ptr() as usize - base;
-        self.packed.extend(
-            picked
-                .iter()
-                .zip(packed)
-                .filter_map(|(&(_, _, data), p)| Some((at(data), p?))),
-        );
         if opts.huge_pages && !streamed.is_empty() {
             self.huge_pages = self.file.settle_huge_pages(&streamed);
         }

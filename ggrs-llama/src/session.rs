@@ -84,7 +84,7 @@ pub struct Session {
     /// the padded cache length does.
     built: Option<BuiltStep>,
     /// Whether every weight's products keep each column's bits whatever its neighbours
-    /// ([`ggrs_core::mul_mat_columns_independent`]); if not, a step of several sequences in
+    /// ([`ggrs_core::weights::columns_independent`]); if not, a step of several sequences in
     /// cache regions is split (see `Session::pieces`).
     columns_independent: bool,
 }
@@ -319,15 +319,10 @@ impl Session {
         let weights = model.import_weights(&mut ctx)?;
         let mut kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
         kv.set_streams(params.n_streams)?;
-        let tied = !model.weights().iter().any(|w| w.name == "output.weight");
-        let columns_independent = model.weights().iter().all(|w| {
-            // Vectors are not multiplied; stacked experts go through `mul_mat_id`, whose
-            // columns are one-column products by contract; the token embeddings are only
-            // looked up, unless the output head reuses them.
-            w.ne[1] <= 1
-                || w.ne[2] > 1
-                || (w.name == "token_embd.weight" && !tied)
-                || ggrs_core::mul_mat_columns_independent(w.dtype, w.ne)
+        let columns_independent = model.matrix_weights().all(|w| {
+            // Stacked experts go through `mul_mat_id`, whose columns are one-column products
+            // by contract.
+            w.ne[1] <= 1 || w.ne[2] > 1 || ggrs_core::weights::columns_independent(w.dtype, w.ne)
         });
         ctx.set_deferred_alloc(true);
         let base = ctx.checkpoint();

@@ -322,9 +322,9 @@ fn place(file: &File, len: usize) -> Option<(*const u8, usize)> {
             0,
         )
     };
-    // SAFETY (both unmaps): the parts of our reservation before `at` and after the file
-    // mapping's last page, or the whole reservation if the file mapping failed; nothing else
-    // lives there.
+    // SAFETY: both unmaps release the parts of our reservation before `at` and after the
+    // file mapping's last page, or the whole reservation if the file mapping failed; nothing
+    // else lives there.
     unsafe {
         if map == libc::MAP_FAILED {
             libc::munmap(res, span);

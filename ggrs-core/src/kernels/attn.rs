@@ -1619,13 +1619,15 @@ mod x86 {
             for e0 in (0..dv).step_by(16 * W) {
                 // SAFETY (all loads and stores below): rows < TILE_Q, e0 + 16·W ≤ dv, c < KV.
                 let mut y: [[__m512; W]; RB] = std::array::from_fn(|i| {
-                    std::array::from_fn(|j| unsafe {
-                        _mm512_loadu_ps(acc.as_ptr().add(row[i] * dv + e0 + 16 * j))
+                    std::array::from_fn(|j| {
+                        // SAFETY: row[i] < TILE_Q and e0 + 16·(j + 1) ≤ dv, inside `acc`.
+                        unsafe { _mm512_loadu_ps(acc.as_ptr().add(row[i] * dv + e0 + 16 * j)) }
                     })
                 });
                 for c in 0..KV {
-                    let v: [__m512; W] = std::array::from_fn(|j| unsafe {
-                        _mm512_loadu_ps(vt.as_ptr().add(c * dv + e0 + 16 * j))
+                    let v: [__m512; W] = std::array::from_fn(|j| {
+                        // SAFETY: c < KV and e0 + 16·(j + 1) ≤ dv, inside `vt`.
+                        unsafe { _mm512_loadu_ps(vt.as_ptr().add(c * dv + e0 + 16 * j)) }
                     });
                     for (i, yi) in y.iter_mut().enumerate() {
                         let w = _mm512_set1_ps(kq[row[i] * KV + c]);
