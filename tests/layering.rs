@@ -165,7 +165,7 @@ fn expand_use_tree(tree: &str, prefix: &[String], out: &mut Vec<Vec<String>>) {
         let tree = tree.split(" as ").next().unwrap_or(tree);
         for s in segments(tree) {
             // `a::{self}` names `a`.
-            if !(s == "self" && !p.is_empty()) {
+            if s != "self" || p.is_empty() {
                 p.push(s);
             }
         }
