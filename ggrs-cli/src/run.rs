@@ -16,9 +16,14 @@ pub struct Args {
     model: ModelArgs,
     #[command(flatten)]
     prompt: PromptArgs,
-    /// Most tokens to generate.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
-    n_predict: usize,
+    /// Most tokens to generate (-1: until the context is full).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Stop when the text contains this string (repeatable).
@@ -72,12 +77,21 @@ fn piece(tok: &ggrs_llama::Tokenizer, id: u32) -> String {
 pub fn run(a: Args) -> CliResult {
     // A short run does not win back copying the weights that are not repacked (about a
     // thousand F16 tokens on the development machine: see `ModelOptions::copy_weights`).
-    let model = a.model.load(a.n_predict >= 1024)?;
+    let model = a
+        .model
+        .load(crate::common::n_predict(a.n_predict)? >= 1024)?;
     let (prompt, tokens) = if let Some(ids) = &a.prompt_ids {
         (String::new(), ids.clone())
     } else if a.chat {
         let prompt = a.prompt.text()?;
-        let template = ggrs_llama::ChatTemplate::resolve(&model, a.chat_template.as_deref())?;
+        let template = ggrs_llama::ChatTemplate::resolve(
+            &model,
+            a.chat_template
+                .as_deref()
+                .map(crate::common::template_arg)
+                .transpose()?
+                .as_deref(),
+        )?;
         crate::chat::check_system(&template, a.system.as_deref())?;
         let text =
             crate::chat::format_single_turn(&template, &prompt, a.system.as_deref(), a.no_think)?;
@@ -90,7 +104,7 @@ pub fn run(a: Args) -> CliResult {
     };
     let mut session = a.model.session(model.clone(), false)?;
     let params = GenerateParams {
-        max_tokens: a.n_predict,
+        max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,

@@ -71,6 +71,17 @@ pub enum ChatError {
         /// The roles it knows.
         known: &'static str,
     },
+    /// A chat template argument that is no known format name, names no file and holds no
+    /// Jinja tag.
+    #[error(
+        "the chat template `{given}` is not a file, not a built-in format ({}) and not a \
+         Jinja template (it has no `{{{{` or `{{%`)",
+        super::named::NAMES
+    )]
+    UnknownTemplate {
+        /// The argument (its first 200 characters).
+        given: String,
+    },
     /// Nothing to format.
     #[error("the conversation is empty: give at least one message")]
     EmptyConversation,
