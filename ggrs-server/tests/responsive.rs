@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use common::{chat_body, config, TestServer};
 use serde_json::json;
 
+/// A hostile request: its HTTP status when it ends (0: no answer expected).
+type Hostile = Box<dyn FnOnce() -> u16 + Send>;
+
 #[test]
 fn health_metrics_and_page_answer_while_the_worst_requests_run() {
     let mut c = config(2);
@@ -21,7 +24,7 @@ fn health_metrics_and_page_answer_while_the_worst_requests_run() {
     let s = TestServer::start(c);
     let base = s.base.clone();
     let addr = s.server.local_addr();
-    let hostile: Vec<(&str, Box<dyn FnOnce() -> u16 + Send>)> = vec![
+    let hostile: Vec<(&str, Hostile)> = vec![
         (
             "runaway template",
             Box::new({
