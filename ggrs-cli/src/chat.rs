@@ -81,14 +81,7 @@ pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
     let model = a.model.load(true)?;
     let session = a.model.session(model, false)?;
-    let template = ChatTemplate::resolve(
-        session.model(),
-        a.chat_template
-            .as_deref()
-            .map(crate::common::template_arg)
-            .transpose()?
-            .as_deref(),
-    )?;
+    let template = crate::common::resolve_template(session.model(), a.chat_template.as_deref())?;
     let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;
     chat.set_system(a.system.clone());

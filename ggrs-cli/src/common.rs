@@ -167,6 +167,16 @@ pub fn template_arg(t: &str) -> Result<String, String> {
     }
 }
 
+/// The chat format for `--chat-template ARG` on `model` ([`template_arg`], then
+/// [`ChatTemplate::resolve`](ggrs_llama::ChatTemplate::resolve)).
+pub fn resolve_template(
+    model: &ggrs_llama::Model,
+    arg: Option<&str>,
+) -> Result<ggrs_llama::ChatTemplate, Box<dyn std::error::Error>> {
+    let text = arg.map(template_arg).transpose()?;
+    Ok(ggrs_llama::ChatTemplate::resolve(model, text.as_deref())?)
+}
+
 /// `-n N` (`--n-predict`): tokens to generate, -1 for no limit (until the context is full),
 /// as llama.cpp reads it; other negative values are an error.
 pub fn n_predict(n: i64) -> Result<usize, String> {

@@ -85,14 +85,7 @@ pub fn run(a: Args) -> CliResult {
         (String::new(), ids.clone())
     } else if a.chat {
         let prompt = a.prompt.text()?;
-        let template = ggrs_llama::ChatTemplate::resolve(
-            &model,
-            a.chat_template
-                .as_deref()
-                .map(crate::common::template_arg)
-                .transpose()?
-                .as_deref(),
-        )?;
+        let template = crate::common::resolve_template(&model, a.chat_template.as_deref())?;
         crate::chat::check_system(&template, a.system.as_deref())?;
         let text =
             crate::chat::format_single_turn(&template, &prompt, a.system.as_deref(), a.no_think)?;
