@@ -168,12 +168,14 @@ MALFORMED = [
     b'{"prompt": [1, 2, -3]}', b'{"prompt": "x", "max_tokens": -5}',
     b'{"prompt": "x", "n": 1000}', b'{"prompt": "x", "temperature": "hot"}',
     b'{"prompt": "x", "max_tokens": 2, "n_predict": "ten"}', b'{"prompt": "x", "top_p": 7}',
-    b'{"prompt": "x", "logit_bias": {"99999999": 1}}', b'{"tokens": "abc"}',
+    b'{"prompt": "x", "logit_bias": {"99999999": 1}}', b'{"messages": [{"role": 3}]}',
 ]
 
 
 def k_malformed(rng, port):
-    path = rng.choice(["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"])
+    # (The completion endpoints: most of these bodies are valid for /tokenize, which
+    # ignores fields it does not read.)
+    path = rng.choice(["/v1/completions", "/v1/chat/completions"])
     s, _ = request(port, "POST", path, rng.choice(MALFORMED))
     return s, {400}
 
