@@ -181,6 +181,22 @@ def main():
     write("convert_dir", "tiny-llama", json.dumps(cfg).encode() + sep + st)
     write("convert_dir", "bad-header", json.dumps(cfg).encode() + sep + struct.pack("<Q", 1 << 62) + b"{}")
 
+    # server_request: a path selector byte, header lines, a JSON body.
+    def req(sel, headers, body):
+        return bytes([sel]) + sep + headers.encode() + sep + body.encode()
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+            "max_tokens": 8, "temperature": 0.7, "top_p": 0.9, "n": 2, "stop": ["\n", ""], "seed": 3,
+            "logit_bias": {"5": -1.5, "6": False}, "logprobs": True, "top_logprobs": 3,
+            "stream": True, "stream_options": {"include_usage": True}, "response_format": {"type": "text"}}
+    write("server_request", "chat", req(0, "Host: localhost:8080\nAuthorization: bearer k1\nOrigin: http://localhost:8080", json.dumps(chat)))
+    write("server_request", "chat-bad", req(0, "Host: evil.example", json.dumps({"messages": [], "n": 99, "max_tokens": -5, "n_predict": "x"})))
+    write("server_request", "completions", req(1, "Host: 127.0.0.1", json.dumps(
+        {"prompt": ["abc", [1, 2, 3]], "n": 3, "max_completion_tokens": -1, "logprobs": 2,
+         "logit_bias": [[1, 2.0], [2, False]], "min_p": 0.1, "repeat_last_n": -1, "tools": []})))
+    write("server_request", "tokenize", req(2, "Host: [::1]:8080", json.dumps({"content": "Hello <|im_end|>", "with_pieces": True, "add_special": True})))
+    write("server_request", "detokenize", req(3, "X-Api-Key: k", json.dumps({"tokens": [1, 2, 4294967295]})))
+    write("server_request", "not-json", req(1, "", "{\"prompt\": [1, 2"))
+
 
 if __name__ == "__main__":
     main()

@@ -25,12 +25,18 @@ pub struct Args {
     #[arg(long)]
     no_think: bool,
     /// The chat format instead of the model's: a name of llama.cpp's built-in formats
-    /// (llama3, gemma, phi3, chatml, chatglm3, chatglm4) or a Jinja template's text.
-    #[arg(long, value_name = "NAME|JINJA")]
+    /// (llama3, gemma, phi3, chatml, chatglm3, chatglm4), a file holding a Jinja template, or a
+    /// Jinja template's text.
+    #[arg(long, value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,
-    /// Most tokens per reply.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
-    n_predict: usize,
+    /// Most tokens per reply (-1: until the context is full).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
     /// Stop a reply when its text contains this string (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
@@ -75,13 +81,13 @@ pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
     let model = a.model.load(true)?;
     let session = a.model.session(model, false)?;
-    let template = ChatTemplate::resolve(session.model(), a.chat_template.as_deref())?;
+    let template = crate::common::resolve_template(session.model(), a.chat_template.as_deref())?;
     let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;
     chat.set_system(a.system.clone());
     chat.set_template_vars(template_vars(a.no_think));
     let params = GenerateParams {
-        max_tokens: a.n_predict,
+        max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,
         stop: a.stop.clone(),
         ..GenerateParams::default()

@@ -20,6 +20,22 @@ pub fn model_dir() -> PathBuf {
 /// The model file for `-m`: `given`, or the default model (which must exist).
 pub fn model_path(given: Option<&std::path::Path>) -> Result<PathBuf, String> {
     if let Some(p) = given {
+        // A directory or a device would fail later with the system's words ("No such
+        // device") or as a file that "starts with []": say what it is.
+        if let Ok(m) = std::fs::metadata(p) {
+            if m.is_dir() {
+                return Err(format!(
+                    "{} is a directory, not a model file: give the .gguf file in it",
+                    p.display()
+                ));
+            }
+            if !m.is_file() {
+                return Err(format!(
+                    "{} is not a regular file (a device or a pipe?): give a .gguf model file",
+                    p.display()
+                ));
+            }
+        }
         return Ok(p.to_path_buf());
     }
     let p = model_dir().join(DEFAULT_MODEL);
@@ -141,6 +157,38 @@ impl ModelArgs {
     }
 }
 
+/// A `--chat-template` argument: the text of the file it names, or the argument itself (a
+/// built-in format's name or a Jinja template, which the library checks).
+pub fn template_arg(t: &str) -> Result<String, String> {
+    if std::path::Path::new(t).is_file() {
+        std::fs::read_to_string(t).map_err(|e| format!("cannot read the chat template {t}: {e}"))
+    } else {
+        Ok(t.to_string())
+    }
+}
+
+/// The chat format for `--chat-template ARG` on `model` ([`template_arg`], then
+/// [`ChatTemplate::resolve`](ggrs_llama::ChatTemplate::resolve)).
+pub fn resolve_template(
+    model: &ggrs_llama::Model,
+    arg: Option<&str>,
+) -> Result<ggrs_llama::ChatTemplate, Box<dyn std::error::Error>> {
+    let text = arg.map(template_arg).transpose()?;
+    Ok(ggrs_llama::ChatTemplate::resolve(model, text.as_deref())?)
+}
+
+/// `-n N` (`--n-predict`): tokens to generate, -1 for no limit (until the context is full),
+/// as llama.cpp reads it; other negative values are an error.
+pub fn n_predict(n: i64) -> Result<usize, String> {
+    match n {
+        -1 => Ok(usize::MAX),
+        n if n >= 0 => Ok(n as usize),
+        n => Err(format!(
+            "-n must be a number of tokens, or -1 for no limit, not {n}"
+        )),
+    }
+}
+
 /// The thread count to use for `-t N`: N, or the machine's logical cores (with a note) when
 /// N is more than that; 0 stays 0 (one per physical core).
 pub fn checked_threads(n: usize) -> usize {
@@ -158,8 +206,8 @@ pub fn checked_threads(n: usize) -> usize {
 /// Sampling options (llama.cpp's names and defaults).
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Temperature (0: greedy).
-    #[arg(long = "temp", default_value_t = 0.8)]
+    /// Temperature (0 or less: greedy).
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Top-k (0: off).
     #[arg(long, default_value_t = 40)]
@@ -182,9 +230,9 @@ pub struct SamplingArgs {
     /// Presence penalty (0: off).
     #[arg(long, default_value_t = 0.0)]
     pub presence_penalty: f32,
-    /// Random seed [default: from the clock; printed with the timings].
-    #[arg(short = 's', long)]
-    pub seed: Option<u64>,
+    /// Random seed (-1: from the clock, as by default; printed with the timings).
+    #[arg(short = 's', long, allow_negative_numbers = true)]
+    pub seed: Option<i64>,
 }
 
 impl SamplingArgs {
@@ -212,11 +260,17 @@ impl SamplingArgs {
                 self.repeat_penalty
             ));
         }
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now()
+        let seed = match self.seed {
+            Some(s) if s >= 0 => s as u64,
+            Some(-1) | None => std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
+                .map_or(0, |d| d.as_nanos() as u64),
+            Some(s) => {
+                return Err(format!(
+                    "--seed must be at least 0 (or -1: random), not {s}"
+                ))
+            }
+        };
         Ok(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,

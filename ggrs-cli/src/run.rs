@@ -16,9 +16,14 @@ pub struct Args {
     model: ModelArgs,
     #[command(flatten)]
     prompt: PromptArgs,
-    /// Most tokens to generate.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
-    n_predict: usize,
+    /// Most tokens to generate (-1: until the context is full).
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    n_predict: i64,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Stop when the text contains this string (repeatable).
@@ -43,8 +48,9 @@ pub struct Args {
     #[arg(long, requires = "chat")]
     no_think: bool,
     /// With --chat: the chat format instead of the model's: a name of llama.cpp's built-in
-    /// formats (llama3, gemma, phi3, chatml, chatglm3, chatglm4) or a Jinja template's text.
-    #[arg(long, requires = "chat", value_name = "NAME|JINJA")]
+    /// formats (llama3, gemma, phi3, chatml, chatglm3, chatglm4), a file holding a Jinja template,
+    /// or a Jinja template's text.
+    #[arg(long, requires = "chat", value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,
     /// The prompt as token ids (comma-separated), used as given: no BOS or template added.
     #[arg(
@@ -72,12 +78,14 @@ fn piece(tok: &ggrs_llama::Tokenizer, id: u32) -> String {
 pub fn run(a: Args) -> CliResult {
     // A short run does not win back copying the weights that are not repacked (about a
     // thousand F16 tokens on the development machine: see `ModelOptions::copy_weights`).
-    let model = a.model.load(a.n_predict >= 1024)?;
+    let model = a
+        .model
+        .load(crate::common::n_predict(a.n_predict)? >= 1024)?;
     let (prompt, tokens) = if let Some(ids) = &a.prompt_ids {
         (String::new(), ids.clone())
     } else if a.chat {
         let prompt = a.prompt.text()?;
-        let template = ggrs_llama::ChatTemplate::resolve(&model, a.chat_template.as_deref())?;
+        let template = crate::common::resolve_template(&model, a.chat_template.as_deref())?;
         crate::chat::check_system(&template, a.system.as_deref())?;
         let text =
             crate::chat::format_single_turn(&template, &prompt, a.system.as_deref(), a.no_think)?;
@@ -90,7 +98,7 @@ pub fn run(a: Args) -> CliResult {
     };
     let mut session = a.model.session(model.clone(), false)?;
     let params = GenerateParams {
-        max_tokens: a.n_predict,
+        max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ggrs_llama::engine::EngineParams;
 use ggrs_server::{ServerConfig, ServerError};
 
-use crate::common::{checked_threads, model_path};
+use crate::common::{checked_threads, model_path, template_arg};
 use crate::CliResult;
 
 /// Arguments of `ggrs serve` (llama-server's names).
@@ -64,6 +64,22 @@ pub struct Args {
     /// limit).
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Web page origins allowed to call the API from a browser (comma-separated URLs such
+    /// as http://localhost:3000, or `*` for any, as llama-server allows). Default: none but
+    /// the server's own page, and on a loopback address only requests for localhost.
+    #[arg(long, value_delimiter = ',', value_name = "ORIGINS")]
+    cors: Vec<String>,
+    /// Most bytes of text one request may have tokenized or rendered (prompts, messages,
+    /// /tokenize content).
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+    max_text_bytes: usize,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    max_connections: usize,
+    /// Seconds a client has to send a request's headers (also closes idle keep-alive
+    /// connections).
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    header_timeout: u64,
 }
 
 /// Rewrites llama-server's `-np N` (a two-letter short flag, which the argument parser does
@@ -83,13 +99,19 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     if !model.is_file() {
         return Err(format!("the model file {} does not exist", model.display()));
     }
-    let chat_template = match &a.chat_template {
-        Some(t) if std::path::Path::new(t).is_file() => Some(
-            std::fs::read_to_string(t)
-                .map_err(|e| format!("cannot read the chat template {t}: {e}"))?,
-        ),
-        t => t.clone(),
-    };
+    let chat_template = a.chat_template.as_deref().map(template_arg).transpose()?;
+    if a.api_key.iter().any(|k| k.trim().is_empty()) {
+        return Err(
+            "--api-key is empty (an unset variable?): give the key, or leave the \
+                    option out to serve without one"
+                .into(),
+        );
+    }
+    if a.max_connections == 0 || a.max_text_bytes == 0 || a.header_timeout == 0 {
+        return Err(
+            "--max-connections, --max-text-bytes and --header-timeout must be at least 1".into(),
+        );
+    }
     if a.parallel == 0 {
         return Err("--parallel must be at least 1".into());
     }
@@ -110,12 +132,11 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.alias = a.alias.clone();
     c.chat_template = chat_template;
     c.n_predict = usize::try_from(a.n_predict).ok().filter(|&n| n > 0);
-    c.api_keys = a
-        .api_key
-        .iter()
-        .filter(|k| !k.is_empty())
-        .cloned()
-        .collect();
+    c.api_keys = a.api_key.clone();
+    c.cors = a.cors.clone();
+    c.max_text_bytes = a.max_text_bytes;
+    c.max_connections = a.max_connections;
+    c.header_read_timeout = Duration::from_secs(a.header_timeout);
     c.metrics = a.metrics;
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));

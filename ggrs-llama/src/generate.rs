@@ -282,7 +282,10 @@ impl Picker {
         if self.tokens.len() >= self.params.max_tokens {
             return Ok(Pick::Stop(StopReason::MaxTokens));
         }
-        let id = self.sampler.sample(logits);
+        let id = self
+            .sampler
+            .try_sample(logits)
+            .map_err(|e| LlamaError::InvalidArgument(e.to_string()))?;
         self.sampler.accept(id);
         let (lp, top) = token_logprobs(logits, id, self.params.top_logprobs);
         self.tokens.push(id);

@@ -131,6 +131,14 @@ impl HParams {
             .unwrap_or(1.0);
         let eps_key = k(eps_key);
         let rms_eps = require(get_f32(f, &eps_key)?, &eps_key)?;
+        // A norm divides by sqrt(mean + eps): eps must be a finite number >= 0 (0 is
+        // allowed: some converters write it), or every activation is NaN.
+        if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+            return Err(LlamaError::BadKey {
+                key: eps_key,
+                detail: format!("{rms_eps} is not a finite number >= 0"),
+            });
+        }
         let n_vocab = match get_usize(f, &k("vocab_size"))? {
             Some(n) => n,
             None => f
@@ -143,6 +151,12 @@ impl HParams {
         // Header numbers size allocations (per-layer lists, the KV cache, a placeholder
         // vocabulary): bound them by what the file holds before anything is allocated.
         let n_tensors = f.tensors().len();
+        if n_layer == 0 {
+            return Err(LlamaError::BadKey {
+                key: k("block_count"),
+                detail: "0 layers: a model needs at least one block".into(),
+            });
+        }
         if n_layer > n_tensors {
             return Err(LlamaError::BadKey {
                 key: k("block_count"),

@@ -100,6 +100,19 @@ impl SamplingParams {
     }
 }
 
+/// Temperatures below this pick the most likely token (as 0 does): dividing logits by a
+/// smaller one overflows `f32` for ordinary logits, and the draw is greedy in effect anyway
+/// (a logit gap of 0.001 is a probability ratio of e^-1000).
+pub const MIN_TEMPERATURE: f32 = 1e-6;
+
+/// No token can be picked: every logit is −∞ or NaN after the biases (every token banned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no token can be sampled: every token is banned (logit_bias of -infinity or false) or \
+     has no probability"
+)]
+pub struct NoCandidates;
+
 /// A small, seedable random generator (SplitMix64).
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -323,8 +336,19 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` (one value per vocabulary entry). Does not record
-    /// it: call [`Sampler::accept`] with the token kept.
+    /// it: call [`Sampler::accept`] with the token kept. When no token can be picked (every
+    /// logit −∞ or NaN after the biases: all banned) this returns the plain argmax of
+    /// `logits`; [`Sampler::try_sample`] reports that case as an error instead.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.try_sample(logits).unwrap_or_else(|_| argmax(logits))
+    }
+
+    /// [`Sampler::sample`], defined for every finite input: a temperature below
+    /// [`MIN_TEMPERATURE`] picks greedily; tokens whose adjusted logit is −∞ or NaN (banned
+    /// by `logit_bias`) are never picked, and when that leaves none the answer is
+    /// [`NoCandidates`]; an adjusted logit that overflows to +∞ counts as the largest finite
+    /// value.
+    pub fn try_sample(&mut self, logits: &[f32]) -> Result<u32, NoCandidates> {
         // The logits as biased and penalised (a copy only when something changes them).
         let adjusted: Vec<f32>;
         let l: &[f32] = if self.params.logit_bias.is_empty() && !self.penalizes() {
@@ -337,12 +361,24 @@ impl Sampler {
                 }
             }
             self.apply_penalties(&mut v);
+            // A bias or penalty that overflows (a huge finite bias, a tiny repeat penalty)
+            // stays the largest finite value rather than +∞ (which would make every
+            // probability NaN).
+            for x in &mut v {
+                if *x == f32::INFINITY {
+                    *x = f32::MAX;
+                }
+            }
             adjusted = v;
             &adjusted
         };
         let p = &self.params;
-        if p.temperature <= 0.0 || l.len() <= 1 {
-            return argmax(l);
+        if p.temperature < MIN_TEMPERATURE || l.len() <= 1 {
+            let best = argmax(l);
+            return match l.get(best as usize) {
+                Some(x) if *x > f32::NEG_INFINITY => Ok(best),
+                _ => Err(NoCandidates),
+            };
         }
         // Candidates sorted by logit, most likely first (ties: the lower id first): the
         // `top_k` best in one pass over the vocabulary, or all of them.
@@ -357,6 +393,12 @@ impl Sampler {
             all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             all
         };
+        // Banned tokens (−∞, and NaN, which sorts first) are no candidates: they have no
+        // probability, and the draw's fall-back to the last candidate must not reach them.
+        cand.retain(|&(_, x)| x > f32::NEG_INFINITY);
+        if cand.is_empty() {
+            return Err(NoCandidates);
+        }
         let probs = |c: &[(u32, f32)]| -> Vec<f64> {
             let max = c[0].1;
             let e: Vec<f64> = c.iter().map(|&(_, x)| ((x - max) as f64).exp()).collect();
@@ -384,16 +426,21 @@ impl Sampler {
         for c in &mut cand {
             c.1 /= p.temperature;
         }
+        if !cand[0].1.is_finite() {
+            // Divided by a small temperature the largest logit overflowed: all the
+            // probability is on it.
+            return Ok(cand[0].0);
+        }
         let pr = probs(&cand);
         let r = self.rng.next_f64();
         let mut cum = 0.0;
         for (i, &q) in pr.iter().enumerate() {
             cum += q;
             if r < cum {
-                return cand[i].0;
+                return Ok(cand[i].0);
             }
         }
-        cand[cand.len() - 1].0
+        Ok(cand[cand.len() - 1].0)
     }
 }
 
@@ -597,6 +644,75 @@ mod tests {
         assert_eq!(s.sample(&l), 0);
         assert_eq!(l, logits());
         // NaN and +infinity are refused.
+        for b in [f32::NAN, f32::INFINITY] {
+            let p = SamplingParams {
+                logit_bias: vec![(0, b)],
+                ..SamplingParams::default()
+            };
+            assert!(p.validate().is_err());
+        }
+    }
+
+    /// The plain definitions (issue 32): a temperature below the floor is greedy, a banned
+    /// token is never picked, all banned is an error, and an overflowing bias or penalty
+    /// still picks among the candidates.
+    #[test]
+    fn samplers_are_defined_for_every_finite_input() {
+        let free = |temperature: f32, seed: u64| SamplingParams {
+            temperature,
+            seed,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..SamplingParams::default()
+        };
+        for t in [1e-40, 1e-38, 1e-30, 1e-7] {
+            for seed in 0..20 {
+                assert_eq!(Sampler::new(free(t, seed)).sample(&logits()), 1, "t {t}");
+            }
+        }
+        // Logits large enough that dividing by a small (above the floor) temperature
+        // overflows: the most likely token still wins.
+        let big = vec![1e33, 3e33, -3e33];
+        for seed in 0..20 {
+            assert_eq!(Sampler::new(free(1e-5, seed)).try_sample(&big), Ok(1));
+        }
+        // Everything banned: an error, by either path.
+        let ban_all: Vec<(u32, f32)> = (0..6).map(|t| (t, f32::NEG_INFINITY)).collect();
+        for base in [
+            free(1.0, 3),
+            SamplingParams::greedy(),
+            SamplingParams::default(),
+        ] {
+            let mut s = Sampler::new(SamplingParams {
+                logit_bias: ban_all.clone(),
+                ..base
+            });
+            assert_eq!(s.try_sample(&logits()), Err(NoCandidates));
+        }
+        // All but one banned: always that one, whatever the draw.
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: ban_all[..5].to_vec(),
+            ..free(2.0, 9)
+        });
+        for _ in 0..200 {
+            assert_eq!(s.try_sample(&logits()), Ok(5));
+        }
+        // A finite bias that overflows to +inf counts as the largest value, not NaN.
+        for seed in 0..20 {
+            let mut s = Sampler::new(SamplingParams {
+                logit_bias: vec![(3, f32::MAX)],
+                ..free(1.0, seed)
+            });
+            assert_eq!(s.try_sample(&logits()), Ok(3));
+        }
+        // NaN logits (from the model) are no candidates.
+        let mut l = logits();
+        l[1] = f32::NAN;
+        for seed in 0..50 {
+            assert_ne!(Sampler::new(free(1.0, seed)).try_sample(&l), Ok(1));
+        }
+        // NaN and +inf biases are refused by the checks.
         for b in [f32::NAN, f32::INFINITY] {
             let p = SamplingParams {
                 logit_bias: vec![(0, b)],

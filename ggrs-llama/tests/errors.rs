@@ -236,3 +236,35 @@ fn greedy_generation_is_reproducible_and_stops() {
     assert_eq!(c.tokens.len(), 1);
     assert_eq!(c.stop, ggrs_llama::StopReason::Callback);
 }
+
+/// A norm epsilon that is NaN or negative, and a model of 0 blocks, are refused at load
+/// (they loaded and computed NaN, or nothing, without a word).
+#[test]
+fn bad_norm_epsilon_and_zero_blocks_are_refused() {
+    for (key, value, words) in [
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(f32::NAN),
+            "NaN",
+        ),
+        (
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(-1e-5),
+            "-0.00001",
+        ),
+        ("llama.block_count", Value::U32(0), "0 layers"),
+    ] {
+        let p = tmp("hparam.gguf");
+        rewrite(
+            &p,
+            |k, v| Some(if k == key { value.clone() } else { v.clone() }),
+            |_, ne| Some(ne.to_vec()),
+        );
+        let e = Model::load(&p).unwrap_err();
+        assert!(
+            matches!(&e, LlamaError::BadKey { key: k, .. } if k == key),
+            "{key}: {e}"
+        );
+        assert!(e.to_string().contains(words), "{key}: {e}");
+    }
+}

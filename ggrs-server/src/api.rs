@@ -21,7 +21,8 @@ const PUBLIC: &[&str] = &["/", "/health", "/v1/health", "/models", "/v1/models"]
 /// All routes, with their layers.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     let limit = state.max_body_bytes;
-    Router::new()
+    let cors = state.origins.layer();
+    let router = Router::new()
         .route("/", get(info::index))
         .route("/health", get(info::health))
         .route("/v1/health", get(info::health))
@@ -39,9 +40,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .layer(middleware::from_fn_with_state(state.clone(), count))
-        .layer(tower_http::cors::CorsLayer::permissive())
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(state.clone(), count));
+    match cors {
+        Some(cors) => router.layer(cors).with_state(state),
+        None => router.with_state(state),
+    }
 }
 
 /// Counts every answer by status (for `/metrics`).
@@ -63,13 +66,15 @@ async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = announced.is_some_and(|n| n > st.max_body_bytes as u64);
+    if let Err(e) = st.origins.check(req.headers()) {
+        return closing(e.into_response());
+    }
     if !st.api_keys.is_empty() && !PUBLIC.contains(&req.uri().path()) {
         let h = req.headers();
         let bearer = h
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         let x_key = h.get("x-api-key").and_then(|v| v.to_str().ok());
         if !bearer
             .or(x_key)
@@ -92,6 +97,13 @@ async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
         return closing(ApiError::too_large(st.max_body_bytes).into_response());
     }
     next.run(req).await
+}
+
+/// The key of an `Authorization: Bearer KEY` value (the scheme's name is
+/// case-insensitive, RFC 9110 §11.1).
+pub(crate) fn bearer_token(v: &str) -> Option<&str> {
+    let (scheme, key) = v.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(key.trim())
 }
 
 /// `r` with `Connection: close` (its request's body was left unread).

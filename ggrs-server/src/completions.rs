@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::error::ApiError;
-use crate::handler::{json_body, ready, St};
+use crate::handler::{body_bytes, ready, St};
+use crate::limits::{check_choices, check_rendered, check_text, off_thread};
 use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
 use crate::state::{unix_now, AppState, Loaded};
 
@@ -26,21 +27,37 @@ pub(crate) async fn chat(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = json_body(&st, bytes)?;
+        let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        let opts = gen_options(&body, Endpoint::Chat, st.n_predict, l.model.hparams.n_vocab)?;
-        let msgs = messages(&body)?;
-        let template = l
-            .template
-            .as_ref()
-            .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
-        let text = template
-            .render_with(&msgs, true, &l.vars)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        let prompt = l
-            .model
-            .encode_chat(&text)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        // Parsing, rendering and tokenizing run on the preparation pool (see `limits`).
+        let (st2, l2) = (st.clone(), l.clone());
+        let (opts, prompt) = off_thread(&st, move |cancel| {
+            let (st, l) = (st2, l2);
+            let body = Body::parse(&bytes)?;
+            let (opts, msgs) = chat_request(
+                &body,
+                st.n_predict,
+                l.model.hparams.n_vocab,
+                l.handle.params().queue_capacity,
+                st.max_text_bytes,
+            )?;
+            drop(body);
+            let template = l.template.as_ref().map_err(|e| {
+                ApiError::bad_request(format!("this model has no chat format: {e}"))
+            })?;
+            cancel.check()?;
+            let text = template
+                .render_with(&msgs, true, &l.vars)
+                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            check_rendered(&st, text.len())?;
+            cancel.check()?;
+            let prompt = l
+                .model
+                .encode_chat(&text)
+                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            Ok((opts, prompt))
+        })
+        .await?;
         Ok::<_, ApiError>(generate(st.clone(), l, vec![prompt], opts, Endpoint::Chat).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
@@ -52,30 +69,49 @@ pub(crate) async fn completions(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = json_body(&st, bytes)?;
+        let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        let opts = gen_options(
-            &body,
-            Endpoint::Completions,
-            st.n_predict,
-            l.model.hparams.n_vocab,
-        )?;
-        let prompts = prompts(&body, &l)?;
+        let (st2, l2) = (st.clone(), l.clone());
+        let (opts, prompts) = off_thread(&st, move |cancel| {
+            let (st, l) = (st2, l2);
+            let body = Body::parse(&bytes)?;
+            let opts = gen_options(
+                &body,
+                Endpoint::Completions,
+                st.n_predict,
+                l.model.hparams.n_vocab,
+            )?;
+            let encode = |text: &str| {
+                cancel.check()?;
+                l.model
+                    .encode_prompt(text)
+                    .map_err(|e| ApiError::invalid("prompt", e.to_string()))
+            };
+            let queue = l.handle.params().queue_capacity;
+            let prompts = prompts(&body, st.max_text_bytes, queue, opts.n, encode)?;
+            Ok((opts, prompts))
+        })
+        .await?;
         Ok::<_, ApiError>(generate(st.clone(), l, prompts, opts, Endpoint::Completions).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// `prompt`: a string, a list of token ids, or a list of those (one choice set each).
-fn prompts(body: &Body, l: &Loaded) -> Result<Vec<Vec<u32>>, ApiError> {
+/// `prompt`: a string, a list of token ids, or a list of those (one choice set each; with
+/// `n` choices each, at most `queue` in all). Strings (at most `max_text_bytes` in all) are
+/// tokenized by `encode`.
+pub(crate) fn prompts(
+    body: &Body,
+    max_text_bytes: usize,
+    queue: usize,
+    n: usize,
+    encode: impl Fn(&str) -> Result<Vec<u32>, ApiError>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
     const F: &str = "prompt";
     const EXPECTED: &str = "a string, a list of token ids, or a list of those";
     let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
         match v {
-            Value::String(s) => l
-                .model
-                .encode_prompt(s)
-                .map_err(|e| ApiError::invalid(F, e.to_string())),
+            Value::String(s) => encode(s),
             Value::Array(ids) => ids
                 .iter()
                 .map(|t| {
@@ -88,17 +124,38 @@ fn prompts(body: &Body, l: &Loaded) -> Result<Vec<Vec<u32>>, ApiError> {
             v => Err(wrong_type(F, EXPECTED, v)),
         }
     };
-    let list = match body.get(F) {
+    let items: Vec<&Value> = match body.get(F) {
         None => return Err(ApiError::invalid(F, "'prompt' is required")),
         Some(Value::Array(a)) if a.iter().any(|x| x.is_string() || x.is_array()) => {
-            a.iter().map(one).collect::<Result<Vec<_>, _>>()?
+            a.iter().collect()
         }
-        Some(v) => vec![one(v)?],
+        Some(v) => vec![v],
     };
+    check_choices(queue, items.len(), n)?;
+    let text_bytes = items.iter().filter_map(|v| v.as_str()).map(str::len).sum();
+    check_text(max_text_bytes, F, text_bytes)?;
+    let list = items.into_iter().map(one).collect::<Result<Vec<_>, _>>()?;
     if list.is_empty() || list.iter().any(Vec::is_empty) {
         return Err(ApiError::invalid(F, "the prompt is empty"));
     }
     Ok(list)
+}
+
+/// A chat request's options and conversation, checked: the choices fit the `queue`, the
+/// messages' text `max_text_bytes`.
+pub(crate) fn chat_request(
+    body: &Body,
+    n_predict: Option<usize>,
+    n_vocab: usize,
+    queue: usize,
+    max_text_bytes: usize,
+) -> Result<(GenOptions, Vec<ggrs_llama::chat::Message>), ApiError> {
+    let opts = gen_options(body, Endpoint::Chat, n_predict, n_vocab)?;
+    check_choices(queue, 1, opts.n)?;
+    let msgs = messages(body)?;
+    let text_bytes = msgs.iter().map(|m| m.content.len() + m.role.len()).sum();
+    check_text(max_text_bytes, "messages", text_bytes)?;
+    Ok((opts, msgs))
 }
 
 /// Cancels the requests it holds when dropped (the client went away, or the answer is

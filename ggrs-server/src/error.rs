@@ -61,6 +61,11 @@ impl ApiError {
         )
     }
 
+    /// 403: a request from a page or host this server does not serve.
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "permission_error", message)
+    }
+
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found_error", message)
     }

@@ -1,4 +1,4 @@
-//! What every handler shares: the state extractor, reading a JSON body, and the loaded
+//! What every handler shares: the state extractor, reading a body, and the loaded
 //! model (or why there is none yet).
 
 use std::sync::Arc;
@@ -9,25 +9,23 @@ use axum::extract::State;
 use axum::http::StatusCode;
 
 use crate::error::ApiError;
-use crate::params::Body;
 use crate::state::{AppState, Loaded};
 
 /// Shared state as handlers receive it.
 pub(crate) type St = State<Arc<AppState>>;
 
-/// The body as JSON, or the error for a body too large or not a JSON object.
-pub(crate) fn json_body(
+/// The body's bytes, or the error for a body too large or unreadable.
+pub(crate) fn body_bytes(
     st: &AppState,
     bytes: Result<Bytes, BytesRejection>,
-) -> Result<Body, ApiError> {
-    let bytes = bytes.map_err(|r| {
+) -> Result<Bytes, ApiError> {
+    bytes.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large(st.max_body_bytes)
         } else {
             ApiError::bad_request(r.body_text())
         }
-    })?;
-    Body::parse(&bytes)
+    })
 }
 
 /// The engine, or 503 while the model loads (500 if it failed).

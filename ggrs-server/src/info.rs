@@ -13,8 +13,10 @@ use ggrs_llama::{ChatTemplate, SamplingParams};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::handler::{json_body, ready, St};
+use crate::handler::{body_bytes, ready, St};
+use crate::limits::{check_text, off_thread};
 use crate::params::wrong_type;
+use crate::params::Body;
 
 /// The chat page, compiled in.
 const CHAT_PAGE: &str = include_str!("../assets/chat.html");
@@ -256,69 +258,123 @@ pub(crate) async fn metrics(State(st): St) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
+/// A JSON answer already serialized (200).
+fn json_bytes(v: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], v).into_response()
+}
+
+/// One token of `/tokenize` with `with_pieces`: its piece as text, or as bytes when they
+/// are not UTF-8 on their own.
+#[derive(serde::Serialize)]
+struct TokenPiece {
+    id: u32,
+    piece: Piece,
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Piece {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
 /// `POST /tokenize`: `content`, `add_special` (default false), `parse_special` (default
-/// true), `with_pieces` → `{"tokens": [...]}`.
+/// true), `with_pieces` → `{"tokens": [...]}`. The content is at most the server's text
+/// limit; the work runs on the preparation pool and the answer is written straight to
+/// bytes (no JSON tree per token).
 pub(crate) async fn tokenize(State(st): St, bytes: Result<Bytes, BytesRejection>) -> Response {
-    let run = || -> Result<Value, ApiError> {
-        let body = json_body(&st, bytes)?;
+    let run = async {
+        let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        let content = body.str("content")?.unwrap_or_default();
-        let add_special = body.bool("add_special")?.unwrap_or(false);
-        let parse_special = body.bool("parse_special")?.unwrap_or(true);
-        let tok = l.model.tokenizer();
-        let ids = tok
-            .encode(content, add_special, parse_special)
-            .map_err(|e| ApiError::invalid("content", e.to_string()))?;
-        let tokens: Vec<Value> = if body.bool("with_pieces")?.unwrap_or(false) {
-            ids.iter()
-                .map(|&id| {
-                    // `id` was just produced by the tokenizer: it is in the vocabulary.
-                    let b = tok.token_to_piece(id).unwrap_or_default();
-                    let piece = match String::from_utf8(b) {
-                        Ok(s) => json!(s),
-                        Err(e) => json!(e.into_bytes()),
-                    };
-                    json!({"id": id, "piece": piece})
-                })
-                .collect()
-        } else {
-            ids.iter().map(|&id| json!(id)).collect()
-        };
-        Ok(json!({ "tokens": tokens }))
+        let st2 = st.clone();
+        off_thread(&st, move |cancel| {
+            let body = Body::parse(&bytes)?;
+            let (content, add_special, parse_special, with_pieces) =
+                tokenize_options(&body, st2.max_text_bytes)?;
+            let tok = l.model.tokenizer();
+            let ids = tok
+                .encode(content, add_special, parse_special)
+                .map_err(|e| ApiError::invalid("content", e.to_string()))?;
+            drop(body);
+            cancel.check()?;
+            let out = if with_pieces {
+                let pieces: Vec<TokenPiece> = ids
+                    .iter()
+                    .map(|&id| {
+                        // `id` was just produced by the tokenizer: it is in the vocabulary.
+                        let b = tok.token_to_piece(id).unwrap_or_default();
+                        let piece = match String::from_utf8(b) {
+                            Ok(s) => Piece::Text(s),
+                            Err(e) => Piece::Bytes(e.into_bytes()),
+                        };
+                        TokenPiece { id, piece }
+                    })
+                    .collect();
+                serde_json::to_vec(&json!({ "tokens": pieces }))
+            } else {
+                serde_json::to_vec(&json!({ "tokens": ids }))
+            };
+            out.map_err(|e| ApiError::server(e.to_string()))
+        })
+        .await
     };
-    match run() {
-        Ok(v) => Json(v).into_response(),
+    match run.await {
+        Ok(v) => json_bytes(v),
         Err(e) => e.into_response(),
     }
 }
 
-/// `POST /detokenize`: `tokens` → `{"content": text}` (control tokens written out).
+/// `POST /detokenize`: `tokens` → `{"content": text}` (control tokens written out), on the
+/// preparation pool.
 pub(crate) async fn detokenize(State(st): St, bytes: Result<Bytes, BytesRejection>) -> Response {
-    let run = || -> Result<Value, ApiError> {
-        let body = json_body(&st, bytes)?;
+    let run = async {
+        let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        let ids: Vec<u32> = match body.get("tokens") {
-            None => Vec::new(),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|t| {
-                    t.as_u64()
-                        .filter(|&t| t <= u32::MAX as u64)
-                        .map(|t| t as u32)
-                        .ok_or_else(|| wrong_type("tokens", "a list of token ids", t))
-                })
-                .collect::<Result<_, _>>()?,
-            Some(v) => return Err(wrong_type("tokens", "a list of token ids", v)),
-        };
-        let text = l
-            .model
-            .tokenizer()
-            .decode_with_special(&ids)
-            .map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
-        Ok(json!({ "content": text }))
+        off_thread(&st, move |_| {
+            let ids = token_ids(&Body::parse(&bytes)?)?;
+            let text = l
+                .model
+                .tokenizer()
+                .decode_with_special(&ids)
+                .map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+            serde_json::to_vec(&json!({ "content": text }))
+                .map_err(|e| ApiError::server(e.to_string()))
+        })
+        .await
     };
-    match run() {
-        Ok(v) => Json(v).into_response(),
+    match run.await {
+        Ok(v) => json_bytes(v),
         Err(e) => e.into_response(),
     }
+}
+
+/// `/detokenize`'s `tokens`: a list of token ids (absent: none).
+pub(crate) fn token_ids(body: &Body) -> Result<Vec<u32>, ApiError> {
+    match body.get("tokens") {
+        None => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|t| {
+                t.as_u64()
+                    .filter(|&t| t <= u32::MAX as u64)
+                    .map(|t| t as u32)
+                    .ok_or_else(|| wrong_type("tokens", "a list of token ids", t))
+            })
+            .collect(),
+        Some(v) => Err(wrong_type("tokens", "a list of token ids", v)),
+    }
+}
+
+/// `/tokenize`'s options: `content` (within `max_text_bytes`), `add_special`,
+/// `parse_special`, `with_pieces`.
+pub(crate) fn tokenize_options(
+    body: &Body,
+    max_text_bytes: usize,
+) -> Result<(&str, bool, bool, bool), ApiError> {
+    let content = body.str("content")?.unwrap_or_default();
+    let add_special = body.bool("add_special")?.unwrap_or(false);
+    let parse_special = body.bool("parse_special")?.unwrap_or(true);
+    let with_pieces = body.bool("with_pieces")?.unwrap_or(false);
+    check_text(max_text_bytes, "content", content.len())?;
+    Ok((content, add_special, parse_special, with_pieces))
 }

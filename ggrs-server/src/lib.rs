@@ -21,8 +21,12 @@
 mod api;
 mod completions;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler;
 mod info;
+mod limits;
+mod origins;
 mod params;
 mod state;
 
@@ -69,11 +73,24 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Worker threads of the HTTP runtime (at least 1).
     pub http_threads: usize,
+    /// Most bytes of text one request may have tokenized or rendered (`--max-text-bytes`):
+    /// a completion's prompts, a chat's messages, `/tokenize`'s content.
+    pub max_text_bytes: usize,
+    /// Connections served at once (`--max-connections`); more wait to be accepted.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers (`--header-timeout`; it also closes an
+    /// idle keep-alive connection).
+    pub header_read_timeout: Duration,
+    /// Origins whose pages may call the API (`--cors`; `*`: any). Empty: none but the
+    /// server's own page, and (on a loopback address) requests must name a loopback host.
+    pub cors: Vec<String>,
 }
 
 impl ServerConfig {
     /// The defaults (llama-server's where it has them) for the model at `model_path`:
-    /// 127.0.0.1:8080, 4 slots, a queue of 64, no key, timeout 600 s, bodies up to 16 MiB.
+    /// 127.0.0.1:8080, 4 slots, a queue of 64, no key, timeout 600 s, bodies up to 16 MiB,
+    /// 1 MiB of text to tokenize per request, 128 connections, 10 s to send the headers, no
+    /// cross-origin access.
     pub fn new(model_path: impl Into<PathBuf>) -> ServerConfig {
         ServerConfig {
             model_path: model_path.into(),
@@ -90,6 +107,10 @@ impl ServerConfig {
             timeout: Some(Duration::from_secs(600)),
             max_body_bytes: 16 << 20,
             http_threads: 1,
+            max_text_bytes: 1 << 20,
+            max_connections: 128,
+            header_read_timeout: Duration::from_secs(10),
+            cors: Vec::new(),
         }
     }
 
@@ -142,10 +163,49 @@ async fn serve_state(
     state: Arc<state::AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let app = api::router(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let app = api::router(state.clone());
+    let connections = Arc::new(tokio::sync::Semaphore::new(state.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // At the cap, wait for a connection to close before accepting another (the kernel's
+        // backlog holds the rest).
+        let permit = tokio::select! {
+            p = connections.clone().acquire_owned() => p,
+            _ = &mut shutdown => break,
+        };
+        let Ok(permit) = permit else { break };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, or a connection reset before it was accepted:
+                // wait a little rather than spin, and go on serving.
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+                ) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(state.header_read_timeout);
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(permit);
+        });
+    }
+    graceful.shutdown().await;
     Ok(())
 }
 

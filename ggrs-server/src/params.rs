@@ -251,6 +251,90 @@ fn logit_bias(body: &Body, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> 
     }
 }
 
+/// The token limit: the first of `max_completion_tokens`, `max_tokens`, `n_predict` given
+/// (each one present must be an integer); -1 is no limit (as llama-server reads it),
+/// other values below 1 are refused (as OpenAI refuses them).
+fn max_tokens(body: &Body) -> Result<usize, ApiError> {
+    let mut chosen = None;
+    for k in ["max_completion_tokens", "max_tokens", "n_predict"] {
+        if let Some(m) = body.int(k)? {
+            chosen = chosen.or(Some((k, m)));
+        }
+    }
+    match chosen {
+        None | Some((_, -1)) => Ok(usize::MAX),
+        Some((_, m)) if m > 0 => Ok(m as usize),
+        Some((k, m)) => Err(ApiError::invalid(
+            k,
+            format!("'{k}' must be at least 1 (or -1: up to the context's end), not {m}"),
+        )),
+    }
+}
+
+/// The sampling parameters' ranges, each error naming its field; a `logit_bias` that bans
+/// every token of the vocabulary is refused (nothing could be generated).
+fn check_sampling(p: &SamplingParams, n_vocab: usize) -> Result<(), ApiError> {
+    let finite = |field: &str, v: f32| {
+        if v.is_finite() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                field,
+                format!("'{field}' must be a finite number (of f32's range), not {v}"),
+            ))
+        }
+    };
+    finite("temperature", p.temperature)?;
+    finite("frequency_penalty", p.frequency_penalty)?;
+    finite("presence_penalty", p.presence_penalty)?;
+    for (field, v) in [("top_p", p.top_p), ("min_p", p.min_p)] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(ApiError::invalid(
+                field,
+                format!("'{field}' must be between 0 and 1, not {v}"),
+            ));
+        }
+    }
+    if !(p.repeat_penalty.is_finite() && p.repeat_penalty > 0.0) {
+        return Err(ApiError::invalid(
+            "repeat_penalty",
+            format!(
+                "'repeat_penalty' must be a finite number above 0, not {}",
+                p.repeat_penalty
+            ),
+        ));
+    }
+    const F: &str = "logit_bias";
+    if let Some(&(t, b)) = p
+        .logit_bias
+        .iter()
+        .find(|(_, b)| !b.is_finite() && *b != f32::NEG_INFINITY)
+    {
+        return Err(ApiError::invalid(
+            F,
+            format!(
+                "the bias of token {t} is {b}: a bias must be a number of f32's range (or false)"
+            ),
+        ));
+    }
+    let banned: std::collections::BTreeSet<u32> = p
+        .logit_bias
+        .iter()
+        .filter(|(_, b)| *b == f32::NEG_INFINITY)
+        .map(|&(t, _)| t)
+        .collect();
+    if n_vocab > 0 && banned.len() >= n_vocab {
+        return Err(ApiError::invalid(
+            F,
+            format!(
+                "'{F}' bans all {n_vocab} tokens of the vocabulary: nothing could be generated"
+            ),
+        ));
+    }
+    // The library's own checks, should they ever be stricter than the ones above.
+    p.validate().map_err(ApiError::bad_request)
+}
+
 /// Reads the options both completion endpoints share (llama-server's names and defaults).
 /// `n_predict_cap`: the server's `-n`; `n_vocab`: for `logit_bias`.
 pub(crate) fn gen_options(
@@ -274,21 +358,7 @@ pub(crate) fn gen_options(
             }
         }
     }
-    let mut max_tokens = usize::MAX;
-    for k in ["max_completion_tokens", "max_tokens", "n_predict"] {
-        if let Some(m) = body.int(k)? {
-            if m == 0 {
-                return Err(ApiError::invalid(
-                    k,
-                    format!("'{k}' must be at least 1 (or -1: up to the context's end)"),
-                ));
-            }
-            if m > 0 {
-                max_tokens = m as usize;
-            }
-            break;
-        }
-    }
+    let mut max_tokens = max_tokens(body)?;
     if let Some(cap) = n_predict_cap {
         max_tokens = max_tokens.min(cap);
     }
@@ -320,7 +390,7 @@ pub(crate) fn gen_options(
         seed,
         logit_bias: logit_bias(body, n_vocab)?,
     };
-    sampling.validate().map_err(ApiError::bad_request)?;
+    check_sampling(&sampling, n_vocab)?;
     let (logprobs, top_logprobs) = match endpoint {
         Endpoint::Chat => {
             let on = body.bool("logprobs")?.unwrap_or(false);

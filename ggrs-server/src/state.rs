@@ -25,6 +25,9 @@ pub enum LoadError {
     /// The engine could not start (too large a context for the memory, bad parameters).
     #[error("cannot start the engine: {0}")]
     Engine(String),
+    /// The chat template given (`--chat-template`) is not usable.
+    #[error("--chat-template: {0}")]
+    Template(String),
 }
 
 /// The model and its engine, once loaded.
@@ -63,6 +66,16 @@ pub(crate) struct AppState {
     pub max_body_bytes: usize,
     pub n_predict: Option<usize>,
     pub n_slots: usize,
+    /// Most bytes of text tokenized or rendered per request.
+    pub max_text_bytes: usize,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Time to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// Who may call from a browser.
+    pub origins: crate::origins::OriginPolicy,
+    /// The pool that parses, renders and tokenizes.
+    pub prep: crate::limits::Prep,
     /// Unix time of the start (the `created` of `/v1/models`).
     pub created: u64,
     phase: Mutex<Phase>,
@@ -89,6 +102,11 @@ impl AppState {
             max_body_bytes: config.max_body_bytes,
             n_predict: config.n_predict,
             n_slots: config.engine.n_slots,
+            max_text_bytes: config.max_text_bytes,
+            max_connections: config.max_connections,
+            header_read_timeout: config.header_read_timeout,
+            origins: crate::origins::OriginPolicy::new(&config.cors, &config.host),
+            prep: crate::limits::Prep::new(),
             created: unix_now(),
             phase: Mutex::new(Phase::Loading),
             ready: Condvar::new(),
@@ -138,7 +156,13 @@ fn load(config: &ServerConfig) -> Result<Loaded, LoadError> {
             path: config.model_path.display().to_string(),
             message: e.to_string(),
         })?;
-    let template = ChatTemplate::resolve(&model, config.chat_template.as_deref()).map_err(|e| {
+    let template = ChatTemplate::resolve(&model, config.chat_template.as_deref());
+    // A template the operator chose and that cannot work is a start-up error; the model's
+    // own missing or broken one only refuses chat requests (completions still work).
+    if let (Some(_), Err(e)) = (&config.chat_template, &template) {
+        return Err(LoadError::Template(e.to_string()));
+    }
+    let template = template.map_err(|e| {
         format!("{e}; start the server with --chat-template NAME (or a Jinja template)")
     });
     let engine = Engine::start(model.clone(), config.engine)

@@ -246,7 +246,7 @@ fn errors_are_openai_error_objects() {
     let mut tcp = std::net::TcpStream::connect(s.server.local_addr()).unwrap();
     write!(
         tcp,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Content-Length: 100000000\r\n\r\n{{\"prompt\": \""
     )
     .unwrap();

@@ -103,7 +103,7 @@ fn a_client_that_goes_away_frees_its_slot() {
     let body = endless(false).to_string();
     write!(
         tcp,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     )

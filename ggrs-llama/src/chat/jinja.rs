@@ -57,7 +57,8 @@ pub(crate) fn render(
     [bos_token, eos_token]: [&str; 2],
     vars: &TemplateVars,
 ) -> Result<String, ChatError> {
-    let env = environment(vars.now_unix);
+    let mut env = environment(vars.now_unix);
+    env.set_fuel(Some(fuel(messages.len())));
     let tmpl = env.template_from_str(source)?;
     let run = |msgs: &[Message]| -> Result<String, Error> {
         let msgs: Vec<Value> = msgs
@@ -86,10 +87,43 @@ pub(crate) fn render(
         tmpl.render(Value::from_iter(ctx))
     };
     let first_is_system = messages.first().is_some_and(|m| m.role == "system");
-    if first_is_system && !shows_system(&run) {
-        return Ok(run(&merge_system(messages))?);
-    }
-    Ok(run(messages)?)
+    let out = if first_is_system && !shows_system(&run) {
+        run(&merge_system(messages))
+    } else {
+        run(messages)
+    };
+    out.map_err(|e| {
+        if e.kind() == ErrorKind::OutOfFuel {
+            ChatError::Template {
+                detail: format!(
+                    "the template did not finish within its budget of {} steps for {} \
+                     messages (a runaway loop?)",
+                    fuel(messages.len()),
+                    messages.len()
+                ),
+            }
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// Template instructions a conversation of `n` messages may take (minijinja's fuel; one
+/// per instruction): real chat templates take a few hundred per message, so this is
+/// generous, and a runaway template (nested loops over `range(100000)`) ends in an error
+/// within a second instead of running for hours.
+pub fn fuel(n: usize) -> u64 {
+    const BASE: u64 = 1_000_000;
+    const PER_MESSAGE: u64 = 5_000;
+    const MAX: u64 = 50_000_000;
+    BASE.saturating_add(PER_MESSAGE.saturating_mul(n as u64))
+        .min(MAX)
+}
+
+/// Whether `source` compiles as a Jinja template (the error says where it does not).
+pub fn check(source: &str) -> Result<(), ChatError> {
+    environment(0).template_from_str(source)?;
+    Ok(())
 }
 
 /// Whether the template writes a leading system message (llama.cpp's `supports_system_role`,

@@ -63,6 +63,18 @@ pub enum ChatError {
         /// The roles it knows.
         known: &'static str,
     },
+    /// A chat template argument that is no known format name, names no file and holds no
+    /// Jinja tag.
+    #[error(
+        "the chat template `{given}` is not a file, not a built-in format ({known}) and not a \
+         Jinja template (it has no `{{{{` or `{{%`)"
+    )]
+    UnknownTemplate {
+        /// The argument (its first 200 characters).
+        given: String,
+        /// The built-in format names.
+        known: &'static str,
+    },
     /// Nothing to format.
     #[error("the conversation is empty: give at least one message")]
     EmptyConversation,

@@ -75,7 +75,8 @@ impl ChatTemplate {
     /// The format a user asked for, as the `--chat-template` option of `ggrs` and
     /// llama-server reads it: `None`, the model's ([`ChatTemplate::for_model`]); else one of
     /// llama.cpp's built-in format names ([`ChatTemplate::named`]), or else a Jinja
-    /// template's text.
+    /// template's text, which must compile ([`ChatError::Template`]) and hold a Jinja tag
+    /// (`{{` or `{%`; else [`ChatError::UnknownTemplate`]).
     pub fn resolve(
         model: &Model,
         name_or_jinja: Option<&str>,
@@ -83,8 +84,20 @@ impl ChatTemplate {
         match name_or_jinja {
             None => ChatTemplate::for_model(model),
             Some(s) => {
-                Ok(ChatTemplate::named(s)
-                    .unwrap_or_else(|| ChatTemplate::jinja(s, model.tokenizer())))
+                if let Some(t) = ChatTemplate::named(s) {
+                    return Ok(t);
+                }
+                // Text with no Jinja tag is a mistyped name or a path that names no file
+                // (a caller reads a file's text before): taken as a template it would
+                // render itself for every conversation.
+                if !s.contains("{{") && !s.contains("{%") {
+                    return Err(ChatError::UnknownTemplate {
+                        given: s.chars().take(200).collect(),
+                        known: named::NAMES,
+                    });
+                }
+                jinja::check(s)?;
+                Ok(ChatTemplate::jinja(s, model.tokenizer()))
             }
         }
     }

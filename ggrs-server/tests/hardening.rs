@@ -1,0 +1,303 @@
+//! Hostile clients and careless operators (issue 32): no request stalls the server, exhausts
+//! it or gets a misleading answer. Each test names the case of the issue it covers.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{chat_body, config, TestServer};
+use serde_json::{json, Value};
+
+fn assert_error(a: &common::Answer, status: u16, param: Option<&str>) {
+    assert_eq!(a.status, status, "{:?}", a.body);
+    assert_eq!(
+        a.body["error"]["param"].as_str(),
+        param,
+        "param of {:?}",
+        a.body
+    );
+}
+
+/// A nested loop of 10^10 iterations: without a step budget it renders for hours.
+const RUNAWAY: &str = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}\
+                       {% endfor %}{{ messages[0].content }}";
+
+/// 1 (memory): `/tokenize` of more text than the server's limit is refused at once (it took
+/// 11 GB and 8 minutes with `with_pieces`), the limit naming the field; within the limit,
+/// pieces are written.
+#[test]
+fn tokenize_is_bounded_by_the_text_limit() {
+    let mut c = config(1);
+    c.max_text_bytes = 64 << 10;
+    let s = TestServer::start(c);
+    let big = "a".repeat(3 << 20);
+    let t0 = Instant::now();
+    let a = s.post("/tokenize", &json!({"content": big, "with_pieces": true}));
+    assert_error(&a, 400, Some("content"));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let a = s.post(
+        "/tokenize",
+        &json!({"content": "Hello world", "with_pieces": true}),
+    );
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let toks = a.body["tokens"].as_array().unwrap();
+    assert!(toks
+        .iter()
+        .all(|t| t["id"].is_u64() && t["piece"].is_string()));
+    let text: String = toks.iter().map(|t| t["piece"].as_str().unwrap()).collect();
+    assert!(text.contains("Hello") && text.contains("world"), "{text}");
+    // The same limit bounds completion prompts and chat messages.
+    let a = s.post("/v1/completions", &json!({"prompt": "b".repeat(70 << 10)}));
+    assert_error(&a, 400, Some("prompt"));
+    let msgs = json!([{"role": "user", "content": "c".repeat(70 << 10)}]);
+    assert_error(
+        &s.post("/v1/chat/completions", &chat_body(msgs, 2)),
+        400,
+        Some("messages"),
+    );
+}
+
+/// 2 (stalls): a runaway chat template ends in an error naming `messages` (minijinja's
+/// step budget) instead of running for hours.
+#[test]
+fn a_runaway_template_is_an_error() {
+    let mut c = config(1);
+    c.chat_template = Some(RUNAWAY.into());
+    let s = TestServer::start(c);
+    let t0 = Instant::now();
+    let a = s.post(
+        "/v1/chat/completions",
+        &chat_body(json!([{"role": "user", "content": "hi"}]), 2),
+    );
+    assert_error(&a, 400, Some("messages"));
+    let msg = a.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("budget"), "{msg}");
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+}
+
+/// 2 (stalls): a client that sends part of a request line and stops is disconnected after
+/// the header timeout.
+#[test]
+fn a_partial_request_is_closed_after_the_header_timeout() {
+    let mut c = config(1);
+    c.header_read_timeout = Duration::from_millis(500);
+    let s = TestServer::start(c);
+    let mut tcp = TcpStream::connect(s.server.local_addr()).unwrap();
+    tcp.write_all(b"GET /hea").unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 512];
+    // Closed: end of file, or an error answer then end of file; a timeout is a failure.
+    loop {
+        match tcp.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the connection stayed open: {e} after {:?}", t0.elapsed()),
+        }
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// 2 (stalls): connections beyond the cap wait to be accepted, and are served once one
+/// closes.
+#[test]
+fn connections_beyond_the_cap_wait() {
+    let mut c = config(1);
+    c.max_connections = 2;
+    let s = TestServer::start(c);
+    let addr = s.server.local_addr();
+    let idle: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut t = TcpStream::connect(addr).unwrap();
+            t.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
+                .unwrap();
+            t
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut third = TcpStream::connect(addr).unwrap();
+    third
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    assert!(third.read(&mut buf).is_err(), "served beyond the cap");
+    drop(idle);
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let n = third
+        .read(&mut buf)
+        .expect("served after a connection closed");
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+}
+
+/// 3 (silent misconfiguration): a chat template that names no file and is no known name nor
+/// Jinja, and one that does not parse, stop the server at start-up.
+#[test]
+fn unusable_chat_templates_are_start_up_errors() {
+    for (t, words) in [
+        ("/nonexistent", "not a file"),
+        ("{% for m in messages %}{{ m.content }", "template"),
+    ] {
+        let mut c = config(1);
+        c.chat_template = Some(t.into());
+        let server = ggrs_server::start(c).expect("binds");
+        let e = server.wait_ready().expect_err(t).to_string();
+        assert!(
+            e.contains("--chat-template") && e.contains(words),
+            "{t}: {e}"
+        );
+    }
+}
+
+/// 4 (wrong answers) and 5 (messages): request validation names the field.
+#[test]
+fn request_validation_names_the_field() {
+    let s = TestServer::start(config(1));
+    let user = json!([{"role": "user", "content": "hi"}]);
+    // `n` beyond the queue (16) can never be served: 400 naming n, no Retry-After.
+    let mut b = chat_body(user.clone(), 2);
+    b["n"] = json!(17);
+    let a = s.post("/v1/chat/completions", &b);
+    assert_error(&a, 400, Some("n"));
+    assert!(a.retry_after.is_none());
+    let a = s.post(
+        "/v1/completions",
+        &json!({"prompt": ["a", "b", "c", "d", "e"], "n": 4, "max_tokens": 1}),
+    );
+    assert_error(&a, 400, Some("prompt"));
+    for (field, value) in [
+        ("max_tokens", json!(-5)),
+        ("max_completion_tokens", json!(-2)),
+        ("top_p", json!(2)),
+        ("min_p", json!(-0.5)),
+        ("repeat_penalty", json!(0)),
+        ("temperature", json!(1e39)),
+        ("logit_bias", json!({"3": 1e39})),
+    ] {
+        let mut b = chat_body(user.clone(), 2);
+        b.as_object_mut().unwrap().remove("max_tokens");
+        b[field] = value;
+        assert_error(&s.post("/v1/chat/completions", &b), 400, Some(field));
+    }
+    // A wrongly typed field is refused even when another token limit is given.
+    for field in ["n_predict", "max_completion_tokens"] {
+        let mut b = chat_body(user.clone(), 2);
+        b[field] = json!("ten");
+        assert_error(&s.post("/v1/chat/completions", &b), 400, Some(field));
+    }
+    // -1 still means no limit.
+    let mut b = chat_body(user.clone(), 2);
+    b["n_predict"] = json!(-1);
+    b["max_tokens"] = Value::Null;
+    b["max_completion_tokens"] = json!(3);
+    assert_eq!(s.post("/v1/chat/completions", &b).status, 200);
+    // Every token banned: 400 naming logit_bias, not a banned token.
+    let n_vocab = s.get("/v1/models").body["data"][0]["meta"]["n_vocab"]
+        .as_u64()
+        .unwrap();
+    let all: Vec<Value> = (0..n_vocab).map(|t| json!([t, false])).collect();
+    let a = s.post(
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2, "logit_bias": all}),
+    );
+    assert_error(&a, 400, Some("logit_bias"));
+}
+
+/// 4: a tiny positive temperature is greedy (it overflowed to NaN probabilities and sampled
+/// the least likely token).
+#[test]
+fn a_tiny_temperature_is_greedy() {
+    let s = TestServer::start(config(1));
+    let ask = |t: f64, seed: u64| {
+        let a = s.post(
+            "/v1/completions",
+            &json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": t,
+                    "seed": seed, "top_k": 0, "top_p": 1, "min_p": 0, "cache_prompt": false}),
+        );
+        assert_eq!(a.status, 200, "{:?}", a.body);
+        a.body["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    let greedy = ask(0.0, 1);
+    for seed in [1, 2, 3] {
+        assert_eq!(ask(1e-40, seed), greedy, "seed {seed}");
+        assert_eq!(ask(1e-30, seed), greedy, "seed {seed}");
+    }
+}
+
+/// 5: the scheme of `Authorization: Bearer` is case-insensitive.
+#[test]
+fn lowercase_bearer_is_accepted() {
+    let mut c = config(1);
+    c.api_keys = vec!["k1".into()];
+    let s = TestServer::start(c);
+    let agent = common::agent();
+    for (h, status) in [
+        ("bearer k1", 200),
+        ("BEARER k1", 200),
+        ("Bearer  k1 ", 200),
+        ("bearer k2", 401),
+        ("Basic k1", 401),
+    ] {
+        let r = agent
+            .get(&s.url("/props"))
+            .header("Authorization", h)
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{h}");
+    }
+}
+
+/// Cross-origin safety: no `Access-Control-Allow-Origin: *`, pages of other origins and
+/// rebound host names refused; `--cors` lets listed origins in.
+#[test]
+fn other_origins_are_refused_unless_allowed() {
+    let s = TestServer::start(config(1));
+    let agent = common::agent();
+    let get = |origin: Option<&str>, host: Option<&str>| {
+        let mut r = agent.get(&s.url("/health"));
+        if let Some(o) = origin {
+            r = r.header("Origin", o);
+        }
+        if let Some(h) = host {
+            r = r.header("Host", h);
+        }
+        r.call().unwrap()
+    };
+    let r = get(None, None);
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    assert_eq!(
+        get(Some("https://evil.example"), None).status().as_u16(),
+        403
+    );
+    assert_eq!(
+        get(None, Some("rebound.example:8080")).status().as_u16(),
+        403
+    );
+    let own = format!("http://{}", s.server.local_addr());
+    assert_eq!(get(Some(&own), None).status().as_u16(), 200);
+    drop(s);
+
+    let mut c = config(1);
+    c.cors = vec!["https://app.example".into()];
+    let s = TestServer::start(c);
+    let r = agent
+        .get(&s.url("/health"))
+        .header("Origin", "https://app.example")
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("https://app.example")
+    );
+}

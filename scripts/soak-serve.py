@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Soak test of `ggrs serve` (not run in CI): many clients for a long time, mixing every
+endpoint, random disconnects, oversized and malformed requests, on loopback only.
+
+It starts the server itself (on 127.0.0.1, a free port), runs CLIENTS threads until the time
+is up, and reports: requests by kind and status, errors (5xx answers, broken answers,
+failures to connect), the latency of /health (median, p99, max; polled by a thread of its
+own), the server's RSS over time, and leaked slots (slots or queue entries still busy once
+the clients have stopped). Exit status 1 if there were errors or leaks.
+
+    scripts/soak-serve.py --minutes 30 --clients 32            # the default model
+    scripts/soak-serve.py --model tiny.gguf --minutes 1         # a quick try
+
+Only the standard library; the server runs under `nice -n 19`.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "ggrs"))
+    p.add_argument("--model", default=os.path.expanduser(
+        "~/.cache/ggrs/models/derived/qwen05b-q4_0.gguf"))
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", help="also write the report to this file")
+    return p.parse_args()
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.counts = {}      # (kind, status) -> n
+        self.errors = []      # (time, kind, what)
+        self.health = []      # seconds
+        self.rss = []         # (seconds since start, MiB)
+
+    def count(self, kind, status):
+        with self.lock:
+            self.counts[(kind, status)] = self.counts.get((kind, status), 0) + 1
+
+    def error(self, kind, what):
+        with self.lock:
+            if len(self.errors) < 1000:
+                self.errors.append((time.time(), kind, str(what)[:300]))
+
+
+def request(port, method, path, body=None, headers=None, timeout=120):
+    """One request on a fresh connection: (status, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+WORDS = ("the quick brown fox jumps over a lazy dog while rust compiles the "
+         "server answers every client in time").split()
+
+
+def text(rng, n):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def chat_body(rng, stream=False):
+    return {"messages": [{"role": "system", "content": "Answer briefly."},
+                         {"role": "user", "content": text(rng, rng.randint(3, 40))}],
+            "max_tokens": rng.randint(1, 24), "temperature": rng.choice([0, 0.7, 1e-40]),
+            "seed": rng.randint(0, 1000), "stream": stream}
+
+
+# Kinds of work: name -> (weight, function(rng, port) -> (status, expected statuses)).
+def k_chat(rng, port):
+    s, b = request(port, "POST", "/v1/chat/completions", chat_body(rng))
+    if s == 200:
+        v = json.loads(b)
+        assert v["choices"][0]["message"]["content"] is not None
+    return s, {200}
+
+
+def k_chat_stream(rng, port, disconnect=False):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        c.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(rng, True)),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            r.read()
+            return r.status, {200}
+        if disconnect:
+            r.read(rng.randint(1, 200))  # a little, then leave
+            c.sock.shutdown(socket.SHUT_RDWR)
+            return r.status, {200}
+        data = r.read().decode()
+        assert data.rstrip().endswith("data: [DONE]"), data[-200:]
+        return r.status, {200}
+    finally:
+        c.close()
+
+
+def k_completions(rng, port):
+    body = {"prompt": text(rng, rng.randint(1, 60)), "max_tokens": rng.randint(1, 16),
+            "n": rng.choice([1, 1, 2]), "logprobs": rng.choice([None, 2])}
+    s, _ = request(port, "POST", "/v1/completions", body)
+    return s, {200}
+
+
+def k_tokenize(rng, port):
+    s, b = request(port, "POST", "/tokenize",
+                   {"content": text(rng, rng.randint(1, 500)), "with_pieces": rng.random() < 0.5})
+    if s == 200:
+        assert "tokens" in json.loads(b)
+    return s, {200}
+
+
+def k_detokenize(rng, port):
+    s, _ = request(port, "POST", "/detokenize",
+                   {"tokens": [rng.randint(0, 150000) for _ in range(rng.randint(0, 50))]})
+    return s, {200}
+
+
+def k_get(rng, port):
+    path = rng.choice(["/props", "/slots", "/v1/models", "/metrics", "/", "/nope"])
+    s, _ = request(port, "GET", path)
+    return s, {404} if path == "/nope" else {200}
+
+
+def k_oversized(rng, port):
+    # More text than --max-text-bytes (1 MiB): 400; more body than 16 MiB: 413.
+    if rng.random() < 0.7:
+        s, _ = request(port, "POST", "/tokenize",
+                       {"content": "a" * (2 << 20), "with_pieces": True})
+        return s, {400}
+    body = b'{"prompt": "' + b"x" * (17 << 20) + b'"}'
+    try:
+        s, _ = request(port, "POST", "/v1/completions", body)
+    except (BrokenPipeError, ConnectionResetError):
+        return 413, {413}  # the server refused and closed before the whole body was sent
+    return s, {413}
+
+
+MALFORMED = [
+    b"{not json", b"[1, 2]", b'{"messages": "hi"}', b'{"messages": []}',
+    b'{"prompt": [1, 2, -3]}', b'{"prompt": "x", "max_tokens": -5}',
+    b'{"prompt": "x", "n": 1000}', b'{"prompt": "x", "temperature": "hot"}',
+    b'{"prompt": "x", "max_tokens": 2, "n_predict": "ten"}', b'{"prompt": "x", "top_p": 7}',
+    b'{"prompt": "x", "logit_bias": {"99999999": 1}}', b'{"messages": [{"role": 3}]}',
+]
+
+
+def k_malformed(rng, port):
+    # (The completion endpoints: most of these bodies are valid for /tokenize, which
+    # ignores fields it does not read.)
+    path = rng.choice(["/v1/completions", "/v1/chat/completions"])
+    s, _ = request(port, "POST", path, rng.choice(MALFORMED))
+    return s, {400}
+
+
+def k_raw_disconnect(rng, port):
+    """A partial request line, or a whole request's headers and part of its body, then gone."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        if rng.random() < 0.5:
+            sock.sendall(b"POST /v1/chat/comp")
+        else:
+            body = json.dumps(chat_body(rng)).encode()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % len(body) + body[: rng.randint(0, len(body))])
+        time.sleep(rng.random() * 0.5)
+    return 0, {0}
+
+
+def k_cross_origin(rng, port):
+    s, _ = request(port, "GET", "/health", headers={"Origin": "https://evil.example"})
+    return s, {403}
+
+
+KINDS = {
+    "chat": (6, k_chat),
+    "chat_stream": (4, lambda r, p: k_chat_stream(r, p, False)),
+    "stream_disconnect": (3, lambda r, p: k_chat_stream(r, p, True)),
+    "completions": (4, k_completions),
+    "tokenize": (4, k_tokenize),
+    "detokenize": (2, k_detokenize),
+    "get": (4, k_get),
+    "oversized": (1, k_oversized),
+    "malformed": (3, k_malformed),
+    "raw_disconnect": (2, k_raw_disconnect),
+    "cross_origin": (1, k_cross_origin),
+}
+
+
+def client(i, port, stop_at, stats, seed):
+    rng = random.Random(seed * 1000 + i)
+    names = list(KINDS)
+    weights = [KINDS[n][0] for n in names]
+    while time.time() < stop_at:
+        kind = rng.choices(names, weights)[0]
+        try:
+            status, ok = KINDS[kind][1](rng, port)
+            stats.count(kind, status)
+            if status == 503:
+                continue  # the queue is full: a fair answer under this load
+            if status not in ok:
+                stats.error(kind, "status %d" % status)
+        except Exception as e:  # noqa: BLE001 — every failure is a finding
+            stats.count(kind, type(e).__name__)
+            stats.error(kind, repr(e))
+
+
+def health_poller(port, stop_at, stats):
+    while time.time() < stop_at:
+        t0 = time.perf_counter()
+        try:
+            s, _ = request(port, "GET", "/health", timeout=30)
+            if s != 200:
+                stats.error("health", "status %d" % s)
+        except Exception as e:  # noqa: BLE001
+            stats.error("health", repr(e))
+        with stats.lock:
+            stats.health.append(time.perf_counter() - t0)
+        time.sleep(0.2)
+
+
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def rss_poller(pid, t0, stop_at, stats):
+    while time.time() < stop_at + 60:
+        try:
+            stats.rss.append((round(time.time() - t0), round(rss_mib(pid), 1)))
+        except OSError:
+            return
+        time.sleep(30)
+
+
+def metric(port, name):
+    _, b = request(port, "GET", "/metrics")
+    m = re.search(r"^%s (\S+)$" % re.escape(name), b.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+def main():
+    a = parse_args()
+    if not os.path.isfile(a.model):
+        sys.exit("no model at %s: run scripts/fetch-model.sh or pass --model" % a.model)
+    cmd = ["nice", "-n", "19", a.bin, "serve", "-m", a.model, "--host", "127.0.0.1",
+           "--port", "0", "--metrics", "--parallel", str(a.parallel), "-t", str(a.threads),
+           "--queue", "64", "-n", "32", "--timeout", "120"]
+    server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    port = None
+    for line in server.stderr:
+        sys.stderr.write(line)
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+        if "model loaded" in line:
+            break
+    if port is None:
+        server.kill()
+        sys.exit("the server did not start")
+    threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+    stats = Stats()
+    t0 = time.time()
+    stop_at = t0 + a.minutes * 60
+    threads = [threading.Thread(target=client, args=(i, port, stop_at, stats, a.seed))
+               for i in range(a.clients)]
+    threads.append(threading.Thread(target=health_poller, args=(port, stop_at, stats)))
+    rss_thread = threading.Thread(target=rss_poller, args=(server.pid, t0, stop_at, stats),
+                                  daemon=True)
+    rss_thread.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Leaked slots: busy slots or queued requests once every client has gone (after the
+    # engine has had time to notice the last disconnects).
+    leaked = None
+    for _ in range(60):
+        busy, queued = metric(port, "ggrs_busy_slots"), metric(port, "ggrs_queue_length")
+        leaked = int((busy or 0) + (queued or 0))
+        if leaked == 0:
+            break
+        time.sleep(1)
+    _, slots = request(port, "GET", "/slots")
+    busy_slots = [s["id"] for s in json.loads(slots) if s["is_processing"]]
+    final_rss = rss_mib(server.pid)
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    h = sorted(stats.health)
+    q = lambda p: h[min(len(h) - 1, int(p * len(h)))] * 1000 if h else None  # noqa: E731
+    report = {
+        "minutes": a.minutes, "clients": a.clients, "model": a.model,
+        "requests": sum(v for (k, s), v in stats.counts.items() if k != "health"),
+        "by_kind_status": {"%s %s" % k: v for k, v in sorted(stats.counts.items(), key=str)},
+        "errors": len(stats.errors), "first_errors": stats.errors[:20],
+        "health_polls": len(h), "health_ms_median": q(0.5), "health_ms_p99": q(0.99),
+        "health_ms_max": h[-1] * 1000 if h else None,
+        "rss_mib_over_time": stats.rss + [(round(time.time() - t0), round(final_rss, 1))],
+        "leaked_slots": leaked, "busy_slots_at_end": busy_slots,
+    }
+    out = json.dumps(report, indent=1)
+    print(out)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(out)
+    sys.exit(1 if stats.errors or leaked else 0)
+
+
+if __name__ == "__main__":
+    main()
