@@ -181,4 +181,5 @@ pub use graph::Graph;
 pub use kernels::matmul::columns_independent as mul_mat_columns_independent;
 pub use op::{Op, RopeMode};
 pub use ops::nn::RopeParams;
+pub use ops::rope_yarn::RopeYarn;
 pub use tensor::{Tensor, TensorFlags, TensorMeta};

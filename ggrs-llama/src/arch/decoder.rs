@@ -18,7 +18,7 @@
 
 use std::fmt::Debug;
 
-use ggrs_core::{Context, RopeMode, RopeParams, Tensor};
+use ggrs_core::{Context, RopeMode, RopeParams, RopeYarn, Tensor};
 
 use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
@@ -260,10 +260,7 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
         shape: StepShape,
     ) -> Result<StepTensors> {
         let inp = StepInputs::new(ctx, shape, 1, false)?;
-        let rope = Rotary {
-            params: hp.rope(self.rope_mode),
-            freqs: w.opt(self.head.rope_freqs),
-        };
+        let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
         let mut x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
         for (il, l) in self.layers.iter().enumerate() {
             let last = il + 1 == self.layers.len();
@@ -291,14 +288,70 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
     }
 }
 
-/// The rotary embedding of a step: its parameters and, for Llama 3.1's scaling, the
-/// per-pair frequency factors (`pos·base^(−2i/n_rot) / freqs[i]`).
+/// The rotary embedding of a step: its parameters, YaRN's blend and magnitude factor when
+/// the file asks for them, and per-pair frequency factors (Llama 3.1's `rope_freqs`,
+/// LongRoPE's long or short factors): `pos·base^(−2i/n_rot) / freqs[i]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Rotary {
     /// Dimensions rotated, pairing, frequency base and scale.
     pub params: RopeParams,
+    /// YaRN's blend and the magnitude factor ([`HParams::rotary_with`]), or none.
+    pub yarn: Option<RopeYarn>,
     /// `[n_rot / 2]` factors, or none.
     pub freqs: Option<Tensor>,
+}
+
+impl Rotary {
+    /// The model's rotary over `hp.n_rot` dimensions at its base and scale, in `mode`,
+    /// with the factors `freqs`.
+    pub fn new(hp: &HParams, mode: RopeMode, freqs: Option<Tensor>) -> Rotary {
+        let (params, yarn) = hp.rotary_with(mode, hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale);
+        Rotary {
+            params,
+            yarn,
+            freqs,
+        }
+    }
+
+    /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
+    pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
+        Ok(match self.yarn {
+            None => ctx.rope_ext_factors(x, pos, self.freqs, self.params)?,
+            Some(y) => ctx.rope_yarn(x, pos, self.freqs, self.params, y)?,
+        })
+    }
+}
+
+/// LongRoPE's two sets of per-pair frequency factors (`rope_factors_long.weight`,
+/// `rope_factors_short.weight`, `[n_rot / 2]` f32 each; Phi-3.5, Phi-4-mini).
+#[derive(Debug, Clone, Copy)]
+pub struct LongRopeFactors {
+    /// The factors of a context longer than the original one.
+    pub long: Option<WeightId>,
+    /// The factors of a context within it.
+    pub short: Option<WeightId>,
+}
+
+impl LongRopeFactors {
+    /// Reads the factor tensors the file has.
+    pub fn load(hp: &HParams, l: &mut WeightLoader<'_>) -> Result<LongRopeFactors> {
+        Ok(LongRopeFactors {
+            long: l.opt_f32("rope_factors_long.weight", &[hp.n_rot / 2])?,
+            short: l.opt_f32("rope_factors_short.weight", &[hp.n_rot / 2])?,
+        })
+    }
+
+    /// The factors for a session whose cache is `kv`, chosen as llama.cpp chooses them: the
+    /// long ones when the context of one sequence, in cells rounded up to a multiple of 256
+    /// (llama.cpp's padding), exceeds the original context `hp.n_ctx_orig`, else the short
+    /// ones. A property of the session, not of how far a sequence has got.
+    pub fn pick(&self, hp: &HParams, kv: &KvCache, w: &ImportedWeights) -> Option<Tensor> {
+        let n_ctx_seq = kv.stream_size().div_ceil(256) * 256;
+        w.opt(match n_ctx_seq > hp.n_ctx_orig {
+            true => self.long,
+            false => self.short,
+        })
+    }
 }
 
 /// Block `il`'s attention on the residual stream `x` (`[n_embd, n_tokens]`): norm, Q/K/V
@@ -334,12 +387,12 @@ pub fn attention(
     if let Some(qn) = w.opt(a.q_norm) {
         q = ctx.rms_norm_mul(q, qn, hp.rms_eps)?; // each head's row of hd values
     }
-    let q = ctx.rope_ext_factors(q, inp.pos, rope.freqs, rope.params)?; // [hd, nh, n]
+    let q = rope.apply(ctx, q, inp.pos)?; // [hd, nh, n]
     let mut k = ctx.reshape_3d(k, hd, nhkv, n)?;
     if let Some(kn) = w.opt(a.k_norm) {
         k = ctx.rms_norm_mul(k, kn, hp.rms_eps)?;
     }
-    let k = ctx.rope_ext_factors(k, inp.pos, rope.freqs, rope.params)?; // [hd, nhkv, n]
+    let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
 
     // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
     let k2 = ctx.reshape_2d(k, e_kv, n)?;

@@ -25,6 +25,7 @@
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::{Context, RopeMode};
 
+use super::decoder::Rotary;
 use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{get_f32, get_usize, HParams};
@@ -238,7 +239,7 @@ fn build(
 
     let mut inp = StepInputs::new(ctx, shape, 1, false)?;
     let mask_swa = inp.add_swa_mask(ctx, shape)?;
-    let rope = hp.rope(RopeMode::Neox);
+    let rope = Rotary::new(hp, RopeMode::Neox, None);
     // Queries come scaled; the scores are soft-capped as they are.
     let scores = AttnScores {
         scale: 1.0,
@@ -255,10 +256,10 @@ fn build(
         let k = ctx.mul_mat(w[l.wk], h)?; // [nhkv·hd, n]
         let v = ctx.mul_mat(w[l.wv], h)?; // [nhkv·hd, n]
         let q = ctx.reshape_3d(q, hd, nh, n)?;
-        let q = ctx.rope_ext(q, inp.pos, rope)?; // [hd, nh, n]
+        let q = rope.apply(ctx, q, inp.pos)?; // [hd, nh, n]
         let q = ctx.scale(q, c.q_scale)?;
         let k = ctx.reshape_3d(k, hd, nhkv, n)?;
-        let k = ctx.rope_ext(k, inp.pos, rope)?; // [hd, nhkv, n]
+        let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
 
         let k2 = ctx.reshape_2d(k, e_kv, n)?;
         let mask = match Gemma2Model::is_sliding(il) {
