@@ -113,7 +113,7 @@ fn yarn_mscale(scale: f32, mscale: f32) -> f32 {
 
 impl YarnParams {
     /// The parameters of a model of scaling type `ty` and position scale `freq_scale`, with
-    /// YaRN's betas, `yarn_log_mul` (HF's `mscale_all_dim`; 0: none) and
+    /// YaRN's betas, `yarn_log_multiplier` (HF's `mscale_all_dim`; 0: none) and
     /// `rope.scaling.attn_factor` (`attn`), computed in f32 as llama.cpp's context does.
     pub fn new(
         ty: RopeScaling,
@@ -324,14 +324,14 @@ impl HParams {
         })
     }
 
-    /// Recomputes [`HParams::yarn`] with YaRN's betas and `yarn_log_mul` from the file, for
+    /// Recomputes [`HParams::yarn`] with YaRN's betas and `yarn_log_multiplier` from the file, for
     /// the architectures whose llama.cpp loader reads `rope.scaling.yarn_beta_fast`,
-    /// `yarn_beta_slow` and `yarn_log_mul` (the others keep the defaults 32, 1 and none).
+    /// `yarn_beta_slow` and `yarn_log_multiplier` (the others keep the defaults 32, 1 and none).
     pub fn read_yarn_keys(&mut self, f: &GgufFile) -> Result<()> {
         let k = |s: &str| format!("{}.rope.scaling.{s}", self.arch);
         let beta_fast = get_f32(f, &k("yarn_beta_fast"))?.unwrap_or(32.0);
         let beta_slow = get_f32(f, &k("yarn_beta_slow"))?.unwrap_or(1.0);
-        let log_mul = get_f32(f, &k("yarn_log_mul"))?.unwrap_or(0.0);
+        let log_mul = get_f32(f, &k("yarn_log_multiplier"))?.unwrap_or(0.0);
         let attn = get_f32(f, &k("attn_factor"))?.unwrap_or(1.0);
         for (key, v) in [("yarn_beta_fast", beta_fast), ("yarn_beta_slow", beta_slow)] {
             if !v.is_finite() || v <= 0.0 {

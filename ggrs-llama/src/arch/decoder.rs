@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{add_opt, cached_attention, AttnDims, StepInputs, StepShape};
+use crate::step::{add_opt, cached_attention_scaled, AttnDims, StepInputs, StepShape};
 
 /// The name of tensor `s` of block `i` (`blk.{i}.{s}`).
 pub fn blk(i: usize, s: &str) -> String {
@@ -210,6 +210,25 @@ pub struct Block<F> {
     pub ffn: F,
 }
 
+/// What the LLaMA-layout families built on [`Decoder`] change in its graph (all off by
+/// default, which is the graph of the [module docs](self)).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecoderOptions {
+    /// Layers `il` with `(il + 1) % period == 0` skip the rotary (SmolLM3's NoPE layers,
+    /// period 4).
+    pub nope_period: Option<usize>,
+    /// Factor of the input embeddings (Granite's `embedding_scale`).
+    pub embd_scale: Option<f32>,
+    /// Factor of the key·query products instead of 1/√head_dim (Granite's
+    /// `attention.scale`).
+    pub kq_scale: Option<f32>,
+    /// Factor of the attention and feed-forward outputs before each residual add (Granite's
+    /// `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// The logits are divided by this (Granite's `logit_scale`).
+    pub logit_scale: Option<f32>,
+}
+
 /// A loaded LLaMA-like decoder: head, blocks and rotary mode. Its [`ArchModel::build`] is
 /// the graph of the [module docs](self).
 #[derive(Debug, Clone)]
@@ -220,6 +239,8 @@ pub struct Decoder<F> {
     pub head: Head,
     /// Transformer blocks.
     pub layers: Vec<Block<F>>,
+    /// The family's changes to the graph.
+    pub options: DecoderOptions,
 }
 
 impl<F: FeedForward> Decoder<F> {
@@ -246,6 +267,7 @@ impl<F: FeedForward> Decoder<F> {
             rope_mode,
             head,
             layers,
+            options: DecoderOptions::default(),
         })
     }
 }
@@ -261,24 +283,38 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
     ) -> Result<StepTensors> {
         let inp = StepInputs::new(ctx, shape, 1, false)?;
         let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
-        let mut x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
+        let o = self.options;
+        let kq_scale = o.kq_scale.unwrap_or(1.0 / (hp.head_dim as f32).sqrt());
+        let scale_opt = |ctx: &mut Context, t: Tensor, s: Option<f32>| match s {
+            Some(s) => ctx.scale(t, s),
+            None => Ok(t),
+        };
+        let x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
+        let mut x = scale_opt(ctx, x, o.embd_scale)?;
         for (il, l) in self.layers.iter().enumerate() {
             let last = il + 1 == self.layers.len();
+            let nope = o.nope_period.is_some_and(|p| (il + 1) % p == 0);
+            let rope_l = (!nope).then_some(rope);
             let mut inp_sa = x;
-            let mut cur = attention(ctx, hp, w, kv, &inp, shape, il, &l.attn, rope, x)?;
+            let mut cur = attention_scaled(
+                ctx, hp, w, kv, &inp, shape, il, &l.attn, rope_l, x, kq_scale,
+            )?;
             if last {
                 if let Some(ids) = inp.out_ids {
                     cur = ctx.get_rows(cur, ids)?;
                     inp_sa = ctx.get_rows(inp_sa, ids)?;
                 }
             }
+            let cur = scale_opt(ctx, cur, o.residual_scale)?;
             let ffn_inp = ctx.add(cur, inp_sa)?;
             let h = ctx.rms_norm_mul(ffn_inp, w[l.ffn_norm], hp.rms_eps)?;
             let out = l.ffn.build(ctx, hp, w, h)?;
+            let out = scale_opt(ctx, out, o.residual_scale)?;
             x = ctx.add(out, ffn_inp)?;
         }
         let h = ctx.rms_norm_mul(x, w[self.head.output_norm], hp.rms_eps)?;
         let logits = ctx.mul_mat(w[self.head.output], h)?; // [n_vocab, n_outputs]
+        let logits = scale_opt(ctx, logits, o.logit_scale.map(|s| 1.0 / s))?;
         ctx.set_name(logits, "logits")?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
@@ -371,6 +407,26 @@ pub fn attention(
     rope: Rotary,
     x: Tensor,
 ) -> Result<Tensor> {
+    let kq_scale = 1.0 / (hp.head_dim as f32).sqrt();
+    attention_scaled(ctx, hp, w, kv, inp, shape, il, a, Some(rope), x, kq_scale)
+}
+
+/// [`attention`] with the key·query products scaled by `kq_scale`, and no rotary where
+/// `rope` is `None` (a NoPE layer).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_scaled(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    kv: &KvCache,
+    inp: &StepInputs,
+    shape: StepShape,
+    il: usize,
+    a: &AttnWeights,
+    rope: Option<Rotary>,
+    x: Tensor,
+    kq_scale: f32,
+) -> Result<Tensor> {
     let n = shape.n_tokens;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let e_kv = hp.n_embd_kv();
@@ -387,12 +443,18 @@ pub fn attention(
     if let Some(qn) = w.opt(a.q_norm) {
         q = ctx.rms_norm_mul(q, qn, hp.rms_eps)?; // each head's row of hd values
     }
-    let q = rope.apply(ctx, q, inp.pos)?; // [hd, nh, n]
+    let q = match rope {
+        Some(r) => r.apply(ctx, q, inp.pos)?, // [hd, nh, n]
+        None => q,
+    };
     let mut k = ctx.reshape_3d(k, hd, nhkv, n)?;
     if let Some(kn) = w.opt(a.k_norm) {
         k = ctx.rms_norm_mul(k, kn, hp.rms_eps)?;
     }
-    let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
+    let k = match rope {
+        Some(r) => r.apply(ctx, k, inp.pos)?, // [hd, nhkv, n]
+        None => k,
+    };
 
     // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
     let k2 = ctx.reshape_2d(k, e_kv, n)?;
@@ -402,7 +464,7 @@ pub fn attention(
         n_head: nh,
         n_head_kv: nhkv,
     };
-    let attn = cached_attention(ctx, kv, il, inp, shape, dims, q, [k2, v2])?;
+    let attn = cached_attention_scaled(ctx, kv, il, inp, shape, dims, q, [k2, v2], kq_scale)?;
     let cur = ctx.mul_mat(w[a.wo], attn)?; // [n_embd, n]
     add_opt(ctx, cur, w.opt(a.bo))
 }
