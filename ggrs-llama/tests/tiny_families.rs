@@ -49,3 +49,15 @@ fn granite_matches_llama_cpp() {
     );
     assert!((o.residual_scale.expect("residual scale") - 0.22).abs() < 1e-6);
 }
+
+#[test]
+fn gemma3_matches_llama_cpp() {
+    use ggrs_llama::arch::gemma3::Gemma3Model;
+    let m = check("gemma3", "gemma3");
+    let c = m.arch_weights::<Gemma3Model>().expect("gemma3").consts;
+    // Layers 0, 1, 3 local (window 4, base 1e4), layer 2 global (base 1e6, linear ÷ 8).
+    let local: Vec<bool> = (0..4).map(|il| c.is_local(il)).collect();
+    assert_eq!(local, [true, true, false, true]);
+    assert_eq!((c.window, c.freq_base_swa), (4, 10000.0));
+    assert_eq!(m.hparams.rope_freq_scale, 0.125);
+}

@@ -23,7 +23,7 @@
 //! runs it on the CPU.
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_core::{Context, RopeMode};
+use ggrs_core::{Context, RopeMode, Tensor};
 
 use super::decoder::Rotary;
 use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
@@ -65,6 +65,47 @@ pub struct Gemma2Layer {
     pub ffn_post_norm: WeightId,
 }
 
+impl Gemma2Layer {
+    /// Reads block `i`'s weights.
+    pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<Gemma2Layer> {
+        let (e, f) = (hp.n_embd, hp.n_ff);
+        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
+        let n = |s: &str| format!("blk.{i}.{s}");
+        Ok(Gemma2Layer {
+            attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
+            wq: l.matrix(&n("attn_q.weight"), &[e, q])?,
+            wk: l.matrix(&n("attn_k.weight"), &[e, kv])?,
+            wv: l.matrix(&n("attn_v.weight"), &[e, kv])?,
+            wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
+            attn_post_norm: l.f32(&n("post_attention_norm.weight"), &[e])?,
+            ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
+            ffn_gate: l.matrix(&n("ffn_gate.weight"), &[e, f])?,
+            ffn_up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
+            ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
+            ffn_post_norm: l.f32(&n("post_ffw_norm.weight"), &[e])?,
+        })
+    }
+
+    /// The feed-forward half of the block on the attention half's output `sa_out`
+    /// (`[n_embd, n]`): `sa_out + rms_norm(W_down·(gelu(W_gate·h) · W_up·h)) · post_ffw_norm`
+    /// with `h = rms_norm(sa_out) · ffn_norm`.
+    pub fn ffn(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        sa_out: Tensor,
+    ) -> Result<Tensor> {
+        let h = ctx.rms_norm_mul(sa_out, w[self.ffn_norm], hp.rms_eps)?;
+        let gate = ctx.mul_mat(w[self.ffn_gate], h)?; // [n_ff, n]
+        let up = ctx.mul_mat(w[self.ffn_up], h)?;
+        let act = ctx.geglu_split(gate, up)?;
+        let down = ctx.mul_mat(w[self.ffn_down], act)?; // [n_embd, n]
+        let cur = ctx.rms_norm_mul(down, w[self.ffn_post_norm], hp.rms_eps)?;
+        Ok(ctx.add(cur, sa_out)?)
+    }
+}
+
 /// Gemma 2's constants beyond [`HParams`], read once at load.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gemma2Consts {
@@ -104,7 +145,7 @@ impl Gemma2Model {
 }
 
 /// A positive finite number under `key`, or `default` when absent.
-fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
+pub(crate) fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
     let v = get_f32(f, key)?.unwrap_or(default);
     if v.is_finite() && v > 0.0 {
         Ok(v)
@@ -116,23 +157,29 @@ fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
     }
 }
 
+/// The sliding window under `key` (positions a query sees, its own included), `default`
+/// when absent (`None`: required).
+pub(crate) fn sliding_window(f: &GgufFile, key: &str, default: Option<usize>) -> Result<u32> {
+    let window = match get_usize(f, key)?.or(default) {
+        Some(w) => w,
+        None => return Err(LlamaError::MissingKey(key.to_string())),
+    };
+    match u32::try_from(window) {
+        Ok(w) if w > 0 => Ok(w),
+        _ => Err(LlamaError::BadKey {
+            key: key.to_string(),
+            detail: format!("{window} must be between 1 and {}", u32::MAX),
+        }),
+    }
+}
+
 impl Gemma2Consts {
     /// Reads the constants from `f` (keys under `hp.arch`), with llama.cpp's defaults.
     pub fn from_gguf(f: &GgufFile, hp: &HParams) -> Result<Gemma2Consts> {
         let k = |s: &str| format!("{}.{s}", hp.arch);
         let attn_softcap = positive(f, &k("attn_logit_softcapping"), 50.0)?;
         let final_softcap = positive(f, &k("final_logit_softcapping"), 30.0)?;
-        let key = k("attention.sliding_window");
-        let window = get_usize(f, &key)?.unwrap_or(4096);
-        let window = match u32::try_from(window) {
-            Ok(w) if w > 0 => w,
-            _ => {
-                return Err(LlamaError::BadKey {
-                    key,
-                    detail: format!("{window} must be between 1 and {}", u32::MAX),
-                })
-            }
-        };
+        let window = sliding_window(f, &k("attention.sliding_window"), Some(4096))?;
         let key = k("attention.value_length");
         if let Some(vl) = get_usize(f, &key)? {
             if vl != hp.head_dim {
@@ -167,26 +214,11 @@ impl Architecture for Gemma2 {
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = Gemma2Consts::from_gguf(l.file(), hp)?;
-        let (e, f) = (hp.n_embd, hp.n_ff);
-        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
         let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
         // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            layers.push(Gemma2Layer {
-                attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
-                wq: l.matrix(&n("attn_q.weight"), &[e, q])?,
-                wk: l.matrix(&n("attn_k.weight"), &[e, kv])?,
-                wv: l.matrix(&n("attn_v.weight"), &[e, kv])?,
-                wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
-                attn_post_norm: l.f32(&n("post_attention_norm.weight"), &[e])?,
-                ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
-                ffn_gate: l.matrix(&n("ffn_gate.weight"), &[e, f])?,
-                ffn_up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
-                ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
-                ffn_post_norm: l.f32(&n("post_ffw_norm.weight"), &[e])?,
-            });
+            layers.push(Gemma2Layer::load(hp, l, i)?);
         }
         Ok(Box::new(Gemma2Model {
             tok_embd,
@@ -289,13 +321,7 @@ fn build(
         let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;
         let sa_out = ctx.add(cur, x)?;
 
-        let h = ctx.rms_norm_mul(sa_out, w[l.ffn_norm], hp.rms_eps)?;
-        let gate = ctx.mul_mat(w[l.ffn_gate], h)?; // [n_ff, n]
-        let up = ctx.mul_mat(w[l.ffn_up], h)?;
-        let act = ctx.geglu_split(gate, up)?;
-        let down = ctx.mul_mat(w[l.ffn_down], act)?; // [n_embd, n]
-        let cur = ctx.rms_norm_mul(down, w[l.ffn_post_norm], hp.rms_eps)?;
-        x = ctx.add(cur, sa_out)?;
+        x = l.ffn(ctx, hp, w, sa_out)?;
     }
     let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
     let logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
