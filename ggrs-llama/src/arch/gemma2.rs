@@ -86,6 +86,51 @@ impl Gemma2Layer {
         })
     }
 
+    /// The rest of block `il` once its queries, keys and values (`[q, k, v]`: q
+    /// `[hd, nh, n]`, k and v `[kv, n]`) are made: attention over the cache under `mask`,
+    /// the output projection (rows `inp.out_ids` only in the last layer), the post-attention
+    /// norm and residual, then [`Gemma2Layer::ffn`]. Returns the block's output.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend_and_ffn(
+        &self,
+        ctx: &mut Context,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        inp: &StepInputs,
+        il: usize,
+        mask: Tensor,
+        [q, k, v]: [Tensor; 3],
+        scores: AttnScores,
+        mut x: Tensor,
+    ) -> Result<Tensor> {
+        let dims = AttnDims {
+            head_dim: hp.head_dim,
+            n_head: hp.n_head,
+            n_head_kv: hp.n_head_kv,
+        };
+        let attn = cached_attention_with(
+            ctx,
+            kv,
+            il,
+            inp.k_rows,
+            mask,
+            shape,
+            dims,
+            q,
+            [k, v],
+            scores,
+        )?;
+        let mut cur = ctx.mul_mat(w[self.wo], attn)?; // [n_embd, n]
+        if il + 1 == hp.n_layer {
+            if let Some(ids) = inp.out_ids {
+                cur = ctx.get_rows(cur, ids)?;
+                x = ctx.get_rows(x, ids)?;
+            }
+        }
+        let cur = ctx.rms_norm_mul(cur, w[self.attn_post_norm], hp.rms_eps)?;
+        let sa_out = ctx.add(cur, x)?;
+        self.ffn(ctx, hp, w, sa_out)
+    }
+
     /// The feed-forward half of the block on the attention half's output `sa_out`
     /// (`[n_embd, n]`): `sa_out + rms_norm(W_down·(gelu(W_gate·h) · W_up·h)) · post_ffw_norm`
     /// with `h = rms_norm(sa_out) · ffn_norm`.
@@ -261,11 +306,6 @@ fn build(
 ) -> Result<StepTensors> {
     let n = shape.n_tokens;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-    let dims = AttnDims {
-        head_dim: hd,
-        n_head: nh,
-        n_head_kv: nhkv,
-    };
     let e_kv = hp.n_embd_kv();
     let c = m.consts;
 
@@ -281,7 +321,6 @@ fn build(
     let x = ctx.get_rows(w[m.tok_embd], inp.tokens)?; // [n_embd, n]
     let mut x = ctx.scale(x, (hp.n_embd as f32).sqrt())?;
     for (il, l) in m.layers.iter().enumerate() {
-        let last = il + 1 == m.layers.len();
         let h = ctx.rms_norm_mul(x, w[l.attn_norm], hp.rms_eps)?;
 
         let q = ctx.mul_mat(w[l.wq], h)?; // [nh·hd, n]
@@ -298,38 +337,36 @@ fn build(
             true => mask_swa,
             false => inp.mask,
         };
-        let attn = cached_attention_with(
-            ctx,
-            kv,
-            il,
-            inp.k_rows,
-            mask,
-            shape,
-            dims,
-            q,
-            [k2, v],
-            scores,
-        )?;
-        let mut cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
-
-        if last {
-            if let Some(ids) = inp.out_ids {
-                cur = ctx.get_rows(cur, ids)?;
-                x = ctx.get_rows(x, ids)?;
-            }
-        }
-        let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;
-        let sa_out = ctx.add(cur, x)?;
-
-        x = l.ffn(ctx, hp, w, sa_out)?;
+        let qkv = [q, k2, v];
+        x = l.attend_and_ffn(ctx, (hp, w, kv, shape), &inp, il, mask, qkv, scores, x)?;
     }
-    let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
-    let logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
-    let logits = ctx.soft_cap(logits, c.final_softcap)?;
+    output_logits(
+        ctx,
+        (hp, w),
+        inp,
+        x,
+        [m.output_norm, m.output],
+        Some(c.final_softcap),
+    )
+}
+
+/// The logits of the last hidden states `x`: `softcap(output · (rms_norm(x) · norm))`
+/// (`[norm, output]` the weights), named, marked as the graph's output, with the step's
+/// inputs.
+pub(crate) fn output_logits(
+    ctx: &mut Context,
+    (hp, w): (&HParams, &ImportedWeights),
+    inputs: StepInputs,
+    x: Tensor,
+    [norm, output]: [WeightId; 2],
+    softcap: Option<f32>,
+) -> Result<StepTensors> {
+    let h = ctx.rms_norm_mul(x, w[norm], hp.rms_eps)?;
+    let mut logits = ctx.mul_mat(w[output], h)?; // [n_vocab, n_outputs]
+    if let Some(c) = softcap {
+        logits = ctx.soft_cap(logits, c)?;
+    }
     ctx.set_name(logits, "logits")?;
     ctx.set_output(logits)?;
-    Ok(StepTensors {
-        inputs: inp,
-        logits,
-    })
+    Ok(StepTensors { inputs, logits })
 }

@@ -24,13 +24,13 @@
 use ggrs_core::{Context, RopeMode};
 
 use super::decoder::Rotary;
-use super::gemma2::{positive, sliding_window, Gemma2Layer};
+use super::gemma2::{output_logits, positive, sliding_window, Gemma2Layer};
 use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{get_f32, get_usize, HParams};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{cached_attention_with, AttnDims, AttnScores, StepInputs, StepShape};
+use crate::step::{AttnScores, StepInputs, StepShape};
 
 /// Gemma 3 (`gemma3`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -165,11 +165,6 @@ impl ArchModel for Gemma3Model {
         let m = self;
         let n = shape.n_tokens;
         let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-        let dims = AttnDims {
-            head_dim: hd,
-            n_head: nh,
-            n_head_kv: nhkv,
-        };
         let c = m.consts;
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let mask_swa = inp.add_swa_mask(ctx, shape)?;
@@ -189,7 +184,6 @@ impl ArchModel for Gemma3Model {
         let mut x = ctx.scale(x, (hp.n_embd as f32).sqrt())?;
         for (il, layer) in m.layers.iter().enumerate() {
             let l = &layer.base;
-            let last = il + 1 == m.layers.len();
             let is_local = c.is_local(il);
             let rope = if is_local { local } else { global };
             let h = ctx.rms_norm_mul(x, w[l.attn_norm], hp.rms_eps)?;
@@ -207,40 +201,17 @@ impl ArchModel for Gemma3Model {
 
             let k2 = ctx.reshape_2d(k, hp.n_embd_kv(), n)?;
             let mask = if is_local { mask_swa } else { inp.mask };
-            let attn = cached_attention_with(
-                ctx,
-                kv,
-                il,
-                inp.k_rows,
-                mask,
-                shape,
-                dims,
-                q,
-                [k2, v],
-                scores,
-            )?;
-            let mut cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
-            if last {
-                if let Some(ids) = inp.out_ids {
-                    cur = ctx.get_rows(cur, ids)?;
-                    x = ctx.get_rows(x, ids)?;
-                }
-            }
-            let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;
-            let sa_out = ctx.add(cur, x)?;
-            x = l.ffn(ctx, hp, w, sa_out)?;
+            let qkv = [q, k2, v];
+            x = l.attend_and_ffn(ctx, (hp, w, kv, shape), &inp, il, mask, qkv, scores, x)?;
         }
-        let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
-        let mut logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
-        if let Some(cap) = c.final_softcap {
-            logits = ctx.soft_cap(logits, cap)?;
-        }
-        ctx.set_name(logits, "logits")?;
-        ctx.set_output(logits)?;
-        Ok(StepTensors {
-            inputs: inp,
-            logits,
-        })
+        output_logits(
+            ctx,
+            (hp, w),
+            inp,
+            x,
+            [m.output_norm, m.output],
+            c.final_softcap,
+        )
     }
 
     fn new_state(&self) -> Box<dyn StepState> {
