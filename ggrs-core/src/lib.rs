@@ -215,5 +215,6 @@ pub use exec::{compute_graph, Executor, NodeTiming, Plan};
 pub use graph::Graph;
 pub use op::{Op, RopeMode};
 pub use ops::nn::RopeParams;
+pub use ops::rope_yarn::RopeYarn;
 pub use tensor::{Tensor, TensorFlags, TensorMeta};
 pub use weights::columns_independent as mul_mat_columns_independent;

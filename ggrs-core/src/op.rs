@@ -132,6 +132,24 @@ pub enum Op {
         /// Position scale (1 for no scaling).
         freq_scale: f32,
     },
+    /// Rotary embedding with YaRN's blend and a magnitude factor, positions from `src1`,
+    /// optional per-pair frequency factors from `src2` (see `Context::rope_yarn`).
+    RopeYarn {
+        /// How many leading dimensions of each head are rotated.
+        n_dims: usize,
+        /// Pairing of rotated dimensions.
+        mode: RopeMode,
+        /// θ base.
+        freq_base: f32,
+        /// Position scale.
+        freq_scale: f32,
+        /// Share of the unscaled angle blended in over the correction range (0: none).
+        ext_factor: f32,
+        /// Factor of every cos and sin.
+        attn_factor: f32,
+        /// The correction range `[low, high]` in pairs.
+        corr_dims: [f32; 2],
+    },
     /// Rotary embedding of a section of each row, with positions from `src1` and the
     /// per-pair frequencies from `src2` (see `Context::rope_freqs`).
     RopeFreqs {
@@ -191,6 +209,7 @@ impl Op {
             Op::SoftMax { .. } => "SOFT_MAX",
             Op::FlashAttnExt { .. } => "FLASH_ATTN_EXT",
             Op::Rope { .. } => "ROPE",
+            Op::RopeYarn { .. } => "ROPE_YARN",
             Op::RopeFreqs { .. } => "ROPE_FREQS",
             Op::View => "VIEW",
             Op::Reshape => "RESHAPE",
@@ -230,6 +249,18 @@ impl Op {
                 freq_base,
                 freq_scale,
             } => format!("n_dims={n_dims} mode={mode:?} base={freq_base} scale={freq_scale}"),
+            Op::RopeYarn {
+                n_dims,
+                mode,
+                freq_base,
+                freq_scale,
+                ext_factor,
+                attn_factor,
+                corr_dims,
+            } => format!(
+                "n_dims={n_dims} mode={mode:?} base={freq_base} scale={freq_scale} \
+                 ext={ext_factor} attn={attn_factor} corr={corr_dims:?}"
+            ),
             Op::RopeFreqs { offset, mode } => format!("offset={offset} mode={mode:?}"),
             Op::Permute { axes } => format!("axes={axes:?}"),
             _ => String::new(),

@@ -43,6 +43,18 @@ pub enum LlamaError {
         /// What is wrong.
         detail: String,
     },
+    /// The file asks for a rotary scaling type this build does not know (running it with
+    /// another scaling would give wrong results).
+    #[error(
+        "the model file's `{key}` is `{value}`, a rotary scaling this build does not implement \
+         (known: none, linear, yarn, longrope)"
+    )]
+    UnsupportedRopeScaling {
+        /// The key (`<arch>.rope.scaling.type`).
+        key: String,
+        /// The type it names.
+        value: String,
+    },
     /// A required tensor is missing.
     #[error("the model file has no tensor `{0}`")]
     MissingTensor(String),

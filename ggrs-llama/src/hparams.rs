@@ -1,7 +1,7 @@
 //! Hyperparameters read from a GGUF file's `<arch>.*` keys.
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_core::{RopeMode, RopeParams};
+use ggrs_core::{RopeMode, RopeParams, RopeYarn};
 
 use crate::error::{LlamaError, Result};
 
@@ -30,8 +30,16 @@ pub struct HParams {
     pub n_rot: usize,
     /// Rotary base.
     pub rope_freq_base: f32,
-    /// Rotary position scale (1 / linear scaling factor).
+    /// Rotary position scale (1 / `rope.scaling.factor`; 1 when the scaling type is none).
     pub rope_freq_scale: f32,
+    /// How positions are stretched beyond the trained context (`rope.scaling.type`).
+    pub rope_scaling: RopeScaling,
+    /// The context the rotary was trained on before any extension
+    /// (`rope.scaling.original_context_length`, default the context length): YaRN's
+    /// correction range and LongRoPE's choice of factors depend on it.
+    pub n_ctx_orig: usize,
+    /// YaRN's constants and the magnitude factor of the rotary, as llama.cpp derives them.
+    pub yarn: YarnParams,
     /// Norm epsilon: RMSNorm's (`attention.layer_norm_rms_epsilon`), or the LayerNorm
     /// epsilon of an architecture that reads it from another key (see
     /// [`HParams::from_gguf_eps`]).
@@ -61,6 +69,80 @@ pub(crate) fn get_f32(f: &GgufFile, key: &str) -> Result<Option<f32>> {
             key: key.to_string(),
             detail: format!("expected a number, found {}", v.type_name()),
         }),
+    }
+}
+
+/// A model's rotary scaling type (`<arch>.rope.scaling.type`), llama.cpp's names. An absent
+/// key is [`RopeScaling::Linear`] (with factor 1 when there is no factor either); any other
+/// name is refused at load ([`LlamaError::UnsupportedRopeScaling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeScaling {
+    /// `none`: positions as they are, whatever `rope.scaling.factor` says.
+    None,
+    /// `linear`: positions × 1/factor.
+    Linear,
+    /// `yarn`: YaRN's blend of scaled and unscaled frequencies plus its magnitude factor.
+    Yarn,
+    /// `longrope`: per-pair factors from the file's tensors (Phi-3), positions × 1/factor.
+    LongRope,
+}
+
+/// YaRN's parameters as llama.cpp derives them from a file (its `cparams.yarn_*`): what
+/// [`HParams::rotary`] turns into a [`RopeYarn`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YarnParams {
+    /// Share of the unscaled angle blended in (1 for [`RopeScaling::Yarn`], else 0).
+    pub ext_factor: f32,
+    /// The magnitude factor handed to the rotary (ggml's `attn_factor`): with YaRN,
+    /// `mscale / (1 + 0.1·ln factor)` (the rotary multiplies the latter back), times
+    /// `rope.scaling.attn_factor` (LongRoPE's factor) in every case.
+    pub attn_factor: f32,
+    /// The fast boundary of YaRN's correction range, in rotations (default 32).
+    pub beta_fast: f32,
+    /// The slow boundary, in rotations (default 1).
+    pub beta_slow: f32,
+}
+
+/// llama.cpp's `get_mscale`: YaRN's magnitude for a context `scale` times the original.
+fn yarn_mscale(scale: f32, mscale: f32) -> f32 {
+    match scale <= 1.0 {
+        true => 1.0,
+        false => 0.1 * mscale * scale.ln() + 1.0,
+    }
+}
+
+impl YarnParams {
+    /// The parameters of a model of scaling type `ty` and position scale `freq_scale`, with
+    /// YaRN's betas, `yarn_log_multiplier` (HF's `mscale_all_dim`; 0: none) and
+    /// `rope.scaling.attn_factor` (`attn`), computed in f32 as llama.cpp's context does.
+    pub fn new(
+        ty: RopeScaling,
+        freq_scale: f32,
+        beta_fast: f32,
+        beta_slow: f32,
+        log_mul: f32,
+        attn: f32,
+    ) -> YarnParams {
+        let ext_factor = match ty {
+            RopeScaling::Yarn => 1.0,
+            _ => 0.0,
+        };
+        let mut attn_factor = 1.0;
+        if ext_factor != 0.0 {
+            let factor = 1.0 / freq_scale;
+            attn_factor = match log_mul != 0.0 {
+                true => yarn_mscale(factor, 1.0) / yarn_mscale(factor, log_mul),
+                false => yarn_mscale(factor, 1.0),
+            };
+            // ggml's rotary multiplies by 1 + 0.1·ln(factor) whenever it blends: cancel it.
+            attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+        }
+        YarnParams {
+            ext_factor,
+            attn_factor: attn_factor * attn,
+            beta_fast,
+            beta_slow,
+        }
     }
 }
 
@@ -129,6 +211,44 @@ impl HParams {
         let scale = get_f32(f, &k("rope.scale_linear"))?
             .or(get_f32(f, &k("rope.scaling.factor"))?)
             .unwrap_or(1.0);
+        let scaling_key = k("rope.scaling.type");
+        let rope_scaling = match f.get(&scaling_key) {
+            None => RopeScaling::Linear,
+            Some(v) => match v.as_str() {
+                Some("none") => RopeScaling::None,
+                Some("linear") => RopeScaling::Linear,
+                Some("yarn") => RopeScaling::Yarn,
+                Some("longrope") => RopeScaling::LongRope,
+                other => {
+                    return Err(LlamaError::UnsupportedRopeScaling {
+                        key: scaling_key,
+                        value: other.map_or_else(|| format!("{v:?}"), str::to_string),
+                    })
+                }
+            },
+        };
+        let rope_freq_scale = match (rope_scaling, scale > 0.0) {
+            (RopeScaling::None, _) | (_, false) => 1.0,
+            _ => 1.0 / scale,
+        };
+        if !scale.is_finite() {
+            return Err(LlamaError::BadKey {
+                key: k("rope.scaling.factor"),
+                detail: format!("{scale} must be a finite number"),
+            });
+        }
+        let n_ctx_orig = match get_usize(f, &k("rope.scaling.original_context_length"))? {
+            Some(n) if n > 0 => n,
+            _ => n_ctx_train,
+        };
+        let rope_attn = get_f32(f, &k("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+        if !(rope_attn.is_finite() && rope_attn > 0.0) {
+            return Err(LlamaError::BadKey {
+                key: k("rope.scaling.attn_factor"),
+                detail: format!("{rope_attn} must be a positive finite number"),
+            });
+        }
+        let yarn = YarnParams::new(rope_scaling, rope_freq_scale, 32.0, 1.0, 0.0, rope_attn);
         let eps_key = k(eps_key);
         let rms_eps = require(get_f32(f, &eps_key)?, &eps_key)?;
         // A norm divides by sqrt(mean + eps): eps must be a finite number >= 0 (0 is
@@ -210,12 +330,76 @@ impl HParams {
             head_dim,
             n_rot,
             rope_freq_base,
-            rope_freq_scale: if scale > 0.0 { 1.0 / scale } else { 1.0 },
+            rope_freq_scale,
+            rope_scaling,
+            n_ctx_orig,
+            yarn,
             rms_eps,
         })
     }
 
-    /// The rotary parameters of the model's keys and queries, pairing dimensions by `mode`.
+    /// Recomputes [`HParams::yarn`] with YaRN's betas and `yarn_log_multiplier` from the file, for
+    /// the architectures whose llama.cpp loader reads `rope.scaling.yarn_beta_fast`,
+    /// `yarn_beta_slow` and `yarn_log_multiplier` (the others keep the defaults 32, 1 and none).
+    pub fn read_yarn_keys(&mut self, f: &GgufFile) -> Result<()> {
+        let k = |s: &str| format!("{}.rope.scaling.{s}", self.arch);
+        let beta_fast = get_f32(f, &k("yarn_beta_fast"))?.unwrap_or(32.0);
+        let beta_slow = get_f32(f, &k("yarn_beta_slow"))?.unwrap_or(1.0);
+        let log_mul = get_f32(f, &k("yarn_log_multiplier"))?.unwrap_or(0.0);
+        let attn = get_f32(f, &k("attn_factor"))?.unwrap_or(1.0);
+        for (key, v) in [("yarn_beta_fast", beta_fast), ("yarn_beta_slow", beta_slow)] {
+            if !v.is_finite() || v <= 0.0 {
+                return Err(LlamaError::BadKey {
+                    key: k(key),
+                    detail: format!("{v} must be a positive finite number"),
+                });
+            }
+        }
+        self.yarn = YarnParams::new(
+            self.rope_scaling,
+            self.rope_freq_scale,
+            beta_fast,
+            beta_slow,
+            log_mul,
+            attn,
+        );
+        Ok(())
+    }
+
+    /// The rotary of the model's keys and queries over `n_rot` dimensions (`self.n_rot` for
+    /// most models) at base `freq_base` and position scale `freq_scale`, pairing dimensions
+    /// by `mode`, with the file's YaRN or magnitude scaling: what [`HParams::rope`] gives,
+    /// plus YaRN's blend when [`HParams::yarn`] calls for it.
+    pub fn rotary_with(
+        &self,
+        mode: RopeMode,
+        n_rot: usize,
+        freq_base: f32,
+        freq_scale: f32,
+    ) -> (RopeParams, Option<RopeYarn>) {
+        let params = RopeParams {
+            n_dims: n_rot,
+            mode,
+            freq_base,
+            freq_scale,
+        };
+        let y = self.yarn;
+        let yarn = (y.ext_factor != 0.0 || y.attn_factor != 1.0).then(|| RopeYarn {
+            ext_factor: y.ext_factor,
+            attn_factor: y.attn_factor,
+            corr_dims: RopeYarn::corr_dims(
+                n_rot,
+                self.n_ctx_orig,
+                freq_base,
+                y.beta_fast,
+                y.beta_slow,
+            ),
+        });
+        (params, yarn)
+    }
+
+    /// The rotary parameters of the model's keys and queries, pairing dimensions by `mode`
+    /// (without YaRN's blend or magnitude factor: see [`HParams::rotary_with`]).
     pub fn rope(&self, mode: RopeMode) -> RopeParams {
         RopeParams {
             n_dims: self.n_rot,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ggrs_core::RopeMode;
 use ggrs_llama::arch::fused::{FusedModel, QkvWeights};
-use ggrs_llama::{LlamaError, Model};
+use ggrs_llama::Model;
 
 fn tiny_path() -> PathBuf {
     common::reference_dir().join("tiny/tiny-phi3-f16.gguf")
@@ -52,28 +52,4 @@ fn tiny_phi3_matches_llama_cpp() {
     let model = load();
     let refs = common::read_jsonl(&tiny_path().with_extension("public.jsonl"));
     common::assert_matches_reference("tiny-phi3", &model, &refs, 0.01);
-}
-
-/// A long-context Phi-3 file (LongRoPE factor tensors, which this build does not apply) is
-/// refused with an error naming the tensor, not run without them.
-#[test]
-fn long_rope_factors_are_refused() {
-    let dir = std::env::temp_dir().join(format!("ggrs-tiny-phi3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    let path = dir.join("long-rope.gguf");
-    common::rewrite_gguf_adding(
-        &tiny_path(),
-        &path,
-        |_, v| Some(v.clone()),
-        |_, ne| Some(ne.to_vec()),
-        Vec::new(),
-        vec![("rope_factors_long.weight".to_string(), vec![1.0; 16])],
-    );
-    match Model::load(&path).expect_err("LongRoPE factors") {
-        LlamaError::UnsupportedTensor { name, .. } => {
-            assert_eq!(name, "rope_factors_long.weight")
-        }
-        other => panic!("expected UnsupportedTensor, got {other}"),
-    }
-    let _ = std::fs::remove_dir_all(&dir);
 }

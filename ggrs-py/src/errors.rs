@@ -30,7 +30,8 @@ fn class_of(e: &LlamaError) -> &'static str {
         | LlamaError::MissingTensor(_)
         | LlamaError::BadShape { .. }
         | LlamaError::BadTensorType { .. }
-        | LlamaError::UnsupportedTensor { .. } => "ModelError",
+        | LlamaError::UnsupportedTensor { .. }
+        | LlamaError::UnsupportedRopeScaling { .. } => "ModelError",
         LlamaError::ContextFull { .. } => "ContextFullError",
         LlamaError::TokenOutOfRange { .. }
         | LlamaError::EmptyPrompt

@@ -23,6 +23,7 @@ pub(crate) mod nn;
 pub(crate) mod packed;
 pub(crate) mod reduce;
 pub(crate) mod rope_freqs;
+pub(crate) mod rope_yarn;
 pub(crate) mod rows;
 pub mod vec;
 
@@ -448,6 +449,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
                 kv_splits,
             } => attn::flash_attn_ext(task, scale, softcap, kv_splits, chunk, n, work),
             Op::Rope { .. } => return nn::rope(task, chunk, n, work),
+            Op::RopeYarn { .. } => rope_yarn::rope_yarn(task, chunk, n, work),
             Op::RopeFreqs { offset, mode } => {
                 rope_freqs::rope_freqs(task, offset, mode, chunk, n, work)
             }

@@ -153,7 +153,7 @@ pub(crate) unsafe fn rope(
 
 /// One row of RoPE: the first `cache.len()` values turned pair by pair by the cached
 /// `(cos, sin)`, the rest copied.
-fn rotate_row(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
+pub(crate) fn rotate_row(mode: RopeMode, cache: &[f32], x: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
         // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.

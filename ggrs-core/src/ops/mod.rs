@@ -9,6 +9,7 @@ mod fused;
 pub(crate) mod nn;
 mod reduce;
 mod rope_freqs;
+pub(crate) mod rope_yarn;
 mod views;
 
 use crate::context::Context;

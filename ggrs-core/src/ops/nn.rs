@@ -506,6 +506,29 @@ impl Context {
         factors: Option<Tensor>,
         p: RopeParams,
     ) -> Result<Tensor> {
+        let na = self.check_rope_operands(a, pos, factors, p)?;
+        self.new_tensor_with(
+            DType::F32,
+            na,
+            Op::Rope {
+                n_dims: p.n_dims,
+                mode: p.mode,
+                freq_base: p.freq_base,
+                freq_scale: p.freq_scale,
+            },
+            [Some(a), Some(pos), factors],
+        )
+    }
+
+    /// Checks the operands of a rotary embedding ([`Context::rope_ext_factors`] and
+    /// [`Context::rope_yarn`]) and returns the shape of `a`.
+    pub(crate) fn check_rope_operands(
+        &self,
+        a: Tensor,
+        pos: Tensor,
+        factors: Option<Tensor>,
+        p: RopeParams,
+    ) -> Result<[usize; 4]> {
         let na = self.expect_type("ROPE", "a", a, &[DType::F32])?.ne;
         let np = self.expect_type("ROPE", "pos", pos, &[DType::I32])?.ne;
         if np[0] != na[2] || np[1] * np[2] * np[3] != 1 {
@@ -553,16 +576,6 @@ impl Context {
                 });
             }
         }
-        self.new_tensor_with(
-            DType::F32,
-            na,
-            Op::Rope {
-                n_dims: p.n_dims,
-                mode: p.mode,
-                freq_base: p.freq_base,
-                freq_scale: p.freq_scale,
-            },
-            [Some(a), Some(pos), factors],
-        )
+        Ok(na)
     }
 }

@@ -18,14 +18,14 @@
 
 use std::fmt::Debug;
 
-use ggrs_core::{Context, RopeMode, RopeParams, Tensor};
+use ggrs_core::{Context, RopeMode, RopeParams, RopeYarn, Tensor};
 
 use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{add_opt, cached_attention, AttnDims, StepInputs, StepShape};
+use crate::step::{add_opt, cached_attention_scaled, AttnDims, StepInputs, StepShape};
 
 /// The name of tensor `s` of block `i` (`blk.{i}.{s}`).
 pub fn blk(i: usize, s: &str) -> String {
@@ -210,6 +210,25 @@ pub struct Block<F> {
     pub ffn: F,
 }
 
+/// What the LLaMA-layout families built on [`Decoder`] change in its graph (all off by
+/// default, which is the graph of the [module docs](self)).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecoderOptions {
+    /// Layers `il` with `(il + 1) % period == 0` skip the rotary (SmolLM3's NoPE layers,
+    /// period 4).
+    pub nope_period: Option<usize>,
+    /// Factor of the input embeddings (Granite's `embedding_scale`).
+    pub embd_scale: Option<f32>,
+    /// Factor of the key·query products instead of 1/√head_dim (Granite's
+    /// `attention.scale`).
+    pub kq_scale: Option<f32>,
+    /// Factor of the attention and feed-forward outputs before each residual add (Granite's
+    /// `residual_scale`).
+    pub residual_scale: Option<f32>,
+    /// The logits are divided by this (Granite's `logit_scale`).
+    pub logit_scale: Option<f32>,
+}
+
 /// A loaded LLaMA-like decoder: head, blocks and rotary mode. Its [`ArchModel::build`] is
 /// the graph of the [module docs](self).
 #[derive(Debug, Clone)]
@@ -220,6 +239,8 @@ pub struct Decoder<F> {
     pub head: Head,
     /// Transformer blocks.
     pub layers: Vec<Block<F>>,
+    /// The family's changes to the graph.
+    pub options: DecoderOptions,
 }
 
 impl<F: FeedForward> Decoder<F> {
@@ -246,6 +267,7 @@ impl<F: FeedForward> Decoder<F> {
             rope_mode,
             head,
             layers,
+            options: DecoderOptions::default(),
         })
     }
 }
@@ -260,28 +282,39 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
         shape: StepShape,
     ) -> Result<StepTensors> {
         let inp = StepInputs::new(ctx, shape, 1, false)?;
-        let rope = Rotary {
-            params: hp.rope(self.rope_mode),
-            freqs: w.opt(self.head.rope_freqs),
+        let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
+        let o = self.options;
+        let kq_scale = o.kq_scale.unwrap_or(1.0 / (hp.head_dim as f32).sqrt());
+        let scale_opt = |ctx: &mut Context, t: Tensor, s: Option<f32>| match s {
+            Some(s) => ctx.scale(t, s),
+            None => Ok(t),
         };
-        let mut x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
+        let x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
+        let mut x = scale_opt(ctx, x, o.embd_scale)?;
         for (il, l) in self.layers.iter().enumerate() {
             let last = il + 1 == self.layers.len();
+            let nope = o.nope_period.is_some_and(|p| (il + 1) % p == 0);
+            let rope_l = (!nope).then_some(rope);
             let mut inp_sa = x;
-            let mut cur = attention(ctx, hp, w, kv, &inp, shape, il, &l.attn, rope, x)?;
+            let mut cur = attention_scaled(
+                ctx, hp, w, kv, &inp, shape, il, &l.attn, rope_l, x, kq_scale,
+            )?;
             if last {
                 if let Some(ids) = inp.out_ids {
                     cur = ctx.get_rows(cur, ids)?;
                     inp_sa = ctx.get_rows(inp_sa, ids)?;
                 }
             }
+            let cur = scale_opt(ctx, cur, o.residual_scale)?;
             let ffn_inp = ctx.add(cur, inp_sa)?;
             let h = ctx.rms_norm_mul(ffn_inp, w[l.ffn_norm], hp.rms_eps)?;
             let out = l.ffn.build(ctx, hp, w, h)?;
+            let out = scale_opt(ctx, out, o.residual_scale)?;
             x = ctx.add(out, ffn_inp)?;
         }
         let h = ctx.rms_norm_mul(x, w[self.head.output_norm], hp.rms_eps)?;
         let logits = ctx.mul_mat(w[self.head.output], h)?; // [n_vocab, n_outputs]
+        let logits = scale_opt(ctx, logits, o.logit_scale.map(|s| 1.0 / s))?;
         ctx.set_name(logits, "logits")?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
@@ -291,14 +324,70 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
     }
 }
 
-/// The rotary embedding of a step: its parameters and, for Llama 3.1's scaling, the
-/// per-pair frequency factors (`pos·base^(−2i/n_rot) / freqs[i]`).
+/// The rotary embedding of a step: its parameters, YaRN's blend and magnitude factor when
+/// the file asks for them, and per-pair frequency factors (Llama 3.1's `rope_freqs`,
+/// LongRoPE's long or short factors): `pos·base^(−2i/n_rot) / freqs[i]`.
 #[derive(Debug, Clone, Copy)]
 pub struct Rotary {
     /// Dimensions rotated, pairing, frequency base and scale.
     pub params: RopeParams,
+    /// YaRN's blend and the magnitude factor ([`HParams::rotary_with`]), or none.
+    pub yarn: Option<RopeYarn>,
     /// `[n_rot / 2]` factors, or none.
     pub freqs: Option<Tensor>,
+}
+
+impl Rotary {
+    /// The model's rotary over `hp.n_rot` dimensions at its base and scale, in `mode`,
+    /// with the factors `freqs`.
+    pub fn new(hp: &HParams, mode: RopeMode, freqs: Option<Tensor>) -> Rotary {
+        let (params, yarn) = hp.rotary_with(mode, hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale);
+        Rotary {
+            params,
+            yarn,
+            freqs,
+        }
+    }
+
+    /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
+    pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
+        Ok(match self.yarn {
+            None => ctx.rope_ext_factors(x, pos, self.freqs, self.params)?,
+            Some(y) => ctx.rope_yarn(x, pos, self.freqs, self.params, y)?,
+        })
+    }
+}
+
+/// LongRoPE's two sets of per-pair frequency factors (`rope_factors_long.weight`,
+/// `rope_factors_short.weight`, `[n_rot / 2]` f32 each; Phi-3.5, Phi-4-mini).
+#[derive(Debug, Clone, Copy)]
+pub struct LongRopeFactors {
+    /// The factors of a context longer than the original one.
+    pub long: Option<WeightId>,
+    /// The factors of a context within it.
+    pub short: Option<WeightId>,
+}
+
+impl LongRopeFactors {
+    /// Reads the factor tensors the file has.
+    pub fn load(hp: &HParams, l: &mut WeightLoader<'_>) -> Result<LongRopeFactors> {
+        Ok(LongRopeFactors {
+            long: l.opt_f32("rope_factors_long.weight", &[hp.n_rot / 2])?,
+            short: l.opt_f32("rope_factors_short.weight", &[hp.n_rot / 2])?,
+        })
+    }
+
+    /// The factors for a session whose cache is `kv`, chosen as llama.cpp chooses them: the
+    /// long ones when the context of one sequence, in cells rounded up to a multiple of 256
+    /// (llama.cpp's padding), exceeds the original context `hp.n_ctx_orig`, else the short
+    /// ones. A property of the session, not of how far a sequence has got.
+    pub fn pick(&self, hp: &HParams, kv: &KvCache, w: &ImportedWeights) -> Option<Tensor> {
+        let n_ctx_seq = kv.stream_size().div_ceil(256) * 256;
+        w.opt(match n_ctx_seq > hp.n_ctx_orig {
+            true => self.long,
+            false => self.short,
+        })
+    }
 }
 
 /// Block `il`'s attention on the residual stream `x` (`[n_embd, n_tokens]`): norm, Q/K/V
@@ -318,6 +407,26 @@ pub fn attention(
     rope: Rotary,
     x: Tensor,
 ) -> Result<Tensor> {
+    let kq_scale = 1.0 / (hp.head_dim as f32).sqrt();
+    attention_scaled(ctx, hp, w, kv, inp, shape, il, a, Some(rope), x, kq_scale)
+}
+
+/// [`attention`] with the key·query products scaled by `kq_scale`, and no rotary where
+/// `rope` is `None` (a NoPE layer).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_scaled(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    kv: &KvCache,
+    inp: &StepInputs,
+    shape: StepShape,
+    il: usize,
+    a: &AttnWeights,
+    rope: Option<Rotary>,
+    x: Tensor,
+    kq_scale: f32,
+) -> Result<Tensor> {
     let n = shape.n_tokens;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let e_kv = hp.n_embd_kv();
@@ -334,12 +443,18 @@ pub fn attention(
     if let Some(qn) = w.opt(a.q_norm) {
         q = ctx.rms_norm_mul(q, qn, hp.rms_eps)?; // each head's row of hd values
     }
-    let q = ctx.rope_ext_factors(q, inp.pos, rope.freqs, rope.params)?; // [hd, nh, n]
+    let q = match rope {
+        Some(r) => r.apply(ctx, q, inp.pos)?, // [hd, nh, n]
+        None => q,
+    };
     let mut k = ctx.reshape_3d(k, hd, nhkv, n)?;
     if let Some(kn) = w.opt(a.k_norm) {
         k = ctx.rms_norm_mul(k, kn, hp.rms_eps)?;
     }
-    let k = ctx.rope_ext_factors(k, inp.pos, rope.freqs, rope.params)?; // [hd, nhkv, n]
+    let k = match rope {
+        Some(r) => r.apply(ctx, k, inp.pos)?, // [hd, nhkv, n]
+        None => k,
+    };
 
     // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
     let k2 = ctx.reshape_2d(k, e_kv, n)?;
@@ -349,7 +464,7 @@ pub fn attention(
         n_head: nh,
         n_head_kv: nhkv,
     };
-    let attn = cached_attention(ctx, kv, il, inp, shape, dims, q, [k2, v2])?;
+    let attn = cached_attention_scaled(ctx, kv, il, inp, shape, dims, q, [k2, v2], kq_scale)?;
     let cur = ctx.mul_mat(w[a.wo], attn)?; // [n_embd, n]
     add_opt(ctx, cur, w.opt(a.bo))
 }

@@ -28,7 +28,9 @@
 //! first `n_ff` outputs are the gate, the last `n_ff` the up projection, which is exactly the
 //! layout of ggrs's fused [`Context::swiglu`].
 
-use ggrs_core::{Context, DType, RopeMode, RopeParams, Tensor};
+use ggrs_core::{Context, DType, RopeMode, Tensor};
+
+use super::decoder::{LongRopeFactors, Rotary};
 
 use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
@@ -101,6 +103,8 @@ pub struct FusedModel {
     pub output_b: Option<WeightId>,
     /// Transformer blocks.
     pub layers: Vec<FusedLayer>,
+    /// LongRoPE's frequency factors (Phi-3.5, Phi-4-mini), where the file has them.
+    pub rope_factors: LongRopeFactors,
 }
 
 impl FusedModel {
@@ -116,6 +120,7 @@ impl FusedModel {
             None => l.also_matrix(tok_embd)?,
         };
         let output_b = l.opt_f32("output.bias", &[v])?;
+        let rope_factors = LongRopeFactors::load(hp, l)?;
         // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
@@ -155,6 +160,7 @@ impl FusedModel {
             output,
             output_b,
             layers,
+            rope_factors,
         })
     }
 }
@@ -236,12 +242,8 @@ impl ArchModel for FusedModel {
 
         let inp = StepInputs::new(ctx, shape, 1, false)?;
         let (tokens, pos, out_ids) = (inp.tokens, inp.pos, inp.out_ids);
-        let rope = RopeParams {
-            n_dims: hp.n_rot,
-            mode: m.style.rope_mode,
-            freq_base: hp.rope_freq_base,
-            freq_scale: hp.rope_freq_scale,
-        };
+        let factors = m.rope_factors.pick(hp, kv, w);
+        let rope = Rotary::new(hp, m.style.rope_mode, factors);
 
         let mut x = ctx.get_rows(w[m.tok_embd], tokens)?; // [n_embd, n]
         for (il, l) in m.layers.iter().enumerate() {
@@ -251,8 +253,8 @@ impl ArchModel for FusedModel {
             let h = ctx.mul(h, w[l.attn_norm])?;
 
             let QkvViews { q, k, v } = project_qkv(ctx, hp, w, l, h, n)?;
-            let mut q = ctx.rope_ext(q, pos, rope)?; // [hd, nh, n], contiguous
-            let k = ctx.rope_ext(k, pos, rope)?; // [hd, nhkv, n], contiguous
+            let mut q = rope.apply(ctx, q, pos)?; // [hd, nh, n], contiguous
+            let k = rope.apply(ctx, k, pos)?; // [hd, nhkv, n], contiguous
             if m.style.scale_queries {
                 q = ctx.scale(q, inv_sqrt_hd)?;
             }

@@ -23,8 +23,9 @@
 //! runs it on the CPU.
 
 use ggrs_core::gguf::GgufFile;
-use ggrs_core::{Context, RopeMode};
+use ggrs_core::{Context, RopeMode, Tensor};
 
+use super::decoder::Rotary;
 use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{get_f32, get_usize, HParams};
@@ -62,6 +63,92 @@ pub struct Gemma2Layer {
     pub ffn_down: WeightId,
     /// RMSNorm weight of the feed-forward output, `[e]`.
     pub ffn_post_norm: WeightId,
+}
+
+impl Gemma2Layer {
+    /// Reads block `i`'s weights.
+    pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<Gemma2Layer> {
+        let (e, f) = (hp.n_embd, hp.n_ff);
+        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
+        let n = |s: &str| format!("blk.{i}.{s}");
+        Ok(Gemma2Layer {
+            attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
+            wq: l.matrix(&n("attn_q.weight"), &[e, q])?,
+            wk: l.matrix(&n("attn_k.weight"), &[e, kv])?,
+            wv: l.matrix(&n("attn_v.weight"), &[e, kv])?,
+            wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
+            attn_post_norm: l.f32(&n("post_attention_norm.weight"), &[e])?,
+            ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
+            ffn_gate: l.matrix(&n("ffn_gate.weight"), &[e, f])?,
+            ffn_up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
+            ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
+            ffn_post_norm: l.f32(&n("post_ffw_norm.weight"), &[e])?,
+        })
+    }
+
+    /// The rest of block `il` once its queries, keys and values (`[q, k, v]`: q
+    /// `[hd, nh, n]`, k and v `[kv, n]`) are made: attention over the cache under `mask`,
+    /// the output projection (rows `inp.out_ids` only in the last layer), the post-attention
+    /// norm and residual, then [`Gemma2Layer::ffn`]. Returns the block's output.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend_and_ffn(
+        &self,
+        ctx: &mut Context,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        inp: &StepInputs,
+        il: usize,
+        mask: Tensor,
+        [q, k, v]: [Tensor; 3],
+        scores: AttnScores,
+        mut x: Tensor,
+    ) -> Result<Tensor> {
+        let dims = AttnDims {
+            head_dim: hp.head_dim,
+            n_head: hp.n_head,
+            n_head_kv: hp.n_head_kv,
+        };
+        let attn = cached_attention_with(
+            ctx,
+            kv,
+            il,
+            inp.k_rows,
+            mask,
+            shape,
+            dims,
+            q,
+            [k, v],
+            scores,
+        )?;
+        let mut cur = ctx.mul_mat(w[self.wo], attn)?; // [n_embd, n]
+        if il + 1 == hp.n_layer {
+            if let Some(ids) = inp.out_ids {
+                cur = ctx.get_rows(cur, ids)?;
+                x = ctx.get_rows(x, ids)?;
+            }
+        }
+        let cur = ctx.rms_norm_mul(cur, w[self.attn_post_norm], hp.rms_eps)?;
+        let sa_out = ctx.add(cur, x)?;
+        self.ffn(ctx, hp, w, sa_out)
+    }
+
+    /// The feed-forward half of the block on the attention half's output `sa_out`
+    /// (`[n_embd, n]`): `sa_out + rms_norm(W_down·(gelu(W_gate·h) · W_up·h)) · post_ffw_norm`
+    /// with `h = rms_norm(sa_out) · ffn_norm`.
+    pub fn ffn(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        sa_out: Tensor,
+    ) -> Result<Tensor> {
+        let h = ctx.rms_norm_mul(sa_out, w[self.ffn_norm], hp.rms_eps)?;
+        let gate = ctx.mul_mat(w[self.ffn_gate], h)?; // [n_ff, n]
+        let up = ctx.mul_mat(w[self.ffn_up], h)?;
+        let act = ctx.geglu_split(gate, up)?;
+        let down = ctx.mul_mat(w[self.ffn_down], act)?; // [n_embd, n]
+        let cur = ctx.rms_norm_mul(down, w[self.ffn_post_norm], hp.rms_eps)?;
+        Ok(ctx.add(cur, sa_out)?)
+    }
 }
 
 /// Gemma 2's constants beyond [`HParams`], read once at load.
@@ -103,7 +190,7 @@ impl Gemma2Model {
 }
 
 /// A positive finite number under `key`, or `default` when absent.
-fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
+pub(crate) fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
     let v = get_f32(f, key)?.unwrap_or(default);
     if v.is_finite() && v > 0.0 {
         Ok(v)
@@ -115,23 +202,29 @@ fn positive(f: &GgufFile, key: &str, default: f32) -> Result<f32> {
     }
 }
 
+/// The sliding window under `key` (positions a query sees, its own included), `default`
+/// when absent (`None`: required).
+pub(crate) fn sliding_window(f: &GgufFile, key: &str, default: Option<usize>) -> Result<u32> {
+    let window = match get_usize(f, key)?.or(default) {
+        Some(w) => w,
+        None => return Err(LlamaError::MissingKey(key.to_string())),
+    };
+    match u32::try_from(window) {
+        Ok(w) if w > 0 => Ok(w),
+        _ => Err(LlamaError::BadKey {
+            key: key.to_string(),
+            detail: format!("{window} must be between 1 and {}", u32::MAX),
+        }),
+    }
+}
+
 impl Gemma2Consts {
     /// Reads the constants from `f` (keys under `hp.arch`), with llama.cpp's defaults.
     pub fn from_gguf(f: &GgufFile, hp: &HParams) -> Result<Gemma2Consts> {
         let k = |s: &str| format!("{}.{s}", hp.arch);
         let attn_softcap = positive(f, &k("attn_logit_softcapping"), 50.0)?;
         let final_softcap = positive(f, &k("final_logit_softcapping"), 30.0)?;
-        let key = k("attention.sliding_window");
-        let window = get_usize(f, &key)?.unwrap_or(4096);
-        let window = match u32::try_from(window) {
-            Ok(w) if w > 0 => w,
-            _ => {
-                return Err(LlamaError::BadKey {
-                    key,
-                    detail: format!("{window} must be between 1 and {}", u32::MAX),
-                })
-            }
-        };
+        let window = sliding_window(f, &k("attention.sliding_window"), Some(4096))?;
         let key = k("attention.value_length");
         if let Some(vl) = get_usize(f, &key)? {
             if vl != hp.head_dim {
@@ -166,26 +259,11 @@ impl Architecture for Gemma2 {
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = Gemma2Consts::from_gguf(l.file(), hp)?;
-        let (e, f) = (hp.n_embd, hp.n_ff);
-        let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
         let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
         // `HParams::from_gguf` bounded `n_layer` by the file's tensor count.
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            layers.push(Gemma2Layer {
-                attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
-                wq: l.matrix(&n("attn_q.weight"), &[e, q])?,
-                wk: l.matrix(&n("attn_k.weight"), &[e, kv])?,
-                wv: l.matrix(&n("attn_v.weight"), &[e, kv])?,
-                wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
-                attn_post_norm: l.f32(&n("post_attention_norm.weight"), &[e])?,
-                ffn_norm: l.f32(&n("ffn_norm.weight"), &[e])?,
-                ffn_gate: l.matrix(&n("ffn_gate.weight"), &[e, f])?,
-                ffn_up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
-                ffn_down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
-                ffn_post_norm: l.f32(&n("post_ffw_norm.weight"), &[e])?,
-            });
+            layers.push(Gemma2Layer::load(hp, l, i)?);
         }
         Ok(Box::new(Gemma2Model {
             tok_embd,
@@ -228,17 +306,12 @@ fn build(
 ) -> Result<StepTensors> {
     let n = shape.n_tokens;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-    let dims = AttnDims {
-        head_dim: hd,
-        n_head: nh,
-        n_head_kv: nhkv,
-    };
     let e_kv = hp.n_embd_kv();
     let c = m.consts;
 
     let mut inp = StepInputs::new(ctx, shape, 1, false)?;
     let mask_swa = inp.add_swa_mask(ctx, shape)?;
-    let rope = hp.rope(RopeMode::Neox);
+    let rope = Rotary::new(hp, RopeMode::Neox, None);
     // Queries come scaled; the scores are soft-capped as they are.
     let scores = AttnScores {
         scale: 1.0,
@@ -248,61 +321,52 @@ fn build(
     let x = ctx.get_rows(w[m.tok_embd], inp.tokens)?; // [n_embd, n]
     let mut x = ctx.scale(x, (hp.n_embd as f32).sqrt())?;
     for (il, l) in m.layers.iter().enumerate() {
-        let last = il + 1 == m.layers.len();
         let h = ctx.rms_norm_mul(x, w[l.attn_norm], hp.rms_eps)?;
 
         let q = ctx.mul_mat(w[l.wq], h)?; // [nh·hd, n]
         let k = ctx.mul_mat(w[l.wk], h)?; // [nhkv·hd, n]
         let v = ctx.mul_mat(w[l.wv], h)?; // [nhkv·hd, n]
         let q = ctx.reshape_3d(q, hd, nh, n)?;
-        let q = ctx.rope_ext(q, inp.pos, rope)?; // [hd, nh, n]
+        let q = rope.apply(ctx, q, inp.pos)?; // [hd, nh, n]
         let q = ctx.scale(q, c.q_scale)?;
         let k = ctx.reshape_3d(k, hd, nhkv, n)?;
-        let k = ctx.rope_ext(k, inp.pos, rope)?; // [hd, nhkv, n]
+        let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
 
         let k2 = ctx.reshape_2d(k, e_kv, n)?;
         let mask = match Gemma2Model::is_sliding(il) {
             true => mask_swa,
             false => inp.mask,
         };
-        let attn = cached_attention_with(
-            ctx,
-            kv,
-            il,
-            inp.k_rows,
-            mask,
-            shape,
-            dims,
-            q,
-            [k2, v],
-            scores,
-        )?;
-        let mut cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
-
-        if last {
-            if let Some(ids) = inp.out_ids {
-                cur = ctx.get_rows(cur, ids)?;
-                x = ctx.get_rows(x, ids)?;
-            }
-        }
-        let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;
-        let sa_out = ctx.add(cur, x)?;
-
-        let h = ctx.rms_norm_mul(sa_out, w[l.ffn_norm], hp.rms_eps)?;
-        let gate = ctx.mul_mat(w[l.ffn_gate], h)?; // [n_ff, n]
-        let up = ctx.mul_mat(w[l.ffn_up], h)?;
-        let act = ctx.geglu_split(gate, up)?;
-        let down = ctx.mul_mat(w[l.ffn_down], act)?; // [n_embd, n]
-        let cur = ctx.rms_norm_mul(down, w[l.ffn_post_norm], hp.rms_eps)?;
-        x = ctx.add(cur, sa_out)?;
+        let qkv = [q, k2, v];
+        x = l.attend_and_ffn(ctx, (hp, w, kv, shape), &inp, il, mask, qkv, scores, x)?;
     }
-    let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
-    let logits = ctx.mul_mat(w[m.output], h)?; // [n_vocab, n_outputs]
-    let logits = ctx.soft_cap(logits, c.final_softcap)?;
+    output_logits(
+        ctx,
+        (hp, w),
+        inp,
+        x,
+        [m.output_norm, m.output],
+        Some(c.final_softcap),
+    )
+}
+
+/// The logits of the last hidden states `x`: `softcap(output · (rms_norm(x) · norm))`
+/// (`[norm, output]` the weights), named, marked as the graph's output, with the step's
+/// inputs.
+pub(crate) fn output_logits(
+    ctx: &mut Context,
+    (hp, w): (&HParams, &ImportedWeights),
+    inputs: StepInputs,
+    x: Tensor,
+    [norm, output]: [WeightId; 2],
+    softcap: Option<f32>,
+) -> Result<StepTensors> {
+    let h = ctx.rms_norm_mul(x, w[norm], hp.rms_eps)?;
+    let mut logits = ctx.mul_mat(w[output], h)?; // [n_vocab, n_outputs]
+    if let Some(c) = softcap {
+        logits = ctx.soft_cap(logits, c)?;
+    }
     ctx.set_name(logits, "logits")?;
     ctx.set_output(logits)?;
-    Ok(StepTensors {
-        inputs: inp,
-        logits,
-    })
+    Ok(StepTensors { inputs, logits })
 }

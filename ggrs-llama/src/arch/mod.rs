@@ -11,10 +11,13 @@ pub mod chatglm1;
 pub mod decoder;
 pub mod fused;
 pub mod gemma2;
+pub mod gemma3;
+pub mod granite;
 pub mod llama;
 pub mod phi3;
 pub mod qwen3;
 pub mod qwen3moe;
+pub mod smollm3;
 
 use ggrs_core::gguf::GgufFile;
 
@@ -53,7 +56,7 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`.
+    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`.
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -64,6 +67,9 @@ impl Registry {
         r.register(chatglm1::ChatGlm1);
         r.register(phi3::Phi3);
         r.register(gemma2::Gemma2);
+        r.register(smollm3::SmolLm3);
+        r.register(granite::Granite);
+        r.register(gemma3::Gemma3);
         r
     }
 

@@ -5,13 +5,17 @@
 //!
 //! The file's `attention.sliding_window` is not applied: llama.cpp disables it for `phi3`
 //! (its converted files give a window the models were not trained with). The long-context
-//! variants' `rope_factors_long` / `rope_factors_short` tensors (Phi-3-128k, Phi-3.5) are
-//! not supported: a file holding them is refused rather than run without them.
+//! variants (Phi-3-128k, Phi-3.5-mini, Phi-4-mini) rotate with LongRoPE: per-pair factors
+//! `rope_factors_long` / `rope_factors_short`, the long ones when the session's context
+//! exceeds `rope.scaling.original_context_length` ([`LongRopeFactors::pick`]), and cos and
+//! sin × `rope.scaling.attn_factor`.
+//!
+//! [`LongRopeFactors::pick`]: super::decoder::LongRopeFactors::pick
 
 use ggrs_core::RopeMode;
 
 use crate::architecture::{ArchModel, Architecture};
-use crate::error::{LlamaError, Result};
+use crate::error::Result;
 use crate::hparams::HParams;
 use crate::loader::WeightLoader;
 
@@ -33,16 +37,6 @@ impl Architecture for Phi3 {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
-            if l.has(name) {
-                return Err(LlamaError::UnsupportedTensor {
-                    name: name.to_string(),
-                    detail: "Phi-3's long-context rotary scaling (LongRoPE) is not implemented; \
-                             use a 4k-context Phi-3 file"
-                        .into(),
-                });
-            }
-        }
         Ok(Box::new(FusedModel::load(STYLE, hp, l)?))
     }
 }

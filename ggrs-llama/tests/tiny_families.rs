@@ -1,0 +1,63 @@
+//! The 2026 families on their tiny random-weight models (`shared/reference/tiny/`, see
+//! `README-2026.md` there) against llama.cpp's outputs: prompt top-10 logits within 0.01 (the
+//! batch/single-token noise of llama.cpp's own kernels; in practice far closer), every
+//! argmax and 16 greedy tokens equal, on 1 and 2 threads.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggrs_llama::arch::decoder::{Decoder, DecoderOptions, SwiGlu};
+use ggrs_llama::Model;
+
+fn tiny(name: &str) -> PathBuf {
+    common::reference_dir().join(format!("tiny/{name}.gguf"))
+}
+
+/// Loads `tiny-<name>-f16.gguf` and compares it with its `.public.jsonl`.
+fn check(name: &str, arch: &str) -> Arc<Model> {
+    let _one = common::serial();
+    let path = tiny(&format!("tiny-{name}-f16"));
+    let model = Arc::new(Model::load(&path).expect("load"));
+    assert_eq!(model.arch_name(), arch);
+    let refs = common::read_jsonl(&path.with_extension("public.jsonl"));
+    common::assert_matches_reference(name, &model, &refs, 0.01);
+    model
+}
+
+fn options(m: &Model) -> DecoderOptions {
+    m.arch_weights::<Decoder<SwiGlu>>()
+        .expect("a LLaMA-layout decoder")
+        .options
+}
+
+#[test]
+fn smollm3_matches_llama_cpp() {
+    let m = check("smollm3", "smollm3");
+    // Layer 3 of 4 has no rotary.
+    assert_eq!(options(&m).nope_period, Some(4));
+}
+
+#[test]
+fn granite_matches_llama_cpp() {
+    let m = check("granite", "granite");
+    let o = options(&m);
+    assert_eq!(
+        (o.embd_scale, o.kq_scale, o.logit_scale, o.nope_period),
+        (Some(12.0), Some(0.0625), Some(8.0), None)
+    );
+    assert!((o.residual_scale.expect("residual scale") - 0.22).abs() < 1e-6);
+}
+
+#[test]
+fn gemma3_matches_llama_cpp() {
+    use ggrs_llama::arch::gemma3::Gemma3Model;
+    let m = check("gemma3", "gemma3");
+    let c = m.arch_weights::<Gemma3Model>().expect("gemma3").consts;
+    // Layers 0, 1, 3 local (window 4, base 1e4), layer 2 global (base 1e6, linear ÷ 8).
+    let local: Vec<bool> = (0..4).map(|il| c.is_local(il)).collect();
+    assert_eq!(local, [true, true, false, true]);
+    assert_eq!((c.window, c.freq_base_swa), (4, 10000.0));
+    assert_eq!(m.hparams.rope_freq_scale, 0.125);
+}
