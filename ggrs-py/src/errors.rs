@@ -30,11 +30,13 @@ fn class_of(e: &LlamaError) -> &'static str {
         | LlamaError::MissingTensor(_)
         | LlamaError::BadShape { .. }
         | LlamaError::BadTensorType { .. }
-        | LlamaError::UnsupportedTensor { .. } => "ModelError",
+        | LlamaError::UnsupportedTensor { .. }
+        | LlamaError::NotGenerative { .. } => "ModelError",
         LlamaError::ContextFull { .. } => "ContextFullError",
         LlamaError::TokenOutOfRange { .. }
         | LlamaError::EmptyPrompt
         | LlamaError::InvalidArgument(_)
+        | LlamaError::Embedding(_)
         | LlamaError::Chat(_) => "BadArgumentError",
         LlamaError::SessionTooLarge { .. } => "OutOfMemoryError",
         // A tokenizer that cannot be built is a model problem; one that fails on a text is

@@ -6,6 +6,7 @@
 //! infrastructure ([`crate::loader`], [`crate::step`], [`crate::kv_cache`]); nothing else in
 //! the crate names them. Adding one is its file plus one line in [`Registry::builtin`].
 
+pub mod bert;
 pub mod chatglm;
 pub mod chatglm1;
 pub mod decoder;
@@ -53,7 +54,7 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`.
+    /// `chatglm1`, `phi3`, `gemma2`, `bert` (an embedding model).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -64,6 +65,7 @@ impl Registry {
         r.register(chatglm1::ChatGlm1);
         r.register(phi3::Phi3);
         r.register(gemma2::Gemma2);
+        r.register(bert::Bert);
         r
     }
 
