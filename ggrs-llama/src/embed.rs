@@ -168,6 +168,50 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
+/// The inputs of a rerank request: for each document, the query and the document as one
+/// input, as llama-server's `/rerank` builds it (BOS, query, EOS, SEP, document, EOS, each
+/// where the vocabulary adds it; SEP stands for a missing EOS). Error: an empty query or
+/// document.
+pub fn rerank_inputs<S: AsRef<str>>(
+    model: &Model,
+    query: &str,
+    docs: &[S],
+) -> Result<Vec<Vec<u32>>> {
+    let tok = model.tokenizer();
+    let v = tok.vocab();
+    let sp = v.special();
+    let eos = sp.eos.or(sp.sep);
+    let pieces = |t: &str| -> Result<Vec<u32>> {
+        if t.is_empty() {
+            return Err(LlamaError::Embedding(
+                "the query and every document must be non-empty".into(),
+            ));
+        }
+        Ok(tok.encode(t, false, true)?)
+    };
+    let q = pieces(query)?;
+    let mut inputs = Vec::with_capacity(docs.len());
+    for d in docs {
+        let mut t = Vec::new();
+        if v.add_bos() {
+            t.extend(sp.bos);
+        }
+        t.extend_from_slice(&q);
+        if v.add_eos() {
+            t.extend(eos);
+        }
+        if v.add_sep() {
+            t.extend(sp.sep);
+        }
+        t.extend(pieces(d.as_ref())?);
+        if v.add_eos() {
+            t.extend(eos);
+        }
+        inputs.push(t);
+    }
+    Ok(inputs)
+}
+
 /// The context of the last step size: its arena, the weights and scratch cache in it.
 struct Arena {
     ctx: Context,
@@ -339,38 +383,7 @@ impl Embedder {
                 self.pooling.name()
             )));
         }
-        let tok = self.model.tokenizer();
-        let v = tok.vocab();
-        let sp = v.special();
-        let eos = sp.eos.or(sp.sep);
-        let pieces = |t: &str| -> Result<Vec<u32>> {
-            if t.is_empty() {
-                return Err(LlamaError::Embedding(
-                    "the query and every document must be non-empty".into(),
-                ));
-            }
-            Ok(tok.encode(t, false, true)?)
-        };
-        let q = pieces(query)?;
-        let mut inputs = Vec::with_capacity(docs.len());
-        for d in docs {
-            let mut t = Vec::new();
-            if v.add_bos() {
-                t.extend(sp.bos);
-            }
-            t.extend_from_slice(&q);
-            if v.add_eos() {
-                t.extend(eos);
-            }
-            if v.add_sep() {
-                t.extend(sp.sep);
-            }
-            t.extend(pieces(d.as_ref())?);
-            if v.add_eos() {
-                t.extend(eos);
-            }
-            inputs.push(t);
-        }
+        let inputs = rerank_inputs(&self.model, query, docs)?;
         Ok(self
             .embed_tokens(&inputs)?
             .into_iter()

@@ -213,3 +213,35 @@ fn bad_inputs_get_clear_errors() {
     let err = Session::new(model.clone(), SessionParams::default()).unwrap_err();
     assert!(matches!(err, LlamaError::NotGenerative { .. }), "{err}");
 }
+
+#[test]
+fn rerank_scores_are_the_head_on_the_cls_token_and_order_documents() {
+    let path = common::tiny_reranker();
+    let model = Arc::new(Model::load(&path).unwrap());
+    let _ = std::fs::remove_file(&path);
+    let mut r = embedder(&model, None, 2);
+    assert_eq!(r.pooling(), Pooling::Rank);
+    let query = "The capital of France";
+    let docs = [
+        "Paris is the capital of France.",
+        "Bananas are yellow.",
+        "1, 2, 3",
+    ];
+    let scores = r.rerank(query, &docs).unwrap();
+    assert_eq!(scores.len(), 3);
+    // The same inputs' [CLS] states, unnormalised, through the head on the host.
+    let inputs = ggrs_llama::embed::rerank_inputs(&model, query, &docs).unwrap();
+    assert_eq!(inputs[0][0], 101, "[CLS] first");
+    let mut cls = embedder(&model, Some(Pooling::Cls), -1);
+    let states = cls.embed_tokens(&inputs).unwrap();
+    let (w, b) = common::reranker_head();
+    for (s, h) in scores.iter().zip(&states) {
+        let want: f32 = h.iter().zip(&w).map(|(x, y)| x * y).sum::<f32>() + b;
+        assert!(
+            (s - want).abs() < 1e-3 * want.abs().max(1.0),
+            "{s} vs {want}"
+        );
+    }
+    // Distinct documents, distinct scores (an ordering to test against).
+    assert!(scores[0] != scores[1] && scores[1] != scores[2]);
+}
