@@ -5,6 +5,7 @@ mod bench;
 mod chat;
 mod common;
 mod convert;
+mod embed;
 mod inspect;
 mod perplexity;
 mod quantize;
@@ -32,6 +33,8 @@ enum Command {
     Chat(chat::Args),
     /// Print the token ids (and pieces) of a text.
     Tokenize(tokenize::Args),
+    /// Embeddings of texts (-p TEXT, or -f FILE with one input per line), like llama-embedding.
+    Embed(embed::Args),
     /// Perplexity of a text file (llama.cpp's protocol).
     Perplexity(perplexity::Args),
     /// Measure prompt (pp) and generation (tg) speed, like llama-bench.
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Tokenize(a) => tokenize::run(a),
+        Command::Embed(a) => embed::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),

@@ -54,6 +54,16 @@ pub struct Args {
     /// Jinja template's text.
     #[arg(long, value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,
+    /// Serve embeddings: POST /v1/embeddings (OpenAI), /embedding and /embeddings
+    /// (llama-server's), batched across requests. With an embedding model (BERT) nothing else.
+    #[arg(long)]
+    embeddings: bool,
+    /// Serve POST /rerank and /v1/rerank with a reranker model (`rank` pooling).
+    #[arg(long)]
+    reranking: bool,
+    /// Embedding pooling: none, mean, cls, last [default: the model file's].
+    #[arg(long)]
+    pooling: Option<String>,
     /// Serve Prometheus metrics at /metrics.
     #[arg(long)]
     metrics: bool,
@@ -138,6 +148,14 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.max_connections = a.max_connections;
     c.header_read_timeout = Duration::from_secs(a.header_timeout);
     c.metrics = a.metrics;
+    c.embeddings = a.embeddings;
+    c.reranking = a.reranking;
+    c.pooling = a
+        .pooling
+        .as_deref()
+        .map(str::parse::<ggrs_llama::Pooling>)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     Ok(c)

@@ -148,6 +148,45 @@ pub trait ArchModel: Any + Send + Sync + Debug {
         Box::new(CausalState)
     }
 
+    /// Builds, in `ctx`, the graph of an embedding step of `shape` (see
+    /// [`crate::embed::Embedder`]): as [`ArchModel::build`], but the output (in
+    /// `StepTensors::logits`) is the final hidden state of every token, `[n_embd,
+    /// n_tokens]` (after the output norm of a decoder, before any output head). Each
+    /// sequence of the step is one input, in its own span of `kv` (`shape.spans`), attending
+    /// as [`ArchModel::embeddings_causal`] says under the mask the embedder fills.
+    /// `None` (the default): the architecture has no embedding graph.
+    fn build_embeddings(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<Option<StepTensors>> {
+        let _ = (ctx, hp, w, kv, shape);
+        Ok(None)
+    }
+
+    /// Whether a token of an embedding step attends only to the tokens before it (decoders:
+    /// true, the default) or to its whole input (encoders such as BERT: false).
+    fn embeddings_causal(&self) -> bool {
+        true
+    }
+
+    /// A reranker's classification head on pooled hidden states `x` (`[n_embd, n]`):
+    /// relevance scores `[n_cls_out, n]` (llama.cpp's `rank` pooling). `None` (the
+    /// default): the model has no such head.
+    fn classifier(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        x: Tensor,
+    ) -> Result<Option<Tensor>> {
+        let _ = (ctx, hp, w, x);
+        Ok(None)
+    }
+
     /// Whether the keys and values cached for a prompt's prefix stay valid when the prompt
     /// goes on differently (true for causal attention). False makes a conversation evaluate
     /// its whole prompt at every turn (ChatGLM-6B v1, whose prompt context attends

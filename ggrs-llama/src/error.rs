@@ -114,6 +114,21 @@ pub enum LlamaError {
     /// An argument outside its domain.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// The model is an embedding model (an encoder such as BERT): it gives embeddings, not
+    /// logits, so it cannot generate text.
+    #[error(
+        "`{arch}` is an embedding model: it gives embeddings, not text (use `ggrs embed`, \
+         `ggrs serve --embeddings` or the Embedder API)"
+    )]
+    NotGenerative {
+        /// The architecture.
+        arch: &'static str,
+    },
+
+    /// An embedding request the model cannot serve (see [`crate::embed`]).
+    #[error("{0}")]
+    Embedding(String),
     /// The generation was stopped by the caller.
     #[error("generation cancelled")]
     Cancelled,

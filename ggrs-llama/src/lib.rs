@@ -38,7 +38,7 @@
 //! [`step`] (a step graph's inputs and the KV-cache attention block), [`architecture`] (the
 //! plug-in traits), [`arch`] (ggrs's architectures, one file each, and the [`arch::Registry`]),
 //! [`model`], [`session`], [`sampling`], [`generate`], [`prompt_cache`], [`chat`] (multi-turn chat),
-//! [`perplexity`], [`engine`] (many requests batched continuously, for servers). Apart:
+//! [`perplexity`], [`embed`] (embeddings and reranking), [`engine`] (many requests batched continuously, for servers). Apart:
 //! [`quantize`] (llama.cpp's quantization recipes over ggrs-core's conversion engine).
 //! Converting Hugging Face checkpoints to GGUF is the separate crate `ggrs-convert`.
 //!
@@ -52,6 +52,7 @@ pub mod arch;
 pub mod architecture;
 pub mod batch;
 pub mod chat;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod generate;
@@ -71,6 +72,7 @@ pub use arch::Registry;
 pub use architecture::{ArchModel, Architecture};
 pub use batch::Batch;
 pub use chat::{Chat, ChatTemplate, Message};
+pub use embed::{EmbedParams, Embedder, Pooling};
 pub use engine::{Engine, EngineHandle, EngineParams};
 pub use error::{LlamaError, Result};
 pub use generate::{GenerateParams, Generation, StopReason, Timings, TokenEvent};

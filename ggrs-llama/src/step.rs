@@ -16,6 +16,20 @@ pub fn add_opt(ctx: &mut Context, x: Tensor, b: Option<Tensor>) -> Result<Tensor
     })
 }
 
+/// LayerNorm with weight and optional bias: `norm(x) · w (+ b)`, each column of `x`
+/// (`[n, …]` f32) normalised to zero mean and unit variance with `eps`.
+pub fn layer_norm(
+    ctx: &mut Context,
+    x: Tensor,
+    w: Tensor,
+    b: Option<Tensor>,
+    eps: f32,
+) -> Result<Tensor> {
+    let h = ctx.norm(x, eps)?;
+    let h = ctx.mul(h, w)?;
+    add_opt(ctx, h, b)
+}
+
 /// The input tensors of one step (leaves the session fills before computing).
 #[derive(Debug, Clone, Copy)]
 pub struct StepInputs {

@@ -225,7 +225,11 @@ const LLAMA_CPP_SUPPORTED: &[&str] = &[
 ];
 
 /// llama.cpp's vocabularies of tokenizer models ggrs does not implement, with the model.
-const LLAMA_CPP_UNSUPPORTED: &[(&str, &str)] = &[("bert-bge", "bert"), ("nomic-bert-moe", "t5")];
+const LLAMA_CPP_UNSUPPORTED: &[(&str, &str)] = &[("nomic-bert-moe", "t5")];
+
+/// llama.cpp's WordPiece vocabularies (`bert`): its vectors are checked, not round trips
+/// (WordPiece lower-cases and drops accents and spacing).
+const LLAMA_CPP_WORDPIECE: &[&str] = &["bert-bge"];
 
 /// llama.cpp's vocabularies without test vectors (they load; their round trips are tested).
 const LLAMA_CPP_WITHOUT_VECTORS: &[&str] = &["aquila", "baichuan", "gpt-neox"];
@@ -249,11 +253,18 @@ fn llama_cpp_vocab_vectors() {
         .iter()
         .chain(LLAMA_CPP_WITHOUT_VECTORS)
         .chain(LLAMA_CPP_UNSUPPORTED.iter().map(|(n, _)| n))
+        .chain(LLAMA_CPP_WORDPIECE)
         .map(|n| n.to_string())
         .collect();
     listed.sort();
     assert_eq!(found, listed);
 
+    for name in LLAMA_CPP_WORDPIECE {
+        let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+        let tok = Tokenizer::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(tok.vocab().kind(), VocabKind::Wpm);
+        check_cases(&tok, name, &vectors_in(&dir, name));
+    }
     let mut total = 0;
     for name in LLAMA_CPP_SUPPORTED {
         let path = dir.join(format!("ggml-vocab-{name}.gguf"));

@@ -31,11 +31,13 @@ fn class_of(e: &LlamaError) -> &'static str {
         | LlamaError::BadShape { .. }
         | LlamaError::BadTensorType { .. }
         | LlamaError::UnsupportedTensor { .. }
-        | LlamaError::UnsupportedRopeScaling { .. } => "ModelError",
+        | LlamaError::UnsupportedRopeScaling { .. }
+        | LlamaError::NotGenerative { .. } => "ModelError",
         LlamaError::ContextFull { .. } => "ContextFullError",
         LlamaError::TokenOutOfRange { .. }
         | LlamaError::EmptyPrompt
         | LlamaError::InvalidArgument(_)
+        | LlamaError::Embedding(_)
         | LlamaError::Chat(_) => "BadArgumentError",
         LlamaError::SessionTooLarge { .. } => "OutOfMemoryError",
         // A tokenizer that cannot be built is a model problem; one that fails on a text is

@@ -13,7 +13,7 @@ use axum::Router;
 use crate::error::ApiError;
 use crate::handler::St;
 use crate::state::AppState;
-use crate::{completions, info};
+use crate::{completions, embeddings, info};
 
 /// Paths open without an API key (as llama-server's: health, the model list, the page).
 const PUBLIC: &[&str] = &["/", "/health", "/v1/health", "/models", "/v1/models"];
@@ -37,6 +37,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/chat/completions", post(completions::chat))
         .route("/v1/completions", post(completions::completions))
         .route("/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::v1_embeddings))
+        .route("/embeddings", post(embeddings::embeddings))
+        .route("/embedding", post(embeddings::embeddings))
+        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/rerank", post(embeddings::rerank))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard))

@@ -1,7 +1,8 @@
 //! An OpenAI-compatible HTTP server on the ggrs serving engine ([`ggrs_llama::engine`]):
 //! the API of llama.cpp's `llama-server` (`/v1/chat/completions`, `/v1/completions`,
 //! `/v1/models`, `/health`, `/metrics`, `/tokenize`, `/detokenize`, `/props`, `/slots`) and
-//! a chat page at `/`.
+//! a chat page at `/`; with [`ServerConfig::embeddings`] / [`ServerConfig::reranking`] also
+//! `/v1/embeddings`, `/embedding(s)` and `/rerank`.
 //!
 //! The server binds its address first and loads the model in the background: `/health`
 //! answers 503 until the model is ready, then 200. One engine thread owns the model; the
@@ -20,6 +21,7 @@
 
 mod api;
 mod completions;
+mod embeddings;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -84,6 +86,14 @@ pub struct ServerConfig {
     /// Origins whose pages may call the API (`--cors`; `*`: any). Empty: none but the
     /// server's own page, and (on a loopback address) requests must name a loopback host.
     pub cors: Vec<String>,
+    /// Serve `/v1/embeddings`, `/embedding`, `/embeddings` (`--embeddings`). An embedding
+    /// model (BERT) then serves nothing else; a generation model serves both.
+    pub embeddings: bool,
+    /// Serve `/rerank` and `/v1/rerank` with a reranker model (`--reranking`: `rank`
+    /// pooling).
+    pub reranking: bool,
+    /// The embeddings' pooling (`--pooling`; `None`: the model file's).
+    pub pooling: Option<ggrs_llama::Pooling>,
 }
 
 impl ServerConfig {
@@ -111,6 +121,9 @@ impl ServerConfig {
             max_connections: 128,
             header_read_timeout: Duration::from_secs(10),
             cors: Vec::new(),
+            embeddings: false,
+            reranking: false,
+            pooling: None,
         }
     }
 

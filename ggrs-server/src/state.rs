@@ -80,6 +80,10 @@ pub(crate) struct AppState {
     pub created: u64,
     phase: Mutex<Phase>,
     ready: Condvar,
+    /// Whether `--embeddings` or `--reranking` was given.
+    pub embed_enabled: bool,
+    /// The embedding worker, once the model is loaded (with `embed_enabled`).
+    pub embed: std::sync::OnceLock<Arc<crate::embeddings::EmbedService>>,
     pub counters: Mutex<Counters>,
 }
 
@@ -110,6 +114,8 @@ impl AppState {
             created: unix_now(),
             phase: Mutex::new(Phase::Loading),
             ready: Condvar::new(),
+            embed_enabled: config.embeddings || config.reranking,
+            embed: std::sync::OnceLock::new(),
             counters: Mutex::new(Counters::default()),
         })
     }
@@ -132,6 +138,8 @@ impl AppState {
                     phase = self.ready.wait(phase).unwrap_or_else(|p| p.into_inner());
                 }
                 Phase::Ready(_) => return Ok(()),
+                // An embedding model serves embeddings only: no engine, yet ready.
+                Phase::Failed(_) if self.embed.get().is_some() => return Ok(()),
                 Phase::Failed(e) => return Err(e.clone()),
             }
         }
@@ -149,13 +157,25 @@ impl AppState {
     }
 }
 
-fn load(config: &ServerConfig) -> Result<Loaded, LoadError> {
+fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
     let model = Model::load_with(&config.model_path, config.model_options)
         .map(Arc::new)
         .map_err(|e: LlamaError| LoadError::Model {
             path: config.model_path.display().to_string(),
             message: e.to_string(),
         })?;
+    if state.embed_enabled {
+        let e = &config.engine;
+        let service = crate::embeddings::EmbedService::start(
+            model.clone(),
+            config.pooling,
+            config.reranking,
+            e.n_batch,
+            e.n_threads,
+        )
+        .map_err(LoadError::Engine)?;
+        let _ = state.embed.set(Arc::new(service));
+    }
     let template = ChatTemplate::resolve(&model, config.chat_template.as_deref());
     // A template the operator chose and that cannot work is a start-up error; the model's
     // own missing or broken one only refuses chat requests (completions still work).
@@ -182,7 +202,7 @@ pub(crate) fn spawn_loader(state: Arc<AppState>, config: ServerConfig) -> std::i
     std::thread::Builder::new()
         .name("ggrs-load".into())
         .spawn(move || {
-            let phase = match load(&config) {
+            let phase = match load(&config, &state) {
                 Ok(l) => Phase::Ready(Arc::new(l)),
                 Err(e) => Phase::Failed(e),
             };

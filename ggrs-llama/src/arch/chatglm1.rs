@@ -61,7 +61,7 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{add_opt, cached_attention, AttnDims, StepInputs, StepShape};
+use crate::step::{add_opt, cached_attention, layer_norm, AttnDims, StepInputs, StepShape};
 use crate::tokenizer::Tokenizer;
 
 pub use crate::chat::template::glm1_chat_prompt as chat_prompt;
@@ -556,19 +556,6 @@ impl Glm1State {
             mask_position,
         })
     }
-}
-
-/// LayerNorm with weight and bias: `norm(x) · w + b`.
-fn layer_norm(
-    ctx: &mut Context,
-    x: Tensor,
-    w: Tensor,
-    b: Option<Tensor>,
-    eps: f32,
-) -> Result<Tensor> {
-    let h = ctx.norm(x, eps)?;
-    let h = ctx.mul(h, w)?;
-    add_opt(ctx, h, b)
 }
 
 /// Builds the step graph; returns the inputs to fill and the logits (`[n_vocab, n_outputs]`).

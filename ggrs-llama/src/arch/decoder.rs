@@ -272,14 +272,17 @@ impl<F: FeedForward> Decoder<F> {
     }
 }
 
-impl<F: FeedForward> ArchModel for Decoder<F> {
-    fn build(
+impl<F: FeedForward> Decoder<F> {
+    /// The step graph: logits `[n_vocab, n_outputs]` when `head`, else the normed hidden
+    /// state of every token, `[n_embd, n_tokens]` (embeddings).
+    fn forward(
         &self,
         ctx: &mut Context,
         hp: &HParams,
         w: &ImportedWeights,
         kv: &KvCache,
         shape: StepShape,
+        head: bool,
     ) -> Result<StepTensors> {
         let inp = StepInputs::new(ctx, shape, 1, false)?;
         let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
@@ -299,7 +302,7 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
             let mut cur = attention_scaled(
                 ctx, hp, w, kv, &inp, shape, il, &l.attn, rope_l, x, kq_scale,
             )?;
-            if last {
+            if last && head {
                 if let Some(ids) = inp.out_ids {
                     cur = ctx.get_rows(cur, ids)?;
                     inp_sa = ctx.get_rows(inp_sa, ids)?;
@@ -313,14 +316,44 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
             x = ctx.add(out, ffn_inp)?;
         }
         let h = ctx.rms_norm_mul(x, w[self.head.output_norm], hp.rms_eps)?;
-        let logits = ctx.mul_mat(w[self.head.output], h)?; // [n_vocab, n_outputs]
-        let logits = scale_opt(ctx, logits, o.logit_scale.map(|s| 1.0 / s))?;
-        ctx.set_name(logits, "logits")?;
-        ctx.set_output(logits)?;
+        let out = if head {
+            let logits = ctx.mul_mat(w[self.head.output], h)?; // [n_vocab, n_outputs]
+            let logits = scale_opt(ctx, logits, o.logit_scale.map(|s| 1.0 / s))?;
+            ctx.set_name(logits, "logits")?;
+            logits
+        } else {
+            ctx.set_name(h, "embd")?;
+            h
+        };
+        ctx.set_output(out)?;
         Ok(StepTensors {
             inputs: inp,
-            logits,
+            logits: out,
         })
+    }
+}
+
+impl<F: FeedForward> ArchModel for Decoder<F> {
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<StepTensors> {
+        self.forward(ctx, hp, w, kv, shape, true)
+    }
+
+    fn build_embeddings(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<Option<StepTensors>> {
+        self.forward(ctx, hp, w, kv, shape, false).map(Some)
     }
 }
 

@@ -6,6 +6,7 @@
 //! infrastructure ([`crate::loader`], [`crate::step`], [`crate::kv_cache`]); nothing else in
 //! the crate names them. Adding one is its file plus one line in [`Registry::builtin`].
 
+pub mod bert;
 pub mod chatglm;
 pub mod chatglm1;
 pub mod decoder;
@@ -56,7 +57,8 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`.
+    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `bert` (an embedding
+    /// model).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -70,6 +72,7 @@ impl Registry {
         r.register(smollm3::SmolLm3);
         r.register(granite::Granite);
         r.register(gemma3::Gemma3);
+        r.register(bert::Bert);
         r
     }
 

@@ -31,7 +31,7 @@ pub(crate) fn piece(
         (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => {
             text.as_bytes().to_vec()
         }
-        (TokenType::Normal, VocabKind::Spm) => text.replace('▁', " ").into_bytes(),
+        (TokenType::Normal, VocabKind::Spm | VocabKind::Wpm) => text.replace('▁', " ").into_bytes(),
         (TokenType::Normal, VocabKind::Bpe) if vocab.escape_whitespaces => {
             text.replace('▁', " ").into_bytes()
         }

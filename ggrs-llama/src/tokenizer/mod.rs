@@ -1,12 +1,13 @@
 //! Tokenizers: text ↔ token ids, exactly as llama.cpp does it.
 //!
-//! Two algorithms, chosen by the model file's `tokenizer.ggml.model`:
+//! Three algorithms, chosen by the model file's `tokenizer.ggml.model`:
 //! - `llama`: SentencePiece with byte fallback (LLaMA 1/2, Mistral, ChatGLM's vocabularies);
+//! - `bert`: WordPiece (BERT-family encoders; [CLS] first and [SEP] last);
 //! - `gpt2`: byte-level BPE behind a pre-tokenizer named by `tokenizer.ggml.pre`, any of
 //!   llama.cpp's (Qwen2, LLaMA 3, GPT-2, DeepSeek and more; see [`PreTokenizer`]); `gemma4`
 //!   is the same BPE on raw UTF-8 with spaces written as `▁` (Gemma 4).
 //!
-//! Other tokenizer models llama.cpp has (`bert`'s WordPiece, `t5`'s Unigram, `rwkv`…) are
+//! Other tokenizer models llama.cpp has (`t5`'s Unigram, `rwkv`…) are
 //! refused with [`TokenizerError::UnsupportedModel`].
 //!
 //! ```no_run
@@ -38,6 +39,7 @@ mod pretokenize;
 mod spm;
 mod unicode;
 mod vocab;
+mod wpm;
 
 use std::path::Path;
 
@@ -184,6 +186,23 @@ impl Tokenizer {
                     }
                 }
             }
+            VocabKind::Wpm => {
+                for f in fragments {
+                    match f {
+                        Fragment::Text { start, end } => {
+                            wpm::tokenize(v, &text[start..end], &mut out)?
+                        }
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
+        }
+        if add_special && v.add_sep {
+            out.push(v.special.sep.ok_or(TokenizerError::MissingSpecialToken {
+                which: "SEP",
+                flag: "a WordPiece vocabulary",
+                key: "tokenizer.ggml.seperator_token_id",
+            })?);
         }
         if add_special && v.add_eos {
             out.push(v.special.eos.ok_or(TokenizerError::MissingSpecialToken {

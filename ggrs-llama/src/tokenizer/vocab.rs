@@ -61,6 +61,8 @@ pub enum VocabKind {
     Spm,
     /// `gpt2`: byte-level BPE (merges chosen by rank, after a pre-tokenizer).
     Bpe,
+    /// `bert`: WordPiece (longest tokens first, word by word; BERT-family encoders).
+    Wpm,
 }
 
 /// One token.
@@ -153,10 +155,11 @@ pub(crate) const K_BOS: &str = "tokenizer.ggml.bos_token_id";
 pub(crate) const K_EOS: &str = "tokenizer.ggml.eos_token_id";
 const K_EOT: &str = "tokenizer.ggml.eot_token_id";
 const K_EOM: &str = "tokenizer.ggml.eom_token_id";
-const K_UNK: &str = "tokenizer.ggml.unknown_token_id";
+pub(crate) const K_UNK: &str = "tokenizer.ggml.unknown_token_id";
 const K_SEP: &str = "tokenizer.ggml.seperator_token_id";
 const K_PAD: &str = "tokenizer.ggml.padding_token_id";
 const K_MASK: &str = "tokenizer.ggml.mask_token_id";
+const K_CLS: &str = "tokenizer.ggml.cls_token_id";
 const K_FIM_PRE: &str = "tokenizer.ggml.fim_pre_token_id";
 const K_FIM_SUF: &str = "tokenizer.ggml.fim_suf_token_id";
 const K_FIM_MID: &str = "tokenizer.ggml.fim_mid_token_id";
@@ -286,8 +289,13 @@ impl VocabParts {
             }
             _ => Vec::new(),
         };
+        // WordPiece files name [CLS] (llama.cpp's BOS for them) by its own key.
+        let bos = match keys.id(K_BOS)? {
+            None if model == "bert" => keys.id(K_CLS)?,
+            bos => bos,
+        };
         let special = SpecialTokens {
-            bos: keys.id(K_BOS)?,
+            bos,
             eos: keys.id(K_EOS)?,
             eot: keys.id(K_EOT)?,
             eom: keys.id(K_EOM)?,
@@ -322,7 +330,6 @@ impl VocabParts {
 /// What a `tokenizer.ggml.model` llama.cpp knows but this crate does not implement is.
 fn unsupported_model_kind(model: &str) -> Option<&'static str> {
     Some(match model {
-        "bert" => "WordPiece, as BERT's",
         "t5" => "Unigram, as T5's",
         "rwkv" => "RWKV's greedy tokenizer",
         "plamo2" => "PLaMo 2's",
@@ -432,6 +439,10 @@ pub struct Vocab {
     /// Control, user-defined and unknown tokens, longest text first: the tokens cut out of
     /// text before tokenizing.
     pub(crate) special_by_length: Vec<u32>,
+    /// WordPiece: the separator ([SEP]) ends an encoding with special tokens.
+    pub(crate) add_sep: bool,
+    /// Longest token text in bytes (WordPiece's longest match).
+    pub(crate) max_token_len: usize,
 }
 
 impl Vocab {
@@ -461,6 +472,7 @@ impl Vocab {
         let kind = match parts.model.as_str() {
             "llama" => VocabKind::Spm,
             "gpt2" | "gemma4" => VocabKind::Bpe,
+            "bert" => VocabKind::Wpm,
             other => {
                 return Err(match unsupported_model_kind(other) {
                     Some(kind) => TokenizerError::UnsupportedModel {
@@ -505,6 +517,15 @@ impl Vocab {
                 }
                 (Some(pre), Some(cfg))
             }
+            VocabKind::Wpm => {
+                // llama.cpp's defaults for `bert`: [CLS] 101 first, [SEP] 102 last.
+                special.bos = Some(101);
+                special.unk = Some(100);
+                special.sep = Some(102).filter(|&i| in_range(i));
+                special.pad = Some(0);
+                special.mask = Some(103).filter(|&i| in_range(i));
+                (None, None)
+            }
         };
         // A default that is not in a (small, hand-made) vocabulary means "none".
         for id in [&mut special.bos, &mut special.eos, &mut special.unk] {
@@ -514,6 +535,7 @@ impl Vocab {
         }
         let (mut add_bos, mut add_eos, mut add_space_prefix, clean_spaces, ignore_merges) =
             match pre_cfg {
+                None if kind == VocabKind::Wpm => (true, false, false, false, false),
                 None => (true, false, true, false, false),
                 Some(c) => (c.add_bos, false, false, c.clean_spaces, c.ignore_merges),
             };
@@ -689,6 +711,8 @@ impl Vocab {
         eog.sort_unstable();
         eog.dedup();
 
+        let max_token_len = tokens.iter().map(|t| t.text.len()).max().unwrap_or(0);
+
         // Tokens cut out of text before tokenizing, longest first (ties: lower id first).
         let mut special_by_length: Vec<u32> = (0..n as u32)
             .filter(|&id| tokens[id as usize].ty.is_special())
@@ -715,6 +739,8 @@ impl Vocab {
             escape_whitespaces: pre_cfg.is_some_and(|c| c.escape_whitespaces),
             newline_words_whole: pre_cfg.is_some_and(|c| c.gemma4),
             special_by_length,
+            add_sep: kind == VocabKind::Wpm,
+            max_token_len,
         })
     }
 
@@ -772,6 +798,11 @@ impl Vocab {
     /// Whether encoding with `add_special` puts BOS first.
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+
+    /// Whether encoding with `add_special` puts the separator ([SEP]) last (WordPiece).
+    pub fn add_sep(&self) -> bool {
+        self.add_sep
     }
 
     /// Whether encoding with `add_special` puts EOS last.

@@ -424,3 +424,62 @@ pub fn assert_matches_reference(name: &str, model: &Arc<Model>, refs: &[RefPromp
         assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
     }
 }
+
+/// The tiny BERT with a reranker's classification head (`cls.output.weight` `[64, 1]` f32
+/// and bias, `pooling_type` 4 = rank): score = w · h[CLS] + b, w seeded.
+pub fn tiny_reranker() -> std::path::PathBuf {
+    use ggrs_core::gguf::{GgufFile, GgufWriter, Value as GV};
+    use ggrs_core::DType;
+    let src = GgufFile::open(reference_dir().join("tiny/tiny-bert-f16.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        if k != "bert.pooling_type" {
+            w.add_kv(k.clone(), v.clone()).unwrap();
+        }
+    }
+    w.add_kv("bert.pooling_type", GV::U32(4)).unwrap();
+    for t in src.tensors() {
+        w.add_tensor_info(t.name.clone(), t.dtype, t.shape())
+            .unwrap();
+    }
+    w.add_tensor_info("cls.output.weight", DType::F32, &[64, 1])
+        .unwrap();
+    w.add_tensor_info("cls.output.bias", DType::F32, &[1])
+        .unwrap();
+    let (head_w, head_b) = reranker_head();
+    let tensors = src.tensors().to_vec();
+    let mut i = 0;
+    let bytes = w
+        .to_bytes(|_, out| {
+            let r = if i < tensors.len() {
+                out.write_all(src.tensor_data(&tensors[i]))
+            } else if i == tensors.len() {
+                out.write_all(
+                    &head_w
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                )
+            } else {
+                out.write_all(&head_b.to_le_bytes())
+            };
+            i += 1;
+            r
+        })
+        .unwrap();
+    let path = std::env::temp_dir().join(format!(
+        "ggrs-tiny-reranker-{}-{}.gguf",
+        env!("CARGO_PKG_NAME"),
+        std::process::id()
+    ));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// The head of [`tiny_reranker`]: 64 weights and a bias.
+pub fn reranker_head() -> (Vec<f32>, f32) {
+    let w = (0..64)
+        .map(|i| ((i * 37 % 17) as f32 - 8.0) / 8.0)
+        .collect();
+    (w, 0.25)
+}

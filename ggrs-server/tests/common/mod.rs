@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 /// The helpers ggrs-llama's tests share (reference files, the Q8_0 tiny model).
 #[path = "../../../ggrs-llama/tests/common/mod.rs"]
-mod llama;
+pub mod llama;
 
 pub use llama::reference_dir;
 

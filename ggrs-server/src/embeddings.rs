@@ -1,0 +1,411 @@
+//! Embeddings and reranking (`ggrs serve --embeddings` / `--reranking`): OpenAI's
+//! `POST /v1/embeddings`, llama-server's `/embedding` and `/embeddings`, and `POST /rerank`
+//! / `/v1/rerank`.
+//!
+//! One worker thread owns a [`ggrs_llama::embed::Embedder`]; requests queue on a channel and
+//! the worker takes every request waiting when it is free and evaluates their inputs
+//! together (packed into steps of up to `n_batch` tokens), so concurrent requests share
+//! steps. Each input's result does not depend on what it was batched with (see
+//! [`ggrs_llama::embed`]).
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use ggrs_llama::embed::{normalize, EmbedParams, Embedder, Pooling};
+use ggrs_llama::Model;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::handler::{body_bytes, St};
+use crate::limits::off_thread;
+use crate::params::Body;
+use crate::state::AppState;
+
+/// A batch of inputs and where its results go.
+struct Job {
+    inputs: Vec<Vec<u32>>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+}
+
+/// The embedding worker of a server: see the [module docs](self).
+pub(crate) struct EmbedService {
+    model: Arc<Model>,
+    pooling: Pooling,
+    n_ctx: usize,
+    reranking: bool,
+    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+}
+
+impl EmbedService {
+    /// Starts the worker for `model` (its embedder checked first: a model without an
+    /// embedding graph or pooling is an error). The embedder does not normalise: each
+    /// request does, as it asks.
+    pub fn start(
+        model: Arc<Model>,
+        pooling: Option<Pooling>,
+        reranking: bool,
+        n_batch: usize,
+        n_threads: usize,
+    ) -> Result<EmbedService, String> {
+        let pooling = if reranking {
+            Some(Pooling::Rank)
+        } else {
+            pooling
+        };
+        let params = EmbedParams {
+            pooling,
+            normalize: -1,
+            n_batch,
+            n_threads,
+            ..Default::default()
+        };
+        let mut emb = Embedder::new(model.clone(), params).map_err(|e| e.to_string())?;
+        let (pooling, n_ctx) = (emb.pooling(), emb.params().n_ctx);
+        let budget = emb.params().n_batch;
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("ggrs-embed".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    // Every job waiting now, up to about one step's worth of tokens.
+                    let mut jobs = vec![first];
+                    let mut n: usize = jobs[0].inputs.iter().map(Vec::len).sum();
+                    while n < budget {
+                        match rx.try_recv() {
+                            Ok(j) => {
+                                n += j.inputs.iter().map(Vec::len).sum::<usize>();
+                                jobs.push(j);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let all: Vec<Vec<u32>> =
+                        jobs.iter().flat_map(|j| j.inputs.iter().cloned()).collect();
+                    let res = emb.embed_tokens(&all).map_err(|e| e.to_string());
+                    let mut at = 0;
+                    for j in jobs {
+                        let k = j.inputs.len();
+                        let part = match &res {
+                            Ok(v) => Ok(v[at..at + k].to_vec()),
+                            Err(e) => Err(e.clone()),
+                        };
+                        at += k;
+                        let _ = j.reply.send(part);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(EmbedService {
+            model,
+            pooling,
+            n_ctx,
+            reranking,
+            jobs: std::sync::Mutex::new(tx),
+        })
+    }
+
+    /// The results of `inputs` (each already checked), computed by the worker.
+    async fn run(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(Job { inputs, reply: tx })
+            .map_err(|_| ApiError::server("the embedding worker stopped"))?;
+        rx.await
+            .map_err(|_| ApiError::server("the embedding worker stopped"))?
+            .map_err(ApiError::server)
+    }
+
+    /// Checks one input's tokens: not empty, within the context, in the vocabulary.
+    fn check(&self, i: usize, t: &[u32]) -> Result<(), ApiError> {
+        if t.is_empty() {
+            return Err(ApiError::invalid("input", format!("input {i} is empty")));
+        }
+        if t.len() > self.n_ctx {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "input {i} has {} tokens, more than the model's context of {} tokens",
+                    t.len(),
+                    self.n_ctx
+                ),
+            ));
+        }
+        let nv = self.model.hparams.n_vocab;
+        if let Some(id) = t.iter().find(|&&id| id as usize >= nv) {
+            return Err(ApiError::invalid(
+                "input",
+                format!("token id {id} is out of range (the vocabulary has {nv} tokens)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Token ids of a text input (special tokens added, as an embedding input).
+    fn tokenize(&self, i: usize, text: &str) -> Result<Vec<u32>, ApiError> {
+        if text.is_empty() {
+            return Err(ApiError::invalid(
+                "input",
+                format!("input {i} is an empty string"),
+            ));
+        }
+        self.model
+            .text()
+            .encode(self.model.tokenizer(), text, true, true)
+            .map_err(|e| ApiError::invalid("input", e.to_string()))
+    }
+}
+
+/// The service, or the reason there is none (503 while loading, 501 when not enabled).
+fn service(st: &AppState, reranking: bool) -> Result<Arc<EmbedService>, ApiError> {
+    match st.embed.get() {
+        Some(s) if reranking && !s.reranking => Err(ApiError::not_supported(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            "this server does not rerank: start it with --reranking (and a reranker model)",
+        )),
+        Some(s) if !reranking && s.reranking => Err(ApiError::not_supported(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            "this server reranks (--reranking): use /v1/rerank",
+        )),
+        Some(s) => Ok(s.clone()),
+        None if st.embed_enabled => Err(match st.loaded() {
+            Err(e) => ApiError::server(e.to_string()),
+            Ok(_) => ApiError::loading(),
+        }),
+        None => Err(ApiError::not_supported(
+            axum::http::StatusCode::NOT_IMPLEMENTED,
+            "this server does not compute embeddings: start it with --embeddings",
+        )),
+    }
+}
+
+/// The inputs of a request's `input` (or `content`): a string, a list of strings, a list of
+/// token ids, or a list of such lists.
+fn inputs(s: &EmbedService, v: &Value) -> Result<Vec<Vec<u32>>, ApiError> {
+    let ids = |i: usize, a: &[Value]| -> Result<Vec<u32>, ApiError> {
+        a.iter()
+            .map(|t| {
+                t.as_u64()
+                    .and_then(|x| u32::try_from(x).ok())
+                    .ok_or_else(|| {
+                        ApiError::invalid("input", format!("input {i}: token ids must be integers"))
+                    })
+            })
+            .collect()
+    };
+    let bad = || {
+        ApiError::invalid(
+            "input",
+            "'input' must be a string, a list of strings, a list of token ids or a list of lists \
+             of token ids",
+        )
+    };
+    let list: Vec<Vec<u32>> = match v {
+        Value::String(t) => vec![s.tokenize(0, t)?],
+        Value::Array(a) if a.is_empty() => {
+            return Err(ApiError::invalid("input", "'input' is an empty list"))
+        }
+        Value::Array(a) if a.iter().all(Value::is_number) => vec![ids(0, a)?],
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| match x {
+                Value::String(t) => s.tokenize(i, t),
+                Value::Array(t) => ids(i, t),
+                _ => Err(bad()),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(bad()),
+    };
+    for (i, t) in list.iter().enumerate() {
+        s.check(i, t)?;
+    }
+    Ok(list)
+}
+
+/// The normalisation a request asks for (`embd_normalize`, llama-server's; default 2).
+fn norm_kind(body: &Body) -> Result<i32, ApiError> {
+    match body.get("embd_normalize") {
+        None | Some(Value::Null) => Ok(2),
+        Some(v) => v
+            .as_i64()
+            .and_then(|x| i32::try_from(x).ok())
+            .ok_or_else(|| ApiError::invalid("embd_normalize", "must be an integer")),
+    }
+}
+
+/// `POST /v1/embeddings` (OpenAI).
+pub(crate) async fn v1_embeddings(
+    State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let s = service(&st, false)?;
+    let bytes = body_bytes(&st, bytes)?;
+    let body = off_thread(&st, move |_| Body::parse(&bytes)).await?;
+    if s.pooling == Pooling::None {
+        return Err(ApiError::bad_request(
+            "pooling 'none' gives one vector per token, which the OpenAI API cannot carry: \
+             use /embeddings, or start the server with --pooling mean|cls|last",
+        ));
+    }
+    let n_embd = s.model.hparams.n_embd;
+    match body.get("dimensions") {
+        None | Some(Value::Null) => {}
+        Some(d) if d.as_u64() == Some(n_embd as u64) => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "dimensions",
+                &format!(
+                    "this model's embeddings have {n_embd} dimensions and cannot be shortened"
+                ),
+            ))
+        }
+    }
+    let base64 = match body.get("encoding_format").and_then(Value::as_str) {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "encoding_format",
+                format!("'{other}' is not 'float' or 'base64'"),
+            ))
+        }
+    };
+    let input = body
+        .get("input")
+        .ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
+    let list = inputs(&s, input)?;
+    let kind = norm_kind(&body)?;
+    let n_tokens: usize = list.iter().map(Vec::len).sum();
+    let out = s.run(list).await?;
+    let data: Vec<Value> = out
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut v)| {
+            normalize(&mut v, kind);
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": body.get("model").and_then(Value::as_str).unwrap_or(&st.model_id),
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    }))
+    .into_response())
+}
+
+/// llama-server's `POST /embedding` and `/embeddings`: `content` (or `input`); an array of
+/// `{"index", "embedding"}` with `embedding` a list of rows (one row when pooled, one per
+/// token with pooling `none`).
+pub(crate) async fn embeddings(
+    State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let s = service(&st, false)?;
+    let bytes = body_bytes(&st, bytes)?;
+    let body = off_thread(&st, move |_| Body::parse(&bytes)).await?;
+    let input = body
+        .get("content")
+        .or_else(|| body.get("input"))
+        .ok_or_else(|| ApiError::invalid("content", "'content' is required"))?;
+    let list = inputs(&s, input)?;
+    let kind = norm_kind(&body)?;
+    let e = s.model.hparams.n_embd;
+    let out = s.run(list).await?;
+    let items: Vec<Value> = out
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut v)| {
+            let rows: Vec<Vec<f32>> = v
+                .chunks_mut(e)
+                .map(|r| {
+                    normalize(r, kind);
+                    r.to_vec()
+                })
+                .collect();
+            json!({"index": i, "embedding": rows})
+        })
+        .collect();
+    Ok(Json(Value::Array(items)).into_response())
+}
+
+/// `POST /rerank` and `/v1/rerank`: `query`, `documents` (strings), `top_n`; results sorted
+/// by relevance score, highest first.
+pub(crate) async fn rerank(
+    State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let s = service(&st, true)?;
+    let bytes = body_bytes(&st, bytes)?;
+    let body = off_thread(&st, move |_| Body::parse(&bytes)).await?;
+    let query = body
+        .get("query")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("query", "'query' (a string) is required"))?;
+    let docs: Vec<String> = match body.get("documents").or_else(|| body.get("texts")) {
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|d| {
+                d.as_str()
+                    .map(str::to_string)
+                    .or_else(|| d.get("text").and_then(Value::as_str).map(str::to_string))
+                    .ok_or_else(|| ApiError::invalid("documents", "each document is a string"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(ApiError::invalid(
+                "documents",
+                "'documents' (a non-empty list of strings) is required",
+            ))
+        }
+    };
+    let top_n = match body.get("top_n") {
+        None | Some(Value::Null) => docs.len(),
+        Some(v) => v
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| ApiError::invalid("top_n", "must be a non-negative integer"))?,
+    };
+    let list = ggrs_llama::embed::rerank_inputs(&s.model, query, &docs)
+        .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
+    for (i, t) in list.iter().enumerate() {
+        s.check(i, t)?;
+    }
+    let n_tokens: usize = list.iter().map(Vec::len).sum();
+    let scores = s.run(list).await?;
+    let mut results: Vec<(usize, f32)> = scores.iter().map(|v| v[0]).enumerate().collect();
+    results.sort_by(|a, b| b.1.total_cmp(&a.1));
+    results.truncate(top_n);
+    let return_text = body.get("return_documents").and_then(Value::as_bool) == Some(true);
+    let results: Vec<Value> = results
+        .into_iter()
+        .map(|(i, score)| {
+            let mut r = json!({"index": i, "relevance_score": score});
+            if return_text {
+                r["document"] = json!({"text": docs[i]});
+            }
+            r
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "model": body.get("model").and_then(Value::as_str).unwrap_or(&st.model_id),
+        "results": results,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    }))
+    .into_response())
+}

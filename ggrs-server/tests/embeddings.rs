@@ -1,0 +1,175 @@
+//! `ggrs serve --embeddings`: OpenAI's `/v1/embeddings` (strings, lists, token ids, base64,
+//! `dimensions`), llama-server's `/embedding(s)`, concurrent requests against lone ones, and
+//! bad input, on the tiny BERT (mean pooling) against the library's embedder.
+
+mod common;
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use common::TestServer;
+use ggrs_llama::embed::{EmbedParams, Embedder};
+use ggrs_llama::Model;
+use serde_json::{json, Value};
+
+fn bert() -> std::path::PathBuf {
+    common::tiny("tiny-bert-f16.gguf")
+}
+
+fn server() -> TestServer {
+    let mut c = common::config(1);
+    c.model_path = bert();
+    c.embeddings = true;
+    TestServer::start(c)
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+#[test]
+fn openai_embeddings_match_the_library() {
+    let s = server();
+    assert_eq!(s.get("/health").status, 200);
+    let model = Arc::new(Model::load(bert()).unwrap());
+    let mut emb = Embedder::new(model, EmbedParams::default()).unwrap();
+    let texts = ["The capital of France is", "Once upon a time", "1, 2, 3"];
+    let want = emb.embed(&texts).unwrap();
+
+    let a = s.post("/v1/embeddings", &json!({"input": texts, "model": "x"}));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    assert_eq!(a.body["object"], "list");
+    let data = a.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(d["index"], i);
+        assert_eq!(floats(&d["embedding"]), want[i], "input {i}");
+    }
+    assert!(a.body["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+
+    // One string; token ids; base64 (little-endian f32).
+    let one = s.post("/v1/embeddings", &json!({"input": texts[0]}));
+    assert_eq!(floats(&one.body["data"][0]["embedding"]), want[0]);
+    let ids = emb.tokenize(texts[0]).unwrap();
+    let by_ids = s.post("/v1/embeddings", &json!({"input": ids}));
+    assert_eq!(floats(&by_ids.body["data"][0]["embedding"]), want[0]);
+    let b64 = s.post(
+        "/v1/embeddings",
+        &json!({"input": [texts[1]], "encoding_format": "base64"}),
+    );
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.body["data"][0]["embedding"].as_str().unwrap())
+        .unwrap();
+    let got: Vec<f32> = bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(got, want[1]);
+    // The model's own width is accepted; another is not.
+    let same = s.post("/v1/embeddings", &json!({"input": "x", "dimensions": 64}));
+    assert_eq!(same.status, 200);
+    let bad = s.post("/v1/embeddings", &json!({"input": "x", "dimensions": 32}));
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["error"]["param"], "dimensions");
+
+    // llama-server's shape: rows per input.
+    let l = s.post("/embedding", &json!({"content": texts[2]}));
+    assert_eq!(l.status, 200, "{:?}", l.body);
+    assert_eq!(floats(&l.body[0]["embedding"][0]), want[2]);
+}
+
+#[test]
+fn concurrent_requests_equal_lone_ones_and_bad_input_is_400() {
+    let s = Arc::new(server());
+    let texts: Vec<String> = (0..12)
+        .map(|i| format!("sentence number {i} {}", "word ".repeat(i)))
+        .collect();
+    let lone: Vec<Value> = texts
+        .iter()
+        .map(|t| {
+            s.post("/v1/embeddings", &json!({"input": t})).body["data"][0]["embedding"].clone()
+        })
+        .collect();
+    let handles: Vec<_> = texts
+        .iter()
+        .cloned()
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                s.post("/v1/embeddings", &json!({"input": t})).body["data"][0]["embedding"].clone()
+            })
+        })
+        .collect();
+    for (h, want) in handles.into_iter().zip(&lone) {
+        assert_eq!(&h.join().unwrap(), want);
+    }
+    for body in [
+        json!({"input": ""}),
+        json!({"input": []}),
+        json!({"input": [[]]}),
+        json!({"input": "word ".repeat(300)}),
+        json!({"input": [999999]}),
+        json!({"input": 3}),
+        json!({"input": "x", "encoding_format": "hex"}),
+        json!({}),
+    ] {
+        let a = s.post("/v1/embeddings", &body);
+        assert_eq!(a.status, 400, "{body}: {:?}", a.body);
+        assert!(a.body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    // Not a reranking server; not a generation model.
+    assert_eq!(
+        s.post("/v1/rerank", &json!({"query": "q", "documents": ["d"]}))
+            .status,
+        501
+    );
+    let c = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 1}));
+    assert!(c.status >= 400, "{:?}", c.body);
+}
+
+#[test]
+fn embeddings_need_the_flag() {
+    let s = TestServer::start(common::config(1));
+    let a = s.post("/v1/embeddings", &json!({"input": "x"}));
+    assert_eq!(a.status, 501, "{:?}", a.body);
+}
+
+#[test]
+fn rerank_orders_documents_by_relevance_score() {
+    let path = common::llama::tiny_reranker();
+    let mut c = common::config(1);
+    c.model_path = path.clone();
+    c.reranking = true;
+    let s = TestServer::start(c);
+    let model = Arc::new(Model::load(&path).unwrap());
+    let mut emb = Embedder::new(model, EmbedParams::default()).unwrap();
+    let docs = [
+        "Paris is the capital of France.",
+        "Bananas are yellow.",
+        "1, 2, 3",
+    ];
+    let want = emb.rerank("The capital of France", &docs).unwrap();
+    let a = s.post(
+        "/v1/rerank",
+        &json!({"query": "The capital of France", "documents": docs, "top_n": 2}),
+    );
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let results = a.body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "top_n");
+    let mut order: Vec<usize> = (0..3).collect();
+    order.sort_by(|&i, &j| want[j].total_cmp(&want[i]));
+    for (r, &i) in results.iter().zip(&order) {
+        assert_eq!(r["index"], i);
+        assert_eq!(r["relevance_score"].as_f64().unwrap() as f32, want[i]);
+    }
+    let bad = s.post("/rerank", &json!({"query": "q", "documents": []}));
+    assert_eq!(bad.status, 400);
+    assert_eq!(s.post("/v1/embeddings", &json!({"input": "x"})).status, 501);
+    let _ = std::fs::remove_file(path);
+}
