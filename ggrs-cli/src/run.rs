@@ -95,6 +95,7 @@ pub fn run(a: Args) -> CliResult {
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
         top_logprobs: a.top_logprobs,
+        constraint: None,
     };
     let mut out = std::io::stdout().lock();
     if a.echo && !a.json {

@@ -356,6 +356,7 @@ pub(crate) fn gen_options(
             stop: stop_strings(body)?,
             ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
             top_logprobs,
+            constraint: None,
         },
         n,
         stream: body.bool("stream")?.unwrap_or(false),
