@@ -19,6 +19,7 @@ use crate::api::{json_body, ready, St};
 use crate::error::ApiError;
 use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
 use crate::state::{unix_now, AppState, Loaded};
+use crate::structured;
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat(
@@ -26,9 +27,11 @@ pub(crate) async fn chat(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = json_body(&st, bytes)?;
+        let mut body = json_body(&st, bytes)?;
         let l = ready(&st)?;
-        let opts = gen_options(&body, Endpoint::Chat, st.n_predict, l.model.hparams.n_vocab)?;
+        let spec = structured::spec(&mut body)?;
+        let mut opts = gen_options(&body, Endpoint::Chat, st.n_predict, l.model.hparams.n_vocab)?;
+        opts.params.constraint = structured::compile(l.model.tokenizer(), spec).await?;
         let msgs = messages(&body)?;
         let template = l
             .template
@@ -52,14 +55,16 @@ pub(crate) async fn completions(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let body = json_body(&st, bytes)?;
+        let mut body = json_body(&st, bytes)?;
         let l = ready(&st)?;
-        let opts = gen_options(
+        let spec = structured::spec(&mut body)?;
+        let mut opts = gen_options(
             &body,
             Endpoint::Completions,
             st.n_predict,
             l.model.hparams.n_vocab,
         )?;
+        opts.params.constraint = structured::compile(l.model.tokenizer(), spec).await?;
         let prompts = prompts(&body, &l)?;
         Ok::<_, ApiError>(generate(st.clone(), l, prompts, opts, Endpoint::Completions).await)
     };

@@ -24,6 +24,7 @@ mod error;
 mod info;
 mod params;
 mod state;
+mod structured;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
