@@ -5,6 +5,7 @@ mod bench;
 mod chat;
 mod common;
 mod convert;
+mod grammar;
 mod inspect;
 mod perplexity;
 mod quantize;
