@@ -35,7 +35,8 @@ fn class_of(e: &LlamaError) -> &'static str {
         LlamaError::TokenOutOfRange { .. }
         | LlamaError::EmptyPrompt
         | LlamaError::InvalidArgument(_)
-        | LlamaError::Chat(_) => "BadArgumentError",
+        | LlamaError::Chat(_)
+        | LlamaError::Constraint(_) => "BadArgumentError",
         LlamaError::SessionTooLarge { .. } => "OutOfMemoryError",
         // A tokenizer that cannot be built is a model problem; one that fails on a text is
         // about the argument.
