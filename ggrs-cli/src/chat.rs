@@ -17,6 +17,8 @@ pub struct Args {
     model: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    grammar: crate::grammar::GrammarArgs,
     /// A system message that opens the conversation.
     #[arg(long)]
     system: Option<String>,
@@ -90,6 +92,7 @@ pub fn run(a: Args) -> CliResult {
         max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,
         stop: a.stop.clone(),
+        constraint: a.grammar.constraint(chat.session().model().tokenizer())?,
         ..GenerateParams::default()
     };
     eprintln!(

@@ -6,6 +6,7 @@ mod chat;
 mod common;
 mod convert;
 mod embed;
+mod grammar;
 mod inspect;
 mod perplexity;
 mod quantize;

@@ -26,6 +26,8 @@ pub struct Args {
     n_predict: i64,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    grammar: crate::grammar::GrammarArgs,
     /// Stop when the text contains this string (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
@@ -103,6 +105,7 @@ pub fn run(a: Args) -> CliResult {
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
         top_logprobs: a.top_logprobs,
+        constraint: a.grammar.constraint(model.tokenizer())?,
     };
     let mut out = std::io::stdout().lock();
     if a.echo && !a.json {

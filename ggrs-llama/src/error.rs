@@ -17,6 +17,9 @@ pub enum LlamaError {
     /// The tokenizer could not be built or used.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    /// A grammar or schema could not be compiled or followed.
+    #[error(transparent)]
+    Constraint(#[from] crate::constraint::ConstraintError),
     /// A conversation could not be formatted as a prompt.
     #[error(transparent)]
     Chat(#[from] crate::chat::template::ChatError),

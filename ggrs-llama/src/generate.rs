@@ -4,6 +4,7 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use crate::architecture::TextConventions;
+use crate::constraint::{Constraint, ConstraintState};
 use crate::error::{LlamaError, Result};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams};
 use crate::session::Session;
@@ -22,6 +23,8 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Report the `top_logprobs` most likely tokens at each step (0: none).
     pub top_logprobs: usize,
+    /// A grammar or JSON Schema the output must follow (masks tokens before sampling).
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for GenerateParams {
@@ -32,6 +35,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             ignore_eos: false,
             top_logprobs: 0,
+            constraint: None,
         }
     }
 }
@@ -238,6 +242,8 @@ pub(crate) struct Picker {
     sampler: Sampler,
     stream: TextStream,
     params: GenerateParams,
+    /// The grammar's state, when the output is constrained.
+    constraint: Option<ConstraintState>,
     /// Generated token ids.
     pub tokens: Vec<u32>,
     /// Per generated token: its log-probability and the most likely alternatives.
@@ -263,6 +269,7 @@ impl Picker {
         Picker {
             sampler,
             stream: TextStream::new(tok, params.stop.clone()),
+            constraint: params.constraint.as_ref().map(Constraint::start),
             params: params.clone(),
             tokens: Vec::new(),
             logprobs: Vec::new(),
@@ -282,11 +289,25 @@ impl Picker {
         if self.tokens.len() >= self.params.max_tokens {
             return Ok(Pick::Stop(StopReason::MaxTokens));
         }
-        let id = self
-            .sampler
-            .try_sample(logits)
-            .map_err(|e| LlamaError::InvalidArgument(e.to_string()))?;
+        // A constraint masks what cannot continue the output before any other transform.
+        let id = match &mut self.constraint {
+            Some(c) if c.engaged() => {
+                let mut masked = logits.to_vec();
+                c.mask(&mut masked)?;
+                self.sampler.try_sample(&masked)
+            }
+            _ => self.sampler.try_sample(logits),
+        }
+        .map_err(|e| LlamaError::InvalidArgument(e.to_string()))?;
         self.sampler.accept(id);
+        if let Some(c) = &mut self.constraint {
+            let piece = if c.engaged() {
+                Vec::new()
+            } else {
+                tok.token_to_piece(id)?
+            };
+            c.accept(tok, id, &piece)?;
+        }
         let (lp, top) = token_logprobs(logits, id, self.params.top_logprobs);
         self.tokens.push(id);
         self.logprobs.push((lp, top.clone()));

@@ -52,6 +52,7 @@ pub mod arch;
 pub mod architecture;
 pub mod batch;
 pub mod chat;
+pub mod constraint;
 pub mod embed;
 pub mod engine;
 pub mod error;

@@ -38,7 +38,8 @@ fn class_of(e: &LlamaError) -> &'static str {
         | LlamaError::EmptyPrompt
         | LlamaError::InvalidArgument(_)
         | LlamaError::Embedding(_)
-        | LlamaError::Chat(_) => "BadArgumentError",
+        | LlamaError::Chat(_)
+        | LlamaError::Constraint(_) => "BadArgumentError",
         LlamaError::SessionTooLarge { .. } => "OutOfMemoryError",
         // A tokenizer that cannot be built is a model problem; one that fails on a text is
         // about the argument.

@@ -370,6 +370,7 @@ impl NativeModel {
             stop,
             ignore_eos,
             top_logprobs: top_logprobs.min(n_vocab),
+            constraint: None,
         };
         params
             .sampling

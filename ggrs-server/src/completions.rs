@@ -20,6 +20,7 @@ use crate::handler::{body_bytes, ready, St};
 use crate::limits::{check_choices, check_rendered, check_text, off_thread};
 use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
 use crate::state::{unix_now, AppState, Loaded};
+use crate::structured;
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat(
@@ -31,9 +32,10 @@ pub(crate) async fn chat(
         let l = ready(&st)?;
         // Parsing, rendering and tokenizing run on the preparation pool (see `limits`).
         let (st2, l2) = (st.clone(), l.clone());
-        let (opts, prompt) = off_thread(&st, move |cancel| {
+        let (mut opts, prompt, spec) = off_thread(&st, move |cancel| {
             let (st, l) = (st2, l2);
-            let body = Body::parse(&bytes)?;
+            let mut body = Body::parse(&bytes)?;
+            let spec = structured::spec(&mut body)?;
             let (opts, msgs) = chat_request(
                 &body,
                 st.n_predict,
@@ -55,9 +57,10 @@ pub(crate) async fn chat(
                 .model
                 .encode_chat(&text)
                 .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-            Ok((opts, prompt))
+            Ok((opts, prompt, spec))
         })
         .await?;
+        opts.params.constraint = structured::compile(l.model.tokenizer(), spec).await?;
         Ok::<_, ApiError>(generate(st.clone(), l, vec![prompt], opts, Endpoint::Chat).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
@@ -72,9 +75,10 @@ pub(crate) async fn completions(
         let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
         let (st2, l2) = (st.clone(), l.clone());
-        let (opts, prompts) = off_thread(&st, move |cancel| {
+        let (mut opts, prompts, spec) = off_thread(&st, move |cancel| {
             let (st, l) = (st2, l2);
-            let body = Body::parse(&bytes)?;
+            let mut body = Body::parse(&bytes)?;
+            let spec = structured::spec(&mut body)?;
             let opts = gen_options(
                 &body,
                 Endpoint::Completions,
@@ -89,9 +93,10 @@ pub(crate) async fn completions(
             };
             let queue = l.handle.params().queue_capacity;
             let prompts = prompts(&body, st.max_text_bytes, queue, opts.n, encode)?;
-            Ok((opts, prompts))
+            Ok((opts, prompts, spec))
         })
         .await?;
+        opts.params.constraint = structured::compile(l.model.tokenizer(), spec).await?;
         Ok::<_, ApiError>(generate(st.clone(), l, prompts, opts, Endpoint::Completions).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

@@ -31,6 +31,7 @@ mod limits;
 mod origins;
 mod params;
 mod state;
+mod structured;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

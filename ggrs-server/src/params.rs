@@ -50,6 +50,12 @@ impl Body {
         }
     }
 
+    /// Removes the field `k` and gives its value (none when absent or null): for fields
+    /// read by a module of their own before [`gen_options`] sees the rest.
+    pub fn take(&mut self, k: &str) -> Option<Value> {
+        self.0.remove(k).filter(|v| !v.is_null())
+    }
+
     /// The field `k`, absent when null.
     pub fn get(&self, k: &str) -> Option<&Value> {
         self.0.get(k).filter(|v| !v.is_null())
@@ -426,6 +432,7 @@ pub(crate) fn gen_options(
             stop: stop_strings(body)?,
             ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
             top_logprobs,
+            constraint: None,
         },
         n,
         stream: body.bool("stream")?.unwrap_or(false),

@@ -206,18 +206,26 @@ fn errors_are_openai_error_objects() {
             json!([{"type": "function", "function": {"name": "f"}}]),
         ),
         ("tool_choice", json!("auto")),
+        // Structured outputs that cannot be compiled or are malformed.
+        ("response_format", json!({"type": "json_schema"})),
+        ("response_format", json!({"type": "yaml"})),
         (
             "response_format",
-            json!({"type": "json_schema", "json_schema": {}}),
+            json!({"type": "json_schema", "json_schema": {"schema": {"$ref": "#/$defs/nope"}}}),
         ),
-        ("grammar", json!("root ::= \"a\"")),
+        ("grammar", json!("root ::= undefined-rule")),
+        (
+            "json_schema",
+            json!({"type": "object", "minProperties": 3, "maxProperties": 1}),
+        ),
         ("mirostat", json!(2)),
     ] {
         let mut b = chat_body(user.clone(), 2);
         b[field] = value;
         let a = s.post("/v1/chat/completions", &b);
         assert_error(&a, 400, Some(field));
-        assert!(a.body["error"]["message"].as_str().unwrap().contains(field));
+        let m = a.body["error"]["message"].as_str().unwrap();
+        assert!(m.contains(field), "{m}");
     }
     // Harmless fields OpenAI clients send are accepted.
     let mut b = chat_body(user.clone(), 2);

@@ -54,6 +54,8 @@ pub use vocab::{SpecialTokens, TokenData, TokenType, Vocab, VocabKind, VocabPart
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     vocab: Vocab,
+    /// Constrained decoding's per-vocabulary state, built on first use.
+    grammar: crate::constraint::VocabCell,
 }
 
 /// A piece of the input after special tokens have been cut out.
@@ -68,7 +70,16 @@ enum Fragment {
 impl Tokenizer {
     /// A tokenizer for `vocab`.
     pub fn new(vocab: Vocab) -> Tokenizer {
-        Tokenizer { vocab }
+        Tokenizer {
+            vocab,
+            grammar: Default::default(),
+        }
+    }
+
+    /// Constrained decoding's per-vocabulary state (token trie, lexer slices): built by
+    /// the first [`crate::constraint::Constraint::compile`] and shared by every clone.
+    pub fn grammar_vocab(&self) -> &crate::constraint::VocabCell {
+        &self.grammar
     }
 
     /// Reads the tokenizer from a model file's `tokenizer.ggml.*` keys.
