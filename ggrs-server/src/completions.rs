@@ -32,7 +32,7 @@ pub(crate) async fn chat(
         let l = ready(&st)?;
         // Parsing, rendering and tokenizing run on the preparation pool (see `limits`).
         let (st2, l2) = (st.clone(), l.clone());
-        let (mut opts, prompt, spec) = off_thread(&st, move |cancel| {
+        let (mut opts, prompt, spec) = off_thread(&st.prep, move |cancel| {
             let (st, l) = (st2, l2);
             let mut body = Body::parse(&bytes)?;
             let spec = structured::spec(&mut body)?;
@@ -51,7 +51,7 @@ pub(crate) async fn chat(
             let text = template
                 .render_with(&msgs, true, &l.vars)
                 .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-            check_rendered(&st, text.len())?;
+            check_rendered(st.max_text_bytes, text.len())?;
             cancel.check()?;
             let prompt = l
                 .model
@@ -75,7 +75,7 @@ pub(crate) async fn completions(
         let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
         let (st2, l2) = (st.clone(), l.clone());
-        let (mut opts, prompts, spec) = off_thread(&st, move |cancel| {
+        let (mut opts, prompts, spec) = off_thread(&st.prep, move |cancel| {
             let (st, l) = (st2, l2);
             let mut body = Body::parse(&bytes)?;
             let spec = structured::spec(&mut body)?;

@@ -290,7 +290,7 @@ pub(crate) async fn tokenize(State(st): St, bytes: Result<Bytes, BytesRejection>
         let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
         let st2 = st.clone();
-        off_thread(&st, move |cancel| {
+        off_thread(&st.prep, move |cancel| {
             let body = Body::parse(&bytes)?;
             let (content, add_special, parse_special, with_pieces) =
                 tokenize_options(&body, st2.max_text_bytes)?;
@@ -333,7 +333,7 @@ pub(crate) async fn detokenize(State(st): St, bytes: Result<Bytes, BytesRejectio
     let run = async {
         let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        off_thread(&st, move |_| {
+        off_thread(&st.prep, move |_| {
             let ids = token_ids(&Body::parse(&bytes)?)?;
             let text = l
                 .model

@@ -21,6 +21,7 @@
 
 mod api;
 mod completions;
+mod embed_service;
 mod embeddings;
 mod error;
 #[doc(hidden)]

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// Preparation jobs (parsing, rendering, tokenizing) that run at once; more wait for a
 /// turn (the machine's cores are the engine's: two jobs keep the HTTP side moving without
@@ -56,11 +55,10 @@ impl Drop for CancelOnDrop {
 /// Runs `job` on the blocking pool once a turn is free. Dropping the returned future (the
 /// client left) cancels the wait, and tells a running job through its [`Cancel`].
 pub(crate) async fn off_thread<T: Send + 'static>(
-    st: &AppState,
+    prep: &Prep,
     job: impl FnOnce(&Cancel) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let permit = st
-        .prep
+    let permit = prep
         .jobs
         .clone()
         .acquire_owned()
@@ -98,8 +96,8 @@ const TEMPLATE_OVERHEAD: usize = 64 << 10;
 
 /// 400 when a rendered chat prompt is larger than its messages allow (a template that
 /// writes far more than the conversation holds).
-pub(crate) fn check_rendered(st: &AppState, bytes: usize) -> Result<(), ApiError> {
-    let limit = st.max_text_bytes.saturating_add(TEMPLATE_OVERHEAD);
+pub(crate) fn check_rendered(max_text_bytes: usize, bytes: usize) -> Result<(), ApiError> {
+    let limit = max_text_bytes.saturating_add(TEMPLATE_OVERHEAD);
     if bytes > limit {
         return Err(ApiError::invalid(
             "messages",

@@ -83,7 +83,7 @@ pub(crate) struct AppState {
     /// Whether `--embeddings` or `--reranking` was given.
     pub embed_enabled: bool,
     /// The embedding worker, once the model is loaded (with `embed_enabled`).
-    pub embed: std::sync::OnceLock<Arc<crate::embeddings::EmbedService>>,
+    pub embed: std::sync::OnceLock<Arc<crate::embed_service::EmbedService>>,
     pub counters: Mutex<Counters>,
 }
 
@@ -166,7 +166,7 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
         })?;
     if state.embed_enabled {
         let e = &config.engine;
-        let service = crate::embeddings::EmbedService::start(
+        let service = crate::embed_service::EmbedService::start(
             model.clone(),
             config.pooling,
             config.reranking,

@@ -35,7 +35,7 @@
 pub mod gbnf;
 mod vocab;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
@@ -81,27 +81,18 @@ pub enum ConstraintError {
     Stuck(String),
 }
 
-/// The engine's per-vocabulary state (token trie, lexer slices), built on first use and
-/// shared by every clone of the [`Tokenizer`] that holds it.
-#[derive(Clone, Default)]
-pub struct VocabCell(Arc<OnceLock<Result<Arc<ParserFactory>, String>>>);
-
-impl std::fmt::Debug for VocabCell {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.get().is_some() {
-            "VocabCell(built)"
-        } else {
-            "VocabCell(empty)"
-        })
-    }
-}
-
-impl VocabCell {
-    fn factory(&self, tok: &Tokenizer) -> Result<Arc<ParserFactory>, ConstraintError> {
-        self.0
-            .get_or_init(|| vocab::factory(tok).map(Arc::new))
-            .clone()
-            .map_err(ConstraintError::Vocabulary)
+/// The grammar engine's view of `tok`'s vocabulary (token trie, lexer slices), built once
+/// per tokenizer and kept in its [`Tokenizer::grammar_vocab`] cell.
+fn factory(tok: &Tokenizer) -> Result<Arc<ParserFactory>, ConstraintError> {
+    type Built = Result<Arc<ParserFactory>, String>;
+    let built: Option<&Built> = tok
+        .grammar_vocab()
+        .get_or_init(|| vocab::factory(tok).map(Arc::new));
+    match built {
+        Some(r) => r.clone().map_err(ConstraintError::Vocabulary),
+        None => Err(ConstraintError::Vocabulary(
+            "the tokenizer's grammar cell holds another type".into(),
+        )),
     }
 }
 
@@ -200,7 +191,7 @@ impl Constraint {
             ),
             GrammarSpec::Regex(r) => ("the regular expression", TopLevelGrammar::from_regex(r)),
         };
-        let factory = tok.grammar_vocab().factory(tok)?;
+        let factory = factory(tok)?;
         let parser = factory
             .create_parser(grammar)
             .map_err(|e| ConstraintError::Compile {

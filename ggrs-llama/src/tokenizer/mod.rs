@@ -55,7 +55,38 @@ pub use vocab::{SpecialTokens, TokenData, TokenType, Vocab, VocabKind, VocabPart
 pub struct Tokenizer {
     vocab: Vocab,
     /// Constrained decoding's per-vocabulary state, built on first use.
-    grammar: crate::constraint::VocabCell,
+    grammar: DerivedCell,
+}
+
+/// A value derived once from a tokenizer's vocabulary and shared by every clone of it
+/// (constrained decoding keeps its token trie here). Type-erased, so the tokenizer names
+/// none of its users.
+#[derive(Clone, Default)]
+pub struct DerivedCell(
+    std::sync::Arc<std::sync::OnceLock<std::sync::Arc<dyn std::any::Any + Send + Sync>>>,
+);
+
+impl std::fmt::Debug for DerivedCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "DerivedCell(built)"
+        } else {
+            "DerivedCell(empty)"
+        })
+    }
+}
+
+impl DerivedCell {
+    /// The value, built by `init` on first use. `None` when the cell already holds a value
+    /// of another type (each cell has one user, which always asks for the same type).
+    pub fn get_or_init<T: std::any::Any + Send + Sync>(
+        &self,
+        init: impl FnOnce() -> T,
+    ) -> Option<&T> {
+        self.0
+            .get_or_init(|| std::sync::Arc::new(init()))
+            .downcast_ref::<T>()
+    }
 }
 
 /// A piece of the input after special tokens have been cut out.
@@ -78,7 +109,7 @@ impl Tokenizer {
 
     /// Constrained decoding's per-vocabulary state (token trie, lexer slices): built by
     /// the first [`crate::constraint::Constraint::compile`] and shared by every clone.
-    pub fn grammar_vocab(&self) -> &crate::constraint::VocabCell {
+    pub fn grammar_vocab(&self) -> &DerivedCell {
         &self.grammar
     }
 

@@ -1,0 +1,150 @@
+//! The embedding worker: one thread that owns an [`Embedder`] and evaluates every waiting
+//! request together, so concurrent embedding requests share steps.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use ggrs_llama::embed::{EmbedParams, Embedder, Pooling};
+use ggrs_llama::Model;
+
+use crate::error::ApiError;
+
+/// A batch of inputs and where its results go.
+struct Job {
+    inputs: Vec<Vec<u32>>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+}
+
+/// The embedding worker of a server: see the [module docs](self).
+pub(crate) struct EmbedService {
+    /// The model the worker evaluates.
+    pub(crate) model: Arc<Model>,
+    /// The pooling every request gets.
+    pub(crate) pooling: Pooling,
+    /// Most tokens one input may have.
+    pub(crate) n_ctx: usize,
+    /// Whether the server was started with `--reranking`.
+    pub(crate) reranking: bool,
+    jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+}
+
+impl EmbedService {
+    /// Starts the worker for `model` (its embedder checked first: a model without an
+    /// embedding graph or pooling is an error). The embedder does not normalise: each
+    /// request does, as it asks.
+    pub fn start(
+        model: Arc<Model>,
+        pooling: Option<Pooling>,
+        reranking: bool,
+        n_batch: usize,
+        n_threads: usize,
+    ) -> Result<EmbedService, String> {
+        let pooling = if reranking {
+            Some(Pooling::Rank)
+        } else {
+            pooling
+        };
+        let params = EmbedParams {
+            pooling,
+            normalize: -1,
+            n_batch,
+            n_threads,
+            ..Default::default()
+        };
+        let mut emb = Embedder::new(model.clone(), params).map_err(|e| e.to_string())?;
+        let (pooling, n_ctx) = (emb.pooling(), emb.params().n_ctx);
+        let budget = emb.params().n_batch;
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("ggrs-embed".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    // Every job waiting now, up to about one step's worth of tokens.
+                    let mut jobs = vec![first];
+                    let mut n: usize = jobs[0].inputs.iter().map(Vec::len).sum();
+                    while n < budget {
+                        match rx.try_recv() {
+                            Ok(j) => {
+                                n += j.inputs.iter().map(Vec::len).sum::<usize>();
+                                jobs.push(j);
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let all: Vec<Vec<u32>> =
+                        jobs.iter().flat_map(|j| j.inputs.iter().cloned()).collect();
+                    let res = emb.embed_tokens(&all).map_err(|e| e.to_string());
+                    let mut at = 0;
+                    for j in jobs {
+                        let k = j.inputs.len();
+                        let part = match &res {
+                            Ok(v) => Ok(v[at..at + k].to_vec()),
+                            Err(e) => Err(e.clone()),
+                        };
+                        at += k;
+                        let _ = j.reply.send(part);
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(EmbedService {
+            model,
+            pooling,
+            n_ctx,
+            reranking,
+            jobs: std::sync::Mutex::new(tx),
+        })
+    }
+
+    /// The results of `inputs` (each already checked), computed by the worker.
+    pub(crate) async fn run(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, ApiError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(Job { inputs, reply: tx })
+            .map_err(|_| ApiError::server("the embedding worker stopped"))?;
+        rx.await
+            .map_err(|_| ApiError::server("the embedding worker stopped"))?
+            .map_err(ApiError::server)
+    }
+
+    /// Checks one input's tokens: not empty, within the context, in the vocabulary.
+    pub(crate) fn check(&self, i: usize, t: &[u32]) -> Result<(), ApiError> {
+        if t.is_empty() {
+            return Err(ApiError::invalid("input", format!("input {i} is empty")));
+        }
+        if t.len() > self.n_ctx {
+            return Err(ApiError::invalid(
+                "input",
+                format!(
+                    "input {i} has {} tokens, more than the model's context of {} tokens",
+                    t.len(),
+                    self.n_ctx
+                ),
+            ));
+        }
+        let nv = self.model.hparams.n_vocab;
+        if let Some(id) = t.iter().find(|&&id| id as usize >= nv) {
+            return Err(ApiError::invalid(
+                "input",
+                format!("token id {id} is out of range (the vocabulary has {nv} tokens)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Token ids of a text input (special tokens added, as an embedding input).
+    pub(crate) fn tokenize(&self, i: usize, text: &str) -> Result<Vec<u32>, ApiError> {
+        if text.is_empty() {
+            return Err(ApiError::invalid(
+                "input",
+                format!("input {i} is an empty string"),
+            ));
+        }
+        self.model
+            .text()
+            .encode(self.model.tokenizer(), text, true, true)
+            .map_err(|e| ApiError::invalid("input", e.to_string()))
+    }
+}
