@@ -58,7 +58,7 @@ fn get(addr: &str, path: &str) -> String {
     let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
     write!(
         tcp,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut s = String::new();
