@@ -177,13 +177,13 @@
 //! 5. COMPUTE (`kernels/matmul/mod.rs`: `compute`), chunk by chunk on every thread: panels
 //!    come from the weight's prepared copy ([`weights::prepare`], `kernels/packed.rs`) or are
 //!    packed per node; the kernels themselves are `#[target_feature]` functions in
-//!    `quants/simd/` (`panel/` for the panel kernels, `avx2.rs`, `avx512.rs`, `tiled_avx2.rs`,
+//!    `kernels/x86/` (`panel/` for the panel kernels, `avx2.rs`, `avx512.rs`, `tiled_avx2.rs`,
 //!    `neon.rs`) and `kernels/ggml_arith.rs`, with portable bodies in `quants/` (the block
 //!    formats and their reference dot products) and `kernels/ggml_arith.rs`.
 //!
 //! A weight type lives in `quants/` (its block layout, reference quantizer, dequantizer and
 //! dot product, and the `with_block!` row of `quants/mod.rs` that `types/` reads); its SIMD
-//! kernels in `quants/simd/`, listed by `quants/simd/mod.rs` (`kernels`).
+//! kernels in `kernels/x86/`, listed by `kernels/x86/mod.rs` (`kernels`).
 #![warn(missing_docs)]
 // Every `unsafe` block says why it is sound (`// SAFETY:`), as the house rules ask.
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -14,7 +14,9 @@
 //! This module and the executor are where `unsafe` lives: kernels read and write through raw
 //! pointers that the executor derived from a context it holds exclusively.
 
+pub(crate) mod aarch64;
 pub(crate) mod attn;
+pub(crate) mod dot_builds;
 pub(crate) mod elementwise;
 pub(crate) mod expf;
 pub(crate) mod ggml_arith;
@@ -26,6 +28,7 @@ pub(crate) mod rope_freqs;
 pub(crate) mod rope_yarn;
 pub(crate) mod rows;
 pub mod vec;
+pub(crate) mod x86;
 
 use crate::dtype::DType;
 use crate::error::Result;

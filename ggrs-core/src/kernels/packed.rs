@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 #[cfg(target_arch = "x86_64")]
-use crate::quants::dispatch::panel::{self, Kind, ROWS};
+use crate::kernels::x86::panel::{self, Kind, ROWS};
 #[cfg(target_arch = "x86_64")]
 use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder};
 
@@ -58,7 +58,7 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
 /// A weight matrix copied once, ahead of any graph, into the layout `mul_mat` reads best,
 /// 64-byte aligned, on transparent huge pages where the system has them, owned by whoever
 /// loaded the weights (e.g. a model; clones share the copy). The layout is the panels the
-/// `mul_mat` panel kernels stream (`quants::simd::panel`: sixteen rows per panel, one row per
+/// `mul_mat` panel kernels stream (`kernels::x86::panel`: sixteen rows per panel, one row per
 /// vector lane) when the CPU has one for the weight, else the rows as they are (any type:
 /// then only the pages differ).
 ///
@@ -220,7 +220,7 @@ pub(crate) mod store {
 
     use super::panel_kind;
     use crate::dtype::DType;
-    use crate::quants::dispatch::panel::{self, Kind, ROWS};
+    use crate::kernels::x86::panel::{self, Kind, ROWS};
 
     // Where the shared buffers of packed weights start: a multiple of the huge page (the
     // size the file maps are placed at), so that every full 2 MiB of a buffer can be one.

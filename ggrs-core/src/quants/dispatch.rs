@@ -1,7 +1,7 @@
 //! Choosing a dot-product kernel per block type, once per process.
 //!
 //! Every block type has a scalar reference kernel (`vec_dot_scalar::<B>`), always compiled.
-//! Faster kernels (see `quants/simd/`: AVX2, AVX-512, AVX-512 VNNI; on aarch64 NEON and
+//! Faster kernels (see `kernels/x86/`: AVX2, AVX-512, AVX-512 VNNI; on aarch64 NEON and
 //! NEON `dotprod`, for Q4_0 and Q8_0) plug in here: `detect` picks, per type, the best
 //! build the CPU runs, on first use, and caches it, so `mul_mat` pays one table read per
 //! node. `GGRS_FORCE_SCALAR=1` (read once, see [`crate::cpu::isa`]) keeps
@@ -21,7 +21,7 @@
 //! Q5_1, IQ4_NL and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
 //! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]); Q2_K,
 //! Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have AVX2 builds in [`SumOrder::GgmlTiled`]
-//! (`quants::simd::tiled_avx2`), which `mul_mat` runs as panels (`tiled_panel`).
+//! (`kernels::x86::tiled_avx2`), which `mul_mat` runs as panels (`tiled_panel`).
 //!
 //! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
 //! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see
@@ -33,14 +33,9 @@ use std::sync::OnceLock;
 
 use super::FromF32Fn;
 use crate::dtype::DType;
-use crate::quants::{simd, vec_dot_scalar, BlockQuant, VecDotKernel};
+use crate::kernels::dot_builds as simd;
+use crate::quants::{vec_dot_scalar, BlockQuant, VecDotKernel};
 
-/// The panel kernels of `mul_mat` (see `quants::simd::panel`).
-#[cfg(target_arch = "x86_64")]
-pub(crate) use super::simd::panel;
-/// The AVX2 builds of the repacked Q4_K / Q2_K orders (see `quants::simd::repacked_k`).
-#[cfg(target_arch = "x86_64")]
-pub(crate) use super::simd::repacked_k;
 
 use super::{
     BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
@@ -327,7 +322,7 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
 }
 
 /// The SIMD builds of `dtype`'s dot product in ggml's tiled k-quant order
-/// ([`SumOrder::GgmlTiled`]) that this CPU runs (`quants::simd::tiled_avx2`).
+/// ([`SumOrder::GgmlTiled`]) that this CPU runs (`kernels::x86::tiled_avx2`).
 fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
     SIMD_ISAS
         .into_iter()
@@ -347,7 +342,7 @@ fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
 /// The panel kernel `mul_mat` runs for a weight of type `dtype` and shape `ne` against
 /// `n_cols` columns per batch when that product takes ggml's tiled order
 /// ([`ggml_sum_order_cols`] gives [`SumOrder::GgmlTiled`]) and this CPU runs the AVX2
-/// build (`quants::simd::tiled_avx2`: rows × up to [`TILED_PANEL_COLS`] columns, bits of
+/// build (`kernels::x86::tiled_avx2`: rows × up to [`TILED_PANEL_COLS`] columns, bits of
 /// `k_quants::tiled::dot_tiled`); `None` otherwise, and under `GGRS_FORCE_SCALAR` /
 /// [`force_scalar`].
 #[cfg(target_arch = "x86_64")]
@@ -359,12 +354,12 @@ pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
     {
         return None;
     }
-    simd::tiled_avx2::panel_kernel(dtype)
+    crate::kernels::x86::tiled_avx2::panel_kernel(dtype)
 }
 
 /// The panel kernels of ggml's tiled order (see [`tiled_panel`]).
 #[cfg(target_arch = "x86_64")]
-pub(crate) use super::simd::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS};
+pub(crate) use crate::kernels::x86::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS};
 
 /// The fastest build of `dtype`'s dot product keeping `order`: [`active_variant`] for
 /// [`SumOrder::Any`]; for a ggml order, the best SIMD build keeping it, or `None` (no such
@@ -428,7 +423,7 @@ static FORCE_SCALAR: AtomicBool = AtomicBool::new(false);
 static NO_PANELS: AtomicBool = AtomicBool::new(false);
 
 /// Switches `mul_mat`'s panel kernels (AVX-512 VNNI, Q4_0 and Q8_0 weights with sixteen
-/// rows or more; see `quants::simd::panel`) off (`true`) or back on (`false`) for the whole
+/// rows or more; see `kernels::x86::panel`) off (`true`) or back on (`false`) for the whole
 /// process, from the next plan on: the tile kernels run instead, with the same bits. For
 /// benchmarks and A/B comparisons; like [`force_scalar`], do not flip it while graphs run.
 pub fn force_no_panels(on: bool) {

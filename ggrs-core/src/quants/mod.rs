@@ -50,7 +50,6 @@ pub mod q4_0;
 pub mod q4_1;
 pub mod q5;
 pub mod q8;
-mod simd;
 
 pub use dispatch::{vec_dot_kernel, vec_dot_scalar_kernel};
 pub use iq4::{BlockIQ4NL, BlockIQ4XS};

@@ -315,13 +315,13 @@ unsafe fn matrix(
 unsafe fn panel_rows(
     task: &Task,
     work: &mut Work,
-    kind: crate::quants::dispatch::panel::Kind,
-    first: (crate::quants::dispatch::panel::Kind, usize),
+    kind: crate::kernels::x86::panel::Kind,
+    first: (crate::kernels::x86::panel::Kind, usize),
     e: usize,
     g: Gathered<'_>,
     rows: std::ops::Range<usize>,
 ) {
-    use crate::quants::dispatch::panel::ROWS;
+    use crate::kernels::x86::panel::ROWS;
     const _: () = assert!(ROWS == BLOCK, "a block of work is one panel");
     let (a, b, d) = (task.s0(), task.s1(), &task.dst);
     let k = a.ne[0];

@@ -10,13 +10,13 @@
 //! thread count. The kernels keep ggml's x86 summation orders where llama.cpp's bits are the
 //! contract (see `kernels::ggml_arith`):
 //! - panels ([`panels`]): chunks of whole 16-row panels against every column, each panel
-//!   repacked once into one-row-per-lane vectors (`quants::simd::panel`), or read from a copy
+//!   repacked once into one-row-per-lane vectors (`kernels::x86::panel`), or read from a copy
 //!   packed at load ([`PackedWeight`]), INIT also writing each activation block's side data;
 //! - F16 weights on AVX-512, prompts: chunks of ~64 rows against every column, sixteen
 //!   columns at a time widened to f32 in INIT, 4 × 4 register tiles (tinyBLAS's order);
 //! - k-quant and IQ4_XS weights against 8 columns or more (ggml's tiled order) on AVX2:
 //!   panels of up to 16 rows × 16 columns, each weight block decoded once per panel
-//!   (`quants::simd::tiled_avx2`);
+//!   (`kernels::x86::tiled_avx2`);
 //! - everything else: 4 × 4, 4 × 1 and 1 × 4 tiles of a dot-product build, or one element
 //!   at a time.
 //!
@@ -230,7 +230,7 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
                 // SAFETY: the panel plan sizes the shared buffer for the side data of
                 // every row after the converted rows; slot r is this thread's.
                 let aux = panels::aux_row(kind, work.shared, rs, b.nrows(), a.ne[0], r);
-                crate::quants::dispatch::panel::activation_aux(kind, out, aux);
+                crate::kernels::x86::panel::activation_aux(kind, out, aux);
             }
         }
     }
@@ -570,7 +570,7 @@ impl<'t> Operands<'t> {
     }
 
     /// K-quants in ggml's tiled order (from 8 columns on, AVX2): panels of up to 16 rows ×
-    /// 16 columns, each weight block decoded once per panel (`quants::simd::tiled_avx2`),
+    /// 16 columns, each weight block decoded once per panel (`kernels::x86::tiled_avx2`),
     /// with `dot_tiled`'s bits for every element.
     ///
     /// # Safety
@@ -629,7 +629,7 @@ pub(crate) struct PackedKeep {
 pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<PackedKeep> {
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::quants::dispatch::panel::Kind;
+        use crate::kernels::x86::panel::Kind;
         let entry = &packed.entry;
         let a = task.s0();
         // (The matrices of a stack one after the other, as they were packed.)
@@ -664,7 +664,7 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
 }
 
 /// The panel path (x86-64, AVX-512 VNNI or AVX2): Q4_0 and Q8_0 weights in ggml's order, sixteen
-/// weight rows packed at a time (`quants::simd::panel`) and dotted with every activation
+/// weight rows packed at a time (`kernels::x86::panel`) and dotted with every activation
 /// column while the packed panel sits in L1/L2. Chunks are ranges of whole panels, so each
 /// panel is packed once per node and batch; the `n % 16` rows left over go through [`tile`]
 /// in the last chunk. Each element is still one dot product in a fixed order: results do
@@ -672,7 +672,7 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
 #[cfg(target_arch = "x86_64")]
 mod panels {
     use super::*;
-    use crate::quants::dispatch::panel::{self, Kind, ROWS};
+    use crate::kernels::x86::panel::{self, Kind, ROWS};
 
     pub(super) use crate::kernels::packed::panel_kind as kind;
 
@@ -1314,7 +1314,7 @@ mod tests {
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
         // Where the panels run, the legacy types are among the promised ones.
-        if crate::quants::dispatch::panel::available() {
+        if crate::kernels::x86::panel::available() {
             for t in [
                 DType::Q4_0,
                 DType::Q8_0,

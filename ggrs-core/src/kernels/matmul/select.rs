@@ -46,7 +46,7 @@ use crate::tensor::TensorMeta;
 use crate::types::{traits, FromF32Fn};
 
 #[cfg(target_arch = "x86_64")]
-use crate::quants::dispatch::panel::Kind;
+use crate::kernels::x86::panel::Kind;
 #[cfg(target_arch = "x86_64")]
 use crate::quants::dispatch::TiledPanelFn;
 
@@ -61,7 +61,7 @@ pub(crate) enum ActivationForm {
     /// F16 rows, then the same rows widened back to f32 (see [`f16_widens`]).
     F16Widened,
     /// Rows of the panel kernel's activation type (Q8_0, Q8_1 or Q8_K), then every block's
-    /// side data for that kernel, if it has any (`quants::simd::panel`).
+    /// side data for that kernel, if it has any (`kernels::x86::panel`).
     #[cfg(target_arch = "x86_64")]
     Panel(Kind),
 }
@@ -93,7 +93,7 @@ impl ActivationForm {
 /// How COMPUTE multiplies the weight rows with the activation columns.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Compute {
-    /// Panels of sixteen weight rows (`quants::simd::panel`), packed once per node and batch
+    /// Panels of sixteen weight rows (`kernels::x86::panel`), packed once per node and batch
     /// or read from a copy packed at load; `rest` computes the rows below a whole panel.
     #[cfg(target_arch = "x86_64")]
     Panel {
@@ -114,7 +114,7 @@ pub(crate) enum Compute {
         rest: Element,
     },
     /// k-quants and IQ4_XS against eight columns or more, in ggml's tiled order: panels of
-    /// up to 16 rows × 16 columns (`quants::simd::tiled_avx2`).
+    /// up to 16 rows × 16 columns (`kernels::x86::tiled_avx2`).
     #[cfg(target_arch = "x86_64")]
     TiledPanel(TiledPanelFn),
     /// One output element at a time or in tiles (see [`Element`]).

@@ -49,7 +49,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u16, read_u32};
+use super::super::util::{read_f32, read_u16, read_u32};
 use super::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;
 

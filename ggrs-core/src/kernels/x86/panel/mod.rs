@@ -71,7 +71,7 @@ mod tiled_vnni;
 
 use std::arch::x86_64::*;
 
-use super::x86::{read_f32, read_u16, read_u32};
+use super::util::{read_f32, read_u16, read_u32};
 
 /// Weight rows per panel.
 pub(crate) const ROWS: usize = 16;

@@ -51,7 +51,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::lanes_vnni::fifth;
 use super::repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
 use super::{prefetch_block, ROWS};

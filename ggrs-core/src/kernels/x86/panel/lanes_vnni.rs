@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{f16_at, read_u32};
+use super::super::util::{f16_at, read_u32};
 use super::avx2::LanesType;
 use super::AUX_BYTES;
 

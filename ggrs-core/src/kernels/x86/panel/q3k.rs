@@ -44,7 +44,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::{prefetch_block, ROWS};
 use crate::quants::k_quants::q3_k_scale;
 

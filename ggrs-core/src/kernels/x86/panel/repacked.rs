@@ -56,7 +56,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::{prefetch_block, ROWS};
 use crate::quants::k_quants::get_scale_min_k4;
 
@@ -344,7 +344,7 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
 mod tests {
     use super::*;
     use crate::quants::k_quants::repacked;
-    use crate::quants::simd::panel::{self, Kind};
+    use crate::kernels::x86::panel::{self, Kind};
 
     fn rng(seed: &mut u64) -> u32 {
         *seed = seed
