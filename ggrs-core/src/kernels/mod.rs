@@ -27,6 +27,7 @@ pub(crate) mod reduce;
 pub(crate) mod rope_freqs;
 pub(crate) mod rope_yarn;
 pub(crate) mod rows;
+pub(crate) mod select;
 pub mod vec;
 pub(crate) mod x86;
 
@@ -219,8 +220,8 @@ pub struct TaskPlan {
     /// Threads the plan is for (0 in plans made outside `plan`).
     pub n_threads: usize,
     /// For a `mul_mat` (or `mul_mat_id`): the kernel its plan chose and the activation form
-    /// its INIT writes ([`matmul::select`]).
-    pub(crate) matmul: Option<matmul::select::MatMulKernel>,
+    /// its INIT writes ([`select`]).
+    pub(crate) matmul: Option<select::MatMulKernel>,
 }
 
 impl TaskPlan {

@@ -63,7 +63,7 @@ use crate::quants::VecDotKernel as VecDotFn;
 
 /// The dot product ggml would use for weights of type `dtype` and shape `ne` against
 /// `n_cols` activation rows per batch (`None`: no ggml-order kernel for this type; use the
-/// generic one). Only `kernels::matmul::select` chooses with it.
+/// generic one). Only `kernels::select` chooses with it.
 pub(crate) fn mul_mat_dot(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option<VecDotFn> {
     let rows = ne[1];
     let two_d = ne[2] == 1 && ne[3] == 1;

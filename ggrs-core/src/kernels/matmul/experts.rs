@@ -102,7 +102,7 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
         ne: [k, a.ne[1], 1, 1],
         ..a.clone()
     };
-    let kernel = select::select_id(&mat, b);
+    let kernel = select::select_id(weight(&mat), activations(b));
     let groups = activation_bytes(&kernel, k, b.nrows()).next_multiple_of(8);
     // Room to pack one panel where the weight was not packed ahead.
     #[cfg(target_arch = "x86_64")]

@@ -24,16 +24,14 @@
 //! each chosen matrix's columns through the kernels of a one-column product by it (panels
 //! included: each column keeps its one-column bits).
 
-use half::{bf16, f16};
-
 pub(crate) mod experts;
-pub(crate) mod select;
 
 pub(crate) use experts::{compute as compute_id, plan as plan_id};
 
 use crate::dtype::DType;
 use crate::kernels::packed::PackedWeight;
-use crate::kernels::{split_range, vec, Task, TaskPlan, Work};
+use crate::kernels::select;
+use crate::kernels::{split_range, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 use crate::types::traits;
 pub(crate) use select::ActivationForm;
@@ -42,35 +40,22 @@ pub(crate) use select::ActivationForm;
 /// `vec_dot_type`, both as bytes.
 pub use crate::quants::VecDotKernel as VecDotFn;
 
-fn dot_f32(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    vec::dot_f32(&bytemuck::cast_slice(a)[..n], &bytemuck::cast_slice(b)[..n])
-}
+pub use select::supports;
 
-fn dot_f16(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let a: &[f16] = bytemuck::cast_slice(a);
-    let b: &[f16] = bytemuck::cast_slice(b);
-    vec::dot_f16(&a[..n], &b[..n])
-}
-
-fn dot_bf16(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let a: &[bf16] = bytemuck::cast_slice(a);
-    let b: &[bf16] = bytemuck::cast_slice(b);
-    vec::dot_bf16(&a[..n], &b[..n])
-}
-
-/// The dot product used when `dtype` is the weight type, if there is one.
-pub fn vec_dot(dtype: DType) -> Option<VecDotFn> {
-    match dtype {
-        DType::F32 => Some(dot_f32),
-        DType::F16 => Some(dot_f16),
-        DType::BF16 => Some(dot_bf16),
-        other => crate::quants::vec_dot(other),
+/// `a` as [`select::select`] sees a weight.
+fn weight(a: &TensorMeta) -> select::Weight {
+    select::Weight {
+        dtype: a.dtype,
+        ne: a.ne,
     }
 }
 
-/// True when `mul_mat` accepts `dtype` as its weight operand.
-pub fn supports(dtype: DType) -> bool {
-    vec_dot(dtype).is_some() && traits(traits(dtype).vec_dot_type).from_f32.is_some()
+/// The layout of the activations `b` as [`select::select`] sees it.
+fn activations(b: &TensorMeta) -> select::Activations {
+    select::Activations {
+        rows_contiguous: b.rows_contiguous(),
+        contiguous: b.is_contiguous(),
+    }
 }
 
 /// Whether every output column of a `mul_mat` with weights of type `dtype` and shape `ne`
@@ -83,7 +68,7 @@ pub fn supports(dtype: DType) -> bool {
 pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
+        select::panel_kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -137,7 +122,7 @@ pub(crate) fn plan(
     per_column: bool,
 ) -> TaskPlan {
     let cols = select::arith_cols(per_column, b.ne[1]);
-    let kernel = select::select(a, b, cols);
+    let kernel = select::select(weight(a), activations(b), cols);
     #[cfg(target_arch = "x86_64")]
     if let select::Compute::Panel { kind, .. } = kernel.compute {
         return panels::plan(kind, kernel, a, b, dst, nth);
@@ -674,7 +659,6 @@ mod panels {
     use super::*;
     use crate::kernels::x86::panel::{self, Kind, ROWS};
 
-    pub(super) use crate::kernels::packed::panel_kind as kind;
 
     /// The panel kernel of a node planned by [`plan`] (its activation form names it), so
     /// that INIT and COMPUTE follow the plan even if a switch changed since.
@@ -1023,7 +1007,7 @@ mod tests {
             .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
             .collect();
         let w = Arc::new(w);
-        if super::select::f16_widens(DType::F16, [k, n, 1, 1], m) {
+        if crate::kernels::select::f16_widens(DType::F16, [k, n, 1, 1], m) {
             // The plan makes room for the widened rows after the f16 ones.
             let mut ctx = Context::with_mem_size(1 << 20);
             let a = ctx.new_tensor_2d(DType::F16, k, n).expect("room");
@@ -1314,7 +1298,7 @@ mod tests {
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
         // Where the panels run, the legacy types are among the promised ones.
-        if crate::kernels::x86::panel::available() {
+        if crate::kernels::select::panels_run() {
             for t in [
                 DType::Q4_0,
                 DType::Q8_0,
@@ -1349,7 +1333,7 @@ mod tests {
                 };
                 let panel_bytes = if dtype == DType::Q4_0 { 288 } else { 576 };
                 let bytes = if cfg!(target_arch = "x86_64")
-                    && super::panels::kind(dtype, [k, n, 1, 1]).is_some()
+                    && crate::kernels::select::panel_kind(dtype, [k, n, 1, 1]).is_some()
                 {
                     n / 16 * k / 32 * panel_bytes
                 } else {

@@ -16,7 +16,7 @@
 //! `f32::mul_add` becomes one FMA) stays beside its op, and the `#[target_feature]`
 //! wrapper that differs only by name comes from one macro, [`target_features!`]; the
 //! kernels here are the ones written with intrinsics. Nothing here decides which kernel
-//! runs: `kernels::matmul::select` and the ops ask [`crate::cpu::isa`] and call in.
+//! runs: `kernels::select` and the ops ask [`crate::cpu::isa`] and call in.
 //!
 //! # Dot products of block-quantized rows
 //!
