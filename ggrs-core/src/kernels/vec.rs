@@ -276,8 +276,8 @@ impl SimdVariants {
 /// with ggml's vectorised `expf` (about 1.5 ulp, sixteen values at a time; AVX-512 where the
 /// CPU has it, the same bits in portable code), summed in f64 in sixteen lanes added in
 /// order at the end, so the result has the same bits on every CPU. For log-probabilities
-/// over a vocabulary (`log_softmax(x)ᵢ = xᵢ − log_sum_exp(x)`): about 0.1 ms for 150,000
-/// values with AVX-512, where an f64 `exp` per value takes milliseconds. NaN for an empty
+/// over a vocabulary (`log_softmax(x)ᵢ = xᵢ − log_sum_exp(x)`), an order of magnitude
+/// faster than an f64 `exp` per value (`docs/kernel-bench-notes.md`). NaN for an empty
 /// slice or one whose largest value is infinite.
 ///
 /// ```

@@ -60,8 +60,8 @@ pub(crate) fn v_expf16(x: &[f32; 16]) -> [f32; 16] {
 /// The portable body of [`v_expf16`]: the same operations lane by lane, with the scaling by
 /// `2ⁿ` done by building the power of two for lanes in the normal range and saturation for
 /// lanes far outside it (only a lane in between, or NaN, sends the group to the scalar path).
-/// Compiled with AVX2 it vectorises only in part (measured: 11.5 µs for a 4864-value SwiGLU
-/// row, against 1.5 µs through [`x86::v_expf_512`]).
+/// Compiled with AVX2 it vectorises only in part, several times slower than
+/// `kernels::x86::exp::v_expf_512` (figures in `docs/kernel-bench-notes.md`).
 #[inline(always)]
 pub(super) fn v_expf16_body(x: &[f32; 16]) -> [f32; 16] {
     const SHIFT: f32 = 12_582_912.0;

@@ -93,9 +93,9 @@ fn interleaved_position(rb: usize, nrb: usize, regions: usize) -> usize {
 
 /// Row chunks of a quantized `mul_mat` with one tile of columns (decoding): the threads
 /// take chunks in turn, so the last chunk of a node is what one thread may still be working
-/// on while the others wait. Eight chunks of the output matmul (151936 rows) are 1.2 ms each
-/// on one thread; so up to `32·nth` chunks of at least 64 rows (ggml's decoding chunk), and
-/// never fewer than [`grid`]'s `4·nth` (nor chunks under 16 rows).
+/// on while the others wait, and a few chunks of a vocabulary-sized output matmul are long
+/// enough to leave the others idle; so up to `32·nth` chunks of at least 64 rows (ggml's
+/// decoding chunk), and never fewer than [`grid`]'s `4·nth` (nor chunks under 16 rows).
 fn decode_chunks(n: usize, nth: usize) -> usize {
     (n / 64)
         .min(nth * 32)

@@ -172,13 +172,9 @@ impl KeyRows {
     /// and a block of key rows (a row per key, `nb[1]` apart) spans a 4 KiB page, which
     /// the hardware prefetchers do not cross: without this, decoding attention over a
     /// cache in L3 or memory waited on its rows. Asked for [`AHEAD`] keys ahead and into
-    /// L2 (the `T2` hint; `T0` measured slower), one layer (14 heads, 1088 keys, 24
-    /// layers' caches in turn, so from L3) went from 170 to 133 µs on one thread and from
-    /// 77 to 68 µs on two; with its cache flushed to memory, from 91–96 to 71–74 µs on
-    /// two. In the model at depth 1024 (profile, median of three runs): from 177 to 140 µs
-    /// per node on one thread, from 102 to 79 µs on two (Zen 4 development machine). The
-    /// AVX2 loop ([`keys_group`]), which loads one key's rows at a time, measured no gain
-    /// from it.
+    /// L2 (the `T2` hint; `T0` was slower), a layer's attention over a cache in L3 or in
+    /// memory takes about a fifth less time (`docs/kernel-bench-notes.md`). The AVX2 loop
+    /// ([`keys_group`]), which loads one key's rows at a time, gains nothing from it.
     ///
     /// # Safety
     /// `ic` is a key the rows are valid for.
@@ -463,10 +459,10 @@ struct Factors<'a> {
 /// `S = fma(S, ms, vs)`, with the heads' accumulators held in registers.
 ///
 /// This is about half of the decoding kernel's time, bound by the f16 round trip of the
-/// accumulator (`vcvtps2ph` then `vcvtph2ps`): on the Zen 4 development machine about
-/// 1.0 ns per 16 values against 0.28 ns for the FMA alone. An exact rounding to f16 with
-/// integer and FP operations instead (the binade's quantum added and subtracted, with
-/// sign, subnormal and overflow fix-ups) measured 2.0 ns, two 256-bit round trips 1.3 ns.
+/// accumulator (`vcvtps2ph` then `vcvtph2ps`), several times the cost of the FMA alone. An
+/// exact rounding to f16 with integer and FP operations instead (the binade's quantum added
+/// and subtracted, with sign, subnormal and overflow fix-ups) was slower still, and so were
+/// two 256-bit round trips (`docs/kernel-bench-notes.md`).
 ///
 /// # Safety
 /// The CPU supports AVX-512 F/VL and F16C; `f` holds at least `H` heads.
