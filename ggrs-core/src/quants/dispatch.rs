@@ -37,10 +37,7 @@ use crate::kernels::dot_builds as simd;
 use crate::quants::{vec_dot_scalar, BlockQuant, VecDotKernel};
 
 
-use super::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
-};
+use super::with_block;
 
 pub use super::{VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
 
@@ -71,26 +68,10 @@ impl std::fmt::Debug for VecDotVariant {
     }
 }
 
-/// The block types, in the order of the kernel table.
-const BLOCK_TYPES: [DType; 14] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q8_1,
-    DType::Q2K,
-    DType::Q3K,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::Q8K,
-    DType::IQ4NL,
-    DType::IQ4XS,
-];
-
+/// The slot of `dtype` in the per-type tables below (indexed like [`DType::ALL`], so that a
+/// new type needs no row here: its row in `quants::with_block!` is the table).
 fn slot(dtype: DType) -> Option<usize> {
-    BLOCK_TYPES.iter().position(|&t| t == dtype)
+    DType::ALL.iter().position(|&t| t == dtype)
 }
 
 /// The scalar reference dot product of weight type `dtype` (`None` for non-block types).
@@ -121,23 +102,7 @@ fn scalar_variant(dtype: DType) -> Option<VecDotVariant> {
             tile: scalar_tile::<B>,
         })
     }
-    match dtype {
-        DType::Q4_0 => k::<BlockQ4_0>(),
-        DType::Q4_1 => k::<BlockQ4_1>(),
-        DType::Q5_0 => k::<BlockQ5_0>(),
-        DType::Q5_1 => k::<BlockQ5_1>(),
-        DType::Q8_0 => k::<BlockQ8_0>(),
-        DType::Q8_1 => k::<BlockQ8_1>(),
-        DType::Q2K => k::<BlockQ2K>(),
-        DType::Q3K => k::<BlockQ3K>(),
-        DType::Q4K => k::<BlockQ4K>(),
-        DType::Q5K => k::<BlockQ5K>(),
-        DType::Q6K => k::<BlockQ6K>(),
-        DType::Q8K => k::<BlockQ8K>(),
-        DType::IQ4NL => k::<BlockIQ4NL>(),
-        DType::IQ4XS => k::<BlockIQ4XS>(),
-        _ => None,
-    }
+    with_block!(dtype, B => k::<B>(), _ => None)
 }
 
 /// The SIMD instruction sets, best first.
@@ -366,7 +331,7 @@ pub(crate) use crate::kernels::x86::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_
 /// build on this CPU, or SIMD switched off by `GGRS_FORCE_SCALAR` / [`force_scalar`]; the
 /// caller then uses portable code in that order).
 pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant> {
-    type Table = [Option<VecDotVariant>; BLOCK_TYPES.len()];
+    type Table = [Option<VecDotVariant>; DType::ALL.len()];
     static LANES: OnceLock<Table> = OnceLock::new();
     static CHAIN: OnceLock<Table> = OnceLock::new();
     static TILED: OnceLock<Table> = OnceLock::new();
@@ -382,7 +347,7 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
         return None;
     }
     let table = table.get_or_init(|| {
-        BLOCK_TYPES.map(|t| {
+        DType::ALL.map(|t| {
             vec_dot_variants_in(t, order)
                 .into_iter()
                 .rev()
@@ -448,12 +413,12 @@ pub fn force_scalar(on: bool) {
 /// The build `mul_mat` uses for weight type `dtype`: the best one for this CPU, chosen on
 /// first use, or the scalar one under [`force_scalar`] (`None` for non-block types).
 pub fn active_variant(dtype: DType) -> Option<VecDotVariant> {
-    static TABLE: OnceLock<[Option<VecDotVariant>; BLOCK_TYPES.len()]> = OnceLock::new();
+    static TABLE: OnceLock<[Option<VecDotVariant>; DType::ALL.len()]> = OnceLock::new();
     let i = slot(dtype)?;
     if FORCE_SCALAR.load(Ordering::Relaxed) {
         return scalar_variant(dtype);
     }
-    let table = TABLE.get_or_init(|| BLOCK_TYPES.map(|t| detect(t).or_else(|| scalar_variant(t))));
+    let table = TABLE.get_or_init(|| DType::ALL.map(|t| detect(t).or_else(|| scalar_variant(t))));
     table[i]
 }
 
@@ -482,14 +447,14 @@ pub fn quantizer_variants(dtype: DType) -> Vec<(Isa, FromF32Fn)> {
 /// this CPU runs (bytes identical to the reference), or the reference under
 /// `GGRS_FORCE_SCALAR` / [`force_scalar`]. `None` for non-block types.
 pub fn activation_quantizer(dtype: DType) -> Option<FromF32Fn> {
-    static TABLE: OnceLock<[Option<FromF32Fn>; BLOCK_TYPES.len()]> = OnceLock::new();
+    static TABLE: OnceLock<[Option<FromF32Fn>; DType::ALL.len()]> = OnceLock::new();
     let i = slot(dtype)?;
     let reference = crate::quants::traits(dtype).and_then(|t| t.from_f32);
     if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {
         return reference;
     }
     let table = TABLE.get_or_init(|| {
-        BLOCK_TYPES.map(|t| {
+        DType::ALL.map(|t| {
             let best = quantizer_variants(t)
                 .into_iter()
                 .rev()
