@@ -49,10 +49,10 @@ use half::f16;
 use crate::cpu::{isa, Isa};
 use crate::dtype::DType;
 use crate::kernels::ggml_arith::{dot_f16_vec_f32_body, reduce16, v_expf16};
-use crate::kernels::{split_range, RawTensor, Task, TaskPlan, Work};
-use crate::tensor::TensorMeta;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::x86::attn as x86;
+use crate::kernels::{split_range, RawTensor, Task, TaskPlan, Work};
+use crate::tensor::TensorMeta;
 
 /// Queries per tile of the tiled kernel; fewer queries than this use the one-row kernel
 /// (ggml's `GGML_FA_TILE_Q`).
@@ -810,7 +810,6 @@ fn soft_max_sum(x: &mut [f32], max: f32) -> f64 {
     sum
 }
 
-
 #[cfg(target_arch = "x86_64")]
 /// [`group_row_keys`] for at most [`x86::MAX_GROUP`] heads with `dk = dv = D` and one
 /// mask row for all of them: appends each head's `(M, S)` to `out` and leaves its
@@ -917,8 +916,8 @@ const _: () = assert!(TILE_Q == x86::TILE_Q && TILE_KV == x86::TILE_KV);
 #[cfg(all(test, target_arch = "x86_64"))]
 mod x86_tests {
     use super::{f2h, h2f};
-    use crate::kernels::x86::attn::*;
     use crate::cpu::{isa, Isa};
+    use crate::kernels::x86::attn::*;
 
     /// Keys and values of one head as the cache holds them (rows `stride` u16 apart,
     /// this head's `D` values first) and a mask row in either element type.
@@ -1061,13 +1060,7 @@ mod x86_tests {
                         let mut acc = [[0u16; D]; G];
                         // SAFETY: as above (AVX2, FMA, F16C).
                         let r = unsafe {
-                            keys_group::<G>(
-                                &mut q.clone(),
-                                &mut acc,
-                                &rows,
-                                keys.clone(),
-                                scale,
-                            )
+                            keys_group::<G>(&mut q.clone(), &mut acc, &rows, keys.clone(), scale)
                         };
                         runs.push(("group", acc, r));
                     }

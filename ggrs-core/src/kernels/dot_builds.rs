@@ -4,12 +4,12 @@
 //! CPU was checked (see `kernels/x86/mod.rs` for how the kernels are built and which order
 //! each keeps).
 
+use crate::cpu::Isa;
+use crate::dtype::DType;
 #[cfg(target_arch = "aarch64")]
 use crate::kernels::aarch64::neon;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::x86::{avx2, avx512, quantize, tiled_avx2};
-use crate::cpu::Isa;
-use crate::dtype::DType;
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
 };

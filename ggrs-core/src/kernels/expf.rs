@@ -124,7 +124,12 @@ mod tests {
             for c in xs.chunks_exact(4) {
                 let mut out = [0f32; 4];
                 // SAFETY: the CPU was checked; 4 f32 readable and writable.
-                unsafe { _mm_storeu_ps(out.as_mut_ptr(), crate::kernels::x86::exp::expf4(_mm_loadu_ps(c.as_ptr()))) };
+                unsafe {
+                    _mm_storeu_ps(
+                        out.as_mut_ptr(),
+                        crate::kernels::x86::exp::expf4(_mm_loadu_ps(c.as_ptr())),
+                    )
+                };
                 for (&x, &a) in c.iter().zip(&out) {
                     let b = x.exp();
                     assert!(
@@ -141,7 +146,10 @@ mod tests {
                 let mut out = [0f32; 16];
                 // SAFETY: the CPU was checked; 16 f32 readable and writable.
                 unsafe {
-                    _mm512_storeu_ps(out.as_mut_ptr(), crate::kernels::x86::exp::expf16(_mm512_loadu_ps(c.as_ptr())))
+                    _mm512_storeu_ps(
+                        out.as_mut_ptr(),
+                        crate::kernels::x86::exp::expf16(_mm512_loadu_ps(c.as_ptr())),
+                    )
                 };
                 for (&x, &a) in c.iter().zip(&out) {
                     let b = x.exp();

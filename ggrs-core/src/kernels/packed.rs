@@ -169,8 +169,8 @@ impl PackedWeight {
 pub(crate) mod store {
     use std::sync::Arc;
 
-    use crate::kernels::select::panel_kind;
     use crate::dtype::DType;
+    use crate::kernels::select::panel_kind;
     use crate::kernels::x86::panel::{self, Kind, ROWS};
 
     // Where the shared buffers of packed weights start: a multiple of the huge page (the

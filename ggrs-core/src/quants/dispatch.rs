@@ -36,7 +36,6 @@ use crate::dtype::DType;
 use crate::kernels::dot_builds as simd;
 use crate::quants::{vec_dot_scalar, BlockQuant, VecDotKernel};
 
-
 use super::with_block;
 
 pub use super::{VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
@@ -324,7 +323,9 @@ pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
 
 /// The panel kernels of ggml's tiled order (see [`tiled_panel`]).
 #[cfg(target_arch = "x86_64")]
-pub(crate) use crate::kernels::x86::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS};
+pub(crate) use crate::kernels::x86::tiled_avx2::{
+    PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS,
+};
 
 /// The fastest build of `dtype`'s dot product keeping `order`: [`active_variant`] for
 /// [`SumOrder::Any`]; for a ggml order, the best SIMD build keeping it, or `None` (no such

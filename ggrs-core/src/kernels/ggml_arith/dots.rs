@@ -78,7 +78,10 @@ pub(super) fn lanes8(nb: usize, block: impl Fn(usize) -> (f32, [i32; 32], [i32; 
 /// FMA chain `summs = fma(mx, sy, summs)` beside it, and `hsum8(lanes) + summs` at the end.
 /// `block(i)` gives `(dx·dy, x codes, y codes, mx, sy)`.
 #[inline(always)]
-pub(super) fn lanes8_min(nb: usize, block: impl Fn(usize) -> (f32, [i32; 32], [i32; 32], f32, f32)) -> f32 {
+pub(super) fn lanes8_min(
+    nb: usize,
+    block: impl Fn(usize) -> (f32, [i32; 32], [i32; 32], f32, f32),
+) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
     for i in 0..nb {
@@ -322,7 +325,6 @@ mod avx2 {
         dot_q2_k_gemv => dot_q2_k, false,
         dot_q2_k_gemm => dot_q2_k, true,
     );
-
 }
 
 dispatch_dot!(

@@ -104,7 +104,6 @@ pub(crate) fn dot_f16_vec_body(n: usize, a: &[u8], b: &[u8]) -> f32 {
     sum as f32
 }
 
-
 /// The AVX2 + FMA + F16C builds of the f32 bodies above.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -182,7 +181,11 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     {
         // SAFETY: the CPU features and the row lengths were checked above.
         unsafe {
-            crate::kernels::x86::f16::f16_lanes16_tile_f32::<R, C>(n, a.map(|r| r.as_ptr()), b.map(|r| r.as_ptr()))
+            crate::kernels::x86::f16::f16_lanes16_tile_f32::<R, C>(
+                n,
+                a.map(|r| r.as_ptr()),
+                b.map(|r| r.as_ptr()),
+            )
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

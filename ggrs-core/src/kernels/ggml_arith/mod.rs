@@ -49,9 +49,9 @@ pub use exp::v_expf;
 pub(crate) use exp::{swiglu_row, v_expf16};
 pub(crate) use f16::*;
 pub(crate) use lanes::reduce16;
+pub(crate) use quantize::activation_quantizer;
 #[cfg(test)]
 pub(crate) use quantize::{quantize_row_q8_0_x86, quantize_row_q8_1_x86};
-pub(crate) use quantize::activation_quantizer;
 
 use crate::dtype::DType;
 use crate::quants::dispatch::{ggml_sum_order, ggml_sum_order_cols, SumOrder};
@@ -175,7 +175,6 @@ pub(crate) fn mul_mat_dot_f32(
         Some(dot_f32_vec)
     }
 }
-
 
 /// One rotary pair as GCC compiles ggml's `rotate_pairs`: `(x0, x1)` turned by `(cos, sin)`
 /// to `(x0·c − x1·s, x0·s + x1·c)`, the `x0` products fused with the rounded `x1` products.

@@ -114,8 +114,7 @@ fn vectorised_dots_equal_portable_ones() {
         ] {
             let mut w: Vec<u8> = (0..nb * bytes).map(|i| (i * 53 % 241) as u8).collect();
             for (b, blk) in w.chunks_exact_mut(bytes).enumerate() {
-                blk[..2]
-                    .copy_from_slice(&f16::from_f32(0.011 + 0.001 * b as f32).to_le_bytes());
+                blk[..2].copy_from_slice(&f16::from_f32(0.011 + 0.001 * b as f32).to_le_bytes());
                 blk[2..4].copy_from_slice(&f16::from_f32(-0.2 + 0.03 * b as f32).to_le_bytes());
             }
             assert_eq!(dot(n, &w, &y1).to_bits(), body(n, &w, &y1).to_bits());
@@ -153,8 +152,7 @@ fn f16_tiles_equal_one_element_kernels() {
                 .iter()
                 .map(|r| r.chunks_exact(2).map(|h| half_at(h, 0)).collect())
                 .collect();
-            let t4 =
-                f16_lanes16_tile_f32::<4, 4>(n, a, [&wide[0], &wide[1], &wide[2], &wide[3]]);
+            let t4 = f16_lanes16_tile_f32::<4, 4>(n, a, [&wide[0], &wide[1], &wide[2], &wide[3]]);
             for r in 0..4 {
                 for c in 0..4 {
                     let want = dot_f16_lanes16_body(n, a[r], b[c]).to_bits();
@@ -361,8 +359,7 @@ fn v_expf16_and_swiglu_variants_agree_with_v_expf() {
                 for l in 0..16 {
                     let want = v_expf(a[l]);
                     assert!(
-                        got[l].to_bits() == want.to_bits()
-                            || (got[l].is_nan() && want.is_nan()),
+                        got[l].to_bits() == want.to_bits() || (got[l].is_nan() && want.is_nan()),
                         "x = {} in a group with {sp}: {} vs {want}",
                         a[l],
                         got[l]

@@ -68,7 +68,8 @@ fn activations(b: &TensorMeta) -> select::Activations {
 pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        select::panel_kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
+        select::panel_kind(dtype, ne)
+            .is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -658,7 +659,6 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
 mod panels {
     use super::*;
     use crate::kernels::x86::panel::{self, Kind, ROWS};
-
 
     /// The panel kernel of a node planned by [`plan`] (its activation form names it), so
     /// that INIT and COMPUTE follow the plan even if a switch changed since.

@@ -6,8 +6,8 @@
 use std::arch::x86_64::{
     __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
     _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-    _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtss_f32, _mm_loadu_si128,
-    _mm_setr_ps, _mm_setzero_si128, _mm_storeu_ps, _mm_storeu_si128,
+    _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtss_f32, _mm_loadu_si128, _mm_setr_ps,
+    _mm_setzero_si128, _mm_storeu_ps, _mm_storeu_si128,
 };
 
 use crate::kernels::x86::exp::expf16;
@@ -59,7 +59,12 @@ pub(crate) unsafe fn mad_f16(y: &mut [u16], x: &[u16], v: f32) {
         i += 8;
     }
     for j in i..n {
-        y[j] = half::f16::from_f32(half::f16::from_bits(x[j]).to_f32().mul_add(v, half::f16::from_bits(y[j]).to_f32())).to_bits();
+        y[j] = half::f16::from_f32(
+            half::f16::from_bits(x[j])
+                .to_f32()
+                .mul_add(v, half::f16::from_bits(y[j]).to_f32()),
+        )
+        .to_bits();
     }
 }
 
@@ -223,10 +228,7 @@ impl KeyRows {
 /// The CPU supports AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_step<const G: usize>(
-    s: &[f32; G],
-    max: &mut [f32; G],
-) -> ([f32; G], [bool; G]) {
+unsafe fn softmax_step<const G: usize>(s: &[f32; G], max: &mut [f32; G]) -> ([f32; G], [bool; G]) {
     let (mut arg, mut grew) = ([0f32; G], [false; G]);
     for g in 0..G {
         if s[g] > max[g] {
@@ -360,9 +362,8 @@ pub(crate) unsafe fn keys_block_512<const G: usize>(
             let mut scores = [zero; G];
             for g in 0..G {
                 // SAFETY: 16 f32 readable at q[g][16i] (i < D / 16).
-                let qg: [__m512; N] = std::array::from_fn(|i| unsafe {
-                    _mm512_loadu_ps(q[g].as_ptr().add(16 * i))
-                });
+                let qg: [__m512; N] =
+                    std::array::from_fn(|i| unsafe { _mm512_loadu_ps(q[g].as_ptr().add(16 * i)) });
                 let r: [__m512; BLOCK] = std::array::from_fn(|j| {
                     let l: [__m512; N] =
                         std::array::from_fn(|i| _mm512_fmadd_ps(kw[j][i], qg[i], zero));
@@ -385,11 +386,8 @@ pub(crate) unsafe fn keys_block_512<const G: usize>(
                     _mm512_castps_si512(carry),
                 ));
                 let up = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(s, before) & live;
-                let arg = _mm512_mask_blend_ps(
-                    up,
-                    _mm512_sub_ps(s, before),
-                    _mm512_sub_ps(before, s),
-                );
+                let arg =
+                    _mm512_mask_blend_ps(up, _mm512_sub_ps(s, before), _mm512_sub_ps(before, s));
                 // Masked lanes get 0 (their factors are never read).
                 let e = expf16(_mm512_mask_blend_ps(live, zero, arg));
                 // SAFETY: 16 f32 writable in each row.
@@ -654,13 +652,7 @@ const RB: usize = 4;
 /// The CPU supports AVX-512 F; `qt` holds `TILE_Q · dk` values, `kt` `dk · TILE_KV`,
 /// `kq` `TILE_Q · TILE_KV`; `rows ≤ TILE_Q`.
 #[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn scores_512(
-    qt: &[f32],
-    kt: &[f32],
-    kq: &mut [f32],
-    rows: usize,
-    dk: usize,
-) {
+pub(crate) unsafe fn scores_512(qt: &[f32], kt: &[f32], kq: &mut [f32], rows: usize, dk: usize) {
     use std::arch::x86_64::{
         __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
         _mm512_storeu_ps,
@@ -744,9 +736,7 @@ pub(crate) unsafe fn weighted_values_512(
             for (i, yi) in y.iter().enumerate().take(rows.len()) {
                 for (j, &x) in yi.iter().enumerate() {
                     // SAFETY: as the loads (row[i] < TILE_Q, e0 + 16·W ≤ dv).
-                    unsafe {
-                        _mm512_storeu_ps(acc.as_mut_ptr().add(row[i] * dv + e0 + 16 * j), x)
-                    };
+                    unsafe { _mm512_storeu_ps(acc.as_mut_ptr().add(row[i] * dv + e0 + 16 * j), x) };
                 }
             }
         }

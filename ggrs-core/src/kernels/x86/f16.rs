@@ -21,8 +21,8 @@ unsafe fn load8(p: *const u8) -> __m256 {
 }
 
 use std::arch::x86_64::{
-    __m256i, __m512, _mm256_loadu_si256, _mm512_add_ps, _mm512_cvtph_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
-    _mm512_setzero_ps, _mm512_storeu_ps,
+    __m256i, __m512, _mm256_loadu_si256, _mm512_add_ps, _mm512_cvtph_ps, _mm512_fmadd_ps,
+    _mm512_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
 };
 
 /// Sixteen f16 values at `p` widened to f32.
@@ -194,11 +194,8 @@ pub(crate) unsafe fn dot_f16_vec(n: usize, a: &[u8], b: &[u8]) -> f32 {
             // SAFETY: blk + 8·r + 8 <= np <= n, and both slices hold 2·n bytes.
             unsafe {
                 let off = 2 * (blk + 8 * r);
-                *reg = _mm256_fmadd_ps(
-                    load8(a.as_ptr().add(off)),
-                    load8(b.as_ptr().add(off)),
-                    *reg,
-                );
+                *reg =
+                    _mm256_fmadd_ps(load8(a.as_ptr().add(off)), load8(b.as_ptr().add(off)), *reg);
             }
         }
     }

@@ -208,7 +208,6 @@ pub(crate) unsafe fn quantize_row_q8_k(src: &[f32], dst: &mut [u8]) {
     }
 }
 
-
 /// `ggml_arith::quantize_row_q8_0_x86`: ggml's AVX2 `quantize_row_q8_0`.
 ///
 /// # Safety
@@ -310,8 +309,7 @@ pub(crate) unsafe fn ggml_quantize_row_q8_1(x: &[f32], out: &mut [u8]) {
                 >(_mm256_mul_ps(vk, idv)))
             });
             // Σ codes over the 32-bit values (wrapping), as ggml's `hsum_i32_8`.
-            let s8 =
-                _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
             let s4 = _mm_add_epi32(
                 _mm256_castsi256_si128(s8),
                 _mm256_extracti128_si256::<1>(s8),

@@ -342,8 +342,8 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quants::k_quants::repacked;
     use crate::kernels::x86::panel::{self, Kind};
+    use crate::quants::k_quants::repacked;
 
     fn rng(seed: &mut u64) -> u32 {
         *seed = seed
