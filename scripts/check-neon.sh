@@ -6,7 +6,7 @@
 #   1. tests/quants_neon.rs on an emulated CPU with `dotprod` (qemu -cpu max: both the NEON
 #      and the NEON+dotprod builds are tested and the dotprod one is chosen), on one without
 #      (-cpu cortex-a53: base NEON only), and with GGRS_FORCE_SCALAR=1 (scalar chosen);
-#   2. the lib unit test quants::simd::tests (the ggml-order builds against
+#   2. the lib unit test kernels::dot_builds::tests (the ggml-order builds against
 #      kernels::ggml_arith, bit for bit), on both CPUs.
 #
 # One-time setup (root; Debian's rustc-web 1.96 ships the aarch64 standard library, rustup's
@@ -79,6 +79,6 @@ run() {
 for cpu in $CPUS; do
     run "$cpu" "$neon_test" --nocapture --test-threads 1
     GGRS_FORCE_SCALAR=1 run "$cpu" "$neon_test" selection --nocapture
-    run "$cpu" "$lib_test" quants::simd::tests
+    run "$cpu" "$lib_test" kernels::dot_builds::tests
 done
 echo "check-neon: all aarch64 runs passed"

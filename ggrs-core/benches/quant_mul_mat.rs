@@ -21,8 +21,8 @@
 //!
 //! `mul_mat` keeps ggml's summation order for Q4_0 and Q8_0 (llama.cpp's bits; for Q4_0 with
 //! 4864 rows, the order of ggml's repacked kernels): the SIMD runs use the panel kernels of
-//! `quants::simd::panel` on AVX-512 VNNI (`Avx512Vnni-panels`: sixteen rows repacked at a
-//! time, one row per lane), and the tile kernels of `quants::simd` in that order otherwise
+//! `kernels::x86::panel` on AVX-512 VNNI (`Avx512Vnni-panels`: sixteen rows repacked at a
+//! time, one row per lane), and the tile kernels of `kernels::x86` in that order otherwise
 //! (`Avx512Vnni`, with the panels switched off by [`dispatch::force_no_panels`]). The `simd-off` runs switch them off
 //! with [`dispatch::force_scalar`] (the process-wide switch; `GGRS_FORCE_SCALAR` is read once
 //! per process and cannot alternate), and `mul_mat` falls back to `kernels::ggml_arith`'s

@@ -165,25 +165,28 @@
 //!    [`Context::set_per_column_products`]'s setting); nothing is computed.
 //! 2. `exec/`: [`Executor::compute`] plans every node through `kernels/mod.rs` (`plan`),
 //!    which hands `mul_mat` to `kernels/matmul/mod.rs` (`plan`).
-//! 3. `kernels/matmul/select.rs` (`select`) picks the kernel and the activation form from
-//!    the weight's type and shape, the column count and [`cpu::isa`]: a panel kernel
-//!    (`kernels/packed.rs`: `panel_kind`), F16 tiles, the tiled k-quant panels, or
-//!    element-wise dot products in the order `quants/dispatch.rs` names
+//! 3. `kernels/select.rs` (`select`), the one table that decides, picks the kernel and the
+//!    activation form from the weight's type and shape, the column count and [`cpu::isa`]:
+//!    a panel kernel (`panel_kind`, when `panels_run`), F16 tiles, the tiled k-quant panels,
+//!    or element-wise dot products in the order `quants/dispatch.rs` names
 //!    ([`quants::dispatch::ggml_sum_order`]) with the best build it allows
 //!    ([`quants::dispatch::active_variant`]).
 //! 4. INIT (`kernels/matmul/mod.rs`: `init`): the activations are converted once to the
 //!    weight's dot-product type (`quants/dispatch.rs`: `activation_quantizer`, or
-//!    `kernels/ggml_arith.rs`'s quantizers where ggml's x86 rounding is the oracle).
+//!    `kernels/ggml_arith/quantize.rs` where ggml's x86 rounding is the oracle).
 //! 5. COMPUTE (`kernels/matmul/mod.rs`: `compute`), chunk by chunk on every thread: panels
 //!    come from the weight's prepared copy ([`weights::prepare`], `kernels/packed.rs`) or are
-//!    packed per node; the kernels themselves are `#[target_feature]` functions in
-//!    `quants/simd/` (`panel/` for the panel kernels, `avx2.rs`, `avx512.rs`, `tiled_avx2.rs`,
-//!    `neon.rs`) and `kernels/ggml_arith.rs`, with portable bodies in `quants/` (the block
-//!    formats and their reference dot products) and `kernels/ggml_arith.rs`.
+//!    packed per node. Every `#[target_feature]` function is under `kernels/x86/` (`panel/`
+//!    for the panel kernels, `avx2.rs`, `avx512.rs`, `tiled_avx2.rs`, `f16.rs`, `exp.rs`,
+//!    `attn.rs`, …) or `kernels/aarch64/` (`neon.rs`); `kernels/dot_builds.rs` wraps the
+//!    block dot products for `quants/dispatch.rs`. Portable bodies sit beside their ops:
+//!    `quants/` (the block formats and their reference dot products) and
+//!    `kernels/ggml_arith/` (ggml's orders: `dots.rs`, `f16.rs`, `quantize.rs`, `exp.rs`),
+//!    compiled for more instruction sets by `kernels/x86/mod.rs`'s `target_features!`.
 //!
 //! A weight type lives in `quants/` (its block layout, reference quantizer, dequantizer and
 //! dot product, and the `with_block!` row of `quants/mod.rs` that `types/` reads); its SIMD
-//! kernels in `quants/simd/`, listed by `quants/simd/mod.rs` (`kernels`).
+//! kernels in `kernels/x86/`, listed by `kernels/dot_builds.rs`.
 #![warn(missing_docs)]
 // Every `unsafe` block says why it is sound (`// SAFETY:`), as the house rules ask.
 #![deny(clippy::undocumented_unsafe_blocks)]

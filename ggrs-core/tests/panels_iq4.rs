@@ -1,4 +1,4 @@
-//! IQ4_NL and IQ4_XS `mul_mat` through the panel kernels (`quants::simd::panel_iq4`) give
+//! IQ4_NL and IQ4_XS `mul_mat` through the panel kernels (`kernels::x86::panel_iq4`) give
 //! the bits of the other paths: with the weight packed ahead (`PackedWeight`) or packed
 //! chunk by chunk, against the tile kernels (panels switched off) and the portable kernels
 //! (`force_scalar`), for 1 to 17 columns (IQ4_XS changes order at eight), row counts that

@@ -49,6 +49,8 @@ use half::f16;
 use crate::cpu::{isa, Isa};
 use crate::dtype::DType;
 use crate::kernels::ggml_arith::{dot_f16_vec_f32_body, reduce16, v_expf16};
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::x86::attn as x86;
 use crate::kernels::{split_range, RawTensor, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 
@@ -268,7 +270,7 @@ pub(crate) unsafe fn flash_attn_ext(
             unsafe {
                 #[cfg(target_arch = "x86_64")]
                 if a.fast {
-                    x86::tile(&a, t * TILE_Q, iq2, iq3, work.scratch);
+                    tile_fast(&a, t * TILE_Q, iq2, iq3, work.scratch);
                     continue;
                 }
                 tile_body::<false>(&a, t * TILE_Q, iq2, iq3, work.scratch)
@@ -332,7 +334,7 @@ unsafe fn group_row_keys(
             // `sc` (part j of `heads` at j · rs).
             unsafe {
                 let part = &mut sc[(h - heads.start) * rs..(h - heads.start + n) * rs];
-                x86::group_keys_d(a, iq1, h..h + n, iq3, keys.clone(), part, rs, &mut out);
+                group_keys_d(a, iq1, h..h + n, iq3, keys.clone(), part, rs, &mut out);
             }
             h += n;
         }
@@ -743,7 +745,7 @@ fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
     if fast {
         // SAFETY: `fast` is only true when the CPU has AVX2, FMA and F16C.
         return unsafe {
-            crate::kernels::vec::f16_to_f32_block_f16c(bytemuck::cast_slice(src), dst)
+            crate::kernels::x86::f16::f16_to_f32_block_f16c(bytemuck::cast_slice(src), dst)
         };
     }
     let _ = fast;
@@ -756,7 +758,7 @@ fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.
-        return unsafe { x86::dot_f16_ggml(x, y) };
+        return unsafe { dot_f16_ggml_fast(x, y) };
     }
     let _ = fast;
     dot_f16_vec_f32_body(x, y)
@@ -809,1073 +811,313 @@ fn soft_max_sum(x: &mut [f32], max: f32) -> f64 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    //! The primitives with AVX2 + FMA + F16C: the same operations, eight lanes at a time.
-    use std::arch::x86_64::{
-        __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
-        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm_add_ps, _mm_cvtss_f32, _mm_loadu_si128,
-        _mm_setr_ps, _mm_setzero_si128, _mm_storeu_ps, _mm_storeu_si128,
+/// [`group_row_keys`] for at most [`x86::MAX_GROUP`] heads with `dk = dv = D` and one
+/// mask row for all of them: appends each head's `(M, S)` to `out` and leaves its
+/// accumulator in part `j` (of `rs` values) of `sc`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; indices in range, `keys` within `0..n_kv`; `sc`
+/// holds `heads.len()` row scratches of `rs` values; the mask (if any) has `ne[2] = 1`.
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+unsafe fn group_keys_d(
+    a: &Attn,
+    iq1: usize,
+    heads: std::ops::Range<usize>,
+    iq3: usize,
+    keys: std::ops::Range<usize>,
+    sc: &mut [f32],
+    rs: usize,
+    out: &mut Vec<(f32, f32)>,
+) {
+    macro_rules! run {
+        ($($g:literal)*) => {
+            match heads.len() {
+                $($g => {
+                    // SAFETY: forwarded.
+                    unsafe { group_n::<$g>(a, iq1, heads.start, iq3, keys, sc, rs, out) }
+                })*
+                n => unreachable!("groups hold 1 to {} heads, not {n}", x86::MAX_GROUP),
+            }
+        };
+    }
+    run!(1 2 3 4 5 6 7 8)
+}
+
+#[cfg(target_arch = "x86_64")]
+/// [`group_keys_d`] for `G` heads from `h0`.
+///
+/// # Safety
+/// As [`group_keys_d`].
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+unsafe fn group_n<const G: usize>(
+    a: &Attn,
+    iq1: usize,
+    h0: usize,
+    iq3: usize,
+    keys: std::ops::Range<usize>,
+    sc: &mut [f32],
+    rs: usize,
+    out: &mut Vec<(f32, f32)>,
+) {
+    let (k, v, qt) = (a.k, a.v, a.q);
+    let mut q = [[0f32; x86::D]; G];
+    for (j, qh) in q.iter_mut().enumerate() {
+        // SAFETY: head h0 + j in range (caller).
+        let row = unsafe { a.q_row(iq1, h0 + j, iq3) };
+        // SAFETY: `fast` (checked by the caller) means F16C.
+        unsafe { x86::round_to_f16(row, qh) };
+    }
+    // The heads share their key and value head (`group_size`).
+    let (k2, k3) = (h0 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
+    let (v2, v3) = (h0 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
+    // SAFETY: head indices in range (caller, broadcast rule checked by the builder); the
+    // mask row of query iq1 (its ne[2] is 1, caller).
+    let rows = unsafe {
+        x86::KeyRows {
+            k0: k.row_ptr(0, k2, k3),
+            knb: k.nb[1],
+            v0: v.row_ptr(0, v2, v3),
+            vnb: v.nb[1],
+            mask: a.mask.map(|m| {
+                let p = m.data.add(m.offset(0, iq1, 0, iq3 % m.ne[3]));
+                (p as *const u8, m.nb[0], m.dtype == crate::dtype::DType::F16)
+            }),
+        }
     };
+    let mut acc = [[0u16; x86::D]; G];
+    // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
+    // their tensors (the builder checked the shapes).
+    let res = unsafe {
+        if crate::cpu::isa() >= crate::cpu::Isa::Avx512 {
+            x86::keys_block_512::<G>(&q, &mut acc, &rows, keys, a.scale)
+        } else {
+            x86::keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale)
+        }
+    };
+    for (j, (acc, r)) in acc.iter().zip(res).enumerate() {
+        row_acc(&mut sc[j * rs..(j + 1) * rs], x86::D, x86::D).copy_from_slice(acc);
+        out.push(r);
+    }
+}
 
+crate::kernels::x86::target_features!("avx2,fma,f16c":
+    /// [`tile_body`] compiled for AVX2 + FMA + F16C (`a.fast`).
+    fn tile_fast(a: &Attn, q0: usize, iq2: usize, iq3: usize, sc: &mut [f32]) = tile_body::<true>;
+    /// [`dot_f16_vec_f32_body`] compiled for AVX2 + FMA + F16C.
+    fn dot_f16_ggml_fast(x: &[f32], y: &[f32]) -> f32 = dot_f16_vec_f32_body;
+);
+
+/// The score tiles of `kernels::x86::attn` are this module's.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(TILE_Q == x86::TILE_Q && TILE_KV == x86::TILE_KV);
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod x86_tests {
     use super::{f2h, h2f};
-    use crate::kernels::expf::x86::expf16;
+    use crate::cpu::{isa, Isa};
+    use crate::kernels::x86::attn::*;
 
-    /// # Safety
-    /// As [`f16_to_f32`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn scale_f16(y: &mut [u16], v: f32) {
-        let n = y.len();
-        let mut i = 0;
-        // SAFETY: plain register operation.
-        let vv = _mm256_set1_ps(v);
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n: 8 u16 readable and writable at y[i]; rounding mode 0 is
-            // round to nearest even, as `f2h`.
-            unsafe {
-                let p = y.as_mut_ptr().add(i) as *mut __m128i;
-                let r = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p)), vv);
-                _mm_storeu_si128(p, _mm256_cvtps_ph::<0>(r));
-            }
-            i += 8;
-        }
-        for h in &mut y[i..] {
-            *h = f2h(h2f(*h) * v);
-        }
+    /// Keys and values of one head as the cache holds them (rows `stride` u16 apart,
+    /// this head's `D` values first) and a mask row in either element type.
+    struct Case {
+        k: Vec<u16>,
+        v: Vec<u16>,
+        stride: usize,
+        mask_f16: Vec<u16>,
+        mask_f32: Vec<f32>,
     }
 
-    /// # Safety
-    /// As [`f16_to_f32`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn mad_f16(y: &mut [u16], x: &[u16], v: f32) {
-        let n = y.len().min(x.len());
-        let mut i = 0;
-        let vv = _mm256_set1_ps(v);
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n for both slices; rounding mode 0 is round to nearest even.
-            unsafe {
-                let p = y.as_mut_ptr().add(i) as *mut __m128i;
-                let xs = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i));
-                let r = _mm256_fmadd_ps(xs, vv, _mm256_cvtph_ps(_mm_loadu_si128(p)));
-                _mm_storeu_si128(p, _mm256_cvtps_ph::<0>(r));
-            }
-            i += 8;
-        }
-        for j in i..n {
-            y[j] = f2h(h2f(x[j]).mul_add(v, h2f(y[j])));
-        }
+    fn rng(seed: &mut u64) -> f32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
     }
 
-    /// `dst = f32(f16(src))`, eight values at a time (round to nearest even, as `f2h`).
-    ///
-    /// # Safety
-    /// As [`f16_to_f32`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn round_to_f16(src: &[f32], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        let mut i = 0;
-        while i + 8 <= n {
-            // SAFETY: i + 8 <= n: 8 f32 readable at src[i] and writable at dst[i].
-            unsafe {
-                let h = _mm256_cvtps_ph::<0>(_mm256_loadu_ps(src.as_ptr().add(i)));
-                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+    /// `n` keys; `spiky`: some keys' rows ×40 (scores jumping by far more than 88, so
+    /// that exponentials leave the table's range), one NaN in a key row.
+    fn case(n: usize, spiky: bool, seed: u64) -> Case {
+        let mut s = seed | 1;
+        let stride = 2 * D;
+        let mut row = |i: usize, scale: f32| -> Vec<u16> {
+            let mut r: Vec<u16> = (0..stride).map(|_| f2h(rng(&mut s) * scale)).collect();
+            if spiky && i % 37 == 5 {
+                r.iter_mut().take(D).for_each(|x| *x = f2h(h2f(*x) * 40.0));
             }
-            i += 8;
-        }
-        for j in i..n {
-            dst[j] = h2f(f2h(src[j]));
-        }
-    }
-
-    /// Head size of the specialised one-row loop ([`row_keys_d`]).
-    pub(super) const D: usize = 64;
-
-    /// The most heads [`group_keys_d`] runs in lockstep.
-    pub(super) const MAX_GROUP: usize = 8;
-
-    /// The one-row key loop of [`super::one_row_keys`] for `dk = dv = D`, with the query and
-    /// the f16 accumulator held in registers: per key the same operations in the same order
-    /// (ggml's 64-lane dot product and its reduction tree, `scale`, mask, `expf`, the f16
-    /// rescale and mad), without the scratch round trips and per-key calls. Returns `(M, S)`
-    /// and leaves the accumulator in `acc_out`.
-    ///
-    /// # Safety
-    /// As [`keys_group`].
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn row_keys_d(
-        qh: &[f32; D],
-        acc_out: &mut [u16; D],
-        k0: *const u8,
-        knb: usize,
-        v0: *const u8,
-        vnb: usize,
-        mask: Option<(*const u8, usize, bool)>,
-        start: usize,
-        end: usize,
-        scale: f32,
-    ) -> (f32, f32) {
-        let (mut q, mut acc) = ([*qh], [*acc_out]);
-        let rows = KeyRows {
-            k0,
-            knb,
-            v0,
-            vnb,
-            mask,
+            r
         };
-        // SAFETY: forwarded.
-        let [r] = unsafe { keys_group::<1>(&mut q, &mut acc, &rows, start..end, scale) };
-        *acc_out = acc[0];
-        r
-    }
-
-    /// The key and value rows of one key/value head and the mask row of one query: for every
-    /// key `ic`, `D` f16 values at `k0 + ic·knb` and at `v0 + ic·vnb`, and with a mask
-    /// `(p, nb0, f16)` one element (f16 if `f16`, else f32, aligned) at `p + ic·nb0`.
-    struct KeyRows {
-        k0: *const u8,
-        knb: usize,
-        v0: *const u8,
-        vnb: usize,
-        mask: Option<(*const u8, usize, bool)>,
-    }
-
-    /// [`super::group_row_keys`] for at most [`MAX_GROUP`] heads with `dk = dv = D` and one
-    /// mask row for all of them: appends each head's `(M, S)` to `out` and leaves its
-    /// accumulator in part `j` (of `rs` values) of `sc`.
-    ///
-    /// # Safety
-    /// The CPU supports AVX2, FMA and F16C; indices in range, `keys` within `0..n_kv`; `sc`
-    /// holds `heads.len()` row scratches of `rs` values; the mask (if any) has `ne[2] = 1`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn group_keys_d(
-        a: &super::Attn,
-        iq1: usize,
-        heads: std::ops::Range<usize>,
-        iq3: usize,
-        keys: std::ops::Range<usize>,
-        sc: &mut [f32],
-        rs: usize,
-        out: &mut Vec<(f32, f32)>,
-    ) {
-        macro_rules! run {
-            ($($g:literal)*) => {
-                match heads.len() {
-                    $($g => {
-                        // SAFETY: forwarded.
-                        unsafe { group_n::<$g>(a, iq1, heads.start, iq3, keys, sc, rs, out) }
-                    })*
-                    n => unreachable!("groups hold 1 to {MAX_GROUP} heads, not {n}"),
-                }
-            };
+        let mut k: Vec<u16> = (0..n).flat_map(|i| row(i, 2.0)).collect();
+        let v: Vec<u16> = (0..n).flat_map(|i| row(i + 1000, 1.0)).collect();
+        if spiky && n > 9 {
+            k[9 * stride + 3] = 0x7e00; // NaN
         }
-        run!(1 2 3 4 5 6 7 8)
-    }
-
-    /// [`group_keys_d`] for `G` heads from `h0`.
-    ///
-    /// # Safety
-    /// As [`group_keys_d`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn group_n<const G: usize>(
-        a: &super::Attn,
-        iq1: usize,
-        h0: usize,
-        iq3: usize,
-        keys: std::ops::Range<usize>,
-        sc: &mut [f32],
-        rs: usize,
-        out: &mut Vec<(f32, f32)>,
-    ) {
-        let (k, v, qt) = (a.k, a.v, a.q);
-        let mut q = [[0f32; D]; G];
-        for (j, qh) in q.iter_mut().enumerate() {
-            // SAFETY: head h0 + j in range (caller).
-            let row = unsafe { a.q_row(iq1, h0 + j, iq3) };
-            // SAFETY: `fast` (checked by the caller) means F16C.
-            unsafe { round_to_f16(row, qh) };
-        }
-        // The heads share their key and value head (`group_size`).
-        let (k2, k3) = (h0 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
-        let (v2, v3) = (h0 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
-        // SAFETY: head indices in range (caller, broadcast rule checked by the builder); the
-        // mask row of query iq1 (its ne[2] is 1, caller).
-        let rows = unsafe {
-            KeyRows {
-                k0: k.row_ptr(0, k2, k3),
-                knb: k.nb[1],
-                v0: v.row_ptr(0, v2, v3),
-                vnb: v.nb[1],
-                mask: a.mask.map(|m| {
-                    let p = m.data.add(m.offset(0, iq1, 0, iq3 % m.ne[3]));
-                    (p as *const u8, m.nb[0], m.dtype == crate::dtype::DType::F16)
-                }),
-            }
+        let masked = |i: usize| i % 7 == 3 || (40..60).contains(&i);
+        let value = |i: usize| match i % 5 {
+            0 => -1.5,
+            1 => 0.25,
+            _ => 0.0,
         };
-        let mut acc = [[0u16; D]; G];
-        // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
-        // their tensors (the builder checked the shapes).
-        let res = unsafe {
-            if crate::cpu::isa() >= crate::cpu::Isa::Avx512 {
-                keys_block_512::<G>(&q, &mut acc, &rows, keys, a.scale)
-            } else {
-                keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale)
-            }
-        };
-        for (j, (acc, r)) in acc.iter().zip(res).enumerate() {
-            super::row_acc(&mut sc[j * rs..(j + 1) * rs], D, D).copy_from_slice(acc);
-            out.push(r);
-        }
-    }
-
-    impl KeyRows {
-        /// Key `ic`: its mask value and its key and value rows, or `None` if it is masked
-        /// out (−∞).
-        ///
-        /// # Safety
-        /// `ic` is a key the rows are valid for; the CPU supports F16C.
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn key(&self, ic: usize) -> Option<(f32, *const u8, *const u8)> {
-            // SAFETY: forwarded.
-            let mv = unsafe { self.mask_value(ic) };
-            (mv != f32::NEG_INFINITY).then(|| {
-                // SAFETY: forwarded.
-                let (k, v) = unsafe { self.rows(ic) };
-                (mv, k, v)
-            })
-        }
-
-        /// The first bytes of key `ic`'s key row and value row.
-        ///
-        /// # Safety
-        /// `ic` is a key the rows are valid for.
-        #[inline]
-        unsafe fn rows(&self, ic: usize) -> (*const u8, *const u8) {
-            // SAFETY: rows ic of keys and values lie in their tensors (caller).
-            unsafe { (self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) }
-        }
-
-        /// Asks for key `ic`'s key and value rows (`D` f16 values each: 128 bytes, two cache
-        /// lines when aligned) to be brought into the L2 cache.
-        ///
-        /// [`keys_block_512`] loads a block's rows in a burst and then computes for a while,
-        /// and a block of key rows (a row per key, `nb[1]` apart) spans a 4 KiB page, which
-        /// the hardware prefetchers do not cross: without this, decoding attention over a
-        /// cache in L3 or memory waited on its rows. Asked for [`AHEAD`] keys ahead and into
-        /// L2 (the `T2` hint; `T0` measured slower), one layer (14 heads, 1088 keys, 24
-        /// layers' caches in turn, so from L3) went from 170 to 133 µs on one thread and from
-        /// 77 to 68 µs on two; with its cache flushed to memory, from 91–96 to 71–74 µs on
-        /// two. In the model at depth 1024 (profile, median of three runs): from 177 to 140 µs
-        /// per node on one thread, from 102 to 79 µs on two (Zen 4 development machine). The
-        /// AVX2 loop ([`keys_group`]), which loads one key's rows at a time, measured no gain
-        /// from it.
-        ///
-        /// # Safety
-        /// `ic` is a key the rows are valid for.
-        #[inline]
-        unsafe fn prefetch(&self, ic: usize) {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T2};
-            // SAFETY: forwarded; a prefetch reads nothing and never faults.
-            unsafe {
-                let (k, v) = self.rows(ic);
-                for p in [k, k.wrapping_add(64), v, v.wrapping_add(64)] {
-                    _mm_prefetch::<_MM_HINT_T2>(p as *const i8);
-                }
-            }
-        }
-
-        /// The mask value of key `ic` (0 without a mask).
-        ///
-        /// # Safety
-        /// As [`KeyRows::key`].
-        #[inline]
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn mask_value(&self, ic: usize) -> f32 {
-            match self.mask {
-                None => 0.0,
-                // SAFETY: the element lies in the mask row (caller); aligned; f16 → f32 is
-                // exact.
-                Some((p, nb0, f16m)) => unsafe {
-                    let e = p.add(ic * nb0);
-                    if f16m {
-                        let h = std::arch::x86_64::_mm_cvtsi32_si128(*(e as *const u16) as i32);
-                        _mm_cvtss_f32(std::arch::x86_64::_mm_cvtph_ps(h))
-                    } else {
-                        *(e as *const f32)
-                    }
-                },
-            }
-        }
-    }
-
-    /// The online-softmax step of `G` heads with scores `s`: a new maximum gives
-    /// `ms = expf(M_old − M)`, `vs = 1`, else `ms = 1`, `vs = expf(s − M)`. Updates `max` and
-    /// returns, per head, that exponential and whether the maximum grew (the exponentials of
-    /// all heads at once: glibc's `expf`, bit for bit).
-    ///
-    /// # Safety
-    /// The CPU supports AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn softmax_step<const G: usize>(
-        s: &[f32; G],
-        max: &mut [f32; G],
-    ) -> ([f32; G], [bool; G]) {
-        let (mut arg, mut grew) = ([0f32; G], [false; G]);
-        for g in 0..G {
-            if s[g] > max[g] {
-                let old = max[g];
-                max[g] = s[g];
-                arg[g] = old - max[g];
-                grew[g] = true;
-            } else {
-                arg[g] = s[g] - max[g];
-            }
-        }
-        // SAFETY: the features are the caller's.
-        (unsafe { exp_lanes(&arg) }, grew)
-    }
-
-    /// `expf` of `G ≤ 8` values, four lanes at a time (`kernels::expf`).
-    ///
-    /// # Safety
-    /// The CPU supports AVX2 and FMA.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn exp_lanes<const G: usize>(x: &[f32; G]) -> [f32; G] {
-        const { assert!(G <= 8) };
-        let mut ys = [0f32; 8];
-        let at = |i: usize| if i < G { x[i] } else { 0.0 };
-        for c in 0..G.div_ceil(4) {
-            // Lanes built in registers (a vector load of values just stored one by one
-            // would wait for the stores to retire).
-            let v = _mm_setr_ps(at(4 * c), at(4 * c + 1), at(4 * c + 2), at(4 * c + 3));
-            // SAFETY: lanes 4c..4c + 4 lie in the array of 8 (G ≤ 8); the features are the
-            // caller's.
-            unsafe {
-                let e = crate::kernels::expf::x86::expf4(v);
-                _mm_storeu_ps(ys.as_mut_ptr().add(4 * c), e);
-            }
-        }
-        std::array::from_fn(|g| ys[g])
-    }
-
-    /// Keys per block of [`keys_block_512`].
-    const BLOCK: usize = 16;
-
-    /// How many keys ahead [`keys_block_512`] prefetches rows ([`KeyRows::prefetch`]): two
-    /// blocks.
-    const AHEAD: usize = 2 * BLOCK;
-
-    /// Heads whose accumulators [`keys_block_512`] updates in one pass over a block.
-    const PASS: usize = 4;
-
-    /// The key loop of [`keys_group`] on AVX-512, sixteen keys at a time, with every head's
-    /// arithmetic unchanged:
-    ///
-    /// 1. **Scores.** The block's key rows are widened once; per head, each key's 64 products
-    ///    are folded as ggml does (`(L0 + L2) + (L1 + L3)` of the four 16-lane parts), and the
-    ///    sixteen keys' horizontal sums are taken together by a transposing tree
-    ///    ([`sum_lanes_x16`](crate::kernels::ggml_arith::x86::sum_lanes_x16)) that adds the same pairs as ggml's `_mm512_reduce_add_ps`, leaving
-    ///    key `j`'s score in lane `j`; then `·scale`, `+mask`.
-    /// 2. **Softmax weights.** Key `j` sees the running maximum `M_{j−1}` = the largest of
-    ///    the maximum so far and the block's earlier (unmasked, non-NaN) scores — a prefix
-    ///    maximum across lanes. Where `s_j > M_{j−1}` the key sets a new maximum and its
-    ///    factors are `ms = expf(M_{j−1} − s_j)`, `vs = 1`, else `ms = 1`,
-    ///    `vs = expf(s_j − M_{j−1})`: exactly the one-key step's, all sixteen from one
-    ///    [`expf16`](crate::kernels::expf::x86::expf16).
-    /// 3. **Accumulators**, key after key as before: `y = f16(y·ms)` on a new maximum,
-    ///    `y = f16(fma(v, vs, y))`, `S = fma(S, ms, vs)`; masked keys are skipped.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F/BW/VL, AVX2, FMA and F16C; `rows` valid for every key in
-    /// `keys`.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-    unsafe fn keys_block_512<const G: usize>(
-        q: &[[f32; D]; G],
-        acc_out: &mut [[u16; D]; G],
-        rows: &KeyRows,
-        keys: std::ops::Range<usize>,
-        scale: f32,
-    ) -> [(f32, f32); G] {
-        use std::arch::x86_64::{
-            __m256i, __m512, _mm256_loadu_si256, _mm256_setzero_si256, _mm256_storeu_si256,
-            _mm512_add_ps, _mm512_alignr_epi32, _mm512_castps_si512, _mm512_castsi512_ps,
-            _mm512_cmp_ps_mask, _mm512_cvtph_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
-            _mm512_mask_blend_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
-            _mm512_storeu_ps, _mm512_sub_ps, _CMP_GT_OQ, _CMP_ORD_Q,
-        };
-        const N: usize = D / 16;
-        let zero = _mm512_setzero_ps();
-        let (one, neg_inf) = (_mm512_set1_ps(1.0), _mm512_set1_ps(f32::NEG_INFINITY));
-        let (scale_v, widen) = (_mm512_set1_ps(scale), |p: *const u8, i: usize| {
-            // SAFETY: callers pass a row pointer with D f16 values; i < N.
-            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256((p as *const __m256i).add(i)) })
-        });
-        let mut acc = [[_mm256_setzero_si256(); N]; G];
-        for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
-            for (i, y) in a.iter_mut().enumerate() {
-                // SAFETY: 16 u16 readable at o[16i] (i < D / 16).
-                *y = unsafe { _mm256_loadu_si256(o.as_ptr().add(16 * i) as *const __m256i) };
-            }
-        }
-        let mut sum = [0f32; G]; // S
-        let mut max = [f32::NEG_INFINITY; G]; // M
-                                              // The block's key and value rows widened, each head's factors, new-maximum bits.
-        let mut kw = [[zero; N]; BLOCK];
-        let mut vw = [[zero; N]; BLOCK];
-        let (mut ms, mut vs) = ([[0f32; BLOCK]; G], [[0f32; BLOCK]; G]);
-        let mut grew = [0u16; G];
-        let mut start = keys.start;
-        while start < keys.end {
-            let nb = (keys.end - start).min(BLOCK);
-            let mut mv = [f32::NEG_INFINITY; BLOCK];
-            let mut live = 0u16;
-            for (j, m) in mv.iter_mut().enumerate().take(nb) {
-                // SAFETY: start + j is one of the caller's keys.
-                *m = unsafe { rows.mask_value(start + j) };
-                live |= u16::from(*m != f32::NEG_INFINITY) << j;
-            }
-            if live != 0 {
-                for j in 0..nb {
-                    // SAFETY: key start + j is one of the caller's.
-                    let (kp, vp) = unsafe { rows.rows(start + j) };
-                    for i in 0..N {
-                        kw[j][i] = widen(kp, i);
-                        vw[j][i] = widen(vp, i);
-                    }
-                    if start + j + AHEAD < keys.end {
-                        // SAFETY: that key is one of the caller's too.
-                        unsafe { rows.prefetch(start + j + AHEAD) };
-                    }
-                }
-                // SAFETY: 16 f32 readable.
-                let mvv = unsafe { _mm512_loadu_ps(mv.as_ptr()) };
-                let mut scores = [zero; G];
-                for g in 0..G {
-                    // SAFETY: 16 f32 readable at q[g][16i] (i < D / 16).
-                    let qg: [__m512; N] = std::array::from_fn(|i| unsafe {
-                        _mm512_loadu_ps(q[g].as_ptr().add(16 * i))
-                    });
-                    let r: [__m512; BLOCK] = std::array::from_fn(|j| {
-                        let l: [__m512; N] =
-                            std::array::from_fn(|i| _mm512_fmadd_ps(kw[j][i], qg[i], zero));
-                        _mm512_add_ps(_mm512_add_ps(l[0], l[2]), _mm512_add_ps(l[1], l[3]))
-                    });
-                    scores[g] = _mm512_add_ps(
-                        _mm512_mul_ps(crate::kernels::ggml_arith::x86::sum_lanes_x16(&r), scale_v),
-                        mvv,
-                    );
-                }
-                for (g, &s) in scores.iter().enumerate() {
-                    // The running maximum before each key: unmasked, ordered scores only
-                    // (a NaN score never becomes the maximum, as `s > M` is false).
-                    let counted = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(s, s) & live;
-                    let carry = _mm512_set1_ps(max[g]);
-                    let incl =
-                        _mm512_max_ps(prefix_max(_mm512_mask_blend_ps(counted, neg_inf, s)), carry);
-                    let before = _mm512_castsi512_ps(_mm512_alignr_epi32::<15>(
-                        _mm512_castps_si512(incl),
-                        _mm512_castps_si512(carry),
-                    ));
-                    let up = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(s, before) & live;
-                    let arg = _mm512_mask_blend_ps(
-                        up,
-                        _mm512_sub_ps(s, before),
-                        _mm512_sub_ps(before, s),
-                    );
-                    // Masked lanes get 0 (their factors are never read).
-                    let e = expf16(_mm512_mask_blend_ps(live, zero, arg));
-                    // SAFETY: 16 f32 writable in each row.
-                    unsafe {
-                        _mm512_storeu_ps(ms[g].as_mut_ptr(), _mm512_mask_blend_ps(up, one, e));
-                        _mm512_storeu_ps(vs[g].as_mut_ptr(), _mm512_mask_blend_ps(up, e, one));
-                    }
-                    grew[g] = up;
-                    max[g] = last_lane(incl);
-                }
-                // PASS heads at a time, their accumulators in registers through the block.
-                let mut g = 0;
-                while g < G {
-                    let n = (G - g).min(PASS);
-                    let factors = Factors {
-                        ms: &ms[g..],
-                        vs: &vs[g..],
-                        grew: &grew[g..],
-                        values: &vw,
-                        live,
-                    };
-                    let (a, s) = (&mut acc[g..g + n], &mut sum[g..g + n]);
-                    macro_rules! pass {
-                        ($($h:literal)*) => {
-                            match n {
-                                $($h => {
-                                    // SAFETY: the features are this function's.
-                                    unsafe {
-                                        accumulate::<$h>(
-                                            a.try_into().expect("n heads"),
-                                            s,
-                                            &factors,
-                                        )
-                                    }
-                                })*
-                                _ => unreachable!("passes hold 1 to {PASS} heads"),
-                            }
-                        };
-                    }
-                    pass!(1 2 3 4);
-                    g += n;
-                }
-            }
-            start += nb;
-        }
-        for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
-            for (i, y) in a.iter().enumerate() {
-                // SAFETY: 16 u16 writable at o[16i] (i < D / 16).
-                unsafe { _mm256_storeu_si256(o.as_mut_ptr().add(16 * i) as *mut __m256i, *y) };
-            }
-        }
-        std::array::from_fn(|g| (max[g], sum[g]))
-    }
-
-    /// One block's softmax factors for some heads (from the first of them on) and its widened
-    /// value rows, as [`accumulate`] reads them.
-    struct Factors<'a> {
-        ms: &'a [[f32; BLOCK]],
-        vs: &'a [[f32; BLOCK]],
-        grew: &'a [u16],
-        values: &'a [[std::arch::x86_64::__m512; D / 16]; BLOCK],
-        live: u16,
-    }
-
-    /// Step 3 of [`keys_block_512`] for `H` heads: over the block's unmasked keys in order,
-    /// `y = f16(y·ms)` where the key set a new maximum, `y = f16(fma(v, vs, y))` and
-    /// `S = fma(S, ms, vs)`, with the heads' accumulators held in registers.
-    ///
-    /// This is about half of the decoding kernel's time, bound by the f16 round trip of the
-    /// accumulator (`vcvtps2ph` then `vcvtph2ps`): on the Zen 4 development machine about
-    /// 1.0 ns per 16 values against 0.28 ns for the FMA alone. An exact rounding to f16 with
-    /// integer and FP operations instead (the binade's quantum added and subtracted, with
-    /// sign, subnormal and overflow fix-ups) measured 2.0 ns, two 256-bit round trips 1.3 ns.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F/VL and F16C; `f` holds at least `H` heads.
-    #[inline(always)]
-    unsafe fn accumulate<const H: usize>(
-        acc: &mut [[std::arch::x86_64::__m256i; D / 16]; H],
-        sum: &mut [f32],
-        f: &Factors,
-    ) {
-        use std::arch::x86_64::{
-            _mm512_cvtph_ps, _mm512_cvtps_ph, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_ps,
-        };
-        let mut y = *acc;
-        let mut s: [f32; H] = std::array::from_fn(|h| sum[h]);
-        let mut bits = f.live;
-        while bits != 0 {
-            let j = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            for h in 0..H {
-                let (ms, vs) = (f.ms[h][j], f.vs[h][j]);
-                if f.grew[h] >> j & 1 != 0 {
-                    let m = _mm512_set1_ps(ms);
-                    for x in y[h].iter_mut() {
-                        *x = _mm512_cvtps_ph::<0>(_mm512_mul_ps(_mm512_cvtph_ps(*x), m));
-                    }
-                }
-                let w = _mm512_set1_ps(vs);
-                for (x, &v) in y[h].iter_mut().zip(&f.values[j]) {
-                    *x = _mm512_cvtps_ph::<0>(_mm512_fmadd_ps(v, w, _mm512_cvtph_ps(*x)));
-                }
-                s[h] = s[h].mul_add(ms, vs);
-            }
-        }
-        *acc = y;
-        sum[..H].copy_from_slice(&s);
-    }
-
-    /// The inclusive running maximum across lanes: lane `j` gets `max(x₀, …, x_j)` (no NaN
-    /// in `x`).
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn prefix_max(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::{
-            _mm512_alignr_epi32, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_max_ps,
-            _mm512_set1_ps,
-        };
-        let fill = _mm512_castps_si512(_mm512_set1_ps(f32::NEG_INFINITY));
-        let mut x = x;
-        // Lanes shifted up by 1, 2, 4, 8 (−∞ shifted in).
-        macro_rules! step {
-            ($k:literal) => {
-                x = _mm512_max_ps(
-                    x,
-                    _mm512_castsi512_ps(_mm512_alignr_epi32::<{ 16 - $k }>(
-                        _mm512_castps_si512(x),
-                        fill,
-                    )),
-                );
-            };
-        }
-        step!(1);
-        step!(2);
-        step!(4);
-        step!(8);
-        x
-    }
-
-    /// Lane 15.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn last_lane(x: std::arch::x86_64::__m512) -> f32 {
-        use std::arch::x86_64::{
-            _mm512_castps512_ps128, _mm512_permutexvar_ps, _mm512_set1_epi32, _mm_cvtss_f32,
-        };
-        _mm_cvtss_f32(_mm512_castps512_ps128(_mm512_permutexvar_ps(
-            _mm512_set1_epi32(15),
-            x,
-        )))
-    }
-
-    /// The key loop for `G` query heads `q` (rounded to f16) sharing `rows`, in lockstep: per
-    /// key, every head gets exactly the operations of the one-head loop (see
-    /// [`row_keys_d`]); the key and value rows are widened once for all of them. Returns each
-    /// head's `(M, S)`, its accumulator in `acc_out`.
-    ///
-    /// # Safety
-    /// The CPU supports AVX2, FMA and F16C; `rows` valid for every key in `keys`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn keys_group<const G: usize>(
-        q: &mut [[f32; D]; G],
-        acc_out: &mut [[u16; D]; G],
-        rows: &KeyRows,
-        keys: std::ops::Range<usize>,
-        scale: f32,
-    ) -> [(f32, f32); G] {
-        const N: usize = D / 8;
-        let zero = _mm256_setzero_ps();
-        let mut acc = [[_mm_setzero_si128(); N]; G];
-        for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
-            for (i, y) in a.iter_mut().enumerate() {
-                // SAFETY: 8 u16 readable at o[8i] (i < D / 8).
-                *y = unsafe { _mm_loadu_si128(o.as_ptr().add(8 * i) as *const __m128i) };
-            }
-        }
-        let mut sum = [0f32; G]; // S
-        let mut max = [f32::NEG_INFINITY; G]; // M
-        for ic in keys {
-            // SAFETY: ic is one of the caller's keys.
-            let Some((mv, kp, vp)) = (unsafe { rows.key(ic) }) else {
-                continue;
-            };
-            let (kp, vp) = (kp as *const __m128i, vp as *const __m128i);
-            let mut kr = [zero; N];
-            for (i, x) in kr.iter_mut().enumerate() {
-                // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
-                *x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(kp.add(i)) });
-            }
-            let mut s = [0f32; G];
-            for (g, sg) in s.iter_mut().enumerate() {
-                // ggml's dot: lane t = fma(k_t, q_t, 0); lanes t + 32 then t + 16 folded
-                // in, then `reduce16`.
-                let mut l = [zero; N];
-                for i in 0..N {
-                    // SAFETY: 8 f32 readable at q[g][8i] (i < D / 8).
-                    let qv = unsafe { _mm256_loadu_ps(q[g].as_ptr().add(8 * i)) };
-                    l[i] = _mm256_fmadd_ps(kr[i], qv, zero);
-                }
-                let r0 = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
-                let r1 = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
-                // reduce16: h8 = hi16 + lo16, h4 = hi8 + lo8, (h4₀ + h4₂) + (h4₁ + h4₃).
-                let h8 = _mm256_add_ps(r1, r0);
-                let h4 = _mm_add_ps(_mm256_extractf128_ps::<1>(h8), _mm256_castps256_ps128(h8));
-                let mut h = [0f32; 4];
-                // SAFETY: 4 f32 writable.
-                unsafe { _mm_storeu_ps(h.as_mut_ptr(), h4) };
-                let mut x = (h[0] + h[2]) + (h[1] + h[3]);
-                x *= scale;
-                x += mv;
-                *sg = x;
-            }
-            // SAFETY: the CPU supports AVX2 and FMA (caller).
-            let (e, grew) = unsafe { softmax_step(&s, &mut max) };
-            let ms: [f32; G] = std::array::from_fn(|g| if grew[g] { e[g] } else { 1.0 });
-            let vs: [f32; G] = std::array::from_fn(|g| if grew[g] { 1.0 } else { e[g] });
-            let mut vr = [zero; N];
-            for (i, x) in vr.iter_mut().enumerate() {
-                // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
-                *x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(vp.add(i)) });
-            }
-            for g in 0..G {
-                if grew[g] {
-                    let m = _mm256_set1_ps(ms[g]);
-                    for y in acc[g].iter_mut() {
-                        *y = _mm256_cvtps_ph::<0>(_mm256_mul_ps(_mm256_cvtph_ps(*y), m));
-                    }
-                }
-                let w = _mm256_set1_ps(vs[g]);
-                for (y, &x) in acc[g].iter_mut().zip(&vr) {
-                    *y = _mm256_cvtps_ph::<0>(_mm256_fmadd_ps(x, w, _mm256_cvtph_ps(*y)));
-                }
-                sum[g] = sum[g].mul_add(ms[g], vs[g]);
-            }
-        }
-        for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
-            for (i, y) in a.iter().enumerate() {
-                // SAFETY: 8 u16 writable at o[8i] (i < D / 8).
-                unsafe { _mm_storeu_si128(o.as_mut_ptr().add(8 * i) as *mut __m128i, *y) };
-            }
-        }
-        std::array::from_fn(|g| (max[g], sum[g]))
-    }
-
-    /// Query rows per register block of [`scores_512`] and [`weighted_values_512`].
-    const RB: usize = 4;
-
-    /// The tiled kernel's scores before scaling: for rows `r < rows` of the query tile
-    /// (`qt`: rows of `dk`) and the `TILE_KV` columns of the transposed key tile (`kt`:
-    /// `dk` rows of `TILE_KV`), `kq[r·TILE_KV + c]` = the FMA chain over `d` in order,
-    /// `s = fma(q[r][d], k[d][c], s)` from 0 — the portable loop's chains, four rows by
-    /// sixty-four columns held in registers.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F; `qt` holds `TILE_Q · dk` values, `kt` `dk · TILE_KV`,
-    /// `kq` `TILE_Q · TILE_KV`; `rows ≤ TILE_Q`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn scores_512(
-        qt: &[f32],
-        kt: &[f32],
-        kq: &mut [f32],
-        rows: usize,
-        dk: usize,
-    ) {
-        use std::arch::x86_64::{
-            __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
-            _mm512_storeu_ps,
-        };
-        const W: usize = super::TILE_KV / 16;
-        assert!(qt.len() >= super::TILE_Q * dk && kt.len() >= dk * super::TILE_KV);
-        assert!(kq.len() >= super::TILE_Q * super::TILE_KV && rows <= super::TILE_Q);
-        for r0 in (0..rows).step_by(RB) {
-            // Rows past `rows` (still inside the tile) are computed and dropped.
-            let mut s = [[_mm512_setzero_ps(); W]; RB];
-            for d in 0..dk {
-                // SAFETY: d < dk: row d of the key tile has TILE_KV = 16·W values.
-                let k: [__m512; W] = std::array::from_fn(|j| unsafe {
-                    _mm512_loadu_ps(kt.as_ptr().add(d * super::TILE_KV + 16 * j))
-                });
-                for (i, si) in s.iter_mut().enumerate() {
-                    // r0 + i < TILE_Q (r0 is a multiple of RB below rows ≤ TILE_Q).
-                    let q = _mm512_set1_ps(qt[(r0 + i) * dk + d]);
-                    for (x, &kj) in si.iter_mut().zip(&k) {
-                        *x = _mm512_fmadd_ps(q, kj, *x);
-                    }
-                }
-            }
-            for (i, si) in s.iter().enumerate().take(rows - r0) {
-                for (j, &x) in si.iter().enumerate() {
-                    let o = (r0 + i) * super::TILE_KV + 16 * j;
-                    // SAFETY: o + 16 ≤ TILE_Q · TILE_KV ≤ kq.len().
-                    unsafe { _mm512_storeu_ps(kq.as_mut_ptr().add(o), x) };
-                }
-            }
-        }
-    }
-
-    /// The tiled kernel's value step for the query rows `active`: `acc[r·dv + e]` gets the
-    /// FMA chain over the tile's keys in order, `y = fma(w[r][c], v[c][e], y)` — the portable
-    /// loop's chains, four rows by sixty-four values held in registers.
-    ///
-    /// # Safety
-    /// The CPU supports AVX-512 F; `dv` is a multiple of 64; `kq` holds `TILE_Q · TILE_KV`
-    /// values, `vt` `TILE_KV · dv`, `acc` `TILE_Q · dv`; every row in `active` is below
-    /// `TILE_Q`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn weighted_values_512(
-        kq: &[f32],
-        vt: &[f32],
-        acc: &mut [f32],
-        active: &[usize],
-        dv: usize,
-    ) {
-        use std::arch::x86_64::{
-            __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps,
-        };
-        const W: usize = 4;
-        const KV: usize = super::TILE_KV;
-        assert!(dv.is_multiple_of(16 * W) && kq.len() >= super::TILE_Q * KV);
-        assert!(vt.len() >= KV * dv && acc.len() >= super::TILE_Q * dv);
-        assert!(active.iter().all(|&r| r < super::TILE_Q));
-        for rows in active.chunks(RB) {
-            // A short block repeats its first row in the spare lanes (computed, not stored).
-            let row: [usize; RB] = std::array::from_fn(|i| rows.get(i).copied().unwrap_or(rows[0]));
-            for e0 in (0..dv).step_by(16 * W) {
-                // SAFETY (all loads and stores below): rows < TILE_Q, e0 + 16·W ≤ dv, c < KV.
-                let mut y: [[__m512; W]; RB] = std::array::from_fn(|i| {
-                    std::array::from_fn(|j| {
-                        // SAFETY: row[i] < TILE_Q and e0 + 16·(j + 1) ≤ dv, inside `acc`.
-                        unsafe { _mm512_loadu_ps(acc.as_ptr().add(row[i] * dv + e0 + 16 * j)) }
-                    })
-                });
-                for c in 0..KV {
-                    let v: [__m512; W] = std::array::from_fn(|j| {
-                        // SAFETY: c < KV and e0 + 16·(j + 1) ≤ dv, inside `vt`.
-                        unsafe { _mm512_loadu_ps(vt.as_ptr().add(c * dv + e0 + 16 * j)) }
-                    });
-                    for (i, yi) in y.iter_mut().enumerate() {
-                        let w = _mm512_set1_ps(kq[row[i] * KV + c]);
-                        for (x, &vj) in yi.iter_mut().zip(&v) {
-                            *x = _mm512_fmadd_ps(w, vj, *x);
-                        }
-                    }
-                }
-                for (i, yi) in y.iter().enumerate().take(rows.len()) {
-                    for (j, &x) in yi.iter().enumerate() {
-                        // SAFETY: as the loads (row[i] < TILE_Q, e0 + 16·W ≤ dv).
-                        unsafe {
-                            _mm512_storeu_ps(acc.as_mut_ptr().add(row[i] * dv + e0 + 16 * j), x)
-                        };
-                    }
-                }
-            }
-        }
-    }
-
-    /// The tiled kernel compiled with the features (see [`super::tile_body`]).
-    ///
-    /// # Safety
-    /// As [`super::tile_body`]; the CPU supports AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn tile(a: &super::Attn, q0: usize, iq2: usize, iq3: usize, sc: &mut [f32]) {
-        // SAFETY: forwarded.
-        unsafe { super::tile_body::<true>(a, q0, iq2, iq3, sc) }
-    }
-
-    /// # Safety
-    /// As [`f16_to_f32`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_f16_ggml(x: &[f32], y: &[f32]) -> f32 {
-        crate::kernels::ggml_arith::dot_f16_vec_f32_body(x, y)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-        use crate::cpu::{isa, Isa};
-
-        /// Keys and values of one head as the cache holds them (rows `stride` u16 apart,
-        /// this head's `D` values first) and a mask row in either element type.
-        struct Case {
-            k: Vec<u16>,
-            v: Vec<u16>,
-            stride: usize,
-            mask_f16: Vec<u16>,
-            mask_f32: Vec<f32>,
-        }
-
-        fn rng(seed: &mut u64) -> f32 {
-            *seed ^= *seed << 13;
-            *seed ^= *seed >> 7;
-            *seed ^= *seed << 17;
-            (*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        }
-
-        /// `n` keys; `spiky`: some keys' rows ×40 (scores jumping by far more than 88, so
-        /// that exponentials leave the table's range), one NaN in a key row.
-        fn case(n: usize, spiky: bool, seed: u64) -> Case {
-            let mut s = seed | 1;
-            let stride = 2 * D;
-            let mut row = |i: usize, scale: f32| -> Vec<u16> {
-                let mut r: Vec<u16> = (0..stride).map(|_| f2h(rng(&mut s) * scale)).collect();
-                if spiky && i % 37 == 5 {
-                    r.iter_mut().take(D).for_each(|x| *x = f2h(h2f(*x) * 40.0));
-                }
-                r
-            };
-            let mut k: Vec<u16> = (0..n).flat_map(|i| row(i, 2.0)).collect();
-            let v: Vec<u16> = (0..n).flat_map(|i| row(i + 1000, 1.0)).collect();
-            if spiky && n > 9 {
-                k[9 * stride + 3] = 0x7e00; // NaN
-            }
-            let masked = |i: usize| i % 7 == 3 || (40..60).contains(&i);
-            let value = |i: usize| match i % 5 {
-                0 => -1.5,
-                1 => 0.25,
-                _ => 0.0,
-            };
-            let mask_f32: Vec<f32> = (0..n)
-                .map(|i| {
-                    if masked(i) {
-                        f32::NEG_INFINITY
-                    } else {
-                        value(i)
-                    }
-                })
-                .collect();
-            let mask_f16 = mask_f32.iter().map(|&x| f2h(x)).collect();
-            Case {
-                k,
-                v,
-                stride,
-                mask_f16,
-                mask_f32,
-            }
-        }
-
-        /// The one-key loop of `one_row_keys` with the portable primitives.
-        fn reference(
-            q: &[f32; D],
-            c: &Case,
-            mask: Option<&[f32]>,
-            keys: std::ops::Range<usize>,
-            scale: f32,
-        ) -> ([u16; D], f32, f32) {
-            let (mut acc, mut max, mut sum) = ([0u16; D], f32::NEG_INFINITY, 0f32);
-            for ic in keys {
-                let mv = mask.map_or(0.0, |m| m[ic]);
-                if mv == f32::NEG_INFINITY {
-                    continue;
-                }
-                let kr: Vec<f32> = c.k[ic * c.stride..][..D].iter().map(|&h| h2f(h)).collect();
-                let vr = &c.v[ic * c.stride..][..D];
-                let mut s = super::super::dot_f16_ggml(&kr, q, false);
-                s *= scale;
-                s += mv;
-                let (ms, vs);
-                if s > max {
-                    let old = max;
-                    max = s;
-                    ms = (old - max).exp();
-                    vs = 1.0;
-                    super::super::scale_f16(&mut acc, ms, false);
+        let mask_f32: Vec<f32> = (0..n)
+            .map(|i| {
+                if masked(i) {
+                    f32::NEG_INFINITY
                 } else {
-                    ms = 1.0;
-                    vs = (s - max).exp();
+                    value(i)
                 }
-                super::super::mad_f16(&mut acc, vr, vs, false);
-                sum = sum.mul_add(ms, vs);
+            })
+            .collect();
+        let mask_f16 = mask_f32.iter().map(|&x| f2h(x)).collect();
+        Case {
+            k,
+            v,
+            stride,
+            mask_f16,
+            mask_f32,
+        }
+    }
+
+    /// The one-key loop of `one_row_keys` with the portable primitives.
+    fn reference(
+        q: &[f32; D],
+        c: &Case,
+        mask: Option<&[f32]>,
+        keys: std::ops::Range<usize>,
+        scale: f32,
+    ) -> ([u16; D], f32, f32) {
+        let (mut acc, mut max, mut sum) = ([0u16; D], f32::NEG_INFINITY, 0f32);
+        for ic in keys {
+            let mv = mask.map_or(0.0, |m| m[ic]);
+            if mv == f32::NEG_INFINITY {
+                continue;
             }
-            (acc, max, sum)
+            let kr: Vec<f32> = c.k[ic * c.stride..][..D].iter().map(|&h| h2f(h)).collect();
+            let vr = &c.v[ic * c.stride..][..D];
+            let mut s = super::dot_f16_ggml(&kr, q, false);
+            s *= scale;
+            s += mv;
+            let (ms, vs);
+            if s > max {
+                let old = max;
+                max = s;
+                ms = (old - max).exp();
+                vs = 1.0;
+                super::scale_f16(&mut acc, ms, false);
+            } else {
+                ms = 1.0;
+                vs = (s - max).exp();
+            }
+            super::mad_f16(&mut acc, vr, vs, false);
+            sum = sum.mul_add(ms, vs);
         }
+        (acc, max, sum)
+    }
 
-        fn same(a: f32, b: f32) -> bool {
-            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-        }
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
 
-        fn check<const G: usize>() {
-            let scale = 0.125;
-            for (n, spiky) in [(0, false), (1, false), (16, false), (33, true), (600, true)] {
-                let c = case(n, spiky, 7 + n as u64);
-                let mut seed = 99 + G as u64;
-                let q: [[f32; D]; G] =
-                    std::array::from_fn(|_| std::array::from_fn(|_| h2f(f2h(rng(&mut seed)))));
-                let ranges = [0..n, n / 3..n, n.min(5)..n.min(21)];
-                for keys in ranges {
-                    for which in 0..3 {
-                        let mask = match which {
-                            0 => None,
-                            1 => Some((c.mask_f16.as_ptr() as *const u8, 2, true)),
-                            _ => Some((c.mask_f32.as_ptr() as *const u8, 4, false)),
+    fn check<const G: usize>() {
+        let scale = 0.125;
+        for (n, spiky) in [(0, false), (1, false), (16, false), (33, true), (600, true)] {
+            let c = case(n, spiky, 7 + n as u64);
+            let mut seed = 99 + G as u64;
+            let q: [[f32; D]; G] =
+                std::array::from_fn(|_| std::array::from_fn(|_| h2f(f2h(rng(&mut seed)))));
+            let ranges = [0..n, n / 3..n, n.min(5)..n.min(21)];
+            for keys in ranges {
+                for which in 0..3 {
+                    let mask = match which {
+                        0 => None,
+                        1 => Some((c.mask_f16.as_ptr() as *const u8, 2, true)),
+                        _ => Some((c.mask_f32.as_ptr() as *const u8, 4, false)),
+                    };
+                    let rows = KeyRows {
+                        k0: c.k.as_ptr() as *const u8,
+                        knb: 2 * c.stride,
+                        v0: c.v.as_ptr() as *const u8,
+                        vnb: 2 * c.stride,
+                        mask,
+                    };
+                    let mref = (which > 0).then_some(&c.mask_f32[..]);
+                    let want: Vec<_> = q
+                        .iter()
+                        .map(|qh| reference(qh, &c, mref, keys.clone(), scale))
+                        .collect();
+                    let what = format!("G={G} n={n} keys={keys:?} mask={which}");
+                    let mut runs = Vec::new();
+                    if isa() >= Isa::Avx512 {
+                        let mut acc = [[0u16; D]; G];
+                        // SAFETY: the CPU has the features (checked); the rows and the
+                        // mask cover every key of `keys`.
+                        let r = unsafe {
+                            keys_block_512::<G>(&q, &mut acc, &rows, keys.clone(), scale)
                         };
-                        let rows = KeyRows {
-                            k0: c.k.as_ptr() as *const u8,
-                            knb: 2 * c.stride,
-                            v0: c.v.as_ptr() as *const u8,
-                            vnb: 2 * c.stride,
-                            mask,
+                        runs.push(("block", acc, r));
+                    }
+                    if isa() >= Isa::Avx2 {
+                        let mut acc = [[0u16; D]; G];
+                        // SAFETY: as above (AVX2, FMA, F16C).
+                        let r = unsafe {
+                            keys_group::<G>(&mut q.clone(), &mut acc, &rows, keys.clone(), scale)
                         };
-                        let mref = (which > 0).then_some(&c.mask_f32[..]);
-                        let want: Vec<_> = q
-                            .iter()
-                            .map(|qh| reference(qh, &c, mref, keys.clone(), scale))
-                            .collect();
-                        let what = format!("G={G} n={n} keys={keys:?} mask={which}");
-                        let mut runs = Vec::new();
-                        if isa() >= Isa::Avx512 {
-                            let mut acc = [[0u16; D]; G];
-                            // SAFETY: the CPU has the features (checked); the rows and the
-                            // mask cover every key of `keys`.
-                            let r = unsafe {
-                                keys_block_512::<G>(&q, &mut acc, &rows, keys.clone(), scale)
-                            };
-                            runs.push(("block", acc, r));
-                        }
-                        if isa() >= Isa::Avx2 {
-                            let mut acc = [[0u16; D]; G];
-                            // SAFETY: as above (AVX2, FMA, F16C).
-                            let r = unsafe {
-                                keys_group::<G>(
-                                    &mut q.clone(),
-                                    &mut acc,
-                                    &rows,
-                                    keys.clone(),
-                                    scale,
-                                )
-                            };
-                            runs.push(("group", acc, r));
-                        }
-                        for (name, acc, r) in runs {
-                            for (g, (wa, wm, ws)) in want.iter().enumerate() {
-                                let (m, s) = r[g];
-                                assert!(same(m, *wm), "{name} {what} head {g}: M {m} vs {wm}");
-                                assert!(same(s, *ws), "{name} {what} head {g}: S {s} vs {ws}");
-                                for (x, y) in acc[g].iter().zip(wa) {
-                                    assert!(
-                                        same(h2f(*x), h2f(*y)),
-                                        "{name} {what} head {g}: acc {} vs {}",
-                                        h2f(*x),
-                                        h2f(*y)
-                                    );
-                                }
+                        runs.push(("group", acc, r));
+                    }
+                    for (name, acc, r) in runs {
+                        for (g, (wa, wm, ws)) in want.iter().enumerate() {
+                            let (m, s) = r[g];
+                            assert!(same(m, *wm), "{name} {what} head {g}: M {m} vs {wm}");
+                            assert!(same(s, *ws), "{name} {what} head {g}: S {s} vs {ws}");
+                            for (x, y) in acc[g].iter().zip(wa) {
+                                assert!(
+                                    same(h2f(*x), h2f(*y)),
+                                    "{name} {what} head {g}: acc {} vs {}",
+                                    h2f(*x),
+                                    h2f(*y)
+                                );
                             }
                         }
                     }
                 }
             }
         }
+    }
 
-        /// The vectorised rounding of queries to f16 equals the portable one, on every 97th
-        /// bit pattern (subnormals, overflow to infinity, NaN included) and odd lengths.
-        #[test]
-        fn round_to_f16_equals_the_portable_rounding() {
-            if isa() < Isa::Avx2 {
-                return;
-            }
-            let xs: Vec<f32> = (0..=u32::MAX / 97)
-                .map(|i| f32::from_bits(i * 97))
-                .collect();
-            for c in xs.chunks(1003) {
-                let mut got = vec![0f32; c.len()];
-                // SAFETY: the CPU has F16C (checked).
-                unsafe { round_to_f16(c, &mut got) };
-                for (&x, &y) in c.iter().zip(&got) {
-                    let want = h2f(f2h(x));
-                    assert!(
-                        same(y, want),
-                        "round_to_f16({x:e}) = {y:e}, portable {want:e}"
-                    );
-                }
+    /// The vectorised rounding of queries to f16 equals the portable one, on every 97th
+    /// bit pattern (subnormals, overflow to infinity, NaN included) and odd lengths.
+    #[test]
+    fn round_to_f16_equals_the_portable_rounding() {
+        if isa() < Isa::Avx2 {
+            return;
+        }
+        let xs: Vec<f32> = (0..=u32::MAX / 97)
+            .map(|i| f32::from_bits(i * 97))
+            .collect();
+        for c in xs.chunks(1003) {
+            let mut got = vec![0f32; c.len()];
+            // SAFETY: the CPU has F16C (checked).
+            unsafe { round_to_f16(c, &mut got) };
+            for (&x, &y) in c.iter().zip(&got) {
+                let want = h2f(f2h(x));
+                assert!(
+                    same(y, want),
+                    "round_to_f16({x:e}) = {y:e}, portable {want:e}"
+                );
             }
         }
+    }
 
-        /// The blocked AVX-512 loop and the AVX2 one give the one-key loop's bits, with
-        /// masked keys (whole masked blocks too), partial blocks, NaN scores and
-        /// exponentials outside the table's range.
-        #[test]
-        fn key_loops_equal_the_one_key_loop() {
-            check::<1>();
-            check::<2>();
-            check::<3>();
-            check::<7>();
-            check::<8>();
-        }
+    /// The blocked AVX-512 loop and the AVX2 one give the one-key loop's bits, with
+    /// masked keys (whole masked blocks too), partial blocks, NaN scores and
+    /// exponentials outside the table's range.
+    #[test]
+    fn key_loops_equal_the_one_key_loop() {
+        check::<1>();
+        check::<2>();
+        check::<3>();
+        check::<7>();
+        check::<8>();
     }
 }
 

@@ -14,7 +14,9 @@
 //! This module and the executor are where `unsafe` lives: kernels read and write through raw
 //! pointers that the executor derived from a context it holds exclusively.
 
+pub(crate) mod aarch64;
 pub(crate) mod attn;
+pub(crate) mod dot_builds;
 pub(crate) mod elementwise;
 pub(crate) mod expf;
 pub(crate) mod ggml_arith;
@@ -25,7 +27,9 @@ pub(crate) mod reduce;
 pub(crate) mod rope_freqs;
 pub(crate) mod rope_yarn;
 pub(crate) mod rows;
+pub(crate) mod select;
 pub mod vec;
+pub(crate) mod x86;
 
 use crate::dtype::DType;
 use crate::error::Result;
@@ -216,8 +220,8 @@ pub struct TaskPlan {
     /// Threads the plan is for (0 in plans made outside `plan`).
     pub n_threads: usize,
     /// For a `mul_mat` (or `mul_mat_id`): the kernel its plan chose and the activation form
-    /// its INIT writes ([`matmul::select`]).
-    pub(crate) matmul: Option<matmul::select::MatMulKernel>,
+    /// its INIT writes ([`select`]).
+    pub(crate) matmul: Option<select::MatMulKernel>,
 }
 
 impl TaskPlan {

@@ -1,64 +1,15 @@
 //! Weights prepared ahead of any graph for the `mul_mat` kernels: [`PackedWeight`] (the
-//! panel layout the panel kernels stream, or a plain copy), the choice of panel kernel for a
-//! weight ([`panel_kind`]), and the huge-page store the copies live in (`store`).
+//! panel layout the panel kernels stream, or a plain copy; the panel kind of a weight is
+//! `kernels::select`'s choice) and the huge-page store the copies live in (`store`).
 
 use crate::dtype::DType;
 #[cfg(target_arch = "x86_64")]
-use crate::quants::dispatch::panel::{self, Kind, ROWS};
-#[cfg(target_arch = "x86_64")]
-use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder};
-
-#[cfg(target_arch = "x86_64")]
-/// The panel kernel for a weight of type `dtype` and shape `ne`, when it applies: the
-/// ggml order of the shape has a panel kernel, the weight has at least one panel, this
-/// CPU runs a panel build (AVX-512 VNNI or AVX2) and the ggml-order build `mul_mat` would
-/// otherwise use is a SIMD one (so `GGRS_FORCE_SCALAR` and `dispatch::force_scalar`
-/// switch this path off too).
-pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
-    let values = match dtype {
-        DType::Q6K | DType::Q5K | DType::Q3K | DType::Q4K | DType::Q2K | DType::IQ4XS => {
-            crate::quants::k_quants::QK_K
-        }
-        _ => 32,
-    };
-    if ne[1] < ROWS || !ne[0].is_multiple_of(values) || !crate::quants::dispatch::panels_allowed() {
-        return None;
-    }
-    let order = ggml_sum_order(dtype, ne);
-    let kind = match (dtype, order) {
-        (DType::Q4_0, SumOrder::GgmlBlockChain) => Kind::Q4_0Chain,
-        (DType::Q8_0, SumOrder::GgmlLanes) => Kind::Q8_0Lanes,
-        (DType::Q4_1, SumOrder::GgmlLanes) => Kind::Q4_1Lanes,
-        (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
-        (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
-        (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
-        (DType::Q5K, SumOrder::GgmlLanes) => Kind::Q5KLanes,
-        (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
-        (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
-        (DType::Q3K, SumOrder::GgmlLanes) => Kind::Q3KLanes,
-        (DType::Q4K, SumOrder::GgmlRepacked) => Kind::Q4KGemv,
-        (DType::Q2K, SumOrder::GgmlRepacked) => Kind::Q2KGemv,
-        _ => return None,
-    };
-    // The repacked orders and Q3_K's lanes have no tile build in the dispatch table
-    // (`mul_mat` runs `ggml_arith`'s one-element kernels for them): the SIMD switches
-    // decide directly.
-    let simd = match (dtype, order) {
-        (_, SumOrder::GgmlRepacked) | (DType::Q3K, _) => {
-            crate::quants::dispatch::simd_allowed(Isa::Avx2)
-        }
-        _ => matches!(
-            active_variant_in(dtype, order)?.isa,
-            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
-        ),
-    };
-    (simd && panel::available()).then_some(kind)
-}
+use crate::kernels::select::panel_kind;
 
 /// A weight matrix copied once, ahead of any graph, into the layout `mul_mat` reads best,
 /// 64-byte aligned, on transparent huge pages where the system has them, owned by whoever
 /// loaded the weights (e.g. a model; clones share the copy). The layout is the panels the
-/// `mul_mat` panel kernels stream (`quants::simd::panel`: sixteen rows per panel, one row per
+/// `mul_mat` panel kernels stream (`kernels::x86::panel`: sixteen rows per panel, one row per
 /// vector lane) when the CPU has one for the weight, else the rows as they are (any type:
 /// then only the pages differ).
 ///
@@ -218,9 +169,9 @@ impl PackedWeight {
 pub(crate) mod store {
     use std::sync::Arc;
 
-    use super::panel_kind;
     use crate::dtype::DType;
-    use crate::quants::dispatch::panel::{self, Kind, ROWS};
+    use crate::kernels::select::panel_kind;
+    use crate::kernels::x86::panel::{self, Kind, ROWS};
 
     // Where the shared buffers of packed weights start: a multiple of the huge page (the
     // size the file maps are placed at), so that every full 2 MiB of a buffer can be one.

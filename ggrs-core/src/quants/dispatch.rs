@@ -1,7 +1,7 @@
 //! Choosing a dot-product kernel per block type, once per process.
 //!
 //! Every block type has a scalar reference kernel (`vec_dot_scalar::<B>`), always compiled.
-//! Faster kernels (see `quants/simd/`: AVX2, AVX-512, AVX-512 VNNI; on aarch64 NEON and
+//! Faster kernels (see `kernels/x86/`: AVX2, AVX-512, AVX-512 VNNI; on aarch64 NEON and
 //! NEON `dotprod`, for Q4_0 and Q8_0) plug in here: `detect` picks, per type, the best
 //! build the CPU runs, on first use, and caches it, so `mul_mat` pays one table read per
 //! node. `GGRS_FORCE_SCALAR=1` (read once, see [`crate::cpu::isa`]) keeps
@@ -21,7 +21,7 @@
 //! Q5_1, IQ4_NL and IQ4_XS keep [`SumOrder::GgmlLanes`]; Q4_0 and IQ4_NL also have builds in
 //! [`SumOrder::GgmlBlockChain`] ([`vec_dot_variants_in`], [`active_variant_in`]); Q2_K,
 //! Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS have AVX2 builds in [`SumOrder::GgmlTiled`]
-//! (`quants::simd::tiled_avx2`), which `mul_mat` runs as panels (`tiled_panel`).
+//! (`kernels::x86::tiled_avx2`), which `mul_mat` runs as panels (`tiled_panel`).
 //!
 //! Activations are quantized to the vec-dot type by [`activation_quantizer`]: the reference
 //! quantizer, or a SIMD one that writes exactly the same bytes (Q8_0, Q8_K; see
@@ -33,19 +33,10 @@ use std::sync::OnceLock;
 
 use super::FromF32Fn;
 use crate::dtype::DType;
-use crate::quants::{simd, vec_dot_scalar, BlockQuant, VecDotKernel};
+use crate::kernels::dot_builds as simd;
+use crate::quants::{vec_dot_scalar, BlockQuant, VecDotKernel};
 
-/// The panel kernels of `mul_mat` (see `quants::simd::panel`).
-#[cfg(target_arch = "x86_64")]
-pub(crate) use super::simd::panel;
-/// The AVX2 builds of the repacked Q4_K / Q2_K orders (see `quants::simd::repacked_k`).
-#[cfg(target_arch = "x86_64")]
-pub(crate) use super::simd::repacked_k;
-
-use super::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
-};
+use super::with_block;
 
 pub use super::{VecDot4Kernel, VecDotRows4Kernel, VecDotTileKernel};
 
@@ -76,26 +67,10 @@ impl std::fmt::Debug for VecDotVariant {
     }
 }
 
-/// The block types, in the order of the kernel table.
-const BLOCK_TYPES: [DType; 14] = [
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q8_1,
-    DType::Q2K,
-    DType::Q3K,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-    DType::Q8K,
-    DType::IQ4NL,
-    DType::IQ4XS,
-];
-
+/// The slot of `dtype` in the per-type tables below (indexed like [`DType::ALL`], so that a
+/// new type needs no row here: its row in `quants::with_block!` is the table).
 fn slot(dtype: DType) -> Option<usize> {
-    BLOCK_TYPES.iter().position(|&t| t == dtype)
+    DType::ALL.iter().position(|&t| t == dtype)
 }
 
 /// The scalar reference dot product of weight type `dtype` (`None` for non-block types).
@@ -126,23 +101,7 @@ fn scalar_variant(dtype: DType) -> Option<VecDotVariant> {
             tile: scalar_tile::<B>,
         })
     }
-    match dtype {
-        DType::Q4_0 => k::<BlockQ4_0>(),
-        DType::Q4_1 => k::<BlockQ4_1>(),
-        DType::Q5_0 => k::<BlockQ5_0>(),
-        DType::Q5_1 => k::<BlockQ5_1>(),
-        DType::Q8_0 => k::<BlockQ8_0>(),
-        DType::Q8_1 => k::<BlockQ8_1>(),
-        DType::Q2K => k::<BlockQ2K>(),
-        DType::Q3K => k::<BlockQ3K>(),
-        DType::Q4K => k::<BlockQ4K>(),
-        DType::Q5K => k::<BlockQ5K>(),
-        DType::Q6K => k::<BlockQ6K>(),
-        DType::Q8K => k::<BlockQ8K>(),
-        DType::IQ4NL => k::<BlockIQ4NL>(),
-        DType::IQ4XS => k::<BlockIQ4XS>(),
-        _ => None,
-    }
+    with_block!(dtype, B => k::<B>(), _ => None)
 }
 
 /// The SIMD instruction sets, best first.
@@ -327,7 +286,7 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
 }
 
 /// The SIMD builds of `dtype`'s dot product in ggml's tiled k-quant order
-/// ([`SumOrder::GgmlTiled`]) that this CPU runs (`quants::simd::tiled_avx2`).
+/// ([`SumOrder::GgmlTiled`]) that this CPU runs (`kernels::x86::tiled_avx2`).
 fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
     SIMD_ISAS
         .into_iter()
@@ -347,7 +306,7 @@ fn tiled_variants(dtype: DType) -> Vec<VecDotVariant> {
 /// The panel kernel `mul_mat` runs for a weight of type `dtype` and shape `ne` against
 /// `n_cols` columns per batch when that product takes ggml's tiled order
 /// ([`ggml_sum_order_cols`] gives [`SumOrder::GgmlTiled`]) and this CPU runs the AVX2
-/// build (`quants::simd::tiled_avx2`: rows × up to [`TILED_PANEL_COLS`] columns, bits of
+/// build (`kernels::x86::tiled_avx2`: rows × up to [`TILED_PANEL_COLS`] columns, bits of
 /// `k_quants::tiled::dot_tiled`); `None` otherwise, and under `GGRS_FORCE_SCALAR` /
 /// [`force_scalar`].
 #[cfg(target_arch = "x86_64")]
@@ -359,19 +318,21 @@ pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
     {
         return None;
     }
-    simd::tiled_avx2::panel_kernel(dtype)
+    crate::kernels::x86::tiled_avx2::panel_kernel(dtype)
 }
 
 /// The panel kernels of ggml's tiled order (see [`tiled_panel`]).
 #[cfg(target_arch = "x86_64")]
-pub(crate) use super::simd::tiled_avx2::{PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS};
+pub(crate) use crate::kernels::x86::tiled_avx2::{
+    PanelFn as TiledPanelFn, PANEL_COLS as TILED_PANEL_COLS,
+};
 
 /// The fastest build of `dtype`'s dot product keeping `order`: [`active_variant`] for
 /// [`SumOrder::Any`]; for a ggml order, the best SIMD build keeping it, or `None` (no such
 /// build on this CPU, or SIMD switched off by `GGRS_FORCE_SCALAR` / [`force_scalar`]; the
 /// caller then uses portable code in that order).
 pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant> {
-    type Table = [Option<VecDotVariant>; BLOCK_TYPES.len()];
+    type Table = [Option<VecDotVariant>; DType::ALL.len()];
     static LANES: OnceLock<Table> = OnceLock::new();
     static CHAIN: OnceLock<Table> = OnceLock::new();
     static TILED: OnceLock<Table> = OnceLock::new();
@@ -387,7 +348,7 @@ pub fn active_variant_in(dtype: DType, order: SumOrder) -> Option<VecDotVariant>
         return None;
     }
     let table = table.get_or_init(|| {
-        BLOCK_TYPES.map(|t| {
+        DType::ALL.map(|t| {
             vec_dot_variants_in(t, order)
                 .into_iter()
                 .rev()
@@ -428,7 +389,7 @@ static FORCE_SCALAR: AtomicBool = AtomicBool::new(false);
 static NO_PANELS: AtomicBool = AtomicBool::new(false);
 
 /// Switches `mul_mat`'s panel kernels (AVX-512 VNNI, Q4_0 and Q8_0 weights with sixteen
-/// rows or more; see `quants::simd::panel`) off (`true`) or back on (`false`) for the whole
+/// rows or more; see `kernels::x86::panel`) off (`true`) or back on (`false`) for the whole
 /// process, from the next plan on: the tile kernels run instead, with the same bits. For
 /// benchmarks and A/B comparisons; like [`force_scalar`], do not flip it while graphs run.
 pub fn force_no_panels(on: bool) {
@@ -453,12 +414,12 @@ pub fn force_scalar(on: bool) {
 /// The build `mul_mat` uses for weight type `dtype`: the best one for this CPU, chosen on
 /// first use, or the scalar one under [`force_scalar`] (`None` for non-block types).
 pub fn active_variant(dtype: DType) -> Option<VecDotVariant> {
-    static TABLE: OnceLock<[Option<VecDotVariant>; BLOCK_TYPES.len()]> = OnceLock::new();
+    static TABLE: OnceLock<[Option<VecDotVariant>; DType::ALL.len()]> = OnceLock::new();
     let i = slot(dtype)?;
     if FORCE_SCALAR.load(Ordering::Relaxed) {
         return scalar_variant(dtype);
     }
-    let table = TABLE.get_or_init(|| BLOCK_TYPES.map(|t| detect(t).or_else(|| scalar_variant(t))));
+    let table = TABLE.get_or_init(|| DType::ALL.map(|t| detect(t).or_else(|| scalar_variant(t))));
     table[i]
 }
 
@@ -487,14 +448,14 @@ pub fn quantizer_variants(dtype: DType) -> Vec<(Isa, FromF32Fn)> {
 /// this CPU runs (bytes identical to the reference), or the reference under
 /// `GGRS_FORCE_SCALAR` / [`force_scalar`]. `None` for non-block types.
 pub fn activation_quantizer(dtype: DType) -> Option<FromF32Fn> {
-    static TABLE: OnceLock<[Option<FromF32Fn>; BLOCK_TYPES.len()]> = OnceLock::new();
+    static TABLE: OnceLock<[Option<FromF32Fn>; DType::ALL.len()]> = OnceLock::new();
     let i = slot(dtype)?;
     let reference = crate::quants::traits(dtype).and_then(|t| t.from_f32);
     if FORCE_SCALAR.load(Ordering::Relaxed) || simd_off() {
         return reference;
     }
     let table = TABLE.get_or_init(|| {
-        BLOCK_TYPES.map(|t| {
+        DType::ALL.map(|t| {
             let best = quantizer_variants(t)
                 .into_iter()
                 .rev()

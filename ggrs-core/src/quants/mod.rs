@@ -50,7 +50,6 @@ pub mod q4_0;
 pub mod q4_1;
 pub mod q5;
 pub mod q8;
-mod simd;
 
 pub use dispatch::{vec_dot_kernel, vec_dot_scalar_kernel};
 pub use iq4::{BlockIQ4NL, BlockIQ4XS};
@@ -310,65 +309,69 @@ fn traits_of<B: BlockQuant>() -> QuantTraits {
     }
 }
 
-/// Evaluates `$body` with the type alias `$B` naming the block struct of `$dtype`, or `$none`
-/// when `$dtype` is not a block type.
+/// The per-type table of the block types, indexed by [`DType`] (ggml's `type_traits_cpu`):
+/// evaluates `$body` with the type alias `$B` naming the block struct of `$dtype`, or `$none`
+/// when `$dtype` is not a block type. Every per-type answer of the crate — [`traits`] (the
+/// conversions `types::traits` hands out), [`vec_dot_type`], the `_dyn` row functions, the
+/// scalar dot products of `dispatch` — is read through it, so a new block type is its file
+/// and one row here (plus, for speed, its kernels in `kernels/x86/`).
 macro_rules! with_block {
     ($dtype:expr, $B:ident => $body:expr, _ => $none:expr) => {
         match $dtype {
-            DType::Q4_0 => {
-                type $B = BlockQ4_0;
+            $crate::dtype::DType::Q4_0 => {
+                type $B = $crate::quants::BlockQ4_0;
                 $body
             }
-            DType::Q4_1 => {
-                type $B = BlockQ4_1;
+            $crate::dtype::DType::Q4_1 => {
+                type $B = $crate::quants::BlockQ4_1;
                 $body
             }
-            DType::Q5_0 => {
-                type $B = BlockQ5_0;
+            $crate::dtype::DType::Q5_0 => {
+                type $B = $crate::quants::BlockQ5_0;
                 $body
             }
-            DType::Q5_1 => {
-                type $B = BlockQ5_1;
+            $crate::dtype::DType::Q5_1 => {
+                type $B = $crate::quants::BlockQ5_1;
                 $body
             }
-            DType::Q8_0 => {
-                type $B = BlockQ8_0;
+            $crate::dtype::DType::Q8_0 => {
+                type $B = $crate::quants::BlockQ8_0;
                 $body
             }
-            DType::Q8_1 => {
-                type $B = BlockQ8_1;
+            $crate::dtype::DType::Q8_1 => {
+                type $B = $crate::quants::BlockQ8_1;
                 $body
             }
-            DType::Q2K => {
-                type $B = BlockQ2K;
+            $crate::dtype::DType::Q2K => {
+                type $B = $crate::quants::BlockQ2K;
                 $body
             }
-            DType::Q3K => {
-                type $B = BlockQ3K;
+            $crate::dtype::DType::Q3K => {
+                type $B = $crate::quants::BlockQ3K;
                 $body
             }
-            DType::Q4K => {
-                type $B = BlockQ4K;
+            $crate::dtype::DType::Q4K => {
+                type $B = $crate::quants::BlockQ4K;
                 $body
             }
-            DType::Q5K => {
-                type $B = BlockQ5K;
+            $crate::dtype::DType::Q5K => {
+                type $B = $crate::quants::BlockQ5K;
                 $body
             }
-            DType::Q6K => {
-                type $B = BlockQ6K;
+            $crate::dtype::DType::Q6K => {
+                type $B = $crate::quants::BlockQ6K;
                 $body
             }
-            DType::Q8K => {
-                type $B = BlockQ8K;
+            $crate::dtype::DType::Q8K => {
+                type $B = $crate::quants::BlockQ8K;
                 $body
             }
-            DType::IQ4NL => {
-                type $B = BlockIQ4NL;
+            $crate::dtype::DType::IQ4NL => {
+                type $B = $crate::quants::BlockIQ4NL;
                 $body
             }
-            DType::IQ4XS => {
-                type $B = BlockIQ4XS;
+            $crate::dtype::DType::IQ4XS => {
+                type $B = $crate::quants::BlockIQ4XS;
                 $body
             }
             _ => $none,
@@ -377,6 +380,9 @@ macro_rules! with_block {
 }
 
 /// The traits of a block type, or `None` where this build has none.
+/// `with_block!` by path, for the modules declared before it (`dispatch`).
+pub(crate) use with_block;
+
 pub(crate) fn traits(dtype: DType) -> Option<QuantTraits> {
     with_block!(dtype, B => Some(traits_of::<B>()), _ => None)
 }

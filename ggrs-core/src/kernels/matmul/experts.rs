@@ -102,7 +102,7 @@ pub(crate) fn plan(a: &TensorMeta, b: &TensorMeta, dst: &TensorMeta, nth: usize)
         ne: [k, a.ne[1], 1, 1],
         ..a.clone()
     };
-    let kernel = select::select_id(&mat, b);
+    let kernel = select::select_id(weight(&mat), activations(b));
     let groups = activation_bytes(&kernel, k, b.nrows()).next_multiple_of(8);
     // Room to pack one panel where the weight was not packed ahead.
     #[cfg(target_arch = "x86_64")]
@@ -315,13 +315,13 @@ unsafe fn matrix(
 unsafe fn panel_rows(
     task: &Task,
     work: &mut Work,
-    kind: crate::quants::dispatch::panel::Kind,
-    first: (crate::quants::dispatch::panel::Kind, usize),
+    kind: crate::kernels::x86::panel::Kind,
+    first: (crate::kernels::x86::panel::Kind, usize),
     e: usize,
     g: Gathered<'_>,
     rows: std::ops::Range<usize>,
 ) {
-    use crate::quants::dispatch::panel::ROWS;
+    use crate::kernels::x86::panel::ROWS;
     const _: () = assert!(ROWS == BLOCK, "a block of work is one panel");
     let (a, b, d) = (task.s0(), task.s1(), &task.dst);
     let k = a.ne[0];

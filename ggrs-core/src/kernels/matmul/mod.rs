@@ -10,13 +10,13 @@
 //! thread count. The kernels keep ggml's x86 summation orders where llama.cpp's bits are the
 //! contract (see `kernels::ggml_arith`):
 //! - panels ([`panels`]): chunks of whole 16-row panels against every column, each panel
-//!   repacked once into one-row-per-lane vectors (`quants::simd::panel`), or read from a copy
+//!   repacked once into one-row-per-lane vectors (`kernels::x86::panel`), or read from a copy
 //!   packed at load ([`PackedWeight`]), INIT also writing each activation block's side data;
 //! - F16 weights on AVX-512, prompts: chunks of ~64 rows against every column, sixteen
 //!   columns at a time widened to f32 in INIT, 4 × 4 register tiles (tinyBLAS's order);
 //! - k-quant and IQ4_XS weights against 8 columns or more (ggml's tiled order) on AVX2:
 //!   panels of up to 16 rows × 16 columns, each weight block decoded once per panel
-//!   (`quants::simd::tiled_avx2`);
+//!   (`kernels::x86::tiled_avx2`);
 //! - everything else: 4 × 4, 4 × 1 and 1 × 4 tiles of a dot-product build, or one element
 //!   at a time.
 //!
@@ -24,16 +24,14 @@
 //! each chosen matrix's columns through the kernels of a one-column product by it (panels
 //! included: each column keeps its one-column bits).
 
-use half::{bf16, f16};
-
 pub(crate) mod experts;
-pub(crate) mod select;
 
 pub(crate) use experts::{compute as compute_id, plan as plan_id};
 
 use crate::dtype::DType;
 use crate::kernels::packed::PackedWeight;
-use crate::kernels::{split_range, vec, Task, TaskPlan, Work};
+use crate::kernels::select;
+use crate::kernels::{split_range, Task, TaskPlan, Work};
 use crate::tensor::TensorMeta;
 use crate::types::traits;
 pub(crate) use select::ActivationForm;
@@ -42,35 +40,22 @@ pub(crate) use select::ActivationForm;
 /// `vec_dot_type`, both as bytes.
 pub use crate::quants::VecDotKernel as VecDotFn;
 
-fn dot_f32(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    vec::dot_f32(&bytemuck::cast_slice(a)[..n], &bytemuck::cast_slice(b)[..n])
-}
+pub use select::supports;
 
-fn dot_f16(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let a: &[f16] = bytemuck::cast_slice(a);
-    let b: &[f16] = bytemuck::cast_slice(b);
-    vec::dot_f16(&a[..n], &b[..n])
-}
-
-fn dot_bf16(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let a: &[bf16] = bytemuck::cast_slice(a);
-    let b: &[bf16] = bytemuck::cast_slice(b);
-    vec::dot_bf16(&a[..n], &b[..n])
-}
-
-/// The dot product used when `dtype` is the weight type, if there is one.
-pub fn vec_dot(dtype: DType) -> Option<VecDotFn> {
-    match dtype {
-        DType::F32 => Some(dot_f32),
-        DType::F16 => Some(dot_f16),
-        DType::BF16 => Some(dot_bf16),
-        other => crate::quants::vec_dot(other),
+/// `a` as [`select::select`] sees a weight.
+fn weight(a: &TensorMeta) -> select::Weight {
+    select::Weight {
+        dtype: a.dtype,
+        ne: a.ne,
     }
 }
 
-/// True when `mul_mat` accepts `dtype` as its weight operand.
-pub fn supports(dtype: DType) -> bool {
-    vec_dot(dtype).is_some() && traits(traits(dtype).vec_dot_type).from_f32.is_some()
+/// The layout of the activations `b` as [`select::select`] sees it.
+fn activations(b: &TensorMeta) -> select::Activations {
+    select::Activations {
+        rows_contiguous: b.rows_contiguous(),
+        contiguous: b.is_contiguous(),
+    }
 }
 
 /// Whether every output column of a `mul_mat` with weights of type `dtype` and shape `ne`
@@ -83,7 +68,8 @@ pub fn supports(dtype: DType) -> bool {
 pub fn columns_independent(dtype: DType, ne: [usize; 4]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        panels::kind(dtype, ne).is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
+        select::panel_kind(dtype, ne)
+            .is_some_and(|k| k.takes_columns(usize::MAX) && k.order_fixed())
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -108,9 +94,9 @@ fn interleaved_position(rb: usize, nrb: usize, regions: usize) -> usize {
 
 /// Row chunks of a quantized `mul_mat` with one tile of columns (decoding): the threads
 /// take chunks in turn, so the last chunk of a node is what one thread may still be working
-/// on while the others wait. Eight chunks of the output matmul (151936 rows) are 1.2 ms each
-/// on one thread; so up to `32·nth` chunks of at least 64 rows (ggml's decoding chunk), and
-/// never fewer than [`grid`]'s `4·nth` (nor chunks under 16 rows).
+/// on while the others wait, and a few chunks of a vocabulary-sized output matmul are long
+/// enough to leave the others idle; so up to `32·nth` chunks of at least 64 rows (ggml's
+/// decoding chunk), and never fewer than [`grid`]'s `4·nth` (nor chunks under 16 rows).
 fn decode_chunks(n: usize, nth: usize) -> usize {
     (n / 64)
         .min(nth * 32)
@@ -137,7 +123,7 @@ pub(crate) fn plan(
     per_column: bool,
 ) -> TaskPlan {
     let cols = select::arith_cols(per_column, b.ne[1]);
-    let kernel = select::select(a, b, cols);
+    let kernel = select::select(weight(a), activations(b), cols);
     #[cfg(target_arch = "x86_64")]
     if let select::Compute::Panel { kind, .. } = kernel.compute {
         return panels::plan(kind, kernel, a, b, dst, nth);
@@ -230,7 +216,7 @@ pub(crate) unsafe fn init(task: &Task, ith: usize, nth: usize, work: &mut Work) 
                 // SAFETY: the panel plan sizes the shared buffer for the side data of
                 // every row after the converted rows; slot r is this thread's.
                 let aux = panels::aux_row(kind, work.shared, rs, b.nrows(), a.ne[0], r);
-                crate::quants::dispatch::panel::activation_aux(kind, out, aux);
+                crate::kernels::x86::panel::activation_aux(kind, out, aux);
             }
         }
     }
@@ -570,7 +556,7 @@ impl<'t> Operands<'t> {
     }
 
     /// K-quants in ggml's tiled order (from 8 columns on, AVX2): panels of up to 16 rows ×
-    /// 16 columns, each weight block decoded once per panel (`quants::simd::tiled_avx2`),
+    /// 16 columns, each weight block decoded once per panel (`kernels::x86::tiled_avx2`),
     /// with `dot_tiled`'s bits for every element.
     ///
     /// # Safety
@@ -629,7 +615,7 @@ pub(crate) struct PackedKeep {
 pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<PackedKeep> {
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::quants::dispatch::panel::Kind;
+        use crate::kernels::x86::panel::Kind;
         let entry = &packed.entry;
         let a = task.s0();
         // (The matrices of a stack one after the other, as they were packed.)
@@ -664,7 +650,7 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
 }
 
 /// The panel path (x86-64, AVX-512 VNNI or AVX2): Q4_0 and Q8_0 weights in ggml's order, sixteen
-/// weight rows packed at a time (`quants::simd::panel`) and dotted with every activation
+/// weight rows packed at a time (`kernels::x86::panel`) and dotted with every activation
 /// column while the packed panel sits in L1/L2. Chunks are ranges of whole panels, so each
 /// panel is packed once per node and batch; the `n % 16` rows left over go through [`tile`]
 /// in the last chunk. Each element is still one dot product in a fixed order: results do
@@ -672,9 +658,7 @@ pub(crate) fn attach_packed(task: &mut Task, packed: &PackedWeight) -> Option<Pa
 #[cfg(target_arch = "x86_64")]
 mod panels {
     use super::*;
-    use crate::quants::dispatch::panel::{self, Kind, ROWS};
-
-    pub(super) use crate::kernels::packed::panel_kind as kind;
+    use crate::kernels::x86::panel::{self, Kind, ROWS};
 
     /// The panel kernel of a node planned by [`plan`] (its activation form names it), so
     /// that INIT and COMPUTE follow the plan even if a switch changed since.
@@ -1023,7 +1007,7 @@ mod tests {
             .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
             .collect();
         let w = Arc::new(w);
-        if super::select::f16_widens(DType::F16, [k, n, 1, 1], m) {
+        if crate::kernels::select::f16_widens(DType::F16, [k, n, 1, 1], m) {
             // The plan makes room for the widened rows after the f16 ones.
             let mut ctx = Context::with_mem_size(1 << 20);
             let a = ctx.new_tensor_2d(DType::F16, k, n).expect("room");
@@ -1314,7 +1298,7 @@ mod tests {
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
         // Where the panels run, the legacy types are among the promised ones.
-        if crate::quants::dispatch::panel::available() {
+        if crate::kernels::select::panels_run() {
             for t in [
                 DType::Q4_0,
                 DType::Q8_0,
@@ -1349,7 +1333,7 @@ mod tests {
                 };
                 let panel_bytes = if dtype == DType::Q4_0 { 288 } else { 576 };
                 let bytes = if cfg!(target_arch = "x86_64")
-                    && super::panels::kind(dtype, [k, n, 1, 1]).is_some()
+                    && crate::kernels::select::panel_kind(dtype, [k, n, 1, 1]).is_some()
                 {
                     n / 16 * k / 32 * panel_bytes
                 } else {

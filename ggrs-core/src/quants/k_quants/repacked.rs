@@ -37,7 +37,7 @@
 //! every product above bit-identical. So one Q8_K row serves both kernels.
 //!
 //! The functions here are the portable bodies; `kernels::ggml_arith` runs the AVX2 builds of
-//! `quants::simd::repacked_k` where the CPU has them (same integer sums, the same
+//! `kernels::x86::repacked_k` where the CPU has them (same integer sums, the same
 //! [`accumulate`], so the same bits).
 
 use super::{get_scale_min_k4, K_SCALE_SIZE, QK_K};

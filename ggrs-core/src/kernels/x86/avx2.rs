@@ -1,7 +1,7 @@
 //! AVX2 (+FMA, F16C) dot-product kernels: one 32-value block per 256-bit register.
 //!
 //! Every kernel has the form `k::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`: `nb` blocks
-//! of `R` weight rows dotted with `C` rows of the vec-dot type (see `simd/mod.rs` for why
+//! of `R` weight rows dotted with `C` rows of the vec-dot type (see `kernels/x86/mod.rs` for why
 //! the tile shape does not change any element's result).
 //!
 //! Integer parts, all exact for every code pattern:
@@ -27,7 +27,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::x86::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
+use super::util::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
 use crate::quants::iq4::KVALUES_IQ4NL;
 use crate::quants::{
     BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,

@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::repacked::{
     Q2K_PANEL_BYTES, Q2K_QS, Q2K_SC, Q4K_AUX_BYTES, Q4K_MIN, Q4K_PANEL_BYTES, Q4K_QS, Q4K_SC,
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS,

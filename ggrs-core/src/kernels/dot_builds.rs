@@ -1,69 +1,15 @@
-//! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
-//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI); Q4_1·Q8_1, Q5_1·Q8_1,
-//! IQ4_NL·Q8_0 and IQ4_XS·Q8_K for AVX2 (which AVX-512 machines run too).
-//!
-//! # How the kernels are built
-//!
-//! Each kernel is one `#[target_feature]` function generic over a tile shape: `R` weight
-//! rows times `C` activation columns. Each weight block is decoded once (nibbles unpacked,
-//! scales converted) and dotted with the `C` columns, each activation block loaded once for
-//! the `R` rows, and every element of the tile has its own accumulators and exactly the
-//! sequence of operations of the 1 × 1 kernel, so its bits do not depend on the tile.
-//! `mul_mat` uses 4 × 4 tiles where it has four rows and four columns (prompts: each weight
-//! block decoded once per four columns, each activation block loaded once per four rows),
-//! and 4 × 1 or 1 × 4 tiles for the rest (decoding: four independent dot products in flight
-//! hide the latency of each).
-//!
-//! The integer part of every block's dot product is exact for *every* code pattern a block
-//! may hold, −128 included: signed × signed products go through an unsigned operand offset
-//! by a constant (`Σ x·y = Σ x·(y + 128) − 128·Σ x`) or through 16-bit products, never
-//! through `vpsignb`, which overflows on −128. The k-quant kernels use Q8_K's per-16 sums
-//! `bsums`, which must be the sums of the codes (as the Q8_K quantizer writes them; the
-//! scalar Q4_K kernel relies on them too). What differs from the scalar reference is only the
-//! order and fusion of the f32 operations (per-block scales applied with FMA, partial sums
-//! kept in vector lanes and added in a fixed tree at the end; see below).
-//!
-//! Summation order. The Q4_0, Q5_0 and Q8_0 kernels keep ggml's x86 order exactly (eight
-//! f32 lanes of four products, one FMA per block and lane, a fixed final tree: what
-//! `ggml_vec_dot_q*_q8_0` and tinyBLAS do), and Q4_0 also comes in the order of ggml's
-//! repacked `q4_0_8x8` kernels (one FMA per block on the exact block sum), so that `mul_mat`
-//! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). IQ4_NL
-//! comes in the same two orders (tinyBLAS's and the repacked `iq4_nl_8x8`), IQ4_XS in the
-//! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The
-//! Q4_1 and Q5_1 kernels keep the order of ggml's x86 `ggml_vec_dot_q*_1_q8_1` (the same
-//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order;
-//! `tiled_avx2` holds the k-quant and IQ4_XS kernels in the order of ggml's tiled matmul
-//! (tiles for the dispatch forms, and panels of rows × up to 16 columns for `mul_mat`).
-//!
-//! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
-//!
-//! `quantize` holds AVX2 activation quantizers (f32 → Q8_0 / Q8_K) that write the reference
-//! quantizers' bytes exactly, for `mul_mat`'s INIT.
-//!
-//! `neon` holds the AArch64 kernels (Q4_0·Q8_0 and Q8_0·Q8_0 in ggml's x86 lane order and,
-//! for Q4_0, its repacked order; base NEON and `dotprod` builds) and the Q8_0 activation
-//! quantizer. They are built and tested for aarch64 by `scripts/check-neon.sh` (cross
-//! compiler and qemu).
-
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod avx2;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod avx512;
-#[cfg(target_arch = "aarch64")]
-pub(crate) mod neon;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod panel;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod quantize;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod repacked_k;
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod tiled_avx2;
-#[cfg(target_arch = "x86_64")]
-mod x86;
+//! The SIMD builds of the block dot products, by weight type and instruction set: the
+//! `#[target_feature]` kernels of `kernels::x86` and `kernels::aarch64` wrapped in the
+//! safe forms ([`VecDotKernel`] and its tiles) that `quants::dispatch` hands out once the
+//! CPU was checked (see `kernels/x86/mod.rs` for how the kernels are built and which order
+//! each keeps).
 
 use crate::cpu::Isa;
 use crate::dtype::DType;
+#[cfg(target_arch = "aarch64")]
+use crate::kernels::aarch64::neon;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::x86::{avx2, avx512, quantize, tiled_avx2};
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
 };
@@ -93,19 +39,18 @@ pub(crate) fn usable_blocks<B: BlockQuant>(n: usize, xs: &[&[u8]], ys: &[&[u8]])
     k
 }
 
-/// Defines, in a module `$name`, the safe forms ([`VecDotKernel`], [`VecDot4Kernel`],
+/// Defines the constant `$name`: the safe forms ([`VecDotKernel`], [`VecDot4Kernel`],
 /// [`VecDotRows4Kernel`], [`VecDotTileKernel`]) of one `#[target_feature]` kernel
-/// `$m::$f::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`, collected in `$name::FORMS`.
+/// `$m::$f::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`.
 ///
 /// The wrappers are private to this crate and only handed out by [`kernels`] after the CPU
 /// was checked for the kernel's instruction set: that check is what makes their `unsafe`
 /// calls sound.
 macro_rules! wrappers {
     ($name:ident, $B:ty, $m:ident :: $f:ident) => {
-        mod $name {
-            use super::*;
-
-            pub(super) fn one(n: usize, a: &[u8], b: &[u8]) -> f32 {
+        #[allow(non_upper_case_globals)]
+        const $name: Forms = {
+            fn one(n: usize, a: &[u8], b: &[u8]) -> f32 {
                 let nb = usable_blocks::<$B>(n, &[a], &[b]);
                 // SAFETY: `kernels` hands this function out only when the CPU supports the
                 // kernel's target features; every row holds at least `nb` whole blocks of
@@ -113,27 +58,27 @@ macro_rules! wrappers {
                 unsafe { $m::$f::<1, 1>(nb, [a.as_ptr()], [b.as_ptr()])[0][0] }
             }
 
-            pub(super) fn four(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4] {
+            fn four(n: usize, a: &[u8], b: [&[u8]; 4]) -> [f32; 4] {
                 let nb = usable_blocks::<$B>(n, &[a], &b);
                 // SAFETY: as in `one`.
                 unsafe { $m::$f::<1, 4>(nb, [a.as_ptr()], b.map(|s| s.as_ptr()))[0] }
             }
 
-            pub(super) fn rows4(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4] {
+            fn rows4(n: usize, a: [&[u8]; 4], b: &[u8]) -> [f32; 4] {
                 let nb = usable_blocks::<$B>(n, &a, &[b]);
                 // SAFETY: as in `one`.
                 let t = unsafe { $m::$f::<4, 1>(nb, a.map(|s| s.as_ptr()), [b.as_ptr()]) };
                 t.map(|r| r[0])
             }
 
-            pub(super) fn tile(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4] {
+            fn tile(n: usize, a: [&[u8]; 4], b: [&[u8]; 4]) -> [[f32; 4]; 4] {
                 let nb = usable_blocks::<$B>(n, &a, &b);
                 // SAFETY: as in `one`.
                 unsafe { $m::$f::<4, 4>(nb, a.map(|s| s.as_ptr()), b.map(|s| s.as_ptr())) }
             }
 
-            pub(super) const FORMS: Forms = (one, four, rows4, tile);
-        }
+            (one, four, rows4, tile)
+        };
     };
 }
 
@@ -193,12 +138,12 @@ mod forms {
             return None;
         }
         Some(match dtype {
-            DType::Q2K => q2_k_tiled_avx2::FORMS,
-            DType::Q3K => q3_k_tiled_avx2::FORMS,
-            DType::Q4K => q4_k_tiled_avx2::FORMS,
-            DType::Q5K => q5_k_tiled_avx2::FORMS,
-            DType::Q6K => q6_k_tiled_avx2::FORMS,
-            DType::IQ4XS => iq4_xs_tiled_avx2::FORMS,
+            DType::Q2K => q2_k_tiled_avx2,
+            DType::Q3K => q3_k_tiled_avx2,
+            DType::Q4K => q4_k_tiled_avx2,
+            DType::Q5K => q5_k_tiled_avx2,
+            DType::Q6K => q6_k_tiled_avx2,
+            DType::IQ4XS => iq4_xs_tiled_avx2,
             _ => return None,
         })
     }
@@ -206,23 +151,23 @@ mod forms {
     /// The kernel forms of `dtype` written for `isa`, without checking the CPU.
     pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
         let forms: Forms = match (isa, dtype) {
-            (Isa::Avx2, DType::Q4_0) => q4_0_avx2::FORMS,
-            (Isa::Avx2, DType::Q4_1) => q4_1_avx2::FORMS,
-            (Isa::Avx2, DType::Q5_0) => q5_0_avx2::FORMS,
-            (Isa::Avx2, DType::Q5_1) => q5_1_avx2::FORMS,
-            (Isa::Avx2, DType::Q8_0) => q8_0_avx2::FORMS,
-            (Isa::Avx2, DType::Q4K) => q4_k_avx2::FORMS,
-            (Isa::Avx2, DType::Q5K) => q5_k_avx2::FORMS,
-            (Isa::Avx2, DType::Q6K) => q6_k_avx2::FORMS,
-            (Isa::Avx2, DType::IQ4NL) => iq4_nl_avx2::FORMS,
-            (Isa::Avx2, DType::IQ4XS) => iq4_xs_avx2::FORMS,
-            (Isa::Avx512, DType::Q4K) => q4_k_avx512::FORMS,
-            (Isa::Avx512, DType::Q6K) => q6_k_avx512::FORMS,
-            (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni::FORMS,
-            (Isa::Avx512Vnni, DType::Q5_0) => q5_0_vnni::FORMS,
-            (Isa::Avx512Vnni, DType::Q8_0) => q8_0_vnni::FORMS,
-            (Isa::Avx512Vnni, DType::Q4K) => q4_k_vnni::FORMS,
-            (Isa::Avx512Vnni, DType::Q6K) => q6_k_vnni::FORMS,
+            (Isa::Avx2, DType::Q4_0) => q4_0_avx2,
+            (Isa::Avx2, DType::Q4_1) => q4_1_avx2,
+            (Isa::Avx2, DType::Q5_0) => q5_0_avx2,
+            (Isa::Avx2, DType::Q5_1) => q5_1_avx2,
+            (Isa::Avx2, DType::Q8_0) => q8_0_avx2,
+            (Isa::Avx2, DType::Q4K) => q4_k_avx2,
+            (Isa::Avx2, DType::Q5K) => q5_k_avx2,
+            (Isa::Avx2, DType::Q6K) => q6_k_avx2,
+            (Isa::Avx2, DType::IQ4NL) => iq4_nl_avx2,
+            (Isa::Avx2, DType::IQ4XS) => iq4_xs_avx2,
+            (Isa::Avx512, DType::Q4K) => q4_k_avx512,
+            (Isa::Avx512, DType::Q6K) => q6_k_avx512,
+            (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni,
+            (Isa::Avx512Vnni, DType::Q5_0) => q5_0_vnni,
+            (Isa::Avx512Vnni, DType::Q8_0) => q8_0_vnni,
+            (Isa::Avx512Vnni, DType::Q4K) => q4_k_vnni,
+            (Isa::Avx512Vnni, DType::Q6K) => q6_k_vnni,
             _ => return None,
         };
         Some(forms)
@@ -232,9 +177,9 @@ mod forms {
     /// the CPU.
     pub(super) fn chain_table(dtype: DType, isa: Isa) -> Option<Forms> {
         match (isa, dtype) {
-            (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain::FORMS),
-            (Isa::Avx2, DType::IQ4NL) => Some(iq4_nl_avx2_chain::FORMS),
-            (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain::FORMS),
+            (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain),
+            (Isa::Avx2, DType::IQ4NL) => Some(iq4_nl_avx2_chain),
+            (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain),
             _ => None,
         }
     }
@@ -255,10 +200,10 @@ mod forms {
     /// The kernel forms of `dtype` written for `isa`, without checking the CPU.
     pub(super) fn table(dtype: DType, isa: Isa) -> Option<Forms> {
         match (isa, dtype) {
-            (Isa::Neon, DType::Q4_0) => Some(q4_0_neon::FORMS),
-            (Isa::Neon, DType::Q8_0) => Some(q8_0_neon::FORMS),
-            (Isa::NeonDotprod, DType::Q4_0) => Some(q4_0_dotprod::FORMS),
-            (Isa::NeonDotprod, DType::Q8_0) => Some(q8_0_dotprod::FORMS),
+            (Isa::Neon, DType::Q4_0) => Some(q4_0_neon),
+            (Isa::Neon, DType::Q8_0) => Some(q8_0_neon),
+            (Isa::NeonDotprod, DType::Q4_0) => Some(q4_0_dotprod),
+            (Isa::NeonDotprod, DType::Q8_0) => Some(q8_0_dotprod),
             _ => None,
         }
     }
@@ -267,8 +212,8 @@ mod forms {
     /// the CPU.
     pub(super) fn chain_table(dtype: DType, isa: Isa) -> Option<Forms> {
         match (isa, dtype) {
-            (Isa::Neon, DType::Q4_0) => Some(q4_0_neon_chain::FORMS),
-            (Isa::NeonDotprod, DType::Q4_0) => Some(q4_0_dotprod_chain::FORMS),
+            (Isa::Neon, DType::Q4_0) => Some(q4_0_neon_chain),
+            (Isa::NeonDotprod, DType::Q4_0) => Some(q4_0_dotprod_chain),
             _ => None,
         }
     }

@@ -71,7 +71,7 @@ mod tiled_vnni;
 
 use std::arch::x86_64::*;
 
-use super::x86::{read_f32, read_u16, read_u32};
+use super::util::{read_f32, read_u16, read_u32};
 
 /// Weight rows per panel.
 pub(crate) const ROWS: usize = 16;
@@ -291,7 +291,7 @@ impl Kind {
             Kind::Q8_0Lanes => (base, 0, base + 64, 0, 0),
             Kind::Q4_1Lanes => (base, base + 32, base + 64, 0, 0),
             // d, then codes, then fifth bits: the order the kernels read them, so that the
-            // hardware prefetcher sees one forward stream (d at the end ran ~20% slower).
+            // hardware prefetcher sees one forward stream (d at the end ran slower).
             Kind::Q5_0Lanes => (base, 0, base + 32, base + 288, 0),
             Kind::Q5_1Lanes => (base, base + 32, base + 64, base + 320, 0),
             // d (32 bytes), scales (256 bytes), then ql (32 vectors) and qh (16) in the
@@ -567,9 +567,9 @@ impl Ahead {
 /// Prefetches (into L2) share `part` of `parts` of packed block `block` (of `bytes` bytes)
 /// of `panel`. A decoding kernel that passes through a block in `parts` steps calls it once
 /// per step for a block a few ahead, so that the requests spread over the block instead of
-/// queueing up at its start or being left to the hardware prefetcher, which on a Zen 4
-/// streamed the multi-line K-quant blocks at half the rate (Q3_K 15 → 24 GB/s and Q4_K 32 →
-/// 43 GB/s on 2 threads, `examples/kquant_decode_rate`, 4 blocks ahead).
+/// queueing up at its start or being left to the hardware prefetcher, which streamed the
+/// multi-line K-quant blocks markedly slower (`examples/kquant_decode_rate`; figures in
+/// `docs/kernel-bench-notes.md`).
 #[inline(always)]
 pub(super) fn prefetch_block(
     panel: *const u8,

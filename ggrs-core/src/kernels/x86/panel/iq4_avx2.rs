@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::avx2::{lanes_total, prefetch_ahead};
 use super::{q4_0_at, Kind, AUX_BYTES, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;

@@ -30,10 +30,10 @@
 //! value, so this kernel must keep up with the memory. The packed super-block holds its
 //! vectors in the order the lane passes read them (`panel::q6_k_ql`, `panel::q6_k_qh`), and
 //! each pass prefetches its eighth of the super-block two ahead (`panel::prefetch_block`). The
-//! block body stays out of line ([`block`]). Decoding the 151936 × 1024 output matrix of the
-//! generated Qwen3 model on one Zen 4 core: 10.8 ms per product before these three changes
-//! (six streams of vectors per pass, every block's lines prefetched at its start, the block
-//! loop unrolled four times by LLVM), 5.5 ms after (23 GB/s; `examples/decode_stream.rs`).
+//! block body stays out of line ([`block`]). Together these halved the time of a decoding
+//! product against six streams of vectors per pass, every block's lines prefetched at its
+//! start and the block loop unrolled four times by LLVM (`examples/decode_stream.rs`;
+//! figures in `docs/kernel-bench-notes.md`).
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
@@ -41,7 +41,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::{prefetch_block, q6_k_qh, q6_k_ql, Kind};
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.
@@ -161,7 +161,7 @@ unsafe fn lane_sums<const C: usize>(
 /// Packed super-block `i` of the panel against block `i` of the `C` columns: each lane's
 /// exact integer sums, then its FMA into `acc[l][c]` (lane `l`, column `c`). Kept out of
 /// line: the block loop then stays one block long, where an unrolled copy of four blocks
-/// took twice the time per block (decoding a Q6_K matrix on Zen 4).
+/// took about twice the time per block when decoding.
 ///
 /// # Safety
 /// As [`q6_k_lanes`], for block `i < nb`.

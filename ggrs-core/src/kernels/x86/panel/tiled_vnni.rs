@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u16, read_u32};
+use super::super::util::{read_f32, read_u16, read_u32};
 use super::{q6_k_qh, q6_k_ql, Kind};
 
 /// Bytes of a Q8_K block: f32 `d`, 256 codes, 16 i16 block sums.

@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u16, read_u32};
+use super::super::util::{read_f32, read_u16, read_u32};
 use super::{q4_0_at, q6_k_qh, q6_k_ql, Kind, AUX_BYTES, ROWS};
 
 /// Bytes of a Q8_0 block (activations).
@@ -307,9 +307,9 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
                 }
                 for c in 0..C {
                     let b = y[c].add(i * yb);
-                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(super::super::x86::f16_at(b)));
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(super::super::util::f16_at(b)));
                     if T::MIN {
-                        let sy = _mm256_set1_ps(super::super::x86::f16_at(b.add(2)));
+                        let sy = _mm256_set1_ps(super::super::util::f16_at(b.add(2)));
                         summs[c] = _mm256_fmadd_ps(mx, sy, summs[c]);
                     }
                     let q = b.add(yq);

@@ -43,7 +43,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::x86::{f16_at, q4k_scales_mins, read_f32, read_u16, read_u32};
+use super::util::{f16_at, q4k_scales_mins, read_f32, read_u16, read_u32};
 use crate::quants::iq4::KVALUES_IQ4NL;
 use crate::quants::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, BlockQuant,

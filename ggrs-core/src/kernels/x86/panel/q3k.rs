@@ -20,8 +20,7 @@
 //!
 //! That is the order the decoding kernel first reads them in (`qs_q` with `hm_q` for the
 //! first half, the second half's codes after them), so that a panel streams front to back:
-//! with the high bits at the end of the block it read 10–20% slower (24 × 896×4864 on 2
-//! threads of a Zen 4: 11–13 GB/s against 12–15, before the spread prefetches).
+//! with the high bits at the end of the block it read slower (`docs/kernel-bench-notes.md`).
 //!
 //! Value `p = 128h + 32s + 4q + e` has its low two bits in bits `2s` of byte `e` of lane `r`
 //! of `qs_8h+q` ([`qs_at`]) and its high bit in bit `4h + s` of byte `e` of `hm_q`
@@ -44,7 +43,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::{prefetch_block, ROWS};
 use crate::quants::k_quants::q3_k_scale;
 

@@ -9,9 +9,15 @@
 //! reference's running maximum depends on where the NaN sits), an infinite maximum, or a
 //! scale whose inverse overflows (tiny subnormal maxima) — are handed to the reference
 //! quantizer itself, block by block.
+//!
+//! Beside them, ggml's own AVX2 `quantize_row_q8_0` and `quantize_row_q8_1`
+//! ([`ggml_quantize_row_q8_0`], [`ggml_quantize_row_q8_1`]): ggml's rounding rather than the
+//! reference's, for `mul_mat`'s INIT where llama.cpp's bits are the oracle
+//! (`kernels::ggml_arith::quantize`).
 
 use std::arch::x86_64::*;
 
+use crate::kernels::ggml_arith::lanes::{Q8_0_BYTES, Q8_1_BYTES};
 use crate::quants::{to_fp16, BlockQ8K, BlockQ8_0, BlockQuant, QK_K};
 
 /// `|x|` of 8 lanes.
@@ -198,6 +204,130 @@ pub(crate) unsafe fn quantize_row_q8_k(src: &[f32], dst: &mut [u8]) {
                     .sum();
                 out[260 + 2 * j..262 + 2 * j].copy_from_slice(&s.to_le_bytes());
             }
+        }
+    }
+}
+
+/// `ggml_arith::quantize_row_q8_0_x86`: ggml's AVX2 `quantize_row_q8_0`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn ggml_quantize_row_q8_0(x: &[f32], out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let nb = (x.len() / 32).min(out.len() / Q8_0_BYTES);
+    // SAFETY: block i < nb: 32 f32 readable at 32·i of x, 34 bytes writable at 34·i of
+    // out; unaligned loads and stores; the CPU features are the caller's guarantee.
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        // Bytes of `packs` come out in the order 0-3, 8-11, 16-19, 24-27, 4-7, …: dwords
+        // 0, 4, 1, 5, … restore value order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for i in 0..nb {
+            let p = x.as_ptr().add(32 * i);
+            let v = [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ];
+            let m = _mm256_max_ps(
+                _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
+            );
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+            let d = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d));
+            let blk = out.as_mut_ptr().add(Q8_0_BYTES * i);
+            blk.cast::<u16>()
+                .write_unaligned(_mm_extract_epi16::<0>(h) as u16);
+            let idv = _mm256_set1_ps(id);
+            let q = v.map(|vk| {
+                let t = _mm256_mul_ps(vk, idv);
+                // NaN (only from infinite inputs) becomes 0, as `as i32` makes it.
+                let t = _mm256_and_ps(t, _mm256_cmp_ps::<_CMP_ORD_Q>(t, t));
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(t))
+            });
+            let b = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let b = _mm256_permutevar8x32_epi32(b, order);
+            _mm256_storeu_si256(blk.add(2).cast(), b);
+        }
+    }
+}
+
+/// `ggml_arith::quantize_row_q8_1_x86`: ggml's AVX2 `quantize_row_q8_1`, its instructions in
+/// its order.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn ggml_quantize_row_q8_1(x: &[f32], out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let nb = (x.len() / 32).min(out.len() / Q8_1_BYTES);
+    // (Register-only F16C operations: safe inside this function's features.)
+    let f16_bits = |v: f32| {
+        let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v));
+        _mm_extract_epi16::<0>(h) as u16
+    };
+    // SAFETY: block i < nb: 32 f32 readable at 32·i of x, 36 bytes writable at 36·i of
+    // out; unaligned loads and stores; the CPU features are the caller's guarantee.
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        // Bytes of `packs` come out in the order 0-3, 8-11, 16-19, 24-27, 4-7, …: dwords
+        // 0, 4, 1, 5, … restore value order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for i in 0..nb {
+            let p = x.as_ptr().add(32 * i);
+            let v = [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ];
+            // ggml's order (it matters only for NaN: `maxps` keeps its second operand).
+            let mut m = _mm256_andnot_ps(sign, v[0]);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[1]));
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[2]));
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[3]));
+            let m4 = _mm_max_ps(_mm256_extractf128_ps::<1>(m), _mm256_castps256_ps128(m));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+            let d = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let idv = _mm256_set1_ps(id);
+            let q = v.map(|vk| {
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(vk, idv)))
+            });
+            // Σ codes over the 32-bit values (wrapping), as ggml's `hsum_i32_8`.
+            let s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s4 = _mm_add_epi32(
+                _mm256_castsi256_si128(s8),
+                _mm256_extracti128_si256::<1>(s8),
+            );
+            let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+            let s1 = _mm_add_epi32(s2, _mm_shuffle_epi32::<0b10_11_00_01>(s2));
+            let sum = _mm_cvtsi128_si32(s1);
+            let blk = out.as_mut_ptr().add(Q8_1_BYTES * i);
+            blk.cast::<u16>().write_unaligned(f16_bits(d));
+            blk.add(2)
+                .cast::<u16>()
+                .write_unaligned(f16_bits(d * sum as f32));
+            let b = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let b = _mm256_permutevar8x32_epi32(b, order);
+            _mm256_storeu_si256(blk.add(4).cast(), b);
         }
     }
 }

@@ -22,8 +22,8 @@
 //! nibble `n` of `v_8p+l` (byte `e` of lane `r`) and its fifth bit at bit `j` of `h_l`. The
 //! kernels take quad `l` of every sub-block together (one lane accumulator at a time), so
 //! this order lets them read each super-block front to back: with the codes in the file's
-//! order they read a block in strides of 512 bytes, which left the hardware prefetcher behind
-//! (24 weights of 896 × 4864 on Zen 4, 2 threads: 4–6 GB/s against 16–23). The VNNI
+//! order they read a block in strides of 512 bytes, which left the hardware prefetcher far
+//! behind (`docs/kernel-bench-notes.md`). The VNNI
 //! kernel also prefetches (into L2) an eighth of the super-block [`PREFETCH_BLOCKS`] ahead in
 //! each of its eight lane passes (`panel::prefetch_block`).
 //!
@@ -51,7 +51,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::lanes_vnni::fifth;
 use super::repacked::{Q4K_AUX_BYTES, Q8K_BYTES};
 use super::{prefetch_block, ROWS};

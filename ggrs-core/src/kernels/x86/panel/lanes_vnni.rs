@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{f16_at, read_u32};
+use super::super::util::{f16_at, read_u32};
 use super::avx2::LanesType;
 use super::AUX_BYTES;
 
@@ -67,8 +67,8 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         let mut summs = [_mm512_setzero_ps(); C];
         // No software prefetch: every block is read front to back (`Kind::block_at`), which the
-        // hardware prefetcher streams faster on its own (Zen 4, 48 × 4864×896 on 2 threads,
-        // `examples/kquant_decode_rate`, medians: Q5_1 24 → 30 GB/s, Q4_1 30 → 32, Q5_0 29 → 34).
+        // hardware prefetcher streams faster on its own (`examples/kquant_decode_rate`;
+        // figures in `docs/kernel-bench-notes.md`).
         for i in 0..nb {
             let at = T::KIND.block_at(i);
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(at.d).cast()));

@@ -39,16 +39,18 @@
 //! Panels also carry the kernel for the rows below a whole panel (`n % 16`), chosen as if
 //! the weight had no panel kernel.
 
+use half::{bf16, f16};
+
 use crate::dtype::DType;
-use crate::kernels::matmul::VecDotFn;
+use crate::kernels::vec;
 use crate::quants::dispatch::{self, VecDotVariant};
-use crate::tensor::TensorMeta;
+use crate::quants::VecDotKernel as VecDotFn;
 use crate::types::{traits, FromF32Fn};
 
 #[cfg(target_arch = "x86_64")]
-use crate::quants::dispatch::panel::Kind;
+use crate::kernels::x86::panel::{self, Kind, ROWS};
 #[cfg(target_arch = "x86_64")]
-use crate::quants::dispatch::TiledPanelFn;
+use crate::quants::dispatch::{active_variant_in, ggml_sum_order, Isa, SumOrder, TiledPanelFn};
 
 /// What a `mul_mat`'s INIT writes into the shared work buffer for COMPUTE to read: the
 /// activation rows converted to the type its kernel reads, and the side data that kernel
@@ -61,7 +63,7 @@ pub(crate) enum ActivationForm {
     /// F16 rows, then the same rows widened back to f32 (see [`f16_widens`]).
     F16Widened,
     /// Rows of the panel kernel's activation type (Q8_0, Q8_1 or Q8_K), then every block's
-    /// side data for that kernel, if it has any (`quants::simd::panel`).
+    /// side data for that kernel, if it has any (`kernels::x86::panel`).
     #[cfg(target_arch = "x86_64")]
     Panel(Kind),
 }
@@ -93,7 +95,7 @@ impl ActivationForm {
 /// How COMPUTE multiplies the weight rows with the activation columns.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Compute {
-    /// Panels of sixteen weight rows (`quants::simd::panel`), packed once per node and batch
+    /// Panels of sixteen weight rows (`kernels::x86::panel`), packed once per node and batch
     /// or read from a copy packed at load; `rest` computes the rows below a whole panel.
     #[cfg(target_arch = "x86_64")]
     Panel {
@@ -114,7 +116,7 @@ pub(crate) enum Compute {
         rest: Element,
     },
     /// k-quants and IQ4_XS against eight columns or more, in ggml's tiled order: panels of
-    /// up to 16 rows × 16 columns (`quants::simd::tiled_avx2`).
+    /// up to 16 rows × 16 columns (`kernels::x86::tiled_avx2`).
     #[cfg(target_arch = "x86_64")]
     TiledPanel(TiledPanelFn),
     /// One output element at a time or in tiles (see [`Element`]).
@@ -210,6 +212,110 @@ pub(crate) struct MatMulKernel {
     pub compute: Compute,
 }
 
+/// The weight operand of a `mul_mat` as [`select`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Weight {
+    /// Its type.
+    pub dtype: DType,
+    /// Its shape (`[k, rows, planes, 1]`).
+    pub ne: [usize; 4],
+}
+
+/// What [`select`] needs to know of a `mul_mat`'s activations: their layout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Activations {
+    /// Every row is dense (f32 weights then read the rows in place).
+    pub rows_contiguous: bool,
+    /// The whole tensor is one contiguous block (`ggml_is_contiguous`, tinyBLAS's condition).
+    pub contiguous: bool,
+}
+
+fn dot_f32(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    vec::dot_f32(&bytemuck::cast_slice(a)[..n], &bytemuck::cast_slice(b)[..n])
+}
+
+fn dot_f16(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let a: &[f16] = bytemuck::cast_slice(a);
+    let b: &[f16] = bytemuck::cast_slice(b);
+    vec::dot_f16(&a[..n], &b[..n])
+}
+
+fn dot_bf16(n: usize, a: &[u8], b: &[u8]) -> f32 {
+    let a: &[bf16] = bytemuck::cast_slice(a);
+    let b: &[bf16] = bytemuck::cast_slice(b);
+    vec::dot_bf16(&a[..n], &b[..n])
+}
+
+/// The dot product used when `dtype` is the weight type, if there is one (the fastest
+/// build; [`select`] picks ggml's order where that is the contract).
+pub fn vec_dot(dtype: DType) -> Option<VecDotFn> {
+    match dtype {
+        DType::F32 => Some(dot_f32),
+        DType::F16 => Some(dot_f16),
+        DType::BF16 => Some(dot_bf16),
+        other => crate::quants::vec_dot(other),
+    }
+}
+
+/// True when `mul_mat` accepts `dtype` as its weight operand.
+pub fn supports(dtype: DType) -> bool {
+    vec_dot(dtype).is_some() && traits(traits(dtype).vec_dot_type).from_f32.is_some()
+}
+
+/// Whether `mul_mat`'s panel kernels may run now: this CPU runs a panel build (AVX2 with
+/// FMA and F16C, or AVX-512 VNNI), and neither `GGRS_FORCE_SCALAR`,
+/// [`dispatch::force_scalar`] nor [`dispatch::force_no_panels`] switched them off.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn panels_run() -> bool {
+    // `simd_allowed(Avx2)` holds only when `cpu::isa()` is AVX2 or better, which a CPU with
+    // a panel build (`panel::available`) has.
+    dispatch::panels_allowed() && dispatch::simd_allowed(Isa::Avx2) && panel::available()
+}
+
+/// The panel kernel for a weight of type `dtype` and shape `ne`, when it applies: the
+/// ggml order of the shape has a panel kernel, the weight has at least one panel, the
+/// panels run ([`panels_run`]) and the ggml-order build `mul_mat` would otherwise use is a
+/// SIMD one (so `GGRS_FORCE_SCALAR` and `dispatch::force_scalar` switch this path off too).
+/// Also what [`crate::kernels::PackedWeight`] packs for.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
+    let values = match dtype {
+        DType::Q6K | DType::Q5K | DType::Q3K | DType::Q4K | DType::Q2K | DType::IQ4XS => {
+            crate::quants::k_quants::QK_K
+        }
+        _ => 32,
+    };
+    if ne[1] < ROWS || !ne[0].is_multiple_of(values) || !panels_run() {
+        return None;
+    }
+    let order = ggml_sum_order(dtype, ne);
+    let kind = match (dtype, order) {
+        (DType::Q4_0, SumOrder::GgmlBlockChain) => Kind::Q4_0Chain,
+        (DType::Q8_0, SumOrder::GgmlLanes) => Kind::Q8_0Lanes,
+        (DType::Q4_1, SumOrder::GgmlLanes) => Kind::Q4_1Lanes,
+        (DType::Q5_0, SumOrder::GgmlLanes) => Kind::Q5_0Lanes,
+        (DType::Q5_1, SumOrder::GgmlLanes) => Kind::Q5_1Lanes,
+        (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
+        (DType::Q5K, SumOrder::GgmlLanes) => Kind::Q5KLanes,
+        (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
+        (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
+        (DType::Q3K, SumOrder::GgmlLanes) => Kind::Q3KLanes,
+        (DType::Q4K, SumOrder::GgmlRepacked) => Kind::Q4KGemv,
+        (DType::Q2K, SumOrder::GgmlRepacked) => Kind::Q2KGemv,
+        _ => return None,
+    };
+    // The repacked orders and Q3_K's lanes have no tile build in the dispatch table
+    // (`mul_mat` runs `ggml_arith`'s one-element kernels for them): `panels_run` decided.
+    let simd = match (dtype, order) {
+        (_, SumOrder::GgmlRepacked) | (DType::Q3K, _) => true,
+        _ => matches!(
+            active_variant_in(dtype, order)?.isa,
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
+        ),
+    };
+    simd.then_some(kind)
+}
+
 /// The column count whose arithmetic a `mul_mat` with `n_cols` columns per batch takes: 1
 /// for a per-column product ([`crate::Context::set_per_column_products`]), else `n_cols`.
 pub(crate) fn arith_cols(per_column: bool, n_cols: usize) -> usize {
@@ -222,8 +328,8 @@ pub(crate) fn arith_cols(per_column: bool, n_cols: usize) -> usize {
 
 /// Whether the activations must be converted: every weight type reads its vec-dot type,
 /// except f32 weights with dense f32 rows, which are read in place.
-fn needs_conversion(a: DType, b: &TensorMeta) -> bool {
-    !(traits(a).vec_dot_type == DType::F32 && b.rows_contiguous())
+fn needs_conversion(a: DType, b: Activations) -> bool {
+    !(traits(a).vec_dot_type == DType::F32 && b.rows_contiguous)
 }
 
 /// Whether an F16 `mul_mat` of weight shape `ne` and `m` columns takes the prompt tiles
@@ -240,13 +346,13 @@ pub(crate) fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
 /// The kernel and activation form of a `mul_mat` with weights `a` and activations `b`, whose
 /// columns take the arithmetic of `cols` columns per batch ([`arith_cols`]): the table of
 /// the module docs.
-pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKernel {
+pub(crate) fn select(a: Weight, b: Activations, cols: usize) -> MatMulKernel {
     let rows = |k: Option<ActivationForm>| {
         needs_conversion(a.dtype, b).then(|| k.unwrap_or(ActivationForm::Rows(vdt(a.dtype))))
     };
     #[cfg(target_arch = "x86_64")]
     {
-        if let Some(kind) = super::panels::kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
+        if let Some(kind) = panel_kind(a.dtype, a.ne).filter(|k| k.takes_columns(cols)) {
             return MatMulKernel {
                 activation: Some(ActivationForm::Panel(kind)),
                 compute: Compute::Panel {
@@ -283,7 +389,7 @@ pub(crate) fn select(a: &TensorMeta, b: &TensorMeta, cols: usize) -> MatMulKerne
 /// the repacked kernels' GEMV). Panels where a one-column product takes them (their
 /// several-column passes keep every column's one-column bits), else the element kernels;
 /// the activations are always converted (INIT also groups the columns).
-pub(crate) fn select_id(a: &TensorMeta, b: &TensorMeta) -> MatMulKernel {
+pub(crate) fn select_id(a: Weight, b: Activations) -> MatMulKernel {
     let one = select(a, b, 1);
     MatMulKernel {
         activation: one.activation.or(Some(ActivationForm::Rows(vdt(a.dtype)))),
@@ -298,10 +404,10 @@ fn vdt(dtype: DType) -> DType {
 /// The one-element (or tile) kernel of weights `a` against `cols` arithmetic columns: ggml's
 /// order where llama.cpp's bits are the contract (the best SIMD build keeping it, else the
 /// portable body in that order), else the fastest build.
-fn element(a: &TensorMeta, b: &TensorMeta, cols: usize) -> Element {
+fn element(a: Weight, b: Activations, cols: usize) -> Element {
     use crate::kernels::ggml_arith;
     let ggml = match a.dtype {
-        DType::F32 => ggml_arith::mul_mat_dot_f32(a.ne, cols, b.is_contiguous()),
+        DType::F32 => ggml_arith::mul_mat_dot_f32(a.ne, cols, b.contiguous),
         _ => ggml_arith::mul_mat_dot(a.dtype, a.ne, cols),
     };
     let Some(portable) = ggml else {
@@ -314,7 +420,7 @@ fn element(a: &TensorMeta, b: &TensorMeta, cols: usize) -> Element {
         };
         return match build {
             Some(v) => Element::Tiles(v),
-            None => Element::Dot(super::vec_dot(a.dtype).expect("supports() checked")),
+            None => Element::Dot(vec_dot(a.dtype).expect("supports() checked")),
         };
     };
     if let Some((gemm_cols, gemm)) = ggml_arith::mul_mat_gemm(a.dtype, a.ne, cols) {

@@ -13,7 +13,7 @@
 //!   in `vpmaddubsw`: exact.
 //!
 //! Every kernel has the form `k::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]` (see
-//! `simd/mod.rs`).
+//! `kernels/x86/mod.rs`).
 //!
 //! # Safety
 //! Each kernel needs a CPU with the features its `#[target_feature]` names, and `nb` whole
@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use std::mem::offset_of;
 
 use super::avx2::{blocks_lanes, BiasedDot, BlockChain, Lanes8, Q4_0Block, Q5_0Block, Q8_0Block};
-use super::x86::{f16_at, hsum256, hsum512, q4k_scales_mins, read_f32};
+use super::util::{f16_at, hsum256, hsum512, q4k_scales_mins, read_f32};
 use crate::quants::{BlockQ4K, BlockQ6K, BlockQ8K, BlockQuant};
 
 const Q4K: usize = BlockQ4K::BYTES;

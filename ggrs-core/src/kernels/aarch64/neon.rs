@@ -1,7 +1,7 @@
 //! AArch64 NEON kernels for Q4_0 · Q8_0 and Q8_0 · Q8_0, and the Q8_0 activation quantizer.
 //!
 //! Every dot-product kernel has the form `k::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`
-//! of the x86 kernels (see `simd/mod.rs`): `nb` blocks of `R` weight rows dotted with `C`
+//! of the x86 kernels (see `kernels/x86/mod.rs`): `nb` blocks of `R` weight rows dotted with `C`
 //! Q8_0 rows, each weight block decoded once per tile, each activation block loaded once,
 //! and every element of the tile computed with the operations of the 1 × 1 kernel.
 //!

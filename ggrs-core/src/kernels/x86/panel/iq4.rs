@@ -49,7 +49,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u16, read_u32};
+use super::super::util::{read_f32, read_u16, read_u32};
 use super::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;
 
@@ -338,8 +338,7 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         for i in 0..nb {
             // No software prefetch: the block is read front to back, and the hardware
-            // prefetcher alone streams it faster (Zen 4, 24 × 896×4864 on 2 threads:
-            // 18 → 23 GB/s, median of three, with the layout in read order).
+            // prefetcher alone streams it faster (`docs/kernel-bench-notes.md`).
             let at = Kind::IQ4XSLanes.block_at(i);
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(at.d).cast()));
             let scales = Scales::load(panel, at);

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::read_f32;
+use super::super::util::read_f32;
 use super::avx2::{fifth, lanes_total};
 use super::q5k::{h_at, v_at, MIN_PAIR, Q5K_DMIN, Q5K_PANEL_BYTES, Q5K_SC, SCALE_DUP};
 use super::repacked::{Q4K_AUX_BYTES, Q8K_BYTES};

@@ -44,11 +44,10 @@
 //!
 //! Decoding streams each packed panel once from memory, front to back. The VNNI GEMV kernels
 //! prefetch (into L2) an eighth of the super-block [`PREFETCH_BLOCKS`] ahead in each of their
-//! eight passes through a block (`panel::prefetch_block`): on an AMD Zen 4 (2 threads, 24
-//! weights of 896 × 4864 Q4_K) 32 → 43 GB/s against the hardware prefetcher alone. Whole
-//! blocks prefetched at their start (into L1 or L2, two to twelve blocks ahead) had halved
-//! the read rate instead (one thread: 9–10 GB/s against 22; the AVX2 build, which prefetches
-//! nothing, 5 against 14; Q2_K 14 against 18).
+//! eight passes through a block (`panel::prefetch_block`), which reads faster than the
+//! hardware prefetcher alone. Whole blocks prefetched at their start (into L1 or L2, two to
+//! twelve blocks ahead) had about halved the read rate instead. (Figures:
+//! `docs/kernel-bench-notes.md`.)
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C); the
@@ -56,7 +55,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::x86::{read_f32, read_u32};
+use super::super::util::{read_f32, read_u32};
 use super::{prefetch_block, ROWS};
 use crate::quants::k_quants::get_scale_min_k4;
 
@@ -343,8 +342,8 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::x86::panel::{self, Kind};
     use crate::quants::k_quants::repacked;
-    use crate::quants::simd::panel::{self, Kind};
 
     fn rng(seed: &mut u64) -> u32 {
         *seed = seed

@@ -1,0 +1,118 @@
+//! Every `#[target_feature]` function for x86-64, by instruction set and concern.
+//!
+//! | file | what | instruction sets |
+//! |---|---|---|
+//! | `avx2.rs`, `avx512.rs` | block dot products in tiles (`dot_builds` wraps them) | AVX2 + FMA + F16C; AVX-512 F/BW/VL, VNNI |
+//! | `tiled_avx2.rs` | k-quant and IQ4_XS dots in ggml's tiled order, and their panels | AVX2 |
+//! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
+//! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
+//! | `quantize.rs` | activation quantizers (f32 → Q8_0, Q8_1, Q8_K) | AVX2 |
+//! | `f16.rs` | f16 widening, F16 / F32 dots in ggml's orders, f16 tiles | F16C, AVX2, AVX-512 |
+//! | `exp.rs` | vectorised `expf` (glibc's and ggml's), SwiGLU groups | AVX2 + FMA, AVX-512 F |
+//! | `attn.rs` | flash attention's f16 rows, key loops and score tiles | AVX2 + FMA + F16C, AVX-512 |
+//! | `util.rs` | unaligned reads and lane sums shared by the kernels (inlined) | any |
+//!
+//! Portable code that only needs to be *compiled* with more features (LLVM vectorises it,
+//! `f32::mul_add` becomes one FMA) stays beside its op, and the `#[target_feature]`
+//! wrapper that differs only by name comes from one macro, [`target_features!`]; the
+//! kernels here are the ones written with intrinsics. Nothing here decides which kernel
+//! runs: `kernels::select` and the ops ask [`crate::cpu::isa`] and call in.
+//!
+//! # Dot products of block-quantized rows
+//!
+//! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
+//! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI); Q4_1·Q8_1, Q5_1·Q8_1,
+//! IQ4_NL·Q8_0 and IQ4_XS·Q8_K for AVX2 (which AVX-512 machines run too).
+//!
+//! # How the kernels are built
+//!
+//! Each kernel is one `#[target_feature]` function generic over a tile shape: `R` weight
+//! rows times `C` activation columns. Each weight block is decoded once (nibbles unpacked,
+//! scales converted) and dotted with the `C` columns, each activation block loaded once for
+//! the `R` rows, and every element of the tile has its own accumulators and exactly the
+//! sequence of operations of the 1 × 1 kernel, so its bits do not depend on the tile.
+//! `mul_mat` uses 4 × 4 tiles where it has four rows and four columns (prompts: each weight
+//! block decoded once per four columns, each activation block loaded once per four rows),
+//! and 4 × 1 or 1 × 4 tiles for the rest (decoding: four independent dot products in flight
+//! hide the latency of each).
+//!
+//! The integer part of every block's dot product is exact for *every* code pattern a block
+//! may hold, −128 included: signed × signed products go through an unsigned operand offset
+//! by a constant (`Σ x·y = Σ x·(y + 128) − 128·Σ x`) or through 16-bit products, never
+//! through `vpsignb`, which overflows on −128. The k-quant kernels use Q8_K's per-16 sums
+//! `bsums`, which must be the sums of the codes (as the Q8_K quantizer writes them; the
+//! scalar Q4_K kernel relies on them too). What differs from the scalar reference is only the
+//! order and fusion of the f32 operations (per-block scales applied with FMA, partial sums
+//! kept in vector lanes and added in a fixed tree at the end; see below).
+//!
+//! Summation order. The Q4_0, Q5_0 and Q8_0 kernels keep ggml's x86 order exactly (eight
+//! f32 lanes of four products, one FMA per block and lane, a fixed final tree: what
+//! `ggml_vec_dot_q*_q8_0` and tinyBLAS do), and Q4_0 also comes in the order of ggml's
+//! repacked `q4_0_8x8` kernels (one FMA per block on the exact block sum), so that `mul_mat`
+//! can give llama.cpp's bits (see `kernels::ggml_arith` and `dispatch::SumOrder`). IQ4_NL
+//! comes in the same two orders (tinyBLAS's and the repacked `iq4_nl_8x8`), IQ4_XS in the
+//! order of ggml's AVX2 `ggml_vec_dot_iq4_xs_q8_K`. The
+//! Q4_1 and Q5_1 kernels keep the order of ggml's x86 `ggml_vec_dot_q*_1_q8_1` (the same
+//! lanes, plus one FMA chain of the minimum terms). The k-quant kernels keep their own order;
+//! `tiled_avx2` holds the k-quant and IQ4_XS kernels in the order of ggml's tiled matmul
+//! (tiles for the dispatch forms, and panels of rows × up to 16 columns for `mul_mat`).
+//!
+//! Rows are read with unaligned loads only: rows in GGUF files are 2-byte aligned.
+//!
+//! `quantize` holds the AVX2 activation quantizers: f32 → Q8_0 / Q8_K writing the reference
+//! quantizers' bytes exactly, and ggml's own x86 Q8_0 / Q8_1 quantizers (its rounding,
+//! for `mul_mat`'s INIT where llama.cpp's bits are the oracle).
+//!
+
+/// Builds portable bodies with x86-64 target features: every
+/// `$vis fn name(args) -> ret = body;` becomes
+/// `$vis unsafe fn name(args) -> ret { body(args) }` compiled with
+/// `#[target_feature(enable = $features)]` (so that the inlined body is vectorised for
+/// them and `f32::mul_add` is one instruction; the bits are the portable body's). These
+/// are the wrappers that differ only in name and features: all of them come from here. On
+/// other targets the macro expands to nothing.
+///
+/// A call is sound only on a CPU that has `$features` (the caller checks
+/// [`crate::cpu::isa`]) and where the body's own contract, if it is an `unsafe fn`, holds.
+macro_rules! target_features {
+    ($features:literal: $(
+        $(#[$m:meta])*
+        $vis:vis fn $name:ident $(<$(const $c:ident: $ct:ty),* $(,)?>)?
+            ($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? = $body:expr;
+    )+) => {$(
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// The CPU supports the target features this function is compiled with; the body's
+        /// own contract holds.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(unused_unsafe)]
+        $vis unsafe fn $name $(<$(const $c: $ct),*>)? ($($arg: $ty),*) $(-> $ret)? {
+            // SAFETY: the caller's guarantees are the body's (see the macro).
+            unsafe { $body($($arg),*) }
+        }
+    )+};
+}
+pub(crate) use target_features;
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod attn;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod exp;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod f16;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod panel;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod quantize;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod repacked_k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod tiled_avx2;
+#[cfg(target_arch = "x86_64")]
+mod util;
