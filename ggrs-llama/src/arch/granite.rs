@@ -59,6 +59,7 @@ impl Architecture for Granite {
             kq_scale: multiplier(l, hp, "attention.scale")?,
             residual_scale: multiplier(l, hp, "residual_scale")?,
             logit_scale: Some(logit_scale),
+            attn_temp: None,
         };
         let mut model = Decoder::load(
             hp,
