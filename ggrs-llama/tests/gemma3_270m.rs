@@ -53,7 +53,13 @@ fn gemma3_270m_first_position_and_tokens_match_llama_cpp() {
     let model = Arc::new(Model::load(&path).expect("load Gemma 3 270M"));
     let hp = &model.hparams;
     assert_eq!(
-        (hp.arch.as_str(), hp.n_layer, hp.n_embd, hp.head_dim, hp.n_rot),
+        (
+            hp.arch.as_str(),
+            hp.n_layer,
+            hp.n_embd,
+            hp.head_dim,
+            hp.n_rot
+        ),
         ("gemma3", 18, 640, 256, 256)
     );
     assert_eq!((hp.n_head, hp.n_head_kv, hp.rope_freq_base), (4, 1, 1e6));
