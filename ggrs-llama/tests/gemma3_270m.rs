@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ggrs_llama::arch::gemma3::Gemma3Model;
-use ggrs_llama::{Model, Session, SessionParams};
+use ggrs_llama::{Model, Session};
 
 /// The cached model, fetched when missing; `None` (after saying why) when it cannot be had.
 fn gemma3_270m() -> Option<PathBuf> {
@@ -70,14 +70,7 @@ fn gemma3_270m_first_position_and_tokens_match_llama_cpp() {
     assert_eq!(global, [5, 11, 17]);
     assert_eq!((c.q_scale, c.final_softcap), (1.0 / 16.0, None));
     let refs = common::read_jsonl(&common::reference_dir().join("gemma3-270m/q4_k_m.public.jsonl"));
-    let params = SessionParams {
-        n_ctx: 256,
-        n_batch: 256,
-        n_threads: 2,
-        logits_all: true,
-        ..Default::default()
-    };
-    let mut s = Session::new(model.clone(), params).expect("session");
+    let mut s = Session::new(model.clone(), common::reference_session(2)).expect("session");
     for r in &refs {
         let ours = model
             .tokenizer()

@@ -277,6 +277,25 @@ impl<F: FeedForward> Decoder<F> {
     }
 }
 
+impl Decoder<SwiGlu> {
+    /// The LLaMA layout: [`Decoder::load`] with biases as `bias` says, no Q/K norms, and the
+    /// SwiGLU feed-forward.
+    pub fn load_llama(
+        hp: &HParams,
+        l: &mut WeightLoader<'_>,
+        rope_mode: RopeMode,
+        bias: QkvBias,
+    ) -> Result<Decoder<SwiGlu>> {
+        Decoder::load(
+            hp,
+            l,
+            rope_mode,
+            |l, i| AttnWeights::load(hp, l, i, bias, false),
+            |l, i| SwiGlu::load(hp, l, i),
+        )
+    }
+}
+
 impl<F: FeedForward> Decoder<F> {
     /// The step graph: logits `[n_vocab, n_outputs]` when `head`, else the normed hidden
     /// state of every token, `[n_embd, n_tokens]` (embeddings).

@@ -10,10 +10,11 @@
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::RopeMode;
 
-use super::decoder::{AttnWeights, Decoder, DecoderOptions, QkvBias, SwiGlu};
+use super::decoder::{Decoder, DecoderOptions, QkvBias};
+use super::granite::multiplier;
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::{LlamaError, Result};
-use crate::hparams::{get_f32, HParams};
+use crate::hparams::HParams;
 use crate::loader::WeightLoader;
 use crate::step::AttnTemperature;
 
@@ -23,22 +24,16 @@ pub struct Mistral3;
 
 /// The attention temperature of a `mistral3` file (`attention.temperature_scale`), `None`
 /// when the key is absent or 0.
-pub fn attn_temperature(f: &GgufFile, hp: &HParams) -> Result<Option<AttnTemperature>> {
-    let key = format!("{}.attention.temperature_scale", hp.arch);
-    match get_f32(f, &key)? {
-        None | Some(0.0) => Ok(None),
-        Some(scale) if scale.is_finite() => Ok(Some(AttnTemperature {
+pub fn attn_temperature(l: &WeightLoader<'_>, hp: &HParams) -> Result<Option<AttnTemperature>> {
+    Ok(
+        multiplier(l, hp, "attention.temperature_scale")?.map(|scale| AttnTemperature {
             scale,
             // `HParams::from_gguf` made it positive (the training context when the file
             // gives no original context).
             floor: hp.n_ctx_orig as f32,
             offset: 0.0,
-        })),
-        Some(v) => Err(LlamaError::BadKey {
-            key,
-            detail: format!("{v} must be a finite number"),
         }),
-    }
+    )
 }
 
 impl Architecture for Mistral3 {
@@ -62,14 +57,8 @@ impl Architecture for Mistral3 {
                 ),
             });
         }
-        let attn_temp = attn_temperature(l.file(), hp)?;
-        let mut model = Decoder::load(
-            hp,
-            l,
-            RopeMode::Normal,
-            |l, i| AttnWeights::load(hp, l, i, QkvBias::Optional, false),
-            |l, i| SwiGlu::load(hp, l, i),
-        )?;
+        let attn_temp = attn_temperature(l, hp)?;
+        let mut model = Decoder::load_llama(hp, l, RopeMode::Normal, QkvBias::Optional)?;
         model.options = DecoderOptions {
             attn_temp,
             ..DecoderOptions::default()
