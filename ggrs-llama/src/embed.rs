@@ -563,6 +563,9 @@ impl Embedder {
         ctx.set_i32(built.inp.pos, &pos)?;
         ctx.set_i32(built.inp.k_rows, &cells)?;
         ctx.set_f32(built.inp.mask, &mask)?;
+        if let Some((t, temp)) = built.inp.q_scale {
+            ctx.set_f32(t, &temp.factors(&pos))?;
+        }
         if let Some(ids) = built.cls_ids {
             let mut first = Vec::with_capacity(inputs.len());
             let mut at = 0i32;

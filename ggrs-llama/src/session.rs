@@ -579,6 +579,11 @@ impl Session {
             })?;
             self.ctx.set_f32(t, m)?;
         }
+        if let Some((t, temp)) = inp.q_scale {
+            // The batch's own positions (an architecture with more position streams has
+            // no temperature).
+            self.ctx.set_f32(t, &temp.factors(&piece.pos))?;
+        }
         if let Some(ids) = inp.out_ids {
             let ids_v: Vec<i32> = if outputs.is_empty() {
                 vec![n as i32 - 1]

@@ -46,6 +46,38 @@ pub struct StepInputs {
     pub mask_swa: Option<Tensor>,
     /// Tokens whose logits are computed, `[n_outputs]` i32 (absent when all are).
     pub out_ids: Option<Tensor>,
+    /// A factor of each token's queries, `[1, 1, n_tokens]` f32, and the temperature it
+    /// comes from, when the graph has one ([`StepInputs::add_attn_temperature`]; filled
+    /// from the positions).
+    pub q_scale: Option<(Tensor, AttnTemperature)>,
+}
+
+/// Llama 4's attention temperature (Mistral 3's `attention.temperature_scale`): the queries of
+/// the token at position `p` are multiplied by `1 + scale · ln(⌊(p + offset) / floor⌋ + 1)`,
+/// so that attention stays sharp far beyond the original context.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemperature {
+    /// The factor of the logarithm (`attention.temperature_scale`).
+    pub scale: f32,
+    /// Positions per step of the logarithm's argument (llama.cpp: the original context
+    /// length of the rotary scaling).
+    pub floor: f32,
+    /// Added to the position first (0 for Mistral 3).
+    pub offset: f32,
+}
+
+impl AttnTemperature {
+    /// The query factor of position `pos`, with llama.cpp's arithmetic (the quotient and
+    /// its floor in f32, the logarithm in f64).
+    pub fn factor(&self, pos: i32) -> f32 {
+        let steps = ((pos as f32 + self.offset) / self.floor).floor();
+        ((steps as f64 + 1.0).ln() * self.scale as f64 + 1.0) as f32
+    }
+
+    /// The factors of `pos`, one per position.
+    pub fn factors(&self, pos: &[i32]) -> Vec<f32> {
+        pos.iter().map(|&p| self.factor(p)).collect()
+    }
 }
 
 impl StepInputs {
@@ -82,7 +114,23 @@ impl StepInputs {
             mask,
             mask_swa: None,
             out_ids,
+            q_scale: None,
         })
+    }
+
+    /// Adds the per-token query factor input of `temp` (`inp_q_scale`, `[1, 1, n_tokens]`
+    /// f32, see [`StepInputs::q_scale`]) for a graph of `shape`, and returns it. The
+    /// attention blocks of [`crate::arch::decoder`] multiply the rotated queries by it.
+    pub fn add_attn_temperature(
+        &mut self,
+        ctx: &mut Context,
+        shape: StepShape,
+        temp: AttnTemperature,
+    ) -> Result<Tensor> {
+        let t = ctx.new_tensor_3d(DType::F32, 1, 1, shape.n_tokens)?;
+        ctx.set_name(t, "inp_q_scale")?;
+        self.q_scale = Some((t, temp));
+        Ok(t)
     }
 
     /// Adds the sliding-window mask input (`inp_mask_swa`, `[n_kv, n_tokens]` f32, see

@@ -61,3 +61,15 @@ fn gemma3_matches_llama_cpp() {
     assert_eq!((c.window, c.freq_base_swa), (4, 10000.0));
     assert_eq!(m.hparams.rope_freq_scale, 0.125);
 }
+
+#[test]
+fn mistral3_matches_llama_cpp() {
+    let m = check("mistral3", "mistral3");
+    // YaRN ×16 from an original context of 16 with yarn_log_multiplier 1, and the attention
+    // temperature 0.1: the prompts cross the original context, where the factor leaves 1.
+    let t = options(&m).attn_temp.expect("attention temperature");
+    assert_eq!((t.scale, t.floor, t.offset), (0.1, 16.0, 0.0));
+    assert_eq!(t.factor(15), 1.0);
+    assert!((t.factor(16) - (1.0 + 0.1 * 2f32.ln())).abs() < 1e-6);
+    assert_eq!(m.hparams.rope_freq_scale, 1.0 / 16.0);
+}

@@ -112,9 +112,44 @@ pub(crate) unsafe fn rope(
     else {
         return Ok(());
     };
+    let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
+    let table = |p: i32, factors: Option<&[f32]>, cache: &mut [f32]| {
+        let mut theta = p as f32;
+        for i in 0..n_dims / 2 {
+            // As ggml: the factor divides the angle before the position scale.
+            let t = match factors {
+                Some(ff) => freq_scale * (theta / ff[i]),
+                None => freq_scale * theta,
+            };
+            cache[2 * i] = t.cos();
+            cache[2 * i + 1] = t.sin();
+            theta *= theta_scale;
+        }
+    };
+    // SAFETY: forwarded caller guarantee.
+    unsafe { rotate_rows(task, chunk, n_chunks, work, (n_dims, mode), table) };
+    Ok(())
+}
+
+/// The rows of chunk `chunk` of a rotary node: for each (head, token) row, `table(p,
+/// factors, cache)` fills the `n_dims` cos/sin values of the token's position `p` (the
+/// pair factors of src2 when set), reused for consecutive rows of one token, and the row
+/// is turned by them ([`rotate_row`]).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; src1 is a dense i32 tensor of `a.ne[2]`
+/// positions; src2, when set, a dense f32 tensor of `n_dims / 2` entries (both checked by
+/// the op's builder); the per-thread scratch holds `n_dims + a.ne[0]` values.
+pub(crate) unsafe fn rotate_rows(
+    task: &Task,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+    (n_dims, mode): (usize, RopeMode),
+    mut table: impl FnMut(i32, Option<&[f32]>, &mut [f32]),
+) {
     let (d, a, pos) = (&task.dst, task.s0(), task.s1());
     let ne0 = a.ne[0];
-    let theta_scale = freq_base.powf(-2.0 / n_dims as f32);
     // SAFETY: the builder checked that the factors, when given, are a dense f32 tensor of
     // n_dims/2 values; nobody writes them while the graph runs (a source of this node).
     let factors: Option<&[f32]> = task.src[2]
@@ -130,17 +165,7 @@ pub(crate) unsafe fn rope(
             if cached != Some(i2) {
                 debug_assert_eq!(pos.dtype, DType::I32);
                 let p = *(pos.data.add(i2 * pos.nb[0]) as *const i32);
-                let mut theta = p as f32;
-                for i in 0..n_dims / 2 {
-                    // As ggml: the factor divides the angle before the position scale.
-                    let t = match factors {
-                        Some(ff) => freq_scale * (theta / ff[i]),
-                        None => freq_scale * theta,
-                    };
-                    cache[2 * i] = t.cos();
-                    cache[2 * i + 1] = t.sin();
-                    theta *= theta_scale;
-                }
+                table(p, factors, &mut cache[..n_dims]);
                 cached = Some(i2);
             }
             let x = a.load_row(i1, i2, i3, sx);
@@ -148,7 +173,6 @@ pub(crate) unsafe fn rope(
             rotate_row(mode, &cache[..n_dims], &x[..ne0], &mut out[..ne0]);
         }
     }
-    Ok(())
 }
 
 /// One row of RoPE: the first `cache.len()` values turned pair by pair by the cached

@@ -25,7 +25,9 @@ use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{add_opt, cached_attention_scaled, AttnDims, StepInputs, StepShape};
+use crate::step::{
+    add_opt, cached_attention_scaled, AttnDims, AttnTemperature, StepInputs, StepShape,
+};
 
 /// The name of tensor `s` of block `i` (`blk.{i}.{s}`).
 pub fn blk(i: usize, s: &str) -> String {
@@ -227,6 +229,9 @@ pub struct DecoderOptions {
     pub residual_scale: Option<f32>,
     /// The logits are divided by this (Granite's `logit_scale`).
     pub logit_scale: Option<f32>,
+    /// Each token's queries are multiplied by this temperature's factor of its position
+    /// after the rotary (Mistral 3's `attention.temperature_scale`).
+    pub attn_temp: Option<AttnTemperature>,
 }
 
 /// A loaded LLaMA-like decoder: head, blocks and rotary mode. Its [`ArchModel::build`] is
@@ -272,6 +277,25 @@ impl<F: FeedForward> Decoder<F> {
     }
 }
 
+impl Decoder<SwiGlu> {
+    /// The LLaMA layout: [`Decoder::load`] with biases as `bias` says, no Q/K norms, and the
+    /// SwiGLU feed-forward.
+    pub fn load_llama(
+        hp: &HParams,
+        l: &mut WeightLoader<'_>,
+        rope_mode: RopeMode,
+        bias: QkvBias,
+    ) -> Result<Decoder<SwiGlu>> {
+        Decoder::load(
+            hp,
+            l,
+            rope_mode,
+            |l, i| AttnWeights::load(hp, l, i, bias, false),
+            |l, i| SwiGlu::load(hp, l, i),
+        )
+    }
+}
+
 impl<F: FeedForward> Decoder<F> {
     /// The step graph: logits `[n_vocab, n_outputs]` when `head`, else the normed hidden
     /// state of every token, `[n_embd, n_tokens]` (embeddings).
@@ -284,9 +308,12 @@ impl<F: FeedForward> Decoder<F> {
         shape: StepShape,
         head: bool,
     ) -> Result<StepTensors> {
-        let inp = StepInputs::new(ctx, shape, 1, false)?;
-        let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
         let o = self.options;
+        let mut inp = StepInputs::new(ctx, shape, 1, false)?;
+        if let Some(temp) = o.attn_temp {
+            inp.add_attn_temperature(ctx, shape, temp)?;
+        }
+        let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
         let kq_scale = o.kq_scale.unwrap_or(1.0 / (hp.head_dim as f32).sqrt());
         let scale_opt = |ctx: &mut Context, t: Tensor, s: Option<f32>| match s {
             Some(s) => ctx.scale(t, s),
@@ -476,10 +503,13 @@ pub fn attention_scaled(
     if let Some(qn) = w.opt(a.q_norm) {
         q = ctx.rms_norm_mul(q, qn, hp.rms_eps)?; // each head's row of hd values
     }
-    let q = match rope {
+    let mut q = match rope {
         Some(r) => r.apply(ctx, q, inp.pos)?, // [hd, nh, n]
         None => q,
     };
+    if let Some((t, _)) = inp.q_scale {
+        q = ctx.mul(q, t)?; // each token's queries by its temperature factor
+    }
     let mut k = ctx.reshape_3d(k, hd, nhkv, n)?;
     if let Some(kn) = w.opt(a.k_norm) {
         k = ctx.rms_norm_mul(k, kn, hp.rms_eps)?;

@@ -12,7 +12,7 @@
 
 use ggrs_core::RopeMode;
 
-use super::decoder::{AttnWeights, Decoder, DecoderOptions, QkvBias, SwiGlu};
+use super::decoder::{Decoder, DecoderOptions, QkvBias};
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{get_f32, HParams};
@@ -23,7 +23,7 @@ use crate::loader::WeightLoader;
 pub struct Granite;
 
 /// `<arch>.{name}` as a finite number, `None` when absent or 0 (llama.cpp's "not set").
-fn multiplier(l: &WeightLoader<'_>, hp: &HParams, name: &str) -> Result<Option<f32>> {
+pub(crate) fn multiplier(l: &WeightLoader<'_>, hp: &HParams, name: &str) -> Result<Option<f32>> {
     let key = format!("{}.{name}", hp.arch);
     match get_f32(l.file(), &key)? {
         None => Ok(None),
@@ -59,14 +59,9 @@ impl Architecture for Granite {
             kq_scale: multiplier(l, hp, "attention.scale")?,
             residual_scale: multiplier(l, hp, "residual_scale")?,
             logit_scale: Some(logit_scale),
+            attn_temp: None,
         };
-        let mut model = Decoder::load(
-            hp,
-            l,
-            RopeMode::Normal,
-            |l, i| AttnWeights::load(hp, l, i, QkvBias::Optional, false),
-            |l, i| SwiGlu::load(hp, l, i),
-        )?;
+        let mut model = Decoder::load_llama(hp, l, RopeMode::Normal, QkvBias::Optional)?;
         model.options = options;
         Ok(Box::new(model))
     }

@@ -4,7 +4,7 @@
 
 use ggrs_core::RopeMode;
 
-use super::decoder::{AttnWeights, Block, Decoder, QkvBias, SwiGlu};
+use super::decoder::{Block, Decoder, QkvBias, SwiGlu};
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::Result;
 use crate::hparams::HParams;
@@ -46,13 +46,11 @@ impl Architecture for Llama {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        let model = LlamaModel::load(
+        Ok(Box::new(LlamaModel::load_llama(
             hp,
             l,
             self.rope_mode,
-            |l, i| AttnWeights::load(hp, l, i, self.bias, false),
-            |l, i| SwiGlu::load(hp, l, i),
-        )?;
-        Ok(Box::new(model))
+            self.bias,
+        )?))
     }
 }

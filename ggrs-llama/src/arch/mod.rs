@@ -15,6 +15,7 @@ pub mod gemma2;
 pub mod gemma3;
 pub mod granite;
 pub mod llama;
+pub mod mistral3;
 pub mod phi3;
 pub mod qwen3;
 pub mod qwen3moe;
@@ -57,8 +58,8 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `bert` (an embedding
-    /// model).
+    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `mistral3`, `bert` (an
+    /// embedding model).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -72,6 +73,7 @@ impl Registry {
         r.register(smollm3::SmolLm3);
         r.register(granite::Granite);
         r.register(gemma3::Gemma3);
+        r.register(mistral3::Mistral3);
         r.register(bert::Bert);
         r
     }

@@ -5,7 +5,7 @@
 
 use ggrs_core::RopeMode;
 
-use super::decoder::{AttnWeights, Decoder, DecoderOptions, QkvBias, SwiGlu};
+use super::decoder::{Decoder, DecoderOptions, QkvBias};
 use crate::architecture::{ArchModel, Architecture};
 use crate::error::Result;
 use crate::hparams::HParams;
@@ -25,13 +25,7 @@ impl Architecture for SmolLm3 {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        let mut model = Decoder::load(
-            hp,
-            l,
-            RopeMode::Normal,
-            |l, i| AttnWeights::load(hp, l, i, QkvBias::Optional, false),
-            |l, i| SwiGlu::load(hp, l, i),
-        )?;
+        let mut model = Decoder::load_llama(hp, l, RopeMode::Normal, QkvBias::Optional)?;
         model.options = DecoderOptions {
             nope_period: Some(NOPE_PERIOD),
             ..DecoderOptions::default()

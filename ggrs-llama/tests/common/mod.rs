@@ -180,6 +180,18 @@ pub struct Report {
     pub greedy_failures: Vec<String>,
 }
 
+/// The session the reference comparisons use: 256 cells, the whole prompt in one batch,
+/// logits of every position.
+pub fn reference_session(n_threads: usize) -> SessionParams {
+    SessionParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_threads,
+        logits_all: true,
+        ..Default::default()
+    }
+}
+
 /// Evaluates every prompt of `refs` with `model` and compares with the reference:
 /// prompt logits in one batch, then greedy decoding one token at a time.
 pub fn compare(
@@ -190,14 +202,7 @@ pub fn compare(
     greedy_prefix: usize,
 ) -> Report {
     let mut rep = Report::default();
-    let params = SessionParams {
-        n_ctx: 256,
-        n_batch: 256,
-        n_threads,
-        logits_all: true,
-        ..Default::default()
-    };
-    let mut s = Session::new(model.clone(), params).expect("session");
+    let mut s = Session::new(model.clone(), reference_session(n_threads)).expect("session");
     let nv = model.hparams.n_vocab;
     for r in refs {
         s.clear();
