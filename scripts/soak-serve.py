@@ -54,7 +54,7 @@ class Stats:
         self.counts = {}      # (kind, status) -> n
         self.errors = []      # (time, kind, what)
         self.health = []      # seconds
-        self.rss = []         # (seconds since start, MiB, host load average over 1 min)
+        self.rss = []         # (s since start, RSS MiB, anonymous MiB, host load avg 1 min)
 
     def count(self, kind, status):
         with self.lock:
@@ -64,6 +64,9 @@ class Stats:
         with self.lock:
             if len(self.errors) < 1000:
                 self.errors.append((time.time(), kind, str(what)[:300]))
+
+
+LAST = threading.local()  # the last answer's body on this thread (for error reports)
 
 
 def request(port, method, path, body=None, headers=None, timeout=120):
@@ -76,7 +79,9 @@ def request(port, method, path, body=None, headers=None, timeout=120):
             body = json.dumps(body).encode()
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
-        return r.status, r.read()
+        data = r.read()
+        LAST.body = data[:240]
+        return r.status, data
     finally:
         c.close()
 
@@ -264,12 +269,13 @@ def client(i, port, stop_at, stats, seed):
     while time.time() < stop_at:
         kind = rng.choices(names, weights)[0]
         try:
+            LAST.body = b""
             status, ok = KINDS[kind][1](rng, port)
             stats.count(kind, status)
             if status == 503:
                 continue  # the queue is full: a fair answer under this load
             if status not in ok:
-                stats.error(kind, "status %d" % status)
+                stats.error(kind, "status %d %s" % (status, LAST.body.decode(errors="replace")))
         except Exception as e:  # noqa: BLE001 — every failure is a finding
             stats.count(kind, type(e).__name__)
             stats.error(kind, repr(e))
@@ -289,10 +295,13 @@ def health_poller(port, stop_at, stats):
         time.sleep(0.2)
 
 
-def rss_mib(pid):
+def rss_mib(pid, field="VmRSS"):
+    """The process's resident memory in MiB: VmRSS (all), or RssAnon (heap and other
+    anonymous memory; the mapped model file's pages, which the kernel may drop and read
+    again, are RssFile)."""
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
@@ -301,7 +310,7 @@ def rss_poller(pid, t0, stop_at, stats, every):
     while time.time() < stop_at + 60:
         try:
             stats.rss.append((round(time.time() - t0), round(rss_mib(pid), 1),
-                              round(os.getloadavg()[0], 2)))
+                              round(rss_mib(pid, "RssAnon"), 1), round(os.getloadavg()[0], 2)))
         except OSError:
             return
         time.sleep(every)
@@ -358,7 +367,7 @@ def main():
         time.sleep(1)
     _, slots = request(port, "GET", "/slots")
     busy_slots = [s["id"] for s in json.loads(slots) if s["is_processing"]]
-    final_rss = rss_mib(server.pid)
+    final_rss = (rss_mib(server.pid), rss_mib(server.pid, "RssAnon"))
     kv_cells = metric(port, "ggrs_kv_cells_used")
     server.terminate()
     try:
@@ -374,8 +383,9 @@ def main():
         "errors": len(stats.errors), "first_errors": stats.errors[:20],
         "health_polls": len(h), "health_ms_median": q(0.5), "health_ms_p99": q(0.99),
         "health_ms_max": h[-1] * 1000 if h else None,
-        "rss_mib_load_over_time": stats.rss + [(round(time.time() - t0), round(final_rss, 1),
-                                                round(os.getloadavg()[0], 2))],
+        "rss_anon_mib_load_over_time": stats.rss + [
+            (round(time.time() - t0), round(final_rss[0], 1), round(final_rss[1], 1),
+             round(os.getloadavg()[0], 2))],
         "leaked_slots": leaked, "busy_slots_at_end": busy_slots,
         "kv_cells_used_at_end": kv_cells,
     }

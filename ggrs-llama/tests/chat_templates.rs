@@ -256,7 +256,8 @@ fn templates_cannot_write_or_build_past_the_limit() {
         );
         assert!(t0.elapsed().as_secs() < 20, "{source}: {:?}", t0.elapsed());
     }
-    // The bounded filters and methods give what minijinja's and Python's give.
+    // The bounded filters and methods give what minijinja's own give (`none` written as
+    // minijinja writes it, `None`).
     let t = ChatTemplate::Jinja {
         source: "{{ ['a', 1, none, [2]]|join(', ') }}|{{ 'abc'|join }}|{{ 'a-b-c'|replace('-', '+') }}|\
                  {{ ', '.join(['x', 'y']) }}|{{ 'a-b-c'.replace('-', '') }}|{{ 'aaa'.replace('a', 'b', 2) }}|\
@@ -268,7 +269,7 @@ fn templates_cannot_write_or_build_past_the_limit() {
     assert_eq!(
         t.render_limited(&[Message::user(" hi ")], true, &vars(true), LIMIT)
             .unwrap(),
-        "a, 1, none, [2]|abc|a+b+c|x, y|abc|bba|HI"
+        "a, 1, None, [2]|abc|a+b+c|x, y|abc|bba|HI"
     );
     // A real template within a small limit renders as without one.
     let qwen3 = template("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>");
