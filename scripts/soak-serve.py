@@ -2,11 +2,12 @@
 """Soak test of `ggrs serve` (not run in CI): many clients for a long time, mixing every
 endpoint, random disconnects, oversized and malformed requests, on loopback only.
 
-It starts the server itself (on 127.0.0.1, a free port), runs CLIENTS threads until the time
-is up, and reports: requests by kind and status, errors (5xx answers, broken answers,
-failures to connect), the latency of /health (median, p99, max; polled by a thread of its
-own), the server's RSS over time, and leaked slots (slots or queue entries still busy once
-the clients have stopped). Exit status 1 if there were errors or leaks.
+It starts the server itself (on 127.0.0.1, a free port, with --embeddings and a 5 s
+--body-timeout), runs CLIENTS threads until the time is up, and reports: requests by kind and
+status, errors (5xx answers, broken answers, failures to connect), the latency of /health
+(median, p99, max; polled by a thread of its own), the server's RSS and the host's load
+average over time, and leaked slots (slots or queue entries still busy once the clients have
+stopped). Exit status 1 if there were errors or leaks.
 
     scripts/soak-serve.py --minutes 30 --clients 32            # the default model
     scripts/soak-serve.py --model tiny.gguf --minutes 1         # a quick try
@@ -42,6 +43,8 @@ def parse_args():
     p.add_argument("--parallel", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", help="also write the report to this file")
+    p.add_argument("--sample-every", type=float, default=10.0,
+                   help="seconds between RSS and load-average samples")
     return p.parse_args()
 
 
@@ -51,7 +54,7 @@ class Stats:
         self.counts = {}      # (kind, status) -> n
         self.errors = []      # (time, kind, what)
         self.health = []      # seconds
-        self.rss = []         # (seconds since start, MiB)
+        self.rss = []         # (s since start, RSS MiB, anonymous MiB, host load avg 1 min)
 
     def count(self, kind, status):
         with self.lock:
@@ -61,6 +64,9 @@ class Stats:
         with self.lock:
             if len(self.errors) < 1000:
                 self.errors.append((time.time(), kind, str(what)[:300]))
+
+
+LAST = threading.local()  # the last answer's body on this thread (for error reports)
 
 
 def request(port, method, path, body=None, headers=None, timeout=120):
@@ -73,7 +79,9 @@ def request(port, method, path, body=None, headers=None, timeout=120):
             body = json.dumps(body).encode()
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
-        return r.status, r.read()
+        data = r.read()
+        LAST.body = data[:240]
+        return r.status, data
     finally:
         c.close()
 
@@ -194,6 +202,44 @@ def k_raw_disconnect(rng, port):
     return 0, {0}
 
 
+def k_slow_body(rng, port):
+    """Headers, then a body trickled a byte per 0.5 s that never ends: the server's
+    --body-timeout (5 s here) must answer 408 and close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                     b'{"content": "')
+        sock.settimeout(0.5)
+        answer = b""
+        t_end = time.time() + 30
+        while time.time() < t_end:
+            try:
+                sock.sendall(b"a")
+            except OSError:
+                pass  # closed by the server: read what it said
+            try:
+                chunk = sock.recv(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        m = re.match(rb"HTTP/1\.1 (\d+)", answer)
+        return (int(m.group(1)) if m else 0), {408}
+
+
+def k_embeddings(rng, port):
+    inp = text(rng, rng.randint(1, 40))
+    if rng.random() < 0.3:
+        inp = [inp, text(rng, rng.randint(1, 20))]
+    s, b = request(port, "POST", "/v1/embeddings", {"input": inp})
+    if s == 200:
+        assert len(json.loads(b)["data"]) == (len(inp) if isinstance(inp, list) else 1)
+    return s, {200}
+
+
 def k_cross_origin(rng, port):
     s, _ = request(port, "GET", "/health", headers={"Origin": "https://evil.example"})
     return s, {403}
@@ -211,6 +257,8 @@ KINDS = {
     "malformed": (3, k_malformed),
     "raw_disconnect": (2, k_raw_disconnect),
     "cross_origin": (1, k_cross_origin),
+    "slow_body": (1, k_slow_body),
+    "embeddings": (2, k_embeddings),
 }
 
 
@@ -221,12 +269,13 @@ def client(i, port, stop_at, stats, seed):
     while time.time() < stop_at:
         kind = rng.choices(names, weights)[0]
         try:
+            LAST.body = b""
             status, ok = KINDS[kind][1](rng, port)
             stats.count(kind, status)
             if status == 503:
                 continue  # the queue is full: a fair answer under this load
             if status not in ok:
-                stats.error(kind, "status %d" % status)
+                stats.error(kind, "status %d %s" % (status, LAST.body.decode(errors="replace")))
         except Exception as e:  # noqa: BLE001 — every failure is a finding
             stats.count(kind, type(e).__name__)
             stats.error(kind, repr(e))
@@ -246,21 +295,25 @@ def health_poller(port, stop_at, stats):
         time.sleep(0.2)
 
 
-def rss_mib(pid):
+def rss_mib(pid, field="VmRSS"):
+    """The process's resident memory in MiB: VmRSS (all), or RssAnon (heap and other
+    anonymous memory; the mapped model file's pages, which the kernel may drop and read
+    again, are RssFile)."""
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
 
-def rss_poller(pid, t0, stop_at, stats):
+def rss_poller(pid, t0, stop_at, stats, every):
     while time.time() < stop_at + 60:
         try:
-            stats.rss.append((round(time.time() - t0), round(rss_mib(pid), 1)))
+            stats.rss.append((round(time.time() - t0), round(rss_mib(pid), 1),
+                              round(rss_mib(pid, "RssAnon"), 1), round(os.getloadavg()[0], 2)))
         except OSError:
             return
-        time.sleep(30)
+        time.sleep(every)
 
 
 def metric(port, name):
@@ -275,7 +328,8 @@ def main():
         sys.exit("no model at %s: run scripts/fetch-model.sh or pass --model" % a.model)
     cmd = ["nice", "-n", "19", a.bin, "serve", "-m", a.model, "--host", "127.0.0.1",
            "--port", "0", "--metrics", "--parallel", str(a.parallel), "-t", str(a.threads),
-           "--queue", "64", "-n", "32", "--timeout", "120"]
+           "--queue", "64", "-n", "32", "--timeout", "120", "--body-timeout", "5",
+           "--embeddings", "--pooling", "last"]
     server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     port = None
     for line in server.stderr:
@@ -295,7 +349,7 @@ def main():
     threads = [threading.Thread(target=client, args=(i, port, stop_at, stats, a.seed))
                for i in range(a.clients)]
     threads.append(threading.Thread(target=health_poller, args=(port, stop_at, stats)))
-    rss_thread = threading.Thread(target=rss_poller, args=(server.pid, t0, stop_at, stats),
+    rss_thread = threading.Thread(target=rss_poller, args=(server.pid, t0, stop_at, stats, a.sample_every),
                                   daemon=True)
     rss_thread.start()
     for t in threads:
@@ -313,7 +367,8 @@ def main():
         time.sleep(1)
     _, slots = request(port, "GET", "/slots")
     busy_slots = [s["id"] for s in json.loads(slots) if s["is_processing"]]
-    final_rss = rss_mib(server.pid)
+    final_rss = (rss_mib(server.pid), rss_mib(server.pid, "RssAnon"))
+    kv_cells = metric(port, "ggrs_kv_cells_used")
     server.terminate()
     try:
         server.wait(10)
@@ -328,8 +383,11 @@ def main():
         "errors": len(stats.errors), "first_errors": stats.errors[:20],
         "health_polls": len(h), "health_ms_median": q(0.5), "health_ms_p99": q(0.99),
         "health_ms_max": h[-1] * 1000 if h else None,
-        "rss_mib_over_time": stats.rss + [(round(time.time() - t0), round(final_rss, 1))],
+        "rss_anon_mib_load_over_time": stats.rss + [
+            (round(time.time() - t0), round(final_rss[0], 1), round(final_rss[1], 1),
+             round(os.getloadavg()[0], 2))],
         "leaked_slots": leaked, "busy_slots_at_end": busy_slots,
+        "kv_cells_used_at_end": kv_cells,
     }
     out = json.dumps(report, indent=1)
     print(out)

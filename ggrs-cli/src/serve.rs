@@ -90,6 +90,10 @@ pub struct Args {
     /// connections).
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     header_timeout: u64,
+    /// Seconds a client has to send a request's whole body once its headers are in (a
+    /// slower body gets 408 and the connection is closed).
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    body_timeout: u64,
 }
 
 /// Rewrites llama-server's `-np N` (a two-letter short flag, which the argument parser does
@@ -117,9 +121,15 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
                 .into(),
         );
     }
-    if a.max_connections == 0 || a.max_text_bytes == 0 || a.header_timeout == 0 {
+    if a.max_connections == 0
+        || a.max_text_bytes == 0
+        || a.header_timeout == 0
+        || a.body_timeout == 0
+    {
         return Err(
-            "--max-connections, --max-text-bytes and --header-timeout must be at least 1".into(),
+            "--max-connections, --max-text-bytes, --header-timeout and --body-timeout \
+                    must be at least 1"
+                .into(),
         );
     }
     if a.parallel == 0 {
@@ -147,6 +157,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.max_text_bytes = a.max_text_bytes;
     c.max_connections = a.max_connections;
     c.header_read_timeout = Duration::from_secs(a.header_timeout);
+    c.body_read_timeout = Duration::from_secs(a.body_timeout);
     c.metrics = a.metrics;
     c.embeddings = a.embeddings;
     c.reranking = a.reranking;

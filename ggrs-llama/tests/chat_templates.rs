@@ -214,3 +214,69 @@ fn named_formats() {
         "<|user|>\n \tHi\n<|end|>\n"
     );
 }
+
+/// A template cannot fill the memory within its step budget: what it writes, and the
+/// values `replace` and `join` would make, stop at the caller's limit with an error saying
+/// so (issue 32). Without the limit each of these writes or builds gigabytes or more.
+#[test]
+fn templates_cannot_write_or_build_past_the_limit() {
+    const LIMIT: usize = 1 << 20;
+    let huge = [
+        // One write of 100 MB (minijinja's own cap on a repeated string).
+        "{{ 'x' * 100000000 }}",
+        // 10 MB per iteration, 10^5 iterations.
+        "{% for i in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}",
+        // A string concatenated in a loop and written each time (quadratic).
+        "{% set ns = namespace(s='') %}{% for i in range(100000) %}\
+         {% set ns.s = ns.s ~ 'xxxxxxxxxx' %}{{ ns.s }}{% endfor %}",
+        // Range lists written over and over.
+        "{% for i in range(1000) %}{{ range(100000)|list }}{% endfor %}",
+        // Replacement that multiplies the size (10^9 bytes at the second step).
+        "{% set s = 'x' * 1000 %}{{ s|replace('x', s)|replace('x', s) }}",
+        "{% set s = 'x' * 1000 %}{% set t = s.replace('x', s).replace('x', s) %}.",
+        // Joins with a huge separator, as a filter and as Python's method.
+        "{{ range(100000)|join('y' * 100000) }}",
+        "{% set t = ('y' * 100000).join(range(100000)) %}.",
+    ];
+    let msgs = [Message::user("hi")];
+    for source in huge {
+        let t = ChatTemplate::Jinja {
+            source: format!("{source}{{{{ messages[0].content }}}}"),
+            bos_token: String::new(),
+            eos_token: String::new(),
+        };
+        let t0 = std::time::Instant::now();
+        let e = t
+            .render_limited(&msgs, true, &vars(true), LIMIT)
+            .expect_err(source);
+        let text = e.to_string();
+        assert!(
+            text.contains("more than the limit of 1048576 bytes"),
+            "{source}: {text}"
+        );
+        assert!(t0.elapsed().as_secs() < 20, "{source}: {:?}", t0.elapsed());
+    }
+    // The bounded filters and methods give what minijinja's own give (`none` written as
+    // minijinja writes it, `None`).
+    let t = ChatTemplate::Jinja {
+        source: "{{ ['a', 1, none, [2]]|join(', ') }}|{{ 'abc'|join }}|{{ 'a-b-c'|replace('-', '+') }}|\
+                 {{ ', '.join(['x', 'y']) }}|{{ 'a-b-c'.replace('-', '') }}|{{ 'aaa'.replace('a', 'b', 2) }}|\
+                 {{ messages[0].content.strip().upper() }}"
+            .into(),
+        bos_token: String::new(),
+        eos_token: String::new(),
+    };
+    assert_eq!(
+        t.render_limited(&[Message::user(" hi ")], true, &vars(true), LIMIT)
+            .unwrap(),
+        "a, 1, None, [2]|abc|a+b+c|x, y|abc|bba|HI"
+    );
+    // A real template within a small limit renders as without one.
+    let qwen3 = template("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>");
+    assert_eq!(
+        qwen3
+            .render_limited(&conversation(), true, &vars(true), 4096)
+            .unwrap(),
+        render(&qwen3, &conversation(), true)
+    );
+}

@@ -59,11 +59,14 @@ async fn count(State(st): St, req: Request, next: Next) -> Response {
     r
 }
 
-/// The API key check, and a body announced larger than the limit refused before it is read.
+/// The API key check, a body announced larger than the limit refused before it is read,
+/// and the body read whole within `--body-timeout` (a client trickling its body cannot hold
+/// a connection longer than that).
 ///
-/// A refused request's body is read (up to the limit) before the answer, so the client's
-/// keep-alive connection stays usable; a body too large to read gets `Connection: close`
-/// instead, so no client reuses a connection the server is about to drop.
+/// A refused request's body is read (up to the limit, within the timeout) before the
+/// answer, so the client's keep-alive connection stays usable; a body too large or too
+/// slow to read gets `Connection: close` instead, so no client reuses a connection the
+/// server is about to drop.
 async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
     let announced = req
         .headers()
@@ -86,13 +89,7 @@ async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
             .is_some_and(|k| st.api_keys.iter().any(|a| a == k))
         {
             let refused = ApiError::unauthorized().into_response();
-            if too_large {
-                return closing(refused);
-            }
-            if axum::body::to_bytes(req.into_body(), st.max_body_bytes)
-                .await
-                .is_err()
-            {
+            if too_large || read_body(&st, req).await.is_err() {
                 return closing(refused);
             }
             return refused;
@@ -101,7 +98,37 @@ async fn guard(State(st): St, req: Request<HttpBody>, next: Next) -> Response {
     if too_large {
         return closing(ApiError::too_large(st.max_body_bytes).into_response());
     }
-    next.run(req).await
+    match read_body(&st, req).await {
+        Ok(req) => next.run(req).await,
+        Err(e) => closing(e.into_response()),
+    }
+}
+
+/// `req` with its body read whole (up to the body limit, within `--body-timeout`), or why
+/// it could not be: 408 too slow, 413 too large, 400 unreadable (the client went away).
+async fn read_body(st: &AppState, req: Request<HttpBody>) -> Result<Request<HttpBody>, ApiError> {
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(
+        st.body_read_timeout,
+        axum::body::to_bytes(body, st.max_body_bytes),
+    )
+    .await;
+    match read {
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, HttpBody::from(bytes))),
+        Err(_) => Err(ApiError::body_timeout(st.body_read_timeout.as_secs_f64())),
+        Ok(Err(e)) => {
+            let e = e.into_inner();
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                Err(ApiError::too_large(st.max_body_bytes))
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "the request body could not be read: {e}"
+                )))
+            }
+        }
+    }
 }
 
 /// The key of an `Authorization: Bearer KEY` value (the scheme's name is

@@ -17,7 +17,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
-use crate::limits::{check_choices, check_rendered, check_text, off_thread};
+use crate::limits::{check_choices, check_rendered, check_text, off_thread, rendered_limit};
 use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
 use crate::state::{unix_now, AppState, Loaded};
 use crate::structured;
@@ -49,7 +49,7 @@ pub(crate) async fn chat(
             })?;
             cancel.check()?;
             let text = template
-                .render_with(&msgs, true, &l.vars)
+                .render_limited(&msgs, true, &l.vars, rendered_limit(st.max_text_bytes))
                 .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
             check_rendered(st.max_text_bytes, text.len())?;
             cancel.check()?;

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::embed_service::EmbedService;
 use crate::error::ApiError;
 use crate::handler::{body_bytes, St};
-use crate::limits::off_thread;
+use crate::limits::{check_text, off_thread};
 use crate::params::Body;
 use crate::state::AppState;
 
@@ -49,9 +49,21 @@ fn service(st: &AppState, reranking: bool) -> Result<Arc<EmbedService>, ApiError
     }
 }
 
-/// The inputs of a request's `input` (or `content`): a string, a list of strings, a list of
-/// token ids, or a list of such lists.
-fn inputs(s: &EmbedService, v: &Value) -> Result<Vec<Vec<u32>>, ApiError> {
+/// The inputs of a request's `field` (`input` or `content`): a string, a list of strings, a
+/// list of token ids, or a list of such lists; their text is at most `max_text_bytes`
+/// (`--max-text-bytes`). Tokenizes: call it on the preparation pool.
+fn inputs(
+    s: &EmbedService,
+    field: &str,
+    v: &Value,
+    max_text_bytes: usize,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let text_bytes: usize = match v {
+        Value::String(t) => t.len(),
+        Value::Array(a) => a.iter().filter_map(Value::as_str).map(str::len).sum(),
+        _ => 0,
+    };
+    check_text(max_text_bytes, field, text_bytes)?;
     let ids = |i: usize, a: &[Value]| -> Result<Vec<u32>, ApiError> {
         a.iter()
             .map(|t| {
@@ -111,7 +123,16 @@ pub(crate) async fn v1_embeddings(
 ) -> Result<Response, ApiError> {
     let s = service(&st, false)?;
     let bytes = body_bytes(&st, bytes)?;
-    let body = off_thread(&st.prep, move |_| Body::parse(&bytes)).await?;
+    let (s2, max) = (s.clone(), st.max_text_bytes);
+    let (body, list) = off_thread(&st.prep, move |_| {
+        let body = Body::parse(&bytes)?;
+        let input = body
+            .get("input")
+            .ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
+        let list = inputs(&s2, "input", input, max)?;
+        Ok((body, list))
+    })
+    .await?;
     if s.pooling == Pooling::None {
         return Err(ApiError::bad_request(
             "pooling 'none' gives one vector per token, which the OpenAI API cannot carry: \
@@ -141,10 +162,6 @@ pub(crate) async fn v1_embeddings(
             ))
         }
     };
-    let input = body
-        .get("input")
-        .ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
-    let list = inputs(&s, input)?;
     let kind = norm_kind(&body)?;
     let n_tokens: usize = list.iter().map(Vec::len).sum();
     let out = s.run(list).await?;
@@ -180,12 +197,21 @@ pub(crate) async fn embeddings(
 ) -> Result<Response, ApiError> {
     let s = service(&st, false)?;
     let bytes = body_bytes(&st, bytes)?;
-    let body = off_thread(&st.prep, move |_| Body::parse(&bytes)).await?;
-    let input = body
-        .get("content")
-        .or_else(|| body.get("input"))
-        .ok_or_else(|| ApiError::invalid("content", "'content' is required"))?;
-    let list = inputs(&s, input)?;
+    let (s2, max) = (s.clone(), st.max_text_bytes);
+    let (body, list) = off_thread(&st.prep, move |_| {
+        let body = Body::parse(&bytes)?;
+        let (field, input) = match body.get("content") {
+            Some(v) => ("content", v),
+            None => (
+                "input",
+                body.get("input")
+                    .ok_or_else(|| ApiError::invalid("content", "'content' is required"))?,
+            ),
+        };
+        let list = inputs(&s2, field, input, max)?;
+        Ok((body, list))
+    })
+    .await?;
     let kind = norm_kind(&body)?;
     let e = s.model.hparams.n_embd;
     let out = s.run(list).await?;
@@ -214,28 +240,13 @@ pub(crate) async fn rerank(
 ) -> Result<Response, ApiError> {
     let s = service(&st, true)?;
     let bytes = body_bytes(&st, bytes)?;
-    let body = off_thread(&st.prep, move |_| Body::parse(&bytes)).await?;
-    let query = body
-        .get("query")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid("query", "'query' (a string) is required"))?;
-    let docs: Vec<String> = match body.get("documents").or_else(|| body.get("texts")) {
-        Some(Value::Array(a)) if !a.is_empty() => a
-            .iter()
-            .map(|d| {
-                d.as_str()
-                    .map(str::to_string)
-                    .or_else(|| d.get("text").and_then(Value::as_str).map(str::to_string))
-                    .ok_or_else(|| ApiError::invalid("documents", "each document is a string"))
-            })
-            .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(ApiError::invalid(
-                "documents",
-                "'documents' (a non-empty list of strings) is required",
-            ))
-        }
-    };
+    let (s2, max) = (s.clone(), st.max_text_bytes);
+    let (body, docs, list) = off_thread(&st.prep, move |_| {
+        let body = Body::parse(&bytes)?;
+        let (docs, list) = rerank_request(&s2, &body, max)?;
+        Ok((body, docs, list))
+    })
+    .await?;
     let top_n = match body.get("top_n") {
         None | Some(Value::Null) => docs.len(),
         Some(v) => v
@@ -243,11 +254,6 @@ pub(crate) async fn rerank(
             .map(|n| n as usize)
             .ok_or_else(|| ApiError::invalid("top_n", "must be a non-negative integer"))?,
     };
-    let list = ggrs_llama::embed::rerank_inputs(&s.model, query, &docs)
-        .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
-    for (i, t) in list.iter().enumerate() {
-        s.check(i, t)?;
-    }
     let n_tokens: usize = list.iter().map(Vec::len).sum();
     let scores = s.run(list).await?;
     let mut results: Vec<(usize, f32)> = scores.iter().map(|v| v[0]).enumerate().collect();
@@ -271,4 +277,45 @@ pub(crate) async fn rerank(
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }))
     .into_response())
+}
+
+/// A rerank request's documents and token inputs (the query before each document): its
+/// text, the query counted once per document, at most `max_text_bytes`. Tokenizes: call it
+/// on the preparation pool.
+fn rerank_request(
+    s: &EmbedService,
+    body: &Body,
+    max_text_bytes: usize,
+) -> Result<(Vec<String>, Vec<Vec<u32>>), ApiError> {
+    let query = body
+        .get("query")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("query", "'query' (a string) is required"))?;
+    let docs: Vec<String> = match body.get("documents").or_else(|| body.get("texts")) {
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|d| {
+                d.as_str()
+                    .map(str::to_string)
+                    .or_else(|| d.get("text").and_then(Value::as_str).map(str::to_string))
+                    .ok_or_else(|| ApiError::invalid("documents", "each document is a string"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(ApiError::invalid(
+                "documents",
+                "'documents' (a non-empty list of strings) is required",
+            ))
+        }
+    };
+    let text_bytes = docs.iter().fold(0usize, |n, d| {
+        n.saturating_add(d.len()).saturating_add(query.len())
+    });
+    check_text(max_text_bytes, "documents", text_bytes)?;
+    let list = ggrs_llama::embed::rerank_inputs(&s.model, query, &docs)
+        .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
+    for (i, t) in list.iter().enumerate() {
+        s.check(i, t)?;
+    }
+    Ok((docs, list))
 }

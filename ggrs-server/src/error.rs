@@ -98,6 +98,18 @@ impl ApiError {
         )
     }
 
+    /// 408: the client took longer than `--body-timeout` to send the request's body.
+    pub fn body_timeout(secs: f64) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout_error",
+            format!(
+                "the request body did not arrive within the server's limit of {secs} s \
+                 (--body-timeout)"
+            ),
+        )
+    }
+
     pub fn too_large(limit: usize) -> ApiError {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

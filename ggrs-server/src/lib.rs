@@ -85,6 +85,11 @@ pub struct ServerConfig {
     /// Time a client has to send a request's headers (`--header-timeout`; it also closes an
     /// idle keep-alive connection).
     pub header_read_timeout: Duration,
+    /// Time a client has to send a request's whole body once its headers are in
+    /// (`--body-timeout`): a body trickled slower than that gets 408 and the connection is
+    /// closed, so no client holds a connection (and its place under
+    /// [`ServerConfig::max_connections`]) forever.
+    pub body_read_timeout: Duration,
     /// Origins whose pages may call the API (`--cors`; `*`: any). Empty: none but the
     /// server's own page, and (on a loopback address) requests must name a loopback host.
     pub cors: Vec<String>,
@@ -101,8 +106,8 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// The defaults (llama-server's where it has them) for the model at `model_path`:
     /// 127.0.0.1:8080, 4 slots, a queue of 64, no key, timeout 600 s, bodies up to 16 MiB,
-    /// 1 MiB of text to tokenize per request, 128 connections, 10 s to send the headers, no
-    /// cross-origin access.
+    /// 1 MiB of text to tokenize per request, 128 connections, 10 s to send the headers and
+    /// 60 s for the body, no cross-origin access.
     pub fn new(model_path: impl Into<PathBuf>) -> ServerConfig {
         ServerConfig {
             model_path: model_path.into(),
@@ -122,6 +127,7 @@ impl ServerConfig {
             max_text_bytes: 1 << 20,
             max_connections: 128,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
             cors: Vec::new(),
             embeddings: false,
             reranking: false,

@@ -94,10 +94,16 @@ pub(crate) fn check_text(max_text_bytes: usize, field: &str, bytes: usize) -> Re
 /// Template text a rendered chat prompt may add to its messages' text.
 const TEMPLATE_OVERHEAD: usize = 64 << 10;
 
+/// Most bytes a chat template may write for one request: the text limit and the template's
+/// own text (a Jinja template is stopped as it passes it, before it fills the memory).
+pub(crate) fn rendered_limit(max_text_bytes: usize) -> usize {
+    max_text_bytes.saturating_add(TEMPLATE_OVERHEAD)
+}
+
 /// 400 when a rendered chat prompt is larger than its messages allow (a template that
 /// writes far more than the conversation holds).
 pub(crate) fn check_rendered(max_text_bytes: usize, bytes: usize) -> Result<(), ApiError> {
-    let limit = max_text_bytes.saturating_add(TEMPLATE_OVERHEAD);
+    let limit = rendered_limit(max_text_bytes);
     if bytes > limit {
         return Err(ApiError::invalid(
             "messages",

@@ -72,6 +72,8 @@ pub(crate) struct AppState {
     pub max_connections: usize,
     /// Time to send a request's headers.
     pub header_read_timeout: Duration,
+    /// Time to send a request's body once the headers are in.
+    pub body_read_timeout: Duration,
     /// Who may call from a browser.
     pub origins: crate::origins::OriginPolicy,
     /// The pool that parses, renders and tokenizes.
@@ -109,6 +111,7 @@ impl AppState {
             max_text_bytes: config.max_text_bytes,
             max_connections: config.max_connections,
             header_read_timeout: config.header_read_timeout,
+            body_read_timeout: config.body_read_timeout,
             origins: crate::origins::OriginPolicy::new(&config.cors, &config.host),
             prep: crate::limits::Prep::new(),
             created: unix_now(),

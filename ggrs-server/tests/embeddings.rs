@@ -133,6 +133,39 @@ fn concurrent_requests_equal_lone_ones_and_bad_input_is_400() {
     assert!(c.status >= 400, "{:?}", c.body);
 }
 
+/// Issue 32 (memory): the embeddings endpoints hold their text to `--max-text-bytes` like
+/// every other endpoint that tokenizes, naming the field; within it they answer.
+#[test]
+fn embedding_inputs_are_bounded_by_the_text_limit() {
+    let mut c = common::config(1);
+    c.model_path = bert();
+    c.embeddings = true;
+    c.max_text_bytes = 4096;
+    let s = TestServer::start(c);
+    let big = "word ".repeat(1000);
+    for (path, body, field) in [
+        ("/v1/embeddings", json!({"input": big}), "input"),
+        ("/v1/embeddings", json!({"input": ["a", big]}), "input"),
+        ("/embeddings", json!({"content": big}), "content"),
+    ] {
+        let a = s.post(path, &body);
+        assert_eq!(a.status, 400, "{path}: {:?}", a.body);
+        assert_eq!(a.body["error"]["param"], field, "{path}: {:?}", a.body);
+        assert!(
+            a.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("--max-text-bytes"),
+            "{:?}",
+            a.body
+        );
+    }
+    assert_eq!(
+        s.post("/v1/embeddings", &json!({"input": "word"})).status,
+        200
+    );
+}
+
 #[test]
 fn embeddings_need_the_flag() {
     let s = TestServer::start(common::config(1));
@@ -170,6 +203,14 @@ fn rerank_orders_documents_by_relevance_score() {
     }
     let bad = s.post("/rerank", &json!({"query": "q", "documents": []}));
     assert_eq!(bad.status, 400);
+    // The query counts once per document against --max-text-bytes (1 MiB here).
+    let long = "q".repeat(300 << 10);
+    let bad = s.post(
+        "/rerank",
+        &json!({"query": long, "documents": ["a", "b", "c", "d"]}),
+    );
+    assert_eq!(bad.status, 400, "{:?}", bad.body);
+    assert_eq!(bad.body["error"]["param"], "documents", "{:?}", bad.body);
     assert_eq!(s.post("/v1/embeddings", &json!({"input": "x"})).status, 501);
     let _ = std::fs::remove_file(path);
 }

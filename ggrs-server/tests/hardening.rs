@@ -77,6 +77,72 @@ fn a_runaway_template_is_an_error() {
     assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
 }
 
+/// 2 (stalls): "the work goes on after the client leaves" — requests whose clients left
+/// while their preparation waited for the pool are dropped, not rendered: after eight
+/// abandoned runaway chats (each renders until its step budget, time T), a `/tokenize`
+/// waits at most for the two renders already running (~T), not for all eight (~4T).
+#[test]
+fn abandoned_requests_are_not_prepared() {
+    let mut c = config(1);
+    c.chat_template = Some(RUNAWAY.into());
+    let s = TestServer::start(c);
+    let body = chat_body(json!([{"role": "user", "content": "hi"}]), 2).to_string();
+    let t0 = Instant::now();
+    assert_eq!(
+        s.post_raw("/v1/chat/completions", body.as_bytes()).status,
+        400
+    );
+    let one = t0.elapsed();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let gone: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut t = TcpStream::connect(s.server.local_addr()).unwrap();
+            t.write_all(request.as_bytes()).unwrap();
+            t
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(gone);
+    let t0 = Instant::now();
+    let a = s.post("/tokenize", &json!({"content": "hi"}));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    let waited = t0.elapsed();
+    eprintln!("one runaway render {one:?}; /tokenize after 8 abandoned ones {waited:?}");
+    assert!(
+        waited < one * 5 / 2 + Duration::from_millis(500),
+        "waited {waited:?} (one render: {one:?}): abandoned requests were prepared"
+    );
+}
+
+/// 1 (memory) and 2 (stalls): a template that writes more than a request may render (10 MB
+/// per message turn, a terabyte in all) is stopped at the limit with a 400 naming
+/// `messages` and the cause, before it fills the memory.
+#[test]
+fn a_template_that_writes_too_much_is_an_error() {
+    let mut c = config(1);
+    c.max_text_bytes = 64 << 10;
+    c.chat_template = Some(
+        "{% for i in range(100000) %}{{ 'x' * 10000000 }}{% endfor %}{{ messages[0].content }}"
+            .into(),
+    );
+    let s = TestServer::start(c);
+    let t0 = Instant::now();
+    let a = s.post(
+        "/v1/chat/completions",
+        &chat_body(json!([{"role": "user", "content": "hi"}]), 2),
+    );
+    assert_error(&a, 400, Some("messages"));
+    let msg = a.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("more than the limit of 131072 bytes"), "{msg}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    // The server goes on serving.
+    assert_eq!(s.get("/health").status, 200);
+}
+
 /// 2 (stalls): a client that sends part of a request line and stops is disconnected after
 /// the header timeout.
 #[test]
@@ -135,6 +201,62 @@ fn connections_beyond_the_cap_wait() {
         .read(&mut buf)
         .expect("served after a connection closed");
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+}
+
+/// 2 (stalls): a client that trickles its body (a byte every 100 ms, never finishing) gets
+/// 408 naming `--body-timeout` and is disconnected, and the connection's place under
+/// `--max-connections` goes to the next client; without a body deadline it held both forever.
+#[test]
+fn a_trickled_body_is_refused_after_the_body_timeout() {
+    let mut c = config(1);
+    c.max_connections = 1;
+    c.body_read_timeout = Duration::from_millis(800);
+    let s = TestServer::start(c);
+    let addr = s.server.local_addr();
+    let mut slow = TcpStream::connect(addr).unwrap();
+    slow.write_all(
+        b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000\r\n\r\n{\"content\": \"",
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    // Keeps sending (a byte per 100 ms, within any idle timeout) until the server answers.
+    let trickle = {
+        let mut w = slow.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                if w.write_all(b"a").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    slow.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match slow.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no answer to a trickled body: {e} after {:?}", t0.elapsed()),
+        }
+    }
+    let waited = t0.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("--body-timeout"), "{text}");
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(8),
+        "{waited:?}"
+    );
+    // The only connection place is free again: another client is served.
+    let a = s.get("/health");
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    drop(slow);
+    trickle.join().unwrap();
 }
 
 /// 3 (silent misconfiguration): a chat template that names no file and is no known name nor

@@ -13,10 +13,20 @@
 //!   does for templates without a system role.
 //!
 //! Dates are UTC (llama.cpp uses the local time zone).
+//!
+//! A template's work is bounded: minijinja's fuel ([`fuel`]) bounds its steps, and the
+//! output is written through a writer that stops the rendering once it passes the caller's
+//! byte limit ([`MAX_RENDERED_BYTES`] by default), so `{% for %}{{ 'x' * 10**8 }}{% endfor %}`
+//! ends in an error instead of filling the memory. The filters and string methods that can
+//! make a value far larger than their inputs (`replace`, `join`) check the size of what
+//! they would make against the same limit first. minijinja caps a repeated string
+//! (`'x' * n`) at 100 MB and `range` at 100,000 items itself.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use minijinja::{Environment, Error, ErrorKind, Value};
+use minijinja::{Environment, Error, ErrorKind, State, Value};
 
 use super::message::{ChatError, Message};
 
@@ -49,15 +59,22 @@ const LLAMA3_MARKER: &str = "<|start_header_id|>ipython<|end_header_id|>";
 /// Text that marks the system message when probing whether a template shows it.
 const SYSTEM_PROBE: &str = "<ggrs system probe>";
 
-/// Renders `source` for `messages` (see the [module docs](self)).
+/// Most bytes a Jinja chat template may write for one conversation unless the caller sets
+/// its own limit ([`ChatTemplate::render_limited`](super::ChatTemplate::render_limited)).
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
+/// Renders `source` for `messages`, writing at most `max_bytes` (see the [module docs](self)).
 pub(crate) fn render(
     source: &str,
     messages: &[Message],
     add_generation_prompt: bool,
     [bos_token, eos_token]: [&str; 2],
     vars: &TemplateVars,
+    max_bytes: usize,
 ) -> Result<String, ChatError> {
+    let too_big = Arc::new(AtomicBool::new(false));
     let mut env = environment(vars.now_unix);
+    bound_amplifiers(&mut env, max_bytes, too_big.clone());
     env.set_fuel(Some(fuel(messages.len())));
     let tmpl = env.template_from_str(source)?;
     let run = |msgs: &[Message]| -> Result<String, Error> {
@@ -84,7 +101,14 @@ pub(crate) fn render(
             ));
             ctx.push(("tools_in_user_message", Value::from(false)));
         }
-        tmpl.render(Value::from_iter(ctx))
+        let mut out = Bounded {
+            text: Vec::new(),
+            max_bytes,
+            too_big: &too_big,
+        };
+        tmpl.render_captured_to(Value::from_iter(ctx), &mut out)?;
+        // The writer receives the template's `str` pieces whole, so this is UTF-8.
+        Ok(String::from_utf8_lossy(&out.text).into_owned())
     };
     let first_is_system = messages.first().is_some_and(|m| m.role == "system");
     let out = if first_is_system && !shows_system(&run) {
@@ -93,7 +117,15 @@ pub(crate) fn render(
         run(messages)
     };
     out.map_err(|e| {
-        if e.kind() == ErrorKind::OutOfFuel {
+        if too_big.load(Ordering::Relaxed) {
+            ChatError::Template {
+                detail: format!(
+                    "the template wrote or built more than the limit of {max_bytes} bytes for \
+                     {} messages (a runaway loop, or a huge repetition?)",
+                    messages.len()
+                ),
+            }
+        } else if e.kind() == ErrorKind::OutOfFuel {
             ChatError::Template {
                 detail: format!(
                     "the template did not finish within its budget of {} steps for {} \
@@ -143,6 +175,116 @@ fn merge_system(messages: &[Message]) -> Vec<Message> {
         next.content = format!("{}\n{}", messages[0].content, next.content);
     }
     out
+}
+
+/// The rendered text, refusing to grow past `max_bytes` (it sets `too_big` and fails the
+/// write, which ends the rendering).
+struct Bounded<'a> {
+    text: Vec<u8>,
+    max_bytes: usize,
+    too_big: &'a AtomicBool,
+}
+
+impl std::io::Write for Bounded<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len().saturating_add(buf.len()) > self.max_bytes {
+            self.too_big.store(true, Ordering::Relaxed);
+            return Err(std::io::Error::other("the chat template's output limit"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An error (and `too_big` set) when a value of `bytes` would pass `max_bytes`.
+fn check_size(bytes: usize, max_bytes: usize, too_big: &AtomicBool) -> Result<(), Error> {
+    if bytes > max_bytes {
+        too_big.store(true, Ordering::Relaxed);
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("a value of {bytes} bytes is over the template's limit of {max_bytes}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes `s.replace(old, new)` makes.
+fn replaced_len(s: &str, old: &str, new: &str) -> usize {
+    let hits = if old.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(old).count()
+    };
+    s.len().saturating_add(hits.saturating_mul(new.len()))
+}
+
+/// Bytes joining `items` with `sep` makes (strings by their length, other values by the
+/// text they write).
+fn joined_len(items: &Value, sep: &str) -> Result<usize, Error> {
+    let mut n = 0usize;
+    let mut bytes = 0usize;
+    for item in items.try_iter()? {
+        n += 1;
+        bytes = bytes.saturating_add(
+            item.as_str()
+                .map_or_else(|| item.to_string().len(), str::len),
+        );
+    }
+    Ok(bytes.saturating_add(n.saturating_sub(1).saturating_mul(sep.len())))
+}
+
+/// The `replace` and `join` filters and string methods, checking the size of what they
+/// would make against `max_bytes` first (`'x' * 1000` replaced by itself a few times is
+/// exponential).
+fn bound_amplifiers(env: &mut Environment<'static>, max_bytes: usize, too_big: Arc<AtomicBool>) {
+    let flag = too_big.clone();
+    env.add_filter(
+        "replace",
+        move |s: String, old: String, new: String| -> Result<String, Error> {
+            check_size(replaced_len(&s, &old, &new), max_bytes, &flag)?;
+            Ok(s.replace(&old, &new))
+        },
+    );
+    let flag = too_big.clone();
+    env.add_filter(
+        "join",
+        move |items: Value, sep: Option<String>| -> Result<String, Error> {
+            let sep = sep.unwrap_or_default();
+            check_size(joined_len(&items, &sep)?, max_bytes, &flag)?;
+            let mut out = String::new();
+            for (i, item) in items.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(&sep);
+                }
+                match item.as_str() {
+                    Some(s) => out.push_str(s),
+                    None => out.push_str(&item.to_string()),
+                }
+            }
+            Ok(out)
+        },
+    );
+    env.set_unknown_method_callback(
+        move |state: &State, value: &Value, method: &str, args: &[Value]| {
+            if let Some(s) = value.as_str() {
+                let size = match (method, args) {
+                    ("replace", [old, new, ..]) => {
+                        Some(replaced_len(s, &old.to_string(), &new.to_string()))
+                    }
+                    ("join", [items]) => Some(joined_len(items, s)?),
+                    _ => None,
+                };
+                if let Some(size) = size {
+                    check_size(size, max_bytes, &too_big)?;
+                }
+            }
+            minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+        },
+    );
 }
 
 fn environment(now_unix: i64) -> Environment<'static> {

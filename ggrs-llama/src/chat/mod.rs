@@ -56,7 +56,7 @@ use crate::prompt_cache::PromptCache;
 use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 
-pub use jinja::TemplateVars;
+pub use jinja::{TemplateVars, MAX_RENDERED_BYTES};
 pub use named::NamedFormat;
 pub use template::{glm1_chat_prompt, ChatError, ChatTemplate, Message};
 

@@ -97,12 +97,30 @@ impl ChatTemplate {
     }
 
     /// As [`ChatTemplate::render`], a Jinja template seeing `vars` (`enable_thinking`, the
-    /// date).
+    /// date) and writing at most [`MAX_RENDERED_BYTES`](super::MAX_RENDERED_BYTES).
     pub fn render_with(
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
         vars: &TemplateVars,
+    ) -> std::result::Result<String, ChatError> {
+        self.render_limited(
+            messages,
+            add_generation_prompt,
+            vars,
+            super::MAX_RENDERED_BYTES,
+        )
+    }
+
+    /// As [`ChatTemplate::render_with`], with a template that writes (or builds a value of)
+    /// more than `max_bytes` stopped with [`ChatError::Template`] saying so: a server's
+    /// bound on what one request may render.
+    pub fn render_limited(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+        max_bytes: usize,
     ) -> std::result::Result<String, ChatError> {
         if messages.is_empty() {
             return Err(ChatError::EmptyConversation);
@@ -118,6 +136,7 @@ impl ChatTemplate {
                 add_generation_prompt,
                 [bos_token, eos_token],
                 vars,
+                max_bytes,
             ),
             ChatTemplate::ChatGlm3 => render_glm(
                 "ChatGLM3",
