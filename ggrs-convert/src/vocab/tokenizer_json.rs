@@ -7,12 +7,10 @@ use serde_json::Value as Json;
 
 use super::{Specials, Vocab, CONTROL, NORMAL, UNUSED, USER_DEFINED};
 use crate::error::ConvertError;
-use crate::safetensors::read_json;
 
-/// Reads the BPE `tokenizer.json` at `path` as a `gpt2` vocabulary whose
+/// Reads the BPE `tokenizer.json` `j` (read from `path`) as a `gpt2` vocabulary whose
 /// `tokenizer.ggml.pre` is `pre`.
-pub(super) fn read_tokenizer_json(path: &Path, pre: &str) -> Result<Vocab, ConvertError> {
-    let j = read_json(path)?;
+pub(super) fn read_tokenizer_json(path: &Path, j: &Json, pre: &str) -> Result<Vocab, ConvertError> {
     let bad = |detail: String| ConvertError::Tokenizer {
         path: path.to_path_buf(),
         detail,
