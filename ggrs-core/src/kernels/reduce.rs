@@ -1,7 +1,7 @@
 //! Reductions and row normalisations: sum, sum_rows, mean, argmax, norm, rms_norm.
 
-use crate::kernels::{split_range, Task, TaskPlan, Work};
 use crate::kernels::ggml_arith::reduce16;
+use crate::kernels::{split_range, Task, TaskPlan, Work};
 use crate::op::Op;
 use crate::tensor::TensorMeta;
 
