@@ -67,39 +67,13 @@ pub(super) fn from_tokenizer_json(path: &Path, j: &Json) -> Result<Vocab, Conver
         .pointer("/model/vocab")
         .and_then(Json::as_object)
         .ok_or_else(|| bad("has no `model.vocab` object".into()))?;
-    let mut by_id: Vec<Option<(String, i32)>> = Vec::new();
-    let mut set = |id: u64, text: &str, ty: i32| -> Result<(), ConvertError> {
-        let id = usize::try_from(id)
-            .ok()
-            .filter(|&i| i < (1 << 24))
-            .ok_or_else(|| bad(format!("token `{text}` has an implausible id {id}")))?;
-        if by_id.len() <= id {
-            by_id.resize(id + 1, None);
+    let by_id = super::tokenizer_json::tokens_by_id(path, vocab, j, |_, special| {
+        if special {
+            CONTROL
+        } else {
+            NORMAL
         }
-        by_id[id] = Some((text.to_string(), ty));
-        Ok(())
-    };
-    for (text, id) in vocab {
-        let id = id
-            .as_u64()
-            .ok_or_else(|| bad(format!("token `{text}` has id {id}, not an integer")))?;
-        set(id, text, NORMAL)?;
-    }
-    for a in j
-        .get("added_tokens")
-        .and_then(Json::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let (Some(id), Some(text)) = (
-            a.get("id").and_then(Json::as_u64),
-            a.get("content").and_then(Json::as_str),
-        ) else {
-            return Err(bad(format!("an added token lacks an id or content: {a}")));
-        };
-        let special = a.get("special").and_then(Json::as_bool).unwrap_or(false);
-        set(id, text, if special { CONTROL } else { NORMAL })?;
-    }
+    })?;
     Ok(finish(by_id, "tokenizer.json"))
 }
 
