@@ -83,7 +83,13 @@ pub fn convert_hf_dir_with(
     let ck = Checkpoint::open_dir(dir)?;
     let name = opts.name.clone().unwrap_or_else(|| default_name(dir, &cfg));
     let conv = arch.converter();
-    let layout = layout::build(arch.gguf_name(), |c, b| conv.plan(c, b), &cfg, &ck, &name)?;
+    let layout = layout::build(
+        arch.gguf_name(),
+        |c, b| conv.plan(c, b),
+        &cfg,
+        (&ck, dir),
+        &name,
+    )?;
     layout::check(&layout, &ck)?;
     let mut notes = Vec::new();
     let mut note = |s: String, events: &mut dyn FnMut(ConvertEvent<'_>)| {
@@ -148,7 +154,7 @@ pub fn convert_hf_dir_with(
     for p in &layout.tensors {
         let ne: Vec<usize> = p.shape.iter().rev().copied().collect();
         let dtype = out_dtype(p, opts.outtype);
-        if p.shape.len() >= 2 && dtype != opts.outtype.dtype() {
+        if p.shape.len() >= 2 && !p.keep_f32 && dtype != opts.outtype.dtype() {
             fallbacks.push(p.gguf_name.clone());
         }
         w.add_tensor_info(p.gguf_name.clone(), dtype, &ne)?;

@@ -35,6 +35,9 @@ pub(crate) struct Planned {
     pub shape: Vec<usize>,
     /// Row reordering.
     pub transform: Transform,
+    /// Written as F32 whatever the output type (llama.cpp's converter keeps BERT's position
+    /// and token-type embeddings in F32).
+    pub keep_f32: bool,
 }
 
 /// Metadata and tensors of one conversion.
@@ -70,6 +73,8 @@ pub(crate) type BlockPart<'s> = (Req, &'static str, &'static str, &'s [usize], T
 /// tensors must exist, optional ones are taken when present.
 pub(crate) struct LayoutBuilder<'a> {
     ck: &'a Checkpoint,
+    /// The checkpoint's directory (for the files besides `config.json`).
+    dir: &'a std::path::Path,
     /// The GGUF architecture: the prefix of the architecture keys.
     arch: &'static str,
     metadata: Vec<(String, Value)>,
@@ -126,6 +131,7 @@ impl LayoutBuilder<'_> {
             gguf_name: gguf,
             shape,
             transform,
+            keep_f32: false,
         });
         Ok(())
     }
@@ -160,6 +166,35 @@ impl LayoutBuilder<'_> {
     pub(crate) fn drop_tensor(&mut self, hf: String) {
         self.dropped.push(hf);
     }
+
+    /// Every checkpoint tensor whose name `drop` accepts is dropped on purpose.
+    pub(crate) fn drop_matching(&mut self, drop: impl Fn(&str) -> bool) {
+        let names = self.ck.tensors.iter().map(|t| &t.name);
+        self.dropped
+            .extend(names.filter(|n| drop(n)).cloned().collect::<Vec<_>>());
+    }
+
+    /// The outermost dimension of checkpoint tensor `hf` (its rows), if it has one.
+    pub(crate) fn rows(&self, hf: &str) -> Option<usize> {
+        self.ck.get(hf).and_then(|t| t.shape.first().copied())
+    }
+
+    /// Whether the checkpoint has tensor `hf`.
+    pub(crate) fn has(&self, hf: &str) -> bool {
+        self.ck.get(hf).is_some()
+    }
+
+    /// The planned tensor `gguf` (if planned) is written as F32 whatever the output type.
+    pub(crate) fn keep_f32(&mut self, gguf: &str) {
+        for p in self.tensors.iter_mut().filter(|p| p.gguf_name == gguf) {
+            p.keep_f32 = true;
+        }
+    }
+
+    /// The checkpoint's directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        self.dir
+    }
 }
 
 /// The metadata and tensor list of the architecture whose GGUF name is `a` for
@@ -169,11 +204,12 @@ pub(crate) fn build(
     a: &'static str,
     plan: impl FnOnce(&Cfg<'_>, &mut LayoutBuilder<'_>) -> Result<usize, ConvertError>,
     cfg: &serde_json::Value,
-    ck: &Checkpoint,
+    (ck, dir): (&Checkpoint, &std::path::Path),
     name: &str,
 ) -> Result<Layout, ConvertError> {
     let mut b = LayoutBuilder {
         ck,
+        dir,
         arch: a,
         metadata: vec![
             ("general.architecture".into(), Value::String(a.into())),

@@ -10,6 +10,7 @@
 //! | `Qwen2ForCausalLM` | llama.cpp's `qwen2` |
 //! | `ChatGLMModel` without `position_encoding_2d` (ChatGLM2/3) | llama.cpp's `chatglm` |
 //! | `ChatGLMModel` with `position_encoding_2d` (ChatGLM-6B v1) | `chatglm1`, documented in `docs/gguf-chatglm1.md` |
+//! | `BertModel`, `BertForMaskedLM`, `BertForSequenceClassification` | llama.cpp's `bert` (WordPiece vocabulary, sentence-transformers pooling) |
 //!
 //! Tensors are streamed: the checkpoint is memory-mapped, and each tensor is converted in
 //! pieces of a few MB straight into the output, so memory stays bounded by the vocabulary

@@ -9,10 +9,10 @@ use ggrs_core::DType;
 use crate::layout::{Planned, Transform};
 use crate::options::OutType;
 
-/// The type tensor `p` is written as: F32 for 1-D tensors, else the output type, or F16
-/// when its rows are not whole blocks of a block type.
+/// The type tensor `p` is written as: F32 for 1-D tensors and those planned as F32, else
+/// the output type, or F16 when its rows are not whole blocks of a block type.
 pub(crate) fn out_dtype(p: &Planned, outtype: OutType) -> DType {
-    if p.shape.len() < 2 {
+    if p.shape.len() < 2 || p.keep_f32 {
         return DType::F32;
     }
     let to = outtype.dtype();

@@ -215,6 +215,25 @@ fn hf_from_gguf(
     names: &dyn Fn(&str) -> String,
     perm: &dyn Fn(&str) -> Option<usize>,
 ) {
+    write_hf_tensors(g, dir, config, names, perm, Vec::new());
+    let (tokens, scores, types) = vocab_of(g);
+    std::fs::write(
+        dir.join("tokenizer.model"),
+        sentencepiece_model(&tokens, &scores, &types),
+    )
+    .unwrap();
+}
+
+/// `model.safetensors` (the GGUF's tensors as [`hf_from_gguf`] names them, then `extra`)
+/// and `config.json`.
+fn write_hf_tensors(
+    g: &GgufFile,
+    dir: &Path,
+    config: serde_json::Value,
+    names: &dyn Fn(&str) -> String,
+    perm: &dyn Fn(&str) -> Option<usize>,
+    extra: Vec<StT>,
+) {
     let mut ts = Vec::new();
     for t in g.tensors() {
         let shape: Vec<usize> = t.ne[..t.n_dims].iter().rev().copied().collect();
@@ -229,14 +248,9 @@ fn hf_from_gguf(
             data,
         });
     }
+    ts.extend(extra);
     write_safetensors(&dir.join("model.safetensors"), &ts);
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    let (tokens, scores, types) = vocab_of(g);
-    std::fs::write(
-        dir.join("tokenizer.model"),
-        sentencepiece_model(&tokens, &scores, &types),
-    )
-    .unwrap();
 }
 
 /// GGUF → Hugging Face tensor names for [`hf_from_gguf`]: a whole-model tensor by its pair
@@ -702,6 +716,236 @@ fn sharded_checkpoint_reads_like_a_single_file() {
         GgufFile::open(&out2).unwrap(),
     );
     assert_same(&g2, &g1);
+}
+
+/// Writes the tiny BERT of `tiny/tiny-bert-f16.gguf` as a sentence-transformers `BertModel`
+/// directory into `dir`: its tensors (and the position ids and pooler a real checkpoint
+/// has), a WordPiece `tokenizer.json` made by undoing llama.cpp's phantom-space tokens
+/// (`▁x` ← `x`, `x` ← `##x`, control tokens as they are), `tokenizer_config.json`, and
+/// mean pooling in `modules.json` / `1_Pooling/config.json`. Returns the GGUF.
+fn bert_checkpoint(dir: &Path) -> GgufFile {
+    let src = common::reference_dir().join("tiny/tiny-bert-f16.gguf");
+    let g = GgufFile::open(&src).unwrap();
+    let config = json!({
+        "_name_or_path": "someone/tiny-minilm-random",
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "hidden_size": 64,
+        "intermediate_size": 256,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 128,
+        "layer_norm_eps": 1e-12,
+        "type_vocab_size": 2,
+        "vocab_size": 30522,
+        "pad_token_id": 0
+    });
+    let names = hf_names(
+        &[
+            ("token_embd.weight", "embeddings.word_embeddings.weight"),
+            (
+                "token_types.weight",
+                "embeddings.token_type_embeddings.weight",
+            ),
+            (
+                "position_embd.weight",
+                "embeddings.position_embeddings.weight",
+            ),
+            ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
+            ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+        ],
+        "encoder.layer",
+        &[
+            ("attn_q.weight", "attention.self.query.weight"),
+            ("attn_k.weight", "attention.self.key.weight"),
+            ("attn_v.weight", "attention.self.value.weight"),
+            ("attn_q.bias", "attention.self.query.bias"),
+            ("attn_k.bias", "attention.self.key.bias"),
+            ("attn_v.bias", "attention.self.value.bias"),
+            ("attn_output.weight", "attention.output.dense.weight"),
+            ("attn_output.bias", "attention.output.dense.bias"),
+            (
+                "attn_output_norm.weight",
+                "attention.output.LayerNorm.weight",
+            ),
+            ("attn_output_norm.bias", "attention.output.LayerNorm.bias"),
+            ("ffn_up.weight", "intermediate.dense.weight"),
+            ("ffn_up.bias", "intermediate.dense.bias"),
+            ("ffn_down.weight", "output.dense.weight"),
+            ("ffn_down.bias", "output.dense.bias"),
+            ("layer_output_norm.weight", "output.LayerNorm.weight"),
+            ("layer_output_norm.bias", "output.LayerNorm.bias"),
+        ],
+    );
+    let ids: Vec<u8> = (0..128i64).flat_map(|i| i.to_le_bytes()).collect();
+    let extra = vec![
+        StT {
+            name: "embeddings.position_ids".into(),
+            dtype: "I64",
+            shape: vec![1, 128],
+            data: ids,
+        },
+        StT {
+            name: "pooler.dense.weight".into(),
+            dtype: "F32",
+            shape: vec![64, 64],
+            data: vec![0; 64 * 64 * 4],
+        },
+        StT {
+            name: "pooler.dense.bias".into(),
+            dtype: "F32",
+            shape: vec![64],
+            data: vec![0; 64 * 4],
+        },
+    ];
+    write_hf_tensors(&g, dir, config, &names, &|_| None, extra);
+    let arr = |k: &str| g.get(k).unwrap().as_array().unwrap().to_vec();
+    let tokens: Vec<String> = arr("tokenizer.ggml.tokens")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let types: Vec<i64> = arr("tokenizer.ggml.token_type")
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let mut vocab = serde_json::Map::new();
+    let mut added = Vec::new();
+    for (id, (t, &ty)) in tokens.iter().zip(&types).enumerate() {
+        let hf = if ty == 3 {
+            added.push(json!({"id": id, "content": t, "special": true}));
+            t.clone()
+        } else if let Some(rest) = t.strip_prefix('\u{2581}') {
+            rest.to_string()
+        } else {
+            format!("##{t}")
+        };
+        vocab.insert(hf, json!(id));
+    }
+    let tokenizer = json!({
+        "added_tokens": added,
+        "model": {"type": "WordPiece", "unk_token": "[UNK]",
+                  "continuing_subword_prefix": "##", "vocab": vocab},
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let specials = json!({"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                          "cls_token": "[CLS]", "mask_token": "[MASK]", "do_lower_case": true});
+    std::fs::write(dir.join("tokenizer_config.json"), specials.to_string()).unwrap();
+    let modules = json!([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+    ]);
+    std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    let pooling = json!({"word_embedding_dimension": 64, "pooling_mode_cls_token": false,
+                         "pooling_mode_mean_tokens": true});
+    std::fs::write(dir.join("1_Pooling/config.json"), pooling.to_string()).unwrap();
+    g
+}
+
+#[test]
+fn bert_round_trip() {
+    let dir = scratch("bert-rt");
+    let g = bert_checkpoint(&dir);
+    let out = dir.join("back.gguf");
+    let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
+    assert_eq!(rep.tokenizer.as_deref(), Some("bert"));
+    let conv = GgufFile::open(&out).unwrap();
+    // Every tensor (position and token-type embeddings kept F32) and every key of the file
+    // llama.cpp's tools made: architecture keys, pooling, WordPiece tokens and types, and the
+    // special ids ([UNK], [SEP], [PAD], [CLS], [MASK]).
+    assert_same(&g, &conv);
+    assert!(conv.tensor("pooler.dense.weight").is_none());
+
+    // The same embeddings as the original file, bit for bit.
+    let embed = |path: &Path| {
+        let model = Arc::new(ggrs_llama::Model::load(path).unwrap());
+        let mut e = ggrs_llama::embed::Embedder::new(model, Default::default()).unwrap();
+        e.embed(&["The capital of France is", "El gato está durmiendo en"])
+            .unwrap()
+    };
+    assert_eq!(
+        embed(&out),
+        embed(&common::reference_dir().join("tiny/tiny-bert-f16.gguf"))
+    );
+
+    // vocab.txt instead of tokenizer.json: the same vocabulary.
+    let txt = scratch("bert-vocab-txt");
+    bert_checkpoint(&txt);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(txt.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let mut by_id = vec![String::new(); 30522];
+    for (t, id) in j["model"]["vocab"].as_object().unwrap() {
+        by_id[id.as_u64().unwrap() as usize] = t.clone();
+    }
+    std::fs::remove_file(txt.join("tokenizer.json")).unwrap();
+    std::fs::write(txt.join("vocab.txt"), by_id.join("\n") + "\n").unwrap();
+    let out2 = txt.join("back.gguf");
+    convert_hf_dir(&txt, &out2, &opts(OutType::F16)).unwrap();
+    let conv2 = GgufFile::open(&out2).unwrap();
+    for k in [
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.token_type",
+        "bert.pooling_type",
+    ] {
+        assert_eq!(conv2.get(k), g.get(k), "{k}");
+    }
+}
+
+#[test]
+fn bert_sequence_classifier_keeps_its_head_with_rank_pooling() {
+    let dir = scratch("bert-cls");
+    bert_checkpoint(&dir);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    cfg["architectures"] = json!(["BertForSequenceClassification"]);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    // The same tensors under `bert.`, and a one-score classifier.
+    let st = read_safetensors(&dir.join("model.safetensors"));
+    let mut ts: Vec<StT> = st
+        .into_iter()
+        .map(|(name, dtype, shape, data)| StT {
+            name: format!("bert.{name}"),
+            dtype: if dtype == "F16" {
+                "F16"
+            } else if dtype == "I64" {
+                "I64"
+            } else {
+                "F32"
+            },
+            shape,
+            data,
+        })
+        .collect();
+    ts.push(StT {
+        name: "classifier.weight".into(),
+        dtype: "F32",
+        shape: vec![1, 64],
+        data: (0..64)
+            .flat_map(|i| (i as f32 / 64.0).to_le_bytes())
+            .collect(),
+    });
+    ts.push(StT {
+        name: "classifier.bias".into(),
+        dtype: "F32",
+        shape: vec![1],
+        data: 0.5f32.to_le_bytes().to_vec(),
+    });
+    write_safetensors(&dir.join("model.safetensors"), &ts);
+    let out = dir.join("rank.gguf");
+    convert_hf_dir(&dir, &out, &opts(OutType::F32)).unwrap();
+    let g = GgufFile::open(&out).unwrap();
+    assert_eq!(g.get("bert.pooling_type"), Some(&Value::U32(4)));
+    assert_eq!(g.tensor("cls.weight").unwrap().ne[..2], [64, 64]);
+    assert_eq!(g.tensor("cls.output.weight").unwrap().ne[..2], [64, 1]);
+    let model = Arc::new(ggrs_llama::Model::load(&out).unwrap());
+    let mut r = ggrs_llama::embed::Embedder::new(model, Default::default()).unwrap();
+    let scores = r
+        .rerank("The capital of France", &["Paris", "Bananas"])
+        .unwrap();
+    // A zero pooler: tanh(0 + 0) = 0, so every score is the classifier's bias.
+    assert_eq!(scores, [0.5, 0.5]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1261,7 +1505,7 @@ fn malformed_sentencepiece_model_is_an_error() {
 #[test]
 fn registry_detects_each_architecture_from_config_json() {
     let names: Vec<&str> = SourceArch::all().map(SourceArch::gguf_name).collect();
-    assert_eq!(names, ["llama", "qwen2", "chatglm", "chatglm1"]);
+    assert_eq!(names, ["llama", "qwen2", "chatglm", "chatglm1", "bert"]);
     let detect = |cfg: serde_json::Value| SourceArch::detect(&cfg).map(SourceArch::gguf_name);
     let cases = [
         (json!({"architectures": ["LlamaForCausalLM"]}), "llama"),
@@ -1279,6 +1523,11 @@ fn registry_detects_each_architecture_from_config_json() {
             json!({"architectures": ["ChatGLMForConditionalGeneration"],
                    "position_encoding_2d": false}),
             "chatglm1",
+        ),
+        (json!({"architectures": ["BertModel"]}), "bert"),
+        (
+            json!({"architectures": ["BertForSequenceClassification"]}),
+            "bert",
         ),
         // The first entry an architecture recognises wins.
         (

@@ -297,6 +297,11 @@ impl Embedder {
         &self.params
     }
 
+    /// Compute threads (the parameter's 0 resolved).
+    pub fn n_threads(&self) -> usize {
+        self.exec.n_threads()
+    }
+
     /// Width of one embedding (`n_embd`; for `rank`, the number of scores per input).
     pub fn n_embd(&self) -> usize {
         self.model.hparams.n_embd

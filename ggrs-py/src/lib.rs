@@ -6,6 +6,7 @@
 //! and keeps answering signals ([`worker`]); Rust errors become the exceptions of
 //! `ggrs.errors` ([`errors`]).
 
+mod embedding;
 mod errors;
 mod generation;
 mod model;

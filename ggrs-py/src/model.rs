@@ -1,5 +1,7 @@
 //! `ggrs._ggrs.NativeModel`: a loaded model and one session on it (KV cache, prompt cache,
-//! compute threads). The Python class `ggrs.Model` wraps it with Python's conveniences.
+//! compute threads), or for an embedding-only model (BERT) no session; embeddings and
+//! rerank scores come from an embedder of its own ([`crate::embedding`]). The Python class
+//! `ggrs.Model` wraps it with Python's conveniences.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -9,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use ggrs_core::gguf::Value;
 use ggrs_core::DType;
 use ggrs_llama::chat::{ChatTemplate, Message, TemplateVars};
+use ggrs_llama::embed::{Embedder, Pooling};
 use ggrs_llama::perplexity::perplexity_while;
 use ggrs_llama::{
     GenerateParams, LlamaError, Model, ModelOptions, PromptCache, SamplingParams, Session,
@@ -19,6 +22,7 @@ use numpy::{PyArray1, PyArray2};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use crate::embedding::{EmbedSettings, EmbedSlot, Input};
 use crate::errors::{bad_argument, IntoPyResult};
 use crate::generation::{generation_dict, start_generation, TokenStream};
 use crate::state::{lock, State};
@@ -28,7 +32,12 @@ use crate::worker;
 #[pyclass(frozen, module = "ggrs._ggrs")]
 pub struct NativeModel {
     model: Arc<Model>,
-    state: Arc<Mutex<State>>,
+    /// The generation session; `None` for a model that computes embeddings only.
+    state: Option<Arc<Mutex<State>>>,
+    /// The embedder, once made.
+    embedder: EmbedSlot,
+    /// What the embedder is made with.
+    embed_settings: EmbedSettings,
     path: PathBuf,
 }
 
@@ -37,7 +46,11 @@ impl Drop for NativeModel {
         if crate::exiting() {
             // The process is ending: one more owner that is never dropped keeps the model
             // and its session from being freed (the operating system takes the memory back).
-            std::mem::forget((self.model.clone(), self.state.clone()));
+            std::mem::forget((
+                self.model.clone(),
+                self.state.clone(),
+                self.embedder.clone(),
+            ));
         }
     }
 }
@@ -112,7 +125,15 @@ impl NativeModel {
             opts.copy_weights = c;
         }
         let file = path.clone();
-        let loaded = worker::run(py, move |_| -> Result<(Arc<Model>, Session), LlamaError> {
+        let mut embed_settings = EmbedSettings {
+            n_ctx,
+            n_batch,
+            n_threads,
+        };
+        let slot = EmbedSlot::default();
+        let embedder = slot.clone();
+        type Loaded = (Arc<Model>, Option<Session>, EmbedSettings);
+        let loaded = worker::run(py, move |_| -> Result<Loaded, LlamaError> {
             let model = Arc::new(Model::load_with(&file, opts)?);
             let params = SessionParams {
                 n_ctx,
@@ -122,16 +143,33 @@ impl NativeModel {
                 kv_type,
                 ..SessionParams::default()
             };
-            let session = Session::new(model.clone(), params)?;
-            Ok((model, session))
+            match Session::new(model.clone(), params) {
+                Ok(session) => {
+                    // Embedding inputs as long as the session's context (not a decoder's
+                    // whole training context).
+                    embed_settings.n_ctx = session.params().n_ctx;
+                    Ok((model, Some(session), embed_settings))
+                }
+                // An embedding model (BERT): its embedder now, so that load errors show.
+                Err(LlamaError::NotGenerative { .. }) => {
+                    let mut g = embedder.lock().unwrap_or_else(|p| p.into_inner());
+                    crate::embedding::embedder(&mut g, &model, embed_settings, None)?;
+                    Ok((model, None, embed_settings))
+                }
+                Err(e) => Err(e),
+            }
         })?;
-        let (model, session) = loaded.py_err(py)?;
+        let (model, session, embed_settings) = loaded.py_err(py)?;
         Ok(NativeModel {
             model,
-            state: Arc::new(Mutex::new(State {
-                session,
-                cache: PromptCache::new(),
-            })),
+            state: session.map(|session| {
+                Arc::new(Mutex::new(State {
+                    session,
+                    cache: PromptCache::new(),
+                }))
+            }),
+            embedder: slot,
+            embed_settings,
             path,
         })
     }
@@ -160,34 +198,142 @@ impl NativeModel {
         self.model.hparams.n_ctx_train
     }
 
-    /// Context of the session (tokens its KV cache holds).
+    /// Context of the session (tokens its KV cache holds); for an embedding-only model, the
+    /// most tokens of one input.
     #[getter]
     fn n_ctx(&self) -> usize {
-        lock(&self.state).session.params().n_ctx
+        match &self.state {
+            Some(s) => lock(s).session.params().n_ctx,
+            None => self.with_embedder(|e| e.params().n_ctx),
+        }
     }
 
     /// Most tokens evaluated in one step.
     #[getter]
     fn n_batch(&self) -> usize {
-        lock(&self.state).session.params().n_batch
+        match &self.state {
+            Some(s) => lock(s).session.params().n_batch,
+            None => self.with_embedder(|e| e.params().n_batch),
+        }
     }
 
     /// Compute threads of the session.
     #[getter]
     fn n_threads(&self) -> usize {
-        lock(&self.state).session.n_threads()
+        match &self.state {
+            Some(s) => lock(s).session.n_threads(),
+            None => self.with_embedder(Embedder::n_threads),
+        }
     }
 
-    /// Tokens the KV cache holds now.
+    /// Tokens the KV cache holds now (0 for an embedding-only model).
     #[getter]
     fn n_tokens(&self) -> usize {
-        lock(&self.state).cache.tokens().len()
+        self.cached_tokens().len()
     }
 
     /// The tokens the KV cache holds now, in order.
     #[getter]
     fn cached_tokens(&self) -> Vec<u32> {
-        lock(&self.state).cache.tokens().to_vec()
+        match &self.state {
+            Some(s) => lock(s).cache.tokens().to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Width of the model's hidden states (of an embedding).
+    #[getter]
+    fn n_embd(&self) -> usize {
+        self.model.hparams.n_embd
+    }
+
+    /// The pooling the model file names (`"mean"`, `"cls"`, `"last"`, `"rank"`, `"none"`),
+    /// or `None` (a generation model: `embed` then needs one).
+    #[getter]
+    fn pooling(&self) -> Option<&'static str> {
+        Pooling::of_model(&self.model).map(Pooling::name)
+    }
+
+    /// Whether the model generates text (an embedding-only model does not).
+    #[getter]
+    fn generative(&self) -> bool {
+        self.state.is_some()
+    }
+
+    /// The embeddings of `inputs` (each a str or a list of token ids) with `pooling` (None:
+    /// the file's) and llama.cpp's normalisation `normalize` (-1 none, 2 Euclidean…).
+    /// Returns `(array, n_tokens)`: a float32 array `(len(inputs), n_embd)` (rank: scores),
+    /// or with pooling "none" a list of `(n_tokens_i, n_embd)` arrays.
+    #[pyo3(signature = (inputs, pooling=None, normalize=2))]
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, PyAny>>,
+        pooling: Option<String>,
+        normalize: i32,
+    ) -> PyResult<(Bound<'py, PyAny>, usize)> {
+        let pooling = match pooling {
+            Some(p) => Some(p.parse::<Pooling>().py_err(py)?),
+            None => None,
+        };
+        if inputs.is_empty() {
+            return Err(bad_argument(py, "no inputs: give at least one text"));
+        }
+        let n_vocab = self.n_vocab();
+        let inputs = inputs
+            .iter()
+            .map(|x| {
+                if let Ok(t) = x.extract::<String>() {
+                    Ok(Input::Text(t))
+                } else if let Ok(ids) = x.extract::<Vec<i64>>() {
+                    Ok(Input::Ids(token_ids(py, &ids, n_vocab)?))
+                } else {
+                    Err(bad_argument(
+                        py,
+                        "each input must be a str or a list of token ids",
+                    ))
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let (slot, model, settings) = (
+            self.embedder.clone(),
+            self.model.clone(),
+            self.embed_settings,
+        );
+        let (rows, used, n_tokens) = worker::run(py, move |_| {
+            crate::embedding::embed(&slot, &model, settings, pooling, inputs, normalize)
+        })?
+        .py_err(py)?;
+        let e = self.model.hparams.n_embd;
+        let to_2d = |rows: Vec<f32>, width: usize| -> PyResult<Bound<'py, PyAny>> {
+            let n = rows.len() / width.max(1);
+            let a = Array2::from_shape_vec((n, width), rows)
+                .map_err(|err| bad_argument(py, err.to_string()))?;
+            Ok(PyArray2::from_owned_array(py, a).into_any())
+        };
+        if used == Pooling::None {
+            let list = rows
+                .into_iter()
+                .map(|r| to_2d(r, e))
+                .collect::<PyResult<Vec<_>>>()?;
+            return Ok((pyo3::types::PyList::new(py, list)?.into_any(), n_tokens));
+        }
+        let width = rows.first().map_or(e, Vec::len);
+        Ok((to_2d(rows.concat(), width)?, n_tokens))
+    }
+
+    /// Relevance scores of `documents` for `query`, in the order of `documents` (a
+    /// reranker: `rank` pooling).
+    fn rerank(&self, py: Python<'_>, query: String, documents: Vec<String>) -> PyResult<Vec<f32>> {
+        let (slot, model, settings) = (
+            self.embedder.clone(),
+            self.model.clone(),
+            self.embed_settings,
+        );
+        worker::run(py, move |_| {
+            crate::embedding::rerank(&slot, &model, settings, &query, &documents)
+        })?
+        .py_err(py)
     }
 
     /// Beginning-of-sequence token id, if the vocabulary has one.
@@ -376,7 +522,8 @@ impl NativeModel {
             .sampling
             .validate()
             .map_err(|m| bad_argument(py, m))?;
-        let job = start_generation(py, self.state.clone(), prompt, params, stream, cache_prompt)?;
+        let state = self.state(py)?.clone();
+        let job = start_generation(py, state, prompt, params, stream, cache_prompt)?;
         if stream {
             return Ok(Py::new(py, TokenStream::new(job))?.into_any());
         }
@@ -402,7 +549,7 @@ impl NativeModel {
         if ids.is_empty() {
             return Err(LlamaError::EmptyPrompt).py_err(py);
         }
-        let state = self.state.clone();
+        let state = self.state(py)?.clone();
         worker::run(py, move |_| {
             let mut g = lock(&state);
             let State { session, cache } = &mut *g;
@@ -421,7 +568,7 @@ impl NativeModel {
     /// session's buffer is overwritten by the next step).
     #[pyo3(signature = (all=false))]
     fn logits<'py>(&self, py: Python<'py>, all: bool) -> PyResult<Bound<'py, PyAny>> {
-        let g = lock(&self.state);
+        let g = lock(self.state(py)?);
         let nv = self.n_vocab();
         if all {
             let v = g.session.all_logits().to_vec();
@@ -446,9 +593,11 @@ impl NativeModel {
 
     /// Forgets every cached token.
     fn reset(&self) {
-        let mut g = lock(&self.state);
-        let State { session, cache } = &mut *g;
-        cache.forget(session);
+        if let Some(state) = &self.state {
+            let mut g = lock(state);
+            let State { session, cache } = &mut *g;
+            cache.forget(session);
+        }
     }
 
     /// Perplexity of `text` with llama.cpp's protocol in chunks of `chunk` tokens, on a
@@ -462,7 +611,7 @@ impl NativeModel {
     ) -> PyResult<(f64, f64, usize, usize)> {
         let model = self.model.clone();
         let (n_batch, n_threads) = {
-            let g = lock(&self.state);
+            let g = lock(self.state(py)?);
             (g.session.params().n_batch, g.session.params().n_threads)
         };
         worker::run(py, move |cancel: &AtomicBool| {
@@ -490,5 +639,28 @@ impl NativeModel {
             Ok((r.ppl, r.ppl_err, r.count, r.chunks))
         })?
         .py_err(py)
+    }
+}
+
+impl NativeModel {
+    /// The generation session, or the error for an embedding-only model.
+    fn state(&self, py: Python<'_>) -> PyResult<&Arc<Mutex<State>>> {
+        self.state.as_ref().ok_or_else(|| {
+            crate::errors::ggrs_error(
+                py,
+                "ModelError",
+                format!(
+                    "this model ({}) computes embeddings only and cannot generate text: use \
+                     embed(), rerank() or create_embedding()",
+                    self.model.arch_name()
+                ),
+            )
+        })
+    }
+
+    /// `f` of the embedder an embedding-only model made at load.
+    fn with_embedder<T: Default>(&self, f: impl FnOnce(&Embedder) -> T) -> T {
+        let g = self.embedder.lock().unwrap_or_else(|p| p.into_inner());
+        g.as_ref().map(|(_, e)| f(e)).unwrap_or_default()
     }
 }

@@ -1,6 +1,7 @@
 //! The embedding worker: one thread that owns an [`Embedder`] and evaluates every waiting
 //! request together, so concurrent embedding requests share steps.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -26,19 +27,34 @@ pub(crate) struct EmbedService {
     /// Whether the server was started with `--reranking`.
     pub(crate) reranking: bool,
     jobs: std::sync::Mutex<mpsc::Sender<Job>>,
+    /// Requests queued or being evaluated.
+    waiting: AtomicUsize,
+    /// Most requests [`waiting`](Self::waiting) at once (the server's `--queue`); more get 503.
+    queue: usize,
+}
+
+/// Counts one request as waiting while it lives.
+struct InQueue<'a>(&'a AtomicUsize);
+
+impl Drop for InQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl EmbedService {
     /// Starts the worker for `model` (its embedder checked first: a model without an
-    /// embedding graph or pooling is an error). The embedder does not normalise: each
-    /// request does, as it asks.
+    /// embedding graph or pooling is an error), holding at most `queue` requests. The
+    /// embedder does not normalise: each request does, as it asks.
     pub fn start(
         model: Arc<Model>,
         pooling: Option<Pooling>,
         reranking: bool,
-        n_batch: usize,
-        n_threads: usize,
+        [n_batch, n_threads, queue]: [usize; 3],
     ) -> Result<EmbedService, String> {
+        if queue == 0 {
+            return Err("the embedding queue must hold at least 1 request".into());
+        }
         let pooling = if reranking {
             Some(Pooling::Rank)
         } else {
@@ -93,11 +109,22 @@ impl EmbedService {
             n_ctx,
             reranking,
             jobs: std::sync::Mutex::new(tx),
+            waiting: AtomicUsize::new(0),
+            queue,
         })
     }
 
-    /// The results of `inputs` (each already checked), computed by the worker.
+    /// The results of `inputs` (each already checked), computed by the worker; 503 when
+    /// the queue already holds its most requests.
     pub(crate) async fn run(&self, inputs: Vec<Vec<u32>>) -> Result<Vec<Vec<f32>>, ApiError> {
+        let before = self.waiting.fetch_add(1, Ordering::Relaxed);
+        let _counted = InQueue(&self.waiting);
+        if before >= self.queue {
+            return Err(ApiError::busy(format!(
+                "the embedding queue is full ({} requests waiting, --queue): retry shortly",
+                self.queue
+            )));
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.jobs
             .lock()

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use crate::embed_service::EmbedService;
 use crate::error::ApiError;
 use crate::handler::{body_bytes, St};
-use crate::limits::{check_text, off_thread};
+use crate::limits::{check_text, off_thread, Cancel};
 use crate::params::Body;
 use crate::state::AppState;
 
@@ -49,60 +49,97 @@ fn service(st: &AppState, reranking: bool) -> Result<Arc<EmbedService>, ApiError
     }
 }
 
-/// The inputs of a request's `field` (`input` or `content`): a string, a list of strings, a
-/// list of token ids, or a list of such lists; their text is at most `max_text_bytes`
-/// (`--max-text-bytes`). Tokenizes: call it on the preparation pool.
+/// Most inputs one request may carry (OpenAI's limit for `/v1/embeddings`; documents of a
+/// rerank request).
+pub(crate) const MAX_INPUTS: usize = 2048;
+
+/// 400 naming `field` when a request has more than [`MAX_INPUTS`] inputs.
+fn check_count(field: &str, n: usize) -> Result<(), ApiError> {
+    if n > MAX_INPUTS {
+        return Err(ApiError::invalid(
+            field,
+            format!("'{field}' has {n} inputs; a request may have at most {MAX_INPUTS}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The inputs of a request's `input` (or `content`, named `field`): a string, a list of
+/// strings, a list of token ids, or a list of such lists; at most [`MAX_INPUTS`] of them and
+/// `max_text_bytes` of text in all, tokenized here (on the preparation pool) and checked.
 fn inputs(
     s: &EmbedService,
     field: &str,
     v: &Value,
     max_text_bytes: usize,
+    cancel: &Cancel,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
-    let text_bytes: usize = match v {
-        Value::String(t) => t.len(),
-        Value::Array(a) => a.iter().filter_map(Value::as_str).map(str::len).sum(),
-        _ => 0,
-    };
-    check_text(max_text_bytes, field, text_bytes)?;
     let ids = |i: usize, a: &[Value]| -> Result<Vec<u32>, ApiError> {
         a.iter()
             .map(|t| {
                 t.as_u64()
                     .and_then(|x| u32::try_from(x).ok())
                     .ok_or_else(|| {
-                        ApiError::invalid("input", format!("input {i}: token ids must be integers"))
+                        ApiError::invalid(field, format!("input {i}: token ids must be integers"))
                     })
             })
             .collect()
     };
     let bad = || {
         ApiError::invalid(
-            "input",
-            "'input' must be a string, a list of strings, a list of token ids or a list of lists \
-             of token ids",
+            field,
+            format!(
+                "'{field}' must be a string, a list of strings, a list of token ids or a list \
+                 of lists of token ids"
+            ),
         )
     };
-    let list: Vec<Vec<u32>> = match v {
-        Value::String(t) => vec![s.tokenize(0, t)?],
+    let items: Vec<&Value> = match v {
+        Value::String(_) => vec![v],
         Value::Array(a) if a.is_empty() => {
-            return Err(ApiError::invalid("input", "'input' is an empty list"))
+            return Err(ApiError::invalid(
+                field,
+                format!("'{field}' is an empty list"),
+            ))
         }
-        Value::Array(a) if a.iter().all(Value::is_number) => vec![ids(0, a)?],
-        Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .map(|(i, x)| match x {
-                Value::String(t) => s.tokenize(i, t),
-                Value::Array(t) => ids(i, t),
-                _ => Err(bad()),
-            })
-            .collect::<Result<_, _>>()?,
+        Value::Array(a) if a.iter().all(Value::is_number) => vec![v],
+        Value::Array(a) => a.iter().collect(),
         _ => return Err(bad()),
     };
-    for (i, t) in list.iter().enumerate() {
-        s.check(i, t)?;
+    check_count(field, items.len())?;
+    let text_bytes: usize = items.iter().filter_map(|x| x.as_str()).map(str::len).sum();
+    check_text(max_text_bytes, field, text_bytes)?;
+    let mut list = Vec::with_capacity(items.len());
+    for (i, x) in items.into_iter().enumerate() {
+        cancel.check()?;
+        let t = match x {
+            Value::String(t) => s.tokenize(i, t)?,
+            Value::Array(t) => ids(i, t)?,
+            _ => return Err(bad()),
+        };
+        s.check(i, &t)?;
+        list.push(t);
     }
     Ok(list)
+}
+
+/// The request's inputs from `field` (or `alt`), parsed and tokenized on the preparation
+/// pool.
+async fn request_inputs(
+    st: &Arc<AppState>,
+    s: &Arc<EmbedService>,
+    body: &Arc<Body>,
+    [field, alt]: [&'static str; 2],
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let (s, body, max) = (s.clone(), body.clone(), st.max_text_bytes);
+    off_thread(&st.prep, move |cancel| {
+        let input = body
+            .get(field)
+            .or_else(|| body.get(alt))
+            .ok_or_else(|| ApiError::invalid(field, format!("'{field}' is required")))?;
+        inputs(&s, field, input, max, cancel)
+    })
+    .await
 }
 
 /// The normalisation a request asks for (`embd_normalize`, llama-server's; default 2).
@@ -123,16 +160,7 @@ pub(crate) async fn v1_embeddings(
 ) -> Result<Response, ApiError> {
     let s = service(&st, false)?;
     let bytes = body_bytes(&st, bytes)?;
-    let (s2, max) = (s.clone(), st.max_text_bytes);
-    let (body, list) = off_thread(&st.prep, move |_| {
-        let body = Body::parse(&bytes)?;
-        let input = body
-            .get("input")
-            .ok_or_else(|| ApiError::invalid("input", "'input' is required"))?;
-        let list = inputs(&s2, "input", input, max)?;
-        Ok((body, list))
-    })
-    .await?;
+    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
     if s.pooling == Pooling::None {
         return Err(ApiError::bad_request(
             "pooling 'none' gives one vector per token, which the OpenAI API cannot carry: \
@@ -163,6 +191,7 @@ pub(crate) async fn v1_embeddings(
         }
     };
     let kind = norm_kind(&body)?;
+    let list = request_inputs(&st, &s, &body, ["input", "input"]).await?;
     let n_tokens: usize = list.iter().map(Vec::len).sum();
     let out = s.run(list).await?;
     let data: Vec<Value> = out
@@ -197,22 +226,9 @@ pub(crate) async fn embeddings(
 ) -> Result<Response, ApiError> {
     let s = service(&st, false)?;
     let bytes = body_bytes(&st, bytes)?;
-    let (s2, max) = (s.clone(), st.max_text_bytes);
-    let (body, list) = off_thread(&st.prep, move |_| {
-        let body = Body::parse(&bytes)?;
-        let (field, input) = match body.get("content") {
-            Some(v) => ("content", v),
-            None => (
-                "input",
-                body.get("input")
-                    .ok_or_else(|| ApiError::invalid("content", "'content' is required"))?,
-            ),
-        };
-        let list = inputs(&s2, field, input, max)?;
-        Ok((body, list))
-    })
-    .await?;
+    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
     let kind = norm_kind(&body)?;
+    let list = request_inputs(&st, &s, &body, ["content", "input"]).await?;
     let e = s.model.hparams.n_embd;
     let out = s.run(list).await?;
     let items: Vec<Value> = out
@@ -240,13 +256,28 @@ pub(crate) async fn rerank(
 ) -> Result<Response, ApiError> {
     let s = service(&st, true)?;
     let bytes = body_bytes(&st, bytes)?;
-    let (s2, max) = (s.clone(), st.max_text_bytes);
-    let (body, docs, list) = off_thread(&st.prep, move |_| {
-        let body = Body::parse(&bytes)?;
-        let (docs, list) = rerank_request(&s2, &body, max)?;
-        Ok((body, docs, list))
-    })
-    .await?;
+    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    let query = body
+        .get("query")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("query", "'query' (a string) is required"))?;
+    let docs: Vec<String> = match body.get("documents").or_else(|| body.get("texts")) {
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|d| {
+                d.as_str()
+                    .map(str::to_string)
+                    .or_else(|| d.get("text").and_then(Value::as_str).map(str::to_string))
+                    .ok_or_else(|| ApiError::invalid("documents", "each document is a string"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(ApiError::invalid(
+                "documents",
+                "'documents' (a non-empty list of strings) is required",
+            ))
+        }
+    };
     let top_n = match body.get("top_n") {
         None | Some(Value::Null) => docs.len(),
         Some(v) => v
@@ -254,6 +285,20 @@ pub(crate) async fn rerank(
             .map(|n| n as usize)
             .ok_or_else(|| ApiError::invalid("top_n", "must be a non-negative integer"))?,
     };
+    check_count("documents", docs.len())?;
+    let text_bytes = query.len() + docs.iter().map(String::len).sum::<usize>();
+    check_text(st.max_text_bytes, "documents", text_bytes)?;
+    let (s2, query, docs) = (s.clone(), query.to_string(), Arc::new(docs));
+    let docs2 = docs.clone();
+    let list = off_thread(&st.prep, move |_| {
+        let list = ggrs_llama::embed::rerank_inputs(&s2.model, &query, &docs2)
+            .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
+        for (i, t) in list.iter().enumerate() {
+            s2.check(i, t)?;
+        }
+        Ok(list)
+    })
+    .await?;
     let n_tokens: usize = list.iter().map(Vec::len).sum();
     let scores = s.run(list).await?;
     let mut results: Vec<(usize, f32)> = scores.iter().map(|v| v[0]).enumerate().collect();
@@ -277,45 +322,4 @@ pub(crate) async fn rerank(
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }))
     .into_response())
-}
-
-/// A rerank request's documents and token inputs (the query before each document): its
-/// text, the query counted once per document, at most `max_text_bytes`. Tokenizes: call it
-/// on the preparation pool.
-fn rerank_request(
-    s: &EmbedService,
-    body: &Body,
-    max_text_bytes: usize,
-) -> Result<(Vec<String>, Vec<Vec<u32>>), ApiError> {
-    let query = body
-        .get("query")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid("query", "'query' (a string) is required"))?;
-    let docs: Vec<String> = match body.get("documents").or_else(|| body.get("texts")) {
-        Some(Value::Array(a)) if !a.is_empty() => a
-            .iter()
-            .map(|d| {
-                d.as_str()
-                    .map(str::to_string)
-                    .or_else(|| d.get("text").and_then(Value::as_str).map(str::to_string))
-                    .ok_or_else(|| ApiError::invalid("documents", "each document is a string"))
-            })
-            .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(ApiError::invalid(
-                "documents",
-                "'documents' (a non-empty list of strings) is required",
-            ))
-        }
-    };
-    let text_bytes = docs.iter().fold(0usize, |n, d| {
-        n.saturating_add(d.len()).saturating_add(query.len())
-    });
-    check_text(max_text_bytes, "documents", text_bytes)?;
-    let list = ggrs_llama::embed::rerank_inputs(&s.model, query, &docs)
-        .map_err(|e| ApiError::invalid("documents", e.to_string()))?;
-    for (i, t) in list.iter().enumerate() {
-        s.check(i, t)?;
-    }
-    Ok((docs, list))
 }

@@ -86,6 +86,18 @@ impl ApiError {
         }
     }
 
+    /// 503 with `Retry-After: 1`: a queue is full, try again shortly.
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable_error",
+                message,
+            )
+        }
+    }
+
     pub fn server(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
@@ -132,14 +144,7 @@ impl ApiError {
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> ApiError {
         match &e {
-            SubmitError::QueueFull { .. } => ApiError {
-                retry_after: Some(1),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable_error",
-                    e.to_string(),
-                )
-            },
+            SubmitError::QueueFull { .. } => ApiError::busy(e.to_string()),
             SubmitError::PromptTooLong { .. } => ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "exceed_context_size_error",

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 
 use crate::error::ApiError;
-use crate::state::{AppState, Loaded};
+use crate::state::{AppState, LoadError, Loaded};
 
 /// Shared state as handlers receive it.
 pub(crate) type St = State<Arc<AppState>>;
@@ -28,11 +28,16 @@ pub(crate) fn body_bytes(
     })
 }
 
-/// The engine, or 503 while the model loads (500 if it failed).
+/// The engine, or 503 while the model loads (501 for an embedding-only model, 500 if it
+/// failed).
 pub(crate) fn ready(st: &AppState) -> Result<Arc<Loaded>, ApiError> {
     match st.loaded() {
         Ok(Some(l)) => Ok(l),
         Ok(None) => Err(ApiError::loading()),
+        Err(e @ LoadError::EmbeddingOnly(_)) => Err(ApiError::not_supported(
+            StatusCode::NOT_IMPLEMENTED,
+            e.to_string(),
+        )),
         Err(e) => Err(ApiError::server(e.to_string())),
     }
 }

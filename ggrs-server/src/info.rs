@@ -44,13 +44,18 @@ pub(crate) async fn health(State(st): St) -> Response {
 /// `GET /v1/models`: the one model, by its alias or file name.
 pub(crate) async fn models(State(st): St) -> Response {
     let mut meta = json!({});
-    if let Ok(Some(l)) = st.loaded() {
-        let h = &l.model.hparams;
+    // The engine's model, or an embedding-only server's.
+    let model = match st.loaded() {
+        Ok(Some(l)) => Some(l.model.clone()),
+        _ => st.embed.get().map(|s| s.model.clone()),
+    };
+    if let Some(m) = model {
+        let h = &m.hparams;
         meta = json!({
             "n_vocab": h.n_vocab,
             "n_ctx_train": h.n_ctx_train,
             "n_embd": h.n_embd,
-            "size": l.model.weight_bytes(),
+            "size": m.weight_bytes(),
         });
     }
     Json(json!({

@@ -28,6 +28,10 @@ pub enum LoadError {
     /// The chat template given (`--chat-template`) is not usable.
     #[error("--chat-template: {0}")]
     Template(String),
+    /// The model computes embeddings only (a BERT encoder): served with `--embeddings` or
+    /// `--reranking`, it answers the generation endpoints with 501.
+    #[error("{0}")]
+    EmbeddingOnly(String),
 }
 
 /// The model and its engine, once loaded.
@@ -173,8 +177,7 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
             model.clone(),
             config.pooling,
             config.reranking,
-            e.n_batch,
-            e.n_threads,
+            [e.n_batch, e.n_threads, e.queue_capacity],
         )
         .map_err(LoadError::Engine)?;
         let _ = state.embed.set(Arc::new(service));
@@ -188,8 +191,20 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
     let template = template.map_err(|e| {
         format!("{e}; start the server with --chat-template NAME (or a Jinja template)")
     });
-    let engine = Engine::start(model.clone(), config.engine)
-        .map_err(|e| LoadError::Engine(e.to_string()))?;
+    let engine = Engine::start(model.clone(), config.engine).map_err(|e| match e {
+        LlamaError::NotGenerative { arch } if state.embed.get().is_some() => {
+            LoadError::EmbeddingOnly(format!(
+                "the model ({arch}) computes embeddings only and cannot generate text: use \
+                 /v1/embeddings{}",
+                if config.reranking {
+                    " or /v1/rerank"
+                } else {
+                    ""
+                }
+            ))
+        }
+        e => LoadError::Engine(e.to_string()),
+    })?;
     Ok(Loaded {
         handle: engine.handle(),
         _engine: engine,

@@ -129,41 +129,81 @@ fn concurrent_requests_equal_lone_ones_and_bad_input_is_400() {
             .status,
         501
     );
+    // An embedding model generates nothing: 501 naming the endpoints it serves.
     let c = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 1}));
-    assert!(c.status >= 400, "{:?}", c.body);
+    assert_eq!(c.status, 501, "{:?}", c.body);
+    let msg = c.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("embeddings only") && msg.contains("/v1/embeddings"),
+        "{msg}"
+    );
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+    let c = s.post("/v1/chat/completions", &chat);
+    assert_eq!(c.status, 501, "{:?}", c.body);
+    assert_eq!(s.get("/v1/models").body["data"][0]["meta"]["n_embd"], 64);
 }
 
-/// Issue 32 (memory): the embeddings endpoints hold their text to `--max-text-bytes` like
-/// every other endpoint that tokenizes, naming the field; within it they answer.
 #[test]
-fn embedding_inputs_are_bounded_by_the_text_limit() {
+fn inputs_are_bounded_by_text_bytes_count_and_queue() {
     let mut c = common::config(1);
     c.model_path = bert();
     c.embeddings = true;
-    c.max_text_bytes = 4096;
-    let s = TestServer::start(c);
-    let big = "word ".repeat(1000);
-    for (path, body, field) in [
-        ("/v1/embeddings", json!({"input": big}), "input"),
-        ("/v1/embeddings", json!({"input": ["a", big]}), "input"),
-        ("/embeddings", json!({"content": big}), "content"),
+    c.max_text_bytes = 100;
+    c.engine.queue_capacity = 1;
+    let s = Arc::new(TestServer::start(c));
+    // 100 bytes of text in all pass, 101 do not, in one string or spread over a list.
+    let ok = s.post("/v1/embeddings", &json!({"input": "a ".repeat(50)}));
+    assert_eq!(ok.status, 200, "{:?}", ok.body);
+    for body in [
+        json!({"input": "a ".repeat(50) + "b"}),
+        json!({"input": ["a ".repeat(25), "b ".repeat(25) + "c"]}),
     ] {
-        let a = s.post(path, &body);
-        assert_eq!(a.status, 400, "{path}: {:?}", a.body);
-        assert_eq!(a.body["error"]["param"], field, "{path}: {:?}", a.body);
-        assert!(
-            a.body["error"]["message"]
+        let a = s.post("/v1/embeddings", &body);
+        assert_eq!(a.status, 400, "{:?}", a.body);
+        assert_eq!(a.body["error"]["param"], "input");
+        let msg = a.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("--max-text-bytes"), "{msg}");
+    }
+    let a = s.post("/embedding", &json!({"content": "x".repeat(101)}));
+    assert_eq!(a.status, 400, "{:?}", a.body);
+    assert_eq!(a.body["error"]["param"], "content");
+    // At most 2048 inputs (token ids carry no text).
+    let many: Vec<Vec<u32>> = vec![vec![101, 1996, 102]; 2049];
+    let a = s.post("/v1/embeddings", &json!({ "input": many }));
+    assert_eq!(a.status, 400, "{:?}", a.body);
+    assert!(a.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("at most 2048"));
+    // A queue of one request: concurrent requests are answered or told to retry (503 with
+    // Retry-After), never lost.
+    let ids: Vec<Vec<u32>> = vec![(0..120).map(|i| 1000 + i).collect(); 64];
+    let start = Arc::new(std::sync::Barrier::new(6));
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let (s, start, ids) = (s.clone(), start.clone(), ids.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                s.post("/v1/embeddings", &json!({ "input": ids }))
+            })
+        })
+        .collect();
+    let answers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let busy = answers.iter().filter(|a| a.status == 503).count();
+    assert!(answers.iter().any(|a| a.status == 200));
+    assert!(busy >= 1, "six requests at once on a queue of one");
+    for a in &answers {
+        assert!(a.status == 200 || a.status == 503, "{:?}", a.body);
+        if a.status == 503 {
+            assert_eq!(a.retry_after.as_deref(), Some("1"));
+            assert!(a.body["error"]["message"]
                 .as_str()
                 .unwrap()
-                .contains("--max-text-bytes"),
-            "{:?}",
-            a.body
-        );
+                .contains("queue"));
+        } else {
+            assert_eq!(a.body["data"].as_array().unwrap().len(), 64);
+        }
     }
-    assert_eq!(
-        s.post("/v1/embeddings", &json!({"input": "word"})).status,
-        200
-    );
 }
 
 #[test]
@@ -203,14 +243,10 @@ fn rerank_orders_documents_by_relevance_score() {
     }
     let bad = s.post("/rerank", &json!({"query": "q", "documents": []}));
     assert_eq!(bad.status, 400);
-    // The query counts once per document against --max-text-bytes (1 MiB here).
-    let long = "q".repeat(300 << 10);
-    let bad = s.post(
-        "/rerank",
-        &json!({"query": long, "documents": ["a", "b", "c", "d"]}),
-    );
-    assert_eq!(bad.status, 400, "{:?}", bad.body);
-    assert_eq!(bad.body["error"]["param"], "documents", "{:?}", bad.body);
+    let huge = vec!["word"; 2049];
+    let bad = s.post("/rerank", &json!({"query": "q", "documents": huge}));
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["error"]["param"], "documents");
     assert_eq!(s.post("/v1/embeddings", &json!({"input": "x"})).status, 501);
     let _ = std::fs::remove_file(path);
 }

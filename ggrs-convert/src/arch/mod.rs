@@ -7,6 +7,7 @@
 //! checkpoint and the tokenizer, writing the GGUF) never names an architecture. Adding one
 //! is its file plus one line in [`REGISTRY`].
 
+mod bert;
 mod chatglm;
 mod chatglm1;
 mod llama;
@@ -57,6 +58,7 @@ static REGISTRY: &[&dyn ArchConverter] = &[
     &qwen2::Qwen2,
     &chatglm::ChatGlm2,
     &chatglm1::ChatGlm1,
+    &bert::Bert,
 ];
 
 /// A source architecture the converter reads (one of [`SourceArch::all`]).

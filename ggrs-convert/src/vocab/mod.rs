@@ -5,6 +5,8 @@
 //!   `llama` (tokens, scores, token types).
 //! - `tokenizer.json` (byte-level BPE): `model.vocab`, `model.merges`, `added_tokens`
 //!   ([`tokenizer_json`]) → `gpt2` (tokens, token types, merges).
+//! - `tokenizer.json` with a WordPiece model, or `vocab.txt` (BERT) ([`wordpiece`]) →
+//!   `bert` (tokens in llama.cpp's phantom-space form, token types).
 //!
 //! The architecture names the pre-tokenizer (`tokenizer.ggml.pre`) and may complete a
 //! SentencePiece vocabulary (ChatGLM2's control tokens): see
@@ -16,6 +18,7 @@
 
 mod sentencepiece;
 mod tokenizer_json;
+mod wordpiece;
 
 use std::path::Path;
 
@@ -82,6 +85,10 @@ pub struct Specials {
     pub mask: Option<u32>,
     /// `tokenizer.ggml.gmask_token_id` (ChatGLM-6B v1).
     pub gmask: Option<u32>,
+    /// `tokenizer.ggml.cls_token_id` (BERT's [CLS]).
+    pub cls: Option<u32>,
+    /// `tokenizer.ggml.seperator_token_id` (BERT's [SEP]; llama.cpp's spelling).
+    pub sep: Option<u32>,
     /// `tokenizer.ggml.add_bos_token`.
     pub add_bos: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`.
@@ -114,10 +121,18 @@ pub(crate) fn load(
         .map(|n| dir.join(n))
         .find(|p| p.is_file());
     let json = dir.join("tokenizer.json");
+    let vocab_txt = dir.join("vocab.txt");
     let mut v = if let Some(p) = spm {
         sentencepiece::read_sentencepiece(&p, rules.sentencepiece_pre)?
     } else if json.is_file() {
-        tokenizer_json::read_tokenizer_json(&json, rules.bpe_pre)?
+        let j = read_json(&json)?;
+        if j.pointer("/model/type").and_then(Json::as_str) == Some("WordPiece") {
+            wordpiece::from_tokenizer_json(&json, &j)?
+        } else {
+            tokenizer_json::read_tokenizer_json(&json, &j, rules.bpe_pre)?
+        }
+    } else if vocab_txt.is_file() {
+        wordpiece::from_vocab_txt(&vocab_txt, &wordpiece::special_strings(dir)?)?
     } else {
         return Ok(None);
     };
@@ -165,6 +180,8 @@ pub fn specials(dir: &Path, cfg: &Json, vocab: Option<&Vocab>) -> Result<Special
             s.pad = lookup("pad_token");
             s.mask = lookup("mask_token");
             s.gmask = lookup("gmask_token");
+            s.cls = lookup("cls_token");
+            s.sep = lookup("sep_token");
         }
     }
     let c = Cfg(cfg);
@@ -228,6 +245,8 @@ pub fn special_metadata(s: &Specials) -> Vec<(String, Value)> {
         ("padding", s.pad),
         ("mask", s.mask),
         ("gmask", s.gmask),
+        ("cls", s.cls),
+        ("seperator", s.sep),
     ];
     for (k, id) in ids {
         if let Some(id) = id {

@@ -7,12 +7,10 @@ use serde_json::Value as Json;
 
 use super::{Specials, Vocab, CONTROL, NORMAL, UNUSED, USER_DEFINED};
 use crate::error::ConvertError;
-use crate::safetensors::read_json;
 
-/// Reads the BPE `tokenizer.json` at `path` as a `gpt2` vocabulary whose
+/// Reads the BPE `tokenizer.json` `j` (read from `path`) as a `gpt2` vocabulary whose
 /// `tokenizer.ggml.pre` is `pre`.
-pub(super) fn read_tokenizer_json(path: &Path, pre: &str) -> Result<Vocab, ConvertError> {
-    let j = read_json(path)?;
+pub(super) fn read_tokenizer_json(path: &Path, j: &Json, pre: &str) -> Result<Vocab, ConvertError> {
     let bad = |detail: String| ConvertError::Tokenizer {
         path: path.to_path_buf(),
         detail,
@@ -30,41 +28,13 @@ pub(super) fn read_tokenizer_json(path: &Path, pre: &str) -> Result<Vocab, Conve
         .get("vocab")
         .and_then(Json::as_object)
         .ok_or_else(|| bad("has no `model.vocab` object".into()))?;
-    let mut by_id: Vec<Option<(String, i32)>> = Vec::new();
-    let mut set = |id: u64, text: &str, ty: i32| -> Result<(), ConvertError> {
-        let id = usize::try_from(id)
-            .ok()
-            .filter(|&i| i < (1 << 24))
-            .ok_or_else(|| bad(format!("token `{text}` has an implausible id {id}")))?;
-        if by_id.len() <= id {
-            by_id.resize(id + 1, None);
+    let by_id = tokens_by_id(path, vocab, j, |text, special| {
+        if special || looks_special(text) {
+            CONTROL
+        } else {
+            USER_DEFINED
         }
-        by_id[id] = Some((text.to_string(), ty));
-        Ok(())
-    };
-    for (text, id) in vocab {
-        let id = id
-            .as_u64()
-            .ok_or_else(|| bad(format!("token `{text}` has id {id}, not an integer")))?;
-        set(id, text, NORMAL)?;
-    }
-    if let Some(added) = j.get("added_tokens").and_then(Json::as_array) {
-        for a in added {
-            let (Some(id), Some(text)) = (
-                a.get("id").and_then(Json::as_u64),
-                a.get("content").and_then(Json::as_str),
-            ) else {
-                return Err(bad(format!("an added token lacks an id or content: {a}")));
-            };
-            let special = a.get("special").and_then(Json::as_bool).unwrap_or(false);
-            let ty = if special || looks_special(text) {
-                CONTROL
-            } else {
-                USER_DEFINED
-            };
-            set(id, text, ty)?;
-        }
-    }
+    })?;
     let mut tokens = Vec::with_capacity(by_id.len());
     let mut types = Vec::with_capacity(by_id.len());
     for (i, e) in by_id.into_iter().enumerate() {
@@ -121,4 +91,50 @@ fn looks_special(t: &str) -> bool {
     (t.starts_with("<|") && t.ends_with("|>"))
         || matches!(t, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
         || (t.starts_with("<｜") && t.ends_with("｜>"))
+}
+
+/// The tokens of `tokenizer.json` `j` (read from `path`) by id: `vocab` (token → id) as
+/// normal tokens, then `added_tokens` typed by `added_type(text, special)`; `None` for ids
+/// no token has.
+pub(super) fn tokens_by_id(
+    path: &Path,
+    vocab: &serde_json::Map<String, Json>,
+    j: &Json,
+    added_type: impl Fn(&str, bool) -> i32,
+) -> Result<Vec<Option<(String, i32)>>, ConvertError> {
+    let bad = |detail: String| ConvertError::Tokenizer {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let mut by_id: Vec<Option<(String, i32)>> = Vec::new();
+    let mut set = |id: u64, text: &str, ty: i32| -> Result<(), ConvertError> {
+        let id = usize::try_from(id)
+            .ok()
+            .filter(|&i| i < (1 << 24))
+            .ok_or_else(|| bad(format!("token `{text}` has an implausible id {id}")))?;
+        if by_id.len() <= id {
+            by_id.resize(id + 1, None);
+        }
+        by_id[id] = Some((text.to_string(), ty));
+        Ok(())
+    };
+    for (text, id) in vocab {
+        let id = id
+            .as_u64()
+            .ok_or_else(|| bad(format!("token `{text}` has id {id}, not an integer")))?;
+        set(id, text, NORMAL)?;
+    }
+    if let Some(added) = j.get("added_tokens").and_then(Json::as_array) {
+        for a in added {
+            let (Some(id), Some(text)) = (
+                a.get("id").and_then(Json::as_u64),
+                a.get("content").and_then(Json::as_str),
+            ) else {
+                return Err(bad(format!("an added token lacks an id or content: {a}")));
+            };
+            let special = a.get("special").and_then(Json::as_bool).unwrap_or(false);
+            set(id, text, added_type(text, special))?;
+        }
+    }
+    Ok(by_id)
 }

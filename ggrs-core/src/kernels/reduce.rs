@@ -1,5 +1,6 @@
 //! Reductions and row normalisations: sum, sum_rows, mean, argmax, norm, rms_norm.
 
+use crate::kernels::ggml_arith::reduce16;
 use crate::kernels::{split_range, Task, TaskPlan, Work};
 use crate::op::Op;
 use crate::tensor::TensorMeta;
@@ -137,7 +138,11 @@ pub(crate) unsafe fn argsort_top_k(
     }
 }
 
-/// Layer norm of each row (no affine part).
+/// Layer norm of each row (no affine part), in the arithmetic of ggml's
+/// `ggml_compute_forward_norm_f32` on AVX-512 (llama.cpp commit 0c1e570): the sum in f64
+/// rounded to f32 and divided by `n` in f32; the centred squares summed 16 at a time by
+/// GCC's `_mm512_reduce_add_ps` ([`reduce16`]), the groups (and the tail, one by one) in
+/// f64; the variance rounded to f32.
 ///
 /// # Safety
 /// See [`crate::kernels::compute_chunk`].
@@ -151,9 +156,19 @@ pub(crate) unsafe fn norm(task: &Task, eps: f32, chunk: usize, n_chunks: usize, 
             let x = a.load_row(i1, i2, i3, work.scratch);
             let out = d.row_f32_mut(i1, i2, i3);
             let sum: f64 = x.iter().map(|&v| v as f64).sum();
-            let mean = (sum / n as f64) as f32;
+            let mean = sum as f32 / n as f32;
             let mut sum2 = 0f64;
-            for (o, &v) in out.iter_mut().zip(x) {
+            let np = n & !15;
+            for (o, v) in out[..np].chunks_exact_mut(16).zip(x[..np].chunks_exact(16)) {
+                let mut sq = [0f32; 16];
+                for ((o, &v), s) in o.iter_mut().zip(v).zip(&mut sq) {
+                    let c = v - mean;
+                    *o = c;
+                    *s = c * c;
+                }
+                sum2 += reduce16(&sq) as f64;
+            }
+            for (o, &v) in out[np..].iter_mut().zip(&x[np..]) {
                 let c = v - mean;
                 *o = c;
                 sum2 += (c * c) as f64;

@@ -19,7 +19,7 @@
 
 use ggrs_core::{Context, DType, Tensor};
 
-use super::decoder::blk;
+use super::decoder::{blk, QkvBias, QkvoWeights};
 use crate::architecture::{ArchModel, Architecture, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
@@ -34,22 +34,8 @@ pub struct Bert;
 /// One BERT layer (`e` = `n_embd`, `f` = `n_ff`).
 #[derive(Debug, Clone)]
 pub struct BertLayer {
-    /// Query, key, value projections `[e, e]` and their biases `[e]`.
-    pub wq: WeightId,
-    /// Key projection.
-    pub wk: WeightId,
-    /// Value projection.
-    pub wv: WeightId,
-    /// Query bias.
-    pub bq: Option<WeightId>,
-    /// Key bias.
-    pub bk: Option<WeightId>,
-    /// Value bias.
-    pub bv: Option<WeightId>,
-    /// Output projection `[e, e]` and bias.
-    pub wo: WeightId,
-    /// Output bias.
-    pub bo: Option<WeightId>,
+    /// Query, key, value and output projections `[e, e]` and their biases `[e]`.
+    pub attn: QkvoWeights,
     /// LayerNorm after attention (weight, bias).
     pub attn_out_norm: (WeightId, Option<WeightId>),
     /// Up projection `[e, f]` and bias `[f]`.
@@ -120,15 +106,9 @@ impl Architecture for Bert {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
             let n = |s: &str| blk(i, s);
+            let (attn, ()) = QkvoWeights::load(l, i, [e, e, e], QkvBias::Optional, |_| Ok(()))?;
             layers.push(BertLayer {
-                wq: l.matrix(&n("attn_q.weight"), &[e, e])?,
-                wk: l.matrix(&n("attn_k.weight"), &[e, e])?,
-                wv: l.matrix(&n("attn_v.weight"), &[e, e])?,
-                wo: l.matrix(&n("attn_output.weight"), &[e, e])?,
-                bq: l.opt_f32(&n("attn_q.bias"), &[e])?,
-                bk: l.opt_f32(&n("attn_k.bias"), &[e])?,
-                bv: l.opt_f32(&n("attn_v.bias"), &[e])?,
-                bo: l.opt_f32(&n("attn_output.bias"), &[e])?,
+                attn,
                 attn_out_norm: norm(l, &n("attn_output_norm"))?,
                 up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
                 up_b: l.opt_f32(&n("ffn_up.bias"), &[f])?,
@@ -221,13 +201,14 @@ impl ArchModel for BertModel {
                 let y = ctx.mul_mat(w[m], x)?;
                 add_opt(ctx, y, w.opt(b))
             };
-            let q = proj(ctx, l.wq, l.bq)?;
-            let k = proj(ctx, l.wk, l.bk)?;
-            let v = proj(ctx, l.wv, l.bv)?;
+            let p = &l.attn;
+            let q = proj(ctx, p.wq, p.bq)?;
+            let k = proj(ctx, p.wk, p.bk)?;
+            let v = proj(ctx, p.wv, p.bv)?;
             let q = ctx.reshape_3d(q, hp.head_dim, hp.n_head, n)?;
             let a = cached_attention(ctx, kv, il, &inp, shape, dims, q, [k, v])?; // [e, n]
-            let o = ctx.mul_mat(w[l.wo], a)?;
-            let o = add_opt(ctx, o, w.opt(l.bo))?;
+            let o = ctx.mul_mat(w[p.wo], a)?;
+            let o = add_opt(ctx, o, w.opt(p.bo))?;
             let h = ctx.add(o, x)?;
             let (nw, nb) = l.attn_out_norm;
             let ffn_inp = layer_norm(ctx, h, w[nw], w.opt(nb), eps)?;

@@ -74,12 +74,10 @@ pub enum QkvBias {
     Absent,
 }
 
-/// The attention weights of one block (shapes with `e` = `n_embd`, `q` = `n_head·head_dim`,
-/// `kv` = `n_head_kv·head_dim`, `d` = `head_dim`).
+/// The query, key, value and output projections of one attention block and their biases
+/// (shapes with `e` = `n_embd`, `q` = `n_head·head_dim`, `kv` = `n_head_kv·head_dim`).
 #[derive(Debug, Clone)]
-pub struct AttnWeights {
-    /// RMSNorm weight before attention, `[e]`.
-    pub attn_norm: WeightId,
+pub struct QkvoWeights {
     /// Query projection, `[e, q]`.
     pub wq: WeightId,
     /// Key projection, `[e, kv]`.
@@ -96,10 +94,71 @@ pub struct AttnWeights {
     pub wo: WeightId,
     /// Output bias, `[e]`.
     pub bo: Option<WeightId>,
+}
+
+impl QkvoWeights {
+    /// Reads block `i`'s `attn_q`, `attn_k`, `attn_v` and `attn_output` (`[e, q, kv]` as
+    /// above), biases as `bias` says (the output bias taken where the file has it unless
+    /// `Absent`); `between` reads what an architecture keeps between the Q/K/V matrices and
+    /// the output matrix in its weight table (the decoders' `attn_norm`).
+    pub fn load<T>(
+        l: &mut WeightLoader<'_>,
+        i: usize,
+        [e, q, kv]: [usize; 3],
+        bias: QkvBias,
+        between: impl FnOnce(&mut WeightLoader<'_>) -> Result<T>,
+    ) -> Result<(QkvoWeights, T)> {
+        let n = |s: &str| blk(i, s);
+        let b = |l: &mut WeightLoader<'_>, s: &str, len: usize| match bias {
+            QkvBias::Required => l.f32(&n(s), &[len]).map(Some),
+            QkvBias::Optional => l.opt_f32(&n(s), &[len]),
+            QkvBias::Absent => Ok(None),
+        };
+        // Read in the order of the original loader (the weight table's order).
+        let (wq, wk, wv) = (
+            l.matrix(&n("attn_q.weight"), &[e, q])?,
+            l.matrix(&n("attn_k.weight"), &[e, kv])?,
+            l.matrix(&n("attn_v.weight"), &[e, kv])?,
+        );
+        let t = between(l)?;
+        let w = QkvoWeights {
+            wq,
+            wk,
+            wv,
+            wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
+            bq: b(l, "attn_q.bias", q)?,
+            bk: b(l, "attn_k.bias", kv)?,
+            bv: b(l, "attn_v.bias", kv)?,
+            bo: match bias {
+                QkvBias::Absent => None,
+                _ => l.opt_f32(&n("attn_output.bias"), &[e])?,
+            },
+        };
+        Ok((w, t))
+    }
+}
+
+/// The attention weights of one block: the projections ([`QkvoWeights`], whose fields
+/// `attn.wq`… reach through `Deref`), the norm before them and the optional per-head Q/K
+/// norms (`d` = `head_dim`).
+#[derive(Debug, Clone)]
+pub struct AttnWeights {
+    /// RMSNorm weight before attention, `[e]`.
+    pub attn_norm: WeightId,
+    /// The projections and their biases.
+    pub proj: QkvoWeights,
     /// Per-head RMSNorm weight of the queries, `[d]`, shared by all heads (Qwen3).
     pub q_norm: Option<WeightId>,
     /// Per-head RMSNorm weight of the keys, `[d]`, shared by all heads (Qwen3).
     pub k_norm: Option<WeightId>,
+}
+
+impl std::ops::Deref for AttnWeights {
+    type Target = QkvoWeights;
+
+    fn deref(&self) -> &QkvoWeights {
+        &self.proj
+    }
 }
 
 impl AttnWeights {
@@ -115,34 +174,16 @@ impl AttnWeights {
         let e = hp.n_embd;
         let (q, kv, d) = (hp.n_head * hp.head_dim, hp.n_embd_kv(), hp.head_dim);
         let n = |s: &str| blk(i, s);
-        let b = |l: &mut WeightLoader<'_>, s: &str, len: usize| match bias {
-            QkvBias::Required => l.f32(&n(s), &[len]).map(Some),
-            QkvBias::Optional => l.opt_f32(&n(s), &[len]),
-            QkvBias::Absent => Ok(None),
-        };
         let norm = |l: &mut WeightLoader<'_>, s: &str| match qk_norm {
             true => l.f32(&n(s), &[d]).map(Some),
             false => Ok(None),
         };
-        // Read in the order of the original loader (the weight table's order).
-        let (wq, wk, wv) = (
-            l.matrix(&n("attn_q.weight"), &[e, q])?,
-            l.matrix(&n("attn_k.weight"), &[e, kv])?,
-            l.matrix(&n("attn_v.weight"), &[e, kv])?,
-        );
+        let (proj, attn_norm) = QkvoWeights::load(l, i, [e, q, kv], bias, |l| {
+            l.f32(&n("attn_norm.weight"), &[e])
+        })?;
         Ok(AttnWeights {
-            wq,
-            wk,
-            wv,
-            attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
-            wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
-            bq: b(l, "attn_q.bias", q)?,
-            bk: b(l, "attn_k.bias", kv)?,
-            bv: b(l, "attn_v.bias", kv)?,
-            bo: match bias {
-                QkvBias::Absent => None,
-                _ => l.opt_f32(&n("attn_output.bias"), &[e])?,
-            },
+            attn_norm,
+            proj,
             q_norm: norm(l, "attn_q_norm.weight")?,
             k_norm: norm(l, "attn_k_norm.weight")?,
         })

@@ -64,6 +64,16 @@ class NativeModel:
     def logits(self, all: bool = False) -> np.ndarray: ...
     def reset(self) -> None: ...
     def perplexity(self, text: str, chunk: int = 512) -> Tuple[float, float, int, int]: ...
+    n_embd: int
+    pooling: Optional[str]
+    generative: bool
+    def embed(
+        self,
+        inputs: Sequence[Union[str, Sequence[int]]],
+        pooling: Optional[str] = None,
+        normalize: int = 2,
+    ) -> Tuple[Union[np.ndarray, List[np.ndarray]], int]: ...
+    def rerank(self, query: str, documents: Sequence[str]) -> List[float]: ...
 
 def quantize(
     source: Union[str, PathLike[str]],

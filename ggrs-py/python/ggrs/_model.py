@@ -159,7 +159,10 @@ class Model:
     ``"chatml"``, or a Jinja template's text). With ``cache_prompt`` (the default) a prompt
     that starts with tokens the KV cache already holds evaluates only the rest, as
     llama-cpp-python does; its logits may then differ in the last bits from a fresh run.
-    ``copy_weights=True`` copies the weights that are not repacked (F16, BF16, k-quants) onto
+    An embedding model (a BERT encoder such as all-MiniLM-L6-v2) loads without a session:
+    :meth:`embed`, :meth:`rerank` and :meth:`create_embedding` work, generation raises
+    :class:`ModelError`. ``embedding`` is accepted for llama-cpp-python's sake; every model
+    computes embeddings when asked. ``copy_weights=True`` copies the weights that are not repacked (F16, BF16, k-quants) onto
     2 MiB pages at load, as ``ggrs run`` does for long generations: a few percent faster
     decoding for a slower load (by default they are read from the file's map, as ``ggrs run``
     reads them for short generations; the weights the panel kernels read are always packed).
@@ -190,6 +193,7 @@ class Model:
         chat_format: Optional[str] = None,
         cache_prompt: bool = True,
         verbose: bool = False,
+        embedding: bool = False,
     ) -> None:
         if (path is None) == (model_path is None):
             raise TypeError("give the model file as `path` or as `model_path` (one of them)")
@@ -420,6 +424,75 @@ class Model:
         """The prompt text of a conversation in the model's chat format (or ``chat_format``)."""
         pairs = _openai.message_pairs(messages)
         return self._m.render_chat(pairs, add_generation_prompt, self.chat_format)
+
+    # ----- embeddings -----------------------------------------------------------------------
+
+    @property
+    def n_embd(self) -> int:
+        """Width of the model's hidden states (an embedding's length)."""
+        return self._m.n_embd
+
+    @property
+    def pooling(self) -> Optional[str]:
+        """The pooling the model file names (``"mean"``, ``"cls"``, ``"last"``, ``"rank"``,
+        ``"none"``), or None (a generation model: :meth:`embed` needs ``pooling=``)."""
+        return self._m.pooling
+
+    def embed(
+        self,
+        texts: Union[str, Sequence[Union[str, Sequence[int]]]],
+        normalize: Union[bool, int] = True,
+        pooling: Optional[str] = None,
+    ) -> Union["np.ndarray", List["np.ndarray"]]:
+        """Embeddings of ``texts`` as llama.cpp's ``llama-embedding`` computes them: a
+        float32 array ``(len(texts), n_embd)``, or ``(n_embd,)`` for one str. Each input is
+        a text (the model's special tokens added, e.g. [CLS] … [SEP]) or a list of token ids.
+
+        ``normalize``: True (Euclidean, unit length: a dot product is the cosine), False
+        (raw), or llama.cpp's ``--embd-normalize`` number (-1 none, 0 max-abs, 1 taxicab,
+        2 Euclidean, p > 2 p-norm). ``pooling``: ``"mean"``, ``"cls"``, ``"last"`` (decoder
+        embedders), ``"none"`` (a list of ``(n_tokens, n_embd)`` arrays, one vector per
+        token) or None (the file's). Inputs of any lengths are evaluated together in batches;
+        each result has the same bits as the input alone."""
+        one = isinstance(texts, str)
+        inputs = [texts] if one else list(texts)  # type: ignore[list-item]
+        if isinstance(normalize, bool):
+            kind = 2 if normalize else -1
+        elif isinstance(normalize, int):
+            kind = normalize
+        else:
+            raise BadArgumentError(f"normalize must be a bool or an int, not {normalize!r}")
+        out, _ = self._m.embed(inputs, pooling=pooling, normalize=kind)
+        return out[0] if one else out
+
+    def rerank(self, query: str, documents: Sequence[str]) -> List[float]:
+        """Relevance scores of ``documents`` for ``query`` from a reranker (a cross-encoder
+        with ``rank`` pooling, e.g. bge-reranker), in the order of ``documents`` (higher is
+        more relevant), as llama-server's ``/rerank`` computes them. Sort with
+        ``sorted(range(len(docs)), key=lambda i: -scores[i])``."""
+        if isinstance(documents, str):
+            raise BadArgumentError("documents must be a list of strings, not one str")
+        return self._m.rerank(query, list(documents))
+
+    def create_embedding(
+        self, input: Union[str, Sequence[str]], model: Optional[str] = None
+    ) -> Dict[str, Any]:
+        """An embeddings response shaped like the OpenAI API's, as llama-cpp-python's
+        ``create_embedding``: ``{"object": "list", "data": [{"object": "embedding",
+        "embedding": [...], "index": i}], "model", "usage"}``. As llama-cpp-python's, the
+        vectors are not normalised (use :meth:`embed` for unit vectors or arrays)."""
+        inputs = [input] if isinstance(input, str) else list(input)
+        out, n_tokens = self._m.embed(inputs, pooling=None, normalize=-1)
+        data = [
+            {"object": "embedding", "embedding": v.tolist(), "index": i}
+            for i, v in enumerate(out)
+        ]
+        return {
+            "object": "list",
+            "data": data,
+            "model": model if model is not None else self.model_path,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        }
 
     # ----- evaluation -----------------------------------------------------------------------
 
