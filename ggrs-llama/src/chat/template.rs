@@ -104,6 +104,20 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         vars: &TemplateVars,
     ) -> std::result::Result<String, ChatError> {
+        self.render_tools(messages, add_generation_prompt, vars, None)
+    }
+
+    /// As [`ChatTemplate::render_with`], a Jinja template also seeing `tools` (OpenAI's
+    /// list of `{"type": "function", "function": {name, description, parameters}}`) as
+    /// Hugging Face's `apply_chat_template(tools=…)` passes it. Built-in formats ignore
+    /// `tools` (see [`super::tools::ToolSetup::prepare`] for templates without tools).
+    pub fn render_tools(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+        tools: Option<&serde_json::Value>,
+    ) -> std::result::Result<String, ChatError> {
         if messages.is_empty() {
             return Err(ChatError::EmptyConversation);
         }
@@ -118,6 +132,7 @@ impl ChatTemplate {
                 add_generation_prompt,
                 [bos_token, eos_token],
                 vars,
+                tools,
             ),
             ChatTemplate::ChatGlm3 => render_glm(
                 "ChatGLM3",
