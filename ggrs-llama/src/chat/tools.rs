@@ -34,7 +34,7 @@
 use serde_json::{json, Value};
 
 use super::message::Message;
-use crate::constraint::{GrammarSpec, LazyTrigger};
+use crate::constraint::{with_json_options, GrammarSpec, LazyTrigger};
 use crate::tokenizer::{TokenType, Tokenizer};
 
 /// One call of a tool by the model.
@@ -339,8 +339,12 @@ impl ToolSetup {
             }
             _ => quoted(s),
         };
+        // The calls' JSON as the formats write it (`", "`, `": "`, no free whitespace: a
+        // small model left free to add whitespace can loop on it), at most one newline
+        // around a call.
         let lark = |start: String, call_schema: &Value| {
-            format!("start: {start}\ncall: %json {call_schema}\nws: /[ \\t\\n]*/\n")
+            let schema = with_json_options(call_schema);
+            format!("start: {start}\ncall: %json {schema}\nws: /[ \\n]?/\n")
         };
         match self.format {
             ToolFormat::Hermes => {
@@ -395,8 +399,9 @@ impl ToolSetup {
                         .iter()
                         .map(|t| quoted(&quoted(&t.name)))
                         .collect();
+                    let args = with_json_options(&json!({"type": "object"}));
                     let rest = format!(
-                        "start: name \", \\\"parameters\\\": \" args \"}}\"\nname: {}\nargs: %json {{\"type\": \"object\"}}\n",
+                        "start: name \", \\\"parameters\\\": \" args \"}}\"\nname: {}\nargs: %json {args}\n",
                         names.join(" | ")
                     );
                     Some((GrammarSpec::Lark(rest), Some(LazyTrigger { words })))
