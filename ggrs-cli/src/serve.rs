@@ -163,8 +163,8 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         .map(str::parse::<ggrs_llama::Pooling>)
         .transpose()
         .map_err(|e| e.to_string())?;
-    c.reasoning_format =
-        ggrs_llama::chat::reply::ReasoningFormat::parse(&a.reasoning_format).ok_or_else(|| {
+    c.reasoning_format = ggrs_llama::chat::reply::ReasoningFormat::parse(&a.reasoning_format)
+        .ok_or_else(|| {
             format!(
                 "--reasoning-format {}: expected none, deepseek or auto",
                 a.reasoning_format

@@ -70,7 +70,10 @@ fn text_of(v: &Value, field: &str) -> Result<String, ApiError> {
 fn messages_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     let at = format!("messages[{i}]");
     let role = m.get("role").and_then(Value::as_str).ok_or_else(|| {
-        ApiError::invalid(format!("{at}.role"), "a message needs a 'role' (user or assistant)")
+        ApiError::invalid(
+            format!("{at}.role"),
+            "a message needs a 'role' (user or assistant)",
+        )
     })?;
     if role != "user" && role != "assistant" {
         return Err(ApiError::invalid(
@@ -84,7 +87,13 @@ fn messages_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError
             return Ok(());
         }
         Some(Value::Array(b)) => b,
-        Some(v) => return Err(wrong_type(&format!("{at}.content"), "a string or blocks", v)),
+        Some(v) => {
+            return Err(wrong_type(
+                &format!("{at}.content"),
+                "a string or blocks",
+                v,
+            ))
+        }
         None => {
             return Err(ApiError::invalid(
                 format!("{at}.content"),
@@ -269,7 +278,13 @@ pub(crate) async fn messages(
         let input_tokens = prompt.len();
         let run = submit(&l.handle, vec![prompt], &opts, "msg")?;
         if opts.stream {
-            let s = stream_state(st.clone(), l.clone(), run, opts, crate::params::Endpoint::Chat);
+            let s = stream_state(
+                st.clone(),
+                l.clone(),
+                run,
+                opts,
+                crate::params::Endpoint::Chat,
+            );
             return Ok(stream(st.clone(), s, input_tokens).into_response());
         }
         let (run, done) = wait_all_timed(&st, run).await?;
@@ -395,8 +410,11 @@ impl Translator {
         if let Some(t) = d.get("reasoning_content").and_then(Value::as_str) {
             let start = json!({"type": "thinking", "thinking": "", "signature": ""});
             let i = self.block("thinking", start);
-            self.out.push_back(event("content_block_delta", json!({"type": "content_block_delta",
-                "index": i, "delta": {"type": "thinking_delta", "thinking": t}})));
+            self.out.push_back(event(
+                "content_block_delta",
+                json!({"type": "content_block_delta",
+                "index": i, "delta": {"type": "thinking_delta", "thinking": t}}),
+            ));
         }
         if let Some(t) = d
             .get("content")
@@ -404,18 +422,27 @@ impl Translator {
             .filter(|t| !t.is_empty())
         {
             let i = self.block("text", json!({"type": "text", "text": ""}));
-            self.out.push_back(event("content_block_delta", json!({"type": "content_block_delta",
-                "index": i, "delta": {"type": "text_delta", "text": t}})));
+            self.out.push_back(event(
+                "content_block_delta",
+                json!({"type": "content_block_delta",
+                "index": i, "delta": {"type": "text_delta", "text": t}}),
+            ));
         }
         if let Some(calls) = d.get("tool_calls").and_then(Value::as_array) {
             for c in calls {
                 self.close_block();
                 let f = &c["function"];
-                let i = self.block("tool_use", json!({"type": "tool_use", "id": c["id"],
-                    "name": f["name"], "input": {}}));
+                let i = self.block(
+                    "tool_use",
+                    json!({"type": "tool_use", "id": c["id"],
+                    "name": f["name"], "input": {}}),
+                );
                 let args = f["arguments"].as_str().unwrap_or("{}");
-                self.out.push_back(event("content_block_delta", json!({"type": "content_block_delta",
-                    "index": i, "delta": {"type": "input_json_delta", "partial_json": args}})));
+                self.out.push_back(event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta",
+                    "index": i, "delta": {"type": "input_json_delta", "partial_json": args}}),
+                ));
                 self.close_block();
             }
         }
@@ -505,8 +532,14 @@ mod tests {
         .unwrap();
         let m = b.get("messages").unwrap().as_array().unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "Be brief."}));
-        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], r#"{"a":1,"b":2}"#);
-        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "toolu_1", "content": "3"}));
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"a":1,"b":2}"#
+        );
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "toolu_1", "content": "3"})
+        );
         assert_eq!(m[4], json!({"role": "user", "content": "thanks"}));
         assert_eq!(b.get("stop").unwrap(), &json!(["END"]));
         assert_eq!(b.get("tool_choice").unwrap()["function"]["name"], "add");

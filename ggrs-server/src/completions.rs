@@ -55,9 +55,10 @@ pub(crate) async fn prepare_chat(
         let (st, l) = (st2, l2);
         let mut body = to_body(&bytes)?;
         let mut spec = structured::spec(&mut body)?;
-        let template = l.template.as_ref().map_err(|e| {
-            ApiError::bad_request(format!("this model has no chat format: {e}"))
-        })?;
+        let template = l
+            .template
+            .as_ref()
+            .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
         let tools = tools::setup(&mut body, template)?;
         let mut vars = l.vars.clone();
         let reasoning = match body.take("chat_template_kwargs") {
@@ -771,9 +772,11 @@ pub(crate) fn stream_state(
         calls: vec![0; n],
         finished: false,
     };
-    let syntax = s.opts.reply.clone().unwrap_or_else(|| {
-        ReplySyntax::new(ReasoningFormat::None, "", None)
-    });
+    let syntax = s
+        .opts
+        .reply
+        .clone()
+        .unwrap_or_else(|| ReplySyntax::new(ReasoningFormat::None, "", None));
     s.replies = vec![ReplyStream::new(syntax); n];
     if endpoint == Endpoint::Chat {
         for i in 0..n {

@@ -86,7 +86,9 @@ pub(crate) fn to_chat_body(bytes: &[u8]) -> Result<(Body, Map<String, Value>), A
                                          "arguments": it.get("arguments")}});
                         // Calls of one turn go into one assistant message.
                         match msgs.last_mut() {
-                            Some(m) if m["role"] == "assistant" && m.get("tool_calls").is_some() => {
+                            Some(m)
+                                if m["role"] == "assistant" && m.get("tool_calls").is_some() =>
+                            {
                                 if let Some(c) = m["tool_calls"].as_array_mut() {
                                     c.push(call);
                                 }
@@ -139,8 +141,10 @@ pub(crate) fn to_chat_body(bytes: &[u8]) -> Result<(Body, Map<String, Value>), A
                     "tools other than functions (web search, file search, …)",
                 ));
             }
-            list.push(json!({"type": "function", "function": {"name": t.get("name"),
-                "description": t.get("description"), "parameters": t.get("parameters")}}));
+            list.push(
+                json!({"type": "function", "function": {"name": t.get("name"),
+                "description": t.get("description"), "parameters": t.get("parameters")}}),
+            );
         }
         o.insert("tools".into(), Value::Array(list));
     }
@@ -329,14 +333,23 @@ impl Translator {
         let id = self.item_id(kind, i);
         let item = if kind == "message" {
             let part = json!({"type": "output_text", "text": text, "annotations": []});
-            self.emit("response.output_text.done", json!({"item_id": id, "output_index": i,
-                "content_index": 0, "text": text}));
-            self.emit("response.content_part.done", json!({"item_id": id, "output_index": i,
-                "content_index": 0, "part": part}));
+            self.emit(
+                "response.output_text.done",
+                json!({"item_id": id, "output_index": i,
+                "content_index": 0, "text": text}),
+            );
+            self.emit(
+                "response.content_part.done",
+                json!({"item_id": id, "output_index": i,
+                "content_index": 0, "part": part}),
+            );
             message_item(&id, &text, "completed")
         } else {
-            self.emit("response.reasoning_text.done", json!({"item_id": id, "output_index": i,
-                "content_index": 0, "text": text}));
+            self.emit(
+                "response.reasoning_text.done",
+                json!({"item_id": id, "output_index": i,
+                "content_index": 0, "text": text}),
+            );
             reasoning_item(&id, &text)
         };
         self.emit(
@@ -364,9 +377,12 @@ impl Translator {
                 json!({"output_index": i, "item": item}),
             );
             if kind == "message" {
-                self.emit("response.content_part.added", json!({"item_id": id,
+                self.emit(
+                    "response.content_part.added",
+                    json!({"item_id": id,
                     "output_index": i, "content_index": 0,
-                    "part": {"type": "output_text", "text": "", "annotations": []}}));
+                    "part": {"type": "output_text", "text": "", "annotations": []}}),
+                );
             }
             self.open = Some((i, kind, String::new()));
         }
@@ -403,10 +419,16 @@ impl Translator {
             "response.output_item.added",
             json!({"output_index": i, "item": added}),
         );
-        self.emit("response.function_call_arguments.delta", json!({"item_id": id,
-            "output_index": i, "delta": call.arguments}));
-        self.emit("response.function_call_arguments.done", json!({"item_id": id,
-            "output_index": i, "arguments": call.arguments}));
+        self.emit(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id,
+            "output_index": i, "delta": call.arguments}),
+        );
+        self.emit(
+            "response.function_call_arguments.done",
+            json!({"item_id": id,
+            "output_index": i, "arguments": call.arguments}),
+        );
         let item = call_item(&call, "completed");
         self.emit(
             "response.output_item.done",
@@ -421,7 +443,15 @@ impl Translator {
             let c = self.s.done.first().cloned().flatten();
             let id = self.id();
             let items = std::mem::take(&mut self.items);
-            let r = response(&self.st, &id, self.created, &self.echo, "completed", items, c.as_ref());
+            let r = response(
+                &self.st,
+                &id,
+                self.created,
+                &self.echo,
+                "completed",
+                items,
+                c.as_ref(),
+            );
             let kind = if r["status"] == "incomplete" {
                 "response.incomplete"
             } else {
@@ -468,7 +498,15 @@ impl Translator {
             if !self.started {
                 self.started = true;
                 let id = self.id();
-                let r = response(&self.st, &id, self.created, &self.echo, "in_progress", vec![], None);
+                let r = response(
+                    &self.st,
+                    &id,
+                    self.created,
+                    &self.echo,
+                    "in_progress",
+                    vec![],
+                    None,
+                );
                 self.emit("response.created", json!({"response": r}));
                 self.emit("response.in_progress", json!({"response": r}));
             }

@@ -103,8 +103,14 @@ mod tests {
         assert!(s.parallel && s.format == ToolFormat::Hermes);
         assert!(b.get("tools").is_none());
         for (json, field) in [
-            (r#"{"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "maybe"}"#, "tool_choice"),
-            (r#"{"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}"#, "tool_choice"),
+            (
+                r#"{"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "maybe"}"#,
+                "tool_choice",
+            ),
+            (
+                r#"{"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}"#,
+                "tool_choice",
+            ),
             (r#"{"tools": {"name": "f"}}"#, "tools"),
             (r#"{"tools": [{"type": "function"}]}"#, "tools"),
         ] {

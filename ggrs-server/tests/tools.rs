@@ -53,7 +53,10 @@ fn tools() -> Value {
 /// above are small).
 fn check_call(call: &Value) -> String {
     assert_eq!(call["type"], "function", "{call}");
-    assert!(call["id"].as_str().is_some_and(|id| !id.is_empty()), "{call}");
+    assert!(
+        call["id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{call}"
+    );
     let name = call["function"]["name"].as_str().unwrap().to_string();
     let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
         .unwrap_or_else(|e| panic!("{call}: {e}"));
@@ -184,7 +187,10 @@ fn anthropic_messages() {
     );
     assert_eq!(a.status, 200, "{}", a.body);
     let m = &a.body;
-    assert_eq!((m["type"].as_str(), m["role"].as_str()), (Some("message"), Some("assistant")));
+    assert_eq!(
+        (m["type"].as_str(), m["role"].as_str()),
+        (Some("message"), Some("assistant"))
+    );
     assert_eq!(m["stop_reason"], "tool_use", "{m}");
     let use_ = m["content"]
         .as_array()
@@ -214,7 +220,11 @@ fn anthropic_messages() {
     );
     let text = a.body["content"][0]["text"].as_str().unwrap().to_string();
     let cut = text.char_indices().nth(3).map_or(text.len(), |(i, _)| i);
-    if let Some(stop) = text.get(cut..).and_then(|t| t.chars().next()).map(String::from) {
+    if let Some(stop) = text
+        .get(cut..)
+        .and_then(|t| t.chars().next())
+        .map(String::from)
+    {
         let a = s.post(
             "/v1/messages",
             &json!({"max_tokens": 30, "stop_sequences": [stop], "temperature": 0,

@@ -29,7 +29,10 @@ impl Message {
     }
 
     /// An assistant message calling `calls` (after `content`, which may be empty).
-    pub fn assistant_calls(content: impl Into<String>, calls: Vec<super::tools::ToolCall>) -> Message {
+    pub fn assistant_calls(
+        content: impl Into<String>,
+        calls: Vec<super::tools::ToolCall>,
+    ) -> Message {
         Message {
             tool_calls: calls,
             ..Message::assistant(content)

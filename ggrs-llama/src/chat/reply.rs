@@ -147,7 +147,9 @@ impl ReplySyntax {
 fn partial_suffix(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
-        .find(|&n| text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..]))
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..])
+        })
         .unwrap_or(0)
 }
 
@@ -196,7 +198,9 @@ impl ReplyStream {
             self.sent_reasoning = r.len();
         }
         if content.len() > self.sent_content && content.is_char_boundary(self.sent_content) {
-            out.push(ReplyDelta::Content(content[self.sent_content..].to_string()));
+            out.push(ReplyDelta::Content(
+                content[self.sent_content..].to_string(),
+            ));
             self.sent_content = content.len();
         }
     }
@@ -279,7 +283,10 @@ mod tests {
         assert_eq!(r.content, "Four.");
         // No think block: all content, reasoning absent.
         let r = stream_matches_parse(ds.clone(), "<thin is not a tag");
-        assert_eq!((r.reasoning, r.content.as_str()), (None, "<thin is not a tag"));
+        assert_eq!(
+            (r.reasoning, r.content.as_str()),
+            (None, "<thin is not a tag")
+        );
         // Unclosed (cut off): all reasoning.
         let r = stream_matches_parse(ds, "<think>still thinking");
         assert_eq!(r.reasoning.as_deref(), Some("still thinking"));
@@ -288,12 +295,21 @@ mod tests {
         let forced = ReplySyntax::new(ReasoningFormat::Deepseek, "<｜Assistant｜><think>\n", None);
         assert!(forced.thinking_forced_open);
         let r = stream_matches_parse(forced, "Hmm.\n</think>\nYes.");
-        assert_eq!((r.reasoning.as_deref(), r.content.as_str()), (Some("Hmm."), "Yes."));
+        assert_eq!(
+            (r.reasoning.as_deref(), r.content.as_str()),
+            (Some("Hmm."), "Yes.")
+        );
         // --reasoning-format none: left alone.
         let none = ReplySyntax::new(ReasoningFormat::None, "<think>\n", None);
         let r = stream_matches_parse(none, "<think>a</think>b");
-        assert_eq!((r.reasoning, r.content.as_str()), (None, "<think>a</think>b"));
-        assert_eq!(ReasoningFormat::parse("auto"), Some(ReasoningFormat::Deepseek));
+        assert_eq!(
+            (r.reasoning, r.content.as_str()),
+            (None, "<think>a</think>b")
+        );
+        assert_eq!(
+            ReasoningFormat::parse("auto"),
+            Some(ReasoningFormat::Deepseek)
+        );
         assert_eq!(ReasoningFormat::parse("x"), None);
     }
 

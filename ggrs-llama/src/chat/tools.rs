@@ -334,7 +334,12 @@ impl ToolSetup {
         let forced = self.choice != ToolChoice::Auto;
         let quoted = |s: &str| serde_json::Value::String(s.to_string()).to_string();
         let marker = |s: &str| match tok.vocab().token_id(s) {
-            Some(id) if tok.vocab().token(id).is_some_and(|t| t.ty == TokenType::Control) => {
+            Some(id)
+                if tok
+                    .vocab()
+                    .token(id)
+                    .is_some_and(|t| t.ty == TokenType::Control) =>
+            {
                 format!("<[{id}]>")
             }
             _ => quoted(s),
