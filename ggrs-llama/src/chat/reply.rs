@@ -267,7 +267,19 @@ mod tests {
                 ReplyDelta::ToolCall(x) => calls.push(x.name),
             }
         }
-        assert_eq!(parsed, syntax.parse(text));
+        // The same split (call ids are fresh on each parse).
+        let again = syntax.parse(text);
+        assert_eq!(
+            (&parsed.reasoning, &parsed.content),
+            (&again.reasoning, &again.content)
+        );
+        let strip = |r: &ParsedReply| -> Vec<(String, String)> {
+            r.tool_calls
+                .iter()
+                .map(|c| (c.name.clone(), c.arguments.clone()))
+                .collect()
+        };
+        assert_eq!(strip(&parsed), strip(&again));
         assert_eq!(r, parsed.reasoning.clone().unwrap_or_default(), "{text:?}");
         assert_eq!(c, parsed.content, "{text:?}");
         let names: Vec<String> = parsed.tool_calls.iter().map(|c| c.name.clone()).collect();

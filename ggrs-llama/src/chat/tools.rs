@@ -593,7 +593,7 @@ pub fn new_call_id() -> String {
     let mut x = h.finish();
     let mut id = String::from("call_");
     for i in 0..24 {
-        if i == 10 {
+        if i > 0 && i % 10 == 0 {
             let mut h2 = std::collections::hash_map::RandomState::new().build_hasher();
             h2.write_u64(x);
             x = h2.finish();
