@@ -46,6 +46,11 @@ ADD = {
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
+# Written on 2026-11-29 but not yet run against `ggrs serve` (the session ran out of time
+# before a release build); the same behaviour is covered in Rust by
+# ggrs-server/tests/tools.rs. Remove this mark once the suite has passed once.
+pytestmark = pytest.mark.skip(reason="not yet run against ggrs serve (issue 33)")
+
 
 @pytest.fixture(scope="module")
 def client(base_url, api_key):
