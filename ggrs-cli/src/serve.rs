@@ -69,8 +69,8 @@ pub struct Args {
     #[arg(long, default_value = "deepseek", value_name = "none|deepseek|auto")]
     reasoning_format: String,
     /// Accepted for llama-server compatibility: Jinja templates are always used.
-    #[arg(long, hide = true)]
-    jinja: bool,
+    #[arg(long = "jinja", hide = true)]
+    _jinja: bool,
     /// Serve Prometheus metrics at /metrics.
     #[arg(long)]
     metrics: bool,
