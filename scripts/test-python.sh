@@ -28,7 +28,7 @@ if [[ -z $REF ]]; then
     REF=$dir/shared/reference
 fi
 MODEL=$REF/tiny/tiny-llama-f16.gguf
-PINS=(openai==3.57.0 pytest==9.2.0 playwright==1.65.2)
+PINS=(openai==3.57.0 anthropic==2.10.0 pytest==9.2.0 playwright==1.65.2)
 
 [[ -f $MODEL ]] || { echo "test-python: no tiny model at $MODEL (set GGRS_REFERENCE_DIR)" >&2; exit 1; }
 

@@ -64,6 +64,13 @@ pub struct Args {
     /// Embedding pooling: none, mean, cls, last [default: the model file's].
     #[arg(long)]
     pooling: Option<String>,
+    /// Where a reasoning model's `<think>` blocks go: `deepseek` (or `auto`) into
+    /// `reasoning_content`, `none` left in the content (as llama-server's flag).
+    #[arg(long, default_value = "deepseek", value_name = "none|deepseek|auto")]
+    reasoning_format: String,
+    /// Accepted for llama-server compatibility: Jinja templates are always used.
+    #[arg(long = "jinja", hide = true)]
+    _jinja: bool,
     /// Serve Prometheus metrics at /metrics.
     #[arg(long)]
     metrics: bool,
@@ -167,6 +174,13 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         .map(str::parse::<ggrs_llama::Pooling>)
         .transpose()
         .map_err(|e| e.to_string())?;
+    c.reasoning_format = ggrs_llama::chat::reply::ReasoningFormat::parse(&a.reasoning_format)
+        .ok_or_else(|| {
+            format!(
+                "--reasoning-format {}: expected none, deepseek or auto",
+                a.reasoning_format
+            )
+        })?;
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     Ok(c)

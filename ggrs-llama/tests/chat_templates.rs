@@ -247,7 +247,7 @@ fn templates_cannot_write_or_build_past_the_limit() {
         };
         let t0 = std::time::Instant::now();
         let e = t
-            .render_limited(&msgs, true, &vars(true), LIMIT)
+            .render_limited(&msgs, true, &vars(true), None, LIMIT)
             .expect_err(source);
         let text = e.to_string();
         assert!(
@@ -267,7 +267,7 @@ fn templates_cannot_write_or_build_past_the_limit() {
         eos_token: String::new(),
     };
     assert_eq!(
-        t.render_limited(&[Message::user(" hi ")], true, &vars(true), LIMIT)
+        t.render_limited(&[Message::user(" hi ")], true, &vars(true), None, LIMIT)
             .unwrap(),
         "a, 1, None, [2]|abc|a+b+c|x, y|abc|bba|HI"
     );
@@ -275,7 +275,7 @@ fn templates_cannot_write_or_build_past_the_limit() {
     let qwen3 = template("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>");
     assert_eq!(
         qwen3
-            .render_limited(&conversation(), true, &vars(true), 4096)
+            .render_limited(&conversation(), true, &vars(true), None, 4096)
             .unwrap(),
         render(&qwen3, &conversation(), true)
     );

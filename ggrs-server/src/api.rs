@@ -13,7 +13,7 @@ use axum::Router;
 use crate::error::ApiError;
 use crate::handler::St;
 use crate::state::AppState;
-use crate::{completions, embeddings, info};
+use crate::{anthropic, completions, embeddings, info, responses};
 
 /// Paths open without an API key (as llama-server's: health, the model list, the page).
 const PUBLIC: &[&str] = &["/", "/health", "/v1/health", "/models", "/v1/models"];
@@ -35,6 +35,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(info::detokenize))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/chat/completions", post(completions::chat))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/responses", post(responses::responses))
+        .route("/responses", post(responses::responses))
         .route("/v1/completions", post(completions::completions))
         .route("/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::v1_embeddings))

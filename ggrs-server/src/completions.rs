@@ -21,6 +21,9 @@ use crate::limits::{check_choices, check_rendered, check_text, off_thread, rende
 use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
 use crate::state::{unix_now, AppState, Loaded};
 use crate::structured;
+use crate::tools;
+use ggrs_llama::chat::reply::{ReasoningFormat, ReplyDelta, ReplyStream, ReplySyntax};
+use ggrs_llama::chat::tools::ParsedReply;
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat(
@@ -30,40 +33,109 @@ pub(crate) async fn chat(
     let run = async {
         let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        // Parsing, rendering and tokenizing run on the preparation pool (see `limits`).
-        let (st2, l2) = (st.clone(), l.clone());
-        let (mut opts, prompt, spec) = off_thread(&st.prep, move |cancel| {
-            let (st, l) = (st2, l2);
-            let mut body = Body::parse(&bytes)?;
-            let spec = structured::spec(&mut body)?;
-            let (opts, msgs) = chat_request(
-                &body,
-                st.n_predict,
-                l.model.hparams.n_vocab,
-                l.handle.params().queue_capacity,
-                st.max_text_bytes,
-            )?;
-            drop(body);
-            let template = l.template.as_ref().map_err(|e| {
-                ApiError::bad_request(format!("this model has no chat format: {e}"))
-            })?;
-            cancel.check()?;
-            let text = template
-                .render_limited(&msgs, true, &l.vars, rendered_limit(st.max_text_bytes))
-                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-            check_rendered(st.max_text_bytes, text.len())?;
-            cancel.check()?;
-            let prompt = l
-                .model
-                .encode_chat(&text)
-                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-            Ok((opts, prompt, spec))
-        })
-        .await?;
-        opts.params.constraint = structured::compile(l.model.tokenizer(), spec).await?;
+        let (prompt, opts) = prepare_chat(&st, &l, bytes, Body::parse).await?;
         Ok::<_, ApiError>(generate(st.clone(), l, vec![prompt], opts, Endpoint::Chat).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A chat request made ready for the engine: `to_body` reads the bytes into an OpenAI chat
+/// body (the Anthropic and Responses endpoints translate theirs); the body's options, tools
+/// and structured-output fields are read, the conversation rendered and tokenized on the
+/// preparation pool, and the constraint compiled. Gives the prompt and the options (with
+/// the reply's syntax).
+pub(crate) async fn prepare_chat(
+    st: &Arc<AppState>,
+    l: &Arc<Loaded>,
+    bytes: Bytes,
+    to_body: impl FnOnce(&[u8]) -> Result<Body, ApiError> + Send + 'static,
+) -> Result<(Vec<u32>, GenOptions), ApiError> {
+    let (st2, l2) = (st.clone(), l.clone());
+    let (mut opts, prompt, spec, lazy) = off_thread(&st.prep, move |cancel| {
+        let (st, l) = (st2, l2);
+        let mut body = to_body(&bytes)?;
+        let mut spec = structured::spec(&mut body)?;
+        let template = l
+            .template
+            .as_ref()
+            .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
+        let tools = tools::setup(&mut body, template)?;
+        let mut vars = l.vars.clone();
+        let reasoning = match body.take("chat_template_kwargs") {
+            Some(Value::Object(k)) => {
+                if let Some(b) = k.get("enable_thinking").and_then(Value::as_bool) {
+                    vars.enable_thinking = b;
+                }
+                st.reasoning_format
+            }
+            Some(v) => return Err(wrong_type("chat_template_kwargs", "an object", &v)),
+            None => st.reasoning_format,
+        };
+        let reasoning = match body.take("reasoning_format") {
+            Some(Value::String(r)) => ReasoningFormat::parse(&r).ok_or_else(|| {
+                ApiError::invalid(
+                    "reasoning_format",
+                    format!("'reasoning_format' must be none, deepseek or auto, not '{r}'"),
+                )
+            })?,
+            Some(v) => return Err(wrong_type("reasoning_format", "a string", &v)),
+            None => reasoning,
+        };
+        let (mut opts, msgs) = chat_request(
+            &body,
+            st.n_predict,
+            l.model.hparams.n_vocab,
+            l.handle.params().queue_capacity,
+            st.max_text_bytes,
+        )?;
+        drop(body);
+        cancel.check()?;
+        let (msgs, tools_value) = match &tools {
+            Some(t) => t.prepare(&msgs),
+            None => (msgs, None),
+        };
+        let text = template
+            .render_limited(
+                &msgs,
+                true,
+                &vars,
+                tools_value.as_ref(),
+                rendered_limit(st.max_text_bytes),
+            )
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        check_rendered(st.max_text_bytes, text.len())?;
+        cancel.check()?;
+        let prompt = l
+            .model
+            .encode_chat(&text)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        // The tools' grammar: forced (`required`, a named function) or lazy (`auto`);
+        // a structured-output field the request also gives wins over a lazy one.
+        let mut lazy = None;
+        if let Some((g, trigger)) = tools.as_ref().and_then(|t| t.grammar(l.model.tokenizer())) {
+            match (spec.as_ref().map(|(f, _)| *f), trigger) {
+                (None, trigger) => {
+                    spec = Some(("tools", g));
+                    lazy = trigger;
+                }
+                (Some(_), Some(_)) => {}
+                (Some(field), None) => {
+                    return Err(ApiError::invalid(
+                        field,
+                        format!(
+                            "'{field}' cannot be combined with tools and a 'tool_choice' that \
+                             forces a call"
+                        ),
+                    ))
+                }
+            }
+        }
+        opts.reply = Some(ReplySyntax::new(reasoning, &text, tools));
+        Ok((opts, prompt, spec, lazy))
+    })
+    .await?;
+    opts.params.constraint = structured::compile(l.model.tokenizer(), spec, lazy).await?;
+    Ok((prompt, opts))
 }
 
 /// `POST /v1/completions`.
@@ -96,7 +168,7 @@ pub(crate) async fn completions(
             Ok((opts, prompts, spec))
         })
         .await?;
-        opts.params.constraint = structured::compile(l.model.tokenizer(), spec).await?;
+        opts.params.constraint = structured::compile(l.model.tokenizer(), spec, None).await?;
         Ok::<_, ApiError>(generate(st.clone(), l, prompts, opts, Endpoint::Completions).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
@@ -176,15 +248,15 @@ impl Drop for CancelOnDrop {
 }
 
 /// The running requests of one HTTP request: each choice's events, tagged with its index.
-struct Running {
+pub(crate) struct Running {
     rx: UnboundedReceiver<(usize, Event)>,
     _cancel: CancelOnDrop,
     n_choices: usize,
-    id: String,
+    pub id: String,
 }
 
 /// Submits `n` choices per prompt (choice `p * n + i` has seed `seed + i`).
-fn submit(
+pub(crate) fn submit(
     h: &EngineHandle,
     prompts: Vec<Vec<u32>>,
     opts: &GenOptions,
@@ -363,15 +435,7 @@ async fn generate(
     if opts.stream {
         stream(st, l, run, opts, endpoint).into_response()
     } else {
-        let timeout = st.timeout;
-        let whole = collect(&st, &l, run, &opts, endpoint);
-        let r = match timeout {
-            Some(t) => tokio::time::timeout(t, whole)
-                .await
-                .unwrap_or_else(|_| Err(ApiError::timeout(t.as_secs_f64()))),
-            None => whole.await,
-        };
-        match r {
+        match collect(&st, &l, run, &opts, endpoint).await {
             Ok(v) => Json(v).into_response(),
             Err(e) => e.into_response(),
         }
@@ -383,10 +447,16 @@ async fn generate(
 async fn collect(
     st: &AppState,
     l: &Loaded,
-    mut run: Running,
+    run: Running,
     opts: &GenOptions,
     endpoint: Endpoint,
 ) -> Result<Value, ApiError> {
+    let (run, done) = wait_all_timed(st, run).await?;
+    answer(st, l, &run, &done, opts, endpoint)
+}
+
+/// Waits for every choice of `run` (dropping this future cancels them).
+pub(crate) async fn wait_all(mut run: Running) -> Result<(Running, Vec<Completion>), ApiError> {
     let mut done: Vec<Option<Completion>> = vec![None; run.n_choices];
     let mut left = run.n_choices;
     while left > 0 {
@@ -400,7 +470,31 @@ async fn collect(
             None => return Err(ApiError::server("the engine stopped")),
         }
     }
-    let done: Vec<Completion> = done.into_iter().flatten().collect();
+    Ok((run, done.into_iter().flatten().collect()))
+}
+
+/// [`wait_all`] within the server's timeout.
+pub(crate) async fn wait_all_timed(
+    st: &AppState,
+    run: Running,
+) -> Result<(Running, Vec<Completion>), ApiError> {
+    match st.timeout {
+        Some(t) => tokio::time::timeout(t, wait_all(run))
+            .await
+            .unwrap_or_else(|_| Err(ApiError::timeout(t.as_secs_f64()))),
+        None => wait_all(run).await,
+    }
+}
+
+/// The answer object of finished choices.
+fn answer(
+    st: &AppState,
+    l: &Loaded,
+    run: &Running,
+    done: &[Completion],
+    opts: &GenOptions,
+    endpoint: Endpoint,
+) -> Result<Value, ApiError> {
     let tok = l.model.tokenizer();
     let choices: Vec<Value> = done
         .iter()
@@ -414,7 +508,19 @@ async fn collect(
             let mut ch =
                 json!({"index": i, "logprobs": lp, "finish_reason": finish_reason(&c.stop)});
             match endpoint {
-                Endpoint::Chat => ch["message"] = json!({"role": "assistant", "content": c.text}),
+                Endpoint::Chat => {
+                    let reply = match &opts.reply {
+                        Some(syntax) => syntax.parse(&c.text),
+                        None => ParsedReply {
+                            content: c.text.clone(),
+                            ..ParsedReply::default()
+                        },
+                    };
+                    if !reply.tool_calls.is_empty() {
+                        ch["finish_reason"] = json!("tool_calls");
+                    }
+                    ch["message"] = chat_message(&reply);
+                }
                 Endpoint::Completions => ch["text"] = json!(c.text),
             }
             ch
@@ -424,7 +530,7 @@ async fn collect(
         Endpoint::Chat => "chat.completion",
         Endpoint::Completions => "text_completion",
     };
-    let mut v = head(&run, st, object);
+    let mut v = head(run, st, object);
     v["choices"] = Value::Array(choices);
     v["usage"] = usage(opts.n, done.iter());
     if let Some(c) = done.first() {
@@ -433,8 +539,33 @@ async fn collect(
     Ok(v)
 }
 
+/// The `message` of a chat answer: `content` (null when the reply is only tool calls, as
+/// OpenAI writes it), `reasoning_content` when split off, `tool_calls`.
+fn chat_message(r: &ParsedReply) -> Value {
+    let content = if r.content.is_empty() && !r.tool_calls.is_empty() {
+        Value::Null
+    } else {
+        json!(r.content)
+    };
+    let mut m = json!({"role": "assistant", "content": content});
+    if let Some(t) = &r.reasoning {
+        m["reasoning_content"] = json!(t);
+    }
+    if !r.tool_calls.is_empty() {
+        m["tool_calls"] = r
+            .tool_calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+    }
+    m
+}
+
 /// The state of an event stream.
-struct StreamState {
+pub(crate) struct StreamState {
     st: Arc<AppState>,
     l: Arc<Loaded>,
     run: Running,
@@ -442,10 +573,14 @@ struct StreamState {
     endpoint: Endpoint,
     /// Events ready to send.
     out: VecDeque<String>,
-    done: Vec<Option<Completion>>,
+    pub done: Vec<Option<Completion>>,
     left: usize,
     /// Text length sent per choice (the completions form's `text_offset`).
     sent: Vec<usize>,
+    /// Each chat choice's reply, split as it streams.
+    replies: Vec<ReplyStream>,
+    /// Tool calls sent per choice.
+    calls: Vec<usize>,
     finished: bool,
 }
 
@@ -469,6 +604,33 @@ impl StreamState {
         }
     }
 
+    /// The answer's id.
+    pub fn run_id(&self) -> &str {
+        &self.run.id
+    }
+
+    /// Chunks of a chat choice's reply pieces.
+    fn reply_chunks(&mut self, i: usize, deltas: Vec<ReplyDelta>, mut logprobs: Value) {
+        for d in deltas {
+            let delta = match d {
+                ReplyDelta::Content(t) => json!({"content": t}),
+                ReplyDelta::Reasoning(t) => json!({"reasoning_content": t}),
+                ReplyDelta::ToolCall(c) => {
+                    let index = self.calls[i];
+                    self.calls[i] += 1;
+                    json!({"tool_calls": [{"index": index, "id": c.id, "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments}}]})
+                }
+            };
+            let c = self.chunk(i, delta, std::mem::take(&mut logprobs), None);
+            self.out.push_back(c.to_string());
+        }
+        if !logprobs.is_null() {
+            let c = self.chunk(i, json!({}), logprobs, None);
+            self.out.push_back(c.to_string());
+        }
+    }
+
     /// Turns one engine event into chunks.
     fn on_event(&mut self, i: usize, e: Event) {
         let tok = self.l.model.tokenizer();
@@ -485,11 +647,24 @@ impl StreamState {
                     completion_logprobs(tok, &[(t.id, t.logprob, &t.top_logprobs)], self.sent[i])
                 };
                 self.sent[i] += t.text.len();
+                if self.endpoint == Endpoint::Chat {
+                    let deltas = self.replies[i].push(&t.text);
+                    self.reply_chunks(i, deltas, lp);
+                    return;
+                }
                 let c = self.chunk(i, self.text_delta(&t.text), lp, None);
                 self.out.push_back(c.to_string());
             }
             Event::Done(c) => {
-                if !c.tail.is_empty() {
+                let mut finish = finish_reason(&c.stop);
+                if self.endpoint == Endpoint::Chat {
+                    let mut deltas = self.replies[i].push(&c.tail);
+                    deltas.extend(self.replies[i].finish().0);
+                    self.reply_chunks(i, deltas, Value::Null);
+                    if self.calls[i] > 0 {
+                        finish = "tool_calls";
+                    }
+                } else if !c.tail.is_empty() {
                     let chunk = self.chunk(i, self.text_delta(&c.tail), Value::Null, None);
                     self.out.push_back(chunk.to_string());
                 }
@@ -497,7 +672,7 @@ impl StreamState {
                     Endpoint::Chat => json!({}),
                     Endpoint::Completions => json!(""),
                 };
-                let mut last = self.chunk(i, empty, Value::Null, Some(finish_reason(&c.stop)));
+                let mut last = self.chunk(i, empty, Value::Null, Some(finish));
                 last["timings"] = timings(&c);
                 self.out.push_back(last.to_string());
                 self.done[i] = Some(c);
@@ -522,6 +697,9 @@ impl StreamState {
             let mut v = head(&self.run, &self.st, object);
             v["choices"] = json!([]);
             v["usage"] = usage(self.opts.n, self.done.iter().flatten());
+            if let Some(Some(c)) = self.done.first() {
+                v["timings"] = timings(c);
+            }
             self.out.push_back(v.to_string());
         }
         self.out.push_back("[DONE]".into());
@@ -529,7 +707,7 @@ impl StreamState {
     }
 
     /// The next event to send, waiting for the engine when none is ready.
-    async fn next(&mut self) -> Option<String> {
+    pub async fn next(&mut self) -> Option<String> {
         loop {
             if let Some(e) = self.out.pop_front() {
                 return Some(e);
@@ -569,6 +747,22 @@ fn stream(
     opts: GenOptions,
     endpoint: Endpoint,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+    let s = stream_state(st, l, run, opts, endpoint);
+    let events = futures_util::stream::unfold(s, |mut s| async move {
+        let e = s.next().await?;
+        Some((Ok(SseEvent::default().data(e)), s))
+    });
+    Sse::new(events)
+}
+
+/// The state of a stream of chunks (each as JSON text, then `[DONE]`).
+pub(crate) fn stream_state(
+    st: Arc<AppState>,
+    l: Arc<Loaded>,
+    run: Running,
+    opts: GenOptions,
+    endpoint: Endpoint,
+) -> StreamState {
     let n = run.n_choices;
     let mut s = StreamState {
         st,
@@ -580,22 +774,26 @@ fn stream(
         done: vec![None; n],
         left: n,
         sent: vec![0; n],
+        replies: Vec::new(),
+        calls: vec![0; n],
         finished: false,
     };
+    let syntax = s
+        .opts
+        .reply
+        .clone()
+        .unwrap_or_else(|| ReplySyntax::new(ReasoningFormat::None, "", None));
+    s.replies = vec![ReplyStream::new(syntax); n];
     if endpoint == Endpoint::Chat {
         for i in 0..n {
             let c = s.chunk(
                 i,
-                json!({"role": "assistant", "content": ""}),
+                json!({"role": "assistant", "content": null}),
                 Value::Null,
                 None,
             );
             s.out.push_back(c.to_string());
         }
     }
-    let events = futures_util::stream::unfold(s, |mut s| async move {
-        let e = s.next().await?;
-        Some((Ok(SseEvent::default().data(e)), s))
-    });
-    Sse::new(events)
+    s
 }

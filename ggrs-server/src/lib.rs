@@ -19,6 +19,7 @@
 //! # Ok::<(), ggrs_server::ServerError>(())
 //! ```
 
+mod anthropic;
 mod api;
 mod completions;
 mod embed_service;
@@ -31,8 +32,10 @@ mod info;
 mod limits;
 mod origins;
 mod params;
+mod responses;
 mod state;
 mod structured;
+mod tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -101,6 +104,9 @@ pub struct ServerConfig {
     pub reranking: bool,
     /// The embeddings' pooling (`--pooling`; `None`: the model file's).
     pub pooling: Option<ggrs_llama::Pooling>,
+    /// Where `<think>` blocks go (`--reasoning-format`; default `deepseek`:
+    /// `reasoning_content`).
+    pub reasoning_format: ggrs_llama::chat::reply::ReasoningFormat,
 }
 
 impl ServerConfig {
@@ -132,6 +138,7 @@ impl ServerConfig {
             embeddings: false,
             reranking: false,
             pooling: None,
+            reasoning_format: Default::default(),
         }
     }
 

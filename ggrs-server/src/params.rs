@@ -1,6 +1,8 @@
 //! Reading a request's JSON: typed fields with errors that name them, the sampling options
 //! both completion endpoints share, and the fields this server refuses.
 
+use ggrs_llama::chat::reply::ReplySyntax;
+use ggrs_llama::chat::tools::{new_call_id, ToolCall};
 use ggrs_llama::chat::Message;
 use ggrs_llama::{GenerateParams, SamplingParams};
 use serde_json::{Map, Value};
@@ -119,11 +121,8 @@ fn as_int(v: &Value) -> Option<i64> {
 /// value that leaves the output alone (such a value is accepted). Fields not named here
 /// nor read are ignored, as llama-server ignores them (`user`, `metadata`, `store`, …).
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("tools", "no tool calling"),
-    ("tool_choice", "no tool calling"),
     ("functions", "no function calling"),
     ("function_call", "no function calling"),
-    ("parallel_tool_calls", "no tool calling"),
     ("response_format", "only {\"type\": \"text\"}"),
     ("grammar", "no grammar-constrained sampling"),
     ("json_schema", "no schema-constrained sampling"),
@@ -139,7 +138,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("audio", "text only"),
     ("modalities", "text only"),
     ("prediction", "no predicted outputs"),
-    ("reasoning_effort", "no reasoning controls"),
     ("lora", "no LoRA adapters"),
     ("samplers", "the sampler order is fixed"),
 ];
@@ -181,6 +179,8 @@ pub(crate) struct GenOptions {
     pub cache_prompt: bool,
     /// Report log-probabilities (with `params.top_logprobs` alternatives).
     pub logprobs: bool,
+    /// How to split a chat reply into reasoning, text and tool calls (none: as it is).
+    pub reply: Option<ReplySyntax>,
 }
 
 /// Most choices (`n`) per request.
@@ -439,6 +439,7 @@ pub(crate) fn gen_options(
         include_usage,
         cache_prompt: body.bool("cache_prompt")?.unwrap_or(true),
         logprobs,
+        reply: None,
     })
 }
 
@@ -474,21 +475,60 @@ pub(crate) fn messages(body: &Body) -> Result<Vec<Message>, ApiError> {
             };
             let role = match role {
                 "system" | "developer" => "system",
-                "user" | "assistant" => role,
+                "user" | "assistant" | "tool" => role,
+                "function" => "tool",
                 other => {
                     return Err(ApiError::unsupported(
                         &format!("{at}.role"),
-                        &format!("role '{other}' (only system, developer, user and assistant)"),
+                        &format!(
+                            "role '{other}' (only system, developer, user, assistant and tool)"
+                        ),
                     ))
                 }
             };
-            if m.get("tool_calls").is_some_and(|v| !v.is_null()) {
-                return Err(ApiError::unsupported(
-                    &format!("{at}.tool_calls"),
-                    "no tool calling",
-                ));
+            let mut msg = Message::new(role, content(m.get("content"), &at)?);
+            if role == "assistant" {
+                msg.tool_calls = tool_calls(m.get("tool_calls"), &at)?;
             }
-            Ok(Message::new(role, content(m.get("content"), &at)?))
+            if role == "tool" {
+                let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);
+                msg.tool_call_id = s("tool_call_id");
+                msg.name = s("name");
+            }
+            Ok(msg)
+        })
+        .collect()
+}
+
+/// An assistant message's `tool_calls`: `[{"id", "type": "function", "function": {"name",
+/// "arguments"}}]`, the arguments a JSON text (or, as some clients send them, an object).
+fn tool_calls(v: Option<&Value>, at: &str) -> Result<Vec<ToolCall>, ApiError> {
+    let field = format!("{at}.tool_calls");
+    let list = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(wrong_type(&field, "a list of tool calls", v)),
+    };
+    list.iter()
+        .map(|c| {
+            let f = c.get("function").unwrap_or(c);
+            let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+                ApiError::invalid(&field, "a tool call needs a 'function' with a 'name'")
+            })?;
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+            };
+            let id = c
+                .get("id")
+                .and_then(Value::as_str)
+                .map_or_else(new_call_id, str::to_string);
+            Ok(ToolCall {
+                id,
+                name: name.to_string(),
+                arguments,
+            })
         })
         .collect()
 }
@@ -570,7 +610,6 @@ mod tests {
         for (json, param) in [
             (r#"{"temperature": "hot"}"#, "temperature"),
             (r#"{"logit_bias": {"100": 1}}"#, "logit_bias"),
-            (r#"{"tools": [{"type": "function"}]}"#, "tools"),
             (
                 r#"{"response_format": {"type": "json_object"}}"#,
                 "response_format",
@@ -605,7 +644,8 @@ mod tests {
         );
         for json in [
             r#"{"messages": []}"#,
-            r#"{"messages": [{"role": "tool", "content": "x"}]}"#,
+            r#"{"messages": [{"role": "robot", "content": "x"}]}"#,
+            r#"{"messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}]}"#,
             r#"{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
             r#"{"messages": "hi"}"#,
         ] {

@@ -91,6 +91,8 @@ pub(crate) struct AppState {
     /// The embedding worker, once the model is loaded (with `embed_enabled`).
     pub embed: std::sync::OnceLock<Arc<crate::embed_service::EmbedService>>,
     pub counters: Mutex<Counters>,
+    /// Where `<think>` blocks go (`--reasoning-format`).
+    pub reasoning_format: ggrs_llama::chat::reply::ReasoningFormat,
 }
 
 /// Seconds since 1970 now.
@@ -124,6 +126,7 @@ impl AppState {
             embed_enabled: config.embeddings || config.reranking,
             embed: std::sync::OnceLock::new(),
             counters: Mutex::new(Counters::default()),
+            reasoning_format: config.reasoning_format,
         })
     }
 

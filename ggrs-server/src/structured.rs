@@ -2,7 +2,7 @@
 //! `response_format` (OpenAI: `text`, `json_object`, `json_schema`) fields of a completion
 //! request, compiled into a [`Constraint`] the engine applies while sampling.
 
-use ggrs_llama::constraint::{Constraint, GrammarSpec};
+use ggrs_llama::constraint::{Constraint, GrammarSpec, LazyTrigger};
 use ggrs_llama::Tokenizer;
 use serde_json::Value;
 
@@ -113,15 +113,17 @@ fn response_format(v: &Value) -> Result<Option<GrammarSpec>, ApiError> {
 /// Compiles what the request asks for (off the async threads: the first constraint on a
 /// model builds the vocabulary's token trie). A 400 names the field and says why it does not
 /// compile.
+/// `lazy`: start only after one of its trigger words (a tool call's opening).
 pub(crate) async fn compile(
     tok: &Tokenizer,
     spec: Option<(&'static str, GrammarSpec)>,
+    lazy: Option<LazyTrigger>,
 ) -> Result<Option<Constraint>, ApiError> {
     let Some((field, spec)) = spec else {
         return Ok(None);
     };
     let tok = tok.clone();
-    let r = tokio::task::spawn_blocking(move || Constraint::compile(&tok, spec))
+    let r = tokio::task::spawn_blocking(move || Constraint::compile_lazy(&tok, spec, lazy))
         .await
         .map_err(|e| ApiError::server(format!("compiling the constraint failed: {e}")))?;
     r.map(Some)

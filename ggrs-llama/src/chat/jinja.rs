@@ -71,6 +71,7 @@ pub(crate) fn render(
     [bos_token, eos_token]: [&str; 2],
     vars: &TemplateVars,
     max_bytes: usize,
+    tools: Option<&serde_json::Value>,
 ) -> Result<String, ChatError> {
     let too_big = Arc::new(AtomicBool::new(false));
     let mut env = environment(vars.now_unix);
@@ -78,15 +79,7 @@ pub(crate) fn render(
     env.set_fuel(Some(fuel(messages.len())));
     let tmpl = env.template_from_str(source)?;
     let run = |msgs: &[Message]| -> Result<String, Error> {
-        let msgs: Vec<Value> = msgs
-            .iter()
-            .map(|m| {
-                Value::from_iter([
-                    ("role", Value::from(m.role.as_str())),
-                    ("content", Value::from(m.content.as_str())),
-                ])
-            })
-            .collect();
+        let msgs: Vec<Value> = msgs.iter().map(message_value).collect();
         let mut ctx: Vec<(&str, Value)> = vec![
             ("messages", Value::from(msgs)),
             ("add_generation_prompt", Value::from(add_generation_prompt)),
@@ -94,6 +87,9 @@ pub(crate) fn render(
             ("eos_token", Value::from(eos_token)),
             ("enable_thinking", Value::from(vars.enable_thinking)),
         ];
+        if let Some(t) = tools {
+            ctx.push(("tools", Value::from_serialize(t)));
+        }
         if source.contains(LLAMA3_MARKER) {
             ctx.push((
                 "date_string",
@@ -138,6 +134,95 @@ pub(crate) fn render(
             e.into()
         }
     })
+}
+
+/// A message as templates read it (OpenAI's shape): `role`, `content`, and where present
+/// `tool_calls` (`[{id, type: "function", function: {name, arguments}}]`, the arguments
+/// as a JSON object, as Hugging Face and llama.cpp pass them), `tool_call_id` and `name`.
+fn message_value(m: &Message) -> Value {
+    let mut fields: Vec<(&str, Value)> = vec![
+        ("role", Value::from(m.role.as_str())),
+        ("content", Value::from(m.content.as_str())),
+    ];
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                let args: serde_json::Value = serde_json::from_str(&c.arguments)
+                    .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone()));
+                let function = Value::from_iter([
+                    ("name", Value::from(c.name.as_str())),
+                    ("arguments", Value::from_serialize(&args)),
+                ]);
+                Value::from_iter([
+                    ("id", Value::from(c.id.as_str())),
+                    ("type", Value::from("function")),
+                    ("function", function),
+                ])
+            })
+            .collect();
+        fields.push(("tool_calls", Value::from(calls)));
+    }
+    if let Some(id) = &m.tool_call_id {
+        fields.push(("tool_call_id", Value::from(id.as_str())));
+    }
+    if let Some(n) = &m.name {
+        fields.push(("name", Value::from(n.as_str())));
+    }
+    Value::from_iter(fields)
+}
+
+/// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`, as Hugging Face's
+/// `tojson` filter writes it: `", "` and `": "` separators, keys in their order, no HTML
+/// escaping (minijinja's own filter writes compact, HTML-safe JSON, which would change the
+/// prompt the model was trained on).
+fn tojson(value: Value, indent: Option<usize>) -> Result<String, Error> {
+    let v: serde_json::Value = serde_json::to_value(&value)
+        .map_err(|e| Error::new(ErrorKind::BadSerialization, e.to_string()))?;
+    let mut out = String::new();
+    write_json(&v, indent, 0, &mut out);
+    Ok(out)
+}
+
+fn write_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Array(a) if !a.is_empty() => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                write_json(x, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        J::Object(o) if !o.is_empty() => {
+            out.push('{');
+            for (i, (k, x)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                newline(out, depth + 1);
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_json(x, indent, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 /// Template instructions a conversation of `n` messages may take (minijinja's fuel; one
@@ -296,6 +381,11 @@ fn environment(now_unix: i64) -> Environment<'static> {
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, msg))
+    });
+    env.add_filter("tojson", |v: Value, kwargs: minijinja::value::Kwargs| {
+        let indent: Option<usize> = kwargs.get("indent")?;
+        kwargs.assert_all_used()?;
+        tojson(v, indent).map(Value::from_safe_string)
     });
     env.add_function("strftime_now", move |format: String| {
         strftime(now_unix, &format)

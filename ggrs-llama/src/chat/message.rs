@@ -8,6 +8,12 @@ pub struct Message {
     pub role: String,
     /// What is said.
     pub content: String,
+    /// The tools an assistant message calls (OpenAI's `tool_calls`; empty for most).
+    pub tool_calls: Vec<super::tools::ToolCall>,
+    /// For a `tool` message: the id of the call it answers (`tool_call_id`).
+    pub tool_call_id: Option<String>,
+    /// For a `tool` message: the function's name (some templates show it).
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -16,6 +22,33 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
+    }
+
+    /// An assistant message calling `calls` (after `content`, which may be empty).
+    pub fn assistant_calls(
+        content: impl Into<String>,
+        calls: Vec<super::tools::ToolCall>,
+    ) -> Message {
+        Message {
+            tool_calls: calls,
+            ..Message::assistant(content)
+        }
+    }
+
+    /// A tool's result, answering the call `call_id` (of the function `name`).
+    pub fn tool_result(
+        content: impl Into<String>,
+        call_id: Option<String>,
+        name: Option<String>,
+    ) -> Message {
+        Message {
+            tool_call_id: call_id,
+            name,
+            ..Message::new("tool", content)
         }
     }
 

@@ -45,7 +45,9 @@
 pub mod jinja;
 pub mod message;
 pub mod named;
+pub mod reply;
 pub mod template;
+pub mod tools;
 
 use std::ops::ControlFlow;
 

@@ -104,22 +104,38 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         vars: &TemplateVars,
     ) -> std::result::Result<String, ChatError> {
+        self.render_tools(messages, add_generation_prompt, vars, None)
+    }
+
+    /// As [`ChatTemplate::render_with`], a Jinja template also seeing `tools` (OpenAI's
+    /// list of `{"type": "function", "function": {name, description, parameters}}`) as
+    /// Hugging Face's `apply_chat_template(tools=…)` passes it. Built-in formats ignore
+    /// `tools` (see [`super::tools::ToolSetup::prepare`] for templates without tools).
+    pub fn render_tools(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        vars: &TemplateVars,
+        tools: Option<&serde_json::Value>,
+    ) -> std::result::Result<String, ChatError> {
         self.render_limited(
             messages,
             add_generation_prompt,
             vars,
+            tools,
             super::MAX_RENDERED_BYTES,
         )
     }
 
-    /// As [`ChatTemplate::render_with`], with a template that writes (or builds a value of)
-    /// more than `max_bytes` stopped with [`ChatError::Template`] saying so: a server's
+    /// As [`ChatTemplate::render_tools`], with a template that writes (or builds a value
+    /// of) more than `max_bytes` stopped with [`ChatError::Template`] saying so: a server's
     /// bound on what one request may render.
     pub fn render_limited(
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
         vars: &TemplateVars,
+        tools: Option<&serde_json::Value>,
         max_bytes: usize,
     ) -> std::result::Result<String, ChatError> {
         if messages.is_empty() {
@@ -137,6 +153,7 @@ impl ChatTemplate {
                 [bos_token, eos_token],
                 vars,
                 max_bytes,
+                tools,
             ),
             ChatTemplate::ChatGlm3 => render_glm(
                 "ChatGLM3",

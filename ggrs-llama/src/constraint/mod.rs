@@ -142,8 +142,9 @@ fn json_options() -> serde_json::Value {
     })
 }
 
-/// A schema with our compile options (unless it brings its own `x-guidance`).
-pub(crate) fn with_json_options(schema: &serde_json::Value) -> serde_json::Value {
+/// A schema with our compile options (unless it brings its own `x-guidance`): compact
+/// separators, no free whitespace.
+pub fn with_json_options(schema: &serde_json::Value) -> serde_json::Value {
     let mut schema = match schema {
         // `true` / `{}`: any JSON value.
         serde_json::Value::Bool(true) => serde_json::json!({}),

@@ -1,0 +1,741 @@
+//! Tool calling: the tools a request offers, how the model's chat template writes a call
+//! ([`ToolFormat`], detected from the template as llama.cpp's `common/chat.cpp` detects
+//! it), the grammar that forces a valid call (`tool_choice` `required` or a named function)
+//! or checks one once the model starts it (`auto`: a lazy grammar, engaged by the format's
+//! opening tag), and the parser that turns the generated text back into
+//! [`ToolCall`]s.
+//!
+//! Formats:
+//! - [`ToolFormat::Hermes`] (Qwen2.5, Qwen3, Hermes 2 Pro, templates writing
+//!   `<tool_call>`): `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`, one block
+//!   per call;
+//! - [`ToolFormat::Llama3`] (Llama 3.1–3.3, templates with an `ipython` role): the reply is
+//!   a JSON object `{"name": …, "parameters": {…}}` (after an optional `<|python_tag|>`);
+//! - [`ToolFormat::Mistral`] (Mistral Nemo and later, templates writing `[TOOL_CALLS]`):
+//!   `[TOOL_CALLS][{"name": …, "arguments": {…}, "id": …}, …]`;
+//! - [`ToolFormat::Generic`] (any template that does not know tools): the tools are
+//!   described in the system message and the whole reply is JSON, `{"tool_call": {"name",
+//!   "arguments"}}` (`{"tool_calls": […]}` when parallel calls are allowed) or
+//!   `{"response": "…"}`, always under a grammar.
+//!
+//! ```
+//! use ggrs_llama::chat::tools::{ToolChoice, ToolFormat, ToolSetup};
+//! let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+//!     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+//! let setup = ToolSetup::new(ToolFormat::Hermes, &tools, ToolChoice::Auto, true).unwrap();
+//! let reply = setup.parse(
+//!     "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+//! );
+//! assert_eq!(reply.content, "Let me look.");
+//! assert_eq!(reply.tool_calls[0].name, "get_weather");
+//! assert_eq!(reply.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+//! ```
+
+use serde_json::{json, Value};
+
+use super::message::Message;
+use crate::constraint::{with_json_options, GrammarSpec, LazyTrigger};
+use crate::tokenizer::{TokenType, Tokenizer};
+
+/// One call of a tool by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call's id (`call_…`), which the tool's answer names (`tool_call_id`).
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// The arguments: a JSON object, as text (OpenAI's `function.arguments`).
+    pub arguments: String,
+}
+
+/// One function a request offers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    /// Its name.
+    pub name: String,
+    /// The JSON Schema of its arguments (`{"type": "object"}` when none was given).
+    pub parameters: Value,
+}
+
+/// How the model's template writes tool calls (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// `<tool_call>{"name", "arguments"}</tool_call>` (Qwen, Hermes).
+    Hermes,
+    /// A bare `{"name", "parameters"}` object (Llama 3.x).
+    Llama3,
+    /// `[TOOL_CALLS][{"name", "arguments", "id"}]` (Mistral).
+    Mistral,
+    /// JSON replies described in the system message (templates without tools).
+    Generic,
+}
+
+impl ToolFormat {
+    /// The format a Jinja template's source writes (llama.cpp's detection by the markers in
+    /// the template); [`ToolFormat::Generic`] for a template that does not mention tools
+    /// or for none (built-in formats).
+    pub fn detect(template_source: Option<&str>) -> ToolFormat {
+        let Some(src) = template_source else {
+            return ToolFormat::Generic;
+        };
+        if src.contains("<tool_call>") {
+            ToolFormat::Hermes
+        } else if src.contains("[TOOL_CALLS]") {
+            ToolFormat::Mistral
+        } else if src.contains("<|start_header_id|>ipython<|end_header_id|>") {
+            ToolFormat::Llama3
+        } else {
+            ToolFormat::Generic
+        }
+    }
+
+    /// The format's name, as llama-server reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolFormat::Hermes => "Hermes 2 Pro",
+            ToolFormat::Llama3 => "Llama 3.x",
+            ToolFormat::Mistral => "Mistral Nemo",
+            ToolFormat::Generic => "Generic",
+        }
+    }
+}
+
+/// `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model chooses whether to call tools.
+    Auto,
+    /// No tool is called (the tools are still shown to the model).
+    None,
+    /// At least one call.
+    Required,
+    /// A call of this function.
+    Named(String),
+}
+
+/// Why a request's tools cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// A tool that is not `{"type": "function", "function": {"name": …}}`.
+    #[error("tools[{index}]: {why}")]
+    BadTool {
+        /// Its index in `tools`.
+        index: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// `tool_choice` names a function that is not among the tools.
+    #[error("tool_choice names the function '{0}', which is not among the tools")]
+    UnknownChoice(String),
+}
+
+/// What the model's reply holds once split: its reasoning, its text and its tool calls.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ParsedReply {
+    /// The reasoning (`<think>` content), when split off.
+    pub reasoning: Option<String>,
+    /// The text for the user.
+    pub content: String,
+    /// The tool calls.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A request's tools and how this model writes them: renders them into the prompt,
+/// builds the grammar and parses the reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSetup {
+    /// The model's format.
+    pub format: ToolFormat,
+    /// The tools, as the request gave them (for the template).
+    pub raw: Value,
+    /// The tools.
+    pub tools: Vec<Tool>,
+    /// `tool_choice`.
+    pub choice: ToolChoice,
+    /// `parallel_tool_calls`: more than one call per reply.
+    pub parallel: bool,
+}
+
+impl ToolSetup {
+    /// Reads OpenAI's `tools` list (`[{"type": "function", "function": {"name",
+    /// "description", "parameters"}}]`; a bare `{"name", "parameters"}` is taken too).
+    pub fn new(
+        format: ToolFormat,
+        tools: &Value,
+        choice: ToolChoice,
+        parallel: bool,
+    ) -> Result<ToolSetup, ToolError> {
+        let list = tools.as_array().ok_or(ToolError::BadTool {
+            index: 0,
+            why: "'tools' must be a list".into(),
+        })?;
+        let mut parsed = Vec::new();
+        let mut raw = Vec::new();
+        for (index, t) in list.iter().enumerate() {
+            let bad = |why: &str| ToolError::BadTool {
+                index,
+                why: why.into(),
+            };
+            let f = match t.get("type").and_then(Value::as_str) {
+                Some("function") | None => t.get("function").unwrap_or(t),
+                Some(other) => {
+                    return Err(bad(&format!(
+                        "tools of type '{other}' are not supported (only 'function')"
+                    )))
+                }
+            };
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| bad("a function needs a 'name' string"))?;
+            let parameters = match f.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object"}),
+                Some(p @ Value::Object(_)) => p.clone(),
+                Some(_) => return Err(bad("'parameters' must be a JSON Schema object")),
+            };
+            parsed.push(Tool {
+                name: name.to_string(),
+                parameters,
+            });
+            // The template sees OpenAI's shape, whichever the request used.
+            raw.push(if t.get("function").is_some() {
+                t.clone()
+            } else {
+                json!({"type": "function", "function": f})
+            });
+        }
+        if let ToolChoice::Named(n) = &choice {
+            if !parsed.iter().any(|t| &t.name == n) {
+                return Err(ToolError::UnknownChoice(n.clone()));
+            }
+        }
+        Ok(ToolSetup {
+            format,
+            raw: Value::Array(raw),
+            tools: parsed,
+            choice,
+            parallel,
+        })
+    }
+
+    /// Whether the model may call tools (tools offered, `tool_choice` not `none`).
+    pub fn active(&self) -> bool {
+        !self.tools.is_empty() && self.choice != ToolChoice::None
+    }
+
+    /// The conversation and the `tools` value the template is rendered with. A template
+    /// that knows tools gets them as they are; for [`ToolFormat::Generic`] the tools and
+    /// the reply format are described in the system message, assistant calls are written
+    /// as the JSON the model is asked for, and tool results become user messages.
+    pub fn prepare(&self, messages: &[Message]) -> (Vec<Message>, Option<Value>) {
+        if self.format != ToolFormat::Generic {
+            let tools = (!self.tools.is_empty()).then(|| self.raw.clone());
+            return (messages.to_vec(), tools);
+        }
+        let mut out: Vec<Message> = messages
+            .iter()
+            .map(|m| {
+                if !m.tool_calls.is_empty() {
+                    let calls: Vec<Value> = m.tool_calls.iter().map(call_json).collect();
+                    Message::assistant(json!({"tool_calls": calls}).to_string())
+                } else if m.role == "tool" {
+                    let r = json!({"tool_response": {"tool": m.name, "tool_call_id":
+                        m.tool_call_id, "content": m.content}});
+                    Message::user(r.to_string())
+                } else {
+                    m.clone()
+                }
+            })
+            .collect();
+        if self.active() {
+            let schema = self.generic_schema();
+            let text = format!(
+                "Respond in JSON format, either with `tool_call` (a request to call tools) \
+                 or with `response` reply to the user's request, following this schema:\n{}",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            );
+            match out.first_mut() {
+                Some(m) if m.role == "system" => {
+                    m.content = format!("{}\n\n{text}", m.content);
+                }
+                _ => out.insert(0, Message::system(text)),
+            }
+        }
+        (out, None)
+    }
+
+    /// The tools the choice allows.
+    fn allowed(&self) -> Vec<&Tool> {
+        match &self.choice {
+            ToolChoice::Named(n) => self.tools.iter().filter(|t| &t.name == n).collect(),
+            ToolChoice::None => Vec::new(),
+            _ => self.tools.iter().collect(),
+        }
+    }
+
+    /// The schema of one call in this format (`args`: the key of the arguments).
+    fn call_schema(&self, args: &str, with_id: bool) -> Value {
+        let alts: Vec<Value> = self
+            .allowed()
+            .iter()
+            .map(|t| {
+                let mut props = serde_json::Map::new();
+                props.insert("name".into(), json!({"const": t.name}));
+                props.insert(args.into(), t.parameters.clone());
+                let mut required = vec![json!("name"), json!(args)];
+                if with_id {
+                    props.insert(
+                        "id".into(),
+                        json!({"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}),
+                    );
+                    required.push(json!("id"));
+                }
+                json!({"type": "object", "properties": props, "required": required,
+                       "additionalProperties": false})
+            })
+            .collect();
+        if alts.len() == 1 {
+            alts[0].clone()
+        } else {
+            json!({"anyOf": alts})
+        }
+    }
+
+    /// The schema of a [`ToolFormat::Generic`] reply.
+    fn generic_schema(&self) -> Value {
+        let call = self.call_schema("arguments", false);
+        let calls = if self.parallel {
+            json!({"type": "object", "properties": {"tool_calls": {"type": "array",
+                "items": call, "minItems": 1}}, "required": ["tool_calls"],
+                "additionalProperties": false})
+        } else {
+            json!({"type": "object", "properties": {"tool_call": call},
+                "required": ["tool_call"], "additionalProperties": false})
+        };
+        if self.choice == ToolChoice::Auto {
+            let response = json!({"type": "object", "properties": {"response":
+                {"type": "string"}}, "required": ["response"], "additionalProperties": false});
+            json!({"anyOf": [calls, response]})
+        } else {
+            calls
+        }
+    }
+
+    /// The grammar the reply must follow, and its trigger when lazy: none when the model
+    /// may not call tools; for `required` or a named function a call is forced from the
+    /// first token; for `auto` the grammar engages when the model writes the format's
+    /// opening (Hermes, Mistral, Llama 3) — the generic format is always constrained.
+    /// `tok` decides how markers that are control tokens are named.
+    pub fn grammar(&self, tok: &Tokenizer) -> Option<(GrammarSpec, Option<LazyTrigger>)> {
+        if !self.active() {
+            return None;
+        }
+        let forced = self.choice != ToolChoice::Auto;
+        let quoted = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+        let marker = |s: &str| match tok.vocab().token_id(s) {
+            Some(id)
+                if tok
+                    .vocab()
+                    .token(id)
+                    .is_some_and(|t| t.ty == TokenType::Control) =>
+            {
+                format!("<[{id}]>")
+            }
+            _ => quoted(s),
+        };
+        // The calls' JSON as the formats write it (`", "`, `": "`, no free whitespace: a
+        // small model left free to add whitespace can loop on it), at most one newline
+        // around a call.
+        let lark = |start: String, call_schema: &Value| {
+            let schema = with_json_options(call_schema);
+            format!("start: {start}\ncall: %json {schema}\nws: /[ \\n]?/\n")
+        };
+        match self.format {
+            ToolFormat::Hermes => {
+                let schema = self.call_schema("arguments", false);
+                let open = marker("<tool_call>");
+                let close = marker("</tool_call>");
+                let block = format!("ws call ws {close}");
+                let more = if self.parallel {
+                    format!("(ws {open} {block})*")
+                } else {
+                    String::new()
+                };
+                if forced {
+                    let g = lark(format!("{open} {block} {more}"), &schema);
+                    Some((GrammarSpec::Lark(g), None))
+                } else {
+                    let g = lark(format!("{block} {more}"), &schema);
+                    let words = vec!["<tool_call>".to_string()];
+                    Some((GrammarSpec::Lark(g), Some(LazyTrigger { words })))
+                }
+            }
+            ToolFormat::Mistral => {
+                let schema = self.call_schema("arguments", true);
+                let list = if self.parallel {
+                    "\"[\" ws call (ws \",\" ws call)* ws \"]\"".to_string()
+                } else {
+                    "\"[\" ws call ws \"]\"".to_string()
+                };
+                if forced {
+                    let g = lark(format!("{} {list}", marker("[TOOL_CALLS]")), &schema);
+                    Some((GrammarSpec::Lark(g), None))
+                } else {
+                    let words = vec!["[TOOL_CALLS]".to_string()];
+                    let g = lark(list, &schema);
+                    Some((GrammarSpec::Lark(g), Some(LazyTrigger { words })))
+                }
+            }
+            ToolFormat::Llama3 => {
+                let schema = self.call_schema("parameters", false);
+                let start = if self.parallel {
+                    "call (ws \";\" ws call)*"
+                } else {
+                    "call"
+                };
+                if forced {
+                    Some((GrammarSpec::Lark(lark(start.into(), &schema)), None))
+                } else {
+                    // The trigger is the call's own start: the grammar takes over after it.
+                    let words = vec!["{\"name\": ".to_string()];
+                    let names: Vec<String> = self
+                        .allowed()
+                        .iter()
+                        .map(|t| quoted(&quoted(&t.name)))
+                        .collect();
+                    let args = with_json_options(&json!({"type": "object"}));
+                    let rest = format!(
+                        "start: name \", \\\"parameters\\\": \" args \"}}\"\nname: {}\nargs: %json {args}\n",
+                        names.join(" | ")
+                    );
+                    Some((GrammarSpec::Lark(rest), Some(LazyTrigger { words })))
+                }
+            }
+            ToolFormat::Generic => Some((GrammarSpec::JsonSchema(self.generic_schema()), None)),
+        }
+    }
+
+    /// Splits the generated `text` into the text for the user and the tool calls, as the
+    /// format writes them. Text that does not parse as a call stays text; calls of
+    /// functions that are not among the tools stay text too.
+    pub fn parse(&self, text: &str) -> ParsedReply {
+        let plain = || ParsedReply {
+            content: text.to_string(),
+            ..ParsedReply::default()
+        };
+        if !self.active() {
+            return plain();
+        }
+        let parsed = match self.format {
+            ToolFormat::Hermes => self.parse_hermes(text),
+            ToolFormat::Mistral => self.parse_mistral(text),
+            ToolFormat::Llama3 => self.parse_bare_json(text),
+            ToolFormat::Generic => self.parse_generic(text),
+        };
+        // A small model asked for tools may write a bare call (or one in a ```json fence)
+        // whatever its template says.
+        parsed
+            .or_else(|| self.parse_bare_json(text))
+            .unwrap_or_else(plain)
+    }
+
+    /// A call object (`{"name", "arguments" | "parameters"}`) of a known tool.
+    fn call_from(&self, v: &Value) -> Option<ToolCall> {
+        let name = v.get("name")?.as_str()?;
+        if !self.tools.iter().any(|t| t.name == name) {
+            return None;
+        }
+        let args = match v.get("arguments").or_else(|| v.get("parameters")) {
+            Some(Value::String(s)) => s.clone(),
+            Some(a @ Value::Object(_)) => a.to_string(),
+            None | Some(Value::Null) => "{}".into(),
+            Some(_) => return None,
+        };
+        let id = v
+            .get("id")
+            .and_then(Value::as_str)
+            .map_or_else(new_call_id, str::to_string);
+        Some(ToolCall {
+            id,
+            name: name.to_string(),
+            arguments: args,
+        })
+    }
+
+    fn parse_hermes(&self, text: &str) -> Option<ParsedReply> {
+        const OPEN: &str = "<tool_call>";
+        const CLOSE: &str = "</tool_call>";
+        let first = text.find(OPEN)?;
+        let mut calls = Vec::new();
+        let mut rest = &text[first..];
+        while let Some(after) = rest.strip_prefix(OPEN) {
+            let (body, next) = match after.find(CLOSE) {
+                Some(e) => (&after[..e], &after[e + CLOSE.len()..]),
+                None => (after, ""), // cut off at its end (the model stopped)
+            };
+            let v: Value = serde_json::from_str(body.trim()).ok()?;
+            calls.push(self.call_from(&v)?);
+            rest = next.trim_start();
+        }
+        if !rest.trim().is_empty() {
+            // Text after the calls: not a reply this format writes.
+            return None;
+        }
+        Some(ParsedReply {
+            content: text[..first].trim_end().to_string(),
+            tool_calls: calls,
+            reasoning: None,
+        })
+    }
+
+    fn parse_mistral(&self, text: &str) -> Option<ParsedReply> {
+        const OPEN: &str = "[TOOL_CALLS]";
+        let first = text.find(OPEN)?;
+        let list: Value = serde_json::from_str(text[first + OPEN.len()..].trim()).ok()?;
+        let items = match list {
+            Value::Array(a) => a,
+            o @ Value::Object(_) => vec![o],
+            _ => return None,
+        };
+        let calls = items
+            .iter()
+            .map(|v| self.call_from(v))
+            .collect::<Option<Vec<_>>>()?;
+        Some(ParsedReply {
+            content: text[..first].trim_end().to_string(),
+            tool_calls: calls,
+            reasoning: None,
+        })
+    }
+
+    /// A reply that is one call object, or several separated by `;` (Llama 3.x), after an
+    /// optional `<|python_tag|>`, possibly in a Markdown ```json fence.
+    fn parse_bare_json(&self, text: &str) -> Option<ParsedReply> {
+        let mut t = text.trim();
+        t = t.strip_prefix("<|python_tag|>").unwrap_or(t).trim();
+        if let Some(inner) = t.strip_prefix("```json").or_else(|| t.strip_prefix("```")) {
+            t = inner.trim().strip_suffix("```")?.trim();
+        }
+        if !t.starts_with('{') {
+            return None;
+        }
+        let mut calls = Vec::new();
+        let mut rest = t;
+        loop {
+            let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+            let v = values.next()?.ok()?;
+            calls.push(self.call_from(&v)?);
+            let after = rest[values.byte_offset()..].trim_start();
+            let after = after.strip_prefix(';').unwrap_or(after).trim_start();
+            if after.is_empty() {
+                break;
+            }
+            rest = after;
+        }
+        Some(ParsedReply {
+            content: String::new(),
+            tool_calls: calls,
+            reasoning: None,
+        })
+    }
+
+    fn parse_generic(&self, text: &str) -> Option<ParsedReply> {
+        let v: Value = serde_json::from_str(text.trim()).ok()?;
+        if let Some(r) = v.get("response").and_then(Value::as_str) {
+            return Some(ParsedReply {
+                content: r.to_string(),
+                ..ParsedReply::default()
+            });
+        }
+        let calls = if let Some(c) = v.get("tool_call") {
+            vec![self.call_from(c)?]
+        } else {
+            v.get("tool_calls")?
+                .as_array()?
+                .iter()
+                .map(|c| self.call_from(c))
+                .collect::<Option<Vec<_>>>()?
+        };
+        Some(ParsedReply {
+            tool_calls: calls,
+            ..ParsedReply::default()
+        })
+    }
+
+    /// Text that starts a call in this format, for a stream to hold back: the opening tag,
+    /// or, for formats whose call is a bare JSON reply, `{` and "```json" at the reply's
+    /// start.
+    pub fn openers(&self) -> &'static [&'static str] {
+        match self.format {
+            ToolFormat::Hermes => &["<tool_call>"],
+            ToolFormat::Mistral => &["[TOOL_CALLS]"],
+            ToolFormat::Llama3 | ToolFormat::Generic => &[],
+        }
+    }
+}
+
+/// A call as the generic format writes it.
+fn call_json(c: &ToolCall) -> Value {
+    let args: Value =
+        serde_json::from_str(&c.arguments).unwrap_or_else(|_| Value::String(c.arguments.clone()));
+    json!({"name": c.name, "arguments": args, "id": c.id})
+}
+
+/// A fresh call id: `call_` and 24 letters and digits, as OpenAI's.
+pub fn new_call_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let mut x = h.finish();
+    let mut id = String::from("call_");
+    for i in 0..24 {
+        if i > 0 && i % 10 == 0 {
+            let mut h2 = std::collections::hash_map::RandomState::new().build_hasher();
+            h2.write_u64(x);
+            x = h2.finish();
+        }
+        id.push(ALPHABET[(x % ALPHABET.len() as u64) as usize] as char);
+        x /= ALPHABET.len() as u64;
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools() -> Value {
+        json!([
+            {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                            "required": ["city"]}}},
+            {"type": "function", "function": {"name": "add",
+             "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
+                            "b": {"type": "integer"}}}}}
+        ])
+    }
+
+    fn setup(f: ToolFormat) -> ToolSetup {
+        ToolSetup::new(f, &tools(), ToolChoice::Auto, true).unwrap()
+    }
+
+    #[test]
+    fn formats_are_detected_from_templates() {
+        assert_eq!(
+            ToolFormat::detect(Some("{{ '<tool_call>' }}")),
+            ToolFormat::Hermes
+        );
+        assert_eq!(
+            ToolFormat::detect(Some("{{ '[TOOL_CALLS]' }}")),
+            ToolFormat::Mistral
+        );
+        assert_eq!(
+            ToolFormat::detect(Some("<|start_header_id|>ipython<|end_header_id|>")),
+            ToolFormat::Llama3
+        );
+        assert_eq!(ToolFormat::detect(Some("{{ x }}")), ToolFormat::Generic);
+        assert_eq!(ToolFormat::detect(None), ToolFormat::Generic);
+    }
+
+    #[test]
+    fn hermes_calls_parse() {
+        let s = setup(ToolFormat::Hermes);
+        let r = s.parse(
+            "I'll check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
+        );
+        assert_eq!(r.content, "I'll check.");
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].name, "get_weather");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+        assert_eq!(r.tool_calls[1].arguments, r#"{"a":1,"b":2}"#);
+        assert!(r.tool_calls[0].id.starts_with("call_"));
+        assert_ne!(r.tool_calls[0].id, r.tool_calls[1].id);
+        // Cut off before its closing tag (the model stopped there).
+        let r = s.parse("<tool_call>\n{\"name\": \"add\", \"arguments\": {}}");
+        assert_eq!(r.tool_calls.len(), 1);
+        // An unknown function, bad JSON: text.
+        for t in [
+            "<tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"add\", \"arguments\": \n</tool_call>",
+            "Just text.",
+        ] {
+            let r = s.parse(t);
+            assert!(r.tool_calls.is_empty() && r.content == t, "{t}");
+        }
+        // A bare call, or in a fence, as small models write it.
+        let r = s.parse("```json\n{\"name\": \"add\", \"arguments\": {\"a\": 3}}\n```");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"a":3}"#);
+        assert_eq!(r.content, "");
+        // tool_choice none: all text.
+        let none = ToolSetup::new(ToolFormat::Hermes, &tools(), ToolChoice::None, true).unwrap();
+        assert!(none
+            .parse("<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>")
+            .tool_calls
+            .is_empty());
+    }
+
+    #[test]
+    fn llama3_mistral_and_generic_calls_parse() {
+        let r = setup(ToolFormat::Llama3).parse(
+            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}; {\"name\": \"add\", \"parameters\": {\"a\": 1}}",
+        );
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].arguments, r#"{"city":"Oslo"}"#);
+        let r = setup(ToolFormat::Mistral).parse(
+            "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}, \"id\": \"abcDEF123\"}]",
+        );
+        assert_eq!(r.tool_calls[0].id, "abcDEF123");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"a":1,"b":2}"#);
+        let g = setup(ToolFormat::Generic);
+        let r = g.parse(r#"{"tool_calls": [{"name": "add", "arguments": {"a": 1}}]}"#);
+        assert_eq!(r.tool_calls[0].name, "add");
+        let r = g.parse(r#"{"response": "Hello"}"#);
+        assert_eq!((r.content.as_str(), r.tool_calls.len()), ("Hello", 0));
+    }
+
+    #[test]
+    fn bad_tools_and_choices_are_refused() {
+        let t = json!([{"type": "function", "function": {"description": "x"}}]);
+        assert!(ToolSetup::new(ToolFormat::Hermes, &t, ToolChoice::Auto, true).is_err());
+        let t = json!([{"type": "retrieval"}]);
+        assert!(ToolSetup::new(ToolFormat::Hermes, &t, ToolChoice::Auto, true).is_err());
+        assert_eq!(
+            ToolSetup::new(
+                ToolFormat::Hermes,
+                &tools(),
+                ToolChoice::Named("nope".into()),
+                true
+            ),
+            Err(ToolError::UnknownChoice("nope".into()))
+        );
+    }
+
+    #[test]
+    fn generic_format_describes_tools_and_rewrites_history() {
+        let s = setup(ToolFormat::Generic);
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "add".into(),
+            arguments: r#"{"a":1}"#.into(),
+        };
+        let (msgs, tools) = s.prepare(&[
+            Message::user("add"),
+            Message::assistant_calls("", vec![call]),
+            Message::tool_result("3", Some("call_1".into()), Some("add".into())),
+        ]);
+        assert!(tools.is_none());
+        assert_eq!(msgs[0].role, "system");
+        assert!(msgs[0].content.contains("get_weather"));
+        assert!(msgs[2].content.contains("\"tool_calls\""));
+        assert_eq!(msgs[3].role, "user");
+        assert!(msgs[3].content.contains("tool_response"));
+        // Hermes: as given, with the tools for the template.
+        let (msgs, tools) = setup(ToolFormat::Hermes).prepare(&[Message::user("x")]);
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(tools.unwrap().as_array().unwrap().len(), 2);
+    }
+}

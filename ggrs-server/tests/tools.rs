@@ -1,0 +1,391 @@
+//! Tool calling, reasoning and the Anthropic and Responses endpoints over HTTP: on the tiny
+//! random-weight model (whose calls are valid only because the grammar forces them) with a
+//! Hermes-style template and with ChatML (the generic JSON format), and one call by the real
+//! Qwen2.5-Coder-0.5B through its own template.
+
+mod common;
+
+use common::{config, TestServer};
+use serde_json::{json, Value};
+
+/// A Hermes-style template (as Qwen2.5's writes tools, calls and results).
+const HERMES: &str = r#"{%- if tools %}<|im_start|>system
+# Tools
+<tools>{% for t in tools %}
+{{ t | tojson }}{% endfor %}
+</tools>
+Call a function as <tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{% endif %}
+{%- for m in messages %}
+{%- if m.role == "assistant" and m.tool_calls %}<|im_start|>assistant
+{%- for c in m.tool_calls %}
+<tool_call>
+{"name": "{{ c.function.name }}", "arguments": {{ c.function.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% elif m.role == "tool" %}<|im_start|>user
+<tool_response>
+{{ m.content }}
+</tool_response><|im_end|>
+{% else %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"#;
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+         "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 12},
+                           "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "add",
+         "parameters": {"type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"], "additionalProperties": false}}}
+    ])
+}
+
+/// The arguments validate against the function's schema (checked by hand: the schemas
+/// above are small).
+fn check_call(call: &Value) -> String {
+    assert_eq!(call["type"], "function", "{call}");
+    assert!(
+        call["id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{call}"
+    );
+    let name = call["function"]["name"].as_str().unwrap().to_string();
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{call}: {e}"));
+    let o = args.as_object().unwrap();
+    match name.as_str() {
+        "get_weather" => {
+            assert_eq!(o.len(), 2, "{args}");
+            assert!(o["city"].as_str().unwrap().chars().count() <= 12, "{args}");
+            assert!(["celsius", "fahrenheit"].contains(&o["unit"].as_str().unwrap()));
+        }
+        "add" => {
+            assert_eq!(o.len(), 2, "{args}");
+            // JSON Schema's integers: numbers without a fraction (the grammar may write
+            // one with an exponent).
+            let int = |v: &Value| v.as_f64().is_some_and(|x| x.fract() == 0.0);
+            assert!(int(&o["a"]) && int(&o["b"]), "{args}");
+        }
+        n => panic!("unknown function {n}"),
+    }
+    name
+}
+
+fn ask(extra: Value) -> Value {
+    let mut b = json!({"messages": [{"role": "user", "content": "Weather in Paris?"}],
+                       "tools": tools(), "max_tokens": 120, "seed": 1});
+    for (k, v) in extra.as_object().unwrap() {
+        b[k] = v.clone();
+    }
+    b
+}
+
+fn tiny_server(template: &str) -> TestServer {
+    let mut c = config(1);
+    c.chat_template = Some(template.into());
+    // The generic format describes the tools' schemas in the prompt.
+    c.engine.n_ctx = 2048;
+    TestServer::start(c)
+}
+
+#[test]
+fn forced_calls_parse_and_validate_in_both_formats() {
+    for template in [HERMES, "chatml"] {
+        let s = tiny_server(template);
+        for choice in [
+            json!("required"),
+            json!({"type": "function", "function": {"name": "add"}}),
+        ] {
+            let a = s.post("/v1/chat/completions", &ask(json!({"tool_choice": choice})));
+            assert_eq!(a.status, 200, "{}", a.body);
+            let ch = &a.body["choices"][0];
+            assert_eq!(ch["finish_reason"], "tool_calls", "{template:.10}: {ch}");
+            let calls = ch["message"]["tool_calls"].as_array().unwrap();
+            assert_eq!(calls.len(), 1, "{ch}");
+            let name = check_call(&calls[0]);
+            if choice.is_object() {
+                assert_eq!(name, "add");
+            }
+            // Streamed: the call comes as `delta.tool_calls`, never as content.
+            let mut b = ask(json!({"tool_choice": choice, "stream": true}));
+            b["seed"] = json!(2);
+            let (events, done) = s.stream_all("/v1/chat/completions", &b);
+            assert!(done);
+            let mut call: Option<Value> = None;
+            let mut finish = None;
+            for e in &events {
+                let c = &e["choices"][0];
+                if let Some(tc) = c["delta"]["tool_calls"].as_array() {
+                    assert!(call.is_none(), "one call");
+                    assert_eq!(tc[0]["index"], 0);
+                    call = Some(tc[0].clone());
+                }
+                let content = c["delta"]["content"].as_str().unwrap_or("");
+                assert!(!content.contains('{'), "the call leaked into content: {e}");
+                if c["finish_reason"].is_string() {
+                    finish = Some(c["finish_reason"].clone());
+                }
+            }
+            assert_eq!(finish, Some(json!("tool_calls")));
+            check_call(&call.expect("a streamed call"));
+        }
+        // The conversation goes on: the call and its result render through the template.
+        let mut b = ask(json!({"tool_choice": "auto", "max_tokens": 8}));
+        b["messages"] = json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+              "type": "function", "function": {"name": "get_weather",
+              "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "21 degrees"}
+        ]);
+        let a = s.post("/v1/chat/completions", &b);
+        assert_eq!(a.status, 200, "{}", a.body);
+        // tool_choice none: no call, the format's text stays text.
+        let a = s.post(
+            "/v1/chat/completions",
+            &ask(json!({"tool_choice": "none", "max_tokens": 8})),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert!(a.body["choices"][0]["message"]["tool_calls"].is_null());
+        // Errors name the field.
+        for (extra, field) in [
+            (json!({"tool_choice": "sometimes"}), "tool_choice"),
+            (
+                json!({"tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+                "tool_choice",
+            ),
+            (
+                json!({"tool_choice": "required", "response_format": {"type": "json_object"}}),
+                "response_format",
+            ),
+        ] {
+            let a = s.post("/v1/chat/completions", &ask(extra.clone()));
+            assert_eq!(a.status, 400, "{extra}: {}", a.body);
+            assert_eq!(a.body["error"]["param"], field, "{extra}");
+        }
+    }
+}
+
+#[test]
+fn anthropic_messages() {
+    let s = tiny_server(HERMES);
+    let tool = json!({"name": "add", "description": "Adds",
+        "input_schema": tools()[1]["function"]["parameters"]});
+    let a = s.post(
+        "/v1/messages",
+        &json!({"model": "x", "max_tokens": 100, "tools": [tool],
+                "tool_choice": {"type": "any"}, "system": "Be brief.",
+                "messages": [{"role": "user", "content": "1 + 2?"}]}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let m = &a.body;
+    assert_eq!(
+        (m["type"].as_str(), m["role"].as_str()),
+        (Some("message"), Some("assistant"))
+    );
+    assert_eq!(m["stop_reason"], "tool_use", "{m}");
+    let use_ = m["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_use")
+        .expect("a tool_use block");
+    assert_eq!(use_["name"], "add");
+    assert!(use_["input"]["a"].is_number() && use_["input"]["b"].is_number());
+    assert!(m["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    // The call and its result go back in.
+    let a = s.post(
+        "/v1/messages",
+        &json!({"max_tokens": 5, "tools": [tool], "messages": [
+            {"role": "user", "content": "1 + 2?"},
+            {"role": "assistant", "content": [use_]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use_["id"],
+                                          "content": "3"}]}]}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["stop_reason"], "max_tokens");
+    // A stop sequence.
+    let a = s.post(
+        "/v1/messages",
+        &json!({"max_tokens": 30, "temperature": 0,
+                "messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    let text = a.body["content"][0]["text"].as_str().unwrap().to_string();
+    let cut = text.char_indices().nth(3).map_or(text.len(), |(i, _)| i);
+    if let Some(stop) = text
+        .get(cut..)
+        .and_then(|t| t.chars().next())
+        .map(String::from)
+    {
+        let a = s.post(
+            "/v1/messages",
+            &json!({"max_tokens": 30, "stop_sequences": [stop], "temperature": 0,
+                    "messages": [{"role": "user", "content": "Hi"}]}),
+        );
+        assert_eq!(a.body["stop_reason"], "stop_sequence", "{}", a.body);
+        assert_eq!(a.body["stop_sequence"], stop);
+    }
+    // Token counting: the rendered conversation.
+    let a = s.post(
+        "/v1/messages/count_tokens",
+        &json!({"messages": [{"role": "user", "content": "Hi there"}]}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body["input_tokens"].as_u64().unwrap() > 2);
+    // Errors in Anthropic's shape.
+    let a = s.post("/v1/messages", &json!({"max_tokens": 5}));
+    assert_eq!(a.status, 400);
+    assert_eq!(a.body["type"], "error");
+    assert_eq!(a.body["error"]["type"], "invalid_request_error");
+}
+
+/// Reads an Anthropic or Responses stream: (event name, data) pairs.
+fn named_events(s: &TestServer, path: &str, body: &Value) -> Vec<(String, Value)> {
+    let r = common::agent()
+        .post(&s.url(path))
+        .header("Content-Type", "application/json")
+        .send(body.to_string().as_bytes())
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.into_body().read_to_string().expect("read the stream");
+    let mut out = Vec::new();
+    let mut name = String::new();
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            out.push((name.clone(), serde_json::from_str(d).expect("event JSON")));
+        }
+    }
+    out
+}
+
+#[test]
+fn anthropic_and_responses_streams() {
+    let s = tiny_server(HERMES);
+    let ev = named_events(
+        &s,
+        "/v1/messages",
+        &json!({"max_tokens": 6, "stream": true, "messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    assert!(names.contains(&"content_block_start") && names.contains(&"message_delta"));
+    for (n, d) in &ev {
+        assert_eq!(d["type"], n.as_str());
+    }
+    let delta = &ev[ev.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "max_tokens");
+    assert_eq!(delta["usage"]["output_tokens"], 6);
+    // A forced tool call, streamed as a tool_use block.
+    let ev = named_events(
+        &s,
+        "/v1/messages",
+        &json!({"max_tokens": 100, "stream": true, "tool_choice": {"type": "any"},
+                "tools": [{"name": "add", "input_schema": tools()[1]["function"]["parameters"]}],
+                "messages": [{"role": "user", "content": "1 + 2?"}]}),
+    );
+    let start = ev
+        .iter()
+        .find(|(n, d)| n == "content_block_start" && d["content_block"]["type"] == "tool_use")
+        .expect("a tool_use block");
+    assert_eq!(start.1["content_block"]["name"], "add");
+    let json_delta = ev
+        .iter()
+        .find(|(_, d)| d["delta"]["type"] == "input_json_delta")
+        .expect("its input");
+    let input: Value =
+        serde_json::from_str(json_delta.1["delta"]["partial_json"].as_str().unwrap()).unwrap();
+    assert!(input["a"].is_number());
+
+    // Responses: plain, then a forced call, then streamed.
+    let a = s.post(
+        "/v1/responses",
+        &json!({"input": "Hi", "instructions": "Be brief.", "max_output_tokens": 5}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.body["object"], "response");
+    assert_eq!(a.body["status"], "incomplete");
+    assert_eq!(a.body["output"][0]["type"], "message");
+    assert_eq!(a.body["usage"]["output_tokens"], 5);
+    let a = s.post(
+        "/v1/responses",
+        &json!({"input": [{"role": "user", "content": "1+2?"}], "max_output_tokens": 100,
+                "tools": [{"type": "function", "name": "add",
+                           "parameters": tools()[1]["function"]["parameters"]}],
+                "tool_choice": "required"}),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    let call = a.body["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "function_call")
+        .expect("a function call")
+        .clone();
+    assert_eq!(call["name"], "add");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert!(args["b"].is_number());
+    let ev = named_events(
+        &s,
+        "/v1/responses",
+        &json!({"input": "Hi", "max_output_tokens": 6, "stream": true}),
+    );
+    let names: Vec<&str> = ev.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[0], "response.created");
+    assert!(names.contains(&"response.output_text.delta"));
+    let (last, data) = ev.last().unwrap();
+    assert_eq!(last, "response.incomplete");
+    let deltas: String = ev
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(data["response"]["output"][0]["content"][0]["text"], deltas);
+    let seq: Vec<u64> = ev
+        .iter()
+        .map(|(_, d)| d["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(seq.windows(2).all(|w| w[1] == w[0] + 1));
+}
+
+/// Qwen2.5-Coder-0.5B through its own template (Hermes `<tool_call>`): a forced call
+/// parses and validates; with `auto` and a question the tool answers, the model calls it.
+#[test]
+fn qwen_calls_tools_through_its_template() {
+    let Some(path) = common::llama::qwen05b("q4_0") else {
+        return;
+    };
+    let mut c = ggrs_server::ServerConfig::new(path);
+    c.port = 0;
+    c.engine.n_slots = 1;
+    c.engine.n_ctx = 2048;
+    c.engine.n_threads = 2;
+    let s = TestServer::start(c);
+    let t0 = std::time::Instant::now();
+    for choice in [json!("required"), json!("auto")] {
+        let a = s.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "What is the weather in Paris, in celsius?"}],
+                    "tools": tools(), "tool_choice": choice, "max_tokens": 60, "temperature": 0}),
+        );
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ch = &a.body["choices"][0];
+        assert_eq!(ch["finish_reason"], "tool_calls", "{choice}: {ch}");
+        let calls = ch["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(check_call(&calls[0]), "get_weather", "{ch}");
+        let args: Value =
+            serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args["city"], "Paris", "{ch}");
+    }
+    eprintln!("two Qwen tool calls in {:.1} s", t0.elapsed().as_secs_f64());
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Starts `ggrs serve` with the arguments llama.cpp's server tests pass to `llama-server`
+# (tools/server/tests/utils.py), so that those tests can run against ggrs:
+#
+#   LLAMA_SERVER_BIN_PATH=$PWD/scripts/ggrs-as-llama-server.sh pytest unit/test_tool_call.py
+#
+# Models: `--hf-repo`/`--hf-file` cannot be downloaded here (no network); every model is
+# replaced by GGRS_TEST_MODEL (default: the default model, `scripts/default-model.sh`), and the
+# same file should be given to llama-server for a comparison (see
+# scripts/llamacpp-server-tests.sh). Flags ggrs does not have and that change nothing it does
+# (`--no-slots`, `--jinja`, `--cont-batching`, `-fa`, …) are dropped; `--temp` and `--seed`
+# (server-wide sampling defaults) are dropped too.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=${GGRS_BIN:-$here/../target/release/ggrs}
+model=${GGRS_TEST_MODEL:-$("$here/default-model.sh")}
+args=(serve -m "$model")
+while (($#)); do
+    a=$1
+    shift
+    case $a in
+        --port | --host | --ctx-size | -c | --parallel | -np | --n-predict | -n | --batch-size | -b | \
+            --threads | -t | --alias | --api-key | --pooling | --reasoning-format)
+            args+=("$a" "$1")
+            shift
+            ;;
+        --chat-template | --chat-template-file)
+            args+=(--chat-template "$1")
+            shift
+            ;;
+        --model | -m | --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
+            --ubatch-size | -ub | --n-gpu-layers | -ngl | -ctk | -ctv | -fa | --pooling-type | \
+            --cors-origins | --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
+            --grp-attn-w | --reasoning | --media-path | --reasoning-budget)
+            shift
+            ;;
+        --embedding | --embeddings) args+=(--embeddings) ;;
+        --reranking | --rerank) args+=(--reranking) ;;
+        --metrics) args+=(--metrics) ;;
+        --no-ui | --no-webui) args+=(--no-webui) ;;
+        *) ;; # --jinja, --no-jinja, --slots, --no-slots, --cont-batching, --offline, …
+    esac
+done
+exec "$bin" "${args[@]}"
