@@ -71,13 +71,13 @@ fn bad_input_fails_with_a_message() {
     // Unsupported architecture.
     std::fs::write(
         dir.join("config.json"),
-        r#"{"architectures": ["BertModel"]}"#,
+        r#"{"architectures": ["T5ForConditionalGeneration"]}"#,
     )
     .unwrap();
     let (ok, _, err) = ggrs(&["convert", dir.to_str().unwrap(), out]);
     assert!(!ok);
     assert!(
-        err.contains("unsupported architecture") && err.contains("BertModel"),
+        err.contains("unsupported architecture") && err.contains("T5ForConditionalGeneration"),
         "{err}"
     );
     assert!(!std::path::Path::new(out).exists());

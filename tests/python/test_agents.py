@@ -46,10 +46,9 @@ ADD = {
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
-# Written on 2026-11-29 but not yet run against `ggrs serve` (the session ran out of time
-# before a release build); the same behaviour is covered in Rust by
-# ggrs-server/tests/tools.rs. Remove this mark once the suite has passed once.
-pytestmark = pytest.mark.skip(reason="not yet run against ggrs serve (issue 33)")
+# First run against `ggrs serve` on 2026-11-29: three tests fail and are marked xfail (strict,
+# so they fail the suite once they pass and the mark must go); the reasons are open work of
+# issue 33.
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +73,8 @@ def check_weather_args(arguments):
     assert args["unit"] in ("celsius", "fahrenheit")
 
 
+@pytest.mark.xfail(strict=True, reason="issue 33: the forced call on the tiny model ends with "
+                   "finish_reason 'length' within 120 tokens")
 def test_tool_choice_required(client, model):
     res = client.chat.completions.create(
         model=model, messages=ASK, tools=[WEATHER, ADD], tool_choice="required",
@@ -149,6 +150,8 @@ def test_parse_with_pydantic(client, model):
     assert isinstance(msg.parsed, Answer)
 
 
+@pytest.mark.xfail(strict=True, reason="issue 33: the anthropic package refuses `temperature` in "
+                   "Messages.create (TypeError); pins or call to check")
 def test_anthropic_messages_and_tools(claude, model):
     msg = claude.messages.create(
         model=model, max_tokens=40, system="Be brief.", temperature=0,
@@ -196,6 +199,8 @@ def test_anthropic_stream(claude, model):
     assert final.usage.output_tokens > 0
 
 
+@pytest.mark.xfail(strict=True, reason="issue 33: a stream cut by max_output_tokens ends with "
+                   "response.incomplete; the openai SDK's get_final_response wants response.completed")
 def test_responses_api(client, model):
     res = client.responses.create(model=model, input="Say hi", instructions="Be brief.",
                                   max_output_tokens=16, temperature=0)

@@ -223,7 +223,10 @@ def test_cached_tokens_reported(client, model):
 
 @pytest.mark.ggrs_only
 def test_unsupported_field_is_bad_request(client, model):
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    # The legacy `functions` field (tools replaced it) is refused by name, not ignored.
+    functions = [{"name": "f", "parameters": {"type": "object"}}]
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=tools)
-    assert "tools" in str(err.value)
+        client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=4, extra_body={"functions": functions}
+        )
+    assert "functions" in str(err.value)

@@ -9,7 +9,7 @@ pub struct Message {
     /// What is said.
     pub content: String,
     /// The tools an assistant message calls (OpenAI's `tool_calls`; empty for most).
-    pub tool_calls: Vec<super::tools::ToolCall>,
+    pub tool_calls: Vec<ToolCall>,
     /// For a `tool` message: the id of the call it answers (`tool_call_id`).
     pub tool_call_id: Option<String>,
     /// For a `tool` message: the function's name (some templates show it).
@@ -29,10 +29,7 @@ impl Message {
     }
 
     /// An assistant message calling `calls` (after `content`, which may be empty).
-    pub fn assistant_calls(
-        content: impl Into<String>,
-        calls: Vec<super::tools::ToolCall>,
-    ) -> Message {
+    pub fn assistant_calls(content: impl Into<String>, calls: Vec<ToolCall>) -> Message {
         Message {
             tool_calls: calls,
             ..Message::assistant(content)
@@ -135,4 +132,15 @@ impl From<minijinja::Error> for ChatError {
         }
         ChatError::Template { detail }
     }
+}
+
+/// One call of a tool by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call's id (`call_…`), which the tool's answer names (`tool_call_id`).
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// The arguments: a JSON object, as text (OpenAI's `function.arguments`).
+    pub arguments: String,
 }

@@ -97,7 +97,7 @@ impl ChatTemplate {
     }
 
     /// As [`ChatTemplate::render`], a Jinja template seeing `vars` (`enable_thinking`, the
-    /// date) and writing at most [`MAX_RENDERED_BYTES`](super::MAX_RENDERED_BYTES).
+    /// date) and writing at most [`MAX_RENDERED_BYTES`](super::jinja::MAX_RENDERED_BYTES).
     pub fn render_with(
         &self,
         messages: &[Message],
@@ -123,7 +123,7 @@ impl ChatTemplate {
             add_generation_prompt,
             vars,
             tools,
-            super::MAX_RENDERED_BYTES,
+            super::jinja::MAX_RENDERED_BYTES,
         )
     }
 

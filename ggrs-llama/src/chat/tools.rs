@@ -34,19 +34,9 @@
 use serde_json::{json, Value};
 
 use super::message::Message;
+pub use super::message::ToolCall;
 use crate::constraint::{with_json_options, GrammarSpec, LazyTrigger};
 use crate::tokenizer::{TokenType, Tokenizer};
-
-/// One call of a tool by the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolCall {
-    /// The call's id (`call_…`), which the tool's answer names (`tool_call_id`).
-    pub id: String,
-    /// The function's name.
-    pub name: String,
-    /// The arguments: a JSON object, as text (OpenAI's `function.arguments`).
-    pub arguments: String,
-}
 
 /// One function a request offers.
 #[derive(Debug, Clone, PartialEq)]
