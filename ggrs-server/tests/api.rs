@@ -201,11 +201,9 @@ fn errors_are_openai_error_objects() {
         assert_error(&s.post("/v1/chat/completions", &b), 400, Some(field));
     }
     for (field, value) in [
-        (
-            "tools",
-            json!([{"type": "function", "function": {"name": "f"}}]),
-        ),
-        ("tool_choice", json!("auto")),
+        // The legacy function-calling field (tools replaced it; a bad `tool_choice` with
+        // tools is tested in ggrs-server/src/tools.rs).
+        ("functions", json!([{"name": "f"}])),
         // Structured outputs that cannot be compiled or are malformed.
         ("response_format", json!({"type": "json_schema"})),
         ("response_format", json!({"type": "yaml"})),
