@@ -5,7 +5,7 @@
 //! copy of the tiny Llama 3 model carrying Qwen3's template.
 
 mod common;
-#[path = "../../ggrs-llama/tests/support/glm1_chat.rs"]
+#[path = "../../ggrs-llama/tests/common/glm1_chat.rs"]
 mod glm1_chat;
 #[path = "../../ggrs-llama/tests/common/mod.rs"]
 mod llama_common;

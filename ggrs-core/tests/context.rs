@@ -2,14 +2,14 @@
 //! handle validation, every class of bad input (each must be a typed error, never a
 //! panic), external data, abort, profiling, and graph construction.
 
-mod support;
+mod common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ggrs_core::{Context, ContextParams, DType, Error, Executor, Graph, Result, Tensor};
-use support::*;
+use common::*;
 
 const MB: usize = 1 << 20;
 

@@ -5,10 +5,10 @@
 //! strided activations. A MoE router (F32) multiplied in another order may round a
 //! probability differently from llama.cpp's and, near a tie, choose another expert.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Executor, Graph};
-use support::values;
+use common::values;
 
 const K: usize = 192;
 const N: usize = 6;

@@ -8,10 +8,10 @@
 //!   the first and last values. This pins the arithmetic (rounding, order, the f16
 //!   accumulator, ggml's vectorised exp), not only the result to a tolerance.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
-use support::*;
+use common::*;
 use Layout::{Padded, Permuted};
 
 /// One case of the reference comparison.

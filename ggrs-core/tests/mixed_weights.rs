@@ -9,11 +9,11 @@
 //! SIMD kernels and with the portable ones, and requires each result to equal, bit for bit, the
 //! same weight computed in a graph of its own.
 
-mod support;
+mod common;
 
 use ggrs_core::quants::dispatch::force_scalar;
 use ggrs_core::{Context, DType, Executor, Graph};
-use support::values;
+use common::values;
 
 /// Every weight type `mul_mat` takes.
 const TYPES: [DType; 16] = [
@@ -41,7 +41,7 @@ const K: usize = 512;
 /// `rows` rows of type `t`, quantized from seeded values.
 fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
     let x = values(seed, K * rows);
-    support::encode(t, &x)
+    common::encode(t, &x)
 }
 
 /// Computes `mul_mat(w, x)` for each weight of `ws` (type, rows, bytes) on the input `x`

@@ -4,10 +4,10 @@
 //! Every column of a `mul_mat_id` must be, bit for bit, what `mul_mat` gives for the chosen
 //! matrix (as a 2-D tensor of its own) times that one column, on 1 and 2 threads.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Error, Executor, Graph, Tensor};
-use support::values;
+use common::values;
 
 const K: usize = 512;
 /// Rows of each matrix: a multiple of 8 (llama.cpp's repacked Q4_0 order) but not of 16.
@@ -19,7 +19,7 @@ const N_TOK: usize = 5;
 /// `rows` rows of `K` values of type `t`, from seeded values.
 fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
     let x = values(seed, K * rows);
-    support::encode(t, &x)
+    common::encode(t, &x)
 }
 
 fn bits(ctx: &Context, t: Tensor) -> Vec<u32> {

@@ -8,10 +8,10 @@
 //! One test flips `force_scalar`, which is process-wide: every test of this file holds
 //! [`SERIAL`] while it runs.
 
-mod support;
+mod common;
 
 use std::sync::{Arc, Mutex};
-use support::values;
+use common::values;
 
 use ggrs_core::kernels::PackedWeight;
 use ggrs_core::quants::dispatch::force_scalar;
@@ -34,7 +34,7 @@ fn weight(t: DType, rows: usize, seed: u64) -> Vec<u8> {
     for (i, v) in x[K - 256..K].iter_mut().enumerate() {
         *v = if i % 7 == 0 { 60.0 } else { *v * 1e-3 };
     }
-    support::encode(t, &x)
+    common::encode(t, &x)
 }
 
 fn bits(ctx: &Context, t: Tensor) -> Vec<u32> {

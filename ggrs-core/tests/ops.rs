@@ -6,12 +6,12 @@
 //!   loops over logical coordinates (in f64 where the op does arithmetic), and
 //! - every other thread count gives the same bits.
 //!
-//! See `support/cases.rs` for the harness, the input layouts and the bounds.
+//! See `common/cases.rs` for the harness, the input layouts and the bounds.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Executor, Graph, Result, RopeMode, RopeParams, Tensor};
-use support::*;
+use common::*;
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// Index `i` reduced modulo the shape `of` on every axis (the broadcast rule of b in binary

@@ -2,12 +2,12 @@
 //! the unfused graphs they replace (which must give the same bits).
 //!
 //! Inputs come in several layouts (dense, permuted, transposed, padded views) and odd or
-//! broadcast shapes; each case runs on 1, 2, 3 and 4 threads (see `support/cases.rs`).
+//! broadcast shapes; each case runs on 1, 2, 3 and 4 threads (see `common/cases.rs`).
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
-use support::*;
+use common::*;
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// (a shape, a layout, w shape, w layout)

@@ -8,12 +8,12 @@
 //!   the α-scaled residual of the LayerNorm output, tanh GELU — checked once against a
 //!   plain f64 formula.
 //!
-//! Every case runs on 1–4 threads (same bits) via `support::run_case`.
+//! Every case runs on 1–4 threads (same bits) via `common::run_case`.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Error, Result, RopeMode, Tensor};
-use support::*;
+use common::*;
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// Section rotary in f64: for token t at position p, pair i (i < freqs.len()) of the

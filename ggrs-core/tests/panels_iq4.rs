@@ -6,7 +6,7 @@
 //! ggml's one-element orders in the unit tests; this checks how `mul_mat` strings them
 //! together: plans, packed-copy lookup, leftover rows.)
 
-mod support;
+mod common;
 
 use std::sync::Arc;
 
@@ -14,9 +14,9 @@ use ggrs_core::kernels::PackedWeight;
 use ggrs_core::quants::dispatch::{force_no_panels, force_scalar};
 use ggrs_core::{quants, Context, DType, Executor, Graph};
 
-/// Seeded values in [−2, 2) (`support::values`, doubled).
+/// Seeded values in [−2, 2) (`common::values`, doubled).
 fn values(seed: u64, n: usize) -> Vec<f32> {
-    support::values(seed, n)
+    common::values(seed, n)
         .into_iter()
         .map(|v| v * 2.0)
         .collect()

@@ -2,7 +2,7 @@
 //! direct f64 evaluation of ggml's formula; without blend or factor it gives `rope_ext`'s
 //! bits; the correction range as ggml computes it.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Executor, Graph, RopeMode, RopeParams, RopeYarn, Tensor};
 
@@ -16,7 +16,7 @@ fn run(
     f: impl Fn(&mut Context, Tensor, Tensor, Option<Tensor>) -> Tensor,
 ) -> (Vec<f32>, Vec<f32>) {
     let n = pos.len();
-    let x = support::values(11, hd * nh * n);
+    let x = common::values(11, hd * nh * n);
     let mut ctx = Context::with_mem_size(4 << 20);
     let a = ctx.new_tensor_3d(DType::F32, hd, nh, n).unwrap();
     ctx.set_f32(a, &x).unwrap();

@@ -1,14 +1,14 @@
 //! `tanh`, `soft_cap` and `geglu_split` (Gemma 2's soft-capping and GeGLU) against their
 //! formulas, computed directly here, on 1 and 2 threads and on strided (transposed) inputs.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Executor, Graph, Tensor};
 use half::f16;
 
-/// Seeded values spread over [−scale, scale) (`support::values`, scaled).
+/// Seeded values spread over [−scale, scale) (`common::values`, scaled).
 fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
-    support::values(seed, n)
+    common::values(seed, n)
         .into_iter()
         .map(|v| v * scale)
         .collect()

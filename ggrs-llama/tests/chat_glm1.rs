@@ -1,12 +1,12 @@
 //! The chat API on ChatGLM-6B v1 (`chatglm1`): the tiny random checkpoint with a made-up
-//! vocabulary (see `support/glm1_chat.rs`). Prompt ids are checked against the official
+//! vocabulary (see `common/glm1_chat.rs`). Prompt ids are checked against the official
 //! `chat()` rule and tokenizer written plainly in the test; every turn must re-evaluate the
 //! whole prompt (the context before `[gMASK]` is bidirectional), which is checked by the
 //! tokens evaluated (turn 3 shares a first round with turn 2's prompt) and by a fresh
 //! session giving the same reply.
 
 mod common;
-#[path = "support/glm1_chat.rs"]
+#[path = "common/glm1_chat.rs"]
 mod glm1_chat;
 
 use std::ops::ControlFlow;

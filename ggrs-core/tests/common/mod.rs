@@ -1,6 +1,6 @@
-//! What the integration tests of ggrs-core share (one module, `support`, for every test
-//! binary): seeded values and their encoding in any weight type (here), and the op tests'
-//! harness, input layouts and reference arrays ([`cases`]).
+//! What the integration tests of ggrs-core share (one module, `common`, the name every crate's
+//! tests use, for every test binary): seeded values and their encoding in any weight type
+//! (here), and the op tests' harness, input layouts and reference arrays ([`cases`]).
 
 #![allow(dead_code)] // each test binary uses its own part
 
