@@ -96,10 +96,16 @@ dtype_table! {
     F64 = 28, "f64", 1, 8;
     /// bfloat16 (the upper half of an f32).
     BF16 = 30, "bf16", 1, 2;
+    /// Ternary 1.69-bit: 256 values `d·t`, `t ∈ {−1, 0, 1}`, per 54-byte block (five trits
+    /// per byte, f16 scale).
+    TQ1_0 = 34, "tq1_0", 256, 54;
+    /// Ternary 2-bit: 256 values `d·t`, `t ∈ {−1, 0, 1}`, per 66-byte block (2-bit codes,
+    /// f16 scale).
+    TQ2_0 = 35, "tq2_0", 256, 66;
 }
 
 /// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`).
-const UNREAD_GGML_TYPES: [(u32, &str); 13] = [
+const UNREAD_GGML_TYPES: [(u32, &str); 11] = [
     (16, "IQ2_XXS"),
     (17, "IQ2_XS"),
     (18, "IQ3_XXS"),
@@ -107,8 +113,6 @@ const UNREAD_GGML_TYPES: [(u32, &str); 13] = [
     (21, "IQ3_S"),
     (22, "IQ2_S"),
     (29, "IQ1_M"),
-    (34, "TQ1_0"),
-    (35, "TQ2_0"),
     (39, "MXFP4"),
     (40, "NVFP4"),
     (41, "Q1_0"),
