@@ -11,9 +11,12 @@
 //! Then every kernel build against the portable order bit for bit, and `mul_mat` through the
 //! executor (1–9 columns, 1–2 threads, SIMD and scalar) against the x86-order dot per element.
 
+mod support;
+
 use ggrs_core::quants::dispatch::{self, SumOrder};
 use ggrs_core::quants::{self, BlockQuant, BlockTQ1_0, BlockTQ2_0, VecDotKernel};
-use ggrs_core::{Context, DType, Executor, Graph};
+use ggrs_core::DType;
+use support::run_mul_mat;
 
 const NB: usize = 8;
 const QK: usize = 256;
@@ -282,29 +285,6 @@ fn every_build_is_the_portable_order_on_any_bytes() {
             }
         }
     }
-}
-
-/// `mul_mat(w, x)` for `w: [k, n]` of type `t` and `x: [k, m]` f32, on `threads` threads.
-fn run_mul_mat(
-    t: DType,
-    w: &[u8],
-    x: &[f32],
-    k: usize,
-    n: usize,
-    m: usize,
-    threads: usize,
-) -> Vec<f32> {
-    let mut ctx = Context::with_mem_size(8 << 20);
-    let a = ctx.new_tensor(t, &[k, n]).expect("arena");
-    let b = ctx.new_tensor(DType::F32, &[k, m]).expect("arena");
-    ctx.set_bytes(a, w).expect("whole rows");
-    ctx.set_f32(b, x).expect("k·m values");
-    let out = ctx.mul_mat(a, b).expect("shapes agree");
-    let g = Graph::build(&ctx, out).expect("one node");
-    Executor::new(threads)
-        .compute(&mut ctx, &g)
-        .expect("computes");
-    ctx.to_f32_vec(out).expect("f32 result")
 }
 
 /// Through the executor every output element is the x86-order dot of its weight row and its

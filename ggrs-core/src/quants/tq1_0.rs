@@ -17,8 +17,10 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::k_quants::QK_K;
-use super::tq2_0::{ternary_code, ternary_dot_x86, ternary_scale};
-use super::{fp16, to_fp16, BlockQ8K, BlockQuant};
+use super::tq2_0::{
+    ternary_code, ternary_dequantize, ternary_dot_generic, ternary_dot_x86, ternary_scale,
+};
+use super::{to_fp16, BlockQ8K, BlockQuant};
 use crate::dtype::DType;
 
 /// One TQ1_0 block.
@@ -47,7 +49,7 @@ fn trit(b: u8, n: usize) -> u8 {
 #[inline(always)]
 fn pack(trits: impl Iterator<Item = i32>) -> u8 {
     let q = trits.fold(0u8, |q, t| q.wrapping_mul(3).wrapping_add(t as u8));
-    ((q as u16 * 256 + 242) / 243) as u8
+    (q as u16 * 256).div_ceil(243) as u8
 }
 
 impl BlockTQ1_0 {
@@ -78,10 +80,7 @@ impl BlockQuant for BlockTQ1_0 {
     const GGML_X86_DOT: Option<super::VecDotKernel> = Some(dot_tq1_0_x86);
 
     fn dequantize(&self, out: &mut [f32]) {
-        let d = fp16(self.d);
-        for (y, &c) in out[..QK_K].iter_mut().zip(&self.codes()) {
-            *y = (c as i16 - 1) as f32 * d;
-        }
+        ternary_dequantize(&self.codes(), self.d, out);
     }
 
     fn quantize(x: &[f32]) -> Self {
@@ -107,17 +106,7 @@ impl BlockQuant for BlockTQ1_0 {
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sumf = 0.0f32;
-        for (x, y) in a.iter().zip(b) {
-            let sum: i32 = x
-                .codes()
-                .iter()
-                .zip(&y.qs)
-                .map(|(&c, &q)| (c as i32 - 1) * q as i32)
-                .sum();
-            sumf += sum as f32 * (fp16(x.d) * y.d);
-        }
-        sumf
+        ternary_dot_generic(a, b, |x| (x.codes(), x.d))
     }
 }
 

@@ -51,10 +51,7 @@ impl BlockQuant for BlockTQ2_0 {
     const GGML_X86_DOT: Option<super::VecDotKernel> = Some(dot_tq2_0_x86);
 
     fn dequantize(&self, out: &mut [f32]) {
-        let d = fp16(self.d);
-        for (y, &c) in out[..QK_K].iter_mut().zip(&self.codes()) {
-            *y = (c as i8 - 1) as f32 * d;
-        }
+        ternary_dequantize(&self.codes(), self.d, out);
     }
 
     fn quantize(x: &[f32]) -> Self {
@@ -77,19 +74,37 @@ impl BlockQuant for BlockTQ2_0 {
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sumf = 0.0f32;
-        for (x, y) in a.iter().zip(b) {
-            let sumi: i32 = x
-                .codes()
-                .iter()
-                .zip(&y.qs)
-                .map(|(&c, &q)| (c as i32 - 1) * q as i32)
-                .sum();
-            let d = y.d * fp16(x.d);
-            sumf += sumi as f32 * d;
-        }
-        sumf
+        ternary_dot_generic(a, b, |x| (x.codes(), x.d))
     }
+}
+
+/// `y = (c − 1)·d` for the codes `c` of a ternary block (`dequantize_row_tq*_0`).
+pub(crate) fn ternary_dequantize(codes: &[u8; QK_K], d: f16, out: &mut [f32]) {
+    let d = fp16(d);
+    for (y, &c) in out[..QK_K].iter_mut().zip(codes) {
+        *y = (c as i16 - 1) as f32 * d;
+    }
+}
+
+/// The order of `ggml_vec_dot_tq*_0_q8_K_generic`: per block the exact `Σ (c − 1)·q`, then
+/// `sumf += sum · (d_x·d_y)` (one product, commutative, so TQ1_0's `d_x·d_y` and TQ2_0's
+/// `d_y·d_x` agree).
+pub(crate) fn ternary_dot_generic<B>(
+    a: &[B],
+    b: &[BlockQ8K],
+    block: impl Fn(&B) -> ([u8; QK_K], f16),
+) -> f32 {
+    let mut sumf = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        let (codes, dx) = block(x);
+        let sum: i32 = codes
+            .iter()
+            .zip(&y.qs)
+            .map(|(&c, &q)| (c as i32 - 1) * q as i32)
+            .sum();
+        sumf += sum as f32 * (y.d * fp16(dx));
+    }
+    sumf
 }
 
 /// The ternary quantizers' scale: `d = max |x|` (C's `MAX`, so a NaN propagates as ggml's
