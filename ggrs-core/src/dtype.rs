@@ -7,60 +7,105 @@
 
 use std::fmt;
 
-/// A tensor element type, numbered as in GGUF (`ggml_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum DType {
+/// The one table of element types: per type, its doc line, variant, GGUF id, ggml name,
+/// values per block and bytes per block (per value for plain types). Everything a type is
+/// to the rest of the crate — [`DType`], [`DType::ALL`], [`DType::from_id`],
+/// [`DType::block_size`], [`DType::type_size`], [`DType::name`] — comes from its row, so a
+/// new type is one row here (and, for a block type, its row in `quants::with_block!`).
+macro_rules! dtype_table {
+    ($($(#[doc = $doc:expr])+ $v:ident = $id:literal, $name:literal, $block:literal, $bytes:literal;)+) => {
+        /// A tensor element type, numbered as in GGUF (`ggml_type`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u32)]
+        pub enum DType {
+            $($(#[doc = $doc])+ $v = $id,)+
+        }
+
+        impl DType {
+            /// Every type this build knows, in id order.
+            pub const ALL: [DType; [$(DType::$v),+].len()] = [$(DType::$v),+];
+
+            /// Values per block (1 for plain types).
+            pub fn block_size(self) -> usize {
+                match self {
+                    $(DType::$v => $block,)+
+                }
+            }
+
+            /// Bytes per block (per element for plain types).
+            pub fn type_size(self) -> usize {
+                match self {
+                    $(DType::$v => $bytes,)+
+                }
+            }
+
+            /// The lower-case name used by GGUF tools (`f32`, `q4_0`, `q4_K`…).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(DType::$v => $name,)+
+                }
+            }
+        }
+    };
+}
+
+dtype_table! {
     /// 32-bit IEEE float.
-    F32 = 0,
+    F32 = 0, "f32", 1, 4;
     /// 16-bit IEEE float.
-    F16 = 1,
+    F16 = 1, "f16", 1, 2;
     /// 4-bit quantization, 32 values per 18-byte block (scale f16 + 16 nibbles).
-    Q4_0 = 2,
+    Q4_0 = 2, "q4_0", 32, 18;
     /// 4-bit quantization with minimum, 32 values per 20-byte block.
-    Q4_1 = 3,
+    Q4_1 = 3, "q4_1", 32, 20;
     /// 5-bit quantization, 32 values per 22-byte block.
-    Q5_0 = 6,
+    Q5_0 = 6, "q5_0", 32, 22;
     /// 5-bit quantization with minimum, 32 values per 24-byte block.
-    Q5_1 = 7,
+    Q5_1 = 7, "q5_1", 32, 24;
     /// 8-bit quantization, 32 values per 34-byte block.
-    Q8_0 = 8,
+    Q8_0 = 8, "q8_0", 32, 34;
     /// 8-bit quantization with sum, 32 values per 36-byte block.
-    Q8_1 = 9,
+    Q8_1 = 9, "q8_1", 32, 36;
     /// 2-bit k-quant, 256 values per 84-byte super-block.
-    Q2K = 10,
+    Q2K = 10, "q2_K", 256, 84;
     /// 3-bit k-quant, 256 values per 110-byte super-block.
-    Q3K = 11,
+    Q3K = 11, "q3_K", 256, 110;
     /// 4-bit k-quant, 256 values per 144-byte super-block.
-    Q4K = 12,
+    Q4K = 12, "q4_K", 256, 144;
     /// 5-bit k-quant, 256 values per 176-byte super-block.
-    Q5K = 13,
+    Q5K = 13, "q5_K", 256, 176;
     /// 6-bit k-quant, 256 values per 210-byte super-block.
-    Q6K = 14,
+    Q6K = 14, "q6_K", 256, 210;
     /// 8-bit k-quant (dot-product partner of the k-quants), 256 values per 292-byte block.
-    Q8K = 15,
+    Q8K = 15, "q8_K", 256, 292;
     /// 4-bit non-linear quantization: 32 values per 18-byte block (f16 scale + 16 bytes of
     /// 4-bit indices into a fixed table of 16 levels).
-    IQ4NL = 20,
+    IQ4NL = 20, "iq4_nl", 32, 18;
     /// 4-bit non-linear quantization with 6-bit sub-block scales: 256 values per 136-byte
     /// super-block (f16 scale, 8 × 6-bit scales, 128 bytes of 4-bit indices).
-    IQ4XS = 23,
+    IQ4XS = 23, "iq4_xs", 256, 136;
     /// 8-bit signed integer.
-    I8 = 24,
+    I8 = 24, "i8", 1, 1;
     /// 16-bit signed integer.
-    I16 = 25,
+    I16 = 25, "i16", 1, 2;
     /// 32-bit signed integer (token ids, positions, row indices).
-    I32 = 26,
+    I32 = 26, "i32", 1, 4;
     /// 64-bit signed integer.
-    I64 = 27,
+    I64 = 27, "i64", 1, 8;
     /// 64-bit IEEE float.
-    F64 = 28,
+    F64 = 28, "f64", 1, 8;
     /// bfloat16 (the upper half of an f32).
-    BF16 = 30,
+    BF16 = 30, "bf16", 1, 2;
+    /// Ternary 1.69-bit: 256 values `d·t`, `t ∈ {−1, 0, 1}`, per 54-byte block (five trits
+    /// per byte, f16 scale).
+    TQ1_0 = 34, "tq1_0", 256, 54;
+    /// Ternary 2-bit: 256 values `d·t`, `t ∈ {−1, 0, 1}`, per 66-byte block (2-bit codes,
+    /// f16 scale).
+    TQ2_0 = 35, "tq2_0", 256, 66;
 }
 
 /// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`).
-const UNREAD_GGML_TYPES: [(u32, &str); 13] = [
+const UNREAD_GGML_TYPES: [(u32, &str); 11] = [
     (16, "IQ2_XXS"),
     (17, "IQ2_XS"),
     (18, "IQ3_XXS"),
@@ -68,8 +113,6 @@ const UNREAD_GGML_TYPES: [(u32, &str); 13] = [
     (21, "IQ3_S"),
     (22, "IQ2_S"),
     (29, "IQ1_M"),
-    (34, "TQ1_0"),
-    (35, "TQ2_0"),
     (39, "MXFP4"),
     (40, "NVFP4"),
     (41, "Q1_0"),
@@ -100,32 +143,6 @@ pub fn supported_type_names() -> String {
 }
 
 impl DType {
-    /// Every type this build knows, in id order.
-    pub const ALL: [DType; 22] = [
-        DType::F32,
-        DType::F16,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-        DType::Q8_0,
-        DType::Q8_1,
-        DType::Q2K,
-        DType::Q3K,
-        DType::Q4K,
-        DType::Q5K,
-        DType::Q6K,
-        DType::Q8K,
-        DType::IQ4NL,
-        DType::IQ4XS,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::F64,
-        DType::BF16,
-    ];
-
     /// The type with GGUF id `id`, or `None` for an unknown or retired id.
     pub fn from_id(id: u32) -> Option<DType> {
         DType::ALL.iter().copied().find(|t| t.id() == id)
@@ -134,41 +151,6 @@ impl DType {
     /// The GGUF type id.
     pub fn id(self) -> u32 {
         self as u32
-    }
-
-    /// Values per block (1 for plain types).
-    pub fn block_size(self) -> usize {
-        use DType::*;
-        match self {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => 256,
-            _ => 1,
-        }
-    }
-
-    /// Bytes per block (per element for plain types).
-    pub fn type_size(self) -> usize {
-        use DType::*;
-        match self {
-            F32 | I32 => 4,
-            F16 | BF16 | I16 => 2,
-            I8 => 1,
-            I64 | F64 => 8,
-            Q4_0 => 18,
-            Q4_1 => 20,
-            Q5_0 => 22,
-            Q5_1 => 24,
-            Q8_0 => 34,
-            Q8_1 => 36,
-            Q2K => 84,
-            Q3K => 110,
-            Q4K => 144,
-            Q5K => 176,
-            Q6K => 210,
-            Q8K => 292,
-            IQ4NL => 18,
-            IQ4XS => 136,
-        }
     }
 
     /// True for the block-quantized types.
@@ -186,35 +168,6 @@ impl DType {
     /// [`block_size`]: DType::block_size
     pub fn row_size(self, ne0: usize) -> usize {
         ne0 / self.block_size() * self.type_size()
-    }
-
-    /// The lower-case name used by GGUF tools (`f32`, `q4_0`, `q4_K`…).
-    pub fn name(self) -> &'static str {
-        use DType::*;
-        match self {
-            F32 => "f32",
-            F16 => "f16",
-            Q4_0 => "q4_0",
-            Q4_1 => "q4_1",
-            Q5_0 => "q5_0",
-            Q5_1 => "q5_1",
-            Q8_0 => "q8_0",
-            Q8_1 => "q8_1",
-            Q2K => "q2_K",
-            Q3K => "q3_K",
-            Q4K => "q4_K",
-            Q5K => "q5_K",
-            Q6K => "q6_K",
-            Q8K => "q8_K",
-            IQ4NL => "iq4_nl",
-            IQ4XS => "iq4_xs",
-            I8 => "i8",
-            I16 => "i16",
-            I32 => "i32",
-            I64 => "i64",
-            F64 => "f64",
-            BF16 => "bf16",
-        }
     }
 
     /// Parses a type name, case-insensitively (`"Q4_0"`, `"q4_k"`, `"f16"`…).
@@ -247,5 +200,18 @@ mod tests {
         assert_eq!(DType::from_id(20), Some(DType::IQ4NL));
         assert_eq!(DType::from_id(23), Some(DType::IQ4XS));
         assert_eq!(DType::from_name("IQ4_XS"), Some(DType::IQ4XS));
+    }
+
+    /// The table keeps id order, and a type it has is no longer in the unread list.
+    #[test]
+    fn table_in_id_order_and_apart_from_unread() {
+        assert!(DType::ALL.windows(2).all(|w| w[0].id() < w[1].id()));
+        for (id, name) in UNREAD_GGML_TYPES {
+            assert_eq!(
+                DType::from_id(id),
+                None,
+                "{name} is read now: drop it from the list"
+            );
+        }
     }
 }

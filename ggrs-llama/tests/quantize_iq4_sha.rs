@@ -1,7 +1,9 @@
 //! Bit-exactness of the IQ4_NL and IQ4_XS quantizers with llama.cpp's quantize tool: every
 //! tensor that llama.cpp's IQ4_NL and IQ4_XS recipes (`shared/reference/README.md`) stored as
 //! IQ4_NL or IQ4_XS, quantized here from the f16 file (`quants::quantize_row_dyn`, the row
-//! encoder `ggrs quantize` runs), has the sha256 that `qwen05b/tensor-sha256.json` lists.
+//! encoder `ggrs quantize` runs), has the sha256 that `qwen05b/tensor-sha256.json` lists; and
+//! the same for the TQ1_0 and TQ2_0 tensors of the ternary recipes
+//! (`qwen05b/tensor-sha256-lowbit.json`).
 
 mod common;
 
@@ -100,4 +102,34 @@ fn iq4_nl_and_iq4_xs_tensors_equal_llama_cpp() {
         &mismatches[..mismatches.len().min(10)]
     );
     eprintln!("all {n_nl} IQ4_NL and {n_xs} IQ4_XS tensors match llama.cpp's sha256");
+}
+
+/// Every TQ1_0 / TQ2_0 tensor of llama.cpp's ternary files (its 24 `ffn_down` weights each),
+/// quantized here from the f16 file, has llama.cpp's sha256.
+#[test]
+fn ternary_tensors_equal_llama_cpp() {
+    let _g = common::serial();
+    let Some(path) = common::qwen05b("f16") else {
+        return;
+    };
+    let listing: Value = serde_json::from_str(
+        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256-lowbit.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    for (kind, dtype) in [("tq1_0", DType::TQ1_0), ("tq2_0", DType::TQ2_0)] {
+        let mut n = 0;
+        for (name, v) in listing[kind].as_object().expect("listing for the recipe") {
+            if DType::from_name(v["type"].as_str().unwrap()) == Some(dtype) {
+                assert_eq!(
+                    quantized_sha(&file, name, dtype),
+                    v["sha256"].as_str().unwrap(),
+                    "{name} ({dtype})"
+                );
+                n += 1;
+            }
+        }
+        assert_eq!(n, 24, "{kind}: one {dtype} tensor per layer");
+    }
 }

@@ -15,9 +15,14 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 fn listing(kind: &str) -> serde_json::Map<String, Value> {
+    listing_in("tensor-sha256.json", kind)
+}
+
+/// The listing of `kind` in `qwen05b/<json>`.
+fn listing_in(json: &str, kind: &str) -> serde_json::Map<String, Value> {
     let all: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256.json"))
-            .expect("read tensor-sha256.json"),
+        &std::fs::read_to_string(common::reference_dir().join("qwen05b").join(json))
+            .expect("read the tensor listing"),
     )
     .expect("valid json");
     all[kind]
@@ -97,10 +102,14 @@ fn check(kind: &str) -> Vec<String> {
 /// Compares only the type and shape each tensor gets under recipe `kind` (for the recipes
 /// whose types this build cannot write yet).
 fn check_choice(kind: &str) -> Vec<String> {
+    check_choice_in(listing(kind), kind)
+}
+
+/// [`check_choice`] against the listing `want`.
+fn check_choice_in(want: serde_json::Map<String, Value>, kind: &str) -> Vec<String> {
     let Some(f16) = common::qwen05b("f16") else {
         return Vec::new();
     };
-    let want = listing(kind);
     let file = GgufFile::open(&f16).expect("open the f16 file");
     let facts = ModelFacts::from_gguf(&file).expect("model facts");
     let recipe = RecipeOptions::new(FileType::from_name(kind).expect("known file type"));
@@ -177,4 +186,20 @@ fn iq4_recipes_equal_llama_cpp() {
             .flat_map(|k| if writable { check(k) } else { check_choice(k) })
             .collect(),
     );
+}
+
+/// The ternary recipes (`llama-quantize … TQ1_0` / `TQ2_0`, made with the importance matrix,
+/// which they ignore) give every tensor llama.cpp's type: TQ for `ffn_down`, the Q4_0 shape
+/// fallback for the 896-wide matrices, Q4_K → Q5_0 for the token embedding, Q8_0 for the
+/// output (`qwen05b/tensor-sha256-lowbit.json`). The TQ tensors' bytes are checked in
+/// `quantize_iq4_sha.rs`; the Q4_0 ones are not comparable (llama.cpp's used the matrix).
+#[test]
+fn ternary_recipes_choose_llama_cpp_types() {
+    let _g = common::serial();
+    for kind in ["tq1_0", "tq2_0"] {
+        assert_none(check_choice_in(
+            listing_in("tensor-sha256-lowbit.json", kind),
+            kind,
+        ));
+    }
 }

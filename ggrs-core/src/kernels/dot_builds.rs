@@ -9,7 +9,7 @@ use crate::dtype::DType;
 #[cfg(target_arch = "aarch64")]
 use crate::kernels::aarch64::neon;
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::x86::{avx2, avx512, quantize, tiled_avx2};
+use crate::kernels::x86::{avx2, avx512, quantize, ternary, tiled_avx2};
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
 };
@@ -96,7 +96,7 @@ mod forms {
     use super::*;
     use crate::quants::{
         BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-        BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+        BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, BlockTQ1_0, BlockTQ2_0,
     };
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
@@ -110,6 +110,8 @@ mod forms {
     wrappers!(q4_k_avx2, BlockQ4K, avx2::q4_k_q8_k);
     wrappers!(q5_k_avx2, BlockQ5K, avx2::q5_k_q8_k);
     wrappers!(q6_k_avx2, BlockQ6K, avx2::q6_k_q8_k);
+    wrappers!(tq1_0_avx2, BlockTQ1_0, ternary::tq1_0_q8_k);
+    wrappers!(tq2_0_avx2, BlockTQ2_0, ternary::tq2_0_q8_k);
 
     wrappers!(q4_k_avx512, BlockQ4K, avx512::q4_k_q8_k);
     wrappers!(q6_k_avx512, BlockQ6K, avx512::q6_k_q8_k);
@@ -161,6 +163,8 @@ mod forms {
             (Isa::Avx2, DType::Q6K) => q6_k_avx2,
             (Isa::Avx2, DType::IQ4NL) => iq4_nl_avx2,
             (Isa::Avx2, DType::IQ4XS) => iq4_xs_avx2,
+            (Isa::Avx2, DType::TQ1_0) => tq1_0_avx2,
+            (Isa::Avx2, DType::TQ2_0) => tq2_0_avx2,
             (Isa::Avx512, DType::Q4K) => q4_k_avx512,
             (Isa::Avx512, DType::Q6K) => q6_k_avx512,
             (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni,

@@ -159,7 +159,8 @@ pub enum SumOrder {
     /// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`. For Q4_1 and Q5_1
     /// (`ggml_vec_dot_q*_1_q8_1`) the lanes hold the unsigned codes' products, the minimum
     /// terms go into one chain `summs = fma(mx, sy, summs)` per block, and the result is
-    /// `lanes_total + summs`.
+    /// `lanes_total + summs`. For a type whose file declares its x86 kernel's order
+    /// (`BlockQuant::GGML_X86_DOT`, e.g. TQ2_0), that order.
     GgmlLanes,
     /// ggml's repacked-Q4_0 (`q4_0_8x8`) order: `acc = fma(block_sum, dx·dy, acc)` per block.
     GgmlBlockChain,
@@ -203,6 +204,8 @@ pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
         DType::Q4K | DType::Q2K if ggml_repacks(dtype, ne) => SumOrder::GgmlRepacked,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
+        // A type whose file declares ggml's x86 order (`BlockQuant::GGML_X86_DOT`).
+        _ if crate::quants::ggml_x86_dot(dtype).is_some() => SumOrder::GgmlLanes,
         _ => SumOrder::Any,
     }
 }
@@ -257,7 +260,8 @@ pub fn vec_dot_variants_in(dtype: DType, order: SumOrder) -> Vec<VecDotVariant> 
                     | DType::Q5_1
                     | DType::Q5K
                     | DType::Q6K
-            ) {
+            ) && crate::quants::ggml_x86_dot(dtype).is_none()
+            {
                 return Vec::new();
             }
             false

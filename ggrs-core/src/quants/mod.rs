@@ -50,6 +50,8 @@ pub mod q4_0;
 pub mod q4_1;
 pub mod q5;
 pub mod q8;
+pub mod tq1_0;
+pub mod tq2_0;
 
 pub use dispatch::{vec_dot_kernel, vec_dot_scalar_kernel};
 pub use iq4::{BlockIQ4NL, BlockIQ4XS};
@@ -64,6 +66,8 @@ pub use q4_0::BlockQ4_0;
 pub use q4_1::BlockQ4_1;
 pub use q5::{BlockQ5_0, BlockQ5_1};
 pub use q8::{BlockQ8_0, BlockQ8_1};
+pub use tq1_0::BlockTQ1_0;
+pub use tq2_0::BlockTQ2_0;
 
 /// A dot-product kernel: `n` values of a row of the weight type (`a`) against a row of its
 /// `VecDot` type (`b`), both as bytes. The same type as `mul_mat`'s kernel pointer.
@@ -122,6 +126,15 @@ pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// Scalar reference dot product of a row of blocks with a row of `VecDot` blocks (the
     /// shorter of the two sets the length), accumulated as ggml's `ggml_vec_dot_*_generic`.
     fn vec_dot(a: &[Self], b: &[Self::VecDot]) -> f32;
+
+    /// The type's dot product in the order of ggml's x86 (AVX2) `ggml_vec_dot_*` as portable
+    /// code, for a type llama.cpp multiplies with that one kernel for every shape and column
+    /// count (no tinyBLAS, repacked or tiled kernel takes it). `Some` makes it the type's
+    /// `mul_mat` contract with no other row anywhere: `kernels::ggml_arith::mul_mat_dot`
+    /// returns it, `dispatch::ggml_sum_order` names it [`dispatch::SumOrder::GgmlLanes`], and
+    /// the type's SIMD builds in `kernels::dot_builds` must keep its bits. `None` (the
+    /// default): the type's order is given in those modules, or free.
+    const GGML_X86_DOT: Option<VecDotKernel> = None;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -374,6 +387,14 @@ macro_rules! with_block {
                 type $B = $crate::quants::BlockIQ4XS;
                 $body
             }
+            $crate::dtype::DType::TQ1_0 => {
+                type $B = $crate::quants::BlockTQ1_0;
+                $body
+            }
+            $crate::dtype::DType::TQ2_0 => {
+                type $B = $crate::quants::BlockTQ2_0;
+                $body
+            }
             _ => $none,
         }
     };
@@ -390,6 +411,12 @@ pub(crate) fn traits(dtype: DType) -> Option<QuantTraits> {
 /// The fused dequantize-and-dot kernel of a block type, or `None` where this build has none.
 pub(crate) fn vec_dot(dtype: DType) -> Option<VecDotKernel> {
     vec_dot_kernel(dtype)
+}
+
+/// The portable dot product in ggml's x86 order of a type that declares one
+/// ([`BlockQuant::GGML_X86_DOT`]).
+pub(crate) fn ggml_x86_dot(dtype: DType) -> Option<VecDotKernel> {
+    with_block!(dtype, B => B::GGML_X86_DOT, _ => None)
 }
 
 /// The [`BlockQuant::VecDot`] type of a block type (`None` for non-block types).

@@ -8,7 +8,7 @@ mod cases;
 #[allow(unused_imports)] // not every test binary runs op cases
 pub use cases::*;
 
-use ggrs_core::{quants, DType};
+use ggrs_core::{quants, Context, DType, Executor, Graph};
 
 /// `n` values in [-1, 1) from `seed` (xorshift; the same on every machine).
 pub fn values(seed: u64, n: usize) -> Vec<f32> {
@@ -46,4 +46,28 @@ pub fn encode(t: DType, x: &[f32]) -> Vec<u8> {
         _ => quants::quantize_row_dyn(t, x, &mut out).expect("whole blocks"),
     }
     out
+}
+
+/// `mul_mat(w, x)` for `w: [k, n]` of type `t` (bytes) and `x: [k, m]` f32, on `threads`
+/// threads.
+pub fn run_mul_mat(
+    t: DType,
+    w: &[u8],
+    x: &[f32],
+    k: usize,
+    n: usize,
+    m: usize,
+    threads: usize,
+) -> Vec<f32> {
+    let mut ctx = Context::with_mem_size(16 << 20);
+    let a = ctx.new_tensor(t, &[k, n]).expect("arena");
+    let b = ctx.new_tensor(DType::F32, &[k, m]).expect("arena");
+    ctx.set_bytes(a, w).expect("whole rows");
+    ctx.set_f32(b, x).expect("k·m values");
+    let out = ctx.mul_mat(a, b).expect("shapes agree");
+    let g = Graph::build(&ctx, out).expect("one node");
+    Executor::new(threads)
+        .compute(&mut ctx, &g)
+        .expect("computes");
+    ctx.to_f32_vec(out).expect("f32 result")
 }

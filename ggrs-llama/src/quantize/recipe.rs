@@ -303,7 +303,7 @@ pub fn fallback(ncols: usize, ty: QuantType) -> (QuantType, bool) {
     }
     let f = match ty {
         QuantType::IQ4XS => QuantType::IQ4NL,
-        QuantType::Q2K | QuantType::Q3K => QuantType::Q4_0,
+        QuantType::Q2K | QuantType::Q3K | QuantType::TQ1_0 | QuantType::TQ2_0 => QuantType::Q4_0,
         QuantType::Q4K => QuantType::Q5_0,
         QuantType::Q5K => QuantType::Q5_1,
         QuantType::Q6K => QuantType::Q8_0,
@@ -380,6 +380,8 @@ impl State<'_> {
         } else if role == Role::TokenEmbd {
             if let Some(e) = self.opts.token_embedding_type {
                 new = e;
+            } else if matches!(ft, F::TQ1_0 | F::TQ2_0) {
+                new = Q::Q4K;
             }
         } else if role.is_attn_v() {
             let gqa4 = facts.n_gqa() >= 4;

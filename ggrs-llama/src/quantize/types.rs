@@ -40,11 +40,15 @@ pub enum QuantType {
     IQ4NL,
     /// 4-bit non-linear i-quant, 256 values per super-block.
     IQ4XS,
+    /// Ternary, 1.69 bits per value (256 values per block).
+    TQ1_0,
+    /// Ternary, 2.06 bits per value (256 values per block).
+    TQ2_0,
 }
 
 impl QuantType {
     /// Every type, in ggml id order.
-    pub const ALL: [QuantType; 15] = [
+    pub const ALL: [QuantType; 17] = [
         QuantType::F32,
         QuantType::F16,
         QuantType::Q4_0,
@@ -60,6 +64,8 @@ impl QuantType {
         QuantType::IQ4NL,
         QuantType::IQ4XS,
         QuantType::BF16,
+        QuantType::TQ1_0,
+        QuantType::TQ2_0,
     ];
 
     /// The GGUF / ggml type id.
@@ -80,6 +86,8 @@ impl QuantType {
             QuantType::IQ4NL => 20,
             QuantType::IQ4XS => 23,
             QuantType::BF16 => 30,
+            QuantType::TQ1_0 => 34,
+            QuantType::TQ2_0 => 35,
         }
     }
 
@@ -101,6 +109,8 @@ impl QuantType {
             QuantType::Q6K => "q6_K",
             QuantType::IQ4NL => "iq4_nl",
             QuantType::IQ4XS => "iq4_xs",
+            QuantType::TQ1_0 => "tq1_0",
+            QuantType::TQ2_0 => "tq2_0",
         }
     }
 
@@ -128,7 +138,9 @@ impl QuantType {
             | QuantType::Q4K
             | QuantType::Q5K
             | QuantType::Q6K
-            | QuantType::IQ4XS => 256,
+            | QuantType::IQ4XS
+            | QuantType::TQ1_0
+            | QuantType::TQ2_0 => 256,
         }
     }
 
@@ -198,11 +210,15 @@ pub enum FileType {
     IQ4NL,
     /// IQ4_XS mixture.
     IQ4XS,
+    /// TQ1_0 ternary (token embedding Q4_K).
+    TQ1_0,
+    /// TQ2_0 ternary (token embedding Q4_K).
+    TQ2_0,
 }
 
 impl FileType {
     /// Every file type, with the names llama-quantize accepts (upper case).
-    pub const ALL: [(FileType, &'static str); 20] = [
+    pub const ALL: [(FileType, &'static str); 22] = [
         (FileType::Q4_0, "Q4_0"),
         (FileType::Q4_1, "Q4_1"),
         (FileType::Q5_0, "Q5_0"),
@@ -214,6 +230,8 @@ impl FileType {
         (FileType::Q3KL, "Q3_K_L"),
         (FileType::IQ4NL, "IQ4_NL"),
         (FileType::IQ4XS, "IQ4_XS"),
+        (FileType::TQ1_0, "TQ1_0"),
+        (FileType::TQ2_0, "TQ2_0"),
         (FileType::Q4KS, "Q4_K_S"),
         (FileType::Q4KM, "Q4_K_M"),
         (FileType::Q5KS, "Q5_K_S"),
@@ -282,6 +300,8 @@ impl FileType {
             FileType::IQ4NL => 25,
             FileType::IQ4XS => 30,
             FileType::BF16 => 32,
+            FileType::TQ1_0 => 36,
+            FileType::TQ2_0 => 37,
         }
     }
 
@@ -303,6 +323,8 @@ impl FileType {
             FileType::Q6K => QuantType::Q6K,
             FileType::IQ4NL => QuantType::IQ4NL,
             FileType::IQ4XS => QuantType::IQ4XS,
+            FileType::TQ1_0 => QuantType::TQ1_0,
+            FileType::TQ2_0 => QuantType::TQ2_0,
         }
     }
 }

@@ -97,8 +97,9 @@ pub(crate) fn mul_mat_dot(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
         DType::F16 if f16_uses_lanes16(ne, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
         // F32 weights: see `mul_mat_dot_f32` (the choice also depends on the activations'
-        // layout).
-        _ => None,
+        // layout). Block types that declare their x86 order in their own file
+        // (`BlockQuant::GGML_X86_DOT`): that order.
+        _ => crate::quants::ggml_x86_dot(dtype),
     }
 }
 

@@ -3,6 +3,7 @@
 //! | file | what | instruction sets |
 //! |---|---|---|
 //! | `avx2.rs`, `avx512.rs` | block dot products in tiles (`dot_builds` wraps them) | AVX2 + FMA + F16C; AVX-512 F/BW/VL, VNNI |
+//! | `ternary.rs` | TQ1_0 / TQ2_0 dots in the order of ggml's AVX2 `ggml_vec_dot_tq*_0_q8_K` | AVX2 |
 //! | `tiled_avx2.rs` | k-quant and IQ4_XS dots in ggml's tiled order, and their panels | AVX2 |
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
 //! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
@@ -112,6 +113,8 @@ pub(crate) mod panel;
 pub(crate) mod quantize;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repacked_k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod ternary;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod tiled_avx2;
 #[cfg(target_arch = "x86_64")]
