@@ -11,12 +11,12 @@
 //! Then every kernel build against the portable order bit for bit, and `mul_mat` through the
 //! executor (1–9 columns, 1–2 threads, SIMD and scalar) against the x86-order dot per element.
 
-mod support;
+mod common;
 
 use ggrs_core::quants::dispatch::{self, SumOrder};
 use ggrs_core::quants::{self, BlockQuant, BlockTQ1_0, BlockTQ2_0, VecDotKernel};
 use ggrs_core::DType;
-use support::run_mul_mat;
+use common::run_mul_mat;
 
 const NB: usize = 8;
 const QK: usize = 256;
