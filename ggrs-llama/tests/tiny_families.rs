@@ -73,3 +73,16 @@ fn mistral3_matches_llama_cpp() {
     assert!((t.factor(16) - (1.0 + 0.1 * 2f32.ln())).abs() < 1e-6);
     assert_eq!(m.hparams.rope_freq_scale, 1.0 / 16.0);
 }
+
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    use ggrs_llama::arch::gpt_oss::GptOssModel;
+    let m = check("gpt-oss", "gpt-oss");
+    let g = m.arch_weights::<GptOssModel>().expect("gpt-oss");
+    // Window 8 on the even layers (llama.cpp's default pattern 2), the odd ones global;
+    // YaRN ×32 from an original context of 64; top-2 of 8 experts.
+    assert_eq!(g.consts.local, [true, false, true, false]);
+    assert_eq!((g.consts.window, g.consts.freq_base_swa), (8, 150000.0));
+    assert_eq!(m.hparams.rope_freq_scale, 1.0 / 32.0);
+    assert_eq!(g.layers[0].moe.n_used, 2);
+}

@@ -48,6 +48,7 @@ pub(crate) unsafe fn soft_max(
 ) {
     let (d, a) = (&task.dst, task.s0());
     let mask = task.src[1];
+    let sinks = task.src[2].as_ref();
     let n = a.ne[0];
     let (sa, sm) = work.scratch.split_at_mut(n);
     for r in split_range(d.nrows(), n_chunks, chunk) {
@@ -70,7 +71,13 @@ pub(crate) unsafe fn soft_max(
                     }
                 }
             }
-            let max = out.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut max = out.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            // A sink logit of this plane (head) joins the maximum and, after the row's terms,
+            // the sum (ggml's order).
+            let sink = sinks.map(|t| *(t.data.add(t.offset(i2, 0, 0, 0)) as *const f32));
+            if let Some(s) = sink {
+                max = max.max(s);
+            }
             if max == f32::NEG_INFINITY {
                 out.fill(0.0);
                 continue;
@@ -80,6 +87,9 @@ pub(crate) unsafe fn soft_max(
                 let e = (*o - max).exp();
                 *o = e;
                 sum += e as f64;
+            }
+            if let Some(s) = sink {
+                sum += (s - max).exp() as f64;
             }
             let inv = (1.0 / sum) as f32;
             for o in out.iter_mut() {
