@@ -36,6 +36,12 @@
 //! `kv_splits` (llama.cpp's thread count), not ours; parts run as separate chunks and are
 //! merged in FINALIZE.
 //!
+//! **Sinks** (gpt-oss): a per-head logit that joins the denominator, applied as ggml does
+//! after the keys and before the normalisation (on the split-key path, to the first part
+//! only): a sink above the running maximum `M` rescales the accumulator (widened to f32) and
+//! the sum by `exp(M − sink)` and adds 1, otherwise `exp(sink − M)` is added to the sum
+//! (`S = fma(S, ms, vs)`), see `add_sink`.
+//!
 //! Every output row (or part) is computed by one thread in this fixed order, so results do
 //! not depend on the thread count.
 //!

@@ -35,10 +35,12 @@ pub(crate) unsafe fn diag_mask_inf(
     }
 }
 
-/// Softmax of `a·scale + mask` along rows.
+/// Softmax of `a·scale + mask` along rows, with src2's sink logit of the row's plane (head)
+/// in the denominator when the node has sinks.
 ///
 /// # Safety
-/// See [`crate::kernels::compute_chunk`].
+/// See [`crate::kernels::compute_chunk`]; src2, when set, is F32 with `a.ne[2]` elements
+/// (checked by the builder).
 pub(crate) unsafe fn soft_max(
     task: &Task,
     scale: f32,
@@ -54,7 +56,8 @@ pub(crate) unsafe fn soft_max(
     for r in split_range(d.nrows(), n_chunks, chunk) {
         let (i1, i2, i3) = d.unravel_row(r);
         // SAFETY: a and dst share the shape; the mask row index is i1 < m.ne[1] and the
-        // outer indices are reduced modulo the mask's shape (checked by the builder).
+        // outer indices are reduced modulo the mask's shape; the sinks hold a.ne[2] > i2
+        // f32 values (all checked by the builder).
         unsafe {
             let x = a.load_row(i1, i2, i3, sa);
             let out = d.row_f32_mut(i1, i2, i3);
