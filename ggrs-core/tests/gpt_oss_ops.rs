@@ -4,6 +4,7 @@
 //! - attention sinks in `flash_attn_ext_sinks` (one-row, tiled and split-key kernels) and in
 //!   `soft_max_ext_sinks` against a naive f64 softmax whose denominator has the sink, with a
 //!   sink of −∞ giving the bits of no sink;
+//!
 //! each on 1–4 threads (same bits), and their shape contracts.
 
 mod support;
@@ -158,7 +159,7 @@ fn attn_sinks_ref(
     scale: f32,
 ) -> Arr {
     let mut out = Arr::zeros([dv, n_head, n_q, 1]);
-    for h in 0..n_head {
+    for (h, &sink) in sinks.iter().enumerate().take(n_head) {
         let kh = h / (n_head / n_head_kv);
         for i in 0..n_q {
             let s: Vec<f64> = (0..n_kv)
@@ -172,7 +173,7 @@ fn attn_sinks_ref(
                     false => f64::NEG_INFINITY,
                 })
                 .collect();
-            let sink = sinks[h] as f64;
+            let sink = sink as f64;
             let max = s.iter().cloned().fold(sink, f64::max);
             let p: Vec<f64> = s.iter().map(|&x| (x - max).exp()).collect();
             let sum: f64 = p.iter().sum::<f64>() + (sink - max).exp();
