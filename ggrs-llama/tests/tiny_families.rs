@@ -84,7 +84,10 @@ fn gpt_oss_matches_llama_cpp() {
     assert_eq!(g.consts.local, [true, false, true, false]);
     assert_eq!((g.consts.window, g.consts.freq_base_swa), (8, 150000.0));
     assert_eq!(m.hparams.rope_freq_scale, 1.0 / 32.0);
-    assert_eq!(g.layers[0].moe.n_used, 2);
+    assert_eq!(
+        (g.layers[0].moe.base.n_used, g.layers[0].moe.base.n_expert),
+        (2, 8)
+    );
     // Every prompt to the printed digits (5 decimals: half a unit of the last is 5e-6).
     let refs = common::read_jsonl(&tiny("tiny-gpt-oss-f16").with_extension("public.jsonl"));
     for r in &refs {

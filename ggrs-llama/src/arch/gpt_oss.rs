@@ -28,7 +28,7 @@ use ggrs_core::{Context, RopeMode, Tensor};
 use super::decoder::Rotary;
 use super::decoder::{attention_masked, blk, AttnMasking, AttnWeights, FeedForward, Head, QkvBias};
 use super::gemma2::{output_logits, positive, sliding_window};
-use super::qwen3moe::{count_key, sum_slots};
+use super::qwen3moe::{count_key, sum_slots, MoeFfn};
 use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{get_usize, HParams};
@@ -63,47 +63,33 @@ pub const SWIGLU_LIMIT: f32 = 7.0;
 /// ([`ggrs_core::Context::swiglu_oai`]).
 #[derive(Debug, Clone)]
 pub struct OaiMoe {
-    /// Router, `[e, x]` f32.
-    pub gate_inp: WeightId,
+    /// Router and stacked experts (`[e, x]` f32, `[e, f, x]`, `[e, f, x]`, `[f, e, x]`) and
+    /// the expert counts, as Qwen3-MoE has them.
+    pub base: MoeFfn,
     /// Router bias, `[x]` f32.
     pub gate_inp_b: WeightId,
-    /// The experts' gate projections, stacked: `[e, f, x]`.
-    pub gate_exps: WeightId,
-    /// Their biases, `[f, x]` f32.
+    /// The gate projections' biases, `[f, x]` f32.
     pub gate_b: WeightId,
-    /// The experts' up projections, stacked: `[e, f, x]`.
-    pub up_exps: WeightId,
-    /// Their biases, `[f, x]` f32.
+    /// The up projections' biases, `[f, x]` f32.
     pub up_b: WeightId,
-    /// The experts' down projections, stacked: `[f, e, x]`.
-    pub down_exps: WeightId,
-    /// Their biases, `[e, x]` f32.
+    /// The down projections' biases, `[e, x]` f32.
     pub down_b: WeightId,
-    /// Experts per token (`expert_used_count`).
-    pub n_used: usize,
 }
 
 impl OaiMoe {
-    /// Reads block `i`'s router, stacked experts and their biases, of the counts and width
-    /// the file's `expert_count`, `expert_used_count` and `expert_feed_forward_length` give.
+    /// Reads block `i`'s router, stacked experts ([`MoeFfn::load`]) and their biases.
     pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<OaiMoe> {
-        // Bounded by the shapes below (each expert a slice of a stored tensor); the bound here
-        // only keeps the products of the shape check in range.
-        let nx = count_key(hp, l, "expert_count", 1 << 16)?;
-        let n_used = count_key(hp, l, "expert_used_count", nx)?;
+        let base = MoeFfn::load(hp, l, i)?;
+        let (e, nx) = (hp.n_embd, base.n_expert);
+        // Read and checked by MoeFfn::load.
         let f = count_key(hp, l, "expert_feed_forward_length", 1 << 31)?;
-        let e = hp.n_embd;
         let n = |s: &str| blk(i, s);
         Ok(OaiMoe {
-            gate_inp: l.f32(&n("ffn_gate_inp.weight"), &[e, nx])?,
             gate_inp_b: l.f32(&n("ffn_gate_inp.bias"), &[nx])?,
-            gate_exps: l.matrix(&n("ffn_gate_exps.weight"), &[e, f, nx])?,
             gate_b: l.f32(&n("ffn_gate_exps.bias"), &[f, nx])?,
-            up_exps: l.matrix(&n("ffn_up_exps.weight"), &[e, f, nx])?,
             up_b: l.f32(&n("ffn_up_exps.bias"), &[f, nx])?,
-            down_exps: l.matrix(&n("ffn_down_exps.weight"), &[f, e, nx])?,
             down_b: l.f32(&n("ffn_down_exps.bias"), &[e, nx])?,
-            n_used,
+            base,
         })
     }
 }
@@ -117,10 +103,11 @@ impl FeedForward for OaiMoe {
         h: Tensor,
     ) -> Result<Tensor> {
         let (e, n) = (hp.n_embd, ctx.shape(h)?[1]);
-        let nu = self.n_used;
+        let m = &self.base;
+        let nu = m.n_used;
         // Routing, as llama.cpp orders it: the top n_used of the biased logits, weighted by
         // a softmax over those alone.
-        let logits = ctx.mul_mat(w[self.gate_inp], h)?; // [nx, n]
+        let logits = ctx.mul_mat(w[m.gate_inp], h)?; // [nx, n]
         let logits = ctx.add(logits, w[self.gate_inp_b])?;
         let nx = ctx.shape(logits)?[0];
         let ids = ctx.argsort_top_k(logits, nu)?; // [nu, n]
@@ -131,12 +118,12 @@ impl FeedForward for OaiMoe {
         let weights = ctx.reshape_3d(weights, 1, nu, n)?;
         // The chosen experts, every slot reading the token's one column.
         let x = ctx.reshape_3d(h, e, 1, n)?;
-        let up = ctx.mul_mat_id(w[self.up_exps], x, ids)?; // [f, nu, n]
+        let up = ctx.mul_mat_id(w[m.up_exps], x, ids)?; // [f, nu, n]
         let up = ctx.add_id(up, w[self.up_b], ids)?;
-        let gate = ctx.mul_mat_id(w[self.gate_exps], x, ids)?;
+        let gate = ctx.mul_mat_id(w[m.gate_exps], x, ids)?;
         let gate = ctx.add_id(gate, w[self.gate_b], ids)?;
         let act = ctx.swiglu_oai(gate, up, SWIGLU_ALPHA, SWIGLU_LIMIT)?;
-        let experts = ctx.mul_mat_id(w[self.down_exps], act, ids)?; // [e, nu, n]
+        let experts = ctx.mul_mat_id(w[m.down_exps], act, ids)?; // [e, nu, n]
         let experts = ctx.add_id(experts, w[self.down_b], ids)?;
         let experts = ctx.mul(experts, weights)?;
         sum_slots(ctx, experts)
