@@ -90,6 +90,27 @@ fn tokenize_and_run_on_the_tiny_model() {
     assert_eq!(ids, [18446, 29500, 30494]);
 }
 
+/// `ggrs run` on the tiny gpt-oss (sinks, alternating windows, biased experts): llama.cpp's
+/// greedy tokens (`tiny-gpt-oss-f16.public.jsonl`).
+#[test]
+fn run_on_the_tiny_gpt_oss() {
+    let model = common::reference("tiny/tiny-gpt-oss-f16.gguf");
+    let prompt = "The capital of France is";
+    let args = [
+        "run", "-m", &model, "-p", prompt, "-n", "5", "--temp", "0", "--json",
+    ];
+    let (ok, out, err) = ggrs(&args);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let tokens: Vec<u64> = v["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_u64().expect("token id"))
+        .collect();
+    assert_eq!(tokens, [20628, 30399, 26399, 23755, 30191]);
+}
+
 #[test]
 fn prompt_longer_than_context_is_an_error() {
     let long = "word ".repeat(100);

@@ -51,6 +51,18 @@ pub enum Op {
     /// `gelu(a)·b` of `src0` and `src1`, GELU as ggml's CPU GeGLU computes it (see
     /// `Context::geglu_split`).
     Geglu,
+    /// gpt-oss's clamped SwiGLU of `src0` (gate) and `src1` (up):
+    /// `x·σ(alpha·x)·(y + 1)` with `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`
+    /// (see `Context::swiglu_oai`).
+    SwigluOai {
+        /// Factor inside the sigmoid (1.702 for gpt-oss).
+        alpha: f32,
+        /// Clamp of the gate (from above) and of the up value (both sides).
+        limit: f32,
+    },
+    /// `src0 + src1[:, src2[i1, i2]]`: each row of `src0` plus the row of `src1` its id in
+    /// `src2` names (see `Context::add_id`).
+    AddId,
     /// Sum of all elements.
     Sum,
     /// Sum of each row.
@@ -104,13 +116,15 @@ pub enum Op {
         /// Positions already in the cache before the first row.
         n_past: usize,
     },
-    /// `softmax(src0 · scale + src1)` along rows; `src1` (mask) optional.
+    /// `softmax(src0 · scale + src1)` along rows; `src1` (mask) optional; `src2` (optional):
+    /// one sink logit per plane (head) that joins each row's denominator.
     SoftMax {
         /// Applied before the mask.
         scale: f32,
     },
-    /// Fused attention `softmax(src1·src0 · scale + src3) · src2` (q, k, v, mask), computed
-    /// as ggml's CPU flash-attention kernel does (see `Context::flash_attn_ext`).
+    /// Fused attention `softmax(src1·src0 · scale + src3) · src2` (q, k, v, mask; `src4`:
+    /// optional per-head sink logits joining the denominator), computed as ggml's CPU
+    /// flash-attention kernel does (see `Context::flash_attn_ext`).
     FlashAttnExt {
         /// Applied to each key·query product before the mask.
         scale: f32,
@@ -191,6 +205,8 @@ impl Op {
             Op::Relu => "RELU",
             Op::Swiglu => "SWIGLU",
             Op::Geglu => "GEGLU",
+            Op::SwigluOai { .. } => "SWIGLU_OAI",
+            Op::AddId => "ADD_ID",
             Op::Sum => "SUM",
             Op::SumRows => "SUM_ROWS",
             Op::Mean => "MEAN",
@@ -236,6 +252,7 @@ impl Op {
             Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => {
                 format!("eps={eps:e}")
             }
+            Op::SwigluOai { alpha, limit } => format!("alpha={alpha} limit={limit}"),
             Op::DiagMaskInf { n_past } => format!("n_past={n_past}"),
             Op::SoftMax { scale } => format!("scale={scale}"),
             Op::FlashAttnExt {

@@ -8,8 +8,8 @@
 use crate::dtype::DType;
 use crate::op::Op;
 
-/// Most sources an op reads.
-pub const MAX_SRC: usize = 4;
+/// Most sources an op reads (flash attention: q, k, v, mask, sinks).
+pub const MAX_SRC: usize = 5;
 /// Most dimensions a tensor has.
 pub const MAX_DIMS: usize = 4;
 

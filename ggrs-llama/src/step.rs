@@ -230,8 +230,29 @@ pub fn cached_attention_with(
     shape: StepShape,
     dims: AttnDims,
     q: Tensor,
-    [k, v]: [Tensor; 2],
+    kv_new: [Tensor; 2],
     scores: AttnScores,
+) -> Result<Tensor> {
+    let (masks, qkv) = ([k_rows, mask], (q, kv_new));
+    cached_attention_sinks(ctx, kv, il, masks, shape, dims, qkv, scores, None)
+}
+
+/// [`cached_attention_with`] (cache rows and mask given as `[k_rows, mask]`, the queries
+/// and this step's keys and values as `(q, [k, v])`) with attention sinks: `sinks`
+/// (`[n_head]` f32, gpt-oss's `attn_sinks`) holds one logit per query head that joins the
+/// softmax's denominator without a value (ggml's `flash_attn_ext_add_sinks` /
+/// `soft_max_add_sinks`). `None`: no sinks.
+#[allow(clippy::too_many_arguments)]
+pub fn cached_attention_sinks(
+    ctx: &mut Context,
+    kv: &KvCache,
+    il: usize,
+    [k_rows, mask]: [Tensor; 2],
+    shape: StepShape,
+    dims: AttnDims,
+    (q, [k, v]): (Tensor, [Tensor; 2]),
+    scores: AttnScores,
+    sinks: Option<Tensor>,
 ) -> Result<Tensor> {
     let AttnDims {
         head_dim: hd,
@@ -259,7 +280,7 @@ pub fn cached_attention_with(
     if spans.is_empty() {
         let kk = cache_view(ctx, k_cache, 0, shape.n_kv)?;
         let vv = cache_view(ctx, v_cache, 0, shape.n_kv)?;
-        let merged = attend(ctx, kv.dtype, shape, qq, kk, vv, mask, scores)?;
+        let merged = attend(ctx, kv.dtype, shape, qq, kk, vv, mask, scores, sinks)?;
         return Ok(ctx.reshape_2d(merged, hd * nh, n)?);
     }
     // Sequences in their own regions: each span's queries attend over its region's cells
@@ -274,7 +295,7 @@ pub fn cached_attention_with(
         let kk = cache_view(ctx, k_cache, c0, nkv)?;
         let vv = cache_view(ctx, v_cache, c0, nkv)?;
         let m_g = ctx.view_2d(mask, nkv, ng, 4 * shape.n_kv, 4 * t0 * shape.n_kv)?;
-        let merged = attend(ctx, kv.dtype, shape, q_g, kk, vv, m_g, scores)?; // [hd, nh, ng]
+        let merged = attend(ctx, kv.dtype, shape, q_g, kk, vv, m_g, scores, sinks)?; // [hd, nh, ng]
         out = Some(match out {
             None => merged,
             Some(acc) => ctx.concat(acc, merged, 2)?,
@@ -297,11 +318,13 @@ fn attend(
     vv: Tensor,
     mask: Tensor,
     scores: AttnScores,
+    sinks: Option<Tensor>,
 ) -> Result<Tensor> {
     let mask = Some(mask);
     Ok(if dtype == DType::F16 {
         let (scale, softcap) = (scores.scale, scores.softcap.unwrap_or(0.0));
-        ctx.flash_attn_ext_softcap(qq, kk, vv, mask, scale, softcap, shape.attn_kv_splits)?
+        let splits = shape.attn_kv_splits;
+        ctx.flash_attn_ext_sinks(qq, kk, vv, mask, sinks, scale, softcap, splits)?
     } else {
         let mut kq = ctx.mul_mat(kk, qq)?; // [n_kv, n, nh]
         let mut softmax_scale = scores.scale;
@@ -312,7 +335,10 @@ fn attend(
             }
             kq = ctx.soft_cap(kq, c)?;
         }
-        let kq = ctx.soft_max_ext(kq, mask, softmax_scale)?;
+        let kq = match sinks {
+            Some(s) => ctx.soft_max_ext_sinks(kq, mask, s, softmax_scale)?,
+            None => ctx.soft_max_ext(kq, mask, softmax_scale)?,
+        };
         let vt = ctx.transpose(vv)?;
         let vt = ctx.cont(vt)?; // [n_kv, hd, nhkv]
         let kqv = ctx.mul_mat(vt, kq)?; // [hd, n, nh]

@@ -193,13 +193,15 @@ fn tiny_f16_requests_equal_a_lone_session() {
     check_invariance(&model, &PROMPTS, 24, false);
 }
 
-/// Sliding-window attention and soft-capping (Gemma 2), experts (mul_mat_id) and ChatGLM's
-/// own positions and mask through the engine's regions: still a lone session's bits.
+/// Sliding-window attention and soft-capping (Gemma 2), experts (mul_mat_id), gpt-oss's
+/// sinks, alternating windows and biased experts, and ChatGLM's own positions and mask
+/// through the engine's regions: still a lone session's bits.
 #[test]
 fn other_architectures_through_the_engine_equal_a_lone_session() {
     for name in [
         "tiny-gemma2-f16.gguf",
         "tiny-moe-f16.gguf",
+        "tiny-gpt-oss-f16.gguf",
         "tiny-phi3-f16.gguf",
         "tiny-chatglm-f16.gguf",
     ] {

@@ -36,6 +36,12 @@
 //! `kv_splits` (llama.cpp's thread count), not ours; parts run as separate chunks and are
 //! merged in FINALIZE.
 //!
+//! **Sinks** (gpt-oss): a per-head logit that joins the denominator, applied as ggml does
+//! after the keys and before the normalisation (on the split-key path, to the first part
+//! only): a sink above the running maximum `M` rescales the accumulator (widened to f32) and
+//! the sum by `exp(M − sink)` and adds 1, otherwise `exp(sink − M)` is added to the sum
+//! (`S = fma(S, ms, vs)`), see `add_sink`.
+//!
 //! Every output row (or part) is computed by one thread in this fixed order, so results do
 //! not depend on the thread count.
 //!
@@ -140,6 +146,8 @@ struct Attn<'a> {
     k: &'a RawTensor,
     v: &'a RawTensor,
     mask: Option<&'a RawTensor>,
+    /// Per-head sink logits, `[n_head]` f32.
+    sinks: Option<&'a RawTensor>,
     dst: &'a RawTensor,
     /// The op's scale, divided by `softcap` when there is one (as ggml does).
     scale: f32,
@@ -157,6 +165,15 @@ impl Attn<'_> {
     }
     fn n_kv(&self) -> usize {
         self.k.ne[1]
+    }
+
+    /// The sink logit of query head `h`, if the node has sinks.
+    fn sink(&self, h: usize) -> Option<f32> {
+        self.sinks.map(|t| {
+            // SAFETY: the builder checked the sinks: F32 with `q.ne[2]` elements, and
+            // h < q.ne[2].
+            unsafe { *(t.data.add(t.offset(h, 0, 0, 0)) as *const f32) }
+        })
     }
 
     /// Key row `ic` for query head `(iq2, iq3)`.
@@ -222,6 +239,7 @@ pub(crate) unsafe fn flash_attn_ext(
             .as_ref()
             .expect("the builder gives flash_attn_ext a value tensor"),
         mask: task.src[3].as_ref(),
+        sinks: task.src[4].as_ref(),
         dst: &task.dst,
         scale: if softcap != 0.0 {
             scale / softcap
@@ -253,10 +271,15 @@ pub(crate) unsafe fn flash_attn_ext(
                         stride,
                     )
                 };
-                slot[0] = max;
-                slot[1] = sum;
                 let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
                 f16_to_f32(acc, &mut slot[2..], a.fast);
+                // As ggml: the sink joins the first part only.
+                let (max, sum) = match a.sink(h) {
+                    Some(s) if part == 0 => add_sink(s, max, sum, &mut slot[2..]),
+                    _ => (max, sum),
+                };
+                slot[0] = max;
+                slot[1] = sum;
             }
         }
         return;
@@ -284,12 +307,16 @@ pub(crate) unsafe fn flash_attn_ext(
             // SAFETY: indices in range; the scratch holds gs row scratches (plan).
             let results =
                 unsafe { group_row_keys(&a, iq1, heads.clone(), iq3, 0..a.n_kv(), work.scratch) };
-            for (j, (iq2, (_, sum))) in heads.zip(results).enumerate() {
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+            for (j, (iq2, (max, sum))) in heads.zip(results).enumerate() {
                 // SAFETY: indices in range; this chunk owns the group's rows.
                 let out = unsafe { a.out_row(iq1, iq2, iq3) };
                 let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
                 f16_to_f32(acc, out, a.fast);
+                let sum = match a.sink(iq2) {
+                    Some(s) => add_sink(s, max, sum, out).1,
+                    None => sum,
+                };
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
                 for o in out.iter_mut() {
                     *o *= inv;
                 }
@@ -462,6 +489,23 @@ unsafe fn one_row_keys(
         sum = sum.mul_add(ms, vs);
     }
     (max, sum)
+}
+
+/// Joins the sink logit `s` to a row's softmax as ggml does after the keys (the sink has
+/// no value): with the running maximum `max`, sum `sum` and unnormalised f32 accumulator
+/// `acc`, a sink above the maximum rescales the accumulator and the sum by `exp(max − s)`
+/// and adds 1, otherwise adds `exp(s − max)` to the sum (`S = fma(S, ms, vs)`). Returns the
+/// new `(M, S)`.
+fn add_sink(s: f32, max: f32, sum: f32, acc: &mut [f32]) -> (f32, f32) {
+    if s > max {
+        let ms = (max - s).exp();
+        for y in acc.iter_mut() {
+            *y *= ms;
+        }
+        (s, sum.mul_add(ms, 1.0))
+    } else {
+        (max, sum.mul_add(1.0, (s - max).exp()))
+    }
 }
 
 /// FINALIZE of the split-key path: merges each head's parts in order, as ggml's
@@ -686,6 +730,11 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
             for c in 0..TILE_KV {
                 fma_into_body(y, kq[r * TILE_KV + c], &vt[c * dv..(c + 1) * dv]);
             }
+        }
+    }
+    if let Some(s) = a.sink(iq2) {
+        for r in 0..rows {
+            ssum[r] = add_sink(s, smax[r], ssum[r], &mut acc[r * dv..(r + 1) * dv]).1;
         }
     }
     for r in 0..rows {

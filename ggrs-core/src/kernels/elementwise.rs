@@ -162,11 +162,43 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
 /// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of the sources'
 /// shape.
 pub(crate) unsafe fn geglu(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    // SAFETY: forwarded.
+    unsafe { glu_rows(task, chunk, n_chunks, work, geglu_ggml) }
+}
+
+/// gpt-oss's clamped SwiGLU of src0 (gate) and src1 (up), see [`swiglu_oai_ggml`].
+///
+/// # Safety
+/// As [`geglu`].
+pub(crate) unsafe fn swiglu_oai(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let Op::SwigluOai { alpha, limit } = task.op else {
+        return;
+    };
+    // SAFETY: forwarded.
+    unsafe {
+        glu_rows(task, chunk, n_chunks, work, |g, u| {
+            swiglu_oai_ggml(g, u, alpha, limit)
+        })
+    }
+}
+
+/// `dst = f(src0, src1)` element by element, whole rows per chunk.
+///
+/// # Safety
+/// As [`geglu`]; the node has a second source of src0's shape.
+#[inline(always)]
+unsafe fn glu_rows(
+    task: &Task,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+    f: impl Fn(f32, f32) -> f32,
+) {
     let d = &task.dst;
     let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
     let b = task.src[1]
         .as_ref()
-        .expect("the builder gives geglu a second source");
+        .expect("the builder gives a gated unit a second source");
     for r in split_range(d.nrows(), n_chunks, chunk) {
         let (i1, i2, i3) = d.unravel_row(r);
         // SAFETY: rows in range for dst and both sources (same shape); dst row owned.
@@ -175,10 +207,61 @@ pub(crate) unsafe fn geglu(task: &Task, chunk: usize, n_chunks: usize, work: &mu
             let g = task.s0().load_row(i1, i2, i3, s0);
             let u = b.load_row(i1, i2, i3, s1);
             for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                *o = geglu_ggml(g, u);
+                *o = f(g, u);
             }
         }
     }
+}
+
+/// gpt-oss's clamped SwiGLU of one gate value `g` and up value `u`, in the order of ggml's
+/// CPU kernel (`ggml_compute_forward_swiglu_oai_f32`, scalar: nothing there is contracted
+/// into an FMA): `x = min(g, limit)`, `y = clamp(u, −limit, limit)`,
+/// `(x / (1 + exp(alpha·(−x)))) · (y + 1)`.
+#[inline(always)]
+pub(crate) fn swiglu_oai_ggml(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
+    // As C's std::min / std::clamp: a NaN gate or up value passes through.
+    let x = if limit < g { limit } else { g };
+    let y = if u < -limit {
+        -limit
+    } else if limit < u {
+        limit
+    } else {
+        u
+    };
+    let glu = x / (1.0 + (alpha * -x).exp());
+    glu * (y + 1.0)
+}
+
+/// `dst[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]]` (ggml's `add_id`).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder checked the shapes (ids `[a.ne[1],
+/// a.ne[2]]` I32, b `[a.ne[0], n_b]`).
+pub(crate) unsafe fn add_id(
+    task: &Task,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) -> crate::error::Result<()> {
+    let (d, a, b) = (&task.dst, task.s0(), task.s1());
+    let ids = task.src[2]
+        .as_ref()
+        .expect("the builder gives add_id its ids");
+    let (sa, sb) = work.scratch.split_at_mut(a.ne[0]);
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: (i1, i2) lies within ids (its shape is a's rows); the id is checked against
+        // b's row count before its row is read; dst row owned by this thread.
+        unsafe {
+            let raw = *(ids.data.add(ids.offset(i1, i2, 0, 0)) as *const i32);
+            let id = crate::kernels::rows::check_id("ADD_ID", raw, b.ne[1])?;
+            let out = d.row_f32_mut(i1, i2, i3);
+            let ra = a.load_row(i1, i2, i3, sa);
+            let rb = b.load_row(id, 0, 0, sb);
+            zip_apply(out, ra, rb, |x, y| x + y);
+        }
+    }
+    Ok(())
 }
 
 /// Repeat: `dst[i] = a[i mod a.ne]`.

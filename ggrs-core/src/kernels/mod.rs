@@ -431,6 +431,8 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             }
             Op::Swiglu => elementwise::swiglu(task, chunk, n, work),
             Op::Geglu => elementwise::geglu(task, chunk, n, work),
+            Op::SwigluOai { .. } => elementwise::swiglu_oai(task, chunk, n, work),
+            Op::AddId => return elementwise::add_id(task, chunk, n, work),
             Op::Repeat => elementwise::repeat(task, chunk, n, work),
             Op::Concat { dim } => elementwise::concat(task, dim, chunk, n, work),
             Op::Dup | Op::Cpy => elementwise::copy(task, chunk, n, work),

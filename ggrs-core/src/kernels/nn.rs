@@ -35,10 +35,12 @@ pub(crate) unsafe fn diag_mask_inf(
     }
 }
 
-/// Softmax of `a·scale + mask` along rows.
+/// Softmax of `a·scale + mask` along rows, with src2's sink logit of the row's plane (head)
+/// in the denominator when the node has sinks.
 ///
 /// # Safety
-/// See [`crate::kernels::compute_chunk`].
+/// See [`crate::kernels::compute_chunk`]; src2, when set, is F32 with `a.ne[2]` elements
+/// (checked by the builder).
 pub(crate) unsafe fn soft_max(
     task: &Task,
     scale: f32,
@@ -48,12 +50,14 @@ pub(crate) unsafe fn soft_max(
 ) {
     let (d, a) = (&task.dst, task.s0());
     let mask = task.src[1];
+    let sinks = task.src[2].as_ref();
     let n = a.ne[0];
     let (sa, sm) = work.scratch.split_at_mut(n);
     for r in split_range(d.nrows(), n_chunks, chunk) {
         let (i1, i2, i3) = d.unravel_row(r);
         // SAFETY: a and dst share the shape; the mask row index is i1 < m.ne[1] and the
-        // outer indices are reduced modulo the mask's shape (checked by the builder).
+        // outer indices are reduced modulo the mask's shape; the sinks hold a.ne[2] > i2
+        // f32 values (all checked by the builder).
         unsafe {
             let x = a.load_row(i1, i2, i3, sa);
             let out = d.row_f32_mut(i1, i2, i3);
@@ -70,7 +74,13 @@ pub(crate) unsafe fn soft_max(
                     }
                 }
             }
-            let max = out.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut max = out.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            // A sink logit of this plane (head) joins the maximum and, after the row's terms,
+            // the sum (ggml's order).
+            let sink = sinks.map(|t| *(t.data.add(t.offset(i2, 0, 0, 0)) as *const f32));
+            if let Some(s) = sink {
+                max = max.max(s);
+            }
             if max == f32::NEG_INFINITY {
                 out.fill(0.0);
                 continue;
@@ -80,6 +90,9 @@ pub(crate) unsafe fn soft_max(
                 let e = (*o - max).exp();
                 *o = e;
                 sum += e as f64;
+            }
+            if let Some(s) = sink {
+                sum += (s - max).exp() as f64;
             }
             let inv = (1.0 / sum) as f32;
             for o in out.iter_mut() {

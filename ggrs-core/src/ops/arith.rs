@@ -149,6 +149,62 @@ impl Context {
         self.new_tensor_with(DType::F32, ng, Op::Geglu, [Some(g), Some(u), None])
     }
 
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): g (gate), u (up): same shape f32 →
+    /// same shape, `x·σ(alpha·x)·(y + 1)` with `x = min(g, limit)` and
+    /// `y = clamp(u, −limit, limit)`, evaluated as ggml's CPU kernel does
+    /// (`x / (1 + exp(alpha·(−x)))`, then `· (y + 1)`, every step rounded to f32), so
+    /// results match llama.cpp's bit for bit. gpt-oss uses `alpha` = 1.702, `limit` = 7.
+    /// `alpha` must be finite and `limit` positive (not NaN).
+    pub fn swiglu_oai(&mut self, g: Tensor, u: Tensor, alpha: f32, limit: f32) -> Result<Tensor> {
+        const OP: &str = "SWIGLU_OAI";
+        if !alpha.is_finite() || limit.is_nan() || limit <= 0.0 {
+            return Err(Error::InvalidArgument {
+                op: OP,
+                detail: format!("alpha = {alpha} must be finite and limit = {limit} positive"),
+            });
+        }
+        let ng = self.expect_type(OP, "g", g, &[DType::F32])?.ne;
+        let nu = self.expect_type(OP, "u", u, &[DType::F32])?.ne;
+        if ng != nu {
+            return Err(shape_err(OP, ng, nu, "g and u must have the same shape"));
+        }
+        self.new_tensor_with(
+            DType::F32,
+            ng,
+            Op::SwigluOai { alpha, limit },
+            [Some(g), Some(u), None],
+        )
+    }
+
+    /// Adds to each row of `a` the row of `b` its id selects (ggml's `add_id`: the experts'
+    /// biases of a mixture of experts). a: `[n0, n1, n2]` f32; b: `[n0, n_b]` f32 (one row
+    /// per id); ids: `[n1, n2]` I32, each in `0..n_b` → `[n0, n1, n2]` f32 with
+    /// `out[:, i1, i2] = a[:, i1, i2] + b[:, ids[i1, i2]]`. An id out of range makes the
+    /// computation fail with [`Error::IndexOutOfRange`].
+    pub fn add_id(&mut self, a: Tensor, b: Tensor, ids: Tensor) -> Result<Tensor> {
+        const OP: &str = "ADD_ID";
+        let na = self.expect_type(OP, "a", a, &[DType::F32])?.ne;
+        let nb = self.expect_type(OP, "b", b, &[DType::F32])?.ne;
+        let ni = self.expect_type(OP, "ids", ids, &[DType::I32])?.ne;
+        if na[3] != 1 || nb[2] != 1 || nb[3] != 1 || nb[0] != na[0] {
+            return Err(shape_err(
+                OP,
+                na,
+                nb,
+                "a must be [n0, n1, n2] and b [n0, n_b] (one row per id)",
+            ));
+        }
+        if ni[0] != na[1] || ni[1] != na[2] || ni[2] != 1 || ni[3] != 1 {
+            return Err(shape_err(
+                OP,
+                na,
+                ni,
+                "ids must be [a.ne[1], a.ne[2]] (one id per row of a)",
+            ));
+        }
+        self.new_tensor_with(DType::F32, na, Op::AddId, [Some(a), Some(b), Some(ids)])
+    }
+
     /// a tiled to `b`'s shape (b's data is not read). a: f32 whose every `ne[i]` divides
     /// `b.ne[i]` → b's shape, f32.
     pub fn repeat(&mut self, a: Tensor, b: Tensor) -> Result<Tensor> {

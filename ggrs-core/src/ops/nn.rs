@@ -136,7 +136,7 @@ impl Context {
             }
         }
         let t = self.new_view(dst, Op::SetRows, nd, nbd, 0)?;
-        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids), None];
+        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids), None, None];
         Ok(t)
     }
 
@@ -382,6 +382,30 @@ impl Context {
         softcap: f32,
         kv_splits: usize,
     ) -> Result<Tensor> {
+        self.flash_attn_ext_sinks(q, k, v, mask, None, scale, softcap, kv_splits)
+    }
+
+    /// [`Context::flash_attn_ext_softcap`] with attention sinks (ggml's
+    /// `flash_attn_ext_add_sinks`, gpt-oss): `sinks` (`[n_head]` f32, `n_head = q.ne[2]`) holds
+    /// one logit per query head that joins the softmax's denominator and has no value, so
+    /// each output row is `Σ_j e^(s_j − M)·v_j / (Σ_j e^(s_j − M) + e^(sink − M))` with `M`
+    /// the largest of the scores and the sink. Computed as ggml's CPU kernel does: after the
+    /// keys (on the split-key path, in the first part only), a sink above the running
+    /// maximum rescales the accumulator and the sum by `exp(M − sink)` and adds 1 to the sum,
+    /// otherwise `exp(sink − M)` is added to it. A query that sees no key gives zeros.
+    /// `sinks` = `None` is [`Context::flash_attn_ext_softcap`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attn_ext_sinks(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Option<Tensor>,
+        sinks: Option<Tensor>,
+        scale: f32,
+        softcap: f32,
+        kv_splits: usize,
+    ) -> Result<Tensor> {
         const OP: &str = "FLASH_ATTN_EXT";
         if !(softcap == 0.0 || softcap.is_finite() && softcap > 0.0) {
             return Err(Error::InvalidArgument {
@@ -457,6 +481,9 @@ impl Context {
                 });
             }
         }
+        if let Some(s) = sinks {
+            self.check_sinks(OP, s, nq[2])?;
+        }
         self.new_tensor_with(
             DType::F32,
             [nv[0], nq[2], nq[1], nq[3]],
@@ -465,8 +492,41 @@ impl Context {
                 softcap,
                 kv_splits,
             },
-            [Some(q), Some(k), Some(v), mask],
+            [Some(q), Some(k), Some(v), mask, sinks],
         )
+    }
+
+    /// Checks attention sinks for `n_head` heads: F32, `[n_head]`.
+    fn check_sinks(&self, op: &'static str, sinks: Tensor, n_head: usize) -> Result<()> {
+        let ns = self.expect_type(op, "sinks", sinks, &[DType::F32])?.ne;
+        if ns != [n_head, 1, 1, 1] {
+            return Err(shape_err(
+                op,
+                [n_head, 1, 1, 1],
+                ns,
+                "sinks must be [n_head]: one logit per head (axis 2 of the scores)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`Context::soft_max_ext`] with attention sinks (ggml's `soft_max_add_sinks`): `sinks`
+    /// (`[a.ne[2]]` f32) holds one logit per plane (head) of `a` that joins the denominator
+    /// of every row of that plane, as ggml's CPU kernel computes it: the row maximum is
+    /// `max(max_j x_j, sink)`, the sum (in f64) gets `exp(sink − max)` after the row's
+    /// terms. The rows then sum to less than 1.
+    pub fn soft_max_ext_sinks(
+        &mut self,
+        a: Tensor,
+        mask: Option<Tensor>,
+        sinks: Tensor,
+        scale: f32,
+    ) -> Result<Tensor> {
+        let na = self.expect_type("SOFT_MAX", "a", a, &[DType::F32])?.ne;
+        self.check_sinks("SOFT_MAX", sinks, na[2])?;
+        let t = self.soft_max_ext(a, mask, scale)?;
+        self.meta_mut(t)?.src[2] = Some(sinks);
+        Ok(t)
     }
 
     /// Plain softmax of each row (see [`Context::soft_max_ext`]).

@@ -26,7 +26,7 @@ use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{
-    add_opt, cached_attention_scaled, AttnDims, AttnTemperature, StepInputs, StepShape,
+    add_opt, cached_attention_sinks, AttnDims, AttnScores, AttnTemperature, StepInputs, StepShape,
 };
 
 /// The name of tensor `s` of block `i` (`blk.{i}.{s}`).
@@ -528,6 +528,42 @@ pub fn attention_scaled(
     x: Tensor,
     kq_scale: f32,
 ) -> Result<Tensor> {
+    let how = AttnMasking {
+        kq_scale,
+        mask: inp.mask,
+        sinks: None,
+    };
+    attention_masked(ctx, hp, w, kv, inp, shape, il, a, rope, x, how)
+}
+
+/// How [`attention_masked`] weighs the keys: the factor of the key·query products, the mask
+/// (`StepInputs::mask`, or a sliding-window layer's `StepInputs::mask_swa`) and the
+/// per-head sink logits (`[n_head]` f32, gpt-oss), if any.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnMasking {
+    /// Factor of each key·query product.
+    pub kq_scale: f32,
+    /// `[n_kv, n_tokens]` f32: 0 where a token may attend a cell, −∞ where not.
+    pub mask: Tensor,
+    /// One logit per query head joining the softmax's denominator, or none.
+    pub sinks: Option<Tensor>,
+}
+
+/// [`attention_scaled`] under the mask and with the sinks `how` gives.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_masked(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    kv: &KvCache,
+    inp: &StepInputs,
+    shape: StepShape,
+    il: usize,
+    a: &AttnWeights,
+    rope: Option<Rotary>,
+    x: Tensor,
+    how: AttnMasking,
+) -> Result<Tensor> {
     let n = shape.n_tokens;
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let e_kv = hp.n_embd_kv();
@@ -568,7 +604,22 @@ pub fn attention_scaled(
         n_head: nh,
         n_head_kv: nhkv,
     };
-    let attn = cached_attention_scaled(ctx, kv, il, inp, shape, dims, q, [k2, v2], kq_scale)?;
+    let scores = AttnScores {
+        scale: how.kq_scale,
+        softcap: None,
+    };
+    let masks = [inp.k_rows, how.mask];
+    let attn = cached_attention_sinks(
+        ctx,
+        kv,
+        il,
+        masks,
+        shape,
+        dims,
+        (q, [k2, v2]),
+        scores,
+        how.sinks,
+    )?;
     let cur = ctx.mul_mat(w[a.wo], attn)?; // [n_embd, n]
     add_opt(ctx, cur, w.opt(a.bo))
 }

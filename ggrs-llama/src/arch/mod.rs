@@ -13,6 +13,7 @@ pub mod decoder;
 pub mod fused;
 pub mod gemma2;
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod granite;
 pub mod llama;
 pub mod mistral3;
@@ -58,8 +59,8 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `mistral3`, `bert` (an
-    /// embedding model).
+    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `mistral3`, `gpt-oss`,
+    /// `bert` (an embedding model).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -74,6 +75,7 @@ impl Registry {
         r.register(granite::Granite);
         r.register(gemma3::Gemma3);
         r.register(mistral3::Mistral3);
+        r.register(gpt_oss::GptOss);
         r.register(bert::Bert);
         r
     }

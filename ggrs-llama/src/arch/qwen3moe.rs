@@ -50,7 +50,12 @@ pub struct MoeFfn {
 }
 
 /// A required positive integer key `<arch>.{name}`, at most `max`.
-fn count_key(hp: &HParams, l: &WeightLoader<'_>, name: &str, max: usize) -> Result<usize> {
+pub(crate) fn count_key(
+    hp: &HParams,
+    l: &WeightLoader<'_>,
+    name: &str,
+    max: usize,
+) -> Result<usize> {
     let key = format!("{}.{name}", hp.arch);
     let v = l
         .file()
@@ -114,18 +119,24 @@ impl FeedForward for MoeFfn {
         let act = ctx.swiglu_split(gate, up)?;
         let experts = ctx.mul_mat_id(w[self.down_exps], act, ids)?; // [e, nu, n]
         let experts = ctx.mul(experts, weights)?;
-        // Sum over the slots, in slot order.
-        let nb = ctx.meta(experts)?.nb;
-        let mut out = ctx.view_2d(experts, e, n, nb[2], 0)?;
-        for s in 1..nu {
-            let y = ctx.view_2d(experts, e, n, nb[2], s * nb[1])?;
-            out = ctx.add(out, y)?;
-        }
-        if nu == 1 {
-            out = ctx.cont(out)?;
-        }
-        Ok(out)
+        sum_slots(ctx, experts)
     }
+}
+
+/// The weighted outputs of the chosen experts (`[e, n_used, n]`) summed over the slots, in
+/// slot order as llama.cpp adds them: `[e, n]`, contiguous.
+pub fn sum_slots(ctx: &mut Context, experts: Tensor) -> Result<Tensor> {
+    let m = ctx.meta(experts)?;
+    let ([e, nu, n, _], nb) = (m.ne, m.nb);
+    let mut out = ctx.view_2d(experts, e, n, nb[2], 0)?;
+    for s in 1..nu {
+        let y = ctx.view_2d(experts, e, n, nb[2], s * nb[1])?;
+        out = ctx.add(out, y)?;
+    }
+    if nu == 1 {
+        out = ctx.cont(out)?;
+    }
+    Ok(out)
 }
 
 impl Architecture for Qwen3Moe {
