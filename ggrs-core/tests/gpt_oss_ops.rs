@@ -7,10 +7,10 @@
 //!
 //! each on 1–4 threads (same bits), and their shape contracts.
 
-mod support;
+mod common;
 
 use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
-use support::*;
+use common::*;
 
 /// Computes `out` on `threads` threads and reads it back.
 fn compute(ctx: &mut Context, out: Tensor, threads: usize) -> Result<Vec<f32>> {
