@@ -4,17 +4,17 @@
 #
 #   LLAMA_SERVER_BIN_PATH=$PWD/scripts/ggrs-as-llama-server.sh pytest unit/test_tool_call.py
 #
-# Models: `--hf-repo`/`--hf-file` cannot be downloaded here (no network); every model is
-# replaced by GGRS_TEST_MODEL (default: the default model, `scripts/default-model.sh`), and the
-# same file should be given to llama-server for a comparison (see
-# scripts/llamacpp-server-tests.sh). Flags ggrs does not have and that change nothing it does
+# Models: `--model FILE` is served; `--hf-repo`/`--hf-file` cannot be downloaded here (no
+# network) and are replaced by GGRS_TEST_MODEL (default: the default model,
+# `scripts/default-model.sh`). scripts/run-llama-server-tests.sh maps the harness's Hugging Face
+# ids to local files and gives the same file to llama-server for a comparison. Flags ggrs does not have and that change nothing it does
 # (`--no-slots`, `--jinja`, `--cont-batching`, `-fa`, …) are dropped; `--temp` and `--seed`
 # (server-wide sampling defaults) are dropped too.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=${GGRS_BIN:-$here/../target/release/ggrs}
-model=${GGRS_TEST_MODEL:-$("$here/default-model.sh")}
-args=(serve -m "$model")
+model=
+args=(serve)
 while (($#)); do
     a=$1
     shift
@@ -28,7 +28,11 @@ while (($#)); do
             args+=(--chat-template "$1")
             shift
             ;;
-        --model | -m | --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
+        --model | -m)
+            model=$1
+            shift
+            ;;
+        --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
             --ubatch-size | -ub | --n-gpu-layers | -ngl | -ctk | -ctv | -fa | --pooling-type | \
             --cors-origins | --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
             --grp-attn-w | --reasoning | --media-path | --reasoning-budget)
@@ -41,4 +45,5 @@ while (($#)); do
         *) ;; # --jinja, --no-jinja, --slots, --no-slots, --cont-batching, --offline, …
     esac
 done
-exec "$bin" "${args[@]}"
+[[ -n $model ]] || model=${GGRS_TEST_MODEL:-$("$here/default-model.sh")}
+exec "$bin" "${args[@]}" -m "$model"

@@ -66,7 +66,7 @@ fi
 port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
 # The tiny model has no chat template: ChatML, as llama-server falls back to.
-"${server[@]}" -m "$MODEL" --host 127.0.0.1 --port "$port" -np 2 -c 1024 --chat-template chatml >"$log" 2>&1 &
+"${server[@]}" -m "$MODEL" --host 127.0.0.1 --port "$port" -np 2 -c 4096 --chat-template chatml >"$log" 2>&1 &
 server_pid=$!
 stop_server() {
     kill "$server_pid" 2>/dev/null || true

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use ggrs_core::gguf::Value;
 use ggrs_core::DType;
 use ggrs_llama::chat::{ChatTemplate, Message, TemplateVars};
+use ggrs_llama::constraint::{Constraint, GrammarSpec};
 use ggrs_llama::embed::{Embedder, Pooling};
 use ggrs_llama::perplexity::perplexity_while;
 use ggrs_llama::{
@@ -468,7 +469,7 @@ impl NativeModel {
         prompt, *, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
         repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, penalty_last_n=64,
         seed=0, stop=Vec::new(), top_logprobs=0, ignore_eos=false, logit_bias=Vec::new(),
-        stream=false, cache_prompt=true
+        stream=false, cache_prompt=true, grammar=None, json_schema=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
@@ -491,8 +492,32 @@ impl NativeModel {
         logit_bias: Vec<(i64, f32)>,
         stream: bool,
         cache_prompt: bool,
+        grammar: Option<String>,
+        json_schema: Option<String>,
     ) -> PyResult<Py<PyAny>> {
         let n_vocab = self.n_vocab();
+        let spec = match (grammar, json_schema) {
+            (Some(_), Some(_)) => {
+                return Err(bad_argument(
+                    py,
+                    "give a grammar or a JSON schema, not both",
+                ))
+            }
+            (Some(g), None) => Some(GrammarSpec::Gbnf(g)),
+            (None, Some(s)) => Some(
+                GrammarSpec::json_schema_text(&s).map_err(|e| bad_argument(py, e.to_string()))?,
+            ),
+            (None, None) => None,
+        };
+        // Compiling a grammar builds the vocabulary's token trie once per model: off the GIL.
+        let model = self.model.clone();
+        let constraint = match spec {
+            Some(spec) => Some(
+                py.detach(move || Constraint::compile(model.tokenizer(), spec))
+                    .map_err(|e| bad_argument(py, e.to_string()))?,
+            ),
+            None => None,
+        };
         let prompt = token_ids(py, &prompt, n_vocab)?;
         let bias_ids: Vec<i64> = logit_bias.iter().map(|b| b.0).collect();
         let bias_ids = token_ids(py, &bias_ids, n_vocab)?;
@@ -516,7 +541,7 @@ impl NativeModel {
             stop,
             ignore_eos,
             top_logprobs: top_logprobs.min(n_vocab),
-            constraint: None,
+            constraint,
         };
         params
             .sampling

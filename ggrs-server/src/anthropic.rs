@@ -23,6 +23,7 @@ use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
 use crate::params::{wrong_type, Body};
 use crate::state::AppState;
+use crate::translate::{self, Pump, Translate};
 
 /// Anthropic's error body for `e`: `{"type": "error", "error": {"type", "message"}}`.
 fn error_response(e: ApiError) -> Response {
@@ -103,11 +104,17 @@ fn messages_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError
     };
     let mut text = Vec::new();
     let mut calls = Vec::new();
+    let mut thinking = Vec::new();
     for (j, b) in blocks.iter().enumerate() {
         let field = format!("{at}.content[{j}]");
         match b.get("type").and_then(Value::as_str) {
             Some("text") => text.push(b.get("text").and_then(Value::as_str).unwrap_or("")),
-            Some("thinking" | "redacted_thinking") => {} // earlier reasoning is not replayed
+            // Earlier reasoning goes back to the template as `reasoning_content` (templates
+            // of reasoning models replay it around tool calls); redacted reasoning is opaque.
+            Some("thinking") => {
+                thinking.push(b.get("thinking").and_then(Value::as_str).unwrap_or(""))
+            }
+            Some("redacted_thinking") => {}
             Some("tool_use") => {
                 let name = b.get("name").and_then(Value::as_str).unwrap_or("");
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
@@ -131,10 +138,13 @@ fn messages_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError
             None => return Err(wrong_type(&field, "a content block with a 'type'", b)),
         }
     }
-    if !text.is_empty() || !calls.is_empty() {
+    if !text.is_empty() || !calls.is_empty() || !thinking.is_empty() {
         let mut msg = json!({"role": role, "content": text.join("\n")});
         if !calls.is_empty() {
             msg["tool_calls"] = Value::Array(calls);
+        }
+        if role == "assistant" && !thinking.is_empty() {
+            msg["reasoning_content"] = json!(thinking.join("\n"));
         }
         out.push(msg);
     }
@@ -276,7 +286,7 @@ pub(crate) async fn messages(
         opts.n = 1;
         opts.include_usage = true;
         let input_tokens = prompt.len();
-        let run = submit(&l.handle, vec![prompt], &opts, "msg")?;
+        let run = submit(&l.handle, vec![prompt], &opts, "msg_")?;
         if opts.stream {
             let s = stream_state(
                 st.clone(),
@@ -340,15 +350,12 @@ pub(crate) async fn count_tokens(
 /// its `content_block_delta`s and `content_block_stop`, then `message_delta` (stop
 /// reason, usage) and `message_stop`.
 struct Translator {
+    p: Pump,
     st: Arc<AppState>,
-    s: StreamState,
     input_tokens: usize,
     /// The open block: its index and kind (`text`, `thinking`).
     open: Option<(usize, &'static str)>,
     next_index: usize,
-    started: bool,
-    done: bool,
-    out: std::collections::VecDeque<SseEvent>,
 }
 
 fn event(kind: &str, data: Value) -> SseEvent {
@@ -358,7 +365,7 @@ fn event(kind: &str, data: Value) -> SseEvent {
 impl Translator {
     fn close_block(&mut self) {
         if let Some((i, _)) = self.open.take() {
-            self.out.push_back(event(
+            self.p.out.push_back(event(
                 "content_block_stop",
                 json!({"type": "content_block_stop", "index": i}),
             ));
@@ -376,7 +383,7 @@ impl Translator {
         let i = self.next_index;
         self.next_index += 1;
         self.open = Some((i, kind));
-        self.out.push_back(event(
+        self.p.out.push_back(event(
             "content_block_start",
             json!({"type": "content_block_start", "index": i, "content_block": start}),
         ));
@@ -384,23 +391,24 @@ impl Translator {
     }
 
     /// Turns one chat-completions chunk into Anthropic events.
-    fn on_chunk(&mut self, chunk: &str) {
+    fn chunk(&mut self, chunk: &str) {
         if chunk == "[DONE]" {
             self.close_block();
-            self.out
+            self.p
+                .out
                 .push_back(event("message_stop", json!({"type": "message_stop"})));
-            self.done = true;
+            self.p.done = true;
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(chunk) else {
             return;
         };
         if let Some(e) = v.get("error") {
-            self.out.push_back(event(
+            self.p.out.push_back(event(
                 "error",
                 json!({"type": "error", "error": {"type": "api_error", "message": e["message"]}}),
             ));
-            self.done = true;
+            self.p.done = true;
             return;
         }
         let Some(choice) = v["choices"].get(0) else {
@@ -410,7 +418,7 @@ impl Translator {
         if let Some(t) = d.get("reasoning_content").and_then(Value::as_str) {
             let start = json!({"type": "thinking", "thinking": "", "signature": ""});
             let i = self.block("thinking", start);
-            self.out.push_back(event(
+            self.p.out.push_back(event(
                 "content_block_delta",
                 json!({"type": "content_block_delta",
                 "index": i, "delta": {"type": "thinking_delta", "thinking": t}}),
@@ -422,7 +430,7 @@ impl Translator {
             .filter(|t| !t.is_empty())
         {
             let i = self.block("text", json!({"type": "text", "text": ""}));
-            self.out.push_back(event(
+            self.p.out.push_back(event(
                 "content_block_delta",
                 json!({"type": "content_block_delta",
                 "index": i, "delta": {"type": "text_delta", "text": t}}),
@@ -438,7 +446,7 @@ impl Translator {
                     "name": f["name"], "input": {}}),
                 );
                 let args = f["arguments"].as_str().unwrap_or("{}");
-                self.out.push_back(event(
+                self.p.out.push_back(event(
                     "content_block_delta",
                     json!({"type": "content_block_delta",
                     "index": i, "delta": {"type": "input_json_delta", "partial_json": args}}),
@@ -449,14 +457,14 @@ impl Translator {
         if choice["finish_reason"].is_string() {
             self.close_block();
             let calls = choice["finish_reason"] == "tool_calls";
-            let (reason, seq, out_tokens) = match self.s.done.first().and_then(Option::as_ref) {
+            let (reason, seq, out_tokens) = match self.p.s.done.first().and_then(Option::as_ref) {
                 Some(c) => {
                     let (r, s) = stop_of(c, calls);
                     (r, s, c.tokens.len())
                 }
                 None => ("end_turn", Value::Null, 0),
             };
-            self.out.push_back(event(
+            self.p.out.push_back(event(
                 "message_delta",
                 json!({"type": "message_delta",
                        "delta": {"stop_reason": reason, "stop_sequence": seq},
@@ -464,29 +472,24 @@ impl Translator {
             ));
         }
     }
+}
 
-    async fn next(&mut self) -> Option<SseEvent> {
-        loop {
-            if !self.started {
-                self.started = true;
-                let msg = json!({"type": "message_start", "message": {
-                    "id": self.s.run_id(), "type": "message", "role": "assistant",
-                    "content": [], "model": self.st.model_id, "stop_reason": null,
-                    "stop_sequence": null,
-                    "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}});
-                return Some(event("message_start", msg));
-            }
-            if let Some(e) = self.out.pop_front() {
-                return Some(e);
-            }
-            if self.done {
-                return None;
-            }
-            match self.s.next().await {
-                Some(chunk) => self.on_chunk(&chunk),
-                None => self.done = true,
-            }
-        }
+impl Translate for Translator {
+    fn pump(&mut self) -> &mut Pump {
+        &mut self.p
+    }
+
+    fn start(&mut self) {
+        let msg = json!({"type": "message_start", "message": {
+            "id": self.p.s.run_id(), "type": "message", "role": "assistant",
+            "content": [], "model": self.st.model_id, "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0}}});
+        self.p.out.push_back(event("message_start", msg));
+    }
+
+    fn on_chunk(&mut self, chunk: &str) {
+        self.chunk(chunk)
     }
 }
 
@@ -495,20 +498,13 @@ fn stream(
     s: StreamState,
     input_tokens: usize,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
-    let t = Translator {
+    translate::sse(Translator {
+        p: Pump::new(s),
         st,
-        s,
         input_tokens,
         open: None,
         next_index: 0,
-        started: false,
-        done: false,
-        out: Default::default(),
-    };
-    Sse::new(futures_util::stream::unfold(t, |mut t| async move {
-        let e = t.next().await?;
-        Some((Ok(e), t))
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -524,7 +520,8 @@ mod tests {
                  "tool_choice": {"type": "tool", "name": "add", "disable_parallel_tool_use": true},
                  "messages": [
                    {"role": "user", "content": "add 1 and 2"},
-                   {"role": "assistant", "content": [{"type": "text", "text": "Sure."},
+                   {"role": "assistant", "content": [{"type": "thinking", "thinking": "Add them.", "signature": ""},
+                     {"type": "text", "text": "Sure."},
                      {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1, "b": 2}}]},
                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "3"},
                      {"type": "text", "text": "thanks"}]}]}"#,
@@ -536,6 +533,9 @@ mod tests {
             m[2]["tool_calls"][0]["function"]["arguments"],
             r#"{"a":1,"b":2}"#
         );
+        // Interleaved thinking goes back to the template as the message's reasoning.
+        assert_eq!(m[2]["reasoning_content"], "Add them.");
+        assert_eq!(m[2]["content"], "Sure.");
         assert_eq!(
             m[3],
             json!({"role": "tool", "tool_call_id": "toolu_1", "content": "3"})

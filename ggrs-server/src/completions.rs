@@ -255,7 +255,9 @@ pub(crate) struct Running {
     pub id: String,
 }
 
-/// Submits `n` choices per prompt (choice `p * n + i` has seed `seed + i`).
+/// Submits `n` choices per prompt (choice `p * n + i` has seed `seed + i`). The run's id is
+/// `prefix` and a number; the prefix carries its API's separator (`chatcmpl-`, `msg_`,
+/// `resp_`), as clients check it.
 pub(crate) fn submit(
     h: &EngineHandle,
     prompts: Vec<Vec<u32>>,
@@ -282,7 +284,7 @@ pub(crate) fn submit(
             index += 1;
         }
     }
-    let id = format!("{prefix}-{}", tickets.0.first().map_or(0, |t| t.id));
+    let id = format!("{prefix}{}", tickets.0.first().map_or(0, |t| t.id));
     Ok(Running {
         rx,
         _cancel: tickets,
@@ -425,8 +427,8 @@ async fn generate(
     endpoint: Endpoint,
 ) -> Response {
     let prefix = match endpoint {
-        Endpoint::Chat => "chatcmpl",
-        Endpoint::Completions => "cmpl",
+        Endpoint::Chat => "chatcmpl-",
+        Endpoint::Completions => "cmpl-",
     };
     let run = match submit(&l.handle, prompts, &opts, prefix) {
         Ok(r) => r,

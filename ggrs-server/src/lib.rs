@@ -36,6 +36,7 @@ mod responses;
 mod state;
 mod structured;
 mod tools;
+mod translate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -489,6 +489,17 @@ pub(crate) fn messages(body: &Body) -> Result<Vec<Message>, ApiError> {
             let mut msg = Message::new(role, content(m.get("content"), &at)?);
             if role == "assistant" {
                 msg.tool_calls = tool_calls(m.get("tool_calls"), &at)?;
+                msg.reasoning_content = match m.get("reasoning_content") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(r)) => Some(r.clone()),
+                    Some(v) => {
+                        return Err(wrong_type(
+                            &format!("{at}.reasoning_content"),
+                            "a string",
+                            v,
+                        ))
+                    }
+                };
             }
             if role == "tool" {
                 let s = |k: &str| m.get(k).and_then(Value::as_str).map(str::to_string);

@@ -4,7 +4,6 @@
 //! `max_output_tokens`, and streaming (`response.created` … `response.completed`). A request
 //! is translated into a chat-completions body and prepared as one ([`prepare_chat`]).
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -23,6 +22,7 @@ use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
 use crate::params::{wrong_type, Body, Endpoint};
 use crate::state::{unix_now, AppState};
+use crate::translate::{self, Pump, Translate};
 
 /// The text of a message item's `content`: a string or `input_text`/`output_text` parts.
 fn content_text(v: Option<&Value>, field: &str) -> Result<String, ApiError> {
@@ -269,7 +269,7 @@ pub(crate) async fn responses(
         .await?;
         let echo = std::mem::take(&mut *echo.lock().unwrap_or_else(|p| p.into_inner()));
         opts.n = 1;
-        let run = submit(&l.handle, vec![prompt], &opts, "resp")?;
+        let run = submit(&l.handle, vec![prompt], &opts, "resp_")?;
         let created = unix_now();
         if opts.stream {
             let s = stream_state(st.clone(), l.clone(), run, opts, Endpoint::Chat);
@@ -295,17 +295,14 @@ pub(crate) async fn responses(
 
 /// Turns the chat chunks into the Responses stream's events.
 struct Translator {
+    p: Pump,
     st: Arc<AppState>,
-    s: StreamState,
     echo: Map<String, Value>,
     created: u64,
     seq: u64,
     /// The open item: its output index, kind (`message`, `reasoning`), text so far.
     open: Option<(usize, &'static str, String)>,
     items: Vec<Value>,
-    started: bool,
-    done: bool,
-    out: VecDeque<SseEvent>,
 }
 
 impl Translator {
@@ -313,12 +310,13 @@ impl Translator {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.seq);
         self.seq += 1;
-        self.out
+        self.p
+            .out
             .push_back(SseEvent::default().event(kind).data(data.to_string()));
     }
 
     fn id(&self) -> String {
-        self.s.run_id().to_string()
+        self.p.s.run_id().to_string()
     }
 
     fn item_id(&self, kind: &str, index: usize) -> String {
@@ -437,10 +435,10 @@ impl Translator {
         self.items.push(item);
     }
 
-    fn on_chunk(&mut self, chunk: &str) {
+    fn chunk(&mut self, chunk: &str) {
         if chunk == "[DONE]" {
             self.close();
-            let c = self.s.done.first().cloned().flatten();
+            let c = self.p.s.done.first().cloned().flatten();
             let id = self.id();
             let items = std::mem::take(&mut self.items);
             let r = response(
@@ -458,7 +456,7 @@ impl Translator {
                 "response.completed"
             };
             self.emit(kind, json!({"response": r}));
-            self.done = true;
+            self.p.done = true;
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(chunk) else {
@@ -469,7 +467,7 @@ impl Translator {
                 "error",
                 json!({"code": "server_error", "message": e["message"], "param": null}),
             );
-            self.done = true;
+            self.p.done = true;
             return;
         }
         let Some(choice) = v["choices"].get(0) else {
@@ -492,35 +490,30 @@ impl Translator {
             }
         }
     }
+}
 
-    async fn next(&mut self) -> Option<SseEvent> {
-        loop {
-            if !self.started {
-                self.started = true;
-                let id = self.id();
-                let r = response(
-                    &self.st,
-                    &id,
-                    self.created,
-                    &self.echo,
-                    "in_progress",
-                    vec![],
-                    None,
-                );
-                self.emit("response.created", json!({"response": r}));
-                self.emit("response.in_progress", json!({"response": r}));
-            }
-            if let Some(e) = self.out.pop_front() {
-                return Some(e);
-            }
-            if self.done {
-                return None;
-            }
-            match self.s.next().await {
-                Some(chunk) => self.on_chunk(&chunk),
-                None => self.done = true,
-            }
-        }
+impl Translate for Translator {
+    fn pump(&mut self) -> &mut Pump {
+        &mut self.p
+    }
+
+    fn start(&mut self) {
+        let id = self.id();
+        let r = response(
+            &self.st,
+            &id,
+            self.created,
+            &self.echo,
+            "in_progress",
+            vec![],
+            None,
+        );
+        self.emit("response.created", json!({"response": r}));
+        self.emit("response.in_progress", json!({"response": r}));
+    }
+
+    fn on_chunk(&mut self, chunk: &str) {
+        self.chunk(chunk)
     }
 }
 
@@ -530,22 +523,15 @@ fn stream(
     echo: Map<String, Value>,
     created: u64,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
-    let t = Translator {
+    translate::sse(Translator {
+        p: Pump::new(s),
         st,
-        s,
         echo,
         created,
         seq: 0,
         open: None,
         items: Vec::new(),
-        started: false,
-        done: false,
-        out: VecDeque::new(),
-    };
-    Sse::new(futures_util::stream::unfold(t, |mut t| async move {
-        let e = t.next().await?;
-        Some((Ok(e), t))
-    }))
+    })
 }
 
 #[cfg(test)]

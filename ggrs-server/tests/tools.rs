@@ -247,6 +247,51 @@ fn anthropic_messages() {
     assert_eq!(a.body["error"]["type"], "invalid_request_error");
 }
 
+/// Earlier reasoning goes back to the template: Anthropic `thinking` blocks and OpenAI
+/// `reasoning_content` in the history reach the template as `reasoning_content`
+/// (interleaved thinking, as Claude Code sends it).
+#[test]
+fn earlier_reasoning_reaches_the_template() {
+    let s = tiny_server(
+        "{% for m in messages %}{{ m.role }}: {% if m.reasoning_content is defined %}<think>\
+         {{ m.reasoning_content }}</think>{% endif %}{{ m.content }}\n{% endfor %}",
+    );
+    let history = |thinking: bool| {
+        let mut blocks = vec![json!({"type": "text", "text": "Let me look."})];
+        if thinking {
+            blocks.insert(
+                0,
+                json!({"type": "thinking", "signature": "",
+                "thinking": "I should check the project structure first."}),
+            );
+        }
+        json!({"messages": [{"role": "user", "content": "Fix the bug"},
+                            {"role": "assistant", "content": blocks},
+                            {"role": "user", "content": "Go on"}]})
+    };
+    let count = |body: &Value| {
+        let a = s.post("/v1/messages/count_tokens", body);
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.body["input_tokens"].as_u64().unwrap()
+    };
+    let (with, without) = (count(&history(true)), count(&history(false)));
+    assert!(with > without + 5, "{with} vs {without}");
+    // The same through /v1/chat/completions' `reasoning_content`; a wrong type is a 400.
+    let msgs = |r: Value| {
+        json!({"max_tokens": 1, "messages": [{"role": "user", "content": "Fix the bug"},
+            {"role": "assistant", "content": "Let me look.", "reasoning_content": r},
+            {"role": "user", "content": "Go on"}]})
+    };
+    let a = s.post("/v1/chat/completions", &msgs(json!("check the structure")));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let b = s.post("/v1/chat/completions", &msgs(Value::Null));
+    let prompt = |v: &Value| v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt(&a.body) > prompt(&b.body));
+    let a = s.post("/v1/chat/completions", &msgs(json!(5)));
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.body["error"]["param"], "messages[1].reasoning_content");
+}
+
 /// Reads an Anthropic or Responses stream: (event name, data) pairs.
 fn named_events(s: &TestServer, path: &str, body: &Value) -> Vec<(String, Value)> {
     let r = common::agent()
@@ -314,6 +359,12 @@ fn anthropic_and_responses_streams() {
     );
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.body["object"], "response");
+    // Ids as OpenAI writes them (clients check the prefix).
+    assert!(
+        a.body["id"].as_str().unwrap().starts_with("resp_"),
+        "{}",
+        a.body
+    );
     assert_eq!(a.body["status"], "incomplete");
     assert_eq!(a.body["output"][0]["type"], "message");
     assert_eq!(a.body["usage"]["output_tokens"], 5);

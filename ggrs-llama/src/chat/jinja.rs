@@ -138,7 +138,8 @@ pub(crate) fn render(
 
 /// A message as templates read it (OpenAI's shape): `role`, `content`, and where present
 /// `tool_calls` (`[{id, type: "function", function: {name, arguments}}]`, the arguments
-/// as a JSON object, as Hugging Face and llama.cpp pass them), `tool_call_id` and `name`.
+/// as a JSON object, as Hugging Face and llama.cpp pass them), `tool_call_id`, `name` and
+/// `reasoning_content`.
 fn message_value(m: &Message) -> Value {
     let mut fields: Vec<(&str, Value)> = vec![
         ("role", Value::from(m.role.as_str())),
@@ -169,6 +170,9 @@ fn message_value(m: &Message) -> Value {
     }
     if let Some(n) = &m.name {
         fields.push(("name", Value::from(n.as_str())));
+    }
+    if let Some(r) = &m.reasoning_content {
+        fields.push(("reasoning_content", Value::from(r.as_str())));
     }
     Value::from_iter(fields)
 }
@@ -486,6 +490,20 @@ fn days_from_year_start(year: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_carry_their_reasoning_to_templates() {
+        let mut m = Message::assistant("done");
+        m.reasoning_content = Some("think first".into());
+        let v = message_value(&m);
+        assert_eq!(
+            v.get_attr("reasoning_content").unwrap().as_str(),
+            Some("think first")
+        );
+        // Absent, not empty, when there is none (templates test `is defined`).
+        let v = message_value(&Message::assistant("x"));
+        assert!(v.get_attr("reasoning_content").unwrap().is_undefined());
+    }
 
     #[test]
     fn dates_as_strftime_writes_them() {

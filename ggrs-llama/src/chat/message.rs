@@ -14,6 +14,9 @@ pub struct Message {
     pub tool_call_id: Option<String>,
     /// For a `tool` message: the function's name (some templates show it).
     pub name: Option<String>,
+    /// For an assistant message: its reasoning (`reasoning_content`, an Anthropic
+    /// `thinking` block), which templates of reasoning models replay in `<think>` tags.
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {
@@ -25,6 +28,7 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            reasoning_content: None,
         }
     }
 

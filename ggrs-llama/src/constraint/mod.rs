@@ -59,6 +59,19 @@ pub enum GrammarSpec {
     Regex(String),
 }
 
+impl GrammarSpec {
+    /// A JSON Schema given as JSON text (for callers without a JSON parser of their own,
+    /// such as the Python bindings).
+    pub fn json_schema_text(text: &str) -> Result<GrammarSpec, ConstraintError> {
+        serde_json::from_str(text)
+            .map(GrammarSpec::JsonSchema)
+            .map_err(|e| ConstraintError::Compile {
+                what: "the JSON schema",
+                message: format!("it is not valid JSON: {e}"),
+            })
+    }
+}
+
 /// Why a constraint could not be compiled or followed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConstraintError {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from collections.abc import Mapping as _Mapping
 
 from . import _ggrs, _openai
 from .errors import BadArgumentError, GgrsError
@@ -144,6 +146,17 @@ class Perplexity(_Record):
 
     def __float__(self) -> float:
         return self.value
+
+
+def _schema_text(schema: Any) -> Optional[str]:
+    """A JSON Schema as the native layer takes it: JSON text (None: no schema)."""
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, (_Mapping, bool)):
+        return json.dumps(schema)
+    raise BadArgumentError(f"`json_schema` must be a dict or JSON text, not {type(schema).__name__}")
 
 
 class Model:
@@ -348,6 +361,8 @@ class Model:
         ignore_eos: bool = False,
         logit_bias: Optional[Mapping[int, float]] = None,
         stream: bool = False,
+        grammar: Optional[str] = None,
+        json_schema: Union[str, Mapping[str, Any], bool, None] = None,
     ) -> Union[Generation, Stream]:
         """Generates text after ``prompt`` (text, encoded as the model encodes a prompt, or
         token ids).
@@ -358,6 +373,11 @@ class Model:
         the text), ``max_tokens`` (None: until the context is full) or a full context.
         ``logprobs=N`` also reports the N most likely tokens at each step. ``logit_bias``
         adds to the logits of token ids (``-math.inf`` bans one).
+
+        ``grammar`` (a llama.cpp GBNF grammar, ``root ::= …``) or ``json_schema`` (a JSON
+        Schema, as a dict or JSON text) constrains the output: tokens that cannot continue
+        a valid output are masked before sampling. A grammar or schema that does not
+        compile raises :class:`BadArgumentError` naming the problem.
 
         Returns a :class:`Generation`; with ``stream=True`` a :class:`Stream` of pieces as
         they are made (its ``result`` is the :class:`Generation` once it is exhausted). The
@@ -392,6 +412,8 @@ class Model:
             logit_bias=[(int(k), float(v)) for k, v in (logit_bias or {}).items()],
             stream=stream,
             cache_prompt=self.cache_prompt,
+            grammar=grammar,
+            json_schema=_schema_text(json_schema),
         )
         if stream:
             return Stream(native)
@@ -402,7 +424,8 @@ class Model:
         as llama-cpp-python's ``create_completion``; with ``stream=True`` an iterator of
         chunks. Arguments: ``max_tokens`` (default 16), ``temperature``, ``top_p``,
         ``top_k``, ``min_p``, ``stop``, ``seed``, ``repeat_penalty``, ``presence_penalty``,
-        ``frequency_penalty``, ``logit_bias``, ``logprobs`` (an int), ``echo``."""
+        ``frequency_penalty``, ``logit_bias``, ``logprobs`` (an int), ``echo``, ``grammar``
+        (GBNF text or a llama-cpp-python ``LlamaGrammar``)."""
         return _openai.create_completion(self, prompt, **kwargs)
 
     __call__ = create_completion
@@ -413,9 +436,12 @@ class Model:
         (``system``, ``user``, ``assistant``) and ``content``, rendered with the model's
         chat template; with ``stream=True`` an iterator of ``chat.completion.chunk``
         dicts. Arguments as :meth:`create_completion` (``max_tokens`` default: until the
-        reply ends), plus ``logprobs`` (bool) and ``top_logprobs`` (int). Fields ggrs does
-        not support (``tools``, ``functions``, ``response_format`` with a schema, ``n`` above
-        1) raise :class:`BadArgumentError` naming them."""
+        reply ends), plus ``logprobs`` (bool), ``top_logprobs`` (int), and constrained
+        output as llama-cpp-python takes it: ``grammar`` (GBNF text or a ``LlamaGrammar``)
+        or ``response_format`` (``{"type": "json_object"}``, optionally with a ``schema``,
+        or ``{"type": "json_schema", "json_schema": {"schema": …}}``). Fields ggrs does not
+        support (``tools``, ``functions``, ``n`` above 1) raise :class:`BadArgumentError`
+        naming them."""
         return _openai.create_chat_completion(self, messages, **kwargs)
 
     def apply_chat_template(

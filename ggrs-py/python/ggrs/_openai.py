@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # annotations only (they are strings): see `_model`
 
 # Fields of llama-cpp-python's calls that ggrs does not implement: refused by name rather
 # than ignored.
-_UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "grammar", "suffix")
+_UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "suffix")
 
 _SAMPLING = (
     "temperature",
@@ -48,6 +48,49 @@ def _sampling(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> Dict[st
     if "logit_bias" in out:
         out["logit_bias"] = {int(k): float(v) for k, v in out["logit_bias"].items()}
     return out
+
+
+def _grammar_text(grammar: Any) -> Optional[str]:
+    """GBNF text from ``grammar``: a string, or llama-cpp-python's ``LlamaGrammar`` (which
+    keeps its text in ``_grammar``)."""
+    if grammar is None or isinstance(grammar, str):
+        return grammar
+    text = getattr(grammar, "_grammar", None)
+    if isinstance(text, str):
+        return text
+    raise BadArgumentError(
+        f"`grammar` must be GBNF text or a LlamaGrammar, not {type(grammar).__name__}"
+    )
+
+
+def _constraint(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """``generate``'s ``grammar``/``json_schema`` from a call's ``grammar`` and
+    ``response_format``, as llama-cpp-python reads them."""
+    grammar = _grammar_text(kwargs.get("grammar"))
+    fmt = kwargs.get("response_format")
+    schema: Any = None
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+        if kind == "json_object":
+            schema = fmt.get("schema")
+            if schema is None:
+                schema = {"type": "object"}
+        elif kind == "json_schema":
+            spec = fmt.get("json_schema")
+            schema = spec.get("schema") if isinstance(spec, Mapping) else None
+            if schema is None:
+                raise BadArgumentError(
+                    "`response_format` of type json_schema needs "
+                    "{'json_schema': {'schema': {...}}}"
+                )
+        elif kind != "text":
+            raise BadArgumentError(
+                "`response_format` must be {'type': 'text'}, {'type': 'json_object'} "
+                f"(optionally with a 'schema') or {{'type': 'json_schema', ...}}, not {fmt!r}"
+            )
+    if grammar is not None and schema is not None:
+        raise BadArgumentError("give `grammar` or a `response_format` schema, not both")
+    return {"grammar": grammar, "json_schema": schema}
 
 
 def _usage(g: "Generation") -> Dict[str, Any]:
@@ -94,7 +137,7 @@ def message_pairs(messages: Sequence[Mapping[str, Any]]) -> List[Tuple[str, str]
 
 # ----- /v1/completions ----------------------------------------------------------------------
 
-_COMPLETION_ARGS = _SAMPLING + ("max_tokens", "stream", "logprobs", "echo", "model")
+_COMPLETION_ARGS = _SAMPLING + ("max_tokens", "stream", "logprobs", "echo", "model", "grammar")
 
 
 def _completion_logprobs(model: "Model", g: "Generation", offset: int) -> Dict[str, Any]:
@@ -115,6 +158,7 @@ def _completion_logprobs(model: "Model", g: "Generation", offset: int) -> Dict[s
 def create_completion(model: "Model", prompt: Any, **kwargs: Any) -> Any:
     _check_unknown(kwargs, _COMPLETION_ARGS, "create_completion")
     sampling = _sampling(kwargs, {})
+    sampling["grammar"] = _grammar_text(kwargs.get("grammar"))
     logprobs = kwargs.get("logprobs")
     if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
         raise BadArgumentError("`logprobs` of a completion is an int (how many alternatives)")
@@ -196,6 +240,7 @@ _CHAT_ARGS = _SAMPLING + (
     "n",
     "model",
     "stream_options",
+    "grammar",
 )
 
 
@@ -216,12 +261,10 @@ def create_chat_completion(
     model: "Model", messages: Sequence[Mapping[str, Any]], **kwargs: Any
 ) -> Any:
     _check_unknown(kwargs, _CHAT_ARGS, "create_chat_completion")
-    fmt = kwargs.get("response_format")
-    if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"):
-        raise BadArgumentError("`response_format` other than {'type': 'text'} is not supported")
     if kwargs.get("n") not in (None, 1):
         raise BadArgumentError("`n` above 1 is not supported here (use ggrs serve)")
     sampling = _sampling(kwargs, {"temperature": 0.2})
+    sampling.update(_constraint(kwargs))
     want_lp = bool(kwargs.get("logprobs"))
     top = kwargs.get("top_logprobs")
     if top is not None and not want_lp:
