@@ -36,8 +36,10 @@ static TEMPLATE: OnceLock<ChatTemplate> = OnceLock::new();
 
 /// The Qwen2 vocabulary's Jinja chat template.
 fn template() -> ChatTemplate {
-    let f = ggrs_core::gguf::GgufFile::open(common::reference_dir().join("vocab/ggml-vocab-qwen2.gguf"))
-        .expect("qwen2 vocab (set GGRS_REFERENCE_DIR)");
+    let f = ggrs_core::gguf::GgufFile::open(
+        common::reference_dir().join("vocab/ggml-vocab-qwen2.gguf"),
+    )
+    .expect("qwen2 vocab (set GGRS_REFERENCE_DIR)");
     let tok = ggrs_llama::Tokenizer::from_gguf(&f).expect("vocab loads");
     let src = f
         .get("tokenizer.chat_template")
