@@ -548,3 +548,41 @@ fn a_client_that_stops_reading_a_stream_frees_its_slot() {
     assert!(!String::from_utf8_lossy(&sink).contains("[DONE]"));
     assert_eq!(s.get("/health").status, 200);
 }
+
+/// 1 (memory): templates that grow a value without writing it (`~`, `+` on lists, a
+/// `{% set %}` capture, each doubling 64 times: 2⁶⁴ bytes) are a 400 naming `messages` and
+/// the limit, not an out-of-memory end of the server; `/health` answers meanwhile and the
+/// server goes on serving.
+#[test]
+fn a_template_that_grows_a_value_is_an_error() {
+    for grow in [
+        "{% set ns.s = ns.s ~ ns.s %}",
+        "{% set ns.l = ns.l + ns.l %}",
+        "{% set ns.s %}{{ ns.s }}{{ ns.s }}{% endset %}",
+    ] {
+        let mut c = config(1);
+        c.chat_template = Some(format!(
+            "{{% set ns = namespace(s='x', l=[1]) %}}{{% for i in range(64) %}}{grow}\
+             {{% endfor %}}{{{{ ns.l|length }}}}{{{{ messages[0].content }}}}"
+        ));
+        let s = std::sync::Arc::new(TestServer::start(c));
+        let s2 = s.clone();
+        let hostile = std::thread::spawn(move || {
+            s2.post(
+                "/v1/chat/completions",
+                &chat_body(json!([{"role": "user", "content": "hi"}]), 2),
+            )
+        });
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            assert_eq!(s.get("/health").status, 200);
+            assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        }
+        let a = hostile.join().unwrap();
+        assert_error(&a, 400, Some("messages"));
+        let msg = a.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("more than the limit"), "{grow}: {msg}");
+        let ok = s.post("/tokenize", &json!({"content": "still here"}));
+        assert_eq!(ok.status, 200, "{grow}");
+    }
+}
