@@ -36,16 +36,7 @@ static TEMPLATE: OnceLock<ChatTemplate> = OnceLock::new();
 
 /// The Qwen2 vocabulary's Jinja chat template.
 fn template() -> ChatTemplate {
-    let f = ggrs_core::gguf::GgufFile::open(
-        common::reference_dir().join("vocab/ggml-vocab-qwen2.gguf"),
-    )
-    .expect("qwen2 vocab (set GGRS_REFERENCE_DIR)");
-    let tok = ggrs_llama::Tokenizer::from_gguf(&f).expect("vocab loads");
-    let src = f
-        .get("tokenizer.chat_template")
-        .and_then(|v| v.as_str())
-        .expect("the qwen2 vocab has a chat template")
-        .to_string();
+    let (tok, src) = common::qwen2_vocab();
     ChatTemplate::jinja(src, &tok)
 }
 

@@ -49,6 +49,18 @@ fn service(st: &AppState, reranking: bool) -> Result<Arc<EmbedService>, ApiError
     }
 }
 
+/// The service and the request's body, parsed on the preparation pool.
+async fn service_and_body(
+    st: &Arc<AppState>,
+    bytes: Result<Bytes, BytesRejection>,
+    reranking: bool,
+) -> Result<(Arc<EmbedService>, Arc<Body>), ApiError> {
+    let s = service(st, reranking)?;
+    let bytes = body_bytes(st, bytes)?;
+    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    Ok((s, body))
+}
+
 /// Most inputs one request may carry (OpenAI's limit for `/v1/embeddings`; documents of a
 /// rerank request).
 pub(crate) const MAX_INPUTS: usize = 2048;
@@ -216,9 +228,7 @@ pub(crate) async fn v1_embeddings(
     State(st): St,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let s = service(&st, false)?;
-    let bytes = body_bytes(&st, bytes)?;
-    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    let (s, body) = service_and_body(&st, bytes, false).await?;
     if s.pooling == Pooling::None {
         return Err(ApiError::bad_request(
             "pooling 'none' gives one vector per token, which the OpenAI API cannot carry: \
@@ -259,9 +269,7 @@ pub(crate) async fn embeddings(
     State(st): St,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let s = service(&st, false)?;
-    let bytes = body_bytes(&st, bytes)?;
-    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    let (s, body) = service_and_body(&st, bytes, false).await?;
     let kind = norm_kind(&body)?;
     let list = request_inputs(&st, &s, &body, ["content", "input"]).await?;
     let e = s.model.hparams.n_embd;
@@ -332,9 +340,7 @@ pub(crate) async fn rerank(
     State(st): St,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let s = service(&st, true)?;
-    let bytes = body_bytes(&st, bytes)?;
-    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    let (s, body) = service_and_body(&st, bytes, true).await?;
     let (query, docs, top_n) = rerank_request(&body, st.max_text_bytes)?;
     let (s2, query, docs) = (s.clone(), query.to_string(), Arc::new(docs));
     let docs2 = docs.clone();
