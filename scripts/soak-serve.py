@@ -117,7 +117,7 @@ def k_chat_stream(rng, port, disconnect=False):
                   headers={"Content-Type": "application/json"})
         r = c.getresponse()
         if r.status != 200:
-            r.read()
+            LAST.body = r.read()[:240]
             return r.status, {200}
         if disconnect:
             r.read(rng.randint(1, 200))  # a little, then leave
