@@ -6,7 +6,7 @@
 //! instructions are rewritten before they run (minijinja's `unstable_machinery`):
 //!
 //! - after every instruction that makes a value from others (`~`, `+`, `*`, a filter, a
-//!   method, a function or macro call, the end of a capture), and after a constant larger
+//!   method, a function or macro call, the end of a capture, a list or map literal), and after a constant larger
 //!   than the limit (minijinja folds `'x' * 10**8` at compile time), comes a call of [`CHECK`],
 //!   which refuses a value whose text would be longer than the limit (the size of a list
 //!   or map is the text it writes, measured lazily and stopped at the limit), so no value
@@ -86,6 +86,8 @@ fn makes_a_value(i: &Instruction<'_>) -> bool {
             | Instruction::CallFunction(..)
             | Instruction::CallObject(..)
             | Instruction::EndCapture
+            | Instruction::BuildList(_)
+            | Instruction::BuildMap(_)
     )
 }
 
