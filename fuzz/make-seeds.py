@@ -196,6 +196,44 @@ def main():
     write("server_request", "tokenize", req(2, "Host: [::1]:8080", json.dumps({"content": "Hello <|im_end|>", "with_pieces": True, "add_special": True})))
     write("server_request", "detokenize", req(3, "X-Api-Key: k", json.dumps({"tokens": [1, 2, 4294967295]})))
     write("server_request", "not-json", req(1, "", "{\"prompt\": [1, 2"))
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    write("server_request", "chat-tools", req(0, "Host: localhost", json.dumps(
+        {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                      {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "18 C"}],
+         "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+         "parallel_tool_calls": True, "chat_template_kwargs": {"enable_thinking": False}, "reasoning_format": "auto"})))
+    write("server_request", "chat-schema", req(0, "", json.dumps(
+        {"messages": [{"role": "user", "content": "A number"}], "max_tokens": 4,
+         "response_format": {"type": "json_schema", "json_schema": {"name": "n", "strict": True,
+                             "schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}}})))
+    write("server_request", "chat-grammar", req(0, "", json.dumps(
+        {"messages": [{"role": "user", "content": "yes or no"}], "grammar": "root ::= \"yes\" | \"no\"",
+         "json_schema": {"type": "string"}})))
+    write("server_request", "messages", req(5, "x-api-key: k", json.dumps(
+        {"model": "m", "max_tokens": 16, "system": [{"type": "text", "text": "Be brief."}],
+         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+                      {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "3 C"}]}],
+         "tools": [{"name": "get_weather", "description": "w", "input_schema": tools[0]["function"]["parameters"]}],
+         "tool_choice": {"type": "any", "disable_parallel_tool_use": True}, "thinking": {"type": "enabled"},
+         "stop_sequences": ["END"], "stream": True})))
+    write("server_request", "count-tokens", req(6, "", json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "Hello"}], "tool_choice": {"type": "tool", "name": "x"}})))
+    write("server_request", "responses", req(7, "", json.dumps(
+        {"model": "m", "instructions": "Be brief.", "max_output_tokens": 16, "stream": False,
+         "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+                   {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                   {"type": "function_call_output", "call_id": "c1", "output": "3 C"}],
+         "tools": [{"type": "function", "name": "get_weather", "parameters": tools[0]["function"]["parameters"]}],
+         "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}})))
+    write("server_request", "v1-embeddings", req(8, "", json.dumps(
+        {"input": ["hello", [1, 2, 3]], "encoding_format": "base64", "dimensions": 32, "embd_normalize": -1})))
+    write("server_request", "embedding", req(9, "", json.dumps({"content": [[1, 2], "ab"], "embd_normalize": 2})))
+    write("server_request", "rerank", req(10, "", json.dumps(
+        {"query": "q", "documents": ["a", {"text": "b"}], "top_n": 1, "return_documents": True})))
 
 
 if __name__ == "__main__":

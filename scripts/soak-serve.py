@@ -117,7 +117,7 @@ def k_chat_stream(rng, port, disconnect=False):
                   headers={"Content-Type": "application/json"})
         r = c.getresponse()
         if r.status != 200:
-            r.read()
+            LAST.body = r.read()[:240]
             return r.status, {200}
         if disconnect:
             r.read(rng.randint(1, 200))  # a little, then leave
@@ -240,6 +240,79 @@ def k_embeddings(rng, port):
     return s, {200}
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def k_chat_tools(rng, port):
+    body = chat_body(rng, rng.random() < 0.3)
+    body["messages"][-1]["content"] = "What is the weather in %s?" % rng.choice(["Paris", "Oslo"])
+    body["tools"] = TOOLS
+    body["tool_choice"] = rng.choice(["auto", "required", "none",
+                                      {"type": "function", "function": {"name": "get_weather"}}])
+    if rng.random() < 0.3:
+        body.pop("tools")
+        body.pop("tool_choice")
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "n", "schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}}
+    s, b = request(port, "POST", "/v1/chat/completions", body)
+    if s == 200 and not body["stream"]:
+        assert json.loads(b)["choices"][0]["message"] is not None
+    return s, {200}
+
+
+def k_messages(rng, port):
+    """Anthropic's Messages API (and now and then count_tokens)."""
+    body = {"model": "m", "max_tokens": rng.randint(1, 24), "system": "Answer briefly.",
+            "messages": [{"role": "user", "content": text(rng, rng.randint(3, 30))}],
+            "stream": rng.random() < 0.3}
+    if rng.random() < 0.2:
+        s, b = request(port, "POST", "/v1/messages/count_tokens", body)
+        if s == 200:
+            assert json.loads(b)["input_tokens"] > 0
+        return s, {200}
+    if rng.random() < 0.3:
+        body["tools"] = [{"name": "get_weather", "description": "w",
+                          "input_schema": TOOLS[0]["function"]["parameters"]}]
+    s, b = request(port, "POST", "/v1/messages", body, headers={"anthropic-version": "2023-06-01"})
+    if s == 200 and not body["stream"]:
+        assert json.loads(b)["type"] == "message"
+    return s, {200}
+
+
+def k_responses(rng, port):
+    body = {"model": "m", "instructions": "Answer briefly.", "input": text(rng, rng.randint(3, 30)),
+            "max_output_tokens": rng.randint(1, 24), "stream": rng.random() < 0.3}
+    s, b = request(port, "POST", "/v1/responses", body)
+    if s == 200 and not body["stream"]:
+        assert json.loads(b)["object"] == "response"
+    return s, {200}
+
+
+def k_embedding_rerank(rng, port):
+    """llama-server's /embedding (served: --embeddings) and /rerank (not: 501)."""
+    if rng.random() < 0.3:
+        s, _ = request(port, "POST", "/rerank", {"query": "q", "documents": ["a", "b"]})
+        return s, {501}
+    s, b = request(port, "POST", "/embedding", {"content": text(rng, rng.randint(1, 30))})
+    if s == 200:
+        assert len(json.loads(b)) == 1
+    return s, {200}
+
+
+def k_stream_stall(rng, port):
+    """A stream whose client reads nothing for a while, then leaves."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        body = json.dumps(chat_body(rng, True)).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                     % len(body) + body)
+        time.sleep(rng.uniform(1, 8))
+    return 0, {0}
+
+
 def k_cross_origin(rng, port):
     s, _ = request(port, "GET", "/health", headers={"Origin": "https://evil.example"})
     return s, {403}
@@ -259,6 +332,11 @@ KINDS = {
     "cross_origin": (1, k_cross_origin),
     "slow_body": (1, k_slow_body),
     "embeddings": (2, k_embeddings),
+    "chat_tools": (3, k_chat_tools),
+    "messages": (3, k_messages),
+    "responses": (3, k_responses),
+    "embedding_rerank": (1, k_embedding_rerank),
+    "stream_stall": (1, k_stream_stall),
 }
 
 
@@ -322,6 +400,17 @@ def metric(port, name):
     return float(m.group(1)) if m else None
 
 
+def error_summary(errors):
+    """Errors counted by kind and the start of what the server answered (its status and
+    error message), so that unexpected answers can be told apart."""
+    out = {}
+    for _, kind, what in errors:
+        m = re.search(r'"message":\s*"([^"]{0,90})', what)
+        key = "%s: %s" % (kind, (what[:11] + " " + m.group(1)) if m else what[:100])
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def main():
     a = parse_args()
     if not os.path.isfile(a.model):
@@ -329,6 +418,7 @@ def main():
     cmd = ["nice", "-n", "19", a.bin, "serve", "-m", a.model, "--host", "127.0.0.1",
            "--port", "0", "--metrics", "--parallel", str(a.parallel), "-t", str(a.threads),
            "--queue", "64", "-n", "32", "--timeout", "120", "--body-timeout", "5",
+           "--write-timeout", "10",
            "--embeddings", "--pooling", "last"]
     server = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     port = None
@@ -381,6 +471,7 @@ def main():
         "requests": sum(v for (k, s), v in stats.counts.items() if k != "health"),
         "by_kind_status": {"%s %s" % k: v for k, v in sorted(stats.counts.items(), key=str)},
         "errors": len(stats.errors), "first_errors": stats.errors[:20],
+        "errors_by_kind_and_answer": error_summary(stats.errors),
         "health_polls": len(h), "health_ms_median": q(0.5), "health_ms_p99": q(0.99),
         "health_ms_max": h[-1] * 1000 if h else None,
         "rss_anon_mib_load_over_time": stats.rss + [

@@ -21,15 +21,7 @@ struct Setup {
 static SETUP: OnceLock<Setup> = OnceLock::new();
 
 fn setup() -> Setup {
-    let dir = common::reference_dir();
-    let f = ggrs_core::gguf::GgufFile::open(dir.join("vocab/ggml-vocab-qwen2.gguf"))
-        .expect("qwen2 vocab (set GGRS_REFERENCE_DIR)");
-    let tok = ggrs_llama::Tokenizer::from_gguf(&f).expect("vocab loads");
-    let src = f
-        .get("tokenizer.chat_template")
-        .and_then(|v| v.as_str())
-        .expect("the qwen2 vocab has a chat template")
-        .to_string();
+    let (tok, src) = common::qwen2_vocab();
     let qwen = ChatTemplate::jinja(src, &tok);
     let glm = ChatTemplate::builtin_glm(&tok);
     Setup { tok, qwen, glm }

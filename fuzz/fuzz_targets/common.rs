@@ -36,6 +36,19 @@ pub fn tokenizers() -> Vec<ggrs_llama::Tokenizer> {
         .collect()
 }
 
+/// The Qwen2 vocabulary's tokenizer and its Jinja chat template's source.
+pub fn qwen2_vocab() -> (ggrs_llama::Tokenizer, String) {
+    let f = ggrs_core::gguf::GgufFile::open(reference_dir().join("vocab/ggml-vocab-qwen2.gguf"))
+        .expect("qwen2 vocab (set GGRS_REFERENCE_DIR)");
+    let tok = ggrs_llama::Tokenizer::from_gguf(&f).expect("vocab loads");
+    let src = f
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+        .expect("the qwen2 vocab has a chat template")
+        .to_string();
+    (tok, src)
+}
+
 /// Splits `data` at `0xFF 0xFE` markers into at most `n` fields.
 pub fn fields(data: &[u8], n: usize) -> Vec<&[u8]> {
     let mut out = Vec::new();

@@ -101,6 +101,10 @@ pub struct Args {
     /// slower body gets 408 and the connection is closed).
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     body_timeout: u64,
+    /// Seconds a write to a client may wait for the client to read (a client that stops
+    /// reading a stream has its connection closed and its request cancelled).
+    #[arg(long, default_value_t = 60, value_name = "SECS")]
+    write_timeout: u64,
 }
 
 /// Rewrites llama-server's `-np N` (a two-letter short flag, which the argument parser does
@@ -132,10 +136,11 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         || a.max_text_bytes == 0
         || a.header_timeout == 0
         || a.body_timeout == 0
+        || a.write_timeout == 0
     {
         return Err(
-            "--max-connections, --max-text-bytes, --header-timeout and --body-timeout \
-                    must be at least 1"
+            "--max-connections, --max-text-bytes, --header-timeout, --body-timeout and \
+                    --write-timeout must be at least 1"
                 .into(),
         );
     }
@@ -165,6 +170,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.max_connections = a.max_connections;
     c.header_read_timeout = Duration::from_secs(a.header_timeout);
     c.body_read_timeout = Duration::from_secs(a.body_timeout);
+    c.write_timeout = Duration::from_secs(a.write_timeout);
     c.metrics = a.metrics;
     c.embeddings = a.embeddings;
     c.reranking = a.reranking;

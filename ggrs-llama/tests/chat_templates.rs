@@ -218,6 +218,22 @@ fn named_formats() {
 /// A template cannot fill the memory within its step budget: what it writes, and the
 /// values `replace` and `join` would make, stop at the caller's limit with an error saying
 /// so (issue 32). Without the limit each of these writes or builds gigabytes or more.
+/// The error of rendering `source` (then the user's message) within `limit` bytes, which
+/// must fail within 20 s.
+fn hostile_error(source: &str, limit: usize) -> String {
+    let t = ChatTemplate::Jinja {
+        source: format!("{source}{{{{ messages[0].content }}}}"),
+        bos_token: String::new(),
+        eos_token: String::new(),
+    };
+    let t0 = std::time::Instant::now();
+    let e = t
+        .render_limited(&[Message::user("hi")], true, &vars(true), None, limit)
+        .expect_err(source);
+    assert!(t0.elapsed().as_secs() < 20, "{source}: {:?}", t0.elapsed());
+    e.to_string()
+}
+
 #[test]
 fn templates_cannot_write_or_build_past_the_limit() {
     const LIMIT: usize = 1 << 20;
@@ -238,23 +254,12 @@ fn templates_cannot_write_or_build_past_the_limit() {
         "{{ range(100000)|join('y' * 100000) }}",
         "{% set t = ('y' * 100000).join(range(100000)) %}.",
     ];
-    let msgs = [Message::user("hi")];
     for source in huge {
-        let t = ChatTemplate::Jinja {
-            source: format!("{source}{{{{ messages[0].content }}}}"),
-            bos_token: String::new(),
-            eos_token: String::new(),
-        };
-        let t0 = std::time::Instant::now();
-        let e = t
-            .render_limited(&msgs, true, &vars(true), None, LIMIT)
-            .expect_err(source);
-        let text = e.to_string();
+        let text = hostile_error(source, LIMIT);
         assert!(
             text.contains("more than the limit of 1048576 bytes"),
             "{source}: {text}"
         );
-        assert!(t0.elapsed().as_secs() < 20, "{source}: {:?}", t0.elapsed());
     }
     // The bounded filters and methods give what minijinja's own give (`none` written as
     // minijinja writes it, `None`).
@@ -278,5 +283,60 @@ fn templates_cannot_write_or_build_past_the_limit() {
             .render_limited(&conversation(), true, &vars(true), None, 4096)
             .unwrap(),
         render(&qwen3, &conversation(), true)
+    );
+}
+
+/// Templates that grow a value without writing it (issue 32): doubling a string with `~`,
+/// `+` or a `{% set %}` capture, doubling a list, a recursive macro, `format` and
+/// `str.format`, a huge `indent`, a list joined after growing, and many captures each
+/// within the limit: each ends in an error naming the limit within seconds, not an OOM.
+#[test]
+fn templates_cannot_grow_values_past_the_limit() {
+    const LIMIT: usize = 1 << 20;
+    let ns = "{% set ns = namespace(s='x', l=[1]) %}";
+    let grow = [
+        "{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        "{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+        "{% for i in range(64) %}{% set ns.s %}{{ ns.s }}{{ ns.s }}{% endset %}{% endfor %}",
+        "{% macro d(s, n) %}{% if n > 0 %}{{ d(s ~ s, n - 1) }}{% endif %}{% endmacro %}{{ d('x', 64) }}",
+        "{% for i in range(64) %}{% set ns.s = '%s%s'|format(ns.s, ns.s) %}{% endfor %}",
+        "{% for i in range(64) %}{% set ns.s = '{}{}'.format(ns.s, ns.s) %}{% endfor %}",
+        "{% for i in range(64) %}{% set ns.s = [ns.s, ns.s]|join %}{% endfor %}",
+        "{% set t = ('a\\n' * 1000)|indent(1000000000) %}",
+        "{% set l = range(100000)|list %}{% set t = (l + l + l + l + l + l + l + l)|join('-') %}",
+        "{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{% set t %}{{ s }}{% endset %}{% endfor %}",
+        "{% set s = 'x' * 100000000 %}",
+    ];
+    let msgs = [Message::user("hi")];
+    let render_one = |source: &str| hostile_error(&format!("{ns}{source}"), LIMIT);
+    for source in grow {
+        let text = render_one(source);
+        assert!(
+            text.contains("more than the limit of 1048576 bytes"),
+            "{source}: {text}"
+        );
+    }
+    // minijinja refuses these itself.
+    for source in [
+        "{% set l = range(1000000000)|list %}",
+        "{% set s = 'x' * 1000000000 %}",
+    ] {
+        render_one(source);
+    }
+    // Growing within the limit is fine, and gives what it gave.
+    let t = ChatTemplate::Jinja {
+        source: format!(
+            "{ns}{{% for i in range(10) %}}{{% set ns.s = ns.s ~ ns.s %}}{{% set ns.l = ns.l + ns.l %}}\
+             {{% endfor %}}{{{{ ns.s|length }}}} {{{{ ns.l|length }}}} {{{{ '%s-%s'|format(1, 'a') }}}} \
+             {{{{ '{{}}+{{}}'.format(2, 'b') }}}} {{{{ 'a\\nb'|indent(2) }}}}"
+        ),
+        bos_token: String::new(),
+        eos_token: String::new(),
+    };
+    assert_eq!(
+        t.render_limited(&msgs, true, &vars(true), None, LIMIT)
+            .unwrap(),
+        "1024 1024 1-a 2+b a\n  b"
     );
 }

@@ -24,6 +24,9 @@ use crate::structured;
 use crate::tools;
 use ggrs_llama::chat::reply::{ReasoningFormat, ReplyDelta, ReplyStream, ReplySyntax};
 use ggrs_llama::chat::tools::ParsedReply;
+use ggrs_llama::chat::TemplateVars;
+use ggrs_llama::constraint::GrammarSpec;
+use ggrs_llama::ChatTemplate;
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat(
@@ -37,6 +40,89 @@ pub(crate) async fn chat(
         Ok::<_, ApiError>(generate(st.clone(), l, vec![prompt], opts, Endpoint::Chat).await)
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A chat body's fields read and checked (everything the engine needs but the rendered
+/// prompt): options, conversation, tools, the structured-output field and the template's
+/// variables.
+pub(crate) struct ChatParts {
+    pub opts: GenOptions,
+    pub msgs: Vec<ggrs_llama::chat::Message>,
+    pub tools: Option<ggrs_llama::chat::tools::ToolSetup>,
+    pub spec: Option<(&'static str, GrammarSpec)>,
+    pub vars: TemplateVars,
+    pub reasoning: ReasoningFormat,
+}
+
+/// Reads an OpenAI chat body against `template` (the server's settings: `n_predict`,
+/// `reasoning`, the model's `vars`, `n_vocab`, the `queue` and `max_text_bytes`), with no
+/// model needed: the fuzz target runs this too.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_chat(
+    mut body: Body,
+    template: &ChatTemplate,
+    mut vars: TemplateVars,
+    reasoning: ReasoningFormat,
+    n_predict: Option<usize>,
+    n_vocab: usize,
+    queue: usize,
+    max_text_bytes: usize,
+) -> Result<ChatParts, ApiError> {
+    let spec = structured::spec(&mut body)?;
+    let tools = tools::setup(&mut body, template)?;
+    let reasoning = match body.take("chat_template_kwargs") {
+        Some(Value::Object(k)) => {
+            if let Some(b) = k.get("enable_thinking").and_then(Value::as_bool) {
+                vars.enable_thinking = b;
+            }
+            reasoning
+        }
+        Some(v) => return Err(wrong_type("chat_template_kwargs", "an object", &v)),
+        None => reasoning,
+    };
+    let reasoning = match body.take("reasoning_format") {
+        Some(Value::String(r)) => ReasoningFormat::parse(&r).ok_or_else(|| {
+            ApiError::invalid(
+                "reasoning_format",
+                format!("'reasoning_format' must be none, deepseek or auto, not '{r}'"),
+            )
+        })?,
+        Some(v) => return Err(wrong_type("reasoning_format", "a string", &v)),
+        None => reasoning,
+    };
+    let (opts, msgs) = chat_request(&body, n_predict, n_vocab, queue, max_text_bytes)?;
+    Ok(ChatParts {
+        opts,
+        msgs,
+        tools,
+        spec,
+        vars,
+        reasoning,
+    })
+}
+
+/// The conversation of `parts` rendered by `template`, within the server's limit for
+/// `max_text_bytes` of text (a 400 naming `messages` beyond it).
+pub(crate) fn render_chat(
+    parts: &ChatParts,
+    template: &ChatTemplate,
+    max_text_bytes: usize,
+) -> Result<String, ApiError> {
+    let (msgs, tools_value) = match &parts.tools {
+        Some(t) => t.prepare(&parts.msgs),
+        None => (parts.msgs.clone(), None),
+    };
+    let text = template
+        .render_limited(
+            &msgs,
+            true,
+            &parts.vars,
+            tools_value.as_ref(),
+            rendered_limit(max_text_bytes),
+        )
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    check_rendered(max_text_bytes, text.len())?;
+    Ok(text)
 }
 
 /// A chat request made ready for the engine: `to_body` reads the bytes into an OpenAI chat
@@ -53,62 +139,35 @@ pub(crate) async fn prepare_chat(
     let (st2, l2) = (st.clone(), l.clone());
     let (mut opts, prompt, spec, lazy) = off_thread(&st.prep, move |cancel| {
         let (st, l) = (st2, l2);
-        let mut body = to_body(&bytes)?;
-        let mut spec = structured::spec(&mut body)?;
+        let body = to_body(&bytes)?;
         let template = l
             .template
             .as_ref()
             .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
-        let tools = tools::setup(&mut body, template)?;
-        let mut vars = l.vars.clone();
-        let reasoning = match body.take("chat_template_kwargs") {
-            Some(Value::Object(k)) => {
-                if let Some(b) = k.get("enable_thinking").and_then(Value::as_bool) {
-                    vars.enable_thinking = b;
-                }
-                st.reasoning_format
-            }
-            Some(v) => return Err(wrong_type("chat_template_kwargs", "an object", &v)),
-            None => st.reasoning_format,
-        };
-        let reasoning = match body.take("reasoning_format") {
-            Some(Value::String(r)) => ReasoningFormat::parse(&r).ok_or_else(|| {
-                ApiError::invalid(
-                    "reasoning_format",
-                    format!("'reasoning_format' must be none, deepseek or auto, not '{r}'"),
-                )
-            })?,
-            Some(v) => return Err(wrong_type("reasoning_format", "a string", &v)),
-            None => reasoning,
-        };
-        let (mut opts, msgs) = chat_request(
-            &body,
+        let parts = read_chat(
+            body,
+            template,
+            l.vars.clone(),
+            st.reasoning_format,
             st.n_predict,
             l.model.hparams.n_vocab,
             l.handle.params().queue_capacity,
             st.max_text_bytes,
         )?;
-        drop(body);
         cancel.check()?;
-        let (msgs, tools_value) = match &tools {
-            Some(t) => t.prepare(&msgs),
-            None => (msgs, None),
-        };
-        let text = template
-            .render_limited(
-                &msgs,
-                true,
-                &vars,
-                tools_value.as_ref(),
-                rendered_limit(st.max_text_bytes),
-            )
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        check_rendered(st.max_text_bytes, text.len())?;
+        let text = render_chat(&parts, template, st.max_text_bytes)?;
         cancel.check()?;
         let prompt = l
             .model
             .encode_chat(&text)
             .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        let ChatParts {
+            mut opts,
+            tools,
+            mut spec,
+            reasoning,
+            ..
+        } = parts;
         // The tools' grammar: forced (`required`, a named function) or lazy (`auto`);
         // a structured-output field the request also gives wins over a lazy one.
         let mut lazy = None;

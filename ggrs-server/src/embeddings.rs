@@ -49,6 +49,18 @@ fn service(st: &AppState, reranking: bool) -> Result<Arc<EmbedService>, ApiError
     }
 }
 
+/// The service and the request's body, parsed on the preparation pool.
+async fn service_and_body(
+    st: &Arc<AppState>,
+    bytes: Result<Bytes, BytesRejection>,
+    reranking: bool,
+) -> Result<(Arc<EmbedService>, Arc<Body>), ApiError> {
+    let s = service(st, reranking)?;
+    let bytes = body_bytes(st, bytes)?;
+    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    Ok((s, body))
+}
+
 /// Most inputs one request may carry (OpenAI's limit for `/v1/embeddings`; documents of a
 /// rerank request).
 pub(crate) const MAX_INPUTS: usize = 2048;
@@ -67,12 +79,14 @@ fn check_count(field: &str, n: usize) -> Result<(), ApiError> {
 /// The inputs of a request's `input` (or `content`, named `field`): a string, a list of
 /// strings, a list of token ids, or a list of such lists; at most [`MAX_INPUTS`] of them and
 /// `max_text_bytes` of text in all, tokenized here (on the preparation pool) and checked.
-fn inputs(
-    s: &EmbedService,
+/// `tokenize(i, text)` and `check(i, ids)` are the model's (the fuzz target gives its own).
+pub(crate) fn inputs(
     field: &str,
     v: &Value,
     max_text_bytes: usize,
     cancel: &Cancel,
+    tokenize: impl Fn(usize, &str) -> Result<Vec<u32>, ApiError>,
+    check: impl Fn(usize, &[u32]) -> Result<(), ApiError>,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
     let ids = |i: usize, a: &[Value]| -> Result<Vec<u32>, ApiError> {
         a.iter()
@@ -113,11 +127,11 @@ fn inputs(
     for (i, x) in items.into_iter().enumerate() {
         cancel.check()?;
         let t = match x {
-            Value::String(t) => s.tokenize(i, t)?,
+            Value::String(t) => tokenize(i, t)?,
             Value::Array(t) => ids(i, t)?,
             _ => return Err(bad()),
         };
-        s.check(i, &t)?;
+        check(i, &t)?;
         list.push(t);
     }
     Ok(list)
@@ -137,7 +151,14 @@ async fn request_inputs(
             .get(field)
             .or_else(|| body.get(alt))
             .ok_or_else(|| ApiError::invalid(field, format!("'{field}' is required")))?;
-        inputs(&s, field, input, max, cancel)
+        inputs(
+            field,
+            input,
+            max,
+            cancel,
+            |i, t| s.tokenize(i, t),
+            |i, t| s.check(i, t),
+        )
     })
     .await
 }
@@ -153,21 +174,9 @@ fn norm_kind(body: &Body) -> Result<i32, ApiError> {
     }
 }
 
-/// `POST /v1/embeddings` (OpenAI).
-pub(crate) async fn v1_embeddings(
-    State(st): St,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let s = service(&st, false)?;
-    let bytes = body_bytes(&st, bytes)?;
-    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
-    if s.pooling == Pooling::None {
-        return Err(ApiError::bad_request(
-            "pooling 'none' gives one vector per token, which the OpenAI API cannot carry: \
-             use /embeddings, or start the server with --pooling mean|cls|last",
-        ));
-    }
-    let n_embd = s.model.hparams.n_embd;
+/// `/v1/embeddings`' options: `dimensions` (only the model's own), `encoding_format`
+/// (`float` or `base64`: true) and `embd_normalize`.
+pub(crate) fn v1_options(body: &Body, n_embd: usize) -> Result<(bool, i32), ApiError> {
     match body.get("dimensions") {
         None | Some(Value::Null) => {}
         Some(d) if d.as_u64() == Some(n_embd as u64) => {}
@@ -190,7 +199,43 @@ pub(crate) async fn v1_embeddings(
             ))
         }
     };
-    let kind = norm_kind(&body)?;
+    Ok((base64, norm_kind(body)?))
+}
+
+/// Most numbers one answer of `/embedding` may carry (pooling `none` gives `n_embd` per
+/// token): 4 Mi floats, some 50 MB of JSON.
+pub(crate) const MAX_OUTPUT_FLOATS: usize = 1 << 22;
+
+/// 400 naming `field` when per-token embeddings of `n_tokens` tokens (`n_embd` each) would
+/// be more than [`MAX_OUTPUT_FLOATS`].
+pub(crate) fn check_output(field: &str, n_tokens: usize, n_embd: usize) -> Result<(), ApiError> {
+    let floats = n_tokens.saturating_mul(n_embd);
+    if floats > MAX_OUTPUT_FLOATS {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "'{field}' has {n_tokens} tokens; with pooling 'none' that is {floats} numbers \
+                 ({n_embd} per token), more than the {MAX_OUTPUT_FLOATS} one answer may carry: \
+                 send fewer tokens, or start the server with --pooling mean|cls|last"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /v1/embeddings` (OpenAI).
+pub(crate) async fn v1_embeddings(
+    State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (s, body) = service_and_body(&st, bytes, false).await?;
+    if s.pooling == Pooling::None {
+        return Err(ApiError::bad_request(
+            "pooling 'none' gives one vector per token, which the OpenAI API cannot carry: \
+             use /embeddings, or start the server with --pooling mean|cls|last",
+        ));
+    }
+    let (base64, kind) = v1_options(&body, s.model.hparams.n_embd)?;
     let list = request_inputs(&st, &s, &body, ["input", "input"]).await?;
     let n_tokens: usize = list.iter().map(Vec::len).sum();
     let out = s.run(list).await?;
@@ -224,12 +269,13 @@ pub(crate) async fn embeddings(
     State(st): St,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let s = service(&st, false)?;
-    let bytes = body_bytes(&st, bytes)?;
-    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+    let (s, body) = service_and_body(&st, bytes, false).await?;
     let kind = norm_kind(&body)?;
     let list = request_inputs(&st, &s, &body, ["content", "input"]).await?;
     let e = s.model.hparams.n_embd;
+    if s.pooling == Pooling::None {
+        check_output("content", list.iter().map(Vec::len).sum(), e)?;
+    }
     let out = s.run(list).await?;
     let items: Vec<Value> = out
         .into_iter()
@@ -248,15 +294,12 @@ pub(crate) async fn embeddings(
     Ok(Json(Value::Array(items)).into_response())
 }
 
-/// `POST /rerank` and `/v1/rerank`: `query`, `documents` (strings), `top_n`; results sorted
-/// by relevance score, highest first.
-pub(crate) async fn rerank(
-    State(st): St,
-    bytes: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let s = service(&st, true)?;
-    let bytes = body_bytes(&st, bytes)?;
-    let body = Arc::new(off_thread(&st.prep, move |_| Body::parse(&bytes)).await?);
+/// A rerank request's `query`, `documents` (or `texts`; strings or `{"text"}` objects) and
+/// `top_n`, within [`MAX_INPUTS`] documents and `max_text_bytes` of text.
+pub(crate) fn rerank_request(
+    body: &Body,
+    max_text_bytes: usize,
+) -> Result<(&str, Vec<String>, usize), ApiError> {
     let query = body
         .get("query")
         .and_then(Value::as_str)
@@ -287,7 +330,18 @@ pub(crate) async fn rerank(
     };
     check_count("documents", docs.len())?;
     let text_bytes = query.len() + docs.iter().map(String::len).sum::<usize>();
-    check_text(st.max_text_bytes, "documents", text_bytes)?;
+    check_text(max_text_bytes, "documents", text_bytes)?;
+    Ok((query, docs, top_n))
+}
+
+/// `POST /rerank` and `/v1/rerank`: `query`, `documents` (strings), `top_n`; results sorted
+/// by relevance score, highest first.
+pub(crate) async fn rerank(
+    State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let (s, body) = service_and_body(&st, bytes, true).await?;
+    let (query, docs, top_n) = rerank_request(&body, st.max_text_bytes)?;
     let (s2, query, docs) = (s.clone(), query.to_string(), Arc::new(docs));
     let docs2 = docs.clone();
     let list = off_thread(&st.prep, move |_| {

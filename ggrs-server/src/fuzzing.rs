@@ -3,8 +3,9 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::completions::{chat_request, prompts};
-use crate::info::{token_ids, tokenize_options};
+use crate::completions::{chat_request, prompts, read_chat, render_chat};
+use crate::info::{check_detokenize, token_ids, tokenize_options};
+use crate::limits::Cancel;
 use crate::origins::OriginPolicy;
 use crate::params::{gen_options, Body, Endpoint};
 
@@ -21,8 +22,13 @@ pub struct Refusal {
 
 /// Checks a request to `path` with `headers` and `body` as the server does before it
 /// touches a model (a vocabulary of `n_vocab` tokens, a queue of `queue` requests, a text
-/// limit of `max_text_bytes`); strings of a prompt count as one token per byte. Panics if
-/// an accepted request breaks the invariants the engine relies on.
+/// limit of `max_text_bytes`); strings of a prompt count as one token per byte, and so do
+/// the texts of embedding inputs; a `/detokenize` piece is 1–16 bytes. With a `template`, a chat
+/// request (`/v1/chat/completions`, `/v1/messages`, `/v1/messages/count_tokens`,
+/// `/v1/responses`) is read as the server reads it (tools, `tool_choice`, `grammar`,
+/// `json_schema`, `response_format`, template options) and rendered within the server's
+/// limit; the grammar is not compiled (that needs a vocabulary). Panics if an accepted
+/// request breaks the invariants the engine relies on.
 pub fn check_request(
     path: &str,
     headers: &[(&[u8], &[u8])],
@@ -30,6 +36,7 @@ pub fn check_request(
     n_vocab: usize,
     queue: usize,
     max_text_bytes: usize,
+    template: Option<&ggrs_llama::ChatTemplate>,
 ) -> Result<(), Refusal> {
     let mut map = HeaderMap::new();
     for (k, v) in headers {
@@ -63,6 +70,33 @@ pub fn check_request(
             }
         }
     }
+    let chat_body = match path {
+        "/v1/messages" | "/v1/messages/count_tokens" => {
+            Some(crate::anthropic::to_chat_body(body).map_err(refuse)?)
+        }
+        "/v1/responses" => Some(crate::responses::to_chat_body(body).map_err(refuse)?.0),
+        "/v1/chat/completions" if template.is_some() => Some(Body::parse(body).map_err(refuse)?),
+        _ => None,
+    };
+    if let Some(b) = chat_body {
+        let Some(t) = template else { return Ok(()) };
+        let parts = read_chat(
+            b,
+            t,
+            Default::default(),
+            Default::default(),
+            None,
+            n_vocab,
+            queue,
+            max_text_bytes,
+        )
+        .map_err(refuse)?;
+        check_options(&parts.opts, queue);
+        assert!(!parts.msgs.is_empty(), "a chat has messages");
+        let text = render_chat(&parts, t, max_text_bytes).map_err(refuse)?;
+        assert!(text.len() <= crate::limits::rendered_limit(max_text_bytes));
+        return Ok(());
+    }
     let body = Body::parse(body).map_err(refuse)?;
     match path {
         "/v1/chat/completions" => {
@@ -84,7 +118,62 @@ pub fn check_request(
             assert!(content.len() <= max_text_bytes);
         }
         "/detokenize" => {
-            token_ids(&body).map_err(refuse)?;
+            let ids = token_ids(&body).map_err(refuse)?;
+            let piece = |id: u32| -> Result<usize, String> {
+                if (id as usize) < n_vocab {
+                    Ok(1 + id as usize % 16)
+                } else {
+                    Err(format!("token id {id} is out of range"))
+                }
+            };
+            check_detokenize(&ids, max_text_bytes, piece).map_err(refuse)?;
+            assert!(ids.len() <= max_text_bytes);
+        }
+        "/v1/embeddings" | "/embedding" => {
+            let (field, alt) = if path == "/embedding" {
+                ("content", "input")
+            } else {
+                crate::embeddings::v1_options(&body, 32).map_err(refuse)?;
+                ("input", "input")
+            };
+            let Some(v) = body.get(field).or_else(|| body.get(alt)) else {
+                return Ok(());
+            };
+            let encode = |_: usize, s: &str| Ok(s.bytes().map(u32::from).collect());
+            let check = |i: usize, t: &[u32]| {
+                if t.is_empty() || t.iter().any(|&id| id as usize >= n_vocab) {
+                    Err(crate::error::ApiError::invalid(field, format!("input {i}")))
+                } else {
+                    Ok(())
+                }
+            };
+            let list = crate::embeddings::inputs(
+                field,
+                v,
+                max_text_bytes,
+                &Cancel::default(),
+                encode,
+                check,
+            )
+            .map_err(refuse)?;
+            assert!(!list.is_empty() && list.len() <= crate::embeddings::MAX_INPUTS);
+            let texts = match v {
+                serde_json::Value::String(t) => t.len(),
+                serde_json::Value::Array(a) => {
+                    a.iter().filter_map(|x| x.as_str()).map(str::len).sum()
+                }
+                _ => 0,
+            };
+            assert!(texts <= max_text_bytes, "{texts} bytes of text");
+            let tokens: usize = list.iter().map(Vec::len).sum();
+            crate::embeddings::check_output(field, tokens, 32).map_err(refuse)?;
+        }
+        "/rerank" => {
+            let (query, docs, _) =
+                crate::embeddings::rerank_request(&body, max_text_bytes).map_err(refuse)?;
+            assert!(!docs.is_empty() && docs.len() <= crate::embeddings::MAX_INPUTS);
+            let bytes = query.len() + docs.iter().map(String::len).sum::<usize>();
+            assert!(bytes <= max_text_bytes);
         }
         _ => {}
     }

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
-use crate::limits::{check_text, off_thread};
+use crate::limits::{check_text, off_thread, rendered_limit};
 use crate::params::wrong_type;
 use crate::params::Body;
 
@@ -338,11 +338,13 @@ pub(crate) async fn detokenize(State(st): St, bytes: Result<Bytes, BytesRejectio
     let run = async {
         let bytes = body_bytes(&st, bytes)?;
         let l = ready(&st)?;
-        off_thread(&st.prep, move |_| {
+        let max = st.max_text_bytes;
+        off_thread(&st.prep, move |cancel| {
             let ids = token_ids(&Body::parse(&bytes)?)?;
-            let text = l
-                .model
-                .tokenizer()
+            let tok = l.model.tokenizer();
+            check_detokenize(&ids, max, |id| tok.token_to_piece(id).map(|p| p.len()))?;
+            cancel.check()?;
+            let text = tok
                 .decode_with_special(&ids)
                 .map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
             serde_json::to_vec(&json!({ "content": text }))
@@ -354,6 +356,42 @@ pub(crate) async fn detokenize(State(st): St, bytes: Result<Bytes, BytesRejectio
         Ok(v) => json_bytes(v),
         Err(e) => e.into_response(),
     }
+}
+
+/// `/detokenize`'s bounds, checked before any text is built: at most `max_text_bytes` ids
+/// (what `/tokenize` can give for the text it takes), and their pieces (`piece_len(id)`,
+/// an error for an id outside the vocabulary) at most `max_text_bytes` + 64 KiB of text. A
+/// 400 naming `tokens` otherwise.
+pub(crate) fn check_detokenize<E: std::fmt::Display>(
+    ids: &[u32],
+    max_text_bytes: usize,
+    piece_len: impl Fn(u32) -> Result<usize, E>,
+) -> Result<(), ApiError> {
+    if ids.len() > max_text_bytes {
+        return Err(ApiError::invalid(
+            "tokens",
+            format!(
+                "'tokens' has {} ids; this server detokenizes at most {max_text_bytes} per \
+                 request (--max-text-bytes)",
+                ids.len()
+            ),
+        ));
+    }
+    let limit = rendered_limit(max_text_bytes);
+    let mut bytes = 0usize;
+    for &id in ids {
+        bytes += piece_len(id).map_err(|e| ApiError::invalid("tokens", e.to_string()))?;
+        if bytes > limit {
+            return Err(ApiError::invalid(
+                "tokens",
+                format!(
+                    "the text of 'tokens' is more than {limit} bytes, the most this server \
+                     writes per request (--max-text-bytes)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `/detokenize`'s `tokens`: a list of token ids (absent: none).

@@ -37,6 +37,7 @@ mod state;
 mod structured;
 mod tools;
 mod translate;
+mod write_timeout;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -94,6 +95,10 @@ pub struct ServerConfig {
     /// closed, so no client holds a connection (and its place under
     /// [`ServerConfig::max_connections`]) forever.
     pub body_read_timeout: Duration,
+    /// Longest time a write to a client may wait (`--write-timeout`): a client that stops
+    /// reading an answer (a stream it no longer reads) has its connection closed after
+    /// that, which cancels its request and frees its slot.
+    pub write_timeout: Duration,
     /// Origins whose pages may call the API (`--cors`; `*`: any). Empty: none but the
     /// server's own page, and (on a loopback address) requests must name a loopback host.
     pub cors: Vec<String>,
@@ -114,7 +119,8 @@ impl ServerConfig {
     /// The defaults (llama-server's where it has them) for the model at `model_path`:
     /// 127.0.0.1:8080, 4 slots, a queue of 64, no key, timeout 600 s, bodies up to 16 MiB,
     /// 1 MiB of text to tokenize per request, 128 connections, 10 s to send the headers and
-    /// 60 s for the body, no cross-origin access.
+    /// 60 s for the body, 60 s for a write to a client that does not read, no cross-origin
+    /// access.
     pub fn new(model_path: impl Into<PathBuf>) -> ServerConfig {
         ServerConfig {
             model_path: model_path.into(),
@@ -135,6 +141,7 @@ impl ServerConfig {
             max_connections: 128,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
             cors: Vec::new(),
             embeddings: false,
             reranking: false,
@@ -228,7 +235,8 @@ async fn serve_state(
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
             .header_read_timeout(state.header_read_timeout);
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let io = write_timeout::WriteTimeout::new(TokioIo::new(stream), state.write_timeout);
+        let conn = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             let _ = conn.await;
             drop(permit);

@@ -78,6 +78,8 @@ pub(crate) struct AppState {
     pub header_read_timeout: Duration,
     /// Time to send a request's body once the headers are in.
     pub body_read_timeout: Duration,
+    /// `--write-timeout`.
+    pub write_timeout: Duration,
     /// Who may call from a browser.
     pub origins: crate::origins::OriginPolicy,
     /// The pool that parses, renders and tokenizes.
@@ -118,6 +120,7 @@ impl AppState {
             max_connections: config.max_connections,
             header_read_timeout: config.header_read_timeout,
             body_read_timeout: config.body_read_timeout,
+            write_timeout: config.write_timeout,
             origins: crate::origins::OriginPolicy::new(&config.cors, &config.host),
             prep: crate::limits::Prep::new(),
             created: unix_now(),

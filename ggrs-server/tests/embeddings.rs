@@ -250,3 +250,26 @@ fn rerank_orders_documents_by_relevance_score() {
     assert_eq!(s.post("/v1/embeddings", &json!({"input": "x"})).status, 501);
     let _ = std::fs::remove_file(path);
 }
+
+/// Pooling `none` answers one vector per token: a request's tokens × `n_embd` numbers are
+/// capped (4 Mi), a 400 naming `content` beyond, before the model runs; below, it answers.
+#[test]
+fn per_token_embeddings_are_bounded() {
+    let mut c = common::config(1);
+    c.model_path = bert();
+    c.embeddings = true;
+    c.pooling = Some(ggrs_llama::Pooling::None);
+    let s = TestServer::start(c);
+    // 1040 inputs of 64 tokens, 64 numbers each: 4,259,840 > 4,194,304.
+    let ids: Vec<u32> = (0..64).map(|i| 1000 + i).collect();
+    let a = s.post("/embedding", &json!({ "content": vec![ids.clone(); 1040] }));
+    assert_eq!(a.status, 400, "{:?}", a.body);
+    assert_eq!(a.body["error"]["param"], "content");
+    assert!(a.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("pooling 'none'"));
+    let a = s.post("/embedding", &json!({ "content": [ids[..8].to_vec()] }));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    assert_eq!(a.body[0]["embedding"].as_array().unwrap().len(), 8);
+}

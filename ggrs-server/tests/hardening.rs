@@ -423,3 +423,166 @@ fn other_origins_are_refused_unless_allowed() {
         Some("https://app.example")
     );
 }
+
+/// 1 (memory), for the output side: `/detokenize` of more ids than the text limit is refused
+/// naming `tokens` (16 MiB of ids wrote some 100 MB of text), and so are fewer ids whose
+/// pieces make more text than the limit (a long control token repeated); within the limit
+/// it decodes. The work runs on the preparation pool (`/health` answers meanwhile).
+#[test]
+fn detokenize_is_bounded_by_the_text_limit() {
+    let mut c = config(1);
+    c.max_text_bytes = 64 << 10;
+    let s = TestServer::start(c);
+    let hello = s.post("/tokenize", &json!({"content": "Hello world"}));
+    let ids = hello.body["tokens"].clone();
+    let a = s.post("/detokenize", &json!({ "tokens": ids }));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    assert!(a.body["content"].as_str().unwrap().contains("Hello world"));
+    // Too many ids: more than the text limit.
+    let many = vec![ids[0].clone(); (64 << 10) + 1];
+    let t0 = Instant::now();
+    let a = s.post("/detokenize", &json!({ "tokens": many }));
+    assert_error(&a, 400, Some("tokens"));
+    assert!(a.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--max-text-bytes"));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // Fewer ids than the limit, but long pieces: the written text would pass the limit
+    // (64 KiB + 64 KiB of template overhead).
+    let words = s.post(
+        "/tokenize",
+        &json!({"content": " internationalization responsibilities understanding", "with_pieces": true}),
+    );
+    let (id, len) = words.body["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().unwrap(),
+                t["piece"].as_str().unwrap().len(),
+            )
+        })
+        .max_by_key(|&(_, len)| len)
+        .unwrap();
+    let n = (128 << 10) / len + 100;
+    assert!(n <= 64 << 10, "piece of {len} bytes");
+    let a = s.post("/detokenize", &json!({ "tokens": vec![id; n] }));
+    assert_error(&a, 400, Some("tokens"));
+    // Just within the limit: it decodes.
+    let a = s.post(
+        "/detokenize",
+        &json!({ "tokens": vec![id; (120 << 10) / len] }),
+    );
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    // An id outside the vocabulary names the field too.
+    assert_error(
+        &s.post("/detokenize", &json!({"tokens": [1u64 << 31]})),
+        400,
+        Some("tokens"),
+    );
+    assert_eq!(s.get("/health").status, 200);
+}
+
+/// A slow reader: a client that sends a streaming request and then reads nothing fills the
+/// socket's buffers; after `--write-timeout` (1 s here) the server closes the connection,
+/// which cancels the request and frees the slot. Without the timeout the engine generated
+/// every choice to its end while the connection stayed open for good.
+#[test]
+fn a_client_that_stops_reading_a_stream_frees_its_slot() {
+    let mut c = config(1);
+    c.write_timeout = Duration::from_secs(1);
+    let s = TestServer::start(c);
+    // 16 choices of 500 tokens, each event with 20 alternatives (some 2 KB): megabytes of
+    // events, far more than the sockets buffer, and seconds of generation.
+    let body = json!({
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 500, "n": 16, "ignore_eos": true, "stream": true,
+        "logprobs": true, "top_logprobs": 20,
+    })
+    .to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    // A small receive buffer, so that the server's writes wait soon.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&s.server.local_addr().into()).unwrap();
+    let mut t: TcpStream = sock.into();
+    t.write_all(request.as_bytes()).unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        let (c, d) = (
+            s.metric("ggrs_requests_cancelled_total"),
+            s.metric("ggrs_requests_done_total"),
+        );
+        if c + d >= 16.0 || (c > 0.0 && s.idle()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cancelled = s.metric("ggrs_requests_cancelled_total");
+    let done = s.metric("ggrs_requests_done_total");
+    eprintln!(
+        "after {:?}: {done} choices done, {cancelled} cancelled",
+        t0.elapsed()
+    );
+    assert!(
+        cancelled > 0.0,
+        "the client read nothing, yet all {done} choices were generated"
+    );
+    s.wait_for("the slot to be free", TestServer::idle);
+    // The server closed the connection: what the client reads ends.
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut sink = Vec::new();
+    let r = t.read_to_end(&mut sink);
+    assert!(
+        r.is_ok()
+            || r.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{r:?}"
+    );
+    assert!(!String::from_utf8_lossy(&sink).contains("[DONE]"));
+    assert_eq!(s.get("/health").status, 200);
+}
+
+/// 1 (memory): templates that grow a value without writing it (`~`, `+` on lists, a
+/// `{% set %}` capture, each doubling 64 times: 2⁶⁴ bytes) are a 400 naming `messages` and
+/// the limit, not an out-of-memory end of the server; `/health` answers meanwhile and the
+/// server goes on serving.
+#[test]
+fn a_template_that_grows_a_value_is_an_error() {
+    for grow in [
+        "{% set ns.s = ns.s ~ ns.s %}",
+        "{% set ns.l = ns.l + ns.l %}",
+        "{% set ns.s %}{{ ns.s }}{{ ns.s }}{% endset %}",
+    ] {
+        let mut c = config(1);
+        c.chat_template = Some(format!(
+            "{{% set ns = namespace(s='x', l=[1]) %}}{{% for i in range(64) %}}{grow}\
+             {{% endfor %}}{{{{ ns.l|length }}}}{{{{ messages[0].content }}}}"
+        ));
+        let s = std::sync::Arc::new(TestServer::start(c));
+        let s2 = s.clone();
+        let hostile = std::thread::spawn(move || {
+            s2.post(
+                "/v1/chat/completions",
+                &chat_body(json!([{"role": "user", "content": "hi"}]), 2),
+            )
+        });
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            assert_eq!(s.get("/health").status, 200);
+            assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        }
+        let a = hostile.join().unwrap();
+        assert_error(&a, 400, Some("messages"));
+        let msg = a.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("more than the limit"), "{grow}: {msg}");
+        let ok = s.post("/tokenize", &json!({"content": "still here"}));
+        assert_eq!(ok.status, 200, "{grow}");
+    }
+}

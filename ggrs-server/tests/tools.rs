@@ -381,7 +381,7 @@ fn anthropic_and_responses_streams() {
         .unwrap()
         .iter()
         .find(|o| o["type"] == "function_call")
-        .expect("a function call")
+        .unwrap_or_else(|| panic!("a function call in {}", a.body))
         .clone();
     assert_eq!(call["name"], "add");
     let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();

@@ -14,20 +14,23 @@
 //!
 //! Dates are UTC (llama.cpp uses the local time zone).
 //!
-//! A template's work is bounded: minijinja's fuel ([`fuel`]) bounds its steps, and the
-//! output is written through a writer that stops the rendering once it passes the caller's
-//! byte limit ([`MAX_RENDERED_BYTES`] by default), so `{% for %}{{ 'x' * 10**8 }}{% endfor %}`
-//! ends in an error instead of filling the memory. The filters and string methods that can
-//! make a value far larger than their inputs (`replace`, `join`) check the size of what
-//! they would make against the same limit first. minijinja caps a repeated string
-//! (`'x' * n`) at 100 MB and `range` at 100,000 items itself.
+//! A template's work is bounded: minijinja's fuel ([`fuel`]) bounds its steps, and its
+//! compiled instructions are rewritten ([`bounds`](super::bounds)) so that no value it makes
+//! (by `~`, `+`, `*`, a filter, a method, a call or a capture) and no output it writes passes
+//! the caller's byte limit ([`MAX_RENDERED_BYTES`] by default): `{% for %}{{ 'x' * 10**8 }}
+//! {% endfor %}` and `{% set ns.s = ns.s ~ ns.s %}` in a loop end in an error instead of
+//! filling the memory. The filters and string methods that can make a value far larger than
+//! their inputs (`replace`, `join`, `indent`, `format`) check the size of what they would
+//! make against the same limit first. minijinja caps a repeated string (`'x' * n`) at 100 MB
+//! and `range` at 100,000 items itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use minijinja::{Environment, Error, ErrorKind, State, Value};
+use minijinja::{machinery, Environment, Error, ErrorKind, State, Value};
 
+use super::bounds;
 use super::message::{ChatError, Message};
 
 /// The values a template may read besides the conversation (see the [module docs](self)).
@@ -76,8 +79,12 @@ pub(crate) fn render(
     let too_big = Arc::new(AtomicBool::new(false));
     let mut env = environment(vars.now_unix);
     bound_amplifiers(&mut env, max_bytes, too_big.clone());
+    bounds::install(&mut env, max_bytes, too_big.clone());
     env.set_fuel(Some(fuel(messages.len())));
     let tmpl = env.template_from_str(source)?;
+    let compiled = machinery::get_compiled_template(&tmpl);
+    let code = bounds::bounded(&compiled.instructions, max_bytes);
+    let blocks = bounds::bounded_blocks(&compiled.blocks, max_bytes);
     let run = |msgs: &[Message]| -> Result<String, Error> {
         let msgs: Vec<Value> = msgs.iter().map(message_value).collect();
         let mut ctx: Vec<(&str, Value)> = vec![
@@ -97,14 +104,18 @@ pub(crate) fn render(
             ));
             ctx.push(("tools_in_user_message", Value::from(false)));
         }
-        let mut out = Bounded {
-            text: Vec::new(),
-            max_bytes,
-            too_big: &too_big,
-        };
-        tmpl.render_captured_to(Value::from_iter(ctx), &mut out)?;
-        // The writer receives the template's `str` pieces whole, so this is UTF-8.
-        Ok(String::from_utf8_lossy(&out.text).into_owned())
+        let mut text = String::new();
+        machinery::Vm::new(&env).eval(
+            &code,
+            Value::from_iter(ctx),
+            &blocks,
+            &mut machinery::make_string_output(&mut text),
+            compiled.initial_auto_escape,
+        )?;
+        if text.len() > max_bytes {
+            return Err(bounds::too_big_error(text.len(), max_bytes, &too_big));
+        }
+        Ok(text)
     };
     let first_is_system = messages.first().is_some_and(|m| m.role == "system");
     let out = if first_is_system && !shows_system(&run) {
@@ -266,29 +277,6 @@ fn merge_system(messages: &[Message]) -> Vec<Message> {
     out
 }
 
-/// The rendered text, refusing to grow past `max_bytes` (it sets `too_big` and fails the
-/// write, which ends the rendering).
-struct Bounded<'a> {
-    text: Vec<u8>,
-    max_bytes: usize,
-    too_big: &'a AtomicBool,
-}
-
-impl std::io::Write for Bounded<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.text.len().saturating_add(buf.len()) > self.max_bytes {
-            self.too_big.store(true, Ordering::Relaxed);
-            return Err(std::io::Error::other("the chat template's output limit"));
-        }
-        self.text.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// An error (and `too_big` set) when a value of `bytes` would pass `max_bytes`.
 fn check_size(bytes: usize, max_bytes: usize, too_big: &AtomicBool) -> Result<(), Error> {
     if bytes > max_bytes {
@@ -329,7 +317,7 @@ fn joined_len(items: &Value, sep: &str) -> Result<usize, Error> {
 /// The `replace` and `join` filters and string methods, checking the size of what they
 /// would make against `max_bytes` first (`'x' * 1000` replaced by itself a few times is
 /// exponential).
-fn bound_amplifiers(env: &mut Environment<'static>, max_bytes: usize, too_big: Arc<AtomicBool>) {
+fn bound_amplifiers(env: &mut Environment<'_>, max_bytes: usize, too_big: Arc<AtomicBool>) {
     let flag = too_big.clone();
     env.add_filter(
         "replace",
@@ -376,7 +364,7 @@ fn bound_amplifiers(env: &mut Environment<'static>, max_bytes: usize, too_big: A
     );
 }
 
-fn environment(now_unix: i64) -> Environment<'static> {
+fn environment<'s>(now_unix: i64) -> Environment<'s> {
     let mut env = Environment::new();
     // Hugging Face renders chat templates with these two options on.
     env.set_trim_blocks(true);

@@ -42,6 +42,7 @@
 //! # Ok(()) }
 //! ```
 
+mod bounds;
 pub mod jinja;
 pub mod message;
 pub mod named;
