@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use ggrs_core::{Context, ContextParams, DType, Error, Executor, Graph, Result, Tensor};
 use common::*;
+use ggrs_core::{Context, ContextParams, DType, Error, Executor, Graph, Result, Tensor};
 
 const MB: usize = 1 << 20;
 

@@ -7,8 +7,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Executor, Graph};
 use common::values;
+use ggrs_core::{Context, DType, Executor, Graph};
 
 const K: usize = 192;
 const N: usize = 6;

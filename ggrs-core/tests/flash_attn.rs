@@ -10,8 +10,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
 use common::*;
+use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
 use Layout::{Padded, Permuted};
 
 /// One case of the reference comparison.

@@ -9,8 +9,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
 use common::*;
+use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
 
 /// Computes `out` on `threads` threads and reads it back.
 fn compute(ctx: &mut Context, out: Tensor, threads: usize) -> Result<Vec<f32>> {

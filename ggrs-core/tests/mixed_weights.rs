@@ -11,9 +11,9 @@
 
 mod common;
 
+use common::values;
 use ggrs_core::quants::dispatch::force_scalar;
 use ggrs_core::{Context, DType, Executor, Graph};
-use common::values;
 
 /// Every weight type `mul_mat` takes.
 const TYPES: [DType; 16] = [

@@ -6,8 +6,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Error, Executor, Graph, Tensor};
 use common::values;
+use ggrs_core::{Context, DType, Error, Executor, Graph, Tensor};
 
 const K: usize = 512;
 /// Rows of each matrix: a multiple of 8 (llama.cpp's repacked Q4_0 order) but not of 16.

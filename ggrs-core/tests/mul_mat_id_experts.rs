@@ -10,8 +10,8 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use common::values;
+use std::sync::{Arc, Mutex};
 
 use ggrs_core::kernels::PackedWeight;
 use ggrs_core::quants::dispatch::force_scalar;

@@ -10,8 +10,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Executor, Graph, Result, RopeMode, RopeParams, Tensor};
 use common::*;
+use ggrs_core::{Context, DType, Executor, Graph, Result, RopeMode, RopeParams, Tensor};
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// Index `i` reduced modulo the shape `of` on every axis (the broadcast rule of b in binary

@@ -6,8 +6,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
 use common::*;
+use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// (a shape, a layout, w shape, w layout)

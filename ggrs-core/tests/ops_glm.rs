@@ -12,8 +12,8 @@
 
 mod common;
 
-use ggrs_core::{Context, DType, Error, Result, RopeMode, Tensor};
 use common::*;
+use ggrs_core::{Context, DType, Error, Result, RopeMode, Tensor};
 use Layout::{Contig, Padded, Permuted, Transposed};
 
 /// Section rotary in f64: for token t at position p, pair i (i < freqs.len()) of the

@@ -13,10 +13,10 @@
 
 mod common;
 
+use common::run_mul_mat;
 use ggrs_core::quants::dispatch::{self, SumOrder};
 use ggrs_core::quants::{self, BlockQuant, BlockTQ1_0, BlockTQ2_0, VecDotKernel};
 use ggrs_core::DType;
-use common::run_mul_mat;
 
 const NB: usize = 8;
 const QK: usize = 256;
