@@ -16,9 +16,13 @@
 //! Where all terms have one sign (the extreme blocks), `M` is the result itself and the test
 //! also asserts the plain relative error ≤ 1e-5.
 
+mod common;
+
+use common::run_mul_mat;
+
 use ggrs_core::quants::dispatch::{self, Isa, SumOrder, VecDotVariant};
 use ggrs_core::quants::{self, QK_K};
-use ggrs_core::{Context, DType, Executor, Graph};
+use ggrs_core::DType;
 use half::f16;
 
 /// The weight types with SIMD kernels.
@@ -1135,29 +1139,6 @@ fn best_build_is_selected_and_env_forces_scalar() {
 // ------------------------------------------------------------------------------------------
 // mul_mat through the executor
 // ------------------------------------------------------------------------------------------
-
-/// `mul_mat(w, x)` for `w: [k, n]` of type `t` and `x: [k, m]` f32, on `threads` threads.
-fn run_mul_mat(
-    t: DType,
-    w: &[u8],
-    x: &[f32],
-    k: usize,
-    n: usize,
-    m: usize,
-    threads: usize,
-) -> Vec<f32> {
-    let mut ctx = Context::with_mem_size(8 << 20);
-    let a = ctx.new_tensor(t, &[k, n]).expect("arena");
-    let b = ctx.new_tensor(DType::F32, &[k, m]).expect("arena");
-    ctx.set_bytes(a, w).expect("whole rows");
-    ctx.set_f32(b, x).expect("k·m values");
-    let out = ctx.mul_mat(a, b).expect("shapes agree");
-    let g = Graph::build(&ctx, out).expect("one node");
-    Executor::new(threads)
-        .compute(&mut ctx, &g)
-        .expect("computes");
-    ctx.to_f32_vec(out).expect("f32 result")
-}
 
 /// Through the executor, every output element is bit for bit the selected kernel's dot
 /// product of its weight row and its quantized activation column (for Q4_0 and Q8_0: ggml's

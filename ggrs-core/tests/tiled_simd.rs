@@ -6,9 +6,13 @@
 //! the dispatch's tile forms directly and for `mul_mat` through the executor (the panel
 //! kernels), on random and extreme blocks, 1 and 2 threads.
 
+mod common;
+
+use common::run_mul_mat;
+
 use ggrs_core::quants::dispatch::{self, Isa, SumOrder};
 use ggrs_core::quants::{self, QK_K};
-use ggrs_core::{Context, DType, Executor, Graph};
+use ggrs_core::DType;
 use half::f16;
 
 const TYPES: [DType; 6] = [
@@ -287,29 +291,6 @@ fn tiled_builds_equal_the_oracle() {
             }
         }
     }
-}
-
-/// `mul_mat(w, x)` for `w: [k, n]` of type `t` and `x: [k, m]` f32, on `threads` threads.
-fn run_mul_mat(
-    t: DType,
-    w: &[u8],
-    x: &[f32],
-    k: usize,
-    n: usize,
-    m: usize,
-    threads: usize,
-) -> Vec<f32> {
-    let mut ctx = Context::with_mem_size(16 << 20);
-    let a = ctx.new_tensor(t, &[k, n]).expect("arena");
-    let b = ctx.new_tensor(DType::F32, &[k, m]).expect("arena");
-    ctx.set_bytes(a, w).expect("whole rows");
-    ctx.set_f32(b, x).expect("k·m values");
-    let out = ctx.mul_mat(a, b).expect("shapes agree");
-    let g = Graph::build(&ctx, out).expect("one node");
-    Executor::new(threads)
-        .compute(&mut ctx, &g)
-        .expect("computes");
-    ctx.to_f32_vec(out).expect("f32 result")
 }
 
 /// Through the executor, prompts (8 columns or more) of every tiled type give the oracle's
