@@ -27,7 +27,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::util::{f16_at, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
+use super::util::{f16_at, finish, hsum256, q4k_scales_mins, read_f32, read_u16, read_u32};
 use crate::quants::iq4::KVALUES_IQ4NL;
 use crate::quants::{
     BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
@@ -59,22 +59,6 @@ unsafe fn nibbles(q: __m128i) -> __m256i {
             _mm256_set1_epi8(0x0F),
         )
     }
-}
-
-/// Every element's lanes reduced in a fixed order.
-///
-/// # Safety
-/// The CPU supports AVX.
-#[inline(always)]
-unsafe fn finish<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[f32; C]; R] {
-    let mut out = [[0f32; C]; R];
-    for r in 0..R {
-        for c in 0..C {
-            // SAFETY: the caller guarantees AVX.
-            out[r][c] = unsafe { hsum256(acc[r][c]) };
-        }
-    }
-    out
 }
 
 /// The integer dot product of the 32-value kernels: eight 32-bit lanes, lane `l` the exact

@@ -15,7 +15,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::util::{f16_at, hsum256, read_f32, read_u32};
+use super::util::{f16_at, finish, read_f32, read_u32};
 use crate::quants::{BlockQ8K, BlockQuant, BlockTQ1_0, BlockTQ2_0};
 
 const Q8K: usize = BlockQ8K::BYTES;
@@ -45,22 +45,6 @@ unsafe fn close_block(s: __m256i, yb: *const u8, dx: f32, acc: __m256) -> __m256
         let s = _mm256_madd_epi16(_mm256_sub_epi16(s, ysum), _mm256_set1_epi16(1));
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc)
     }
-}
-
-/// The eight f32 lanes of each tile element added as `hsum_float_8`.
-///
-/// # Safety
-/// The CPU supports AVX.
-#[inline(always)]
-unsafe fn finish<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[f32; C]; R] {
-    let mut out = [[0f32; C]; R];
-    for r in 0..R {
-        for c in 0..C {
-            // SAFETY: the caller guarantees AVX.
-            out[r][c] = unsafe { hsum256(acc[r][c]) };
-        }
-    }
-    out
 }
 
 /// TQ2_0 · Q8_K as ggml's AVX2 `ggml_vec_dot_tq2_0_q8_K`.
