@@ -97,6 +97,24 @@ pub(super) fn q4k_scales_mins(s: &[u8; 12]) -> [u8; 16] {
     out
 }
 
+/// Each tile element's eight lanes reduced by [`hsum256`] (the AVX2 dot kernels' last step).
+///
+/// # Safety
+/// The CPU supports AVX.
+#[inline(always)]
+pub(super) unsafe fn finish<const R: usize, const C: usize>(
+    acc: [[__m256; C]; R],
+) -> [[f32; C]; R] {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            // SAFETY: the caller guarantees AVX.
+            out[r][c] = unsafe { hsum256(acc[r][c]) };
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,22 +136,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Each tile element's eight lanes reduced by [`hsum256`] (the AVX2 dot kernels' last step).
-///
-/// # Safety
-/// The CPU supports AVX.
-#[inline(always)]
-pub(super) unsafe fn finish<const R: usize, const C: usize>(
-    acc: [[__m256; C]; R],
-) -> [[f32; C]; R] {
-    let mut out = [[0f32; C]; R];
-    for r in 0..R {
-        for c in 0..C {
-            // SAFETY: the caller guarantees AVX.
-            out[r][c] = unsafe { hsum256(acc[r][c]) };
-        }
-    }
-    out
 }
