@@ -316,6 +316,32 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
     simd.then_some(kind)
 }
 
+/// The column counts the panel kernel `kind` takes in one pass on this CPU, widest
+/// first (one column at a time after them); each column's bits do not depend on it. With
+/// AVX-512 there are 32 vector registers for the accumulators (one per column); AVX2 has
+/// 16, two per column of 16 rows, so its groups are narrower.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
+    let wide = crate::cpu::features().runs(Isa::Avx512Vnni) && kind.has_vnni_build();
+    match (kind, wide) {
+        (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[8, 4],
+        (Kind::Q4_0Chain | Kind::IQ4NLChain, false) => &[4],
+        (Kind::Q8_0Lanes, true) => &[2],
+        // AVX2 has 16 vector registers: two columns' sixteen accumulators plus the eight
+        // weight quads spill, and how much they spill moves with unrelated code changes;
+        // one column per pass keeps everything in registers and rereads the panel from L1.
+        (Kind::Q8_0Lanes, false) => &[],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
+        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
+        (Kind::Q6KLanes, true) => &[2],
+        (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes | Kind::Q5KLanes, _) => &[],
+        (Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled, _) => &[8, 4, 2],
+        (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
+        (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
+        (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
+    }
+}
+
 /// The column count whose arithmetic a `mul_mat` with `n_cols` columns per batch takes: 1
 /// for a per-column product ([`crate::Context::set_per_column_products`]), else `n_cols`.
 pub(crate) fn arith_cols(per_column: bool, n_cols: usize) -> usize {

@@ -838,7 +838,7 @@ mod panels {
                     }
                 };
             }
-            for &g in panel::column_groups(kind) {
+            for &g in select::panel_column_groups(kind) {
                 match g {
                     8 => columns!(8),
                     4 => columns!(4),

@@ -381,7 +381,7 @@ impl Kind {
 
     /// Whether the AVX-512 VNNI build has this kind (all have; the tiled twins have only a
     /// VNNI build).
-    const fn has_vnni_build(self) -> bool {
+    pub(crate) const fn has_vnni_build(self) -> bool {
         true
     }
 
@@ -637,29 +637,6 @@ pub(crate) fn flips_q8_0() -> bool {
 pub(super) fn vnni() -> bool {
     crate::cpu::features().runs(crate::cpu::Isa::Avx512Vnni)
 }
-
-/// The column counts the panel kernel of `kind` takes in one pass on this CPU, widest
-/// first (one column at a time after them); each column's bits do not depend on it. With
-/// AVX-512 there are 32 vector registers for the accumulators (one per column); AVX2 has
-/// 16, two per column of 16 rows, so its groups are narrower.
-pub(crate) fn column_groups(kind: Kind) -> &'static [usize] {
-    let wide = vnni() && kind.has_vnni_build();
-    match (kind, wide) {
-        (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[8, 4],
-        (Kind::Q4_0Chain | Kind::IQ4NLChain, false) => &AVX2_Q4_0_GROUPS,
-        (Kind::Q8_0Lanes, _) => &[2],
-        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
-        (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
-        (Kind::Q6KLanes, true) => &[2],
-        (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes | Kind::Q5KLanes, _) => &[],
-        (Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled, _) => &[8, 4, 2],
-        (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
-        (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
-        (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
-    }
-}
-
-const AVX2_Q4_0_GROUPS: [usize; 1] = [4];
 
 /// Whether this CPU runs a panel kernel: AVX-512 VNNI, or AVX2 with FMA and F16C (before
 /// [`crate::quants::dispatch::force_scalar`] and the other switches, which the caller applies).
