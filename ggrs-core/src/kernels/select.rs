@@ -28,7 +28,7 @@
 //! | Q4_K, Q2_K repacked by llama.cpp (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels: the GEMM order's twin for the first 4·⌊m/4⌋ columns, the GEMV order for the rest | Q8_K rows (+ pair sums for Q4_K) |
 //! | IQ4_NL (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels in the repacked `iq4_nl_8x8` order | Q8_0 rows + offset seeds |
 //! | IQ4_XS, ≥ 16 rows | AVX2 and up (tiled order from 8 columns: AVX-512 VNNI) | panels, one packed layout for both orders | Q8_K rows |
-//! | F16, ≥ 2 columns, k % 16 = 0, rows % 4 = 0 | AVX-512 | tinyBLAS-order tiles over widened columns ([`Compute::F16Tiles`]) | F16 rows + the same rows as f32 |
+//! | F16, ≥ 2 columns, k % 16 = 0, rows % 4 = 0 | AVX2, AVX-512 | tinyBLAS-order tiles over widened columns ([`Compute::F16Tiles`]) | F16 rows + the same rows as f32 |
 //! | Q2_K … Q6_K, IQ4_XS without a panel kind above, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
 //! | Q4_K, Q2_K repacked (rows % 8 = 0), no panels | any | GEMM order for the first 4·⌊m/4⌋ columns, GEMV for the rest ([`Element::Repacked`]) | Q8_K rows |
 //! | other ggml-order types | with a build keeping the order | the build's tiles ([`Element::Tiles`]) | vec-dot-type rows |
@@ -107,9 +107,9 @@ pub(crate) enum Compute {
         /// The kernel of the last `n % 16` rows.
         rest: Element,
     },
-    /// F16 prompts on AVX-512 in tinyBLAS's order: the columns sixteen at a time as f32
-    /// (widened once in INIT), 4 × 4 register tiles; `rest` for the rows past a multiple of
-    /// four.
+    /// F16 prompts on AVX2 or AVX-512 in tinyBLAS's order: the columns sixteen at a time as
+    /// f32 (widened once in INIT), register tiles (4 × 4 with AVX-512, 2 × 3 with AVX2);
+    /// `rest` for the rows past a whole tile.
     #[cfg(target_arch = "x86_64")]
     F16Tiles {
         /// The one-element kernel, in the same order.
@@ -359,14 +359,14 @@ fn needs_conversion(a: DType, b: Activations) -> bool {
 }
 
 /// Whether an F16 `mul_mat` of weight shape `ne` and `m` columns takes the prompt tiles
-/// (AVX-512, `f16_lanes16` order) with its activation rows widened back to f32 once, in
+/// (AVX2 or AVX-512, `f16_lanes16` order) with its activation rows widened back to f32 once, in
 /// INIT, after the f16 rows in the shared buffer: every chunk then reads the columns as f32
 /// instead of widening them again.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f16_widens(dtype: DType, ne: [usize; 4], m: usize) -> bool {
     dtype == DType::F16
         && crate::kernels::ggml_arith::f16_uses_lanes16(ne, m)
-        && crate::cpu::isa() >= crate::cpu::Isa::Avx512
+        && crate::cpu::isa() >= crate::cpu::Isa::Avx2
 }
 
 /// The kernel and activation form of a `mul_mat` with weights `a` and activations `b`, whose

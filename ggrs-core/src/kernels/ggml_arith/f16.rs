@@ -145,11 +145,11 @@ dispatch_dot!(
 );
 
 /// Widens the f16 values in `src` (little-endian, `2 · dst.len()` bytes or more) to f32 in
-/// `dst`, exactly, sixteen at a time. Needs `isa() >= Isa::Avx512`.
+/// `dst`, exactly, eight at a time. Needs `isa() >= Isa::Avx2`.
 pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
     assert!(
-        isa() >= Isa::Avx512 && src.len() >= 2 * dst.len(),
-        "widen_f16: AVX-512 and two bytes per value"
+        isa() >= Isa::Avx2 && src.len() >= 2 * dst.len(),
+        "widen_f16: AVX2 (with F16C) and two bytes per value"
     );
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the CPU features and the lengths were checked above.
@@ -157,13 +157,15 @@ pub(crate) fn widen_f16(src: &[u8], dst: &mut [f32]) {
         crate::kernels::x86::f16::widen_f16(src.as_ptr(), dst)
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("isa() is below AVX-512 off x86-64")
+    unreachable!("isa() is below AVX2 off x86-64")
 }
 
 /// [`dot_f16_lanes16_body`] of `R` weight rows (f16, `n` values each, `n` a multiple of 16)
 /// against `C` activation rows already widened to f32 (`b[c]` holds `n` f16 values as f32,
 /// exactly): `t[r][c]` has the bits of the one-element kernel, each weight row converted
-/// once per 16 values for the whole tile. Needs `isa() >= Isa::Avx512`.
+/// once per 16 values for the whole tile. Needs `isa() >= Isa::Avx2` (one register per pair
+/// with AVX-512, two with AVX2: [`F16_TILE_AVX512`] and [`F16_TILE_AVX2`] are the shapes
+/// that fit the registers).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     n: usize,
@@ -171,23 +173,30 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     b: [&[f32]; C],
 ) -> [[f32; C]; R] {
     assert!(
-        isa() >= Isa::Avx512
+        isa() >= Isa::Avx2
             && n.is_multiple_of(16)
             && a.iter().all(|r| r.len() >= 2 * n)
             && b.iter().all(|r| r.len() >= n),
-        "f16_lanes16_tile_f32: AVX-512 and whole rows of n = 16·j values"
+        "f16_lanes16_tile_f32: AVX2 and whole rows of n = 16·j values"
     );
     #[cfg(target_arch = "x86_64")]
     {
+        let (a, b) = (a.map(|r| r.as_ptr()), b.map(|r| r.as_ptr()));
         // SAFETY: the CPU features and the row lengths were checked above.
         unsafe {
-            crate::kernels::x86::f16::f16_lanes16_tile_f32::<R, C>(
-                n,
-                a.map(|r| r.as_ptr()),
-                b.map(|r| r.as_ptr()),
-            )
+            if isa() >= Isa::Avx512 {
+                crate::kernels::x86::f16::f16_lanes16_tile_f32::<R, C>(n, a, b)
+            } else {
+                crate::kernels::x86::f16::f16_lanes16_tile_f32_avx2::<R, C>(n, a, b)
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("isa() is below AVX-512 off x86-64")
+    unreachable!("isa() is below AVX2 off x86-64")
 }
+
+/// The tile `mul_mat`'s F16 prompt tiles take with AVX-512: 4 × 4 pairs in 16 registers.
+pub(crate) const F16_TILE_AVX512: (usize, usize) = (4, 4);
+/// The tile with AVX2: 2 × 3 pairs in 12 registers (two per pair), two weight registers
+/// and one activation register of the sixteen.
+pub(crate) const F16_TILE_AVX2: (usize, usize) = (2, 3);

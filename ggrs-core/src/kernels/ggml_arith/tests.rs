@@ -137,10 +137,11 @@ fn vectorised_dots_equal_portable_ones() {
     }
 }
 
-/// The AVX-512 F16 tiles give the one-element kernels' bits.
+/// The F16 tiles (this CPU's build, and the AVX2 build directly) give the one-element
+/// kernels' bits.
 #[test]
 fn f16_tiles_equal_one_element_kernels() {
-    if isa() < Isa::Avx512 {
+    if isa() < Isa::Avx2 {
         return;
     }
     for n in [0usize, 16, 48, 64, 80, 896, 1000, 1024] {
@@ -164,6 +165,25 @@ fn f16_tiles_equal_one_element_kernels() {
                 for (c, bc) in [0, 1, 3].into_iter().enumerate() {
                     let want = dot_f16_lanes16_body(n, a[r], b[bc]).to_bits();
                     assert_eq!(t2[r][c].to_bits(), want, "n={n} ({r}, {bc})");
+                }
+            }
+            // The AVX2 shape, through the dispatcher and the AVX2 build itself.
+            let (a2, b3) = ([a[1], a[3]], [&wide[2][..], &wide[0], &wide[3]]);
+            let via = f16_lanes16_tile_f32::<2, 3>(n, a2, b3);
+            // SAFETY: isa() >= Avx2 (checked above): AVX2, FMA and F16C; the rows hold 2n
+            // bytes and the widened columns n values.
+            let avx2 = unsafe {
+                crate::kernels::x86::f16::f16_lanes16_tile_f32_avx2::<2, 3>(
+                    n,
+                    a2.map(|r| r.as_ptr()),
+                    b3.map(|c| c.as_ptr()),
+                )
+            };
+            for (r, ar) in a2.into_iter().enumerate() {
+                for (c, bc) in [2, 0, 3].into_iter().enumerate() {
+                    let want = dot_f16_lanes16_body(n, ar, b[bc]).to_bits();
+                    assert_eq!(via[r][c].to_bits(), want, "n={n} ({r}, {bc}), 2 × 3");
+                    assert_eq!(avx2[r][c].to_bits(), want, "n={n} ({r}, {bc}), AVX2 build");
                 }
             }
         }

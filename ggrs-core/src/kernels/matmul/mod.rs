@@ -489,15 +489,39 @@ impl<'t> Operands<'t> {
         }
     }
 
-    /// F16 weights on AVX-512, prompts (tinyBLAS's order): the chunk's columns sixteen at a
-    /// time, as f32 (widened once in INIT, at byte `off` of the shared buffer), against all
-    /// the chunk's rows (which stay in cache), four by four; `rest` for the rows past a
-    /// multiple of four.
+    /// F16 weights, prompts (tinyBLAS's order): the chunk's columns sixteen at a time, as
+    /// f32 (widened once in INIT, at byte `off` of the shared buffer), against all the
+    /// chunk's rows (which stay in cache), in register tiles of the ISA's shape
+    /// (`ggml_arith::F16_TILE_AVX512` / `F16_TILE_AVX2`); `rest` for the rows past a
+    /// multiple of the tile's rows.
     ///
     /// # Safety
     /// As [`tile`]; the plan made room for the widened rows and INIT wrote them.
     #[cfg(target_arch = "x86_64")]
     unsafe fn f16_tiles(
+        &self,
+        off: usize,
+        rest: select::Element,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+    ) {
+        use crate::kernels::ggml_arith::{F16_TILE_AVX2 as T2, F16_TILE_AVX512 as T5};
+        // SAFETY: forwarded.
+        unsafe {
+            if crate::cpu::isa() >= crate::cpu::Isa::Avx512 {
+                self.f16_tiles_of::<{ T5.0 }, { T5.1 }, TILE>(off, rest, rows, cols)
+            } else {
+                self.f16_tiles_of::<{ T2.0 }, { T2.1 }, { 2 * T2.1 }>(off, rest, rows, cols)
+            }
+        }
+    }
+
+    /// [`Self::f16_tiles`] in tiles of `R` rows × `C` columns (then `R` × 1).
+    ///
+    /// # Safety
+    /// As [`Self::f16_tiles`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn f16_tiles_of<const R: usize, const C: usize, const B: usize>(
         &self,
         off: usize,
         rest: select::Element,
@@ -517,41 +541,32 @@ impl<'t> Operands<'t> {
         // Row (j, i2, i3) is slot j + m·(i2 + ne2·i3), as the f16 rows.
         let slot0 = m * (i2 + d.ne[2] * i3);
         let wr = |j: usize| &wide[(slot0 + j) * k..(slot0 + j + 1) * k];
-        let full = rows.start + (rows.len() / 4) * 4;
-        for cb in cols.clone().step_by(TILE) {
-            let cblk = cb..(cb + TILE).min(cols.end);
-            for i in (rows.start..full).step_by(4) {
-                let ar = [
-                    self.a_row(i),
-                    self.a_row(i + 1),
-                    self.a_row(i + 2),
-                    self.a_row(i + 3),
-                ];
-                let put = |j: usize, col: [f32; 4]| {
+        let full = rows.start + (rows.len() / R) * R;
+        for cb in cols.clone().step_by(B) {
+            let cblk = cb..(cb + B).min(cols.end);
+            for i in (rows.start..full).step_by(R) {
+                let ar: [&[u8]; R] = std::array::from_fn(|r| self.a_row(i + r));
+                let put = |j: usize, col: [f32; R]| {
                     for (r, &val) in col.iter().enumerate() {
                         // SAFETY: an element of this chunk's tile.
                         unsafe { self.put(i + r, j, val) };
                     }
                 };
                 let mut j = cb;
-                while j + 4 <= cblk.end {
-                    let t = f16_lanes16_tile_f32::<4, 4>(
-                        k,
-                        ar,
-                        [wr(j), wr(j + 1), wr(j + 2), wr(j + 3)],
-                    );
-                    for c in 0..4 {
+                while j + C <= cblk.end {
+                    let t = f16_lanes16_tile_f32::<R, C>(k, ar, std::array::from_fn(|c| wr(j + c)));
+                    for c in 0..C {
                         put(j + c, t.map(|row| row[c]));
                     }
-                    j += 4;
+                    j += C;
                 }
                 for j in j..cblk.end {
-                    let t = f16_lanes16_tile_f32::<4, 1>(k, ar, [wr(j)]);
+                    let t = f16_lanes16_tile_f32::<R, 1>(k, ar, [wr(j)]);
                     put(j, t.map(|row| row[0]));
                 }
             }
         }
-        // SAFETY: the rows past the last four, this chunk's.
+        // SAFETY: the rows past the last whole tile, this chunk's.
         unsafe { self.elements(rest, full..rows.end, cols) };
     }
 

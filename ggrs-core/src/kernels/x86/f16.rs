@@ -39,15 +39,15 @@ unsafe fn load16(p: *const u8) -> __m512 {
 /// See `ggml_arith::widen_f16`.
 ///
 /// # Safety
-/// `2 · dst.len()` bytes are readable at `src`; the CPU supports AVX-512 F/BW/VL.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+/// `2 · dst.len()` bytes are readable at `src`; the CPU supports AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn widen_f16(src: *const u8, dst: &mut [f32]) {
     let n = dst.len();
     let mut i = 0;
-    while i + 16 <= n {
-        // SAFETY: values i..i + 16 lie in both (caller); unaligned load and store.
-        unsafe { _mm512_storeu_ps(dst.as_mut_ptr().add(i), load16(src.add(2 * i))) };
-        i += 16;
+    while i + 8 <= n {
+        // SAFETY: values i..i + 8 lie in both (caller); unaligned load and store.
+        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(i), load8(src.add(2 * i))) };
+        i += 8;
     }
     for (j, d) in dst.iter_mut().enumerate().skip(i) {
         // SAFETY: value j < n lies in `src` (caller).
@@ -101,6 +101,60 @@ pub(crate) unsafe fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
     }
     // SAFETY: AVX-512 F (caller).
     acc.map(|row| row.map(|v| unsafe { reduce(v) }))
+}
+
+/// `ggml_arith::f16_lanes16_tile_f32` on AVX2: each pair's sixteen FMA lanes in two
+/// registers (lanes 0–7 and 8–15, as [`dot_f16_lanes16`]), the lower halves of a step for
+/// the whole tile before the upper halves so that `2·R·C` accumulators, `R` weight
+/// registers and one activation register are live; then [`reduce16`] per pair.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `2n` bytes readable at every `a[r]`, `n` f32 at
+/// every `b[c]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f16_lanes16_tile_f32_avx2<const R: usize, const C: usize>(
+    n: usize,
+    a: [*const u8; R],
+    b: [*const f32; C],
+) -> [[f32; C]; R] {
+    use std::arch::x86_64::_mm256_loadu_ps;
+    let mut lo = [[_mm256_setzero_ps(); C]; R];
+    let mut hi = [[_mm256_setzero_ps(); C]; R];
+    for i in (0..n).step_by(16) {
+        // SAFETY: i + 16 <= n: 32 bytes at offset 2·i of every weight row, 16 f32 at
+        // offset i of every activation row.
+        unsafe {
+            let av: [__m256; R] = std::array::from_fn(|r| load8(a[r].add(2 * i)));
+            for c in 0..C {
+                let bv = _mm256_loadu_ps(b[c].add(i));
+                for r in 0..R {
+                    lo[r][c] = _mm256_fmadd_ps(av[r], bv, lo[r][c]);
+                }
+            }
+            let av: [__m256; R] = std::array::from_fn(|r| load8(a[r].add(2 * i + 16)));
+            for c in 0..C {
+                let bv = _mm256_loadu_ps(b[c].add(i + 8));
+                for r in 0..R {
+                    hi[r][c] = _mm256_fmadd_ps(av[r], bv, hi[r][c]);
+                }
+            }
+        }
+    }
+    // Plain loops, not closures: a closure does not inherit this function's features, so
+    // the accumulators it read would live in memory and be stored after every FMA.
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            let mut lanes = [0f32; 16];
+            // SAFETY: `lanes` holds 16 f32; unaligned stores.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), lo[r][c]);
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi[r][c]);
+            }
+            out[r][c] = reduce16(&lanes);
+        }
+    }
+    out
 }
 
 /// The horizontal sums of sixteen registers, `out[j] = Σ r[j]`, each added in the tree of
