@@ -22,10 +22,8 @@ fn rewrite(
     common::rewrite_gguf(&tiny_path(), out, edit_kv, keep)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ggrs-errors-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+fn tmp(name: &str) -> common::ScratchFile {
+    common::ScratchFile::new("errors", name)
 }
 
 #[test]

@@ -17,10 +17,8 @@ fn load() -> Arc<Model> {
     Arc::new(Model::load(tiny_path()).expect("load tiny llama3"))
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ggrs-tiny-llama3-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("create temp dir");
-    d.join(name)
+fn tmp(name: &str) -> common::ScratchFile {
+    common::ScratchFile::new("tiny-llama3", name)
 }
 
 /// A copy of the tiny model whose `rope_freqs.weight` has the shape `ne` (None: dropped).

@@ -18,10 +18,8 @@ fn tiny(name: &str) -> PathBuf {
     common::reference_dir().join(format!("tiny/{name}.gguf"))
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ggrs-rope-scaling-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("create temp dir");
-    d.join(name)
+fn tmp(name: &str) -> common::ScratchFile {
+    common::ScratchFile::new("rope-scaling", name)
 }
 
 /// Every reference prompt's tokens plus its greedy run reach past `n_ctx_orig` in one

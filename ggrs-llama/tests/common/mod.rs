@@ -32,11 +32,11 @@ pub fn tiny_llama_q8_0() -> PathBuf {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let src = reference_dir().join("tiny/tiny-llama-f16.gguf");
-        let out = std::env::temp_dir().join(format!(
-            "ggrs-tiny-llama-q8_0-{}-{}.gguf",
-            env!("CARGO_PKG_NAME"),
-            std::process::id()
-        ));
+        // Made afresh by every test process (the quantizer is under test), written under a
+        // name of its own and renamed over one shared name, so runs leave one file behind.
+        let dir = std::env::temp_dir();
+        let out = dir.join(format!("ggrs-tiny-llama-q8_0-{}.gguf", env!("CARGO_PKG_NAME")));
+        let fresh = ScratchFile::new("q8_0", "tiny-llama-q8_0.gguf");
         let input = ggrs_core::gguf::GgufFile::open(&src).expect("open the tiny llama");
         let mut recipe = RecipeOptions::new(FileType::from_name("q8_0").expect("q8_0"));
         recipe.pure = true;
@@ -44,10 +44,47 @@ pub fn tiny_llama_q8_0() -> PathBuf {
             allow_requantize: false,
             n_threads: 0,
         };
-        quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize the tiny llama");
+        quantize(&input, &fresh, &recipe, &opts, |_| {}).expect("quantize the tiny llama");
+        std::fs::rename(&*fresh, &out).expect("move the tiny llama into place");
         out
     })
     .clone()
+}
+
+/// A scratch file `ggrs-<prefix>-<pid>/<name>` in the temporary directory, removed (with
+/// its folder, once empty) when dropped, so that test runs leave nothing behind. It derefs
+/// to its path.
+pub struct ScratchFile(PathBuf);
+
+impl ScratchFile {
+    pub fn new(prefix: &str, name: &str) -> Self {
+        let d = std::env::temp_dir().join(format!("ggrs-{prefix}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create the scratch folder");
+        ScratchFile(d.join(name))
+    }
+}
+
+impl std::ops::Deref for ScratchFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::path::Path> for ScratchFile {
+    fn as_ref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            // Fails while other tests' files are still there: the last one removes it.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 /// The GGUF file at `src` with metadata key `key` set to `value` (added when absent), as
