@@ -150,7 +150,7 @@ pub(crate) fn render(
 /// A message as templates read it (OpenAI's shape): `role`, `content`, and where present
 /// `tool_calls` (`[{id, type: "function", function: {name, arguments}}]`, the arguments
 /// as a JSON object, as Hugging Face and llama.cpp pass them), `tool_call_id`, `name` and
-/// `reasoning_content`.
+/// `reasoning_content` (also as `thinking`, GPT-OSS's name for it).
 fn message_value(m: &Message) -> Value {
     let mut fields: Vec<(&str, Value)> = vec![
         ("role", Value::from(m.role.as_str())),
@@ -184,6 +184,8 @@ fn message_value(m: &Message) -> Value {
     }
     if let Some(r) = &m.reasoning_content {
         fields.push(("reasoning_content", Value::from(r.as_str())));
+        // GPT-OSS's template reads earlier reasoning as `thinking` (llama.cpp copies it).
+        fields.push(("thinking", Value::from(r.as_str())));
     }
     Value::from_iter(fields)
 }
