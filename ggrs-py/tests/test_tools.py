@@ -88,7 +88,7 @@ def check_call(call):
 )
 def test_forced_calls_whole_and_streamed(model, choice):
     r = model.create_chat_completion(
-        MSGS, tools=TOOLS, tool_choice=choice, max_tokens=80, temperature=0.8, seed=3
+        MSGS, tools=TOOLS, tool_choice=choice, max_tokens=200, temperature=0.8, seed=3
     )
     ch = r["choices"][0]
     assert ch["finish_reason"] == "tool_calls", ch
@@ -102,7 +102,7 @@ def test_forced_calls_whole_and_streamed(model, choice):
     # next ones carry the arguments in pieces; joined, they are the whole reply's.
     chunks = list(
         model.create_chat_completion(
-            MSGS, tools=TOOLS, tool_choice=choice, max_tokens=80, temperature=0.8, seed=3,
+            MSGS, tools=TOOLS, tool_choice=choice, max_tokens=200, temperature=0.8, seed=3,
             stream=True,
         )
     )

@@ -199,7 +199,7 @@ def chat_plan(
     syntax."""
     tools_text = None
     if tools is not None:
-        if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
+        if not isinstance(tools, (list, tuple)):
             raise BadArgumentError("`tools` must be a list of {'type': 'function', ...} dicts")
         if tools:
             import json
