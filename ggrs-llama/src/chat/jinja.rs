@@ -97,6 +97,8 @@ pub(crate) fn render(
         if let Some(t) = tools {
             ctx.push(("tools", Value::from_serialize(t)));
         }
+        // llama.cpp's extra context for every template (FireFunction's writes it).
+        ctx.push(("datetime", Value::from(strftime(vars.now_unix, "%b %d %Y"))));
         if source.contains(LLAMA3_MARKER) {
             ctx.push((
                 "date_string",
@@ -480,6 +482,28 @@ fn days_from_year_start(year: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn datetime_is_llama_cpps() {
+        let vars = TemplateVars {
+            enable_thinking: true,
+            now_unix: 86_400 * 31,
+        };
+        let out = render(
+            "{{ datetime }}|{{ messages[0].thinking }}",
+            &[Message {
+                reasoning_content: Some("r".into()),
+                ..Message::assistant("x")
+            }],
+            false,
+            ["", ""],
+            &vars,
+            MAX_RENDERED_BYTES,
+            None,
+        )
+        .unwrap();
+        assert_eq!(out, "Feb 01 1970|r");
+    }
 
     #[test]
     fn messages_carry_their_reasoning_to_templates() {
