@@ -431,18 +431,16 @@ impl ToolSetup {
                     );
                     alts.push(format!("c{i}"));
                 }
-                let calls = alts.join(" | ");
-                if forced {
-                    let open = format!("{} \"commentary to=functions.\"", marker("<|channel|>"));
-                    Some((
-                        GrammarSpec::Lark(format!("start: {open} ({calls})\n{g}")),
-                        None,
-                    ))
-                } else {
-                    let words = vec![HARMONY_TO.to_string()];
-                    let g = format!("start: {calls}\n{g}");
-                    Some((GrammarSpec::Lark(g), Some(LazyTrigger { words })))
-                }
+                let calls = format!("({})", alts.join(" | "));
+                let open = format!("{} \"commentary to=functions.\"", marker("<|channel|>"));
+                let forced_start = format!("{open} {calls}");
+                Some(forced_or_lazy(
+                    forced,
+                    &forced_start,
+                    &calls,
+                    &g,
+                    HARMONY_TO,
+                ))
             }
             ToolFormat::Gemma4 => {
                 let q = marker(GEMMA_QUOTE);
@@ -467,16 +465,15 @@ impl ToolSetup {
                 } else {
                     String::new()
                 };
-                if forced {
-                    Some((
-                        GrammarSpec::Lark(format!("start: {open} {call} {more}\n{g}")),
-                        None,
-                    ))
-                } else {
-                    let words = vec![GEMMA_OPEN.to_string()];
-                    let g = format!("start: {call} {more}\n{g}");
-                    Some((GrammarSpec::Lark(g), Some(LazyTrigger { words })))
-                }
+                let forced_start = format!("{open} {call} {more}");
+                let lazy_start = format!("{call} {more}");
+                Some(forced_or_lazy(
+                    forced,
+                    &forced_start,
+                    &lazy_start,
+                    &g,
+                    GEMMA_OPEN,
+                ))
             }
         }
     }
@@ -871,6 +868,27 @@ impl ToolSetup {
             complete: end.is_some(),
         };
         Some((call, end))
+    }
+}
+
+/// A Lark grammar with `rules`: from the first token `start: forced_start` when `forced`,
+/// else `start: lazy_start` once the model writes `trigger`.
+fn forced_or_lazy(
+    forced: bool,
+    forced_start: &str,
+    lazy_start: &str,
+    rules: &str,
+    trigger: &str,
+) -> (GrammarSpec, Option<LazyTrigger>) {
+    if forced {
+        (
+            GrammarSpec::Lark(format!("start: {forced_start}\n{rules}")),
+            None,
+        )
+    } else {
+        let words = vec![trigger.to_string()];
+        let g = GrammarSpec::Lark(format!("start: {lazy_start}\n{rules}"));
+        (g, Some(LazyTrigger { words }))
     }
 }
 
