@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long)]
     no_think: bool,
     /// The chat format instead of the model's: a name of llama.cpp's built-in formats
-    /// (llama3, gemma, phi3, chatml, chatglm3, chatglm4), a file holding a Jinja template, or a
+    /// (llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4), a file holding a Jinja template, or a
     /// Jinja template's text.
     #[arg(long, value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,

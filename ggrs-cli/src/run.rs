@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, requires = "chat")]
     no_think: bool,
     /// With --chat: the chat format instead of the model's: a name of llama.cpp's built-in
-    /// formats (llama3, gemma, phi3, chatml, chatglm3, chatglm4), a file holding a Jinja template,
+    /// formats (llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4), a file holding a Jinja template,
     /// or a Jinja template's text.
     #[arg(long, requires = "chat", value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,

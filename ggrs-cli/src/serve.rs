@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     alias: Option<String>,
     /// The chat format instead of the model's: a file holding a Jinja template, a name of
-    /// llama.cpp's built-in formats (llama3, gemma, phi3, chatml, chatglm3, chatglm4), or a
+    /// llama.cpp's built-in formats (llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4), or a
     /// Jinja template's text.
     #[arg(long, value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,

@@ -196,6 +196,26 @@ fn named_formats() {
         "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
          <|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
     );
+    // llama.cpp's own expected outputs (its server test of /apply-template, its
+    // `llm_chat_apply_template` for gpt-oss).
+    assert_eq!(
+        render(
+            &named("command-r"),
+            &[
+                Message::system("You are a test."),
+                Message::user("Hi there")
+            ],
+            true
+        ),
+        "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>\
+         <|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>\
+         <|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
+    );
+    assert_eq!(
+        render(&named("gpt-oss"), &conv[1..3], true),
+        "<|start|>user<|message|>Hi<|end|><|start|>assistant<|message|>Hello.<|return|>\
+         <|start|>assistant"
+    );
     assert_eq!(named("chatglm3"), ChatTemplate::ChatGlm3);
     assert_eq!(named("chatglm4"), ChatTemplate::Glm4);
     assert_eq!(ChatTemplate::named("llama-3"), None);

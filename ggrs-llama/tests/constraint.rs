@@ -443,3 +443,56 @@ fn constrained_generation_is_valid_reproducible_and_batch_invariant() {
         assert_eq!(done.tokens, g.tokens, "engine beside others = lone session");
     }
 }
+
+/// Integers and numbers have at most 16 integer digits, as llama.cpp's grammars allow
+/// (unbounded, a small model may write digits until `max_tokens`); draft 4's tuple `items`
+/// (`{"items": [{"type": "integer"}]}`) is a one-item array, as llama.cpp reads it.
+#[test]
+fn numbers_are_bounded_and_tuple_items_are_arrays() {
+    let tok = qwen();
+    let one = tok.encode("1", false, false).unwrap();
+    assert_eq!(one.len(), 1);
+    let one = one[0];
+    for schema in [
+        json!({"type": "integer"}),
+        json!({"type": "number"}),
+        json!({"type": "integer", "minimum": 0}),
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+    ] {
+        let c = Constraint::compile(tok, GrammarSpec::JsonSchema(schema.clone())).unwrap();
+        let mut st = c.start();
+        if schema["type"] == "object" {
+            for id in tok.encode("{\"n\": ", false, false).unwrap() {
+                st.accept(tok, id, &[]).unwrap();
+            }
+        }
+        let mut digits = 0;
+        loop {
+            let mut logits = vec![0.0f32; tok.n_vocab()];
+            st.mask(&mut logits).unwrap();
+            if !logits[one as usize].is_finite() {
+                break;
+            }
+            st.accept(tok, one, &[]).unwrap();
+            digits += 1;
+            assert!(digits <= 16, "{schema}: more than 16 digits");
+        }
+        assert_eq!(digits, 16, "{schema}");
+    }
+    let schema = json!({"items": [{"type": "integer"}]});
+    let c = Constraint::compile(tok, GrammarSpec::JsonSchema(schema.clone())).unwrap();
+    let mut seen = 0;
+    for seed in 0..4 {
+        let w = walk(&c, seed, 60);
+        if !w.ended {
+            continue;
+        }
+        seen += 1;
+        let v: Value = serde_json::from_str(&w.text).unwrap();
+        let a = v.as_array().unwrap_or_else(|| panic!("{schema}: {v}"));
+        // An integer as JSON Schema counts them (llguidance may write `-0.0`).
+        let int = a.len() == 1 && a[0].as_f64().is_some_and(|x| x.fract() == 0.0);
+        assert!(int, "{v}");
+    }
+    assert!(seen > 0);
+}

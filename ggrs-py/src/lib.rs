@@ -6,6 +6,7 @@
 //! and keeps answering signals ([`worker`]); Rust errors become the exceptions of
 //! `ggrs.errors` ([`errors`]).
 
+mod chat;
 mod embedding;
 mod errors;
 mod generation;
@@ -41,6 +42,8 @@ fn _ggrs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::NativeModel>()?;
     m.add_class::<generation::TokenStream>()?;
     m.add_class::<generation::Piece>()?;
+    m.add_class::<chat::ChatPlan>()?;
+    m.add_class::<chat::ReplyPieces>()?;
     m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(_at_exit, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -456,6 +456,42 @@ impl NativeModel {
             .py_err(py)
     }
 
+    /// A chat request made ready: `messages` (`(role, content, [(id, name, arguments)],
+    /// tool_call_id, name, reasoning_content)`) rendered with `tools` (OpenAI's list as
+    /// JSON text) in the model's format or `template`, the call grammar for `tool_choice`
+    /// (`auto`, `none`, `required`, `function` with `tool_name`), and the reply's syntax
+    /// (`reasoning`: split `<think>` reasoning off).
+    #[pyo3(signature = (
+        messages, add_generation_prompt=true, template=None, enable_thinking=true, tools=None,
+        tool_choice="auto".to_string(), tool_name=None, parallel_tool_calls=false, reasoning=false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn chat_plan(
+        &self,
+        py: Python<'_>,
+        messages: Vec<crate::chat::PyMessage>,
+        add_generation_prompt: bool,
+        template: Option<String>,
+        enable_thinking: bool,
+        tools: Option<String>,
+        tool_choice: String,
+        tool_name: Option<String>,
+        parallel_tool_calls: bool,
+        reasoning: bool,
+    ) -> PyResult<crate::chat::ChatPlan> {
+        let req = crate::chat::PlanRequest {
+            add_generation_prompt,
+            template,
+            enable_thinking,
+            tools,
+            tool_choice,
+            tool_name,
+            parallel_tool_calls,
+            reasoning,
+        };
+        crate::chat::chat_plan(py, &self.model, messages, req)
+    }
+
     /// Tokens of a rendered chat prompt (special tokens parsed, BOS once).
     fn encode_chat(&self, py: Python<'_>, text: String) -> PyResult<Vec<u32>> {
         let model = self.model.clone();
@@ -469,7 +505,7 @@ impl NativeModel {
         prompt, *, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
         repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, penalty_last_n=64,
         seed=0, stop=Vec::new(), top_logprobs=0, ignore_eos=false, logit_bias=Vec::new(),
-        stream=false, cache_prompt=true, grammar=None, json_schema=None
+        stream=false, cache_prompt=true, grammar=None, json_schema=None, chat_plan=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
@@ -494,6 +530,7 @@ impl NativeModel {
         cache_prompt: bool,
         grammar: Option<String>,
         json_schema: Option<String>,
+        chat_plan: Option<PyRef<'_, crate::chat::ChatPlan>>,
     ) -> PyResult<Py<PyAny>> {
         let n_vocab = self.n_vocab();
         let spec = match (grammar, json_schema) {
@@ -509,11 +546,16 @@ impl NativeModel {
             ),
             (None, None) => None,
         };
+        // A chat request's tools bring their grammar (lazy under `tool_choice` auto).
+        let (spec, lazy) = match &chat_plan {
+            Some(plan) => plan.constraint(spec).map_err(|e| bad_argument(py, e))?,
+            None => (spec, None),
+        };
         // Compiling a grammar builds the vocabulary's token trie once per model: off the GIL.
         let model = self.model.clone();
         let constraint = match spec {
             Some(spec) => Some(
-                py.detach(move || Constraint::compile(model.tokenizer(), spec))
+                py.detach(move || Constraint::compile_lazy(model.tokenizer(), spec, lazy))
                     .map_err(|e| bad_argument(py, e.to_string()))?,
             ),
             None => None,

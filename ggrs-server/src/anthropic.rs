@@ -436,22 +436,27 @@ impl Translator {
                 "index": i, "delta": {"type": "text_delta", "text": t}}),
             ));
         }
+        // A call's first piece (with its id) opens a `tool_use` block; each piece of its
+        // arguments is an `input_json_delta`.
         if let Some(calls) = d.get("tool_calls").and_then(Value::as_array) {
             for c in calls {
-                self.close_block();
                 let f = &c["function"];
-                let i = self.block(
-                    "tool_use",
-                    json!({"type": "tool_use", "id": c["id"],
-                    "name": f["name"], "input": {}}),
-                );
-                let args = f["arguments"].as_str().unwrap_or("{}");
-                self.p.out.push_back(event(
-                    "content_block_delta",
-                    json!({"type": "content_block_delta",
-                    "index": i, "delta": {"type": "input_json_delta", "partial_json": args}}),
-                ));
-                self.close_block();
+                if c.get("id").is_some() {
+                    self.close_block();
+                    self.block(
+                        "tool_use",
+                        json!({"type": "tool_use", "id": c["id"],
+                        "name": f["name"], "input": {}}),
+                    );
+                }
+                let args = f["arguments"].as_str().unwrap_or("");
+                if let (Some((i, "tool_use")), false) = (self.open, args.is_empty()) {
+                    self.p.out.push_back(event(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta",
+                        "index": i, "delta": {"type": "input_json_delta", "partial_json": args}}),
+                    ));
+                }
             }
         }
         if choice["finish_reason"].is_string() {

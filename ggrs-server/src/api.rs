@@ -33,6 +33,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(info::metrics))
         .route("/tokenize", post(info::tokenize))
         .route("/detokenize", post(info::detokenize))
+        .route("/apply-template", post(completions::apply_template))
         .route("/v1/chat/completions", post(completions::chat))
         .route("/chat/completions", post(completions::chat))
         .route("/v1/messages", post(anthropic::messages))

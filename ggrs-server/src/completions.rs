@@ -52,6 +52,8 @@ pub(crate) struct ChatParts {
     pub spec: Option<(&'static str, GrammarSpec)>,
     pub vars: TemplateVars,
     pub reasoning: ReasoningFormat,
+    /// End the prompt with the assistant's turn (`add_generation_prompt`, default true).
+    pub add_generation_prompt: bool,
 }
 
 /// Reads an OpenAI chat body against `template` (the server's settings: `n_predict`,
@@ -90,6 +92,11 @@ pub(crate) fn read_chat(
         Some(v) => return Err(wrong_type("reasoning_format", "a string", &v)),
         None => reasoning,
     };
+    let add_generation_prompt = match body.take("add_generation_prompt") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => b,
+        Some(v) => return Err(wrong_type("add_generation_prompt", "a boolean", &v)),
+    };
     let (opts, msgs) = chat_request(&body, n_predict, n_vocab, queue, max_text_bytes)?;
     Ok(ChatParts {
         opts,
@@ -98,6 +105,7 @@ pub(crate) fn read_chat(
         spec,
         vars,
         reasoning,
+        add_generation_prompt,
     })
 }
 
@@ -115,7 +123,7 @@ pub(crate) fn render_chat(
     let text = template
         .render_limited(
             &msgs,
-            true,
+            parts.add_generation_prompt,
             &parts.vars,
             tools_value.as_ref(),
             rendered_limit(max_text_bytes),
@@ -123,6 +131,33 @@ pub(crate) fn render_chat(
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     check_rendered(max_text_bytes, text.len())?;
     Ok(text)
+}
+
+/// A chat body read against the model's template and rendered (the template's variables
+/// and the server's limits applied): its parts and the prompt text.
+fn read_and_render(
+    st: &AppState,
+    l: &Loaded,
+    body: Body,
+    cancel: &crate::limits::Cancel,
+) -> Result<(ChatParts, String), ApiError> {
+    let template = l
+        .template
+        .as_ref()
+        .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
+    let parts = read_chat(
+        body,
+        template,
+        l.vars.clone(),
+        st.reasoning_format,
+        st.n_predict,
+        l.model.hparams.n_vocab,
+        l.handle.params().queue_capacity,
+        st.max_text_bytes,
+    )?;
+    cancel.check()?;
+    let text = render_chat(&parts, template, st.max_text_bytes)?;
+    Ok((parts, text))
 }
 
 /// A chat request made ready for the engine: `to_body` reads the bytes into an OpenAI chat
@@ -139,23 +174,7 @@ pub(crate) async fn prepare_chat(
     let (st2, l2) = (st.clone(), l.clone());
     let (mut opts, prompt, spec, lazy) = off_thread(&st.prep, move |cancel| {
         let (st, l) = (st2, l2);
-        let body = to_body(&bytes)?;
-        let template = l
-            .template
-            .as_ref()
-            .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
-        let parts = read_chat(
-            body,
-            template,
-            l.vars.clone(),
-            st.reasoning_format,
-            st.n_predict,
-            l.model.hparams.n_vocab,
-            l.handle.params().queue_capacity,
-            st.max_text_bytes,
-        )?;
-        cancel.check()?;
-        let text = render_chat(&parts, template, st.max_text_bytes)?;
+        let (parts, text) = read_and_render(&st, &l, to_body(&bytes)?, cancel)?;
         cancel.check()?;
         let prompt = l
             .model
@@ -195,6 +214,29 @@ pub(crate) async fn prepare_chat(
     .await?;
     opts.params.constraint = structured::compile(l.model.tokenizer(), spec, lazy).await?;
     Ok((prompt, opts))
+}
+
+/// `POST /apply-template` (llama-server's): the prompt a chat request renders,
+/// `{"prompt": text}`, without generating (the request's tools and
+/// `add_generation_prompt` are taken into account).
+pub(crate) async fn apply_template(
+    axum::extract::State(st): St,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Response {
+    let run = async {
+        let bytes = body_bytes(&st, bytes)?;
+        let l = ready(&st)?;
+        let (st2, l2) = (st.clone(), l.clone());
+        let text = off_thread(&st.prep, move |cancel| {
+            let mut body = Body::parse(&bytes)?;
+            // Nothing is generated: the fields that would refuse it are not read.
+            body.take("stream");
+            Ok(read_and_render(&st2, &l2, body, cancel)?.1)
+        })
+        .await?;
+        Ok::<_, ApiError>(Json(json!({ "prompt": text })).into_response())
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// `POST /v1/completions`.
@@ -640,8 +682,6 @@ pub(crate) struct StreamState {
     sent: Vec<usize>,
     /// Each chat choice's reply, split as it streams.
     replies: Vec<ReplyStream>,
-    /// Tool calls sent per choice.
-    calls: Vec<usize>,
     finished: bool,
 }
 
@@ -676,11 +716,13 @@ impl StreamState {
             let delta = match d {
                 ReplyDelta::Content(t) => json!({"content": t}),
                 ReplyDelta::Reasoning(t) => json!({"reasoning_content": t}),
-                ReplyDelta::ToolCall(c) => {
-                    let index = self.calls[i];
-                    self.calls[i] += 1;
-                    json!({"tool_calls": [{"index": index, "id": c.id, "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments}}]})
+                // OpenAI's pieces: the first names the call, the next carry its arguments.
+                ReplyDelta::ToolCall { index, id, name } => {
+                    json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                        "function": {"name": name, "arguments": ""}}]})
+                }
+                ReplyDelta::Arguments { index, text } => {
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": text}}]})
                 }
             };
             let c = self.chunk(i, delta, std::mem::take(&mut logprobs), None);
@@ -720,9 +762,11 @@ impl StreamState {
                 let mut finish = finish_reason(&c.stop);
                 if self.endpoint == Endpoint::Chat {
                     let mut deltas = self.replies[i].push(&c.tail);
-                    deltas.extend(self.replies[i].finish().0);
+                    let (rest, parsed) = self.replies[i].finish();
+                    deltas.extend(rest);
                     self.reply_chunks(i, deltas, Value::Null);
-                    if self.calls[i] > 0 {
+                    // As the whole answer says it (a call cut off by `max_tokens` is no call).
+                    if !parsed.tool_calls.is_empty() {
                         finish = "tool_calls";
                     }
                 } else if !c.tail.is_empty() {
@@ -836,7 +880,6 @@ pub(crate) fn stream_state(
         left: n,
         sent: vec![0; n],
         replies: Vec::new(),
-        calls: vec![0; n],
         finished: false,
     };
     let syntax = s

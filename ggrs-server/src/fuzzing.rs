@@ -24,8 +24,8 @@ pub struct Refusal {
 /// touches a model (a vocabulary of `n_vocab` tokens, a queue of `queue` requests, a text
 /// limit of `max_text_bytes`); strings of a prompt count as one token per byte, and so do
 /// the texts of embedding inputs; a `/detokenize` piece is 1–16 bytes. With a `template`, a chat
-/// request (`/v1/chat/completions`, `/v1/messages`, `/v1/messages/count_tokens`,
-/// `/v1/responses`) is read as the server reads it (tools, `tool_choice`, `grammar`,
+/// request (`/v1/chat/completions`, `/apply-template`, `/v1/messages`,
+/// `/v1/messages/count_tokens`, `/v1/responses`) is read as the server reads it (tools, `tool_choice`, `grammar`,
 /// `json_schema`, `response_format`, template options) and rendered within the server's
 /// limit; the grammar is not compiled (that needs a vocabulary). Panics if an accepted
 /// request breaks the invariants the engine relies on.
@@ -75,7 +75,13 @@ pub fn check_request(
             Some(crate::anthropic::to_chat_body(body).map_err(refuse)?)
         }
         "/v1/responses" => Some(crate::responses::to_chat_body(body).map_err(refuse)?.0),
-        "/v1/chat/completions" if template.is_some() => Some(Body::parse(body).map_err(refuse)?),
+        "/v1/chat/completions" | "/apply-template" if template.is_some() => {
+            let mut b = Body::parse(body).map_err(refuse)?;
+            if path == "/apply-template" {
+                b.take("stream"); // as the endpoint reads it: nothing is generated
+            }
+            Some(b)
+        }
         _ => None,
     };
     if let Some(b) = chat_body {

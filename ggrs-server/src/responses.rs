@@ -300,8 +300,11 @@ struct Translator {
     echo: Map<String, Value>,
     created: u64,
     seq: u64,
-    /// The open item: its output index, kind (`message`, `reasoning`), text so far.
+    /// The open item: its output index, kind (`message`, `reasoning`, `function_call`),
+    /// text (or arguments) so far.
     open: Option<(usize, &'static str, String)>,
+    /// The open `function_call` item's call.
+    call: Option<ToolCall>,
     items: Vec<Value>,
 }
 
@@ -328,6 +331,24 @@ impl Translator {
         let Some((i, kind, text)) = self.open.take() else {
             return;
         };
+        if kind == "function_call" {
+            let Some(mut call) = self.call.take() else {
+                return;
+            };
+            call.arguments = text;
+            let id = format!("fc_{}", call.id);
+            self.emit(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": i, "arguments": call.arguments}),
+            );
+            let item = call_item(&call, "completed");
+            self.emit(
+                "response.output_item.done",
+                json!({"output_index": i, "item": item}),
+            );
+            self.items.push(item);
+            return;
+        }
         let id = self.item_id(kind, i);
         let item = if kind == "message" {
             let part = json!({"type": "output_text", "text": text, "annotations": []});
@@ -401,38 +422,41 @@ impl Translator {
         );
     }
 
+    /// A piece of a call: the first (with its id) adds a `function_call` item, the next
+    /// ones its arguments' deltas; the item is done when another item starts or the
+    /// stream ends.
     fn call(&mut self, c: &Value) {
-        self.close();
-        let i = self.items.len();
         let f = &c["function"];
-        let call = ToolCall {
-            id: c["id"].as_str().unwrap_or("").to_string(),
-            name: f["name"].as_str().unwrap_or("").to_string(),
-            arguments: f["arguments"].as_str().unwrap_or("{}").to_string(),
+        if c.get("id").is_some() {
+            self.close();
+            let i = self.items.len();
+            let call = ToolCall {
+                id: c["id"].as_str().unwrap_or("").to_string(),
+                name: f["name"].as_str().unwrap_or("").to_string(),
+                arguments: String::new(),
+            };
+            let added = call_item(&call, "in_progress");
+            self.emit(
+                "response.output_item.added",
+                json!({"output_index": i, "item": added}),
+            );
+            self.open = Some((i, "function_call", String::new()));
+            self.call = Some(call);
+        }
+        let args = f["arguments"].as_str().unwrap_or("");
+        if args.is_empty() {
+            return;
+        }
+        let Some((i, "function_call", acc)) = self.open.as_mut() else {
+            return;
         };
-        let mut added = call_item(&call, "in_progress");
-        added["arguments"] = json!("");
-        let id = added["id"].clone();
-        self.emit(
-            "response.output_item.added",
-            json!({"output_index": i, "item": added}),
-        );
+        acc.push_str(args);
+        let i = *i;
+        let id = self.call.as_ref().map(|c| format!("fc_{}", c.id));
         self.emit(
             "response.function_call_arguments.delta",
-            json!({"item_id": id,
-            "output_index": i, "delta": call.arguments}),
+            json!({"item_id": id, "output_index": i, "delta": args}),
         );
-        self.emit(
-            "response.function_call_arguments.done",
-            json!({"item_id": id,
-            "output_index": i, "arguments": call.arguments}),
-        );
-        let item = call_item(&call, "completed");
-        self.emit(
-            "response.output_item.done",
-            json!({"output_index": i, "item": item}),
-        );
-        self.items.push(item);
     }
 
     fn chunk(&mut self, chunk: &str) {
@@ -530,6 +554,7 @@ fn stream(
         created,
         seq: 0,
         open: None,
+        call: None,
         items: Vec::new(),
     })
 }

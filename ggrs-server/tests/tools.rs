@@ -79,6 +79,41 @@ fn check_call(call: &Value) -> String {
     name
 }
 
+/// The one call of a streamed chat answer, checked piece by piece as OpenAI streams it:
+/// the first delta carries the index, id, type, name and empty arguments, the next ones
+/// only argument pieces (more than one); the call never leaks into the content and the
+/// answer ends with `tool_calls`. Gives `{"name", "arguments"}` with the pieces joined.
+fn streamed_call(events: &[Value]) -> Value {
+    let mut first: Option<Value> = None;
+    let mut pieces = Vec::new();
+    let mut finish = None;
+    for e in events {
+        let c = &e["choices"][0];
+        if let Some(tc) = c["delta"]["tool_calls"].as_array() {
+            assert_eq!(tc.len(), 1, "{e}");
+            assert_eq!(tc[0]["index"], 0, "one call: {e}");
+            if first.is_none() {
+                assert!(tc[0]["id"].as_str().is_some_and(|id| !id.is_empty()), "{e}");
+                assert_eq!(tc[0]["type"], "function", "{e}");
+                assert_eq!(tc[0]["function"]["arguments"], "", "{e}");
+                first = Some(tc[0].clone());
+            } else {
+                assert!(tc[0].get("id").is_none() && tc[0]["function"].get("name").is_none());
+                pieces.push(tc[0]["function"]["arguments"].as_str().unwrap().to_string());
+            }
+        }
+        let content = c["delta"]["content"].as_str().unwrap_or("");
+        assert!(!content.contains('{'), "the call leaked into content: {e}");
+        if c["finish_reason"].is_string() {
+            finish = Some(c["finish_reason"].clone());
+        }
+    }
+    assert_eq!(finish, Some(json!("tool_calls")));
+    assert!(pieces.len() > 1, "arguments in pieces: {pieces:?}");
+    let first = first.expect("a streamed call");
+    json!({"name": first["function"]["name"], "arguments": pieces.concat()})
+}
+
 fn ask(extra: Value) -> Value {
     let mut b = json!({"messages": [{"role": "user", "content": "Weather in Paris?"}],
                        "tools": tools(), "max_tokens": 120, "seed": 1});
@@ -114,28 +149,13 @@ fn forced_calls_parse_and_validate_in_both_formats() {
             if choice.is_object() {
                 assert_eq!(name, "add");
             }
-            // Streamed: the call comes as `delta.tool_calls`, never as content.
-            let mut b = ask(json!({"tool_choice": choice, "stream": true}));
-            b["seed"] = json!(2);
+            // Streamed (same seed): the call comes as `delta.tool_calls`, never as content,
+            // its arguments in pieces that join to the whole reply's.
+            let b = ask(json!({"tool_choice": choice, "stream": true}));
             let (events, done) = s.stream_all("/v1/chat/completions", &b);
             assert!(done);
-            let mut call: Option<Value> = None;
-            let mut finish = None;
-            for e in &events {
-                let c = &e["choices"][0];
-                if let Some(tc) = c["delta"]["tool_calls"].as_array() {
-                    assert!(call.is_none(), "one call");
-                    assert_eq!(tc[0]["index"], 0);
-                    call = Some(tc[0].clone());
-                }
-                let content = c["delta"]["content"].as_str().unwrap_or("");
-                assert!(!content.contains('{'), "the call leaked into content: {e}");
-                if c["finish_reason"].is_string() {
-                    finish = Some(c["finish_reason"].clone());
-                }
-            }
-            assert_eq!(finish, Some(json!("tool_calls")));
-            check_call(&call.expect("a streamed call"));
+            let streamed = streamed_call(&events);
+            assert_eq!(streamed, calls[0]["function"], "{template:.10}");
         }
         // The conversation goes on: the call and its result render through the template.
         let mut b = ask(json!({"tool_choice": "auto", "max_tokens": 8}));
@@ -344,12 +364,14 @@ fn anthropic_and_responses_streams() {
         .find(|(n, d)| n == "content_block_start" && d["content_block"]["type"] == "tool_use")
         .expect("a tool_use block");
     assert_eq!(start.1["content_block"]["name"], "add");
-    let json_delta = ev
+    // Its input in pieces, joined to the whole JSON.
+    let pieces: Vec<&str> = ev
         .iter()
-        .find(|(_, d)| d["delta"]["type"] == "input_json_delta")
-        .expect("its input");
-    let input: Value =
-        serde_json::from_str(json_delta.1["delta"]["partial_json"].as_str().unwrap()).unwrap();
+        .filter(|(_, d)| d["delta"]["type"] == "input_json_delta" && d["index"] == start.1["index"])
+        .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap())
+        .collect();
+    assert!(pieces.len() > 1, "{pieces:?}");
+    let input: Value = serde_json::from_str(&pieces.concat()).unwrap();
     assert!(input["a"].is_number());
 
     // Responses: plain, then a forced call, then streamed.
@@ -386,6 +408,33 @@ fn anthropic_and_responses_streams() {
     assert_eq!(call["name"], "add");
     let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
     assert!(args["b"].is_number());
+    // The same call streamed: `function_call_arguments.delta` pieces join to the `.done`
+    // arguments.
+    let ev = named_events(
+        &s,
+        "/v1/responses",
+        &json!({"input": [{"role": "user", "content": "1+2?"}], "max_output_tokens": 100,
+                "tools": [{"type": "function", "name": "add",
+                           "parameters": tools()[1]["function"]["parameters"]}],
+                "tool_choice": "required", "stream": true}),
+    );
+    let deltas: Vec<&str> = ev
+        .iter()
+        .filter(|(n, _)| n == "response.function_call_arguments.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    let done = ev
+        .iter()
+        .find(|(n, _)| n == "response.function_call_arguments.done")
+        .expect("arguments done");
+    assert!(deltas.len() > 1, "{deltas:?}");
+    assert_eq!(done.1["arguments"], deltas.concat());
+    let item = ev
+        .iter()
+        .find(|(n, d)| n == "response.output_item.done" && d["item"]["type"] == "function_call")
+        .expect("the call item");
+    assert_eq!(item.1["item"]["arguments"], deltas.concat());
+    assert_eq!(item.1["item"]["name"], "add");
     let ev = named_events(
         &s,
         "/v1/responses",
@@ -439,4 +488,93 @@ fn qwen_calls_tools_through_its_template() {
         assert_eq!(args["city"], "Paris", "{ch}");
     }
     eprintln!("two Qwen tool calls in {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A harmony template (GPT-OSS's layout, written small): messages as
+/// `<|start|>ROLE<|message|>…<|end|>`, an assistant call in the commentary channel, the
+/// reply opened with `<|start|>assistant`.
+const HARMONY: &str = r#"{%- if tools %}<|start|>developer<|message|># Tools
+namespace functions {
+{% for t in tools %}type {{ t.function.name }} = (_: {{ t.function.parameters | tojson }}) => any;
+{% endfor %}}<|end|>{% endif %}
+{%- for m in messages %}
+{%- if m.role == "assistant" and m.tool_calls %}<|start|>assistant<|channel|>commentary to=functions.{{ m.tool_calls[0].function.name }} <|constrain|>json<|message|>{{ m.tool_calls[0].function.arguments | tojson }}<|call|>
+{%- elif m.role == "tool" %}<|start|>functions.{{ m.name }} to=assistant<|channel|>commentary<|message|>{{ m.content }}<|end|>
+{%- else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start|>assistant{% endif %}"#;
+
+/// A Gemma 4 template, written small: calls as `<|tool_call>call:NAME{…}<tool_call|>`.
+const GEMMA4: &str = r#"{%- for m in messages %}<|turn>{{ m.role }}
+{% if m.tool_calls %}{% for c in m.tool_calls %}{{ '<|tool_call>call:' }}{{ c.function.name }}{}<tool_call|>{% endfor %}{% else %}{{ m.content }}{% endif %}<turn|>
+{% endfor %}
+{%- if add_generation_prompt %}<|turn>model
+{% endif %}"#;
+
+/// GPT-OSS's harmony calls on the tiny gpt-oss (its file has no template: one is given),
+/// and Gemma 4's on the tiny LLaMA: forced calls parse, whole and streamed in pieces;
+/// `/apply-template` gives the prompt without generating.
+#[test]
+fn harmony_and_gemma4_calls() {
+    let mut c = config(1);
+    c.model_path = common::tiny("tiny-gpt-oss-f16.gguf");
+    c.chat_template = Some(HARMONY.into());
+    c.engine.n_ctx = 2048;
+    let s = TestServer::start(c);
+    let a = s.post("/apply-template", &ask(json!({})));
+    assert_eq!(a.status, 200, "{}", a.body);
+    let prompt = a.body["prompt"].as_str().unwrap();
+    assert!(prompt.contains("type get_weather") && prompt.ends_with("<|start|>assistant"));
+    let a = s.post(
+        "/apply-template",
+        &ask(json!({"add_generation_prompt": false})),
+    );
+    assert!(!a.body["prompt"]
+        .as_str()
+        .unwrap()
+        .ends_with("<|start|>assistant"));
+    let b = ask(json!({"tool_choice": {"type": "function", "function": {"name": "add"}}}));
+    let a = s.post("/v1/chat/completions", &b);
+    assert_eq!(a.status, 200, "{}", a.body);
+    let ch = &a.body["choices"][0];
+    assert_eq!(ch["finish_reason"], "tool_calls", "{ch}");
+    let call = &ch["message"]["tool_calls"][0];
+    assert_eq!(check_call(call), "add");
+    let mut sb = b.clone();
+    sb["stream"] = json!(true);
+    let (events, done) = s.stream_all("/v1/chat/completions", &sb);
+    assert!(done);
+    assert_eq!(streamed_call(&events), call["function"]);
+    // The call and its result go back through the template.
+    let mut h = ask(json!({"tool_choice": "none", "max_tokens": 4}));
+    h["messages"] = json!([
+        {"role": "user", "content": "1 + 2?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+          "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "3"}
+    ]);
+    let a = s.post("/apply-template", &h);
+    let p = a.body["prompt"].as_str().unwrap();
+    assert!(p.contains("to=functions.add") && p.contains("functions.add to=assistant"));
+    drop(s);
+
+    let s = tiny_server(GEMMA4);
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "add"}}),
+    ] {
+        let a = s.post("/v1/chat/completions", &ask(json!({"tool_choice": choice})));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ch = &a.body["choices"][0];
+        assert_eq!(ch["finish_reason"], "tool_calls", "{ch}");
+        let call = &ch["message"]["tool_calls"][0];
+        // Gemma 4's calls are not checked against the schema (as llama.cpp's): the
+        // arguments are a JSON object.
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert!(args.is_object(), "{call}");
+        if choice.is_object() {
+            assert_eq!(call["function"]["name"], "add");
+        }
+    }
 }

@@ -29,12 +29,15 @@ use super::decoder::Rotary;
 use super::decoder::{attention_masked, blk, AttnMasking, AttnWeights, FeedForward, Head, QkvBias};
 use super::gemma2::{output_logits, positive, sliding_window};
 use super::qwen3moe::{count_key, sum_slots, MoeFfn};
-use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
+use crate::architecture::{
+    ArchModel, Architecture, SlidingWindowState, StepState, StepTensors, TextConventions,
+};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{get_usize, HParams};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{StepInputs, StepShape};
+use crate::tokenizer::{TokenType, Tokenizer};
 
 /// The `gpt-oss` architecture.
 #[derive(Debug, Clone, Copy, Default)]
@@ -234,6 +237,25 @@ impl Architecture for GptOss {
             layers,
             consts,
         }))
+    }
+
+    fn text(&self, _file: &GgufFile) -> Result<Box<dyn TextConventions>> {
+        Ok(Box::new(HarmonyText))
+    }
+}
+
+/// gpt-oss's text conventions: the harmony marks of a reply
+/// ([`MARKS`](crate::chat::harmony::MARKS): `<|channel|>`, `<|message|>`, …), control
+/// tokens of its vocabulary, are written in the generated text (other control tokens are
+/// not), so that a chat reply's channels — reasoning, answer, tool calls — can be read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HarmonyText;
+
+impl TextConventions for HarmonyText {
+    fn token_text(&self, tok: &Tokenizer, id: u32) -> Option<String> {
+        let t = tok.vocab().token(id)?;
+        (t.ty == TokenType::Control && crate::chat::harmony::MARKS.contains(&t.text.as_str()))
+            .then(|| t.text.clone())
     }
 }
 

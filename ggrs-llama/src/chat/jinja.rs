@@ -97,6 +97,8 @@ pub(crate) fn render(
         if let Some(t) = tools {
             ctx.push(("tools", Value::from_serialize(t)));
         }
+        // llama.cpp's extra context for every template (FireFunction's writes it).
+        ctx.push(("datetime", Value::from(strftime(vars.now_unix, "%b %d %Y"))));
         if source.contains(LLAMA3_MARKER) {
             ctx.push((
                 "date_string",
@@ -150,7 +152,7 @@ pub(crate) fn render(
 /// A message as templates read it (OpenAI's shape): `role`, `content`, and where present
 /// `tool_calls` (`[{id, type: "function", function: {name, arguments}}]`, the arguments
 /// as a JSON object, as Hugging Face and llama.cpp pass them), `tool_call_id`, `name` and
-/// `reasoning_content`.
+/// `reasoning_content` (also as `thinking`, GPT-OSS's name for it).
 fn message_value(m: &Message) -> Value {
     let mut fields: Vec<(&str, Value)> = vec![
         ("role", Value::from(m.role.as_str())),
@@ -184,6 +186,8 @@ fn message_value(m: &Message) -> Value {
     }
     if let Some(r) = &m.reasoning_content {
         fields.push(("reasoning_content", Value::from(r.as_str())));
+        // GPT-OSS's template reads earlier reasoning as `thinking` (llama.cpp copies it).
+        fields.push(("thinking", Value::from(r.as_str())));
     }
     Value::from_iter(fields)
 }
@@ -478,6 +482,28 @@ fn days_from_year_start(year: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn datetime_is_llama_cpps() {
+        let vars = TemplateVars {
+            enable_thinking: true,
+            now_unix: 86_400 * 31,
+        };
+        let out = render(
+            "{{ datetime }}|{{ messages[0].thinking }}",
+            &[Message {
+                reasoning_content: Some("r".into()),
+                ..Message::assistant("x")
+            }],
+            false,
+            ["", ""],
+            &vars,
+            MAX_RENDERED_BYTES,
+            None,
+        )
+        .unwrap();
+        assert_eq!(out, "Feb 01 1970|r");
+    }
 
     #[test]
     fn messages_carry_their_reasoning_to_templates() {

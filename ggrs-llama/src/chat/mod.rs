@@ -43,7 +43,9 @@
 //! ```
 
 mod bounds;
+pub mod harmony;
 pub mod jinja;
+mod json_scan;
 pub mod message;
 pub mod named;
 pub mod reply;

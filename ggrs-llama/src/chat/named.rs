@@ -19,10 +19,18 @@ pub enum NamedFormat {
     /// `chatml` (Qwen2/2.5/3 without thinking switches): `<|im_start|>role\n` + content +
     /// `<|im_end|>\n`.
     ChatMl,
+    /// `command-r` (Cohere's Command R): `<|START_OF_TURN_TOKEN|>` + `<|SYSTEM_TOKEN|>`,
+    /// `<|USER_TOKEN|>` or `<|CHATBOT_TOKEN|>` + trimmed content + `<|END_OF_TURN_TOKEN|>`
+    /// (other roles are left out, as llama.cpp leaves them).
+    CommandR,
+    /// `gpt-oss` (harmony, without channels): `<|start|>role<|message|>` + content +
+    /// `<|end|>` (`<|return|>` after an assistant's), the reply opened by
+    /// `<|start|>assistant`.
+    GptOss,
 }
 
 /// The names `ChatTemplate::named` knows, as llama.cpp spells them.
-pub const NAMES: &str = "llama3, gemma, phi3, chatml, chatglm3, chatglm4";
+pub const NAMES: &str = "llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4";
 
 /// C's `isspace` trim, as llama.cpp's formatter trims.
 fn trim(s: &str) -> &str {
@@ -88,6 +96,36 @@ pub(crate) fn render(
             }
             if add_generation_prompt {
                 s += "<|im_start|>assistant\n";
+            }
+        }
+        NamedFormat::CommandR => {
+            for m in messages {
+                let token = match m.role.as_str() {
+                    "system" => "SYSTEM",
+                    "user" => "USER",
+                    "assistant" => "CHATBOT",
+                    _ => continue,
+                };
+                s += &format!(
+                    "<|START_OF_TURN_TOKEN|><|{token}_TOKEN|>{}<|END_OF_TURN_TOKEN|>",
+                    trim(&m.content)
+                );
+            }
+            if add_generation_prompt {
+                s += "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>";
+            }
+        }
+        NamedFormat::GptOss => {
+            for m in messages {
+                let end = if m.role == "assistant" {
+                    "<|return|>"
+                } else {
+                    "<|end|>"
+                };
+                s += &format!("<|start|>{}<|message|>{}{end}", m.role, m.content);
+            }
+            if add_generation_prompt {
+                s += "<|start|>assistant";
             }
         }
     }

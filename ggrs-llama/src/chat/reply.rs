@@ -16,10 +16,14 @@
 //! assert_eq!(r.content, "It is 4.");
 //! ```
 
-use super::tools::{ParsedReply, ToolCall, ToolSetup};
+use super::harmony;
+use super::tools::{new_call_id, ParsedReply, PartialCall, ToolSetup};
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
+/// Gemma 4's reasoning marks.
+const GEMMA_THOUGHT_OPEN: &str = "<|channel>thought";
+const GEMMA_THOUGHT_CLOSE: &str = "<channel|>";
 
 /// What to do with `<think>` blocks (llama-server's `--reasoning-format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,6 +46,43 @@ impl ReasoningFormat {
     }
 }
 
+/// How a model writes its reply's parts, as its prompt shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyLayout {
+    /// Reasoning between `<think>` and `</think>` (Qwen3, DeepSeek-R1), then the text.
+    #[default]
+    Think,
+    /// Gemma 4: reasoning between `<|channel>thought` and `<channel|>`.
+    Gemma4,
+    /// GPT-OSS's harmony channels ([`harmony`]).
+    Harmony,
+}
+
+impl ReplyLayout {
+    /// The layout of a reply to `prompt` (the rendered conversation) by a model whose
+    /// tools are written in `tools`' format.
+    pub fn detect(prompt: &str, tools: Option<&ToolSetup>) -> ReplyLayout {
+        use super::tools::ToolFormat;
+        let format = tools.map(|t| t.format);
+        if harmony::prompt_opens_reply(prompt) || format == Some(ToolFormat::Harmony) {
+            ReplyLayout::Harmony
+        } else if prompt.trim_end().ends_with("<|turn>model") || format == Some(ToolFormat::Gemma4)
+        {
+            ReplyLayout::Gemma4
+        } else {
+            ReplyLayout::Think
+        }
+    }
+
+    /// The marks around the reasoning.
+    fn marks(self) -> (&'static str, &'static str) {
+        match self {
+            ReplyLayout::Gemma4 => (GEMMA_THOUGHT_OPEN, GEMMA_THOUGHT_CLOSE),
+            _ => (THINK_OPEN, THINK_CLOSE),
+        }
+    }
+}
+
 /// How to read one reply: the reasoning format and the request's tools.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplySyntax {
@@ -51,23 +92,42 @@ pub struct ReplySyntax {
     pub thinking_forced_open: bool,
     /// The request's tools (none: no tool calls are parsed).
     pub tools: Option<ToolSetup>,
+    /// How the model lays its reply out.
+    pub layout: ReplyLayout,
+}
+
+/// A reply split as far as it goes: reasoning, text, and the calls so far.
+struct Settled<'a> {
+    reasoning: std::borrow::Cow<'a, str>,
+    content: std::borrow::Cow<'a, str>,
+    calls: Vec<PartialCall>,
 }
 
 impl ReplySyntax {
     /// The syntax for a reply to `prompt` (the rendered conversation).
     pub fn new(reasoning: ReasoningFormat, prompt: &str, tools: Option<ToolSetup>) -> ReplySyntax {
-        let thinking_forced_open =
-            reasoning != ReasoningFormat::None && prompt.trim_end().ends_with(THINK_OPEN);
+        let layout = ReplyLayout::detect(prompt, tools.as_ref());
+        let (open, _) = layout.marks();
+        let thinking_forced_open = reasoning != ReasoningFormat::None
+            && layout != ReplyLayout::Harmony
+            && prompt.trim_end().ends_with(open);
         ReplySyntax {
             reasoning,
             thinking_forced_open,
             tools,
+            layout,
         }
     }
 
     /// Whether the reply needs any splitting at all.
     pub fn is_plain(&self) -> bool {
-        self.reasoning == ReasoningFormat::None && !self.tools.as_ref().is_some_and(|t| t.active())
+        self.layout != ReplyLayout::Harmony
+            && self.reasoning == ReasoningFormat::None
+            && !self.tools.as_ref().is_some_and(|t| t.active())
+    }
+
+    fn active_tools(&self) -> Option<&ToolSetup> {
+        self.tools.as_ref().filter(|t| t.active())
     }
 
     /// Splits off the reasoning: (reasoning, the rest, whether the reasoning is closed).
@@ -75,18 +135,19 @@ impl ReplySyntax {
         if self.reasoning == ReasoningFormat::None {
             return (None, text, true);
         }
+        let (open, close) = self.layout.marks();
         let inner = if self.thinking_forced_open {
-            text.strip_prefix(THINK_OPEN).unwrap_or(text)
+            text.strip_prefix(open).unwrap_or(text)
         } else {
-            match text.trim_start().strip_prefix(THINK_OPEN) {
+            match text.trim_start().strip_prefix(open) {
                 Some(inner) => inner,
                 None => return (None, text, true),
             }
         };
-        match inner.find(THINK_CLOSE) {
+        match inner.find(close) {
             Some(e) => (
                 Some(&inner[..e]),
-                inner[e + THINK_CLOSE.len()..].trim_start(),
+                inner[e + close.len()..].trim_start(),
                 true,
             ),
             None => (Some(inner), "", false),
@@ -95,6 +156,10 @@ impl ReplySyntax {
 
     /// The whole reply, split.
     pub fn parse(&self, text: &str) -> ParsedReply {
+        if self.layout == ReplyLayout::Harmony {
+            let split = self.reasoning != ReasoningFormat::None;
+            return harmony::parse(text, self.active_tools(), split);
+        }
         let (reasoning, rest, _) = self.split_reasoning(text);
         let mut reply = match &self.tools {
             Some(t) => t.parse(rest),
@@ -107,39 +172,67 @@ impl ReplySyntax {
         reply
     }
 
-    /// What of `text` (a reply so far) can be shown now and will not change: (reasoning,
-    /// content). Held back: a possible start of `<think>`/`</think>` at the end, and
-    /// everything from the start of a tool call on (sent whole by
-    /// [`ReplyStream::finish`]).
-    fn settled<'a>(&self, text: &'a str) -> (&'a str, &'a str) {
+    /// What of `text` (a reply so far) can be shown now and will not change: reasoning,
+    /// content, and the tool calls as far as they go. Held back: a possible start of a
+    /// marker at the end, and the text of a tool call.
+    fn settled<'a>(&self, text: &'a str) -> Settled<'a> {
+        let none = |r: &'a str, c: &'a str| Settled {
+            reasoning: r.into(),
+            content: c.into(),
+            calls: Vec::new(),
+        };
+        if self.layout == ReplyLayout::Harmony {
+            let split = self.reasoning != ReasoningFormat::None;
+            let s = harmony::split(text, self.active_tools(), split, true);
+            return Settled {
+                reasoning: s.reasoning.unwrap_or_default().into(),
+                content: s.content.into(),
+                calls: s.calls,
+            };
+        }
+        let (open, close) = self.layout.marks();
         if self.reasoning != ReasoningFormat::None && !self.thinking_forced_open {
             let t = text.trim_start();
-            if THINK_OPEN.starts_with(t) {
-                return ("", ""); // may still become `<think>`
+            if open.starts_with(t) {
+                return none("", ""); // may still become the opening mark
             }
         }
         let (reasoning, rest, closed) = self.split_reasoning(text);
         if !closed {
             let r = reasoning.unwrap_or("");
-            return (&r[..r.len() - partial_suffix(r, THINK_CLOSE)], "");
+            return none(&r[..r.len() - partial_suffix(r, close)], "");
         }
         let reasoning = reasoning.unwrap_or("");
-        let Some(tools) = self.tools.as_ref().filter(|t| t.active()) else {
-            return (reasoning, rest);
+        let Some(tools) = self.active_tools() else {
+            return none(reasoning, rest);
         };
-        // A reply that may be a bare JSON call (any format accepts one) waits for the end.
+        // A reply that may be a bare JSON call (any format accepts one) is no content.
         let lead = rest.trim_start();
-        if lead.starts_with('{') || lead.starts_with("```json") || "```json".starts_with(lead) {
-            return (reasoning, "");
+        let bare = ["{", "```json", "<|python_tag|>"];
+        if bare
+            .iter()
+            .any(|b| lead.starts_with(b) || b.starts_with(lead))
+        {
+            return Settled {
+                reasoning: reasoning.into(),
+                content: "".into(),
+                calls: tools.partial_calls(rest),
+            };
         }
         let mut end = rest.len();
+        let mut call_at = None;
         for o in tools.openers() {
             if let Some(p) = rest.find(o) {
                 end = end.min(p);
+                call_at = Some(call_at.map_or(p, |c: usize| c.min(p)));
             }
             end = end.min(rest.len() - partial_suffix(rest, o));
         }
-        (reasoning, rest[..end].trim_end_matches(['\n', ' ']))
+        Settled {
+            reasoning: reasoning.into(),
+            content: rest[..end].trim_end_matches(['\n', ' ']).into(),
+            calls: call_at.map_or_else(Vec::new, |p| tools.partial_calls(&rest[p..])),
+        }
     }
 }
 
@@ -160,18 +253,38 @@ pub enum ReplyDelta {
     Reasoning(String),
     /// More text.
     Content(String),
-    /// A tool call (sent whole, once the reply is complete).
-    ToolCall(ToolCall),
+    /// A tool call starts: its index in the reply, its id and the function's name (its
+    /// arguments follow in [`ReplyDelta::Arguments`]).
+    ToolCall {
+        /// The call's index among the reply's calls (0, 1, …).
+        index: usize,
+        /// The call's id.
+        id: String,
+        /// The function's name.
+        name: String,
+    },
+    /// More of call `index`'s arguments (JSON text; the pieces of one call, joined, are
+    /// its whole arguments).
+    Arguments {
+        /// The call's index.
+        index: usize,
+        /// The piece.
+        text: String,
+    },
 }
 
 /// A reply being streamed: [`ReplyStream::push`] each piece of generated text, then
-/// [`ReplyStream::finish`]. The deltas, joined, equal [`ReplySyntax::parse`] of the whole.
+/// [`ReplyStream::finish`]. The deltas, joined, equal [`ReplySyntax::parse`] of the whole:
+/// reasoning, text, and each call's name and arguments (sent in pieces as they are
+/// generated).
 #[derive(Debug, Clone)]
 pub struct ReplyStream {
     syntax: ReplySyntax,
     text: String,
     sent_reasoning: usize,
     sent_content: usize,
+    /// The calls started: their ids and the arguments sent.
+    calls: Vec<(String, String)>,
 }
 
 impl ReplyStream {
@@ -182,6 +295,7 @@ impl ReplyStream {
             text: String::new(),
             sent_reasoning: 0,
             sent_content: 0,
+            calls: Vec::new(),
         }
     }
 
@@ -205,6 +319,35 @@ impl ReplyStream {
         }
     }
 
+    /// Sends what is new of the calls: a start for each new call, the arguments' new end.
+    /// Arguments that no longer extend what was sent (never, for the formats' parsers) are
+    /// not sent.
+    fn call_deltas<'a>(
+        &mut self,
+        calls: impl Iterator<Item = (&'a str, Option<&'a str>, &'a str)>,
+        out: &mut Vec<ReplyDelta>,
+    ) {
+        for (index, (name, id, args)) in calls.enumerate() {
+            if index == self.calls.len() {
+                let id = id.map_or_else(new_call_id, str::to_string);
+                out.push(ReplyDelta::ToolCall {
+                    index,
+                    id: id.clone(),
+                    name: name.to_string(),
+                });
+                self.calls.push((id, String::new()));
+            }
+            let sent = &mut self.calls[index].1;
+            if args.len() > sent.len() && args.starts_with(sent.as_str()) {
+                out.push(ReplyDelta::Arguments {
+                    index,
+                    text: args[sent.len()..].to_string(),
+                });
+                *sent = args.to_string();
+            }
+        }
+    }
+
     /// Adds generated text; gives what can be shown now.
     pub fn push(&mut self, piece: &str) -> Vec<ReplyDelta> {
         self.text.push_str(piece);
@@ -217,24 +360,43 @@ impl ReplyStream {
             return out;
         }
         let text = std::mem::take(&mut self.text);
-        let (r, c) = self.syntax.settled(&text);
+        let s = self.syntax.settled(&text);
         // Reasoning settles at its end trimmed, so hold its trailing whitespace.
-        self.deltas(r.trim_end(), c, &mut out);
+        self.deltas(s.reasoning.trim_end(), &s.content, &mut out);
+        let calls = s
+            .calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.id.as_deref(), c.arguments.as_str()));
+        self.call_deltas(calls, &mut out);
+        drop(s);
         self.text = text;
         out
     }
 
-    /// The reply is complete: what is left (the rest of the text, the tool calls), and the
-    /// whole reply parsed.
+    /// The reply is complete: what is left (the rest of the text, the calls' rest), and
+    /// the whole reply parsed (its calls with the ids the stream sent).
     pub fn finish(&mut self) -> (Vec<ReplyDelta>, ParsedReply) {
-        let parsed = self.syntax.parse(&self.text);
+        let mut parsed = self.syntax.parse(&self.text);
         let mut out = Vec::new();
         if self.syntax.is_plain() {
             return (out, parsed);
         }
         let reasoning = parsed.reasoning.clone().unwrap_or_default();
         self.deltas(&reasoning, &parsed.content, &mut out);
-        out.extend(parsed.tool_calls.iter().cloned().map(ReplyDelta::ToolCall));
+        let calls: Vec<(String, String, String)> = parsed
+            .tool_calls
+            .iter()
+            .map(|c| (c.name.clone(), c.id.clone(), c.arguments.clone()))
+            .collect();
+        self.call_deltas(
+            calls
+                .iter()
+                .map(|(n, id, a)| (n.as_str(), Some(id.as_str()), a.as_str())),
+            &mut out,
+        );
+        for (c, (id, _)) in parsed.tool_calls.iter_mut().zip(&self.calls) {
+            c.id = id.clone();
+        }
         (out, parsed)
     }
 }
@@ -264,7 +426,11 @@ mod tests {
             match d {
                 ReplyDelta::Reasoning(x) => r += &x,
                 ReplyDelta::Content(x) => c += &x,
-                ReplyDelta::ToolCall(x) => calls.push(x.name),
+                ReplyDelta::ToolCall { index, name, .. } => {
+                    assert_eq!(index, calls.len());
+                    calls.push((name, String::new()));
+                }
+                ReplyDelta::Arguments { index, text } => calls[index].1 += &text,
             }
         }
         // The same split (call ids are fresh on each parse).
@@ -282,8 +448,8 @@ mod tests {
         assert_eq!(strip(&parsed), strip(&again));
         assert_eq!(r, parsed.reasoning.clone().unwrap_or_default(), "{text:?}");
         assert_eq!(c, parsed.content, "{text:?}");
-        let names: Vec<String> = parsed.tool_calls.iter().map(|c| c.name.clone()).collect();
-        assert_eq!(calls, names);
+        // Each call's argument pieces join to its whole arguments.
+        assert_eq!(calls, strip(&parsed), "{text:?}");
         parsed
     }
 
@@ -348,5 +514,128 @@ mod tests {
         assert_eq!(r.content, "a < b and <tool is not a call");
         let r = stream_matches_parse(syntax, "{not json at all");
         assert_eq!(r.content, "{not json at all");
+    }
+
+    fn setup(format: ToolFormat, parallel: bool) -> ToolSetup {
+        let t = serde_json::json!([
+            {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}},
+            {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}
+        ]);
+        ToolSetup::new(format, &t, ToolChoice::Auto, parallel).unwrap()
+    }
+
+    /// The deltas of `text` streamed a character at a time.
+    fn deltas_of(syntax: &ReplySyntax, text: &str) -> Vec<ReplyDelta> {
+        let mut s = ReplyStream::new(syntax.clone());
+        let mut out = Vec::new();
+        for ch in text.chars() {
+            out.extend(s.push(&ch.to_string()));
+        }
+        out.extend(s.finish().0);
+        out
+    }
+
+    #[test]
+    fn arguments_stream_in_pieces_in_every_format() {
+        let cases = [
+            (
+                ToolFormat::Hermes,
+                "Sure.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 12, \"b\": [1, \"x y\"]}}\n</tool_call>\n<tool_call>\n{\"name\": \"echo\", \"arguments\": {\"t\": \"hi\"}}\n</tool_call>",
+                2,
+            ),
+            (
+                ToolFormat::Mistral,
+                "[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}, \"id\": \"abcDEF123\"}, {\"name\": \"echo\", \"arguments\": {}}]",
+                2,
+            ),
+            (
+                ToolFormat::Llama3,
+                "<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}; {\"name\": \"echo\", \"parameters\": {\"t\": \"}\"}}",
+                2,
+            ),
+            (
+                ToolFormat::Generic,
+                "{\"tool_calls\": [{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}]}",
+                1,
+            ),
+            (
+                ToolFormat::Gemma4,
+                "<|tool_call>call:add{a:1,b:<|\"|>x, y<|\"|>,c:[1,{d:true}]}<tool_call|>",
+                1,
+            ),
+        ];
+        for (format, text, n) in cases {
+            let syntax = ReplySyntax::new(ReasoningFormat::Deepseek, "", Some(setup(format, true)));
+            let r = stream_matches_parse(syntax.clone(), text);
+            assert_eq!(r.tool_calls.len(), n, "{format:?}: {r:?}");
+            let d = deltas_of(&syntax, text);
+            // The start comes first, with the name; the arguments follow in pieces (one
+            // for Gemma 4, whose call is converted once complete).
+            let start = d
+                .iter()
+                .position(|x| matches!(x, ReplyDelta::ToolCall { index: 0, .. }))
+                .unwrap();
+            let pieces = d
+                .iter()
+                .filter(|x| matches!(x, ReplyDelta::Arguments { index: 0, .. }))
+                .count();
+            let first_piece = d
+                .iter()
+                .position(|x| matches!(x, ReplyDelta::Arguments { index: 0, .. }))
+                .unwrap();
+            assert!(start < first_piece, "{format:?}");
+            if format != ToolFormat::Gemma4 {
+                assert!(pieces > 3, "{format:?}: {pieces} pieces");
+            }
+        }
+        // Arguments as the model writes them, compact; ids the stream sent are the reply's.
+        let syntax = ReplySyntax::new(
+            ReasoningFormat::Deepseek,
+            "",
+            Some(setup(ToolFormat::Mistral, true)),
+        );
+        let r = syntax.parse("[TOOL_CALLS][{\"name\": \"add\", \"arguments\": {\"x\": 1.50, \"s\": \"\\u00e9\"}, \"id\": \"abcDEF123\"}]");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"x":1.50,"s":"\u00e9"}"#);
+        let g = setup(ToolFormat::Gemma4, false)
+            .parse("<|tool_call>call:add{a:1,b:<|\"|>x, \"y\"<|\"|>}<tool_call|>");
+        assert_eq!(g.tool_calls[0].arguments, r#"{"a":1,"b":"x, \"y\""}"#);
+    }
+
+    #[test]
+    fn harmony_channels_stream() {
+        let t = setup(ToolFormat::Harmony, false);
+        let syntax = ReplySyntax::new(ReasoningFormat::Deepseek, "<|start|>assistant", Some(t));
+        assert_eq!(syntax.layout, ReplyLayout::Harmony);
+        let text = "<|channel|>analysis<|message|>I will add.<|end|><|start|>assistant<|channel|>commentary to=functions.add <|constrain|>json<|message|>{\"a\": 1, \"b\": 22}";
+        let r = stream_matches_parse(syntax.clone(), text);
+        assert_eq!(r.reasoning.as_deref(), Some("I will add."));
+        assert_eq!(r.tool_calls[0].arguments, r#"{"a":1,"b":22}"#);
+        let d = deltas_of(&syntax, text);
+        assert!(
+            d.iter()
+                .filter(|x| matches!(x, ReplyDelta::Arguments { .. }))
+                .count()
+                > 3
+        );
+        let r = stream_matches_parse(
+            syntax,
+            "<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant<|channel|>final<|message|>It is 4.",
+        );
+        assert_eq!(
+            (r.reasoning.as_deref(), r.content.as_str()),
+            (Some("Hmm."), "It is 4.")
+        );
+        // Without tools, the same split.
+        let plain = ReplySyntax::new(ReasoningFormat::Deepseek, "<|start|>assistant\n", None);
+        let r = stream_matches_parse(plain, "<|channel|>final<|message|>Hi<|return|>");
+        assert_eq!(r.content, "Hi");
+        // Gemma 4's thoughts.
+        let gemma = ReplySyntax::new(ReasoningFormat::Deepseek, "<|turn>model\n", None);
+        assert_eq!(gemma.layout, ReplyLayout::Gemma4);
+        let r = stream_matches_parse(gemma, "<|channel>thought\nSo.<channel|>Four.");
+        assert_eq!(
+            (r.reasoning.as_deref(), r.content.as_str()),
+            (Some("So."), "Four.")
+        );
     }
 }

@@ -47,13 +47,15 @@ const GLM_ROLES: &str = "system, user, assistant, observation";
 
 impl ChatTemplate {
     /// The format llama.cpp builds in under `name` (`llama3`, `gemma`, `phi3`, `chatml`,
-    /// `chatglm3`, `chatglm4`), or `None`.
+    /// `command-r`, `gpt-oss`, `chatglm3`, `chatglm4`), or `None`.
     pub fn named(name: &str) -> Option<ChatTemplate> {
         Some(match name {
             "llama3" => ChatTemplate::Named(NamedFormat::Llama3),
             "gemma" => ChatTemplate::Named(NamedFormat::Gemma),
             "phi3" => ChatTemplate::Named(NamedFormat::Phi3),
             "chatml" => ChatTemplate::Named(NamedFormat::ChatMl),
+            "command-r" => ChatTemplate::Named(NamedFormat::CommandR),
+            "gpt-oss" => ChatTemplate::Named(NamedFormat::GptOss),
             "chatglm3" => ChatTemplate::ChatGlm3,
             "chatglm4" => ChatTemplate::Glm4,
             _ => return None,

@@ -33,6 +33,7 @@
 
 use serde_json::{json, Value};
 
+use super::json_scan;
 use super::message::Message;
 pub use super::message::ToolCall;
 use crate::constraint::{with_json_options, GrammarSpec, LazyTrigger};
@@ -58,6 +59,12 @@ pub enum ToolFormat {
     Mistral,
     /// JSON replies described in the system message (templates without tools).
     Generic,
+    /// GPT-OSS's harmony messages: a call is a `commentary` message to
+    /// `functions.NAME` whose body is the JSON arguments.
+    Harmony,
+    /// Gemma 4: `<|tool_call>call:NAME{key:value,…}<tool_call|>`, strings between
+    /// `<|"|>` marks.
+    Gemma4,
 }
 
 impl ToolFormat {
@@ -68,7 +75,11 @@ impl ToolFormat {
         let Some(src) = template_source else {
             return ToolFormat::Generic;
         };
-        if src.contains("<tool_call>") {
+        if src.contains("<|channel|>") {
+            ToolFormat::Harmony
+        } else if src.contains("<|tool_call>call:") {
+            ToolFormat::Gemma4
+        } else if src.contains("<tool_call>") {
             ToolFormat::Hermes
         } else if src.contains("[TOOL_CALLS]") {
             ToolFormat::Mistral
@@ -86,6 +97,8 @@ impl ToolFormat {
             ToolFormat::Llama3 => "Llama 3.x",
             ToolFormat::Mistral => "Mistral Nemo",
             ToolFormat::Generic => "Generic",
+            ToolFormat::Harmony => "GPT-OSS",
+            ToolFormat::Gemma4 => "Gemma 4",
         }
     }
 }
@@ -403,6 +416,65 @@ impl ToolSetup {
                 }
             }
             ToolFormat::Generic => Some((GrammarSpec::JsonSchema(self.generic_schema()), None)),
+            ToolFormat::Harmony => {
+                // `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}`;
+                // the call ends the reply (`<|call|>`), so there is one.
+                let mut g = String::new();
+                let mut alts = Vec::new();
+                for (i, t) in self.allowed().iter().enumerate() {
+                    let schema = with_json_options(&t.parameters);
+                    g += &format!(
+                        "c{i}: {} \" \" {} \"json\" {} a{i}\na{i}: %json {schema}\n",
+                        quoted(&t.name),
+                        marker("<|constrain|>"),
+                        marker("<|message|>")
+                    );
+                    alts.push(format!("c{i}"));
+                }
+                let calls = format!("({})", alts.join(" | "));
+                let open = format!("{} \"commentary to=functions.\"", marker("<|channel|>"));
+                let forced_start = format!("{open} {calls}");
+                Some(forced_or_lazy(
+                    forced,
+                    &forced_start,
+                    &calls,
+                    &g,
+                    HARMONY_TO,
+                ))
+            }
+            ToolFormat::Gemma4 => {
+                let q = marker(GEMMA_QUOTE);
+                let mut g = format!(
+                    "gdict: \"{{\" (gkv (\",\" gkv)*)? \"}}\"\n\
+                     gkv: /[A-Za-z_][A-Za-z0-9_]*/ \":\" gval\n\
+                     gval: gstr | gdict | garr | /-?[0-9]{{1,16}}(\\.[0-9]{{1,16}})?/ | \"true\" | \"false\" | \"null\"\n\
+                     gstr: {q} gtext? {q}\n\
+                     gtext: /[^<]+/\n\
+                     garr: \"[\" (gval (\",\" gval)*)? \"]\"\n"
+                );
+                let mut alts = Vec::new();
+                for (i, t) in self.allowed().iter().enumerate() {
+                    let args = gemma_args(i, t, &q, &mut g);
+                    g += &format!("c{i}: {} {args}\n", quoted(&t.name));
+                    alts.push(format!("c{i}"));
+                }
+                let call = format!("\"call:\" ({}) {}", alts.join(" | "), marker(GEMMA_CLOSE));
+                let open = marker(GEMMA_OPEN);
+                let more = if self.parallel {
+                    format!("({open} {call})*")
+                } else {
+                    String::new()
+                };
+                let forced_start = format!("{open} {call} {more}");
+                let lazy_start = format!("{call} {more}");
+                Some(forced_or_lazy(
+                    forced,
+                    &forced_start,
+                    &lazy_start,
+                    &g,
+                    GEMMA_OPEN,
+                ))
+            }
         }
     }
 
@@ -422,6 +494,9 @@ impl ToolSetup {
             ToolFormat::Mistral => self.parse_mistral(text),
             ToolFormat::Llama3 => self.parse_bare_json(text),
             ToolFormat::Generic => self.parse_generic(text),
+            ToolFormat::Gemma4 => self.parse_gemma4(text),
+            // Harmony calls are messages of the reply: `chat::harmony` reads them.
+            ToolFormat::Harmony => None,
         };
         // A small model asked for tools may write a bare call (or one in a ```json fence)
         // whatever its template says.
@@ -430,15 +505,31 @@ impl ToolSetup {
             .unwrap_or_else(plain)
     }
 
-    /// A call object (`{"name", "arguments" | "parameters"}`) of a known tool.
-    fn call_from(&self, v: &Value) -> Option<ToolCall> {
+    /// Whether `name` is one of the request's tools.
+    pub(crate) fn knows(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name == name)
+    }
+
+    /// A call object (`{"name", "arguments" | "parameters"}`) of a known tool; `raw`: the
+    /// object's JSON text. The arguments are their text as the model wrote it, compact
+    /// ([`json_scan::minify`]): the text a stream sends in pieces.
+    fn call_from(&self, v: &Value, raw: &str) -> Option<ToolCall> {
         let name = v.get("name")?.as_str()?;
-        if !self.tools.iter().any(|t| t.name == name) {
+        if !self.knows(name) {
             return None;
         }
         let args = match v.get("arguments").or_else(|| v.get("parameters")) {
             Some(Value::String(s)) => s.clone(),
-            Some(a @ Value::Object(_)) => a.to_string(),
+            Some(Value::Object(_)) => {
+                let raw = raw.trim();
+                let (members, _) = json_scan::members(raw, 0)?;
+                let m = members
+                    .iter()
+                    .rev()
+                    .find(|m| m.key == "arguments")
+                    .or_else(|| members.iter().rev().find(|m| m.key == "parameters"))?;
+                json_scan::minify(m.value.text(raw))
+            }
             None | Some(Value::Null) => "{}".into(),
             Some(_) => return None,
         };
@@ -465,7 +556,7 @@ impl ToolSetup {
                 None => (after, ""), // cut off at its end (the model stopped)
             };
             let v: Value = serde_json::from_str(body.trim()).ok()?;
-            calls.push(self.call_from(&v)?);
+            calls.push(self.call_from(&v, body)?);
             rest = next.trim_start();
         }
         if !rest.trim().is_empty() {
@@ -482,16 +573,19 @@ impl ToolSetup {
     fn parse_mistral(&self, text: &str) -> Option<ParsedReply> {
         const OPEN: &str = "[TOOL_CALLS]";
         let first = text.find(OPEN)?;
-        let list: Value = serde_json::from_str(text[first + OPEN.len()..].trim()).ok()?;
-        let items = match list {
-            Value::Array(a) => a,
-            o @ Value::Object(_) => vec![o],
+        let raw = text[first + OPEN.len()..].trim();
+        let list: Value = serde_json::from_str(raw).ok()?;
+        let calls = match list {
+            Value::Array(a) => {
+                let (spans, _) = json_scan::elements(raw, 0)?;
+                a.iter()
+                    .zip(&spans)
+                    .map(|(v, sp)| self.call_from(v, sp.text(raw)))
+                    .collect::<Option<Vec<_>>>()?
+            }
+            o @ Value::Object(_) => vec![self.call_from(&o, raw)?],
             _ => return None,
         };
-        let calls = items
-            .iter()
-            .map(|v| self.call_from(v))
-            .collect::<Option<Vec<_>>>()?;
         Some(ParsedReply {
             content: text[..first].trim_end().to_string(),
             tool_calls: calls,
@@ -515,7 +609,7 @@ impl ToolSetup {
         loop {
             let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
             let v = values.next()?.ok()?;
-            calls.push(self.call_from(&v)?);
+            calls.push(self.call_from(&v, &rest[..values.byte_offset()])?);
             let after = rest[values.byte_offset()..].trim_start();
             let after = after.strip_prefix(';').unwrap_or(after).trim_start();
             if after.is_empty() {
@@ -531,20 +625,26 @@ impl ToolSetup {
     }
 
     fn parse_generic(&self, text: &str) -> Option<ParsedReply> {
-        let v: Value = serde_json::from_str(text.trim()).ok()?;
+        let raw = text.trim();
+        let v: Value = serde_json::from_str(raw).ok()?;
         if let Some(r) = v.get("response").and_then(Value::as_str) {
             return Some(ParsedReply {
                 content: r.to_string(),
                 ..ParsedReply::default()
             });
         }
+        let (members, _) = json_scan::members(raw, 0)?;
+        let member = |k: &str| members.iter().rev().find(|m| m.key == k).map(|m| m.value);
         let calls = if let Some(c) = v.get("tool_call") {
-            vec![self.call_from(c)?]
+            vec![self.call_from(c, member("tool_call")?.text(raw))?]
         } else {
+            let list = member("tool_calls")?.text(raw);
+            let (spans, _) = json_scan::elements(list, 0)?;
             v.get("tool_calls")?
                 .as_array()?
                 .iter()
-                .map(|c| self.call_from(c))
+                .zip(&spans)
+                .map(|(c, sp)| self.call_from(c, sp.text(list)))
                 .collect::<Option<Vec<_>>>()?
         };
         Some(ParsedReply {
@@ -560,9 +660,363 @@ impl ToolSetup {
         match self.format {
             ToolFormat::Hermes => &["<tool_call>"],
             ToolFormat::Mistral => &["[TOOL_CALLS]"],
-            ToolFormat::Llama3 | ToolFormat::Generic => &[],
+            ToolFormat::Gemma4 => &[GEMMA_OPEN],
+            ToolFormat::Llama3 | ToolFormat::Generic | ToolFormat::Harmony => &[],
         }
     }
+
+    /// Gemma 4's calls: `<|tool_call>call:NAME{…}<tool_call|>`, one after another.
+    fn parse_gemma4(&self, text: &str) -> Option<ParsedReply> {
+        let first = text.find(GEMMA_OPEN)?;
+        let mut calls = Vec::new();
+        let mut rest = &text[first..];
+        while let Some(after) = rest.strip_prefix(GEMMA_OPEN) {
+            let (call, used) = self.gemma4_call(after)?;
+            calls.push(call?);
+            rest = after[used..].trim_start();
+        }
+        if !rest.trim().is_empty() {
+            return None;
+        }
+        Some(ParsedReply {
+            content: text[..first].trim_end().to_string(),
+            tool_calls: calls,
+            reasoning: None,
+        })
+    }
+
+    /// One Gemma 4 call after its opening mark: the call (None while its arguments are
+    /// incomplete) and the bytes it used (its closing mark included). None: not a call of a
+    /// known tool.
+    fn gemma4_call(&self, text: &str) -> Option<(Option<ToolCall>, usize)> {
+        let body = text.strip_prefix("call:")?;
+        let brace = body.find('{')?;
+        let name = body[..brace].trim();
+        if !self.knows(name) {
+            return None;
+        }
+        let start = text.len() - body.len() + brace;
+        let Some((args, used)) = gemma_value(&text[start..]) else {
+            return Some((None, text.len()));
+        };
+        let mut end = start + used;
+        if let Some(r) = text[end..].strip_prefix(GEMMA_CLOSE) {
+            end = text.len() - r.len();
+        }
+        let call = ToolCall {
+            id: new_call_id(),
+            name: name.to_string(),
+            arguments: args,
+        };
+        Some((Some(call), end))
+    }
+
+    /// The calls in `text` (the reply from where its calls start) as far as they are
+    /// written, for a stream: each with its name once that is complete and names a tool,
+    /// and its arguments so far (Gemma 4's once the call is complete).
+    pub fn partial_calls(&self, text: &str) -> Vec<PartialCall> {
+        let mut out = Vec::new();
+        if !self.active() {
+            return out;
+        }
+        match self.format {
+            ToolFormat::Hermes => {
+                let mut rest = text.trim_start();
+                while let Some(after) = rest.strip_prefix("<tool_call>") {
+                    let i = json_scan::skip_ws(after, 0);
+                    let Some((call, end)) = self.partial_object(after, i) else {
+                        break;
+                    };
+                    out.push(call);
+                    let Some(end) = end else { break };
+                    let tail = after[end..].trim_start();
+                    rest = tail
+                        .strip_prefix("</tool_call>")
+                        .unwrap_or(tail)
+                        .trim_start();
+                }
+            }
+            ToolFormat::Mistral => {
+                let Some(p) = text.find("[TOOL_CALLS]") else {
+                    return out;
+                };
+                let list = &text[p + "[TOOL_CALLS]".len()..];
+                let i = json_scan::skip_ws(list, 0);
+                if let Some((spans, _)) = json_scan::elements(list, i) {
+                    for sp in spans {
+                        match self.partial_object(list, sp.start) {
+                            Some((call, _)) => out.push(call),
+                            None => break,
+                        }
+                    }
+                } else if let Some((call, _)) = self.partial_object(list, i) {
+                    out.push(call);
+                }
+            }
+            ToolFormat::Gemma4 => {
+                let mut rest = text.trim_start();
+                while let Some(after) = rest.strip_prefix(GEMMA_OPEN) {
+                    let Some((call, used)) = self.gemma4_call(after) else {
+                        break;
+                    };
+                    let Some(call) = call else {
+                        // The name is known once the arguments start.
+                        let body = &after["call:".len().min(after.len())..];
+                        if let Some(b) = body.find('{') {
+                            out.push(PartialCall {
+                                name: body[..b].trim().to_string(),
+                                id: None,
+                                arguments: String::new(),
+                                complete: false,
+                            });
+                        }
+                        break;
+                    };
+                    out.push(PartialCall {
+                        name: call.name,
+                        id: None,
+                        arguments: call.arguments,
+                        complete: true,
+                    });
+                    rest = after[used..].trim_start();
+                }
+            }
+            ToolFormat::Generic => {
+                let t = text.trim_start();
+                let Some((members, _)) = json_scan::members(t, 0) else {
+                    return out;
+                };
+                for m in members {
+                    match m.key.as_str() {
+                        "tool_call" => {
+                            if let Some((call, _)) = self.partial_object(t, m.value.start) {
+                                out.push(call);
+                            }
+                        }
+                        "tool_calls" => {
+                            if let Some((spans, _)) = json_scan::elements(t, m.value.start) {
+                                for sp in spans {
+                                    match self.partial_object(t, sp.start) {
+                                        Some((call, _)) => out.push(call),
+                                        None => break,
+                                    }
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            ToolFormat::Llama3 | ToolFormat::Harmony => {}
+        }
+        if out.is_empty() {
+            out = self.partial_bare(text);
+        }
+        out
+    }
+
+    /// Bare call objects (after an optional `<|python_tag|>` or ```json fence), separated
+    /// by `;`.
+    fn partial_bare(&self, text: &str) -> Vec<PartialCall> {
+        let mut out = Vec::new();
+        let mut t = text.trim_start();
+        t = t.strip_prefix("<|python_tag|>").unwrap_or(t).trim_start();
+        t = t.strip_prefix("```json").unwrap_or(t).trim_start();
+        let mut i = 0;
+        while let Some((call, end)) = self.partial_object(t, i) {
+            out.push(call);
+            let Some(end) = end else { break };
+            let j = json_scan::skip_ws(t, end);
+            if t.as_bytes().get(j) != Some(&b';') {
+                break;
+            }
+            i = json_scan::skip_ws(t, j + 1);
+        }
+        out
+    }
+
+    /// The call object at `i` of `text` as far as it goes (None until its name is complete
+    /// and names a tool), and its end once closed.
+    fn partial_object(&self, text: &str, i: usize) -> Option<(PartialCall, Option<usize>)> {
+        let (members, end) = json_scan::members(text, i)?;
+        let string = |k: &str| {
+            members
+                .iter()
+                .find(|m| m.key == k && m.value.complete)
+                .and_then(|m| serde_json::from_str::<String>(m.value.text(text)).ok())
+        };
+        let name = string("name").filter(|n| self.knows(n))?;
+        let args = members
+            .iter()
+            .find(|m| m.key == "arguments" || m.key == "parameters");
+        let arguments = match args {
+            // Arguments written as a JSON string are sent once complete.
+            Some(m) if text[m.value.start..].starts_with('"') => {
+                if m.value.complete {
+                    serde_json::from_str::<String>(m.value.text(text)).unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            }
+            Some(m) => json_scan::minify(m.value.text(text)),
+            None => String::new(),
+        };
+        let call = PartialCall {
+            name,
+            id: string("id"),
+            arguments,
+            complete: end.is_some(),
+        };
+        Some((call, end))
+    }
+}
+
+/// A Lark grammar with `rules`: from the first token `start: forced_start` when `forced`,
+/// else `start: lazy_start` once the model writes `trigger`.
+fn forced_or_lazy(
+    forced: bool,
+    forced_start: &str,
+    lazy_start: &str,
+    rules: &str,
+    trigger: &str,
+) -> (GrammarSpec, Option<LazyTrigger>) {
+    if forced {
+        (
+            GrammarSpec::Lark(format!("start: {forced_start}\n{rules}")),
+            None,
+        )
+    } else {
+        let words = vec![trigger.to_string()];
+        let g = GrammarSpec::Lark(format!("start: {lazy_start}\n{rules}"));
+        (g, Some(LazyTrigger { words }))
+    }
+}
+
+/// A tool call as far as a streamed reply has written it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartialCall {
+    /// The function's name (one of the request's tools).
+    pub name: String,
+    /// The call's id, when the reply writes one.
+    pub id: Option<String>,
+    /// The arguments so far, compact; whole once `complete`.
+    pub arguments: String,
+    /// Whether the call is complete.
+    pub complete: bool,
+}
+
+/// Where GPT-OSS names a call's recipient (`to=functions.NAME`).
+pub(crate) const HARMONY_TO: &str = "to=functions.";
+/// Gemma 4's marks around a call and around a string.
+const GEMMA_OPEN: &str = "<|tool_call>";
+const GEMMA_CLOSE: &str = "<tool_call|>";
+const GEMMA_QUOTE: &str = "<|\"|>";
+
+/// The grammar of tool `i`'s Gemma 4 arguments (rules added to `g`, `q`: the string
+/// mark): with `properties`, a dict of those keys, each value following its schema where
+/// that is simple (an integer, a number, a boolean, an enum of strings, a string with its
+/// `maxLength`), any value otherwise; without, any dict.
+fn gemma_args(i: usize, t: &Tool, q: &str, g: &mut String) -> String {
+    let Some(props) = t.parameters.get("properties").and_then(Value::as_object) else {
+        return "gdict".into();
+    };
+    if props.is_empty() {
+        return "gdict".into();
+    }
+    let quoted = |s: &str| Value::String(s.to_string()).to_string();
+    let mut members = Vec::new();
+    for (j, (key, schema)) in props.iter().enumerate() {
+        let value = if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+            let words: Option<Vec<String>> = e
+                .iter()
+                .map(|w| w.as_str().map(|w| format!("{q} {} {q}", quoted(w))))
+                .collect();
+            words.map_or_else(|| "gval".to_string(), |w| format!("({})", w.join(" | ")))
+        } else {
+            match schema.get("type").and_then(Value::as_str) {
+                Some("integer") => "/-?[0-9]{1,16}/".to_string(),
+                Some("number") => "/-?[0-9]{1,16}(\\.[0-9]{1,16})?/".to_string(),
+                Some("boolean") => "(\"true\" | \"false\")".to_string(),
+                Some("string") => match schema.get("maxLength").and_then(Value::as_u64) {
+                    Some(n) => {
+                        g.push_str(&format!("t{i}_{j}: /[^<]{{1,{}}}/\n", n.max(1)));
+                        format!("{q} t{i}_{j}? {q}")
+                    }
+                    None => "gstr".to_string(),
+                },
+                _ => "gval".to_string(),
+            }
+        };
+        members.push(format!("{} {value}", quoted(&format!("{key}:"))));
+    }
+    g.push_str(&format!("k{i}: {}\n", members.join(" | ")));
+    g.push_str(&format!("d{i}: \"{{\" (k{i} (\",\" k{i})*)? \"}}\"\n"));
+    format!("d{i}")
+}
+
+/// A Gemma 4 value at the start of `text` (`{key:value,…}`, `[…]`, `<|"|>text<|"|>`, a
+/// number, `true`, `false`, `null`) as compact JSON, and the bytes it used; None when the
+/// text ends inside it or breaks the syntax.
+fn gemma_value(text: &str) -> Option<(String, usize)> {
+    let t = text.trim_start();
+    let lead = text.len() - t.len();
+    let (json, used) = if let Some(body) = t.strip_prefix(GEMMA_QUOTE) {
+        let e = body.find(GEMMA_QUOTE)?;
+        let s = Value::String(body[..e].to_string()).to_string();
+        (s, GEMMA_QUOTE.len() * 2 + e)
+    } else if t.starts_with('{') || t.starts_with('[') {
+        let (open, close) = if t.starts_with('{') {
+            ('{', '}')
+        } else {
+            ('[', ']')
+        };
+        let mut out = String::from(open);
+        let mut i = 1;
+        let mut first = true;
+        loop {
+            let rest = &t[i..];
+            let r = rest.trim_start();
+            i += rest.len() - r.len();
+            if let Some(after) = r.strip_prefix(close) {
+                out.push(close);
+                i = t.len() - after.len();
+                break;
+            }
+            if !first {
+                let after = r.strip_prefix(',')?;
+                i = t.len() - after.len();
+                out.push(',');
+            }
+            first = false;
+            let r = &t[i..];
+            if open == '{' {
+                let colon = r.find(':')?;
+                let key = r[..colon].trim();
+                if key.is_empty() || key.contains(['}', '{', ',']) {
+                    return None;
+                }
+                out += &Value::String(key.to_string()).to_string();
+                out.push(':');
+                i += colon + 1;
+            }
+            let (v, used) = gemma_value(&t[i..])?;
+            out += &v;
+            i += used;
+        }
+        (out, i)
+    } else {
+        let end = t
+            .find(|c: char| matches!(c, ',' | '}' | ']' | '<') || c.is_whitespace())
+            .unwrap_or(t.len());
+        if end == t.len() {
+            return None; // may go on
+        }
+        let word = &t[..end];
+        // A number or a literal, checked as JSON.
+        serde_json::from_str::<Value>(word).ok()?;
+        (word.to_string(), end)
+    };
+    Some((json, lead + used))
 }
 
 /// A call as the generic format writes it.

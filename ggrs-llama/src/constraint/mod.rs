@@ -156,17 +156,83 @@ fn json_options() -> serde_json::Value {
 }
 
 /// A schema with our compile options (unless it brings its own `x-guidance`): compact
-/// separators, no free whitespace.
+/// separators, no free whitespace; its integers and numbers bounded ([`bound_schema`]).
 pub fn with_json_options(schema: &serde_json::Value) -> serde_json::Value {
     let mut schema = match schema {
         // `true` / `{}`: any JSON value.
         serde_json::Value::Bool(true) => serde_json::json!({}),
         s => s.clone(),
     };
+    bound_schema(&mut schema);
     if let Some(o) = schema.as_object_mut() {
         o.entry("x-guidance").or_insert_with(json_options);
     }
     schema
+}
+
+/// The largest integer a JSON number holds exactly (2^53 − 1, 16 digits): the bound of
+/// an integer or number a schema leaves unbounded, as llama.cpp's json-schema-to-grammar
+/// allows at most 16 integer digits (unbounded digits let a small model write digits
+/// until `max_tokens`).
+pub const MAX_SCHEMA_INTEGER: i64 = (1 << 53) - 1;
+
+/// Rewrites `schema` in place, in every subschema, for llama.cpp's reading of it:
+/// - an `integer` or `number` without a bound on a side gets ±[`MAX_SCHEMA_INTEGER`]
+///   there;
+/// - `items` given as a list (draft 4's tuples, which llama.cpp reads as exactly those
+///   items) becomes `prefixItems` with no further items (or `additionalItems`' schema),
+///   and the schema an `array`.
+pub fn bound_schema(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    match schema {
+        Value::Array(a) => a.iter_mut().for_each(bound_schema),
+        Value::Object(o) => {
+            if let Some(Value::Array(items)) = o.get("items") {
+                let n = items.len();
+                let items = Value::Array(items.clone());
+                let rest = o.remove("additionalItems").unwrap_or(Value::Bool(true));
+                o.entry("minItems").or_insert_with(|| n.into());
+                let rest = if rest == Value::Bool(true) {
+                    Value::Bool(false)
+                } else {
+                    rest
+                };
+                o.insert("prefixItems".into(), items);
+                o.insert("items".into(), rest);
+                o.entry("type").or_insert_with(|| "array".into());
+            }
+            if matches!(
+                o.get("type").and_then(Value::as_str),
+                Some("integer" | "number")
+            ) {
+                let max = MAX_SCHEMA_INTEGER as f64;
+                let low = ["minimum", "exclusiveMinimum"]
+                    .iter()
+                    .filter_map(|k| o.get(*k).and_then(Value::as_f64))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let high = ["maximum", "exclusiveMaximum"]
+                    .iter()
+                    .filter_map(|k| o.get(*k).and_then(Value::as_f64))
+                    .fold(f64::INFINITY, f64::min);
+                if low == f64::NEG_INFINITY && high > -max {
+                    o.insert("minimum".into(), (-MAX_SCHEMA_INTEGER).into());
+                }
+                if high == f64::INFINITY && low < max {
+                    o.insert("maximum".into(), MAX_SCHEMA_INTEGER.into());
+                }
+            }
+            for (k, v) in o.iter_mut() {
+                // Values that are data, not schemas.
+                if !matches!(
+                    k.as_str(),
+                    "enum" | "const" | "default" | "examples" | "x-guidance"
+                ) {
+                    bound_schema(v);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 impl Constraint {

@@ -22,6 +22,25 @@ class TokenStream(Iterator[Piece]):
     def __enter__(self) -> "TokenStream": ...
     def __exit__(self, *exc: object) -> bool: ...
 
+class ReplyPieces:
+    """A chat reply split while it streams: pieces ``(kind, call_index, text, name)``,
+    kind ``reasoning``, ``content``, ``call`` (text: the call's id) or ``arguments``."""
+
+    def push(self, text: str) -> List[Tuple[str, int, str, str]]: ...
+    def finish(
+        self,
+    ) -> Tuple[
+        List[Tuple[str, int, str, str]],
+        Tuple[Optional[str], str, List[Tuple[str, str, str]]],
+    ]: ...
+
+class ChatPlan:
+    """A chat request ready to generate: its prompt, the tools' grammar, its reply's syntax."""
+
+    prompt: str
+    def parse(self, text: str) -> Tuple[Optional[str], str, List[Tuple[str, str, str]]]: ...
+    def stream(self) -> ReplyPieces: ...
+
 class NativeModel:
     def __init__(
         self,
@@ -58,6 +77,20 @@ class NativeModel:
         template: Optional[str] = None,
         enable_thinking: bool = True,
     ) -> str: ...
+    def chat_plan(
+        self,
+        messages: Sequence[
+            Tuple[str, str, List[Tuple[str, str, str]], Optional[str], Optional[str], Optional[str]]
+        ],
+        add_generation_prompt: bool = True,
+        template: Optional[str] = None,
+        enable_thinking: bool = True,
+        tools: Optional[str] = None,
+        tool_choice: str = "auto",
+        tool_name: Optional[str] = None,
+        parallel_tool_calls: bool = False,
+        reasoning: bool = False,
+    ) -> ChatPlan: ...
     def encode_chat(self, text: str) -> List[int]: ...
     def generate(self, prompt: Sequence[int], **kwargs: Any) -> Any: ...
     def eval(self, ids: Sequence[int], all_logits: bool = False) -> None: ...

@@ -363,6 +363,7 @@ class Model:
         stream: bool = False,
         grammar: Optional[str] = None,
         json_schema: Union[str, Mapping[str, Any], bool, None] = None,
+        _chat_plan: Any = None,
     ) -> Union[Generation, Stream]:
         """Generates text after ``prompt`` (text, encoded as the model encodes a prompt, or
         token ids).
@@ -414,6 +415,7 @@ class Model:
             cache_prompt=self.cache_prompt,
             grammar=grammar,
             json_schema=_schema_text(json_schema),
+            chat_plan=_chat_plan,
         )
         if stream:
             return Stream(native)
@@ -439,17 +441,29 @@ class Model:
         reply ends), plus ``logprobs`` (bool), ``top_logprobs`` (int), and constrained
         output as llama-cpp-python takes it: ``grammar`` (GBNF text or a ``LlamaGrammar``)
         or ``response_format`` (``{"type": "json_object"}``, optionally with a ``schema``,
-        or ``{"type": "json_schema", "json_schema": {"schema": …}}``). Fields ggrs does not
-        support (``tools``, ``functions``, ``n`` above 1) raise :class:`BadArgumentError`
-        naming them."""
+        or ``{"type": "json_schema", "json_schema": {"schema": …}}``), and tool calling as
+        llama-cpp-python takes it: ``tools`` (``[{"type": "function", "function": {"name",
+        "description", "parameters"}}]``), ``tool_choice`` (``"auto"``, ``"none"``,
+        ``"required"`` or ``{"type": "function", "function": {"name": …}}``) and
+        ``parallel_tool_calls``: the reply's ``message.tool_calls`` (``id``, ``function.name``,
+        ``function.arguments`` as JSON text) with ``finish_reason`` ``"tool_calls"``;
+        streamed, a call's first delta names it and the next ones carry its arguments in
+        pieces. ``required`` or a named function forces a call with a grammar made from the
+        parameters' schemas; ``auto`` checks a call once the model starts one. Messages may
+        carry an assistant's ``tool_calls`` and ``tool`` results; they are rendered by the
+        model's chat template. Fields ggrs does not support (the legacy ``functions``,
+        ``n`` above 1) raise :class:`BadArgumentError` naming them."""
         return _openai.create_chat_completion(self, messages, **kwargs)
 
     def apply_chat_template(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
     ) -> str:
-        """The prompt text of a conversation in the model's chat format (or ``chat_format``)."""
-        pairs = _openai.message_pairs(messages)
-        return self._m.render_chat(pairs, add_generation_prompt, self.chat_format)
+        """The prompt text of a conversation (with ``tool_calls`` and ``tool`` messages) in
+        the model's chat format (or ``chat_format``), with ``tools`` shown to the model."""
+        return _openai.chat_plan(self, messages, add_generation_prompt, tools=tools).prompt
 
     # ----- embeddings -----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # annotations only (they are strings): see `_model`
 
 # Fields of llama-cpp-python's calls that ggrs does not implement: refused by name rather
 # than ignored.
-_UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call", "suffix")
+_UNSUPPORTED = ("functions", "function_call", "suffix")
 
 _SAMPLING = (
     "temperature",
@@ -107,11 +107,23 @@ def _piece(model: "Model", token: int) -> str:
     return model.token_to_piece(token).decode("utf-8", errors="replace")
 
 
-def message_pairs(messages: Sequence[Mapping[str, Any]]) -> List[Tuple[str, str]]:
-    """``(role, text)`` of OpenAI-style messages (content as a string or a list of text parts)."""
+def _arguments_text(args: Any) -> str:
+    if args is None:
+        return "{}"
+    if isinstance(args, str):
+        return args
+    import json
+
+    return json.dumps(args, ensure_ascii=False)
+
+
+def message_parts(messages: Sequence[Mapping[str, Any]]) -> List[Tuple[Any, ...]]:
+    """OpenAI-style messages as the native half takes them: ``(role, text, [(id, name,
+    arguments)], tool_call_id, name, reasoning_content)`` (content as a string or a list of
+    text parts; an assistant's ``tool_calls``; a ``tool`` message's ``tool_call_id``)."""
     if isinstance(messages, (str, bytes)) or not messages:
         raise BadArgumentError("`messages` must be a non-empty list of {role, content} dicts")
-    pairs = []
+    parts = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or "role" not in m:
             raise BadArgumentError(f"messages[{i}] must be a dict with `role` and `content`")
@@ -129,10 +141,103 @@ def message_pairs(messages: Sequence[Mapping[str, Any]]) -> List[Tuple[str, str]
                     )
                 texts.append(str(part.get("text", "")))
             content = "".join(texts)
-        if m.get("tool_calls"):
-            raise BadArgumentError(f"messages[{i}].tool_calls is not supported by ggrs")
-        pairs.append((str(m["role"]), content))
-    return pairs
+        role = str(m["role"])
+        role = {"developer": "system", "function": "tool"}.get(role, role)
+        calls = []
+        for k, c in enumerate(m.get("tool_calls") or []):
+            f = c.get("function") if isinstance(c, Mapping) else None
+            if not isinstance(f, Mapping) or not isinstance(f.get("name"), str):
+                raise BadArgumentError(
+                    f"messages[{i}].tool_calls[{k}] must be {{'id', 'type': 'function', "
+                    "'function': {'name', 'arguments'}}"
+                )
+            cid = c.get("id") or f"call_{os.urandom(12).hex()}"
+            calls.append((str(cid), f["name"], _arguments_text(f.get("arguments"))))
+        call_id = m.get("tool_call_id")
+        name = m.get("name")
+        reasoning = m.get("reasoning_content")
+        parts.append(
+            (
+                role,
+                content,
+                calls,
+                None if call_id is None else str(call_id),
+                None if name is None else str(name),
+                reasoning if isinstance(reasoning, str) else None,
+            )
+        )
+    return parts
+
+
+def _tool_choice(choice: Any) -> Tuple[str, Optional[str]]:
+    """llama-cpp-python's ``tool_choice``: ``"auto"``, ``"none"``, ``"required"`` or
+    ``{"type": "function", "function": {"name": ...}}``, as (kind, function name)."""
+    if choice is None:
+        return "auto", None
+    if isinstance(choice, str) and choice in ("auto", "none", "required"):
+        return choice, None
+    if isinstance(choice, Mapping):
+        f = choice.get("function")
+        name = f.get("name") if isinstance(f, Mapping) else choice.get("name")
+        if isinstance(name, str):
+            return "function", name
+    raise BadArgumentError(
+        "`tool_choice` must be 'auto', 'none', 'required' or "
+        f"{{'type': 'function', 'function': {{'name': ...}}}}, not {choice!r}"
+    )
+
+
+def chat_plan(
+    model: "Model",
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    tools: Any = None,
+    tool_choice: Any = None,
+    parallel_tool_calls: Optional[bool] = None,
+) -> Any:
+    """The native plan of a chat request: its prompt, the tools' grammar, its reply's
+    syntax."""
+    tools_text = None
+    if tools is not None:
+        if not isinstance(tools, (list, tuple)):
+            raise BadArgumentError("`tools` must be a list of {'type': 'function', ...} dicts")
+        if tools:
+            import json
+
+            tools_text = json.dumps(list(tools), ensure_ascii=False)
+    kind, name = _tool_choice(tool_choice)
+    return model._m.chat_plan(
+        message_parts(messages),
+        add_generation_prompt,
+        model.chat_format,
+        tools=tools_text,
+        tool_choice=kind,
+        tool_name=name,
+        parallel_tool_calls=bool(parallel_tool_calls),
+    )
+
+
+def _tool_calls(calls: Sequence[Tuple[str, str, str]]) -> List[Dict[str, Any]]:
+    return [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        for cid, name, args in calls
+    ]
+
+
+def _reply_delta(kind: str, index: int, a: str, b: str) -> Dict[str, Any]:
+    """A streamed piece as OpenAI's ``delta``: a call's first piece names it (with empty
+    arguments), the next ones carry its arguments."""
+    if kind == "content":
+        return {"content": a}
+    if kind == "reasoning":
+        return {"reasoning_content": a}
+    if kind == "call":
+        return {
+            "tool_calls": [
+                {"index": index, "id": a, "type": "function", "function": {"name": b, "arguments": ""}}
+            ]
+        }
+    return {"tool_calls": [{"index": index, "function": {"arguments": a}}]}
 
 
 # ----- /v1/completions ----------------------------------------------------------------------
@@ -241,6 +346,9 @@ _CHAT_ARGS = _SAMPLING + (
     "model",
     "stream_options",
     "grammar",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
 )
 
 
@@ -270,8 +378,15 @@ def create_chat_completion(
     if top is not None and not want_lp:
         raise BadArgumentError("`top_logprobs` needs `logprobs: true`")
     max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
-    text = model.apply_chat_template(messages, add_generation_prompt=True)
-    ids = model._m.encode_chat(text)
+    plan = chat_plan(
+        model,
+        messages,
+        tools=kwargs.get("tools"),
+        tool_choice=kwargs.get("tool_choice"),
+        parallel_tool_calls=kwargs.get("parallel_tool_calls"),
+    )
+    sampling["_chat_plan"] = plan
+    ids = model._m.encode_chat(plan.prompt)
     cid = f"chatcmpl-{os.urandom(12).hex()}"
     created = int(time.time())
     name = kwargs.get("model") or model.model_path
@@ -279,25 +394,30 @@ def create_chat_completion(
     if kwargs.get("stream"):
         opts = kwargs.get("stream_options") or {}
         stream = model.generate(ids, max_tokens=max_tokens, logprobs=n_top, stream=True, **sampling)
-        return _chat_chunks(model, stream, cid, created, name, want_lp, bool(opts.get("include_usage")))
+        return _chat_chunks(
+            model, stream, plan, cid, created, name, want_lp, bool(opts.get("include_usage"))
+        )
     g = model.generate(ids, max_tokens=max_tokens, logprobs=n_top, **sampling)
     lp = None
     if want_lp:
         n = len(g.tokens) - (1 if g.stop_reason == "eos" else 0)
         lp = _chat_logprobs(model, g.tokens[:n], g.logprobs[:n], g.top_logprobs[:n])
+    reasoning, content, calls = plan.parse(g.text)
+    message: Dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    finish = g.finish_reason
+    if calls:
+        # As OpenAI writes a reply that only calls tools: no content.
+        message["content"] = content or None
+        message["tool_calls"] = _tool_calls(calls)
+        finish = "tool_calls"
     return {
         "id": cid,
         "object": "chat.completion",
         "created": created,
         "model": name,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": g.text},
-                "logprobs": lp,
-                "finish_reason": g.finish_reason,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}],
         "usage": _usage(g),
     }
 
@@ -305,6 +425,7 @@ def create_chat_completion(
 def _chat_chunks(
     model: "Model",
     stream: Any,
+    plan: Any,
     cid: str,
     created: int,
     name: str,
@@ -320,16 +441,24 @@ def _chat_chunks(
             "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}],
         }
 
+    pieces = plan.stream()
     with stream:
         yield chunk({"role": "assistant"}, None, None)
         for piece in stream:
             lp = None
             if want_lp and piece.token is not None:
                 lp = _chat_logprobs(model, [piece.token], [piece.logprob], [piece.top_logprobs])
-            if piece.text or lp is not None:
-                yield chunk({"content": piece.text}, lp, None)
+            deltas = pieces.push(piece.text) if piece.text else []
+            for d in deltas:
+                yield chunk(_reply_delta(*d), lp, None)
+                lp = None
+            if lp is not None:
+                yield chunk({"content": ""}, lp, None)
         g = stream.result
-        yield chunk({}, None, g.finish_reason)
+        rest, (_, _, calls) = pieces.finish()
+        for d in rest:
+            yield chunk(_reply_delta(*d), None, None)
+        yield chunk({}, None, "tool_calls" if calls else g.finish_reason)
         if include_usage:
             last = chunk({}, None, None)
             last["choices"] = []
