@@ -130,6 +130,13 @@ impl Architecture for Gemma3 {
         "gemma3"
     }
 
+    fn hparams(&self, file: &ggrs_core::gguf::GgufFile) -> Result<HParams> {
+        let mut hp = HParams::from_gguf(file)?;
+        let c = Gemma3Consts::from_gguf(file, &hp)?;
+        hp.set_windows(|il| c.is_local(il).then_some(c.window));
+        Ok(hp)
+    }
+
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = Gemma3Consts::from_gguf(l.file(), hp)?;
         let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
@@ -200,9 +207,12 @@ impl ArchModel for Gemma3Model {
             let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
 
             let k2 = ctx.reshape_2d(k, hp.n_embd_kv(), n)?;
-            let mask = if is_local { mask_swa } else { inp.mask };
+            let at = match is_local {
+                true => inp.window_layer(mask_swa, shape),
+                false => inp.global_layer(shape),
+            };
             let qkv = [q, k2, v];
-            x = l.attend_and_ffn(ctx, (hp, w, kv, shape), &inp, il, mask, qkv, scores, x)?;
+            x = l.attend_and_ffn(ctx, (hp, w, kv), &inp, il, at, qkv, scores, x)?;
         }
         output_logits(
             ctx,

@@ -216,6 +216,13 @@ impl Architecture for GptOss {
         "gpt-oss"
     }
 
+    fn hparams(&self, file: &GgufFile) -> Result<HParams> {
+        let mut hp = HParams::from_gguf(file)?;
+        let c = GptOssConsts::from_gguf(file, &hp)?;
+        hp.set_windows(|il| c.local[il].then_some(c.window));
+        Ok(hp)
+    }
+
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = GptOssConsts::from_gguf(l.file(), hp)?;
         let head = Head::load(hp, l)?;
@@ -269,7 +276,10 @@ impl ArchModel for GptOssModel {
             let is_local = c.local[il];
             let how = AttnMasking {
                 kq_scale,
-                mask: if is_local { mask_swa } else { inp.mask },
+                at: match is_local {
+                    true => inp.window_layer(mask_swa, shape),
+                    false => inp.global_layer(shape),
+                },
                 sinks: Some(w[l.sinks]),
             };
             let rope = if is_local { local } else { global };

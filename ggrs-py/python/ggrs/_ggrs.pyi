@@ -32,6 +32,7 @@ class NativeModel:
         logits_all: bool = False,
         kv_type: str = "f16",
         copy_weights: Optional[bool] = None,
+        swa_full: bool = False,
     ) -> None: ...
     path: str
     arch: str
