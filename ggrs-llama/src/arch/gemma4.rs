@@ -155,15 +155,15 @@ impl Gemma4Consts {
         let kv_heads = get_usize_or_layers(f, &k("attention.head_count_kv"), n_layer)?
             .unwrap_or_else(|| vec![hp.n_head; n_layer]);
         let mut layers: Vec<Gemma4LayerShape> = Vec::with_capacity(n_layer);
-        for il in 0..n_layer {
+        for (il, &is_local) in local.iter().enumerate() {
             let kv_source = match il < with_kv {
                 true => il,
                 // As llama.cpp: the last local or the last global layer with a cache.
-                false => with_kv - if local[il] { 2 } else { 1 },
+                false => with_kv - if is_local { 2 } else { 1 },
             };
-            let head_dim = if local[il] { hd_swa } else { hp.head_dim };
+            let head_dim = if is_local { hd_swa } else { hp.head_dim };
             let src = layers.get(kv_source).copied();
-            if src.is_some_and(|s| s.local != local[il]) {
+            if src.is_some_and(|s| s.local != is_local) {
                 return Err(LlamaError::BadKey {
                     key: pattern,
                     detail: format!(
@@ -173,7 +173,7 @@ impl Gemma4Consts {
                 });
             }
             layers.push(Gemma4LayerShape {
-                local: local[il],
+                local: is_local,
                 head_dim,
                 n_head_kv: kv_heads[kv_source],
                 kv_source,
