@@ -451,6 +451,23 @@ impl Rotary {
         }
     }
 
+    /// A rotary over `n_rot` dimensions at base `freq_base` and position scale
+    /// `freq_scale` (a sliding-window layer's own), NEOX pairing, with the file's YaRN blend
+    /// and the factors `freqs`.
+    pub fn neox_with(
+        hp: &HParams,
+        n_rot: usize,
+        (freq_base, freq_scale): (f32, f32),
+        freqs: Option<Tensor>,
+    ) -> Rotary {
+        let (params, yarn) = hp.rotary_with(RopeMode::Neox, n_rot, freq_base, freq_scale);
+        Rotary {
+            params,
+            yarn,
+            freqs,
+        }
+    }
+
     /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
     pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
         Ok(match self.yarn {

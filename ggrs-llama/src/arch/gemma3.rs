@@ -176,12 +176,7 @@ impl ArchModel for Gemma3Model {
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let mask_swa = inp.add_swa_mask(ctx, shape)?;
         let global = Rotary::new(hp, RopeMode::Neox, None);
-        let (params, yarn) = hp.rotary_with(RopeMode::Neox, hp.n_rot, c.freq_base_swa, 1.0);
-        let local = Rotary {
-            params,
-            yarn,
-            freqs: None,
-        };
+        let local = Rotary::neox_with(hp, hp.n_rot, (c.freq_base_swa, 1.0), None);
         let scores = AttnScores {
             scale: 1.0,
             softcap: None,

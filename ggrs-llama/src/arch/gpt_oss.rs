@@ -258,17 +258,8 @@ impl ArchModel for GptOssModel {
         let mask_swa = inp.add_swa_mask(ctx, shape)?;
         let freqs = w.opt(self.head.rope_freqs);
         let global = Rotary::new(hp, RopeMode::Neox, freqs);
-        let (params, yarn) = hp.rotary_with(
-            RopeMode::Neox,
-            hp.n_rot,
-            c.freq_base_swa,
-            hp.rope_freq_scale,
-        );
-        let local = Rotary {
-            params,
-            yarn,
-            freqs,
-        };
+        let base_scale = (c.freq_base_swa, hp.rope_freq_scale);
+        let local = Rotary::neox_with(hp, hp.n_rot, base_scale, freqs);
         let kq_scale = 1.0 / (hp.head_dim as f32).sqrt();
 
         let mut x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
