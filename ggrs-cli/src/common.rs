@@ -65,6 +65,10 @@ pub struct ModelArgs {
     /// Most tokens evaluated in one graph.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
+    /// Keep every context cell for the sliding-window layers too (Gemma 2/3/4, gpt-oss),
+    /// as llama.cpp's `--swa-full`; by default they keep only their window.
+    #[arg(long = "swa-full")]
+    pub swa_full: bool,
     /// Copy the matrix weights that are not repacked (F16, BF16, K-quants) onto huge pages
     /// at load time: a few percent faster decoding, for a slower start. `auto`: yes, except
     /// for `ggrs run` with fewer than 1024 tokens to generate, or when `GGRS_NO_COPY=1`.
@@ -141,6 +145,7 @@ impl ModelArgs {
                 n_batch: self.batch_size,
                 n_threads,
                 logits_all,
+                swa_full: self.swa_full,
                 ..SessionParams::default()
             },
         )

@@ -32,6 +32,10 @@ pub struct Args {
     /// Most prompt tokens evaluated in one step.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     batch_size: usize,
+    /// Keep every cell of each slot for the sliding-window layers too (Gemma 2/3/4,
+    /// gpt-oss), as llama-server's `--swa-full`; by default they keep only their window.
+    #[arg(long = "swa-full")]
+    swa_full: bool,
     /// Compute threads (0: one per physical core).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
@@ -157,6 +161,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         n_batch: a.batch_size,
         n_threads: checked_threads(a.threads),
         queue_capacity: a.queue,
+        swa_full: a.swa_full,
         ..EngineParams::default()
     };
     c.host = a.host.clone();

@@ -22,6 +22,9 @@ pub enum Transform {
         /// Heads in the tensor.
         n_head: usize,
     },
+    /// Rows kept in order, every value plus one (in f32): Gemma's RMSNorm multiplies by
+    /// `1 + w`, which llama.cpp's converter stores as the weight.
+    AddOne,
 }
 
 /// One tensor of the output.
@@ -38,6 +41,9 @@ pub(crate) struct Planned {
     /// Written as F32 whatever the output type (llama.cpp's converter keeps BERT's position
     /// and token-type embeddings in F32).
     pub keep_f32: bool,
+    /// The values of a tensor made from `config.json` rather than read from the checkpoint
+    /// (Phi-3's LongRoPE factors), written as F32; `hf_name` then names the config key.
+    pub values: Option<Vec<f32>>,
 }
 
 /// Metadata and tensors of one conversion.
@@ -132,8 +138,22 @@ impl LayoutBuilder<'_> {
             shape,
             transform,
             keep_f32: false,
+            values: None,
         });
         Ok(())
+    }
+
+    /// Plans GGUF tensor `gguf`, 1-D F32, with `values` made from the configuration key
+    /// `from` (not read from the checkpoint).
+    pub(crate) fn generated(&mut self, from: &str, gguf: &str, values: Vec<f32>) {
+        self.tensors.push(Planned {
+            hf_name: from.to_string(),
+            gguf_name: gguf.to_string(),
+            shape: vec![values.len()],
+            transform: Transform::None,
+            keep_f32: true,
+            values: Some(values),
+        });
     }
 
     /// [`LayoutBuilder::add`] of a required tensor.
@@ -231,7 +251,7 @@ pub(crate) fn build(
 /// Checks that every planned tensor has its expected shape and a float type, and that the
 /// checkpoint has no tensor the layout does not place (or drop on purpose).
 pub(crate) fn check(layout: &Layout, ck: &Checkpoint) -> Result<(), ConvertError> {
-    for p in &layout.tensors {
+    for p in layout.tensors.iter().filter(|p| p.values.is_none()) {
         // `build` only plans tensors the checkpoint has.
         let Some(t) = ck.get(&p.hf_name) else {
             return Err(ConvertError::MissingTensor {
@@ -257,6 +277,7 @@ pub(crate) fn check(layout: &Layout, ck: &Checkpoint) -> Result<(), ConvertError
     let placed: std::collections::HashSet<&str> = layout
         .tensors
         .iter()
+        .filter(|p| p.values.is_none())
         .map(|p| p.hf_name.as_str())
         .chain(layout.dropped.iter().map(String::as_str))
         .collect();

@@ -8,6 +8,11 @@
 //! |---|---|
 //! | `LlamaForCausalLM` | llama.cpp's `llama`, Q/K rows permuted as llama.cpp's converter does |
 //! | `Qwen2ForCausalLM` | llama.cpp's `qwen2` |
+//! | `SmolLM3ForCausalLM` | llama.cpp's `smollm3` (Q/K permuted) |
+//! | `GraniteForCausalLM` | llama.cpp's `granite` (Q/K permuted, the four multipliers) |
+//! | `Ministral3ForCausalLM` | llama.cpp's `mistral3` (Q/K permuted, YaRN, attention temperature) |
+//! | `Gemma3ForCausalLM` | llama.cpp's `gemma3` (norm weights stored plus one) |
+//! | `Phi3ForCausalLM` | llama.cpp's `phi3` (LongRoPE factors from `config.json` as tensors) |
 //! | `ChatGLMModel` without `position_encoding_2d` (ChatGLM2/3) | llama.cpp's `chatglm` |
 //! | `ChatGLMModel` with `position_encoding_2d` (ChatGLM-6B v1) | `chatglm1`, documented in `docs/gguf-chatglm1.md` |
 //! | `BertModel`, `BertForMaskedLM`, `BertForSequenceClassification` | llama.cpp's `bert` (WordPiece vocabulary, sentence-transformers pooling) |

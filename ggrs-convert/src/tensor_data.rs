@@ -27,7 +27,7 @@ pub(crate) fn out_dtype(p: &Planned, outtype: OutType) -> DType {
 /// The checkpoint row that output row `r` comes from.
 fn source_row(r: usize, rows: usize, transform: Transform) -> usize {
     match transform {
-        Transform::None => r,
+        Transform::None | Transform::AddOne => r,
         Transform::RopePermute { n_head } => {
             let d = rows / n_head;
             let (h, w) = (r / d, r % d);
@@ -85,10 +85,13 @@ pub(crate) fn write_tensor(
             for (k, d) in dst.chunks_mut(out_row).enumerate() {
                 let s = source_row(first + k, rows, transform);
                 let row = &src[s * in_row..(s + 1) * in_row];
-                if from == to {
+                if from == to && transform != Transform::AddOne {
                     d.copy_from_slice(row);
                 } else {
                     to_f32(row, &mut tmp);
+                    if transform == Transform::AddOne {
+                        tmp.iter_mut().for_each(|x| *x += 1.0);
+                    }
                     from_f32(&tmp, d);
                 }
             }

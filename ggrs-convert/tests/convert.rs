@@ -583,6 +583,321 @@ fn llama_checkpoint(dir: &Path) -> GgufFile {
     g
 }
 
+/// `tokenizer_config.json` as the 2026 tiny files' tokenizers say: BOS added, EOS not.
+fn bos_not_eos(dir: &Path) {
+    let tc = json!({"add_bos_token": true, "add_eos_token": false});
+    std::fs::write(dir.join("tokenizer_config.json"), tc.to_string()).unwrap();
+}
+
+/// The LLaMA layout's Hugging Face names.
+const LLAMA_WHOLE: &[(&str, &str)] = &[
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+const LLAMA_BLOCK: &[(&str, &str)] = &[
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
+
+/// A 2026 family on the LLaMA layout: `tiny-<name>-f16.gguf` written as a Hugging Face
+/// checkpoint with `config` (4 heads, 2 KV heads, tied embeddings; Q/K rows unpermuted)
+/// converts back to the same tensors and keys, bit for bit, and the model still matches
+/// llama.cpp's outputs.
+fn llama_family_round_trip(name: &str, config: serde_json::Value) {
+    let dir = scratch(&format!("{name}-rt"));
+    let src = common::reference_dir().join(format!("tiny/tiny-{name}-f16.gguf"));
+    let g = GgufFile::open(&src).unwrap();
+    let names = hf_names(LLAMA_WHOLE, "model.layers", LLAMA_BLOCK);
+    let perm = |n: &str| -> Option<usize> {
+        match () {
+            _ if n.ends_with("attn_q.weight") => Some(4),
+            _ if n.ends_with("attn_k.weight") => Some(2),
+            _ => None,
+        }
+    };
+    hf_from_gguf(&g, &dir, config, &names, &perm);
+    bos_not_eos(&dir);
+    let out = dir.join("back.gguf");
+    let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
+    assert_eq!(rep.tokenizer.as_deref(), Some("llama"));
+    let conv = GgufFile::open(&out).unwrap();
+    assert_same(&g, &conv);
+    let rep = compare_with_llama_cpp(&out, &format!("tiny-{name}-f16.public.jsonl"));
+    assert_eq!(rep.over_tol, 0, "{name}: logits beyond 0.01: {rep:?}");
+    assert_eq!(rep.argmax_equal, rep.argmax_checked, "{name}: {rep:?}");
+    assert!(
+        rep.greedy_failures.is_empty(),
+        "{name}: {:?}",
+        rep.greedy_failures
+    );
+}
+
+#[test]
+fn smollm3_round_trip() {
+    llama_family_round_trip(
+        "smollm3",
+        json!({
+            "_name_or_path": "someone/tiny-smollm3-random",
+            "architectures": ["SmolLM3ForCausalLM"],
+            "model_type": "smollm3",
+            "hidden_size": 64,
+            "intermediate_size": 192,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 512,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 5000000.0,
+            "no_rope_layer_interval": 4,
+            "vocab_size": 32000,
+            "tie_word_embeddings": true
+        }),
+    );
+}
+
+#[test]
+fn granite_round_trip() {
+    llama_family_round_trip(
+        "granite",
+        json!({
+            "_name_or_path": "someone/tiny-granite-random",
+            "architectures": ["GraniteForCausalLM"],
+            "model_type": "granite",
+            "hidden_size": 64,
+            "intermediate_size": 192,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "max_position_embeddings": 512,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0,
+            "attention_multiplier": 0.0625,
+            "embedding_multiplier": 12.0,
+            "residual_multiplier": 0.22,
+            "logits_scaling": 8.0,
+            "vocab_size": 32000,
+            "tie_word_embeddings": true
+        }),
+    );
+}
+
+#[test]
+fn mistral3_round_trip() {
+    llama_family_round_trip(
+        "mistral3",
+        json!({
+            "_name_or_path": "someone/tiny-mistral3-random",
+            "architectures": ["Ministral3ForCausalLM"],
+            "model_type": "ministral3",
+            "hidden_size": 64,
+            "intermediate_size": 192,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "max_position_embeddings": 256,
+            "rms_norm_eps": 1e-5,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 1000000.0,
+                "factor": 16.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.1
+            },
+            "vocab_size": 32000,
+            "tie_word_embeddings": true
+        }),
+    );
+}
+
+/// Gemma 3: `tiny-gemma3-f16.gguf` as a `Gemma3ForCausalLM` checkpoint (norm weights stored
+/// minus one, as Hugging Face's Gemma keeps them; Q/K rows in checkpoint order) converts back
+/// bit for bit (the +1 in f32 undoes the −1 exactly for these weights), and still matches
+/// llama.cpp's outputs.
+#[test]
+fn gemma3_round_trip() {
+    let dir = scratch("gemma3-rt");
+    let src = common::reference_dir().join("tiny/tiny-gemma3-f16.gguf");
+    let g = GgufFile::open(&src).unwrap();
+    let names = hf_names(
+        &[
+            ("token_embd.weight", "model.embed_tokens.weight"),
+            ("output_norm.weight", "model.norm.weight"),
+        ],
+        "model.layers",
+        &[
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("attn_q.weight", "self_attn.q_proj.weight"),
+            ("attn_k.weight", "self_attn.k_proj.weight"),
+            ("attn_v.weight", "self_attn.v_proj.weight"),
+            ("attn_output.weight", "self_attn.o_proj.weight"),
+            ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+            ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+            (
+                "post_attention_norm.weight",
+                "post_attention_layernorm.weight",
+            ),
+            ("ffn_norm.weight", "pre_feedforward_layernorm.weight"),
+            ("ffn_gate.weight", "mlp.gate_proj.weight"),
+            ("ffn_up.weight", "mlp.up_proj.weight"),
+            ("ffn_down.weight", "mlp.down_proj.weight"),
+            ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
+        ],
+    );
+    let mut ts = Vec::new();
+    for t in g.tensors() {
+        let shape: Vec<usize> = t.ne[..t.n_dims].iter().rev().copied().collect();
+        let mut data = g.tensor_data(t).to_vec();
+        if t.name.ends_with("norm.weight") {
+            data = f32s(&data)
+                .iter()
+                .flat_map(|x| (x - 1.0).to_le_bytes())
+                .collect();
+        }
+        ts.push(StT {
+            name: names(&t.name),
+            dtype: st_dtype(t.dtype),
+            shape,
+            data,
+        });
+    }
+    write_safetensors(&dir.join("model.safetensors"), &ts);
+    let config = json!({
+        "_name_or_path": "someone/tiny-gemma3-random",
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "hidden_size": 64,
+        "intermediate_size": 192,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 1024,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "sliding_window": 4,
+        "sliding_window_pattern": 3,
+        "query_pre_attn_scalar": 32,
+        "vocab_size": 32000,
+        "tie_word_embeddings": true
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let (tokens, scores, types) = vocab_of(&g);
+    std::fs::write(
+        dir.join("tokenizer.model"),
+        sentencepiece_model(&tokens, &scores, &types),
+    )
+    .unwrap();
+    bos_not_eos(&dir);
+    let out = dir.join("back.gguf");
+    let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
+    assert_eq!(rep.tokenizer.as_deref(), Some("llama"));
+    let conv = GgufFile::open(&out).unwrap();
+    assert_same(&g, &conv);
+    assert_eq!(
+        conv.get("tokenizer.ggml.add_space_prefix"),
+        Some(&Value::Bool(false))
+    );
+    let rep = compare_with_llama_cpp(&out, "tiny-gemma3-f16.public.jsonl");
+    assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
+    assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
+    assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
+}
+
+/// Phi-3 with LongRoPE (`tiny-phi3-longrope-f16.gguf`): fused Q/K/V and gate/up, the rotary
+/// factors in `config.json` (`rope_scaling.long_factor` / `short_factor`, made into F32
+/// tensors again) and the attention factor computed from the contexts (512 / 16 → 1.5):
+/// bit for bit back, and still llama.cpp's outputs.
+#[test]
+fn phi3_longrope_round_trip() {
+    let dir = scratch("phi3-rt");
+    let src = common::reference_dir().join("tiny/tiny-phi3-longrope-f16.gguf");
+    let g = GgufFile::open(&src).unwrap();
+    let factors = |name: &str| f32s(g.tensor_data(g.tensor(name).unwrap()));
+    let (long, short) = (
+        factors("rope_factors_long.weight"),
+        factors("rope_factors_short.weight"),
+    );
+    let names = hf_names(
+        &[
+            ("token_embd.weight", "model.embed_tokens.weight"),
+            ("output_norm.weight", "model.norm.weight"),
+        ],
+        "model.layers",
+        &[
+            ("attn_norm.weight", "input_layernorm.weight"),
+            ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
+            ("attn_output.weight", "self_attn.o_proj.weight"),
+            ("ffn_norm.weight", "post_attention_layernorm.weight"),
+            ("ffn_up.weight", "mlp.gate_up_proj.weight"),
+            ("ffn_down.weight", "mlp.down_proj.weight"),
+        ],
+    );
+    let mut ts = Vec::new();
+    for t in g
+        .tensors()
+        .iter()
+        .filter(|t| !t.name.starts_with("rope_factors"))
+    {
+        ts.push(StT {
+            name: names(&t.name),
+            dtype: st_dtype(t.dtype),
+            shape: t.ne[..t.n_dims].iter().rev().copied().collect(),
+            data: g.tensor_data(t).to_vec(),
+        });
+    }
+    write_safetensors(&dir.join("model.safetensors"), &ts);
+    let config = json!({
+        "_name_or_path": "someone/tiny-phi-longrope-random",
+        "architectures": ["Phi3ForCausalLM"],
+        "model_type": "phi3",
+        "hidden_size": 64,
+        "intermediate_size": 192,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "original_max_position_embeddings": 16,
+        "partial_rotary_factor": 0.75,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"type": "longrope", "long_factor": long, "short_factor": short},
+        "sliding_window": null,
+        "vocab_size": 32000,
+        "tie_word_embeddings": true
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let (tokens, scores, types) = vocab_of(&g);
+    std::fs::write(
+        dir.join("tokenizer.model"),
+        sentencepiece_model(&tokens, &scores, &types),
+    )
+    .unwrap();
+    bos_not_eos(&dir);
+    let out = dir.join("back.gguf");
+    convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
+    let conv = GgufFile::open(&out).unwrap();
+    assert_same(&g, &conv);
+    let rep = compare_with_llama_cpp(&out, "tiny-phi3-longrope-f16.public.jsonl");
+    assert_eq!(rep.over_tol, 0, "logits beyond 0.01: {rep:?}");
+    assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
+    assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
+}
+
 #[test]
 fn llama_round_trip() {
     let dir = scratch("llama-rt");
@@ -1505,11 +1820,25 @@ fn malformed_sentencepiece_model_is_an_error() {
 #[test]
 fn registry_detects_each_architecture_from_config_json() {
     let names: Vec<&str> = SourceArch::all().map(SourceArch::gguf_name).collect();
-    assert_eq!(names, ["llama", "qwen2", "chatglm", "chatglm1", "bert"]);
+    assert_eq!(
+        names,
+        [
+            "llama", "qwen2", "smollm3", "granite", "mistral3", "gemma3", "phi3", "chatglm",
+            "chatglm1", "bert"
+        ]
+    );
     let detect = |cfg: serde_json::Value| SourceArch::detect(&cfg).map(SourceArch::gguf_name);
     let cases = [
         (json!({"architectures": ["LlamaForCausalLM"]}), "llama"),
         (json!({"architectures": ["Qwen2ForCausalLM"]}), "qwen2"),
+        (json!({"architectures": ["SmolLM3ForCausalLM"]}), "smollm3"),
+        (json!({"architectures": ["GraniteForCausalLM"]}), "granite"),
+        (
+            json!({"architectures": ["Ministral3ForCausalLM"]}),
+            "mistral3",
+        ),
+        (json!({"architectures": ["Gemma3ForCausalLM"]}), "gemma3"),
+        (json!({"architectures": ["Phi3ForCausalLM"]}), "phi3"),
         (json!({"architectures": ["ChatGLMModel"]}), "chatglm"),
         (
             json!({"architectures": ["ChatGLMForConditionalGeneration"]}),

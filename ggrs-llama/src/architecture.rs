@@ -244,7 +244,7 @@ impl StepState for CausalState {
 
 /// The step state of a model whose layers attend either causally or through a sliding
 /// window (Gemma 2): positions as the batch gives them, the causal mask, and the sliding-window
-/// mask ([`KvCache::mask_window`]), both built from each token's own position and sequence, so
+/// mask ([`KvCache::window_mask`]), both built from each token's own position and sequence, so
 /// they hold for a batch of several sequences and across steps alike.
 #[derive(Debug, Clone, Copy)]
 pub struct SlidingWindowState {
@@ -257,7 +257,7 @@ impl StepState for SlidingWindowState {
         Ok(StepValues {
             pos: piece.pos.clone(),
             mask: kv.mask(piece, n_kv),
-            mask_swa: Some(kv.mask_window(piece, n_kv, Some(self.window))),
+            mask_swa: Some(kv.window_mask(piece, n_kv, self.window)),
         })
     }
 }

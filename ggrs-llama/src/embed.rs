@@ -418,6 +418,7 @@ impl Embedder {
                 LlamaError::InvalidArgument(format!("a step holds at most {MAX_SEQ} inputs"))
             })?,
             per_column: false,
+            window: None,
         })
     }
 

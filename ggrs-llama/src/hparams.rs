@@ -44,6 +44,37 @@ pub struct HParams {
     /// epsilon of an architecture that reads it from another key (see
     /// [`HParams::from_gguf_eps`]).
     pub rms_eps: f32,
+    /// What each layer keeps in the KV cache: by default its own keys and values of
+    /// `head_dim · n_head_kv` (the layer's own KV head count when `attention.head_count_kv`
+    /// is a per-layer array). An architecture with other widths or shared caches (Gemma 4)
+    /// sets it in its [`crate::architecture::Architecture::hparams`].
+    pub kv_layers: Vec<LayerCache>,
+}
+
+/// What one layer keeps in the KV cache ([`HParams::kv_layers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerCache {
+    /// Keys and values of its own, rows of this width (all heads together).
+    Own {
+        /// Row width of its keys and of its values.
+        width: usize,
+        /// Positions a query of the layer sees (its own included) when it attends through
+        /// a sliding window; `None`: every earlier position.
+        window: Option<u32>,
+    },
+    /// No cache of its own: it attends over that earlier layer's keys and values (Gemma 4's
+    /// shared-KV layers).
+    Shares(usize),
+}
+
+impl LayerCache {
+    /// Row width of the layer's own keys (0 when it shares another layer's).
+    pub fn width(&self) -> usize {
+        match *self {
+            LayerCache::Own { width, .. } => width,
+            LayerCache::Shares(_) => 0,
+        }
+    }
 }
 
 /// The non-negative integer under `key`, `None` when absent; another type is
@@ -146,6 +177,29 @@ impl YarnParams {
     }
 }
 
+/// The non-negative integer under `key`, or one per layer (an array of `n_layer`), `None`
+/// when absent.
+pub(crate) fn get_usize_or_layers(
+    f: &GgufFile,
+    key: &str,
+    n_layer: usize,
+) -> Result<Option<Vec<usize>>> {
+    let Some(items) = f.get(key).and_then(|v| v.as_array()) else {
+        return Ok(get_usize(f, key)?.map(|v| vec![v; n_layer]));
+    };
+    let values: Option<Vec<usize>> = items
+        .iter()
+        .map(|v| v.as_u64().map(|x| x as usize))
+        .collect();
+    match values {
+        Some(v) if v.len() == n_layer => Ok(Some(v)),
+        _ => Err(LlamaError::BadKey {
+            key: key.to_string(),
+            detail: format!("expected a number or {n_layer} numbers (one per layer)"),
+        }),
+    }
+}
+
 fn require<T>(v: Option<T>, key: &str) -> Result<T> {
     v.ok_or_else(|| LlamaError::MissingKey(key.to_string()))
 }
@@ -180,6 +234,24 @@ impl HParams {
             &k("embedding_length"),
         )?;
         let n_layer = require(get_usize(f, &k("block_count"))?, &k("block_count"))?;
+        // Header numbers size allocations (per-layer lists, the KV cache, a placeholder
+        // vocabulary): bound them by what the file holds before anything is allocated.
+        let n_tensors = f.tensors().len();
+        if n_layer == 0 {
+            return Err(LlamaError::BadKey {
+                key: k("block_count"),
+                detail: "0 layers: a model needs at least one block".into(),
+            });
+        }
+        if n_layer > n_tensors {
+            return Err(LlamaError::BadKey {
+                key: k("block_count"),
+                detail: format!(
+                    "{n_layer} layers, but the file holds only {n_tensors} tensors (every \
+                     layer has several)"
+                ),
+            });
+        }
         let n_ff = require(
             get_usize(f, &k("feed_forward_length"))?,
             &k("feed_forward_length"),
@@ -189,13 +261,19 @@ impl HParams {
             &k("attention.head_count"),
         )?;
         let n_ctx_train = get_usize(f, &k("context_length"))?.unwrap_or(2048);
-        let n_head_kv = get_usize(f, &k("attention.head_count_kv"))?.unwrap_or(n_head);
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || n_embd % n_head != 0 {
+        let kv_key = k("attention.head_count_kv");
+        let kv_heads = get_usize_or_layers(f, &kv_key, n_layer)?;
+        let n_head_kv = kv_heads
+            .as_ref()
+            .map_or(n_head, |l| l.iter().copied().max().unwrap_or(n_head));
+        let per_layer_kv = kv_heads.unwrap_or_else(|| vec![n_head_kv; n_layer]);
+        let bad_heads = |h: usize| h == 0 || n_head % h != 0;
+        if n_head == 0 || per_layer_kv.iter().any(|&h| bad_heads(h)) || n_embd % n_head != 0 {
             return Err(LlamaError::BadKey {
-                key: k("attention.head_count_kv"),
+                key: kv_key,
                 detail: format!(
-                    "{n_head} query heads, {n_head_kv} KV heads and width {n_embd} do not fit \
-                     (heads must divide the width, KV heads the query heads)"
+                    "{n_head} query heads, {per_layer_kv:?} KV heads and width {n_embd} do not \
+                     fit (heads must divide the width, KV heads the query heads)"
                 ),
             });
         }
@@ -268,24 +346,6 @@ impl HParams {
                 .or_else(|| f.tensor("token_embd.weight").map(|t| t.ne[1]))
                 .ok_or_else(|| LlamaError::MissingKey("tokenizer.ggml.tokens".into()))?,
         };
-        // Header numbers size allocations (per-layer lists, the KV cache, a placeholder
-        // vocabulary): bound them by what the file holds before anything is allocated.
-        let n_tensors = f.tensors().len();
-        if n_layer == 0 {
-            return Err(LlamaError::BadKey {
-                key: k("block_count"),
-                detail: "0 layers: a model needs at least one block".into(),
-            });
-        }
-        if n_layer > n_tensors {
-            return Err(LlamaError::BadKey {
-                key: k("block_count"),
-                detail: format!(
-                    "{n_layer} layers, but the file holds only {n_tensors} tensors (every \
-                     layer has several)"
-                ),
-            });
-        }
         if let Some(t) = f.tensor("token_embd.weight") {
             if n_vocab != t.ne[1] {
                 return Err(LlamaError::BadKey {
@@ -318,7 +378,15 @@ impl HParams {
                 detail: format!("{n_head} heads of {head_dim} values are too wide"),
             });
         }
+        let kv_layers = per_layer_kv
+            .iter()
+            .map(|&h| LayerCache::Own {
+                width: head_dim * h,
+                window: None,
+            })
+            .collect();
         Ok(HParams {
+            kv_layers,
             arch: arch_name,
             n_vocab,
             n_ctx_train,
@@ -406,6 +474,17 @@ impl HParams {
             mode,
             freq_base: self.rope_freq_base,
             freq_scale: self.rope_freq_scale,
+        }
+    }
+
+    /// Marks the layers `window(il)` gives a window for as attending through that sliding
+    /// window ([`LayerCache::Own`]'s `window`), so that a session's cache can keep only
+    /// their window ([`crate::kv_cache::KvCache::window_cells`]).
+    pub fn set_windows(&mut self, window: impl Fn(usize) -> Option<u32>) {
+        for (il, l) in self.kv_layers.iter_mut().enumerate() {
+            if let LayerCache::Own { window: w, .. } = l {
+                *w = window(il);
+            }
         }
     }
 

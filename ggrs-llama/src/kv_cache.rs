@@ -9,7 +9,7 @@ use ggrs_core::{Context, DType, Tensor};
 
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
-use crate::hparams::HParams;
+use crate::hparams::{HParams, LayerCache};
 
 /// Attention reads the cache in multiples of this many cells (llama.cpp's padding).
 const KV_PAD: usize = 256;
@@ -32,9 +32,10 @@ impl Cell {
 /// Per-layer cache tensors and cell bookkeeping.
 #[derive(Debug)]
 pub struct KvCache {
-    /// Key tensors, `[n_embd_kv, size]` per layer.
+    /// Key tensors, `[width, size]` per layer (`width` from [`HParams::kv_layers`]; a layer
+    /// that shares another's cache holds that layer's tensor).
     pub k: Vec<Tensor>,
-    /// Value tensors, `[n_embd_kv, size]` per layer.
+    /// Value tensors, as the keys.
     pub v: Vec<Tensor>,
     /// Cells.
     pub cells: Vec<Cell>,
@@ -44,6 +45,40 @@ pub struct KvCache {
     /// `s·size/n .. (s+1)·size/n` and its token at position p sits in cell `s·size/n + p`
     /// ([`KvCache::set_streams`]).
     streams: usize,
+    /// The cells of the sliding-window layers when they keep only their window
+    /// ([`KvCache::with_window_cells`]); `None`: every layer uses [`KvCache::cells`].
+    window: Option<WindowCells>,
+    /// The layers whose tensors hold window cells.
+    window_layers: Vec<usize>,
+}
+
+/// The cells of the sliding-window layers of a trimmed cache (llama.cpp's SWA cache): a
+/// small cache of their own, whose cells are freed once no query can see them again.
+#[derive(Debug, Clone)]
+struct WindowCells {
+    /// Positions a query sees, its own included.
+    window: u32,
+    /// The cells.
+    cells: Vec<Cell>,
+    /// Per region: the cell (from the region's start) the next token takes.
+    heads: Vec<usize>,
+    /// Cells attention read in the last placement.
+    n_kv: usize,
+}
+
+/// Where a step's tokens go in the sliding-window layers' own cells.
+#[derive(Debug, Clone)]
+pub struct WindowPlacement {
+    /// Cell of each token.
+    pub cells: Vec<usize>,
+    /// Cells attention reads: `0..n_kv`.
+    pub n_kv: usize,
+    /// With regions: as [`Placement::spans`], over the window cells.
+    pub spans: Vec<SeqSpan>,
+    /// Cells whose keys and values move (`(from, to)`, in order, `to < from`) before the
+    /// step: the session copies those rows of every sliding-window layer
+    /// ([`KvCache::window_layers`]).
+    pub moves: Vec<(usize, usize)>,
 }
 
 /// Where a step's tokens go and what they may see.
@@ -56,6 +91,9 @@ pub struct Placement {
     /// With regions ([`KvCache::set_streams`]): each sequence's run of tokens and the cells
     /// of its region it attends over; empty for one shared cache.
     pub spans: Vec<SeqSpan>,
+    /// The tokens' cells in the sliding-window layers' own cells, when the cache is trimmed
+    /// ([`KvCache::with_window_cells`]).
+    pub window: Option<WindowPlacement>,
 }
 
 /// The cells attention reads for `used` cells in use out of `size`, as llama.cpp pads them:
@@ -67,18 +105,90 @@ fn padded_kv(used: usize, size: usize) -> usize {
 impl KvCache {
     /// Makes the cache tensors in `ctx` (which must have room: see [`KvCache::bytes`]).
     pub fn new(ctx: &mut Context, hp: &HParams, size: usize, dtype: DType) -> Result<KvCache> {
+        KvCache::with_window_cells(ctx, hp, size, dtype, None)
+    }
+
+    /// The sliding window every windowed layer of `hp` shares (see [`LayerCache::Own`]), if
+    /// there are such layers and they agree.
+    pub fn shared_window(hp: &HParams) -> Option<u32> {
+        let mut windows = hp.kv_layers.iter().filter_map(|l| match l {
+            LayerCache::Own { window, .. } => *window,
+            LayerCache::Shares(_) => None,
+        });
+        let w = windows.next()?;
+        windows.all(|x| x == w).then_some(w)
+    }
+
+    /// The cells the sliding-window layers of a session need when they keep only their
+    /// window, as llama.cpp sizes its SWA cache: per region of `size / streams` cells, the
+    /// window plus a step of `n_batch` tokens, rounded up to 256, at most the region. `None`
+    /// when the model has no such layers or trimming would save nothing.
+    pub fn window_cells(
+        hp: &HParams,
+        size: usize,
+        streams: usize,
+        n_batch: usize,
+    ) -> Option<usize> {
+        let w = KvCache::shared_window(hp)? as usize;
+        let per = size / streams.max(1);
+        let need = w
+            .saturating_add(n_batch)
+            .div_ceil(KV_PAD)
+            .saturating_mul(KV_PAD);
+        (need < per).then(|| need * streams.max(1))
+    }
+
+    /// [`KvCache::new`], with the sliding-window layers keeping `window_cells` cells of their
+    /// own (from [`KvCache::window_cells`]) instead of `size`: their keys and values grow
+    /// with the window, not the context. `None`: every layer keeps `size` cells.
+    pub fn with_window_cells(
+        ctx: &mut Context,
+        hp: &HParams,
+        size: usize,
+        dtype: DType,
+        window_cells: Option<usize>,
+    ) -> Result<KvCache> {
+        let trimmed = match (window_cells, KvCache::shared_window(hp)) {
+            (Some(n), Some(w)) if n > 0 => Some((n, w)),
+            (Some(_), _) => {
+                return Err(LlamaError::InvalidArgument(
+                    "the model has no sliding-window layers sharing one window to trim".into(),
+                ))
+            }
+            (None, _) => None,
+        };
         if !matches!(dtype, DType::F16 | DType::F32 | DType::BF16) {
             return Err(LlamaError::InvalidArgument(format!(
                 "KV cache type must be f16, bf16 or f32, not {dtype}"
             )));
         }
-        let e = hp.n_embd_kv();
-        let mut k = Vec::with_capacity(hp.n_layer);
-        let mut v = Vec::with_capacity(hp.n_layer);
-        for l in 0..hp.n_layer {
-            let kt = ctx.new_tensor_2d(dtype, e, size)?;
+        let mut k: Vec<Tensor> = Vec::with_capacity(hp.n_layer);
+        let mut v: Vec<Tensor> = Vec::with_capacity(hp.n_layer);
+        for (l, layer) in hp.kv_layers.iter().enumerate() {
+            let (e, rows) = match *layer {
+                LayerCache::Own {
+                    width,
+                    window: Some(_),
+                } => (width, trimmed.map_or(size, |t| t.0)),
+                LayerCache::Own { width, .. } => (width, size),
+                LayerCache::Shares(src) => match (k.get(src), v.get(src)) {
+                    // A shared layer's handles are its source's tensors.
+                    (Some(&kt), Some(&vt)) => {
+                        k.push(kt);
+                        v.push(vt);
+                        continue;
+                    }
+                    _ => {
+                        return Err(LlamaError::InvalidArgument(format!(
+                            "layer {l} shares the KV cache of layer {src}, which is not an \
+                             earlier layer"
+                        )))
+                    }
+                },
+            };
+            let kt = ctx.new_tensor_2d(dtype, e, rows)?;
             ctx.set_name(kt, format!("cache_k_l{l}"))?;
-            let vt = ctx.new_tensor_2d(dtype, e, size)?;
+            let vt = ctx.new_tensor_2d(dtype, e, rows)?;
             ctx.set_name(vt, format!("cache_v_l{l}"))?;
             if !ctx.is_no_alloc() {
                 // Free cells are masked out, but their bytes still meet the value matrix
@@ -95,7 +205,43 @@ impl KvCache {
             cells: vec![Cell::default(); size],
             dtype,
             streams: 1,
+            window_layers: match trimmed {
+                Some(_) => hp
+                    .kv_layers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| {
+                        matches!(
+                            l,
+                            LayerCache::Own {
+                                window: Some(_),
+                                ..
+                            }
+                        )
+                    })
+                    .map(|(il, _)| il)
+                    .collect(),
+                None => Vec::new(),
+            },
+            window: trimmed.map(|(n, window)| WindowCells {
+                window,
+                cells: vec![Cell::default(); n],
+                heads: vec![0],
+                n_kv: 0,
+            }),
         })
+    }
+
+    /// The layers whose keys and values live in the window cells (each sliding-window layer
+    /// with a cache of its own), when the cache keeps them apart.
+    pub fn window_layers(&self) -> &[usize] {
+        &self.window_layers
+    }
+
+    /// Cells of the sliding-window layers when they keep only their window
+    /// ([`KvCache::with_window_cells`]).
+    pub fn window_size(&self) -> Option<usize> {
+        self.window.as_ref().map(|w| w.cells.len())
     }
 
     /// Splits the cache into `n` equal regions, one per sequence id `0..n` (llama.cpp's
@@ -103,7 +249,11 @@ impl KvCache {
     /// sits in cell `s·size/n + p`, and each sequence attends over its own region only, as
     /// a lone cache of `size/n` cells would. 1: one shared cache. Frees every cell.
     pub fn set_streams(&mut self, n: usize) -> Result<()> {
-        if n == 0 || n > crate::batch::MAX_SEQ || !self.size().is_multiple_of(n) {
+        let window_ok = self
+            .window
+            .as_ref()
+            .is_none_or(|w| w.cells.len().is_multiple_of(n.max(1)));
+        if n == 0 || n > crate::batch::MAX_SEQ || !self.size().is_multiple_of(n) || !window_ok {
             return Err(LlamaError::InvalidArgument(format!(
                 "cannot split a cache of {} cells into {n} equal regions (1 to {})",
                 self.size(),
@@ -127,8 +277,30 @@ impl KvCache {
 
     /// Arena bytes the cache takes (data and metadata).
     pub fn bytes(hp: &HParams, size: usize, dtype: DType) -> usize {
-        let per = dtype.row_size(hp.n_embd_kv()) * size;
-        2 * hp.n_layer * Context::mem_size_for(1, per)
+        KvCache::bytes_with_window_cells(hp, size, dtype, None)
+    }
+
+    /// [`KvCache::bytes`] of a cache whose sliding-window layers keep `window_cells` cells
+    /// ([`KvCache::with_window_cells`]).
+    pub fn bytes_with_window_cells(
+        hp: &HParams,
+        size: usize,
+        dtype: DType,
+        window_cells: Option<usize>,
+    ) -> usize {
+        hp.kv_layers
+            .iter()
+            .map(|l| match *l {
+                LayerCache::Own { width, window } => {
+                    let rows = match window {
+                        Some(_) => window_cells.unwrap_or(size),
+                        None => size,
+                    };
+                    2 * Context::mem_size_for(1, dtype.row_size(width) * rows)
+                }
+                LayerCache::Shares(_) => 0,
+            })
+            .sum()
     }
 
     /// Number of cells.
@@ -144,17 +316,49 @@ impl KvCache {
     /// Frees every cell.
     pub fn clear(&mut self) {
         self.cells.fill(Cell::default());
+        if let Some(w) = &mut self.window {
+            w.cells.fill(Cell::default());
+            w.heads = vec![0; self.streams];
+        }
     }
 
     /// Frees the cells of `seq` at positions `from..` (all with `from` = 0).
     pub fn remove(&mut self, seq: SeqId, from: i32) {
-        for c in &mut self.cells {
-            if c.has(seq) && c.pos.is_some_and(|p| p >= from) {
-                c.seqs &= !(1u64 << seq);
-                if c.seqs == 0 {
-                    c.pos = None;
-                }
+        remove_from(&mut self.cells, seq, from);
+        let streams = self.streams;
+        if let Some(w) = &mut self.window {
+            remove_from(&mut w.cells, seq, from);
+            // Each region's head goes back to just after its last cell in use.
+            let per = w.cells.len() / streams;
+            for (r, head) in w.heads.iter_mut().enumerate() {
+                let region = &w.cells[r * per..(r + 1) * per];
+                *head = region
+                    .iter()
+                    .rposition(|c| c.pos.is_some())
+                    .map_or(0, |i| i + 1);
             }
+        }
+    }
+
+    /// How many of the first `len` positions of `seq` a following step can build on: `len`,
+    /// unless the sliding-window layers have already dropped keys that a token at position
+    /// `len` would see (they keep only the window of the furthest position evaluated), then
+    /// 0. Callers that keep a cached prefix (the prompt cache, the engine) ask this first.
+    pub fn reusable_prefix(&self, seq: SeqId, len: usize) -> usize {
+        let Some(w) = &self.window else {
+            return len;
+        };
+        let first = (len as i64 - w.window as i64 + 1).max(0);
+        let held: Vec<i64> = w
+            .cells
+            .iter()
+            .filter(|c| c.has(seq))
+            .filter_map(|c| c.pos.map(i64::from))
+            .filter(|&p| p >= first && p < len as i64)
+            .collect();
+        match held.len() as i64 == len as i64 - first {
+            true => len,
+            false => 0,
         }
     }
 
@@ -170,9 +374,201 @@ impl KvCache {
     /// Finds a cell for every token of `batch` (a run of free cells, as llama.cpp does),
     /// marks them used and returns the placement. Fails when the cache is full.
     pub fn place(&mut self, batch: &Batch) -> Result<Placement> {
-        if self.streams > 1 {
-            return self.place_in_regions(batch);
+        let mut placed = match self.streams > 1 {
+            true => self.place_in_regions(batch)?,
+            false => self.place_shared(batch)?,
+        };
+        if self.window.is_some() {
+            match self.place_window(batch) {
+                Ok(w) => placed.window = Some(w),
+                Err(e) => {
+                    for &c in &placed.cells {
+                        self.cells[c] = Cell::default();
+                    }
+                    return Err(e);
+                }
+            }
         }
+        Ok(placed)
+    }
+
+    /// Frees the cells of `placed` (a step that failed).
+    pub fn unplace(&mut self, placed: &Placement) {
+        for &c in &placed.cells {
+            self.cells[c] = Cell::default();
+        }
+        if let (Some(w), Some(p)) = (&mut self.window, &placed.window) {
+            for &c in &p.cells {
+                w.cells[c] = Cell::default();
+            }
+        }
+    }
+
+    /// The window cells of `batch`'s tokens: first the cells no token of their sequences can
+    /// see any more are freed (positions before the earliest new token's window), then each
+    /// token takes a free cell, searching from where the last step stopped (one shared
+    /// cache) or at position mod region size (regions).
+    fn place_window(&mut self, batch: &Batch) -> Result<WindowPlacement> {
+        let streams = self.streams;
+        let w = self.window.as_mut().expect("called with window cells");
+        let mut first: Vec<(SeqId, i64)> = Vec::new();
+        for t in 0..batch.len() {
+            let (s, p) = (batch.seq[t], batch.pos[t] as i64);
+            match first.iter_mut().find(|f| f.0 == s) {
+                Some(f) => f.1 = f.1.min(p),
+                None => first.push((s, p)),
+            }
+        }
+        for &(s, p_min) in &first {
+            let oldest_seen = p_min - w.window as i64 + 1;
+            for c in w.cells.iter_mut() {
+                if c.has(s) && c.pos.is_some_and(|cp| (cp as i64) < oldest_seen) {
+                    c.seqs &= !(1u64 << s);
+                    if c.seqs == 0 {
+                        c.pos = None;
+                    }
+                }
+            }
+        }
+        let size = w.cells.len();
+        let per = size / streams;
+        let full = |s: SeqId| {
+            LlamaError::InvalidArgument(format!(
+                "the sliding-window layers' cache ({size} cells) cannot hold this step's tokens \
+                 of sequence {s} with their window; use a smaller batch or keep every cell \
+                 (swa_full / --swa-full)"
+            ))
+        };
+        // Each region (the whole cache without regions) fills from its head on; when the
+        // step's tokens do not fit before its end, the cells still in use move to its start
+        // (their keys and values with them: `moves`), so that cells stay in position order
+        // and attention sums the window's keys in the order a full cache would.
+        let region = |s: SeqId| match streams > 1 {
+            true => s as usize,
+            false => 0,
+        };
+        let mut moves = Vec::new();
+        let mut want = vec![0usize; streams];
+        for t in 0..batch.len() {
+            let r = region(batch.seq[t]);
+            if r >= streams {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "sequence id {} has no region (the cache has {streams} regions)",
+                    batch.seq[t]
+                )));
+            }
+            want[r] += 1;
+        }
+        for (r, &n) in want.iter().enumerate() {
+            if n == 0 || w.heads[r] + n <= per {
+                continue;
+            }
+            let base = r * per;
+            // Refused before anything moves, so that the cells keep matching the tensors.
+            let live = w.cells[base..base + per]
+                .iter()
+                .filter(|c| c.pos.is_some())
+                .count();
+            if live + n > per {
+                let s = batch.seq[(0..batch.len())
+                    .find(|&t| region(batch.seq[t]) == r)
+                    .unwrap_or(0)];
+                return Err(full(s));
+            }
+            let mut to = base;
+            for from in base..base + per {
+                if w.cells[from].pos.is_some() {
+                    if from != to {
+                        w.cells[to] = w.cells[from];
+                        w.cells[from] = Cell::default();
+                        moves.push((from, to));
+                    }
+                    to += 1;
+                }
+            }
+            w.heads[r] = to - base;
+        }
+        let mut cells = Vec::with_capacity(batch.len());
+        for t in 0..batch.len() {
+            let r = region(batch.seq[t]);
+            if w.heads[r] >= per {
+                return Err(full(batch.seq[t]));
+            }
+            cells.push(r * per + w.heads[r]);
+            w.heads[r] += 1;
+        }
+        let mut spans: Vec<SeqSpan> = Vec::new();
+        if streams > 1 {
+            for t in 0..batch.len() {
+                let s = batch.seq[t];
+                match spans.last_mut() {
+                    Some(sp) if batch.seq[sp.first_token as usize] == s => sp.n_tokens += 1,
+                    _ => spans.push(SeqSpan {
+                        first_token: t as u32,
+                        n_tokens: 1,
+                        first_cell: (s as usize * per) as u32,
+                        n_kv: 0,
+                    }),
+                }
+            }
+        }
+        for (t, &c) in cells.iter().enumerate() {
+            w.cells[c] = Cell {
+                pos: Some(batch.pos[t]),
+                seqs: 1u64 << batch.seq[t],
+            };
+        }
+        let used_in = |cells: &[Cell]| {
+            cells
+                .iter()
+                .rposition(|c| c.pos.is_some())
+                .map_or(0, |i| i + 1)
+        };
+        let n_kv = if spans.is_empty() {
+            padded_kv(used_in(&w.cells), size)
+        } else {
+            let per = size / streams;
+            for sp in &mut spans {
+                let base = sp.first_cell as usize;
+                sp.n_kv = padded_kv(used_in(&w.cells[base..base + per]), per) as u32;
+            }
+            spans
+                .iter()
+                .map(|s| s.n_kv as usize)
+                .max()
+                .unwrap_or(KV_PAD)
+        };
+        w.n_kv = n_kv;
+        Ok(WindowPlacement {
+            cells,
+            n_kv,
+            spans,
+            moves,
+        })
+    }
+
+    /// The sliding-window mask of a placed batch (`[n_kv, n_tokens]`, see
+    /// [`KvCache::mask_window`] with `window`): over cells `0..n_kv` of the cache, or, when
+    /// the sliding-window layers keep cells of their own ([`KvCache::with_window_cells`]),
+    /// over theirs as the last placement gave them (their own `n_kv`).
+    pub fn window_mask(&self, batch: &Batch, n_kv: usize, window: u32) -> Vec<f32> {
+        match &self.window {
+            None => self.mask_window(batch, n_kv, Some(window)),
+            Some(w) => {
+                let per = w.cells.len() / self.streams;
+                let row = |s: SeqId| match self.streams > 1 {
+                    true => {
+                        let base = (s as usize).min(self.streams - 1) * per;
+                        &w.cells[base..base + w.n_kv.min(per)]
+                    }
+                    false => &w.cells[..w.n_kv],
+                };
+                mask_rows(batch, w.n_kv, Some(w.window.min(window)), row)
+            }
+        }
+    }
+
+    fn place_shared(&mut self, batch: &Batch) -> Result<Placement> {
         let n = batch.len();
         let size = self.size();
         let used = self.used();
@@ -227,6 +623,7 @@ impl KvCache {
             cells,
             n_kv,
             spans: Vec::new(),
+            window: None,
         })
     }
 
@@ -300,7 +697,12 @@ impl KvCache {
             .map(|s| s.n_kv as usize)
             .max()
             .unwrap_or(KV_PAD);
-        Ok(Placement { cells, n_kv, spans })
+        Ok(Placement {
+            cells,
+            n_kv,
+            spans,
+            window: None,
+        })
     }
 
     /// The cells column `c` of a mask row of sequence `seq` stands for, `c` in `0..n_kv`:
@@ -327,19 +729,42 @@ impl KvCache {
     /// standard SWA): a token at position p sees its sequence's cells at positions
     /// `p − window + 1 ..= p` only. `None`: no window (the causal mask).
     pub fn mask_window(&self, batch: &Batch, n_kv: usize, window: Option<u32>) -> Vec<f32> {
-        let mut m = vec![f32::NEG_INFINITY; n_kv * batch.len()];
-        for t in 0..batch.len() {
-            let (s, p) = (batch.seq[t], batch.pos[t]);
-            // Positions are non-negative (`Batch::validate`): p − window + 1 fits in i64.
-            let first = window.map_or(i64::MIN, |w| p as i64 - w as i64 + 1);
-            for (c, cell) in self.row_cells(s, n_kv).iter().enumerate() {
-                let seen = cell.pos.is_some_and(|cp| cp <= p && cp as i64 >= first);
-                if cell.has(s) && seen {
-                    m[t * n_kv + c] = 0.0;
-                }
+        mask_rows(batch, n_kv, window, |s| self.row_cells(s, n_kv))
+    }
+}
+
+/// The mask of `batch` over `n_kv` cells, `row(s)` the cells column c of a row of sequence
+/// `s` stands for (see [`KvCache::mask_window`]).
+fn mask_rows<'a>(
+    batch: &Batch,
+    n_kv: usize,
+    window: Option<u32>,
+    row: impl Fn(SeqId) -> &'a [Cell],
+) -> Vec<f32> {
+    let mut m = vec![f32::NEG_INFINITY; n_kv * batch.len()];
+    for t in 0..batch.len() {
+        let (s, p) = (batch.seq[t], batch.pos[t]);
+        // Positions are non-negative (`Batch::validate`): p − window + 1 fits in i64.
+        let first = window.map_or(i64::MIN, |w| p as i64 - w as i64 + 1);
+        for (c, cell) in row(s).iter().enumerate() {
+            let seen = cell.pos.is_some_and(|cp| cp <= p && cp as i64 >= first);
+            if cell.has(s) && seen {
+                m[t * n_kv + c] = 0.0;
             }
         }
-        m
+    }
+    m
+}
+
+/// Frees the cells of `seq` at positions `from..` among `cells`.
+fn remove_from(cells: &mut [Cell], seq: SeqId, from: i32) {
+    for c in cells {
+        if c.has(seq) && c.pos.is_some_and(|p| p >= from) {
+            c.seqs &= !(1u64 << seq);
+            if c.seqs == 0 {
+                c.pos = None;
+            }
+        }
     }
 }
 

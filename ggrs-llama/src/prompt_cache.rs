@@ -56,7 +56,8 @@ impl PromptCache {
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        shared.min(prompt.len().saturating_sub(1))
+        let keep = shared.min(prompt.len().saturating_sub(1));
+        session.reusable_prefix(0, keep)
     }
 
     /// Generates after `prompt` as [`Session::generate_tokens`] does on an empty cache, but

@@ -18,11 +18,11 @@ use ggrs_core::{Checkpoint, Context, DType, Executor, Graph};
 use crate::architecture::{StepState, StepTensors};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
-use crate::hparams::HParams;
+use crate::hparams::{HParams, LayerCache};
 use crate::kv_cache::{KvCache, Placement};
 use crate::loader::ImportedWeights;
 use crate::model::Model;
-use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape};
+use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
 /// How to set up a [`Session`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,6 +49,13 @@ pub struct SessionParams {
     /// do not depend on what else a step holds ([`Session::decode`]). `n_ctx` must be a
     /// multiple of `n`.
     pub n_streams: usize,
+    /// Keep every cell for the sliding-window layers too (llama.cpp's `--swa-full`). False
+    /// (the default): the layers that attend through a sliding window (Gemma 2/3/4,
+    /// gpt-oss) keep only their window plus a step's tokens
+    /// ([`KvCache::window_cells`]), so their share of the cache does not grow with the
+    /// context; a cached prefix can then be reused only while the window behind it is
+    /// still held ([`Session::reusable_prefix`]).
+    pub swa_full: bool,
 }
 
 impl Default for SessionParams {
@@ -61,6 +68,7 @@ impl Default for SessionParams {
             logits_all: false,
             attn_kv_splits: 2,
             n_streams: 1,
+            swa_full: false,
         }
     }
 }
@@ -154,19 +162,32 @@ impl std::fmt::Debug for Session {
     }
 }
 
-/// Bytes of the KV cache tensors of `n_ctx` cells, or `None` when that overflows.
-fn kv_cache_bytes(hp: &HParams, n_ctx: usize, dtype: DType) -> Option<u64> {
-    let row = dtype.row_size(hp.n_embd_kv()) as u64;
-    row.checked_mul(n_ctx as u64)?
-        .checked_mul(2)?
-        .checked_mul(hp.n_layer as u64)
+/// Bytes of the KV cache tensors of `n_ctx` cells (`window_cells` for the sliding-window
+/// layers when they keep their own), or `None` when that overflows.
+fn kv_cache_bytes(
+    hp: &HParams,
+    n_ctx: usize,
+    window_cells: Option<usize>,
+    dtype: DType,
+) -> Option<u64> {
+    hp.kv_layers.iter().try_fold(0u64, |sum, l| {
+        let row = dtype.row_size(l.width()) as u64;
+        let cells = match l {
+            LayerCache::Own {
+                window: Some(_), ..
+            } => window_cells.unwrap_or(n_ctx),
+            _ => n_ctx,
+        };
+        sum.checked_add(row.checked_mul(cells as u64)?.checked_mul(2)?)
+    })
 }
 
 /// The largest steps of a session with cache regions, every region read whole: one long run
 /// and a token per other region (the long run first, or last), and the tokens spread evenly
 /// over every region (the arena must hold whichever needs most).
-fn worst_spans(p: &SessionParams) -> Vec<StepShape> {
+fn worst_spans(p: &SessionParams, window_cells: Option<usize>) -> Vec<StepShape> {
     let per = p.n_ctx / p.n_streams;
+    let per_w = window_cells.map(|n| n / p.n_streams);
     let regions = p.n_streams.min(p.n_batch);
     let others = regions - 1;
     let long = p.n_batch - others;
@@ -195,6 +216,22 @@ fn worst_spans(p: &SessionParams) -> Vec<StepShape> {
                     s
                 })
                 .collect();
+            let window = per_w.map(|pw| {
+                let w_spans: Vec<SeqSpan> = spans
+                    .iter()
+                    .enumerate()
+                    .map(|(r, s)| SeqSpan {
+                        first_cell: (r * pw) as u32,
+                        n_kv: pw as u32,
+                        ..*s
+                    })
+                    .collect();
+                WindowShape {
+                    n_kv: pw,
+                    spans: SeqSpans::new(&w_spans)
+                        .expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
+                }
+            });
             StepShape {
                 n_tokens: p.n_batch,
                 n_kv: per,
@@ -203,6 +240,7 @@ fn worst_spans(p: &SessionParams) -> Vec<StepShape> {
                 spans: SeqSpans::new(&spans)
                     .expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
                 per_column: false,
+                window,
             }
         })
         .collect()
@@ -255,6 +293,10 @@ impl Session {
                 crate::batch::MAX_SEQ
             )));
         }
+        let window_cells = match params.swa_full {
+            true => None,
+            false => KvCache::window_cells(hp, params.n_ctx, params.n_streams, params.n_batch),
+        };
         let worst = StepShape {
             n_tokens: params.n_batch,
             n_kv: params.n_ctx,
@@ -262,6 +304,10 @@ impl Session {
             attn_kv_splits: params.attn_kv_splits,
             spans: Default::default(),
             per_column: false,
+            window: window_cells.map(|n| WindowShape {
+                n_kv: n,
+                spans: Default::default(),
+            }),
         };
         // Before anything is allocated: the KV cache alone (tensors and cell bookkeeping)
         // must fit in what the machine can give.
@@ -276,7 +322,7 @@ impl Session {
         };
         let cell_bytes = (params.n_ctx as u64)
             .saturating_mul(std::mem::size_of::<crate::kv_cache::Cell>() as u64);
-        let kv_bytes = kv_cache_bytes(hp, params.n_ctx, params.kv_type);
+        let kv_bytes = kv_cache_bytes(hp, params.n_ctx, window_cells, params.kv_type);
         let available = ggrs_core::available_memory();
         match (kv_bytes, available) {
             (None, a) => return Err(too_large(None, None, a)),
@@ -288,7 +334,8 @@ impl Session {
         // Measure: the same allocations as the real context will make, without data.
         let mut m = Context::measure();
         let w = model.import_weights(&mut m)?;
-        let mut kv = KvCache::new(&mut m, hp, params.n_ctx, params.kv_type)?;
+        let mut kv =
+            KvCache::with_window_cells(&mut m, hp, params.n_ctx, params.kv_type, window_cells)?;
         kv.set_streams(params.n_streams)?;
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
@@ -296,7 +343,7 @@ impl Session {
         // With regions every step attends per region (one shared-cache step over all the
         // cells never happens): measure the largest such steps instead.
         let worst = if params.n_streams > 1 {
-            worst_spans(&params)
+            worst_spans(&params, window_cells)
         } else {
             vec![worst]
         };
@@ -317,7 +364,8 @@ impl Session {
             e => e.into(),
         })?;
         let weights = model.import_weights(&mut ctx)?;
-        let mut kv = KvCache::new(&mut ctx, hp, params.n_ctx, params.kv_type)?;
+        let mut kv =
+            KvCache::with_window_cells(&mut ctx, hp, params.n_ctx, params.kv_type, window_cells)?;
         kv.set_streams(params.n_streams)?;
         let columns_independent = model.matrix_weights().all(|w| {
             // Stacked experts go through `mul_mat_id`, whose columns are one-column products
@@ -403,6 +451,13 @@ impl Session {
         self.n_outputs = 0;
     }
 
+    /// How many of the first `len` cached positions of `seq` a following step can build on
+    /// (see [`KvCache::reusable_prefix`]): `len`, or 0 when the sliding-window layers no
+    /// longer hold the window behind position `len`.
+    pub fn reusable_prefix(&self, seq: SeqId, len: usize) -> usize {
+        self.kv.reusable_prefix(seq, len)
+    }
+
     /// Forgets the tokens of `seq` from position `from` on.
     pub fn remove(&mut self, seq: SeqId, from: i32) {
         self.kv.remove(seq, from);
@@ -462,10 +517,9 @@ impl Session {
             };
             order.extend(idx.iter().copied().filter(|&i| batch.logits[i]));
             let placed = self.kv.place(&piece)?;
+            self.move_window_cells(&placed)?;
             if let Err(e) = self.run_piece(&piece, &placed, per_column) {
-                for &c in &placed.cells {
-                    self.kv.cells[c] = Default::default();
-                }
+                self.kv.unplace(&placed);
                 self.built = None;
                 self.ctx.rewind(self.base)?;
                 return Err(e);
@@ -517,6 +571,25 @@ impl Session {
         pieces
     }
 
+    /// Copies the keys and values of the window cells a placement moved
+    /// ([`crate::kv_cache::WindowPlacement::moves`]) in every sliding-window layer.
+    fn move_window_cells(&mut self, placed: &Placement) -> Result<()> {
+        let Some(w) = placed.window.as_ref().filter(|w| !w.moves.is_empty()) else {
+            return Ok(());
+        };
+        let hp = &self.model.hparams;
+        for &il in self.kv.window_layers() {
+            let row = self.kv.dtype.row_size(hp.kv_layers[il].width());
+            for t in [self.kv.k[il], self.kv.v[il]] {
+                let data = self.ctx.data_mut(t)?;
+                for &(from, to) in &w.moves {
+                    data.copy_within(from * row..(from + 1) * row, to * row);
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn run_piece(&mut self, piece: &Batch, placed: &Placement, per_column: bool) -> Result<()> {
         let n = piece.len();
         let outputs: Vec<i32> = (0..n)
@@ -533,6 +606,18 @@ impl Session {
                 crate::batch::MAX_SEQ
             ))
         })?;
+        let window = match &placed.window {
+            Some(w) => Some(WindowShape {
+                n_kv: w.n_kv,
+                spans: SeqSpans::new(&w.spans).ok_or_else(|| {
+                    LlamaError::InvalidArgument(format!(
+                        "a step holds at most {} sequences",
+                        crate::batch::MAX_SEQ
+                    ))
+                })?,
+            }),
+            None => None,
+        };
         let shape = StepShape {
             n_tokens: n,
             n_kv: placed.n_kv,
@@ -540,6 +625,7 @@ impl Session {
             attn_kv_splits: self.params.attn_kv_splits,
             spans,
             per_column,
+            window,
         };
         if self.built.as_ref().is_none_or(|b| b.shape != shape) {
             self.built = None;
@@ -568,6 +654,10 @@ impl Session {
         self.ctx.set_i32(inp.pos, &values.pos)?;
         let cells: Vec<i32> = placed.cells.iter().map(|&c| c as i32).collect();
         self.ctx.set_i32(inp.k_rows, &cells)?;
+        if let (Some(t), Some(w)) = (inp.k_rows_swa, &placed.window) {
+            let cells: Vec<i32> = w.cells.iter().map(|&c| c as i32).collect();
+            self.ctx.set_i32(t, &cells)?;
+        }
         self.ctx.set_f32(inp.mask, &values.mask)?;
         if let Some(t) = inp.mask_swa {
             let m = values.mask_swa.as_ref().ok_or_else(|| {

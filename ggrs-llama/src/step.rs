@@ -50,6 +50,9 @@ pub struct StepInputs {
     /// comes from, when the graph has one ([`StepInputs::add_attn_temperature`]; filled
     /// from the positions).
     pub q_scale: Option<(Tensor, AttnTemperature)>,
+    /// The tokens' rows in the sliding-window layers' own cells, `[n_tokens]` i32, when the
+    /// cache keeps them apart ([`StepShape::window`]; added by [`StepInputs::add_swa_mask`]).
+    pub k_rows_swa: Option<Tensor>,
 }
 
 /// Llama 4's attention temperature (Mistral 3's `attention.temperature_scale`): the queries of
@@ -115,6 +118,7 @@ impl StepInputs {
             mask_swa: None,
             out_ids,
             q_scale: None,
+            k_rows_swa: None,
         })
     }
 
@@ -134,12 +138,40 @@ impl StepInputs {
     }
 
     /// Adds the sliding-window mask input (`inp_mask_swa`, `[n_kv, n_tokens]` f32, see
-    /// [`StepInputs::mask_swa`]) for a graph of `shape`, and returns it.
+    /// [`StepInputs::mask_swa`]) for a graph of `shape`, and returns it. When the cache
+    /// keeps the window layers' cells apart ([`StepShape::window`]) the mask spans those
+    /// cells and the tokens' rows among them are an input too (`inp_k_rows_swa`).
     pub fn add_swa_mask(&mut self, ctx: &mut Context, shape: StepShape) -> Result<Tensor> {
-        let m = ctx.new_tensor_2d(DType::F32, shape.n_kv, shape.n_tokens)?;
+        let n_kv = shape.windowed().n_kv;
+        let m = ctx.new_tensor_2d(DType::F32, n_kv, shape.n_tokens)?;
         ctx.set_name(m, "inp_mask_swa")?;
         self.mask_swa = Some(m);
+        if shape.window.is_some() {
+            let rows = ctx.new_tensor_1d(DType::I32, shape.n_tokens)?;
+            ctx.set_name(rows, "inp_k_rows_swa")?;
+            self.k_rows_swa = Some(rows);
+        }
         Ok(m)
+    }
+
+    /// Where a layer that attends over every earlier position reads.
+    pub fn global_layer(&self, shape: StepShape) -> LayerView {
+        LayerView {
+            k_rows: self.k_rows,
+            mask: self.mask,
+            shape,
+        }
+    }
+
+    /// Where a sliding-window layer reads: the window mask (added by
+    /// [`StepInputs::add_swa_mask`], which `mask_swa` is), and the window cells' rows and
+    /// count when the cache keeps them apart.
+    pub fn window_layer(&self, mask_swa: Tensor, shape: StepShape) -> LayerView {
+        LayerView {
+            k_rows: self.k_rows_swa.unwrap_or(self.k_rows),
+            mask: mask_swa,
+            shape: shape.windowed(),
+        }
     }
 }
 
@@ -254,15 +286,46 @@ pub fn cached_attention_sinks(
     scores: AttnScores,
     sinks: Option<Tensor>,
 ) -> Result<Tensor> {
+    let k_cache = ctx.set_rows(kv.k[il], k, k_rows)?; // [e_kv, size]
+    let v_cache = ctx.set_rows(kv.v[il], v, k_rows)?; // [e_kv, size]
+    attend_cache(
+        ctx,
+        kv.dtype,
+        [k_cache, v_cache],
+        mask,
+        shape,
+        dims,
+        q,
+        scores,
+        sinks,
+    )
+}
+
+/// The attention half of [`cached_attention_sinks`]: the queries `q` (`[head_dim, n_head,
+/// n_tokens]`) over cells `0..shape.n_kv` (or each span's cells) of the written caches
+/// `[k_cache, v_cache]` (`[head_dim·n_head_kv, size]` of type `dtype`: the tensors
+/// `set_rows` gave, so that the graph reads them after this step's keys are in) under
+/// `mask`. A layer that shares an earlier layer's cache (Gemma 4) passes that layer's.
+/// Returns `[head_dim·n_head, n_tokens]`.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_cache(
+    ctx: &mut Context,
+    dtype: DType,
+    [k_cache, v_cache]: [Tensor; 2],
+    mask: Tensor,
+    shape: StepShape,
+    dims: AttnDims,
+    q: Tensor,
+    scores: AttnScores,
+    sinks: Option<Tensor>,
+) -> Result<Tensor> {
     let AttnDims {
         head_dim: hd,
         n_head: nh,
         n_head_kv: nhkv,
     } = dims;
     let n = shape.n_tokens;
-    let (e_kv, kv_ts) = (hd * nhkv, kv.dtype.type_size());
-    let k_cache = ctx.set_rows(kv.k[il], k, k_rows)?; // [e_kv, size]
-    let v_cache = ctx.set_rows(kv.v[il], v, k_rows)?; // [e_kv, size]
+    let (e_kv, kv_ts) = (hd * nhkv, dtype.type_size());
     let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
                                             // Cells `first..first + n_kv` of the cache, as [hd, n_kv, nhkv].
     let cache_view = |ctx: &mut Context, cache: Tensor, first: usize, n_kv: usize| {
@@ -280,7 +343,7 @@ pub fn cached_attention_sinks(
     if spans.is_empty() {
         let kk = cache_view(ctx, k_cache, 0, shape.n_kv)?;
         let vv = cache_view(ctx, v_cache, 0, shape.n_kv)?;
-        let merged = attend(ctx, kv.dtype, shape, qq, kk, vv, mask, scores, sinks)?;
+        let merged = attend(ctx, dtype, shape, qq, kk, vv, mask, scores, sinks)?;
         return Ok(ctx.reshape_2d(merged, hd * nh, n)?);
     }
     // Sequences in their own regions: each span's queries attend over its region's cells
@@ -295,7 +358,7 @@ pub fn cached_attention_sinks(
         let kk = cache_view(ctx, k_cache, c0, nkv)?;
         let vv = cache_view(ctx, v_cache, c0, nkv)?;
         let m_g = ctx.view_2d(mask, nkv, ng, 4 * shape.n_kv, 4 * t0 * shape.n_kv)?;
-        let merged = attend(ctx, kv.dtype, shape, q_g, kk, vv, m_g, scores, sinks)?; // [hd, nh, ng]
+        let merged = attend(ctx, dtype, shape, q_g, kk, vv, m_g, scores, sinks)?; // [hd, nh, ng]
         out = Some(match out {
             None => merged,
             Some(acc) => ctx.concat(acc, merged, 2)?,
@@ -364,4 +427,45 @@ pub struct StepShape {
     /// The graph's matrix products compute every column as a one-column product
     /// ([`ggrs_core::Context::set_per_column_products`]; set while the graph is built).
     pub per_column: bool,
+    /// When the sliding-window layers keep cells of their own
+    /// ([`KvCache::with_window_cells`]): the cells they read.
+    pub window: Option<WindowShape>,
+}
+
+/// The cells the sliding-window layers of a trimmed cache read in a step (as
+/// [`StepShape::n_kv`] and [`StepShape::spans`] for the others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowShape {
+    /// Cells attention reads.
+    pub n_kv: usize,
+    /// With regions: each sequence's tokens and window cells.
+    pub spans: SeqSpans,
+}
+
+impl StepShape {
+    /// The shape a sliding-window layer attends with: this one, with the window cells'
+    /// count and spans when the cache keeps them apart.
+    pub fn windowed(&self) -> StepShape {
+        match self.window {
+            Some(w) => StepShape {
+                n_kv: w.n_kv,
+                spans: w.spans,
+                window: None,
+                ..*self
+            },
+            None => *self,
+        }
+    }
+}
+
+/// Where one layer's attention reads: the cache rows of the step's tokens, the mask and the
+/// cells ([`StepInputs::global_layer`], [`StepInputs::window_layer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LayerView {
+    /// Cache row of each token, `[n_tokens]` i32.
+    pub k_rows: Tensor,
+    /// `[shape.n_kv, n_tokens]` f32.
+    pub mask: Tensor,
+    /// The step's shape as the layer reads the cache.
+    pub shape: StepShape,
 }

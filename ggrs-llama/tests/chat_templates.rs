@@ -360,3 +360,47 @@ fn templates_cannot_grow_values_past_the_limit() {
         "1024 1024 1-a 2+b a\n  b"
     );
 }
+
+/// 2026-11-29 12:00:00 UTC, the day llama-server rendered `llama-server-renderings.json`.
+const NOV_29_2026: i64 = 1_795_953_600;
+
+/// The official templates of the 2026 families (llama.cpp's copies of SmolLM3, Granite 3.3
+/// and 4.0, Ministral 3 and Gemma 4) render as llama-server renders them
+/// (`POST /apply-template` with `--jinja --chat-template-file`, its answers stored in
+/// `tests/data/templates/llama-server-renderings.json`): with and without a system message,
+/// with and without the generation prompt. llama.cpp drops a leading BOS text from the
+/// rendering (the tokenizer adds the BOS token), as ggrs's `encode_rendered` does; the
+/// comparison does the same.
+#[test]
+fn new_families_render_as_llama_server() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/templates/llama-server-renderings.json");
+    let text = std::fs::read_to_string(&path).expect("renderings");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let renderings = json["renderings"].as_object().expect("renderings");
+    assert_eq!(renderings.len(), 5);
+    let with_system = conversation();
+    let without = [Message::user("Hi")];
+    let vars = TemplateVars {
+        enable_thinking: true,
+        now_unix: NOV_29_2026,
+    };
+    let mut checked = 0;
+    for (file, cases) in renderings {
+        let t = template(file, "<s>", "</s>");
+        for (key, want) in cases.as_object().expect("cases") {
+            let (conv, agp) = key
+                .split_once('/')
+                .expect("conversation/add_generation_prompt");
+            let msgs: &[Message] = match conv {
+                "basic" => &with_system,
+                _ => &without,
+            };
+            let got = t.render_with(msgs, agp == "True", &vars).expect("render");
+            let got = got.strip_prefix("<s>").unwrap_or(&got);
+            assert_eq!(Some(got), want.as_str(), "{file} {key}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 20);
+}

@@ -194,8 +194,10 @@ fn tiny_f16_requests_equal_a_lone_session() {
 }
 
 /// Sliding-window attention and soft-capping (Gemma 2), experts (mul_mat_id), gpt-oss's
-/// sinks, alternating windows and biased experts, and ChatGLM's own positions and mask
-/// through the engine's regions: still a lone session's bits.
+/// sinks, alternating windows and biased experts, ChatGLM's own positions and mask, Gemma 3's
+/// local/global bases and Gemma 4's shared caches and per-layer embeddings through the
+/// engine's regions: still a lone session's bits. (SmolLM3, Granite and Mistral 3 run the
+/// LLaMA decoder's graph, which `tiny_f16_requests_equal_a_lone_session` covers.)
 #[test]
 fn other_architectures_through_the_engine_equal_a_lone_session() {
     for name in [
@@ -204,6 +206,8 @@ fn other_architectures_through_the_engine_equal_a_lone_session() {
         "tiny-gpt-oss-f16.gguf",
         "tiny-phi3-f16.gguf",
         "tiny-chatglm-f16.gguf",
+        "tiny-gemma3-f16.gguf",
+        "tiny-gemma4-f16.gguf",
     ] {
         eprintln!("{name}");
         check_invariance(&tiny(name), &PROMPTS[..4], 12, false);
@@ -579,5 +583,84 @@ fn region_equals_lone(model: Arc<Model>) {
         pos += next.len() as i32;
         let id = ggrs_llama::sampling::argmax(a);
         next = vec![id];
+    }
+}
+
+/// Sliding-window layers keep only their window in each slot (the engine's sessions trim
+/// them unless `swa_full`): prompts of 300 tokens, far past the 256 window cells of each
+/// slot, give the greedy tokens of a lone session that keeps every cell, together and again
+/// one at a time with the prompt cache on (where the window behind the shared prefix is
+/// gone, so the prompt is evaluated again rather than reused).
+#[test]
+fn sliding_window_slots_keep_only_their_window() {
+    for name in ["tiny-gemma3-f16.gguf", "tiny-gpt-oss-f16.gguf"] {
+        let model = tiny(name);
+        let prompts: Vec<Vec<u32>> = [
+            "The capital of France is Paris, and",
+            "Once upon a time, in a land far away,",
+        ]
+        .iter()
+        .map(|p| {
+            let one = model.encode_prompt(p).expect("encode");
+            let mut t = one.clone();
+            while t.len() < 300 {
+                t.extend_from_slice(&one[1..]);
+            }
+            t.truncate(300);
+            t
+        })
+        .collect();
+        let want: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| {
+                let mut s = Session::new(
+                    model.clone(),
+                    SessionParams {
+                        n_ctx: 1024,
+                        n_batch: 32,
+                        n_threads: 2,
+                        swa_full: true,
+                        ..Default::default()
+                    },
+                )
+                .expect("session");
+                assert_eq!(s.kv_cache().window_size(), None);
+                let g = s
+                    .generate_tokens(p, &common::greedy(12), |_| {
+                        std::ops::ControlFlow::Continue(())
+                    })
+                    .expect("generate");
+                g.tokens
+            })
+            .collect();
+        let engine = Engine::start(
+            model.clone(),
+            EngineParams {
+                n_slots: 2,
+                n_ctx: 2 * 1024,
+                n_batch: 32,
+                n_threads: 2,
+                ..Default::default()
+            },
+        )
+        .expect("engine");
+        let reqs: Vec<Request> = prompts
+            .iter()
+            .map(|p| Request::new(p.clone(), common::greedy(12)))
+            .collect();
+        let together = run_all(&engine, &reqs);
+        let again: Vec<_> = reqs
+            .iter()
+            .map(|r| run_all(&engine, std::slice::from_ref(r)).remove(0))
+            .collect();
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(&together[i].0.tokens, w, "{name}: request {i} together");
+            assert_eq!(&again[i].0.tokens, w, "{name}: request {i} again");
+        }
+        let m = engine.handle().metrics();
+        assert_eq!(
+            m.cache_hits, 0,
+            "{name}: the window behind the prefix is gone: {m:?}"
+        );
     }
 }

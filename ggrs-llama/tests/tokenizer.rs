@@ -584,3 +584,58 @@ fn real_qwen_model_tokenizer() {
     assert_eq!(ids[1], tool_call);
     assert_eq!(tok.decode(&ids).unwrap(), "x<tool_call>y");
 }
+
+/// The end-of-turn tokens of the 2026 families end generation as in llama.cpp (Gemma 4's
+/// `<turn|>`, `<eos>` and `<|tool_response>`, Granite's `<|end_of_text|>`, SmolLM3's
+/// `<|im_end|>`, Phi's `<|end|>`, Kimi's `[EOT]`…), except harmony's `<|end|>` when the
+/// vocabulary also has `<|return|>` and `<|call|>` (GPT-OSS: it only ends a message).
+#[test]
+fn family_turn_ends_end_generation() {
+    use ggrs_llama::tokenizer::{Vocab, VocabParts};
+    let vocab = |extra: &[&str]| {
+        let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+        let mut types = vec![2i64, 3, 3];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        for t in extra {
+            tokens.push(t.to_string());
+            types.push(3);
+        }
+        tokens.push("<|turn>".into());
+        types.push(3);
+        let n = tokens.len();
+        let parts = VocabParts {
+            model: "llama".into(),
+            tokens,
+            scores: Some(vec![0.0; n]),
+            token_types: Some(types),
+            ..VocabParts::default()
+        };
+        Tokenizer::new(Vocab::from_parts(parts).expect("valid vocabulary"))
+    };
+    let id = |t: &Tokenizer, s: &str| t.vocab().token_id(s).expect("token");
+    let ends = [
+        "<turn|>",
+        "<eos>",
+        "<|tool_response>",
+        "<|end_of_text|>",
+        "<|im_end|>",
+        "<|end|>",
+        "[EOT]",
+    ];
+    let t = vocab(&ends);
+    for s in ends {
+        assert!(t.is_eog(id(&t, s)), "{s} ends generation");
+    }
+    assert!(!t.is_eog(id(&t, "<|turn>")), "a turn start does not");
+    let harmony = vocab(&["<|end|>", "<|return|>", "<|call|>", "<|start|>"]);
+    assert!(
+        !harmony.is_eog(id(&harmony, "<|end|>")),
+        "harmony's <|end|>"
+    );
+    for s in ["<|return|>", "<|call|>"] {
+        assert!(harmony.is_eog(id(&harmony, s)), "{s} ends generation");
+    }
+}

@@ -106,7 +106,7 @@ impl NativeModel {
     /// Loads `path` and makes a session (see `ggrs.Model` for the arguments).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", copy_weights=None))]
+    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", copy_weights=None, swa_full=false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -116,6 +116,7 @@ impl NativeModel {
         logits_all: bool,
         kv_type: &str,
         copy_weights: Option<bool>,
+        swa_full: bool,
     ) -> PyResult<NativeModel> {
         if n_batch == 0 {
             return Err(bad_argument(py, "n_batch must be at least 1"));
@@ -142,6 +143,7 @@ impl NativeModel {
                 n_threads,
                 logits_all,
                 kv_type,
+                swa_full,
                 ..SessionParams::default()
             };
             match Session::new(model.clone(), params) {

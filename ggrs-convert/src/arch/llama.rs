@@ -26,6 +26,9 @@ pub(super) struct DecoderVariant {
     /// Whether `rope.dimension_count` and `vocab_size` are written (llama.cpp writes them
     /// for `llama`, not for `qwen2`).
     pub rope_dims_and_vocab: bool,
+    /// Whether `head_dim` is read (Granite's converter ignores it: heads are
+    /// `hidden_size / num_attention_heads` wide).
+    pub head_dim: bool,
 }
 
 impl ArchConverter for Llama {
@@ -49,6 +52,7 @@ impl ArchConverter for Llama {
                 permute_qk: true,
                 qkv_bias: Req::Maybe,
                 rope_dims_and_vocab: true,
+                head_dim: true,
             },
         )
     }
@@ -72,7 +76,10 @@ pub(super) fn plan_decoder(
     let n_head_kv = c.opt_usize(&["num_key_value_heads"])?.unwrap_or(n_head);
     let n_ff = c.positive(&["intermediate_size"])?;
     let n_vocab = c.positive(&["vocab_size"])?;
-    let head_dim_key = c.opt_usize(&["head_dim"])?;
+    let head_dim_key = match variant.head_dim {
+        true => c.opt_usize(&["head_dim"])?,
+        false => None,
+    };
     let head_dim = head_dim_key.unwrap_or(n_embd / n_head);
     if n_head_kv == 0 || n_head % n_head_kv != 0 || head_dim == 0 || head_dim % 2 != 0 {
         return Err(ConvertError::Config {
@@ -85,7 +92,15 @@ pub(super) fn plan_decoder(
     }
     let eps = c.opt_f64(&["rms_norm_eps"])?.unwrap_or(1e-6);
     let ctx = c.opt_usize(&["max_position_embeddings"])?.unwrap_or(2048);
-    let theta = c.opt_f64(&["rope_theta"])?.unwrap_or(10000.0);
+    // `rope_parameters` (transformers ≥ 4.56) holds what `rope_theta` and `rope_scaling`
+    // held.
+    let theta = match rope_params(c).and_then(|r| r.get("rope_theta")) {
+        Some(t) => t.as_f64().ok_or_else(|| ConvertError::Config {
+            key: "rope_parameters.rope_theta".into(),
+            detail: format!("should be a number, found {t}"),
+        })?,
+        None => c.opt_f64(&["rope_theta"])?.unwrap_or(10000.0),
+    };
     out.u32s(&[
         ("context_length", "max_position_embeddings", ctx),
         ("embedding_length", "hidden_size", n_embd),
@@ -168,10 +183,20 @@ pub(super) fn plan_decoder(
     Ok(n_vocab)
 }
 
-/// `rope_scaling`: `linear` becomes `rope.scaling.type`/`factor`; `default` or no type is
-/// nothing; any other type is an error (the converter does not carry it over).
-fn rope_scaling(c: &Cfg<'_>, out: &mut LayoutBuilder<'_>) -> Result<(), ConvertError> {
-    let Some(rs) = c.get("rope_scaling").and_then(Json::as_object) else {
+/// The rotary settings: `rope_parameters` (newer checkpoints) or `rope_scaling`.
+pub(super) fn rope_params<'c>(c: &'c Cfg<'_>) -> Option<&'c serde_json::Map<String, Json>> {
+    c.get("rope_parameters")
+        .filter(|v| !v.is_null())
+        .or_else(|| c.get("rope_scaling"))
+        .and_then(Json::as_object)
+}
+
+/// `rope_scaling` / `rope_parameters` as llama.cpp's converter writes them: `linear` becomes
+/// `rope.scaling.type`/`factor`; `yarn` also the original context and the betas and
+/// attention factor the checkpoint gives; `default` or no type is nothing; any other type is
+/// an error (the converter does not carry it over).
+pub(super) fn rope_scaling(c: &Cfg<'_>, out: &mut LayoutBuilder<'_>) -> Result<(), ConvertError> {
+    let Some(rs) = rope_params(c) else {
         return Ok(());
     };
     let kind = rs
@@ -179,17 +204,46 @@ fn rope_scaling(c: &Cfg<'_>, out: &mut LayoutBuilder<'_>) -> Result<(), ConvertE
         .or_else(|| rs.get("type"))
         .and_then(Json::as_str);
     let factor = rs.get("factor").and_then(Json::as_f64);
+    let num = |k: &str| rs.get(k).and_then(Json::as_f64);
     match (kind, factor) {
         (Some("linear"), Some(f)) => {
             out.put("rope.scaling.type", Value::String("linear".into()));
             out.put("rope.scaling.factor", Value::F32(f as f32));
             Ok(())
         }
+        (Some("yarn"), Some(f)) => {
+            out.put("rope.scaling.type", Value::String("yarn".into()));
+            out.put("rope.scaling.factor", Value::F32(f as f32));
+            let orig = rs
+                .get("original_max_position_embeddings")
+                .and_then(Json::as_u64)
+                .ok_or_else(|| ConvertError::Config {
+                    key: "rope_scaling.original_max_position_embeddings".into(),
+                    detail: "is missing (YaRN needs it)".into(),
+                })?;
+            out.u32s(&[(
+                "rope.scaling.original_context_length",
+                "original_max_position_embeddings",
+                orig as usize,
+            )])?;
+            for (hf, key) in [
+                ("extrapolation_factor", "rope.scaling.yarn_ext_factor"),
+                ("attention_factor", "rope.scaling.yarn_attn_factor"),
+                ("beta_fast", "rope.scaling.yarn_beta_fast"),
+                ("beta_slow", "rope.scaling.yarn_beta_slow"),
+            ] {
+                if let Some(v) = num(hf) {
+                    out.put(key, Value::F32(v as f32));
+                }
+            }
+            Ok(())
+        }
         (Some("default") | None, _) => Ok(()),
         (Some(other), _) => Err(ConvertError::Config {
             key: "rope_scaling".into(),
             detail: format!(
-                "has type `{other}`, which the converter does not carry over (only `linear` is)"
+                "has type `{other}`, which the converter does not carry over (`linear` and \
+                 `yarn` are)"
             ),
         }),
     }

@@ -10,8 +10,13 @@
 mod bert;
 mod chatglm;
 mod chatglm1;
+mod gemma3;
+mod granite;
 mod llama;
+mod mistral3;
+mod phi3;
 mod qwen2;
+mod smollm3;
 
 use serde_json::Value as Json;
 
@@ -56,6 +61,11 @@ pub(crate) trait ArchConverter: Sync {
 static REGISTRY: &[&dyn ArchConverter] = &[
     &llama::Llama,
     &qwen2::Qwen2,
+    &smollm3::SmolLm3,
+    &granite::Granite,
+    &mistral3::Mistral3,
+    &gemma3::Gemma3,
+    &phi3::Phi3,
     &chatglm::ChatGlm2,
     &chatglm1::ChatGlm1,
     &bert::Bert,

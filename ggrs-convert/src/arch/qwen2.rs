@@ -34,6 +34,7 @@ impl ArchConverter for Qwen2 {
                 permute_qk: false,
                 qkv_bias: Req::Need,
                 rope_dims_and_vocab: false,
+                head_dim: true,
             },
         )
     }

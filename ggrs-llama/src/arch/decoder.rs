@@ -26,7 +26,8 @@ use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{
-    add_opt, cached_attention_sinks, AttnDims, AttnScores, AttnTemperature, StepInputs, StepShape,
+    add_opt, cached_attention_sinks, AttnDims, AttnScores, AttnTemperature, LayerView, StepInputs,
+    StepShape,
 };
 
 /// The name of tensor `s` of block `i` (`blk.{i}.{s}`).
@@ -450,6 +451,23 @@ impl Rotary {
         }
     }
 
+    /// A rotary over `n_rot` dimensions at base `freq_base` and position scale
+    /// `freq_scale` (a sliding-window layer's own), NEOX pairing, with the file's YaRN blend
+    /// and the factors `freqs`.
+    pub fn neox_with(
+        hp: &HParams,
+        n_rot: usize,
+        (freq_base, freq_scale): (f32, f32),
+        freqs: Option<Tensor>,
+    ) -> Rotary {
+        let (params, yarn) = hp.rotary_with(RopeMode::Neox, n_rot, freq_base, freq_scale);
+        Rotary {
+            params,
+            yarn,
+            freqs,
+        }
+    }
+
     /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
     pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
         Ok(match self.yarn {
@@ -530,7 +548,7 @@ pub fn attention_scaled(
 ) -> Result<Tensor> {
     let how = AttnMasking {
         kq_scale,
-        mask: inp.mask,
+        at: inp.global_layer(shape),
         sinks: None,
     };
     attention_masked(ctx, hp, w, kv, inp, shape, il, a, rope, x, how)
@@ -543,8 +561,10 @@ pub fn attention_scaled(
 pub struct AttnMasking {
     /// Factor of each key·query product.
     pub kq_scale: f32,
-    /// `[n_kv, n_tokens]` f32: 0 where a token may attend a cell, −∞ where not.
-    pub mask: Tensor,
+    /// Cache rows, mask (`[n_kv, n_tokens]` f32: 0 where a token may attend a cell, −∞
+    /// where not) and cells the layer reads ([`StepInputs::global_layer`],
+    /// [`StepInputs::window_layer`]).
+    pub at: LayerView,
     /// One logit per query head joining the softmax's denominator, or none.
     pub sinks: Option<Tensor>,
 }
@@ -608,13 +628,13 @@ pub fn attention_masked(
         scale: how.kq_scale,
         softcap: None,
     };
-    let masks = [inp.k_rows, how.mask];
+    let masks = [how.at.k_rows, how.at.mask];
     let attn = cached_attention_sinks(
         ctx,
         kv,
         il,
         masks,
-        shape,
+        how.at.shape,
         dims,
         (q, [k2, v2]),
         scores,

@@ -31,7 +31,7 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{get_f32, get_usize, HParams};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::step::{cached_attention_with, AttnDims, AttnScores, StepInputs, StepShape};
+use crate::step::{cached_attention_with, AttnDims, AttnScores, LayerView, StepInputs, StepShape};
 
 /// Gemma 2 (`gemma2`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,17 +87,18 @@ impl Gemma2Layer {
     }
 
     /// The rest of block `il` once its queries, keys and values (`[q, k, v]`: q
-    /// `[hd, nh, n]`, k and v `[kv, n]`) are made: attention over the cache under `mask`,
+    /// `[hd, nh, n]`, k and v `[kv, n]`) are made: attention over the cache as `at` says
+    /// (rows, mask and cells: [`StepInputs::global_layer`] or [`StepInputs::window_layer`]),
     /// the output projection (rows `inp.out_ids` only in the last layer), the post-attention
     /// norm and residual, then [`Gemma2Layer::ffn`]. Returns the block's output.
     #[allow(clippy::too_many_arguments)]
     pub fn attend_and_ffn(
         &self,
         ctx: &mut Context,
-        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        (hp, w, kv): (&HParams, &ImportedWeights, &KvCache),
         inp: &StepInputs,
         il: usize,
-        mask: Tensor,
+        at: LayerView,
         [q, k, v]: [Tensor; 3],
         scores: AttnScores,
         mut x: Tensor,
@@ -111,9 +112,9 @@ impl Gemma2Layer {
             ctx,
             kv,
             il,
-            inp.k_rows,
-            mask,
-            shape,
+            at.k_rows,
+            at.mask,
+            at.shape,
             dims,
             q,
             [k, v],
@@ -141,14 +142,34 @@ impl Gemma2Layer {
         w: &ImportedWeights,
         sa_out: Tensor,
     ) -> Result<Tensor> {
-        let h = ctx.rms_norm_mul(sa_out, w[self.ffn_norm], hp.rms_eps)?;
-        let gate = ctx.mul_mat(w[self.ffn_gate], h)?; // [n_ff, n]
-        let up = ctx.mul_mat(w[self.ffn_up], h)?;
-        let act = ctx.geglu_split(gate, up)?;
-        let down = ctx.mul_mat(w[self.ffn_down], act)?; // [n_embd, n]
-        let cur = ctx.rms_norm_mul(down, w[self.ffn_post_norm], hp.rms_eps)?;
-        Ok(ctx.add(cur, sa_out)?)
+        let ws = [
+            self.ffn_norm,
+            self.ffn_gate,
+            self.ffn_up,
+            self.ffn_down,
+            self.ffn_post_norm,
+        ];
+        geglu_ffn(ctx, hp, w, ws, sa_out)
     }
+}
+
+/// Gemma's feed-forward half on `sa_out` (`[n_embd, n]`) with the weights `[ffn_norm, gate,
+/// up, down, post_ffw_norm]`: `sa_out + rms_norm(W_down·(gelu(W_gate·h) · W_up·h)) ·
+/// post_ffw_norm`, `h = rms_norm(sa_out) · ffn_norm`.
+pub(crate) fn geglu_ffn(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    [norm, gate, up, down, post]: [WeightId; 5],
+    sa_out: Tensor,
+) -> Result<Tensor> {
+    let h = ctx.rms_norm_mul(sa_out, w[norm], hp.rms_eps)?;
+    let g = ctx.mul_mat(w[gate], h)?; // [n_ff, n]
+    let u = ctx.mul_mat(w[up], h)?;
+    let act = ctx.geglu_split(g, u)?;
+    let d = ctx.mul_mat(w[down], act)?; // [n_embd, n]
+    let cur = ctx.rms_norm_mul(d, w[post], hp.rms_eps)?;
+    Ok(ctx.add(cur, sa_out)?)
 }
 
 /// Gemma 2's constants beyond [`HParams`], read once at load.
@@ -257,6 +278,13 @@ impl Architecture for Gemma2 {
         "gemma2"
     }
 
+    fn hparams(&self, file: &GgufFile) -> Result<HParams> {
+        let mut hp = HParams::from_gguf(file)?;
+        let c = Gemma2Consts::from_gguf(file, &hp)?;
+        hp.set_windows(|il| Gemma2Model::is_sliding(il).then_some(c.window));
+        Ok(hp)
+    }
+
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = Gemma2Consts::from_gguf(l.file(), hp)?;
         let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
@@ -333,12 +361,12 @@ fn build(
         let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
 
         let k2 = ctx.reshape_2d(k, e_kv, n)?;
-        let mask = match Gemma2Model::is_sliding(il) {
-            true => mask_swa,
-            false => inp.mask,
+        let at = match Gemma2Model::is_sliding(il) {
+            true => inp.window_layer(mask_swa, shape),
+            false => inp.global_layer(shape),
         };
         let qkv = [q, k2, v];
-        x = l.attend_and_ffn(ctx, (hp, w, kv, shape), &inp, il, mask, qkv, scores, x)?;
+        x = l.attend_and_ffn(ctx, (hp, w, kv), &inp, il, at, qkv, scores, x)?;
     }
     output_logits(
         ctx,

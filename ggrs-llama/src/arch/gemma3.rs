@@ -130,6 +130,13 @@ impl Architecture for Gemma3 {
         "gemma3"
     }
 
+    fn hparams(&self, file: &ggrs_core::gguf::GgufFile) -> Result<HParams> {
+        let mut hp = HParams::from_gguf(file)?;
+        let c = Gemma3Consts::from_gguf(file, &hp)?;
+        hp.set_windows(|il| c.is_local(il).then_some(c.window));
+        Ok(hp)
+    }
+
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = Gemma3Consts::from_gguf(l.file(), hp)?;
         let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
@@ -169,12 +176,7 @@ impl ArchModel for Gemma3Model {
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let mask_swa = inp.add_swa_mask(ctx, shape)?;
         let global = Rotary::new(hp, RopeMode::Neox, None);
-        let (params, yarn) = hp.rotary_with(RopeMode::Neox, hp.n_rot, c.freq_base_swa, 1.0);
-        let local = Rotary {
-            params,
-            yarn,
-            freqs: None,
-        };
+        let local = Rotary::neox_with(hp, hp.n_rot, (c.freq_base_swa, 1.0), None);
         let scores = AttnScores {
             scale: 1.0,
             softcap: None,
@@ -200,9 +202,12 @@ impl ArchModel for Gemma3Model {
             let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
 
             let k2 = ctx.reshape_2d(k, hp.n_embd_kv(), n)?;
-            let mask = if is_local { mask_swa } else { inp.mask };
+            let at = match is_local {
+                true => inp.window_layer(mask_swa, shape),
+                false => inp.global_layer(shape),
+            };
             let qkv = [q, k2, v];
-            x = l.attend_and_ffn(ctx, (hp, w, kv, shape), &inp, il, mask, qkv, scores, x)?;
+            x = l.attend_and_ffn(ctx, (hp, w, kv), &inp, il, at, qkv, scores, x)?;
         }
         output_logits(
             ctx,

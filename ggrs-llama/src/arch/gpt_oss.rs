@@ -219,6 +219,13 @@ impl Architecture for GptOss {
         "gpt-oss"
     }
 
+    fn hparams(&self, file: &GgufFile) -> Result<HParams> {
+        let mut hp = HParams::from_gguf(file)?;
+        let c = GptOssConsts::from_gguf(file, &hp)?;
+        hp.set_windows(|il| c.local[il].then_some(c.window));
+        Ok(hp)
+    }
+
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = GptOssConsts::from_gguf(l.file(), hp)?;
         let head = Head::load(hp, l)?;
@@ -273,17 +280,8 @@ impl ArchModel for GptOssModel {
         let mask_swa = inp.add_swa_mask(ctx, shape)?;
         let freqs = w.opt(self.head.rope_freqs);
         let global = Rotary::new(hp, RopeMode::Neox, freqs);
-        let (params, yarn) = hp.rotary_with(
-            RopeMode::Neox,
-            hp.n_rot,
-            c.freq_base_swa,
-            hp.rope_freq_scale,
-        );
-        let local = Rotary {
-            params,
-            yarn,
-            freqs,
-        };
+        let base_scale = (c.freq_base_swa, hp.rope_freq_scale);
+        let local = Rotary::neox_with(hp, hp.n_rot, base_scale, freqs);
         let kq_scale = 1.0 / (hp.head_dim as f32).sqrt();
 
         let mut x = ctx.get_rows(w[self.head.tok_embd], inp.tokens)?; // [n_embd, n]
@@ -291,7 +289,10 @@ impl ArchModel for GptOssModel {
             let is_local = c.local[il];
             let how = AttnMasking {
                 kq_scale,
-                mask: if is_local { mask_swa } else { inp.mask },
+                at: match is_local {
+                    true => inp.window_layer(mask_swa, shape),
+                    false => inp.global_layer(shape),
+                },
                 sinks: Some(w[l.sinks]),
             };
             let rope = if is_local { local } else { global };

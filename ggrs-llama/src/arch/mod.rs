@@ -13,6 +13,7 @@ pub mod decoder;
 pub mod fused;
 pub mod gemma2;
 pub mod gemma3;
+pub mod gemma4;
 pub mod gpt_oss;
 pub mod granite;
 pub mod llama;
@@ -59,7 +60,7 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `mistral3`, `gpt-oss`,
+    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `gemma4`, `mistral3`, `gpt-oss`,
     /// `bert` (an embedding model).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
@@ -74,6 +75,7 @@ impl Registry {
         r.register(smollm3::SmolLm3);
         r.register(granite::Granite);
         r.register(gemma3::Gemma3);
+        r.register(gemma4::Gemma4);
         r.register(mistral3::Mistral3);
         r.register(gpt_oss::GptOss);
         r.register(bert::Bert);

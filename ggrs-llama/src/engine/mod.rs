@@ -78,6 +78,9 @@ pub struct EngineParams {
     pub kv_type: DType,
     /// Flash attention's split-key parts (see [`SessionParams::attn_kv_splits`]).
     pub attn_kv_splits: usize,
+    /// Keep every cell for the sliding-window layers too (see [`SessionParams::swa_full`]);
+    /// false: each slot's sliding-window layers keep only their window.
+    pub swa_full: bool,
 }
 
 impl Default for EngineParams {
@@ -91,6 +94,7 @@ impl Default for EngineParams {
             queue_capacity: 64,
             kv_type: s.kv_type,
             attn_kv_splits: s.attn_kv_splits,
+            swa_full: s.swa_full,
         }
     }
 }
@@ -402,6 +406,7 @@ impl Engine {
                 logits_all: true,
                 attn_kv_splits: params.attn_kv_splits,
                 n_streams: params.n_slots,
+                swa_full: params.swa_full,
             },
         )?;
         let shared = Arc::new(Shared {

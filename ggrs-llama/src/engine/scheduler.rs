@@ -177,7 +177,9 @@ impl Scheduler {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             // At least one prompt token is evaluated: its logits give the first token.
             let reuse = if pending.request.cache_prompt {
-                shared.min(pending.request.prompt.len() - 1)
+                let keep = shared.min(pending.request.prompt.len() - 1);
+                // Sliding-window layers may have dropped the window behind the prefix.
+                self.session.reusable_prefix(i as SeqId, keep)
             } else {
                 0
             };

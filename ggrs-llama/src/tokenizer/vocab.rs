@@ -350,6 +350,7 @@ const EOT_TEXTS: &[&str] = &[
     "<|end_of_text|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
     "<｜end▁of▁sentence｜>",
     "<end_of_utterance>",
 ];
@@ -393,21 +394,38 @@ const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// Turn starts that end generation with the ChatGLM pre-tokenizers (`chatglm-spm`,
 /// `chatglm-bpe`, `glm4`).
 const CHATGLM_EOG_TEXTS: &[&str] = &["<|user|>", "<|observation|>"];
-/// Tokens that end generation, besides EOS, EOT, EOM and the FIM pad/repo/separator tokens.
+/// Tokens that end generation, besides EOS, EOT, EOM and the FIM pad/repo/separator tokens
+/// (llama.cpp's list: harmony's `<|return|>`/`<|call|>`, Gemma 4's `<turn|>`, `<eos>` and
+/// `<|tool_response>`, Solar Open's `<|flush|>`/`<|calls|>`, Kimi's `[EOT]`/`[EOS]`…).
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
     "<|return|>",
     "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>",
     "<|eom_id|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
+    "[EOS]",
     "<|end_of_text|>",
     "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
+
+/// Pairs of tokens whose presence together means `<|end|>` only ends a message, not the
+/// reply (GPT-OSS's harmony format, Solar Open): llama.cpp then drops `<|end|>` from the
+/// end-of-generation tokens.
+const END_IS_NOT_EOG: [[&str; 2]; 2] = [["<|return|>", "<|call|>"], ["<|calls|>", "<|flush|>"]];
 
 /// A validated vocabulary, ready to tokenize with (see [`super::Tokenizer`]).
 #[derive(Debug, Clone)]
@@ -708,6 +726,15 @@ impl Vocab {
                 .into_iter()
                 .flatten(),
         );
+        let has = |t: &str| token_to_id.contains_key(t);
+        if END_IS_NOT_EOG
+            .iter()
+            .any(|pair| pair.iter().all(|t| has(t)))
+        {
+            if let Some(end) = token_to_id.get("<|end|>") {
+                eog.retain(|id| id != end);
+            }
+        }
         eog.sort_unstable();
         eog.dedup();
 

@@ -51,6 +51,7 @@ class NativeModel:
         logits_all: bool = False,
         kv_type: str = "f16",
         copy_weights: Optional[bool] = None,
+        swa_full: bool = False,
     ) -> None: ...
     path: str
     arch: str

@@ -179,6 +179,8 @@ class Model:
     2 MiB pages at load, as ``ggrs run`` does for long generations: a few percent faster
     decoding for a slower load (by default they are read from the file's map, as ``ggrs run``
     reads them for short generations; the weights the panel kernels read are always packed).
+    ``swa_full=True`` keeps every context cell for the sliding-window layers (Gemma 2/3/4,
+    gpt-oss), as llama.cpp's ``swa_full``; by default they keep only their window.
 
     One call runs at a time: calls from several Python threads wait for each other, without
     holding the GIL. For parallel requests, load one ``Model`` per thread or use
@@ -202,6 +204,7 @@ class Model:
         logits_all: bool = False,
         kv_type: str = "f16",
         copy_weights: bool = False,
+        swa_full: bool = False,
         seed: Optional[int] = None,
         chat_format: Optional[str] = None,
         cache_prompt: bool = True,
@@ -222,6 +225,7 @@ class Model:
             logits_all=logits_all,
             kv_type=kv_type,
             copy_weights=copy_weights,
+            swa_full=swa_full,
         )
         self.model_path: str = file
         self.seed = seed
