@@ -13,6 +13,7 @@ pub mod decoder;
 pub mod fused;
 pub mod gemma2;
 pub mod gemma3;
+pub mod gemma_embedding;
 pub mod gpt_oss;
 pub mod granite;
 pub mod llama;
@@ -60,7 +61,7 @@ impl Registry {
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
     /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `mistral3`, `gpt-oss`,
-    /// `bert` (an embedding model).
+    /// `bert`, `nomic-bert`, `gemma-embedding` (embedding models).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -77,6 +78,8 @@ impl Registry {
         r.register(mistral3::Mistral3);
         r.register(gpt_oss::GptOss);
         r.register(bert::Bert);
+        r.register(bert::NomicBert);
+        r.register(gemma_embedding::GemmaEmbedding);
         r
     }
 
