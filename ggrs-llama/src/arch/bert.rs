@@ -33,13 +33,17 @@ use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{add_opt, cached_attention, layer_norm, AttnDims, StepInputs, StepShape};
 
-/// The `bert` architecture.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Bert;
+/// An architecture of the BERT family: [`BERT`] or [`NOMIC_BERT`].
+#[derive(Debug, Clone, Copy)]
+pub struct Bert {
+    name: &'static str,
+}
 
-/// The `nomic-bert` architecture (nomic-embed-text v1/v1.5).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NomicBert;
+/// BERT (`bert`): all-MiniLM-L6-v2, BGE, E5, BERT cross-encoders.
+pub const BERT: Bert = Bert { name: "bert" };
+
+/// nomic-bert (`nomic-bert`): nomic-embed-text v1/v1.5.
+pub const NOMIC_BERT: Bert = Bert { name: "nomic-bert" };
 
 /// One BERT layer (`e` = `n_embd`, `f` = `n_ff`).
 #[derive(Debug, Clone)]
@@ -90,7 +94,7 @@ pub struct BertModel {
 
 impl Architecture for Bert {
     fn name(&self) -> &'static str {
-        "bert"
+        self.name
     }
 
     fn hparams(&self, file: &ggrs_core::gguf::GgufFile) -> Result<HParams> {
@@ -98,21 +102,7 @@ impl Architecture for Bert {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        Ok(Box::new(BertModel::load("bert", hp, l)?))
-    }
-}
-
-impl Architecture for NomicBert {
-    fn name(&self) -> &'static str {
-        "nomic-bert"
-    }
-
-    fn hparams(&self, file: &ggrs_core::gguf::GgufFile) -> Result<HParams> {
-        HParams::from_gguf_eps(file, "attention.layer_norm_epsilon")
-    }
-
-    fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
-        Ok(Box::new(BertModel::load("nomic-bert", hp, l)?))
+        Ok(Box::new(BertModel::load(self.name, hp, l)?))
     }
 }
 

@@ -77,8 +77,8 @@ impl Registry {
         r.register(gemma3::Gemma3);
         r.register(mistral3::Mistral3);
         r.register(gpt_oss::GptOss);
-        r.register(bert::Bert);
-        r.register(bert::NomicBert);
+        r.register(bert::BERT);
+        r.register(bert::NOMIC_BERT);
         r.register(gemma_embedding::GemmaEmbedding);
         r
     }
