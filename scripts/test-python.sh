@@ -63,39 +63,52 @@ else
     server=(target/release/ggrs serve)
     export GGRS_SERVER_KIND=ggrs
 fi
-port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-log=$(mktemp)
-# The tiny model has no chat template: ChatML, as llama-server falls back to.
-"${server[@]}" -m "$MODEL" --host 127.0.0.1 --port "$port" -np 2 -c 4096 --chat-template chatml >"$log" 2>&1 &
-server_pid=$!
-stop_server() {
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    rm -f "$log"
+# Starts `server` on MODEL with ARGS on a free loopback port, waits for /health; sets $url.
+pids=()
+logs=()
+stop_servers() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -f "${logs[@]}"
 }
-trap stop_server EXIT
-
-export GGRS_SERVER_URL=http://127.0.0.1:$port
-ready=0
-for ((i = 0; i < 300; i++)); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        echo "test-python: the server exited before it was ready; its log:" >&2
-        cat "$log" >&2
-        exit 1
-    fi
-    code=$("$VENV/bin/python" -c 'import sys, urllib.request
+trap stop_servers EXIT
+start_server() {
+    local model=$1 port log pid code
+    shift
+    port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    log=$(mktemp)
+    "${server[@]}" -m "$model" --host 127.0.0.1 --port "$port" "$@" >"$log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
+    logs+=("$log")
+    url=http://127.0.0.1:$port
+    for ((i = 0; i < 300; i++)); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "test-python: the server on $model exited before it was ready; its log:" >&2
+            cat "$log" >&2
+            exit 1
+        fi
+        code=$("$VENV/bin/python" -c 'import sys, urllib.request
 try:
     print(urllib.request.urlopen(sys.argv[1] + "/health", timeout=2).status)
 except Exception as e:
-    print(getattr(e, "code", 0))' "$GGRS_SERVER_URL")
-    if [[ $code == 200 ]]; then ready=1; break; fi
-    sleep 0.2
-done
-if [[ $ready != 1 ]]; then
-    echo "test-python: $GGRS_SERVER_URL/health not 200 after 60 s; server log:" >&2
+    print(getattr(e, "code", 0))' "$url")
+        if [[ $code == 200 ]]; then return; fi
+        sleep 0.2
+    done
+    echo "test-python: $url/health not 200 after 60 s; server log:" >&2
     cat "$log" >&2
     exit 1
-fi
+}
+
+# The tiny model has no chat template: ChatML, as llama-server falls back to.
+start_server "$MODEL" -np 2 -c 4096 --chat-template chatml
+export GGRS_SERVER_URL=$url
+log=${logs[0]}
+# The tiny BERT for the embeddings tests (tests/python/test_embeddings.py).
+start_server "$REF/tiny/tiny-bert-f16.gguf" --embeddings
+export GGRS_EMBED_SERVER_URL=$url
+export GGRS_REFERENCE_DIR=$REF
 
 echo "test-python: ${server[*]} on $GGRS_SERVER_URL ($GGRS_SERVER_KIND)"
 # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words

@@ -59,7 +59,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE|NAME|JINJA")]
     chat_template: Option<String>,
     /// Serve embeddings: POST /v1/embeddings (OpenAI), /embedding and /embeddings
-    /// (llama-server's), batched across requests. With an embedding model (BERT) nothing else.
+    /// (llama-server's), batched across requests, beside generation. An embedding-only model
+    /// (BERT) serves them without this flag, and nothing else.
     #[arg(long)]
     embeddings: bool,
     /// Serve POST /rerank and /v1/rerank with a reranker model (`rank` pooling).
@@ -68,6 +69,10 @@ pub struct Args {
     /// Embedding pooling: none, mean, cls, last [default: the model file's].
     #[arg(long)]
     pooling: Option<String>,
+    /// Most tokens the embedding worker evaluates in one step (raised to the model's
+    /// context); separate from --batch-size, which is generation's.
+    #[arg(long, default_value_t = 2048, value_name = "N")]
+    embd_batch: usize,
     /// Where a reasoning model's `<think>` blocks go: `deepseek` (or `auto`) into
     /// `reasoning_content`, `none` left in the content (as llama-server's flag).
     #[arg(long, default_value = "deepseek", value_name = "none|deepseek|auto")]
@@ -151,8 +156,8 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     if a.parallel == 0 {
         return Err("--parallel must be at least 1".into());
     }
-    if a.batch_size == 0 || a.queue == 0 {
-        return Err("--batch-size and --queue must be at least 1".into());
+    if a.batch_size == 0 || a.queue == 0 || a.embd_batch == 0 {
+        return Err("--batch-size, --embd-batch and --queue must be at least 1".into());
     }
     let mut c = ServerConfig::new(model);
     c.engine = EngineParams {
@@ -179,6 +184,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.metrics = a.metrics;
     c.embeddings = a.embeddings;
     c.reranking = a.reranking;
+    c.embd_batch = a.embd_batch;
     c.pooling = a
         .pooling
         .as_deref()

@@ -173,6 +173,29 @@ pub trait ArchModel: Any + Send + Sync + Debug {
         true
     }
 
+    /// The sliding window of an embedding graph with windowed layers (one that has
+    /// `StepInputs::mask_swa`), which the embedder fills on top of the usual mask: a query
+    /// at position `p` sees the key at `k` iff `p − k < window` for a causal graph, iff
+    /// `|p − k| ≤ window / 2` for a bidirectional one (llama.cpp's standard and symmetric
+    /// windows). `None` (the default): no such layers.
+    fn embeddings_window(&self) -> Option<u32> {
+        None
+    }
+
+    /// Projections of pooled embeddings (sentence-transformers' Dense layers): `x`
+    /// `[n_embd, n]` (pooled vectors, or every token's hidden state with pooling `none`)
+    /// to `[n_embd, n]`. `None` (the default): the model has none.
+    fn embedding_projection(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        x: Tensor,
+    ) -> Result<Option<Tensor>> {
+        let _ = (ctx, hp, w, x);
+        Ok(None)
+    }
+
     /// A reranker's classification head on pooled hidden states `x` (`[n_embd, n]`):
     /// relevance scores `[n_cls_out, n]` (llama.cpp's `rank` pooling). `None` (the
     /// default): the model has no such head.

@@ -239,11 +239,12 @@ impl std::fmt::Debug for Embedder {
 }
 
 /// The graph of one step: inputs, the cls-token ids of a rank step, the mean weights of a
-/// mean-pooling step, the output.
+/// mean-pooling step, whether the output is one pooled column per input, the output.
 struct Built {
     inp: StepInputs,
     cls_ids: Option<Tensor>,
     mean_w: Option<Tensor>,
+    pooled_in_graph: bool,
     out: Tensor,
     graph: Graph,
 }
@@ -437,55 +438,92 @@ impl Embedder {
         else {
             return Err(LlamaError::Embedding(format!(
                 "the `{arch}` architecture has no embedding graph in ggrs (embedding models: \
-                 bert, and the decoders llama, qwen2, qwen3, qwen3moe with --pooling)"
+                 bert, nomic-bert, gemma-embedding, and the decoders llama, qwen2, qwen3, \
+                 qwen3moe with --pooling)"
             )));
         };
-        let mut mean_w = None;
-        let (cls_ids, out) = if self.pooling == Pooling::Mean {
-            // As llama.cpp: the product of the transposed hidden states with a column of
-            // 1/n (same arithmetic as its f32 `mul_mat`), one product per input.
-            let e = m.hparams.n_embd;
-            let wts = ctx.new_tensor_1d(DType::F32, shape.n_tokens)?;
-            ctx.set_name(wts, "inp_mean")?;
-            let mut pooled: Option<Tensor> = None;
-            for sp in shape.spans.as_slice() {
-                let (t0, l) = (sp.first_token as usize, sp.n_tokens as usize);
-                let h = ctx.view_2d(logits, e, l, 4 * e, 4 * e * t0)?;
-                let ht = ctx.transpose(h)?;
-                let ht = ctx.cont(ht)?; // [l, e]
-                let col = ctx.view_2d(wts, l, 1, 4 * l, 4 * t0)?;
-                let p = ctx.mul_mat(ht, col)?; // [e, 1]
-                pooled = Some(match pooled {
-                    None => p,
-                    Some(acc) => ctx.concat(acc, p, 1)?,
-                });
+        let e = m.hparams.n_embd;
+        let project =
+            |ctx: &mut Context, x: Tensor| m.arch().embedding_projection(ctx, &m.hparams, w, x);
+        let (mut cls_ids, mut mean_w, mut pooled_in_graph) = (None, None, false);
+        let out = match self.pooling {
+            Pooling::Rank => {
+                let n_in = shape.spans.as_slice().len();
+                let ids = ctx.new_tensor_1d(DType::I32, n_in)?;
+                ctx.set_name(ids, "inp_cls")?;
+                let x = ctx.get_rows(logits, ids)?;
+                let scores = m.arch().classifier(ctx, &m.hparams, w, x)?.ok_or_else(|| {
+                    LlamaError::Embedding(format!(
+                        "`rank` pooling needs a classification head (cls.output.weight), \
+                         which this `{arch}` model has not"
+                    ))
+                })?;
+                cls_ids = Some(ids);
+                scores
             }
-            let out = pooled.expect("a step has at least one input");
-            ctx.set_output(out)?;
-            mean_w = Some(wts);
-            (None, out)
-        } else if self.pooling == Pooling::Rank {
-            let n_in = shape.spans.as_slice().len();
-            let ids = ctx.new_tensor_1d(DType::I32, n_in)?;
-            ctx.set_name(ids, "inp_cls")?;
-            let x = ctx.get_rows(logits, ids)?;
-            let scores = m.arch().classifier(ctx, &m.hparams, w, x)?.ok_or_else(|| {
-                LlamaError::Embedding(format!(
-                    "`rank` pooling needs a classification head (cls.output.weight), which \
-                     this `{arch}` model has not"
-                ))
-            })?;
-            ctx.set_output(scores)?;
-            (Some(ids), scores)
-        } else {
-            (None, logits)
+            // Every token's vector, projected as a whole when the model has projections.
+            Pooling::None => project(ctx, logits)?.unwrap_or(logits),
+            pooling => {
+                // One column per input, pooled in the graph (mean: as llama.cpp, the product
+                // of the transposed hidden states with a column of 1/n, same arithmetic as
+                // its f32 `mul_mat`) and projected on its own, so that an input's result
+                // does not depend on the others in the step. Cls and last without a
+                // projection are read from the hidden states on the host.
+                let wts = if pooling == Pooling::Mean {
+                    let wts = ctx.new_tensor_1d(DType::F32, shape.n_tokens)?;
+                    ctx.set_name(wts, "inp_mean")?;
+                    mean_w = Some(wts);
+                    Some(wts)
+                } else {
+                    None
+                };
+                let mut pooled: Option<Tensor> = None;
+                for sp in shape.spans.as_slice() {
+                    let (t0, l) = (sp.first_token as usize, sp.n_tokens as usize);
+                    let p = match wts {
+                        Some(wts) => {
+                            let h = ctx.view_2d(logits, e, l, 4 * e, 4 * e * t0)?;
+                            let ht = ctx.transpose(h)?;
+                            let ht = ctx.cont(ht)?; // [l, e]
+                            let col = ctx.view_2d(wts, l, 1, 4 * l, 4 * t0)?;
+                            ctx.mul_mat(ht, col)? // [e, 1]
+                        }
+                        None => {
+                            let at = if pooling == Pooling::Cls {
+                                t0
+                            } else {
+                                t0 + l - 1
+                            };
+                            ctx.view_2d(logits, e, 1, 4 * e, 4 * e * at)?
+                        }
+                    };
+                    let p = match project(ctx, p)? {
+                        Some(q) => q,
+                        None if wts.is_none() => break, // pooled on the host
+                        None => p,
+                    };
+                    pooled = Some(match pooled {
+                        None => p,
+                        Some(acc) => ctx.concat(acc, p, 1)?,
+                    });
+                }
+                match pooled {
+                    Some(p) => {
+                        pooled_in_graph = true;
+                        p
+                    }
+                    None => logits,
+                }
+            }
         };
+        ctx.set_output(out)?;
         let graph = Graph::build(ctx, out)?;
         ctx.alloc_graph(&graph)?;
         Ok(Built {
             inp: inputs,
             cls_ids,
             mean_w,
+            pooled_in_graph,
             out,
             graph,
         })
@@ -549,17 +587,35 @@ impl Embedder {
         let built = self.build(&mut a.ctx, &a.weights, &a.kv, shape)?;
         let n = shape.n_tokens;
         let n_kv = shape.n_kv;
-        let causal = self.model.arch().embeddings_causal();
+        let arch = self.model.arch();
+        let causal = arch.embeddings_causal();
+        let window = arch.embeddings_window();
         let mut toks = Vec::with_capacity(n);
         let mut pos = Vec::with_capacity(n);
         let mut mask = vec![f32::NEG_INFINITY; n_kv * n];
+        let mut mask_swa = built.inp.mask_swa.map(|_| mask.clone());
         let mut t = 0;
         for input in inputs {
             for (p, &id) in input.iter().enumerate() {
                 toks.push(id as i32);
                 pos.push(p as i32);
+                // Key k of the input: up to p (causal) or all; in a window as llama.cpp's
+                // standard (p − k < w) or symmetric (|p − k| ≤ w/2) sliding window.
                 let seen = if causal { p + 1 } else { input.len() };
                 mask[t * n_kv..t * n_kv + seen].fill(0.0);
+                if let Some(m) = mask_swa.as_mut() {
+                    let row = &mut m[t * n_kv..t * n_kv + seen];
+                    for (k, x) in row.iter_mut().enumerate() {
+                        let inside = match window {
+                            None => true,
+                            Some(w) if causal => p - k < w as usize,
+                            Some(w) => p.abs_diff(k) <= w as usize / 2,
+                        };
+                        if inside {
+                            *x = 0.0;
+                        }
+                    }
+                }
                 t += 1;
             }
         }
@@ -569,6 +625,9 @@ impl Embedder {
         ctx.set_i32(built.inp.pos, &pos)?;
         ctx.set_i32(built.inp.k_rows, &cells)?;
         ctx.set_f32(built.inp.mask, &mask)?;
+        if let (Some(t), Some(m)) = (built.inp.mask_swa, &mask_swa) {
+            ctx.set_f32(t, m)?;
+        }
         if let Some((t, temp)) = built.inp.q_scale {
             ctx.set_f32(t, &temp.factors(&pos))?;
         }
@@ -594,7 +653,7 @@ impl Embedder {
         let per = raw.len() / inputs.len().max(1);
         match self.pooling {
             Pooling::Rank => return Ok(raw.chunks(per).map(|c| c.to_vec()).collect()),
-            Pooling::Mean => {
+            _ if built.pooled_in_graph => {
                 let norm = self.params.normalize;
                 return Ok(raw
                     .chunks(per)

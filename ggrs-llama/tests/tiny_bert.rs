@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
+use common::{embedder, max_diff};
 use ggrs_llama::embed::{cosine, normalize, EmbedParams, Embedder, Pooling};
 use ggrs_llama::{LlamaError, Model, Session, SessionParams};
 use serde_json::Value;
@@ -16,40 +17,7 @@ fn load() -> Arc<Model> {
 }
 
 fn refs() -> Vec<Value> {
-    let path = common::reference_dir().join("tiny/tiny-bert-f16.public.jsonl");
-    std::fs::read_to_string(path)
-        .expect("reference file")
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect()
-}
-
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number") as f32)
-        .collect()
-}
-
-fn embedder(model: &Arc<Model>, pooling: Option<Pooling>, normalize: i32) -> Embedder {
-    let params = EmbedParams {
-        pooling,
-        normalize,
-        n_threads: 2,
-        ..Default::default()
-    };
-    Embedder::new(model.clone(), params).expect("embedder")
-}
-
-/// Largest |a − b|.
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    common::json_lines(&common::reference_dir().join("tiny/tiny-bert-f16.public.jsonl"))
 }
 
 #[test]
@@ -74,32 +42,10 @@ fn wordpiece_tokens_match_llama_cpp() {
 fn mean_pooled_embeddings_match_llama_cpp() {
     let model = load();
     assert_eq!(Pooling::of_model(&model), Some(Pooling::Mean));
-    let mut raw = embedder(&model, None, -1);
-    let mut normed = embedder(&model, None, 2);
-    let refs = refs();
-    let prompts: Vec<&str> = refs.iter().map(|r| r["prompt"].as_str().unwrap()).collect();
-    let got_raw = raw.embed(&prompts).expect("embed");
-    let got_norm = normed.embed(&prompts).expect("embed");
-    let mut worst = 0f32;
-    for (i, r) in refs.iter().enumerate() {
-        let want = floats(&r["embedding"]);
-        let d = max_diff(&got_raw[i], &want);
-        let dn = max_diff(&got_norm[i], &floats(&r["embedding_norm"]));
-        let cos = cosine(&got_raw[i], &want);
-        eprintln!("prompt {i}: max |diff| {d:.2e} (normalised {dn:.2e}), cosine {cos:.9}");
-        // To the printed digits (`%.6f`: ±5e-7, plus the f32 value's own rounding).
-        // Measured: at most 5.07e-7 raw and 4.99e-7 normalised over the six prompts, with
-        // LayerNorm in ggml's AVX-512 summation order (it was up to 2.7e-4 before).
-        let tol = 6e-7;
-        assert!(d <= tol, "prompt {i}: raw embedding differs by {d}");
-        assert!(
-            dn <= tol,
-            "prompt {i}: normalised embedding differs by {dn}"
-        );
-        assert!(cos >= 0.999_999, "prompt {i}: cosine {cos}");
-        worst = worst.max(d);
-    }
-    eprintln!("worst {worst:.2e}");
+    // To the printed digits (`%.6f`: ±5e-7, plus the f32 value's own rounding). Measured:
+    // at most 5.07e-7 raw and 4.99e-7 normalised over the six prompts, with LayerNorm in
+    // ggml's AVX-512 summation order (it was up to 2.7e-4 before).
+    common::assert_embeddings_match("tiny-bert", &model, &refs(), 6e-7);
 }
 
 #[test]
@@ -107,38 +53,8 @@ fn batch_equals_one_by_one_bit_for_bit() {
     let model = load();
     let refs = refs();
     let prompts: Vec<&str> = refs.iter().map(|r| r["prompt"].as_str().unwrap()).collect();
-    for pooling in [Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::None] {
-        let mut e = embedder(&model, Some(pooling), 2);
-        let batch = e.embed(&prompts).expect("batch");
-        for (i, p) in prompts.iter().enumerate() {
-            let one = e.embed(&[p]).expect("one");
-            let same = one[0].len() == batch[i].len()
-                && one[0]
-                    .iter()
-                    .zip(&batch[i])
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{pooling:?}, prompt {i}: batch differs from alone");
-        }
-        // In reverse order and in small steps too.
-        let rev: Vec<&str> = prompts.iter().rev().copied().collect();
-        let mut small = Embedder::new(
-            model.clone(),
-            EmbedParams {
-                pooling: Some(pooling),
-                n_batch: 1,
-                n_threads: 1,
-                ..Default::default()
-            },
-        )
-        .expect("embedder");
-        let back = small.embed(&rev).expect("reversed");
-        for (i, v) in back.iter().rev().enumerate() {
-            assert!(v
-                .iter()
-                .zip(&batch[i])
-                .all(|(a, b)| a.to_bits() == b.to_bits()));
-        }
-    }
+    let poolings = [Pooling::Mean, Pooling::Cls, Pooling::Last, Pooling::None];
+    common::assert_batch_is_one_by_one(&model, &prompts, &poolings);
 }
 
 #[test]
@@ -245,4 +161,33 @@ fn rerank_scores_are_the_head_on_the_cls_token_and_order_documents() {
     }
     // Distinct documents, distinct scores (an ordering to test against).
     assert!(scores[0] != scores[1] && scores[1] != scores[2]);
+}
+
+/// llama.cpp's converter writes BERT vocabularies with `add_sep_token` false and
+/// `add_eos_token` true, EOS = [SEP]: the same ids as the default (one [SEP] at the end, not
+/// two), and the same embeddings.
+#[test]
+fn the_converters_add_eos_flags_give_the_same_tokens() {
+    use ggrs_core::gguf::Value as GV;
+    let src = common::reference_dir().join("tiny/tiny-bert-f16.gguf");
+    let out = std::env::temp_dir().join(format!("ggrs-bert-eos-{}.gguf", std::process::id()));
+    let add = vec![
+        ("tokenizer.ggml.add_sep_token".to_string(), GV::Bool(false)),
+        ("tokenizer.ggml.add_eos_token".to_string(), GV::Bool(true)),
+        ("tokenizer.ggml.eos_token_id".to_string(), GV::U32(102)),
+    ];
+    let keep = |_: &str, ne: &[usize]| Some(ne.to_vec());
+    common::rewrite_gguf_adding(&src, &out, |_, v| Some(v.clone()), keep, add, vec![]);
+    let model = Arc::new(Model::load(&out).unwrap());
+    let _ = std::fs::remove_file(&out);
+    let e = embedder(&model, None, 2);
+    for r in refs() {
+        let want: Vec<u32> = r["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(e.tokenize(r["prompt"].as_str().unwrap()).unwrap(), want);
+    }
 }

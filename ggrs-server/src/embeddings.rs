@@ -38,14 +38,15 @@ fn service(st: &AppState, reranking: bool) -> Result<Arc<EmbedService>, ApiError
             "this server reranks (--reranking): use /v1/rerank",
         )),
         Some(s) => Ok(s.clone()),
-        None if st.embed_enabled => Err(match st.loaded() {
-            Err(e) => ApiError::server(e.to_string()),
-            Ok(_) => ApiError::loading(),
-        }),
-        None => Err(ApiError::not_supported(
-            axum::http::StatusCode::NOT_IMPLEMENTED,
-            "this server does not compute embeddings: start it with --embeddings",
-        )),
+        // While the model loads (an embedding-only model gets its worker without the flag).
+        None => match st.loaded() {
+            Ok(None) => Err(ApiError::loading()),
+            Err(e) if st.embed_enabled => Err(ApiError::server(e.to_string())),
+            _ => Err(ApiError::not_supported(
+                axum::http::StatusCode::NOT_IMPLEMENTED,
+                "this server does not compute embeddings: start it with --embeddings",
+            )),
+        },
     }
 }
 

@@ -41,3 +41,12 @@ pub(crate) fn ready(st: &AppState) -> Result<Arc<Loaded>, ApiError> {
         Err(e) => Err(ApiError::server(e.to_string())),
     }
 }
+
+/// The model, for what needs its vocabulary only (`/tokenize`, `/detokenize`): the engine's,
+/// or an embedding-only server's; else as [`ready`].
+pub(crate) fn ready_model(st: &AppState) -> Result<Arc<ggrs_llama::Model>, ApiError> {
+    match ready(st) {
+        Ok(l) => Ok(l.model.clone()),
+        Err(e) => st.embed.get().map(|s| s.model.clone()).ok_or(e),
+    }
+}

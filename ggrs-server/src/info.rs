@@ -13,7 +13,7 @@ use ggrs_llama::{ChatTemplate, SamplingParams};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::handler::{body_bytes, ready, St};
+use crate::handler::{body_bytes, ready, ready_model, St};
 use crate::limits::{check_text, off_thread, rendered_limit};
 use crate::params::wrong_type;
 use crate::params::Body;
@@ -293,13 +293,13 @@ enum Piece {
 pub(crate) async fn tokenize(State(st): St, bytes: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let bytes = body_bytes(&st, bytes)?;
-        let l = ready(&st)?;
+        let model = ready_model(&st)?;
         let st2 = st.clone();
         off_thread(&st.prep, move |cancel| {
             let body = Body::parse(&bytes)?;
             let (content, add_special, parse_special, with_pieces) =
                 tokenize_options(&body, st2.max_text_bytes)?;
-            let tok = l.model.tokenizer();
+            let tok = model.tokenizer();
             let ids = tok
                 .encode(content, add_special, parse_special)
                 .map_err(|e| ApiError::invalid("content", e.to_string()))?;
@@ -337,11 +337,11 @@ pub(crate) async fn tokenize(State(st): St, bytes: Result<Bytes, BytesRejection>
 pub(crate) async fn detokenize(State(st): St, bytes: Result<Bytes, BytesRejection>) -> Response {
     let run = async {
         let bytes = body_bytes(&st, bytes)?;
-        let l = ready(&st)?;
+        let model = ready_model(&st)?;
         let max = st.max_text_bytes;
         off_thread(&st.prep, move |cancel| {
             let ids = token_ids(&Body::parse(&bytes)?)?;
-            let tok = l.model.tokenizer();
+            let tok = model.tokenizer();
             check_detokenize(&ids, max, |id| tok.token_to_piece(id).map(|p| p.len()))?;
             cancel.check()?;
             let text = tok

@@ -102,14 +102,20 @@ pub struct ServerConfig {
     /// Origins whose pages may call the API (`--cors`; `*`: any). Empty: none but the
     /// server's own page, and (on a loopback address) requests must name a loopback host.
     pub cors: Vec<String>,
-    /// Serve `/v1/embeddings`, `/embedding`, `/embeddings` (`--embeddings`). An embedding
-    /// model (BERT) then serves nothing else; a generation model serves both.
+    /// Serve `/v1/embeddings`, `/embedding`, `/embeddings` (`--embeddings`) beside
+    /// generation. An embedding-only model (BERT) serves them with or without it (and
+    /// `/rerank` when its file asks for `rank` pooling), and nothing else.
     pub embeddings: bool,
     /// Serve `/rerank` and `/v1/rerank` with a reranker model (`--reranking`: `rank`
     /// pooling).
     pub reranking: bool,
     /// The embeddings' pooling (`--pooling`; `None`: the model file's).
     pub pooling: Option<ggrs_llama::Pooling>,
+    /// Most tokens the embedding worker evaluates in one step (`--embd-batch`; default
+    /// 2048, raised to the model's context so that any input fits). Inputs are packed whole
+    /// (at most 64 per step): a larger step serves more short inputs at once and needs more
+    /// memory. The generation engine's `n_batch` is separate.
+    pub embd_batch: usize,
     /// Where `<think>` blocks go (`--reasoning-format`; default `deepseek`:
     /// `reasoning_content`).
     pub reasoning_format: ggrs_llama::chat::reply::ReasoningFormat,
@@ -146,6 +152,7 @@ impl ServerConfig {
             embeddings: false,
             reranking: false,
             pooling: None,
+            embd_batch: 2048,
             reasoning_format: Default::default(),
         }
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ggrs_llama::chat::TemplateVars;
 use ggrs_llama::engine::{Engine, EngineHandle};
-use ggrs_llama::{ChatTemplate, LlamaError, Model};
+use ggrs_llama::{ChatTemplate, LlamaError, Model, Pooling};
 
 use crate::ServerConfig;
 
@@ -28,8 +28,8 @@ pub enum LoadError {
     /// The chat template given (`--chat-template`) is not usable.
     #[error("--chat-template: {0}")]
     Template(String),
-    /// The model computes embeddings only (a BERT encoder): served with `--embeddings` or
-    /// `--reranking`, it answers the generation endpoints with 501.
+    /// The model computes embeddings only (a BERT encoder): it serves embeddings (with or
+    /// without `--embeddings`) and answers the generation endpoints with 501.
     #[error("{0}")]
     EmbeddingOnly(String),
 }
@@ -90,7 +90,8 @@ pub(crate) struct AppState {
     ready: Condvar,
     /// Whether `--embeddings` or `--reranking` was given.
     pub embed_enabled: bool,
-    /// The embedding worker, once the model is loaded (with `embed_enabled`).
+    /// The embedding worker, once the model is loaded (with `embed_enabled`, or when the
+    /// model computes embeddings only).
     pub embed: std::sync::OnceLock<Arc<crate::embed_service::EmbedService>>,
     pub counters: Mutex<Counters>,
     /// Where `<think>` blocks go (`--reasoning-format`).
@@ -170,6 +171,24 @@ impl AppState {
     }
 }
 
+/// Starts the embedding worker of `model` (`reranking`: `rank` pooling), with the server's
+/// threads and queue and its own batch size.
+fn start_embeddings(
+    config: &ServerConfig,
+    model: &Arc<Model>,
+    reranking: bool,
+) -> Result<Arc<crate::embed_service::EmbedService>, LoadError> {
+    let e = &config.engine;
+    crate::embed_service::EmbedService::start(
+        model.clone(),
+        config.pooling,
+        reranking,
+        [config.embd_batch, e.n_threads, e.queue_capacity],
+    )
+    .map(Arc::new)
+    .map_err(LoadError::Engine)
+}
+
 fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
     let model = Model::load_with(&config.model_path, config.model_options)
         .map(Arc::new)
@@ -178,15 +197,8 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
             message: e.to_string(),
         })?;
     if state.embed_enabled {
-        let e = &config.engine;
-        let service = crate::embed_service::EmbedService::start(
-            model.clone(),
-            config.pooling,
-            config.reranking,
-            [e.n_batch, e.n_threads, e.queue_capacity],
-        )
-        .map_err(LoadError::Engine)?;
-        let _ = state.embed.set(Arc::new(service));
+        let service = start_embeddings(config, &model, config.reranking)?;
+        let _ = state.embed.set(service);
     }
     let template = ChatTemplate::resolve(&model, config.chat_template.as_deref());
     // A template the operator chose and that cannot work is a start-up error; the model's
@@ -197,20 +209,33 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
     let template = template.map_err(|e| {
         format!("{e}; start the server with --chat-template NAME (or a Jinja template)")
     });
-    let engine = Engine::start(model.clone(), config.engine).map_err(|e| match e {
-        LlamaError::NotGenerative { arch } if state.embed.get().is_some() => {
-            LoadError::EmbeddingOnly(format!(
-                "the model ({arch}) computes embeddings only and cannot generate text: use \
-                 /v1/embeddings{}",
-                if config.reranking {
-                    " or /v1/rerank"
-                } else {
-                    ""
+    let engine = match Engine::start(model.clone(), config.engine) {
+        Ok(engine) => engine,
+        Err(LlamaError::NotGenerative { arch }) => {
+            // An embedding model can do nothing else: it serves embeddings (or reranks, when
+            // its file asks for `rank` pooling) with or without the flags.
+            let reranking = match state.embed.get() {
+                Some(s) => s.reranking,
+                None => {
+                    let rank = config.pooling.or_else(|| Pooling::of_model(&model));
+                    let reranking = rank == Some(Pooling::Rank);
+                    let _ = state
+                        .embed
+                        .set(start_embeddings(config, &model, reranking)?);
+                    reranking
                 }
-            ))
+            };
+            return Err(LoadError::EmbeddingOnly(format!(
+                "the model ({arch}) computes embeddings only and cannot generate text: use {}",
+                if reranking {
+                    "/v1/rerank"
+                } else {
+                    "/v1/embeddings"
+                }
+            )));
         }
-        e => LoadError::Engine(e.to_string()),
-    })?;
+        Err(e) => return Err(LoadError::Engine(e.to_string())),
+    };
     Ok(Loaded {
         handle: engine.handle(),
         _engine: engine,

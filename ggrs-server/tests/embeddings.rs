@@ -248,6 +248,25 @@ fn rerank_orders_documents_by_relevance_score() {
     assert_eq!(bad.status, 400);
     assert_eq!(bad.body["error"]["param"], "documents");
     assert_eq!(s.post("/v1/embeddings", &json!({"input": "x"})).status, 501);
+    drop(s);
+
+    // The file asks for `rank` pooling: served without a flag, the model reranks.
+    let mut c = common::config(1);
+    c.model_path = path.clone();
+    let s = TestServer::start(c);
+    let a = s.post(
+        "/v1/rerank",
+        &json!({"query": "The capital of France", "documents": docs}),
+    );
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    for r in a.body["results"].as_array().unwrap() {
+        let i = r["index"].as_u64().unwrap() as usize;
+        assert_eq!(r["relevance_score"].as_f64().unwrap() as f32, want[i]);
+    }
+    let c = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 1}));
+    assert_eq!(c.status, 501, "{:?}", c.body);
+    let msg = c.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("/v1/rerank"), "{msg}");
     let _ = std::fs::remove_file(path);
 }
 
@@ -272,4 +291,54 @@ fn per_token_embeddings_are_bounded() {
     let a = s.post("/embedding", &json!({ "content": [ids[..8].to_vec()] }));
     assert_eq!(a.status, 200, "{:?}", a.body);
     assert_eq!(a.body[0]["embedding"].as_array().unwrap().len(), 8);
+}
+
+/// An embedding-only model served without `--embeddings` serves embeddings anyway (it can do
+/// nothing else), generation is a 501 naming the endpoint to use, and `/tokenize` and
+/// `/detokenize` work (the vocabulary is there). A smaller `embd_batch` than the model's
+/// context is raised to it: the answers are the same bits.
+#[test]
+fn an_embedding_model_serves_without_the_flag_and_tokenizes() {
+    let mut c = common::config(1);
+    c.model_path = bert();
+    c.embd_batch = 1;
+    let s = TestServer::start(c);
+    assert_eq!(s.get("/health").status, 200);
+    let model = Arc::new(Model::load(bert()).unwrap());
+    let mut emb = Embedder::new(model, EmbedParams::default()).unwrap();
+    let texts = [
+        "The capital of France is",
+        "Once upon a time there was a",
+        "1, 2",
+    ];
+    let want = emb.embed(&texts).unwrap();
+    let a = s.post("/v1/embeddings", &json!({ "input": texts }));
+    assert_eq!(a.status, 200, "{:?}", a.body);
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&floats(&a.body["data"][i]["embedding"]), w, "input {i}");
+    }
+    let c = s.post("/v1/completions", &json!({"prompt": "hi", "max_tokens": 1}));
+    assert_eq!(c.status, 501, "{:?}", c.body);
+    let msg = c.body["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("/v1/embeddings"), "{msg}");
+    // Not a reranker: /rerank says how to get one.
+    let r = s.post("/rerank", &json!({"query": "q", "documents": ["d"]}));
+    assert_eq!(r.status, 501, "{:?}", r.body);
+
+    // llama.cpp's WordPiece ids (tiny/README-2026.md), with and without [CLS]/[SEP].
+    let t = s.post(
+        "/tokenize",
+        &json!({"content": "The capital of France is", "add_special": true}),
+    );
+    assert_eq!(t.status, 200, "{:?}", t.body);
+    assert_eq!(
+        t.body["tokens"],
+        json!([101, 1996, 3007, 1997, 2605, 2003, 102])
+    );
+    let t = s.post("/tokenize", &json!({"content": "The capital"}));
+    assert_eq!(t.body["tokens"], json!([1996, 3007]));
+    let d = s.post("/detokenize", &json!({"tokens": [1996, 3007, 1997, 2605]}));
+    assert_eq!(d.status, 200, "{:?}", d.body);
+    // WordPiece's word starts are spaces (llama-server answers the same).
+    assert_eq!(d.body["content"], " the capital of france");
 }

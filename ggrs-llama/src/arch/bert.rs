@@ -1,25 +1,31 @@
 //! BERT encoders (`bert`, llama.cpp's `build_bert` for `LLM_ARCH_BERT`): the layout of
-//! all-MiniLM-L6-v2, BGE, E5 and the BERT cross-encoders. An embedding model: it gives
-//! hidden states for [`crate::embed::Embedder`], not logits.
+//! all-MiniLM-L6-v2, BGE, E5 and the BERT cross-encoders; and `nomic-bert`
+//! (nomic-embed-text), the same graph with rotary positions and a SwiGLU feed-forward.
+//! Embedding models: they give hidden states for [`crate::embed::Embedder`], not logits.
 //!
 //! ```text
 //! x = token_embd[tokens] + token_types[0]                   // [n_embd, n_tokens]
-//! x = layer_norm(x + position_embd[pos]) · w + b            // token_embd_norm
+//! x = layer_norm(x + position_embd[pos]) · w + b            // bert; nomic-bert: no positions
 //! for each layer:
-//!     q, k, v = Wq·x + bq, Wk·x + bk, Wv·x + bv              // heads × head_dim
+//!     q, k, v = Wq·x + bq, Wk·x + bk, Wv·x + bv              // or one fused Wqkv (attn_qkv)
+//!     q, k = rope_neox(q, pos), rope_neox(k, pos)            // nomic-bert only
 //!     a = attention of every token over its whole input   // not causal
 //!     x = layer_norm(Wo·a + bo + x)                          // attn_output_norm
-//!     x = layer_norm(W_down·gelu(W_up·x + b_up) + b_down + x)  // layer_output_norm
+//!     f = gelu(W_up·x + b_up)                                // bert
+//!     f = silu(W_gate·x) · (W_up·x)                          // nomic-bert (no FFN biases)
+//!     x = layer_norm(W_down·f + b_down + x)                  // layer_output_norm
 //! ```
 //!
 //! No final norm (the layers are post-norm). Keys and values are rounded to f16 as llama.cpp
 //! rounds them for flash attention; the token type is always 0 (as llama.cpp, "sentence
 //! A"). A reranker adds a classification head (`cls`, `cls.output`) on the first token's
-//! hidden state: see [`ArchModel::classifier`].
+//! hidden state: see [`ArchModel::classifier`]. nomic-bert's FFN biases, where a file has
+//! them, are not used (as llama.cpp's graph does not use them).
 
-use ggrs_core::{Context, DType, Tensor};
+use ggrs_core::{Context, DType, RopeMode, Tensor};
 
-use super::decoder::{blk, QkvBias, QkvoWeights};
+use super::decoder::{blk, Rotary};
+use super::fused::{project_qkv, QkvViews, QkvWeights};
 use crate::architecture::{ArchModel, Architecture, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
@@ -27,24 +33,38 @@ use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{add_opt, cached_attention, layer_norm, AttnDims, StepInputs, StepShape};
 
-/// The `bert` architecture.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Bert;
+/// An architecture of the BERT family: [`BERT`] or [`NOMIC_BERT`].
+#[derive(Debug, Clone, Copy)]
+pub struct Bert {
+    name: &'static str,
+}
+
+/// BERT (`bert`): all-MiniLM-L6-v2, BGE, E5, BERT cross-encoders.
+pub const BERT: Bert = Bert { name: "bert" };
+
+/// nomic-bert (`nomic-bert`): nomic-embed-text v1/v1.5.
+pub const NOMIC_BERT: Bert = Bert { name: "nomic-bert" };
 
 /// One BERT layer (`e` = `n_embd`, `f` = `n_ff`).
 #[derive(Debug, Clone)]
 pub struct BertLayer {
-    /// Query, key, value and output projections `[e, e]` and their biases `[e]`.
-    pub attn: QkvoWeights,
+    /// Query, key and value projections `[e, e]` (or one fused `[e, 3e]`) and their biases.
+    pub qkv: QkvWeights,
+    /// Output projection `[e, e]`.
+    pub wo: WeightId,
+    /// Output bias `[e]`.
+    pub bo: Option<WeightId>,
     /// LayerNorm after attention (weight, bias).
     pub attn_out_norm: (WeightId, Option<WeightId>),
-    /// Up projection `[e, f]` and bias `[f]`.
+    /// Up projection `[e, f]`.
     pub up: WeightId,
-    /// Up bias.
+    /// Up bias (`bert`).
     pub up_b: Option<WeightId>,
-    /// Down projection `[f, e]` and bias `[e]`.
+    /// Gate projection `[e, f]` of a SwiGLU feed-forward (`nomic-bert`); `None`: GELU.
+    pub gate: Option<WeightId>,
+    /// Down projection `[f, e]`.
     pub down: WeightId,
-    /// Down bias.
+    /// Down bias (`bert`).
     pub down_b: Option<WeightId>,
     /// LayerNorm after the feed-forward (weight, bias).
     pub out_norm: (WeightId, Option<WeightId>),
@@ -53,12 +73,15 @@ pub struct BertLayer {
 /// A loaded BERT model.
 #[derive(Debug, Clone)]
 pub struct BertModel {
+    /// `"bert"` or `"nomic-bert"`.
+    pub arch: &'static str,
     /// Token embeddings, `[e, n_vocab]`.
     pub tok_embd: WeightId,
     /// Token-type embeddings, `[e, n_types]` (row 0 is added to every token).
     pub type_embd: Option<WeightId>,
-    /// Position embeddings, `[e, n_ctx_train]`.
-    pub pos_embd: WeightId,
+    /// Position embeddings, `[e, n_ctx_train]` (`bert`); `None`: rotary positions
+    /// (`nomic-bert`).
+    pub pos_embd: Option<WeightId>,
     /// LayerNorm of the embeddings (weight, bias).
     pub embd_norm: (WeightId, Option<WeightId>),
     /// The layers.
@@ -71,7 +94,7 @@ pub struct BertModel {
 
 impl Architecture for Bert {
     fn name(&self) -> &'static str {
-        "bert"
+        self.name
     }
 
     fn hparams(&self, file: &ggrs_core::gguf::GgufFile) -> Result<HParams> {
@@ -79,10 +102,18 @@ impl Architecture for Bert {
     }
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
+        Ok(Box::new(BertModel::load(self.name, hp, l)?))
+    }
+}
+
+impl BertModel {
+    /// Reads a `bert` or `nomic-bert` (`arch`) model's weights.
+    pub fn load(arch: &'static str, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<BertModel> {
         let (e, f) = (hp.n_embd, hp.n_ff);
+        let nomic = arch == "nomic-bert";
         if hp.n_head_kv != hp.n_head || hp.head_dim * hp.n_head != e {
             return Err(LlamaError::BadKey {
-                key: "bert.attention.head_count_kv".into(),
+                key: format!("{arch}.attention.head_count_kv"),
                 detail: "BERT has as many key/value heads as query heads, covering n_embd".into(),
             });
         }
@@ -101,19 +132,40 @@ impl Architecture for Bert {
             Some(n) => Some(l.rows("token_types.weight", &[e, n])?),
             None => None,
         };
-        let pos_embd = l.rows("position_embd.weight", &[e, hp.n_ctx_train])?;
+        let pos_embd = match nomic {
+            true => None,
+            false => Some(l.rows("position_embd.weight", &[e, hp.n_ctx_train])?),
+        };
         let embd_norm = norm(l, "token_embd_norm")?;
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
             let n = |s: &str| blk(i, s);
-            let (attn, ()) = QkvoWeights::load(l, i, [e, e, e], QkvBias::Optional, |_| Ok(()))?;
+            let qkv = QkvWeights::load(l, i, [e, e, e])?;
+            let wo = l.matrix(&n("attn_output.weight"), &[e, e])?;
+            let bo = l.opt_f32(&n("attn_output.bias"), &[e])?;
+            let attn_out_norm = norm(l, &n("attn_output_norm"))?;
+            let up = l.matrix(&n("ffn_up.weight"), &[e, f])?;
+            let gate = match nomic {
+                true => Some(l.matrix(&n("ffn_gate.weight"), &[e, f])?),
+                false => None,
+            };
+            let (up_b, down_b) = match nomic {
+                true => (None, None),
+                false => (
+                    l.opt_f32(&n("ffn_up.bias"), &[f])?,
+                    l.opt_f32(&n("ffn_down.bias"), &[e])?,
+                ),
+            };
             layers.push(BertLayer {
-                attn,
-                attn_out_norm: norm(l, &n("attn_output_norm"))?,
-                up: l.matrix(&n("ffn_up.weight"), &[e, f])?,
-                up_b: l.opt_f32(&n("ffn_up.bias"), &[f])?,
+                qkv,
+                wo,
+                bo,
+                attn_out_norm,
+                up,
+                up_b,
+                gate,
                 down: l.matrix(&n("ffn_down.weight"), &[f, e])?,
-                down_b: l.opt_f32(&n("ffn_down.bias"), &[e])?,
+                down_b,
                 out_norm: norm(l, &n("layer_output_norm"))?,
             });
         }
@@ -129,7 +181,8 @@ impl Architecture for Bert {
             )),
             None => None,
         };
-        Ok(Box::new(BertModel {
+        Ok(BertModel {
+            arch,
             tok_embd,
             type_embd,
             pos_embd,
@@ -137,7 +190,7 @@ impl Architecture for Bert {
             layers,
             cls,
             cls_out,
-        }))
+        })
     }
 }
 
@@ -163,7 +216,7 @@ impl ArchModel for BertModel {
         _kv: &KvCache,
         _shape: StepShape,
     ) -> Result<StepTensors> {
-        Err(LlamaError::NotGenerative { arch: "bert" })
+        Err(LlamaError::NotGenerative { arch: self.arch })
     }
 
     fn build_embeddings(
@@ -188,33 +241,44 @@ impl ArchModel for BertModel {
             let row0 = ctx.get_rows(types, zero)?; // [e, 1]
             x = ctx.add(x, row0)?;
         }
-        let pos = ctx.get_rows(w[self.pos_embd], inp.pos)?;
-        let x0 = ctx.add(pos, x)?;
-        let mut x = layer_norm(ctx, x0, w[self.embd_norm.0], w.opt(self.embd_norm.1), eps)?;
+        if let Some(pos_embd) = self.pos_embd {
+            let pos = ctx.get_rows(w[pos_embd], inp.pos)?;
+            x = ctx.add(pos, x)?;
+        }
+        let mut x = layer_norm(ctx, x, w[self.embd_norm.0], w.opt(self.embd_norm.1), eps)?;
         let dims = AttnDims {
             head_dim: hp.head_dim,
             n_head: hp.n_head,
             n_head_kv: hp.n_head,
         };
+        let rope = self
+            .pos_embd
+            .is_none()
+            .then(|| Rotary::new(hp, RopeMode::Neox, None));
         for (il, l) in self.layers.iter().enumerate() {
-            let proj = |ctx: &mut Context, m: WeightId, b: Option<WeightId>| -> Result<Tensor> {
-                let y = ctx.mul_mat(w[m], x)?;
-                add_opt(ctx, y, w.opt(b))
+            let QkvViews { q, k, v } = project_qkv(ctx, hp, w, &l.qkv, x, n)?;
+            let (q, k) = match (rope, &l.qkv) {
+                (Some(r), _) => (r.apply(ctx, q, inp.pos)?, r.apply(ctx, k, inp.pos)?),
+                // Views of a fused product made contiguous (the same values).
+                (None, QkvWeights::Fused { .. }) => (ctx.cont(q)?, ctx.cont(k)?),
+                (None, QkvWeights::Split { .. }) => (q, k),
             };
-            let p = &l.attn;
-            let q = proj(ctx, p.wq, p.bq)?;
-            let k = proj(ctx, p.wk, p.bk)?;
-            let v = proj(ctx, p.wv, p.bv)?;
-            let q = ctx.reshape_3d(q, hp.head_dim, hp.n_head, n)?;
+            let k = ctx.reshape_2d(k, e, n)?;
             let a = cached_attention(ctx, kv, il, &inp, shape, dims, q, [k, v])?; // [e, n]
-            let o = ctx.mul_mat(w[p.wo], a)?;
-            let o = add_opt(ctx, o, w.opt(p.bo))?;
+            let o = ctx.mul_mat(w[l.wo], a)?;
+            let o = add_opt(ctx, o, w.opt(l.bo))?;
             let h = ctx.add(o, x)?;
             let (nw, nb) = l.attn_out_norm;
             let ffn_inp = layer_norm(ctx, h, w[nw], w.opt(nb), eps)?;
             let up = ctx.mul_mat(w[l.up], ffn_inp)?;
             let up = add_opt(ctx, up, w.opt(l.up_b))?;
-            let act = gelu_ggml(ctx, up)?;
+            let act = match l.gate {
+                Some(g) => {
+                    let gate = ctx.mul_mat(w[g], ffn_inp)?;
+                    ctx.swiglu_split(gate, up)?
+                }
+                None => gelu_ggml(ctx, up)?,
+            };
             let down = ctx.mul_mat(w[l.down], act)?;
             let down = add_opt(ctx, down, w.opt(l.down_b))?;
             let h = ctx.add(down, ffn_inp)?;

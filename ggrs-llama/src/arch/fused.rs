@@ -59,6 +59,35 @@ pub enum QkvWeights {
     },
 }
 
+impl QkvWeights {
+    /// Reads block `i`'s Q/K/V projections (`[e, q, kv]`: `n_embd`, query and key/value
+    /// widths): fused when `attn_qkv` exists, separate otherwise, as llama.cpp loads them;
+    /// biases where the file has them.
+    pub fn load(l: &mut WeightLoader<'_>, i: usize, [e, q, kv]: [usize; 3]) -> Result<QkvWeights> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        Ok(
+            match l.opt_matrix(&n("attn_qkv.weight"), &[e, q + 2 * kv])? {
+                Some(w) => QkvWeights::Fused {
+                    w,
+                    b: l.opt_f32(&n("attn_qkv.bias"), &[q + 2 * kv])?,
+                },
+                None => QkvWeights::Split {
+                    w: [
+                        l.matrix(&n("attn_q.weight"), &[e, q])?,
+                        l.matrix(&n("attn_k.weight"), &[e, kv])?,
+                        l.matrix(&n("attn_v.weight"), &[e, kv])?,
+                    ],
+                    b: [
+                        l.opt_f32(&n("attn_q.bias"), &[q])?,
+                        l.opt_f32(&n("attn_k.bias"), &[kv])?,
+                        l.opt_f32(&n("attn_v.bias"), &[kv])?,
+                    ],
+                },
+            },
+        )
+    }
+}
+
 /// The weights of one block (`e` = `n_embd`, `q` = `n_head·head_dim`, `f` = `n_ff`).
 #[derive(Debug, Clone)]
 pub struct FusedLayer {
@@ -125,24 +154,7 @@ impl FusedModel {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let qkv = match l.opt_matrix(&n("attn_qkv.weight"), &[e, q + 2 * kv])? {
-                Some(w) => QkvWeights::Fused {
-                    w,
-                    b: l.opt_f32(&n("attn_qkv.bias"), &[q + 2 * kv])?,
-                },
-                None => QkvWeights::Split {
-                    w: [
-                        l.matrix(&n("attn_q.weight"), &[e, q])?,
-                        l.matrix(&n("attn_k.weight"), &[e, kv])?,
-                        l.matrix(&n("attn_v.weight"), &[e, kv])?,
-                    ],
-                    b: [
-                        l.opt_f32(&n("attn_q.bias"), &[q])?,
-                        l.opt_f32(&n("attn_k.bias"), &[kv])?,
-                        l.opt_f32(&n("attn_v.bias"), &[kv])?,
-                    ],
-                },
-            };
+            let qkv = QkvWeights::load(l, i, [e, q, kv])?;
             layers.push(FusedLayer {
                 attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
                 qkv,
@@ -167,26 +179,26 @@ impl FusedModel {
 
 /// Q, K and V of one layer: q `[hd, nh, n]`, k `[hd, nhkv, n]`, v `[nhkv·hd, n]` (any of
 /// them may be a strided view).
-struct QkvViews {
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+pub(crate) struct QkvViews {
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
 }
 
-/// The attention projections: one fused product split by views, or (files converted
-/// without fusing) three products.
-fn project_qkv(
+/// The attention projections of `h` (`[n_embd, n]`): one fused product split by views, or
+/// (files converted without fusing) three products.
+pub(crate) fn project_qkv(
     ctx: &mut Context,
     hp: &HParams,
     w: &ImportedWeights,
-    l: &FusedLayer,
+    qkv: &QkvWeights,
     h: Tensor,
     n: usize,
 ) -> Result<QkvViews> {
     let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
     let (e_q, e_kv) = (hd * nh, hp.n_embd_kv());
     let f = DType::F32.type_size();
-    match l.qkv {
+    match *qkv {
         QkvWeights::Fused { w: wqkv, b } => {
             let cur = ctx.mul_mat(w[wqkv], h)?; // [e_q + 2·e_kv, n]
             let cur = add_opt(ctx, cur, w.opt(b))?;
@@ -252,7 +264,7 @@ impl ArchModel for FusedModel {
             let h = ctx.rms_norm(x, hp.rms_eps)?;
             let h = ctx.mul(h, w[l.attn_norm])?;
 
-            let QkvViews { q, k, v } = project_qkv(ctx, hp, w, l, h, n)?;
+            let QkvViews { q, k, v } = project_qkv(ctx, hp, w, &l.qkv, h, n)?;
             let mut q = rope.apply(ctx, q, pos)?; // [hd, nh, n], contiguous
             let k = rope.apply(ctx, k, pos)?; // [hd, nhkv, n], contiguous
             if m.style.scale_queries {

@@ -21,7 +21,7 @@
 //! `attention.sliding_window_pattern` (default 6: five local layers, then a global one) and
 //! `attention.sliding_window` (required) as llama.cpp reads them.
 
-use ggrs_core::{Context, RopeMode};
+use ggrs_core::{Context, RopeMode, Tensor};
 
 use super::decoder::Rotary;
 use super::gemma2::{output_logits, positive, sliding_window, Gemma2Layer};
@@ -160,6 +160,57 @@ impl Architecture for Gemma3 {
     }
 }
 
+/// The embedding and blocks of a Gemma 3 graph (shared with EmbeddingGemma): the step's
+/// inputs (with the sliding-window mask) and the last block's output `[n_embd, n_outputs]`,
+/// before the final norm.
+pub(crate) fn gemma3_blocks(
+    ctx: &mut Context,
+    (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+    tok_embd: WeightId,
+    layers: &[Gemma3Layer],
+    c: Gemma3Consts,
+) -> Result<(StepInputs, Tensor)> {
+    let n = shape.n_tokens;
+    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+    let mut inp = StepInputs::new(ctx, shape, 1, false)?;
+    let mask_swa = inp.add_swa_mask(ctx, shape)?;
+    let global = Rotary::new(hp, RopeMode::Neox, None);
+    let local = Rotary::neox_with(hp, hp.n_rot, (c.freq_base_swa, 1.0), None);
+    let scores = AttnScores {
+        scale: 1.0,
+        softcap: None,
+    };
+
+    let x = ctx.get_rows(w[tok_embd], inp.tokens)?; // [n_embd, n]
+    let mut x = ctx.scale(x, (hp.n_embd as f32).sqrt())?;
+    for (il, layer) in layers.iter().enumerate() {
+        let l = &layer.base;
+        let is_local = c.is_local(il);
+        let rope = if is_local { local } else { global };
+        let h = ctx.rms_norm_mul(x, w[l.attn_norm], hp.rms_eps)?;
+
+        let q = ctx.mul_mat(w[l.wq], h)?; // [nh·hd, n]
+        let k = ctx.mul_mat(w[l.wk], h)?; // [nhkv·hd, n]
+        let v = ctx.mul_mat(w[l.wv], h)?; // [nhkv·hd, n]
+        let q = ctx.reshape_3d(q, hd, nh, n)?;
+        let q = ctx.rms_norm_mul(q, w[layer.q_norm], hp.rms_eps)?;
+        let q = rope.apply(ctx, q, inp.pos)?; // [hd, nh, n]
+        let q = ctx.scale(q, c.q_scale)?;
+        let k = ctx.reshape_3d(k, hd, nhkv, n)?;
+        let k = ctx.rms_norm_mul(k, w[layer.k_norm], hp.rms_eps)?;
+        let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
+
+        let k2 = ctx.reshape_2d(k, hp.n_embd_kv(), n)?;
+        let at = match is_local {
+            true => inp.window_layer(mask_swa, shape),
+            false => inp.global_layer(shape),
+        };
+        let qkv = [q, k2, v];
+        x = l.attend_and_ffn(ctx, (hp, w, kv), &inp, il, at, qkv, scores, x)?;
+    }
+    Ok((inp, x))
+}
+
 impl ArchModel for Gemma3Model {
     fn build(
         &self,
@@ -170,52 +221,14 @@ impl ArchModel for Gemma3Model {
         shape: StepShape,
     ) -> Result<StepTensors> {
         let m = self;
-        let n = shape.n_tokens;
-        let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-        let c = m.consts;
-        let mut inp = StepInputs::new(ctx, shape, 1, false)?;
-        let mask_swa = inp.add_swa_mask(ctx, shape)?;
-        let global = Rotary::new(hp, RopeMode::Neox, None);
-        let local = Rotary::neox_with(hp, hp.n_rot, (c.freq_base_swa, 1.0), None);
-        let scores = AttnScores {
-            scale: 1.0,
-            softcap: None,
-        };
-
-        let x = ctx.get_rows(w[m.tok_embd], inp.tokens)?; // [n_embd, n]
-        let mut x = ctx.scale(x, (hp.n_embd as f32).sqrt())?;
-        for (il, layer) in m.layers.iter().enumerate() {
-            let l = &layer.base;
-            let is_local = c.is_local(il);
-            let rope = if is_local { local } else { global };
-            let h = ctx.rms_norm_mul(x, w[l.attn_norm], hp.rms_eps)?;
-
-            let q = ctx.mul_mat(w[l.wq], h)?; // [nh·hd, n]
-            let k = ctx.mul_mat(w[l.wk], h)?; // [nhkv·hd, n]
-            let v = ctx.mul_mat(w[l.wv], h)?; // [nhkv·hd, n]
-            let q = ctx.reshape_3d(q, hd, nh, n)?;
-            let q = ctx.rms_norm_mul(q, w[layer.q_norm], hp.rms_eps)?;
-            let q = rope.apply(ctx, q, inp.pos)?; // [hd, nh, n]
-            let q = ctx.scale(q, c.q_scale)?;
-            let k = ctx.reshape_3d(k, hd, nhkv, n)?;
-            let k = ctx.rms_norm_mul(k, w[layer.k_norm], hp.rms_eps)?;
-            let k = rope.apply(ctx, k, inp.pos)?; // [hd, nhkv, n]
-
-            let k2 = ctx.reshape_2d(k, hp.n_embd_kv(), n)?;
-            let at = match is_local {
-                true => inp.window_layer(mask_swa, shape),
-                false => inp.global_layer(shape),
-            };
-            let qkv = [q, k2, v];
-            x = l.attend_and_ffn(ctx, (hp, w, kv), &inp, il, at, qkv, scores, x)?;
-        }
+        let (inp, x) = gemma3_blocks(ctx, (hp, w, kv, shape), m.tok_embd, &m.layers, m.consts)?;
         output_logits(
             ctx,
             (hp, w),
             inp,
             x,
             [m.output_norm, m.output],
-            c.final_softcap,
+            m.consts.final_softcap,
         )
     }
 

@@ -14,6 +14,7 @@ pub mod fused;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gemma4;
+pub mod gemma_embedding;
 pub mod gpt_oss;
 pub mod granite;
 pub mod llama;
@@ -60,8 +61,8 @@ impl Registry {
     }
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
-    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `gemma4`, `mistral3`, `gpt-oss`,
-    /// `bert` (an embedding model).
+    /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `gemma4`, `mistral3`,
+    /// `gpt-oss`, `bert`, `nomic-bert`, `gemma-embedding` (embedding models).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -78,7 +79,9 @@ impl Registry {
         r.register(gemma4::Gemma4);
         r.register(mistral3::Mistral3);
         r.register(gpt_oss::GptOss);
-        r.register(bert::Bert);
+        r.register(bert::BERT);
+        r.register(bert::NOMIC_BERT);
+        r.register(gemma_embedding::GemmaEmbedding);
         r
     }
 

@@ -133,6 +133,9 @@ pub struct VocabParts {
     pub add_bos: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`.
     pub add_eos: Option<bool>,
+    /// `tokenizer.ggml.add_sep_token` (default: true for WordPiece, as llama.cpp; its
+    /// converter writes false, and `add_eos_token` true with EOS = [SEP], for BERT).
+    pub add_sep: Option<bool>,
     /// `tokenizer.ggml.add_space_prefix` (SentencePiece's default: true).
     pub add_space_prefix: Option<bool>,
     /// `tokenizer.ggml.remove_extra_whitespaces` (read, not used by these tokenizers, as in
@@ -149,6 +152,7 @@ const K_TYPES: &str = "tokenizer.ggml.token_type";
 const K_MERGES: &str = "tokenizer.ggml.merges";
 const K_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 const K_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+const K_ADD_SEP: &str = "tokenizer.ggml.add_sep_token";
 const K_ADD_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const K_REMOVE_WS: &str = "tokenizer.ggml.remove_extra_whitespaces";
 pub(crate) const K_BOS: &str = "tokenizer.ggml.bos_token_id";
@@ -321,6 +325,7 @@ impl VocabParts {
             special,
             add_bos: keys.bool(K_ADD_BOS)?,
             add_eos: keys.bool(K_ADD_EOS)?,
+            add_sep: keys.bool(K_ADD_SEP)?,
             add_space_prefix: keys.bool(K_ADD_PREFIX)?,
             remove_extra_whitespaces: keys.bool(K_REMOVE_WS)?,
         })
@@ -766,7 +771,7 @@ impl Vocab {
             escape_whitespaces: pre_cfg.is_some_and(|c| c.escape_whitespaces),
             newline_words_whole: pre_cfg.is_some_and(|c| c.gemma4),
             special_by_length,
-            add_sep: kind == VocabKind::Wpm,
+            add_sep: parts.add_sep.unwrap_or(kind == VocabKind::Wpm),
             max_token_len,
         })
     }

@@ -525,3 +525,120 @@ pub fn reranker_head() -> (Vec<f32>, f32) {
         .collect();
     (w, 0.25)
 }
+
+/// The lines of a JSON-lines file, parsed (the embedding references: `prompt`, `embedding`,
+/// `embedding_norm`, and `tokens` where llama.cpp's dumper wrote them).
+pub fn json_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reference file {}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+/// A JSON array of numbers as f32.
+pub fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number") as f32)
+        .collect()
+}
+
+/// Largest |a − b| (same lengths).
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// An embedder of `model` with `pooling` (`None`: the file's), llama.cpp's `normalize`, two
+/// threads.
+pub fn embedder(
+    model: &Arc<Model>,
+    pooling: Option<ggrs_llama::Pooling>,
+    normalize: i32,
+) -> ggrs_llama::Embedder {
+    let params = ggrs_llama::EmbedParams {
+        pooling,
+        normalize,
+        n_threads: 2,
+        ..Default::default()
+    };
+    ggrs_llama::Embedder::new(model.clone(), params).expect("embedder")
+}
+
+/// `model`'s embeddings of the references' prompts against them: the tokens (where given),
+/// the raw pooled vector (`embedding`) and the L2-normalised one (`embedding_norm`), each
+/// within `tol`, printed per prompt. Returns the largest difference.
+pub fn assert_embeddings_match(name: &str, model: &Arc<Model>, refs: &[Value], tol: f32) -> f32 {
+    use ggrs_llama::embed::cosine;
+    let mut raw = embedder(model, None, -1);
+    let mut normed = embedder(model, None, 2);
+    let prompts: Vec<&str> = refs.iter().map(|r| r["prompt"].as_str().unwrap()).collect();
+    for (r, p) in refs.iter().zip(&prompts) {
+        if let Some(t) = r["tokens"].as_array() {
+            let want: Vec<u32> = t.iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            assert_eq!(raw.tokenize(p).unwrap(), want, "{name}: tokens of {p:?}");
+        }
+    }
+    let got_raw = raw.embed(&prompts).expect("embed");
+    let got_norm = normed.embed(&prompts).expect("embed");
+    let mut worst = 0f32;
+    for (i, r) in refs.iter().enumerate() {
+        let want = floats(&r["embedding"]);
+        let d = max_diff(&got_raw[i], &want);
+        let dn = max_diff(&got_norm[i], &floats(&r["embedding_norm"]));
+        let cos = cosine(&got_raw[i], &want);
+        eprintln!("{name} prompt {i}: max |diff| {d:.2e} (normalised {dn:.2e}), cosine {cos:.9}");
+        assert!(d <= tol, "{name} prompt {i}: raw embedding differs by {d}");
+        assert!(dn <= tol, "{name} prompt {i}: normalised differs by {dn}");
+        worst = worst.max(d).max(dn);
+    }
+    eprintln!("{name}: worst {worst:.2e}");
+    worst
+}
+
+/// For each pooling, `model`'s embeddings of `prompts` in one batch have the same bits as
+/// each prompt alone, and as the prompts in reverse order one step at a time.
+pub fn assert_batch_is_one_by_one(
+    model: &Arc<Model>,
+    prompts: &[&str],
+    poolings: &[ggrs_llama::Pooling],
+) {
+    let same = |a: &[f32], b: &[f32]| {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    };
+    for &pooling in poolings {
+        let mut e = embedder(model, Some(pooling), 2);
+        let batch = e.embed(prompts).expect("batch");
+        for (i, p) in prompts.iter().enumerate() {
+            let one = e.embed(&[p]).expect("one");
+            assert!(
+                same(&one[0], &batch[i]),
+                "{pooling:?}, prompt {i}: batch differs from alone"
+            );
+        }
+        let rev: Vec<&str> = prompts.iter().rev().copied().collect();
+        let mut small = ggrs_llama::Embedder::new(
+            model.clone(),
+            ggrs_llama::EmbedParams {
+                pooling: Some(pooling),
+                n_batch: 1,
+                n_threads: 1,
+                ..Default::default()
+            },
+        )
+        .expect("embedder");
+        let back = small.embed(&rev).expect("reversed");
+        for (i, v) in back.iter().rev().enumerate() {
+            assert!(
+                same(v, &batch[i]),
+                "{pooling:?}, prompt {i}: one step at a time"
+            );
+        }
+    }
+}
