@@ -135,13 +135,13 @@ impl BlockQuant for BlockMXFP4 {
         b
     }
 
-    /// `ggml_vec_dot_mxfp4_q8_0_generic`: per block `sumf += (dy·dx)·Σ` (a product and a sum:
-    /// GCC does not contract it, see `q2_0`).
+    /// `ggml_vec_dot_mxfp4_q8_0_generic`: per block `sumf += (dy·dx)·Σ`, one FMA (GCC's
+    /// contraction, see `q2_0`).
     fn vec_dot(a: &[Self], b: &[BlockQ8_0]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in a.iter().zip(b) {
             let d = fp16(y.d) * e8m0_half(x.e);
-            sumf += d * exact_sum(x, y) as f32;
+            sumf = d.mul_add(exact_sum(x, y) as f32, sumf);
         }
         sumf
     }
@@ -190,7 +190,7 @@ fn blocks<'a>(
 /// for weights it does not repack): blocks in pairs, the even ones into one set of eight
 /// lanes and the odd ones into another (`lane = fma(dy·dx, lane_sum, lane)`), the sets added
 /// lane by lane and reduced as `hsum_float_8`; an odd last block in C (`int` products,
-/// `sumf += d·Σ`, not contracted). The AVX2 build in `kernels::x86::fp4` gives the
+/// `sumf += d·Σ` contracted to one FMA). The AVX2 build in `kernels::x86::fp4` gives the
 /// same bits.
 pub(crate) fn dot_mxfp4_pairs(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let Some((xs, ys)) = blocks(n, a, b) else {
@@ -215,7 +215,7 @@ pub(crate) fn dot_mxfp4_pairs(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let both: [f32; 8] = std::array::from_fn(|l| acc1[l] + acc2[l]);
     let mut sumf = crate::kernels::ggml_arith::lanes::hsum8(&both);
     if ib < nb {
-        sumf += scale(ib) * exact_sum(&xs[ib], &ys[ib]) as f32;
+        sumf = scale(ib).mul_add(exact_sum(&xs[ib], &ys[ib]) as f32, sumf);
     }
     sumf
 }

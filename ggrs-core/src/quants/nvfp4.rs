@@ -136,7 +136,7 @@ impl BlockQuant for BlockNVFP4 {
     }
 
     /// `ggml_vec_dot_nvfp4_q8_0_generic`: per sub-block `sumf += (dy·d)·Σ` (`int`
-    /// products; not contracted, see `q2_0`).
+    /// products), one FMA (GCC's contraction, see `q2_0`).
     fn vec_dot(a: &[Self], b: &[BlockQ8_0]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in a.iter().zip(b.chunks_exact(2)) {
@@ -147,7 +147,7 @@ impl BlockQuant for BlockNVFP4 {
                 let sum: i32 = (0..16)
                     .map(|j| l[16 * s + j] as i32 * yb.qs[off + j] as i32)
                     .sum();
-                sumf += fp16(yb.d) * ue4m3_half(x.d[s]) * sum as f32;
+                sumf = (fp16(yb.d) * ue4m3_half(x.d[s])).mul_add(sum as f32, sumf);
             }
         }
         sumf

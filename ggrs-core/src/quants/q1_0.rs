@@ -66,7 +66,7 @@ impl BlockQuant for BlockQ1_0 {
     }
 
     /// `ggml_vec_dot_q1_0_q8_0_generic`: per Q8_0 block `sumi += dy·Σ ±q` (`int`), per Q1_0
-    /// block `sumf += d·sumi` (products and sums: not contracted, see `q2_0`).
+    /// block `sumf += d·sumi`, each one FMA (GCC's contraction, see `q2_0`).
     fn vec_dot(a: &[Self], b: &[BlockQ8_0]) -> f32 {
         let mut sumf = 0f32;
         for (x, y) in a.iter().zip(b.chunks_exact(4)) {
@@ -82,9 +82,9 @@ impl BlockQuant for BlockQ1_0 {
                         }
                     })
                     .sum();
-                sumi += fp16(yb.d) * s as f32;
+                sumi = fp16(yb.d).mul_add(s as f32, sumi);
             }
-            sumf += fp16(x.d) * sumi;
+            sumf = fp16(x.d).mul_add(sumi, sumf);
         }
         sumf
     }

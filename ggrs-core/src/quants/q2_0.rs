@@ -6,8 +6,8 @@
 //!
 //! The quantizer is ggml's `quantize_row_q2_0_ref` (`llama-quantize` ignores the importance
 //! matrix for it). llama.cpp's x86 build has no SIMD kernel for Q2_0: it runs
-//! `ggml_vec_dot_q2_0_q8_0_generic` for every shape, whose order the scalar dot product
-//! keeps, and so does the AVX2 build in `kernels::x86::lowbit`.
+//! `ggml_vec_dot_q2_0_q8_0_generic` for every shape, whose order (GCC's FMAs included) the
+//! scalar dot product keeps, and so does the AVX2 build in `kernels::x86::lowbit`.
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;
@@ -85,19 +85,20 @@ pub(crate) fn q2_0_sum(x: &BlockQ2_0, k: usize, y: &BlockQ8_0) -> i32 {
         .sum()
 }
 
-/// `ggml_vec_dot_q2_0_q8_0_generic`'s order: per Q8_0 block `sumi += dy·Σ`, per Q2_0 block
-/// `sumf += d·sumi`, each a rounded product then a rounded sum. (GCC 12 at `-O3
-/// -march=native` does not fuse these into FMAs: `objdump -d libggml-cpu.so` shows `vmulss`
-/// then `vaddss` in this function and in the other types' generic dots, and ggml's own
-/// results in `tests/data/lowbit-ggml.txt` agree.)
+/// `ggml_vec_dot_q2_0_q8_0_generic`'s order: per Q8_0 block `sumi = fma(dy, Σ, sumi)`, per
+/// Q2_0 block `sumf = fma(d, sumi, sumf)`: GCC 12 contracts both `+=` into FMAs with its
+/// generic and Intel tunings, as in the build that made llama.cpp's reference outputs (the
+/// qwen05b Q2_0 file's logits match only so). With `-mtune=znver3`, which `-march=native`
+/// picks on this AMD EPYC, GCC avoids FMA chains and `libggml-cpu.so` built here has
+/// `vmulss`/`vaddss` instead: `tests/data/lowbit-ggml.c` says how its data was made.
 fn dot_blocks(a: &[BlockQ2_0], b: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0f32;
     for (x, y) in a.iter().zip(b.chunks_exact(2)) {
         let mut sumi = 0f32;
         for (k, yb) in y.iter().enumerate() {
-            sumi += fp16(yb.d) * q2_0_sum(x, k, yb) as f32;
+            sumi = fp16(yb.d).mul_add(q2_0_sum(x, k, yb) as f32, sumi);
         }
-        sumf += fp16(x.d) * sumi;
+        sumf = fp16(x.d).mul_add(sumi, sumf);
     }
     sumf
 }

@@ -1,6 +1,12 @@
 // Reference bytes and dot products from llama.cpp's ggml (0c1e570) for ggrs's MXFP4, NVFP4,
-// Q1_0 and Q2_0 tests (`tests/quants_lowbit.rs`). Build against a llama.cpp build:
-//   gcc -O2 lowbit-ggml.c -L$BIN -lggml-cpu -lggml-base -Wl,-rpath,$BIN -o lowbit-ggml
+// Q1_0 and Q2_0 tests (`tests/quants_lowbit.rs`). ggml-cpu's two `quants.c` files are compiled
+// here with `-mtune=generic`, under which GCC 12 contracts their C `sumf += d * sumi` into
+// FMAs as the build behind llama.cpp's reference outputs did (with `-march=native` on an AMD
+// EPYC, GCC tunes for znver3 and avoids those FMA chains); their definitions take precedence
+// over the library's. From llama.cpp's `ggml/src`, with BIN its build/bin:
+//   F="-O3 -march=native -mtune=generic -std=gnu11 -DNDEBUG -D_GNU_SOURCE -fPIC -I../include -I. -Iggml-cpu"
+//   gcc $F -c ggml-cpu/quants.c -o q.o && gcc $F -c ggml-cpu/arch/x86/quants.c -o qx.o
+//   gcc -O2 lowbit-ggml.c q.o qx.o -L$BIN -lggml-cpu -lggml-base -Wl,-rpath,$BIN -o lowbit-ggml
 #include <stdio.h>
 #include <stdint.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 //! then
 //! - MXFP4, `ggml_vec_dot_mxfp4_q8_0`: even and odd blocks into two sets of eight f32 lanes
 //!   (`fma(dy·dx, lanes, acc)`), added lane by lane, `hsum_float_8`, an odd last block in C
-//!   (a product and a sum);
+//!   (one FMA, as GCC contracts it);
 //! - MXFP4, the repacked `mxfp4_8x8` GEMV/GEMM: per block the lanes' total,
 //!   `acc = fma(Σ, dx·dy, acc)`;
 //! - NVFP4, `ggml_vec_dot_nvfp4_q8_0`: per Q8_0 block of the NVFP4 block, lanes 0–3 and
@@ -149,7 +149,7 @@ pub(crate) unsafe fn mxfp4_q8_0<const R: usize, const C: usize>(
             for c in 0..C {
                 let mut sumf = hsum256(_mm256_add_ps(acc1[r][c], acc2[r][c]));
                 if ib < nb {
-                    // The odd last block in C: `int` products, `sumf += d·Σ`.
+                    // The odd last block in C: `int` products, `sumf += d·Σ` as one FMA.
                     let (xb, yb) = (x[r].add(ib * MX), y[c].add(ib * Q8));
                     let l = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(mxfp4_levels(xb, table)));
                     let lh = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(mxfp4_levels(
@@ -160,7 +160,7 @@ pub(crate) unsafe fn mxfp4_q8_0<const R: usize, const C: usize>(
                     let qh = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(q));
                     let s = _mm256_add_epi32(_mm256_madd_epi16(l, ql), _mm256_madd_epi16(lh, qh));
                     let d = f16_at(yb) * e8m0_half(*xb);
-                    sumf += d * hsum_i32(s) as f32;
+                    sumf = d.mul_add(hsum_i32(s) as f32, sumf);
                 }
                 out[r][c] = sumf;
             }

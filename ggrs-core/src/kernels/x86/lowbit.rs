@@ -7,7 +7,7 @@
 //!   `acc = fma(d, blk, acc)`; `hsum_float_8`;
 //! - Q2_0 in the order of `ggml_vec_dot_q2_0_q8_0_generic` (llama.cpp has no SIMD kernel
 //!   for it): the exact `Σ (c − 1)·q` of each Q8_0 block from SIMD integer sums, then the
-//!   scalar chain `sumi += dy·Σ`, `sumf += d·sumi` (not fused, as GCC compiles the C).
+//!   scalar chain `sumi = fma(dy, Σ, sumi)`, `sumf = fma(d, sumi, sumf)` (GCC's contraction).
 //!
 //! Same tile form as `avx2.rs`: `k::<R, C>(nb, [x; R], [y; C]) -> [[f32; C]; R]`, every
 //! element with the 1 × 1 kernel's operations.
@@ -156,9 +156,9 @@ pub(crate) unsafe fn q2_0_q8_0<const R: usize, const C: usize>(
                     for (k, codes) in codes.iter().enumerate() {
                         let yb = y[c].add((2 * i + k) * Q8);
                         let s = q2_0_sum(*codes, q8_codes(yb));
-                        sumi += f16_at(yb) * s as f32;
+                        sumi = f16_at(yb).mul_add(s as f32, sumi);
                     }
-                    acc[r][c] += d * sumi;
+                    acc[r][c] = d.mul_add(sumi, acc[r][c]);
                 }
             }
         }
