@@ -58,8 +58,13 @@ fn check(stem: &str, recipe: &str) {
 
 /// Runs `test` of this binary again in a child process with `GGRS_FORCE_SCALAR=1` (read once
 /// per process, so it cannot be switched on here).
+/// `GGRS_LOWBIT_SIMD_ONLY=1` skips it (the portable kernels take minutes per file).
 fn again_scalar(test: &str) {
     if std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| v == "1") {
+        return;
+    }
+    if std::env::var("GGRS_LOWBIT_SIMD_ONLY").is_ok_and(|v| v == "1") {
+        eprintln!("{test}: the GGRS_FORCE_SCALAR=1 run is skipped (GGRS_LOWBIT_SIMD_ONLY=1)");
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().expect("test binary"))

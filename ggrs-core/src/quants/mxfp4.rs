@@ -11,6 +11,8 @@
 //! count is a multiple of 8 are repacked and take the `mxfp4_8x8` GEMV/GEMM
 //! ([`dot_mxfp4_chain`]), the rest `ggml_vec_dot_mxfp4_q8_0` ([`dot_mxfp4_pairs`]).
 
+use std::borrow::Cow;
+
 use bytemuck::{Pod, Zeroable};
 
 use super::q8::QK8_0;
@@ -168,15 +170,11 @@ pub(crate) fn mxfp4_lanes(x: &BlockMXFP4, y: &BlockQ8_0) -> [i32; 8] {
     })
 }
 
+/// Rows of MXFP4 blocks and of their Q8_0 blocks.
+type Rows<'a> = (Cow<'a, [BlockMXFP4]>, Cow<'a, [BlockQ8_0]>);
+
 /// The whole blocks of `n` values present in both rows, as blocks.
-fn blocks<'a>(
-    n: usize,
-    a: &'a [u8],
-    b: &'a [u8],
-) -> Option<(
-    std::borrow::Cow<'a, [BlockMXFP4]>,
-    std::borrow::Cow<'a, [BlockQ8_0]>,
-)> {
+fn blocks<'a>(n: usize, a: &'a [u8], b: &'a [u8]) -> Option<Rows<'a>> {
     let nb = (n / QK_MXFP4)
         .min(a.len() / BlockMXFP4::BYTES)
         .min(b.len() / BlockQ8_0::BYTES);

@@ -58,7 +58,8 @@ fn exp2i(k: i32) -> f32 {
 /// ggml's `ggml_fp32_to_ue4m3`: positive values only (else 0), capped at 448, the mantissa
 /// rounded half up on its fourth bit, 0x7E past the range.
 pub(crate) fn to_ue4m3(x: f32) -> u8 {
-    if !(x > 0.0) {
+    // Zero, negative values and NaN.
+    if x.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return 0;
     }
     let x = if x > 448.0 { 448.0 } else { x };
