@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{encode, run_mul_mat};
+use common::{assert_every_form, encode, fnv, mix, run_mul_mat, unhex, Lcg};
 use ggrs_core::quants::dispatch::{self, SumOrder};
 use ggrs_core::quants::{
     self, BlockMXFP4, BlockNVFP4, BlockQ1_0, BlockQ2_0, BlockQuant, VecDotKernel,
@@ -22,19 +22,6 @@ use ggrs_core::DType;
 
 const N: usize = 1024;
 const TYPES: [DType; 4] = [DType::MXFP4, DType::NVFP4, DType::Q1_0, DType::Q2_0];
-
-/// The generator of `lowbit-ggml.c`.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 40) & 0xFF_FFFF) as f32 / 16_777_216.0 * 2.0 - 1.0
-    }
-}
 
 /// `weights()` of `lowbit-ggml.c`: eight segments of 128 values.
 fn weights() -> Vec<f32> {
@@ -62,18 +49,6 @@ fn weights() -> Vec<f32> {
                 },
             }
         })
-        .collect()
-}
-
-fn fnv(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
         .collect()
 }
 
@@ -249,15 +224,6 @@ fn dot_products_as_llama_cpp() {
     }
 }
 
-/// splitmix64, for random bytes.
-fn mix(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Random weight bytes of type `t` with finite, moderate scales.
 fn random_weights(t: DType, n: usize, s: &mut u64) -> Vec<u8> {
     let mut w: Vec<u8> = (0..t.row_size(n)).map(|_| mix(s) as u8).collect();
@@ -305,18 +271,7 @@ fn every_build_is_the_portable_order_on_any_bytes() {
                 let builds = dispatch::vec_dot_variants_in(t, *order);
                 for v in builds {
                     let what = format!("{t} {order:?} {:?} nb={nb}", v.isa);
-                    assert_eq!(
-                        (v.tile)(n, wr, yr).map(|r| r.map(f32::to_bits)),
-                        want,
-                        "{what}"
-                    );
-                    assert_eq!(
-                        (v.rows4)(n, wr, yr[1]).map(f32::to_bits),
-                        want.map(|r| r[1]),
-                        "{what}"
-                    );
-                    assert_eq!((v.dot4)(n, wr[2], yr).map(f32::to_bits), want[2], "{what}");
-                    assert_eq!((v.dot)(n, wr[3], yr[0]).to_bits(), want[3][0], "{what}");
+                    assert_every_form(&v, n, wr, yr, want, &what);
                 }
             }
         }

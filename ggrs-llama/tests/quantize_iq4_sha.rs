@@ -54,6 +54,15 @@ fn quantized_sha(file: &GgufFile, name: &str, to: DType) -> String {
         .collect()
 }
 
+/// `qwen05b/tensor-sha256-lowbit.json`: llama.cpp's low-bit files, tensor by tensor.
+fn lowbit_listing() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256-lowbit.json"))
+            .expect("read the low-bit listing"),
+    )
+    .expect("valid json")
+}
+
 #[test]
 fn iq4_nl_and_iq4_xs_tensors_equal_llama_cpp() {
     let _g = common::serial();
@@ -112,11 +121,7 @@ fn ternary_tensors_equal_llama_cpp() {
     let Some(path) = common::qwen05b("f16") else {
         return;
     };
-    let listing: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256-lowbit.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let listing = lowbit_listing();
     let file = GgufFile::open(&path).unwrap();
     for (kind, dtype) in [("tq1_0", DType::TQ1_0), ("tq2_0", DType::TQ2_0)] {
         let mut n = 0;
@@ -144,11 +149,7 @@ fn fp4_and_lowbit_tensors_equal_llama_cpp() {
     let Some(path) = common::qwen05b("f16") else {
         return;
     };
-    let listing: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256-lowbit.json"))
-            .expect("read the low-bit listing"),
-    )
-    .expect("valid json");
+    let listing = lowbit_listing();
     let file = GgufFile::open(&path).expect("open the f16 file");
     for (kind, dtype) in [
         ("mxfp4-all", DType::MXFP4),

@@ -309,6 +309,28 @@ pub fn vec_dot_scalar<B: BlockQuant>(n: usize, a: &[u8], b: &[u8]) -> f32 {
     }
 }
 
+/// The whole blocks of a row of `n` values of `B` (`a`) and of its activation row (`b`, in
+/// `B::VecDot` blocks, several per weight block where those are smaller) present in both,
+/// for the portable dot products in ggml's x86 orders. `mul_mat` passes exact rows; shorter
+/// slices give the blocks they hold.
+pub(crate) type RowBlocks<'a, B> = (Cow<'a, [B]>, Cow<'a, [<B as BlockQuant>::VecDot]>);
+
+/// See [`RowBlocks`]; `None` only if a cast of whole blocks failed, which cannot happen.
+pub(crate) fn row_blocks<'a, B: BlockQuant>(
+    n: usize,
+    a: &'a [u8],
+    b: &'a [u8],
+) -> Option<RowBlocks<'a, B>> {
+    let per = B::BLOCK_SIZE / <B::VecDot as BlockQuant>::BLOCK_SIZE;
+    let yb = per * <B::VecDot as BlockQuant>::BYTES;
+    let nb = (n / B::BLOCK_SIZE)
+        .min(a.len() / B::BYTES)
+        .min(b.len() / yb);
+    let xs = cast_blocks::<B>(&a[..nb * B::BYTES]).ok()?;
+    let ys = cast_blocks::<B::VecDot>(&b[..nb * yb]).ok()?;
+    Some((xs, ys))
+}
+
 // The `ToF32Fn` / `FromF32Fn` forms used by `types::traits`. Their callers (tensor readers,
 // `get_rows`, `mul_mat` INIT, `set_f32`) always pass exact rows; a mismatch is a bug upstream,
 // reported in debug builds, and leaves the output untouched in release builds.

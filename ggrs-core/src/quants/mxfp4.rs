@@ -11,8 +11,6 @@
 //! count is a multiple of 8 are repacked and take the `mxfp4_8x8` GEMV/GEMM
 //! ([`dot_mxfp4_chain`]), the rest `ggml_vec_dot_mxfp4_q8_0` ([`dot_mxfp4_pairs`]).
 
-use std::borrow::Cow;
-
 use bytemuck::{Pod, Zeroable};
 
 use super::q8::QK8_0;
@@ -170,20 +168,6 @@ pub(crate) fn mxfp4_lanes(x: &BlockMXFP4, y: &BlockQ8_0) -> [i32; 8] {
     })
 }
 
-/// Rows of MXFP4 blocks and of their Q8_0 blocks.
-type Rows<'a> = (Cow<'a, [BlockMXFP4]>, Cow<'a, [BlockQ8_0]>);
-
-/// The whole blocks of `n` values present in both rows, as blocks.
-fn blocks<'a>(n: usize, a: &'a [u8], b: &'a [u8]) -> Option<Rows<'a>> {
-    let nb = (n / QK_MXFP4)
-        .min(a.len() / BlockMXFP4::BYTES)
-        .min(b.len() / BlockQ8_0::BYTES);
-    // Both slices are cut to whole blocks: the casts cannot fail.
-    let xs = super::cast_blocks::<BlockMXFP4>(&a[..nb * BlockMXFP4::BYTES]).ok()?;
-    let ys = super::cast_blocks::<BlockQ8_0>(&b[..nb * BlockQ8_0::BYTES]).ok()?;
-    Some((xs, ys))
-}
-
 /// MXFP4 · Q8_0 in the order of ggml's AVX2 `ggml_vec_dot_mxfp4_q8_0` (llama.cpp's kernel
 /// for weights it does not repack): blocks in pairs, the even ones into one set of eight
 /// lanes and the odd ones into another (`lane = fma(dy·dx, lane_sum, lane)`), the sets added
@@ -191,7 +175,7 @@ fn blocks<'a>(n: usize, a: &'a [u8], b: &'a [u8]) -> Option<Rows<'a>> {
 /// `sumf += d·Σ` contracted to one FMA). The AVX2 build in `kernels::x86::fp4` gives the
 /// same bits.
 pub(crate) fn dot_mxfp4_pairs(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let Some((xs, ys)) = blocks(n, a, b) else {
+    let Some((xs, ys)) = super::row_blocks::<BlockMXFP4>(n, a, b) else {
         return 0.0;
     };
     let nb = xs.len();
@@ -222,7 +206,7 @@ pub(crate) fn dot_mxfp4_pairs(n: usize, a: &[u8], b: &[u8]) -> f32 {
 /// AVX-512 GEMM): per block the sum of the [`sign_product`]s, then `acc = fma(Σ, dx·dy,
 /// acc)`. The AVX2 build in `kernels::x86::fp4` gives the same bits.
 pub(crate) fn dot_mxfp4_chain(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let Some((xs, ys)) = blocks(n, a, b) else {
+    let Some((xs, ys)) = super::row_blocks::<BlockMXFP4>(n, a, b) else {
         return 0.0;
     };
     let mut acc = 0f32;

@@ -161,14 +161,7 @@ impl BlockQuant for BlockNVFP4 {
 /// `ue4m3(d_s)·dy` of the lane's sub-block, then `hsum_float_8`. The AVX2 build in
 /// `kernels::x86::fp4` gives the same bits.
 pub(crate) fn dot_nvfp4_x86(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let nb = (n / QK_NVFP4)
-        .min(a.len() / BlockNVFP4::BYTES)
-        .min(b.len() / (2 * BlockQ8_0::BYTES));
-    let (Ok(xs), Ok(ys)) = (
-        super::cast_blocks::<BlockNVFP4>(&a[..nb * BlockNVFP4::BYTES]),
-        super::cast_blocks::<BlockQ8_0>(&b[..2 * nb * BlockQ8_0::BYTES]),
-    ) else {
-        // Unreachable: both slices were cut to whole blocks.
+    let Some((xs, ys)) = super::row_blocks::<BlockNVFP4>(n, a, b) else {
         return 0.0;
     };
     let mut acc = [0f32; 8];

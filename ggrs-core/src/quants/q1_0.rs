@@ -114,14 +114,7 @@ pub(crate) fn q1_0_lanes(x: &BlockQ1_0, k: usize, y: &BlockQ8_0) -> [i32; 8] {
 /// blocks, `acc = fma(d, blk, acc)`; `hsum_float_8` at the end. The AVX2 build in
 /// `kernels::x86::lowbit` gives the same bits.
 pub(crate) fn dot_q1_0_x86(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let nb = (n / QK1_0)
-        .min(a.len() / BlockQ1_0::BYTES)
-        .min(b.len() / (4 * BlockQ8_0::BYTES));
-    let (Ok(xs), Ok(ys)) = (
-        super::cast_blocks::<BlockQ1_0>(&a[..nb * BlockQ1_0::BYTES]),
-        super::cast_blocks::<BlockQ8_0>(&b[..4 * nb * BlockQ8_0::BYTES]),
-    ) else {
-        // Unreachable: both slices were cut to whole blocks.
+    let Some((xs, ys)) = super::row_blocks::<BlockQ1_0>(n, a, b) else {
         return 0.0;
     };
     let mut acc = [0f32; 8];

@@ -106,15 +106,5 @@ fn dot_blocks(a: &[BlockQ2_0], b: &[BlockQ8_0]) -> f32 {
 /// Q2_0 · Q8_0 in llama.cpp's x86 order (`ggml_vec_dot_q2_0_q8_0_generic`, see
 /// [`dot_blocks`]) on rows of bytes.
 pub(crate) fn dot_q2_0_x86(n: usize, a: &[u8], b: &[u8]) -> f32 {
-    let nb = (n / QK2_0)
-        .min(a.len() / BlockQ2_0::BYTES)
-        .min(b.len() / (2 * BlockQ8_0::BYTES));
-    match (
-        super::cast_blocks::<BlockQ2_0>(&a[..nb * BlockQ2_0::BYTES]),
-        super::cast_blocks::<BlockQ8_0>(&b[..2 * nb * BlockQ8_0::BYTES]),
-    ) {
-        (Ok(xs), Ok(ys)) => dot_blocks(&xs, &ys),
-        // Unreachable: both slices were cut to whole blocks.
-        _ => 0.0,
-    }
+    super::row_blocks::<BlockQ2_0>(n, a, b).map_or(0.0, |(xs, ys)| dot_blocks(&xs, &ys))
 }

@@ -22,7 +22,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::util::{f16_at, finish, hsum256};
+use super::util::{f16_at, finish, hsum256, hsum_i32};
 use crate::quants::mxfp4::{e8m0_half, KVALUES_FP4};
 use crate::quants::nvfp4::ue4m3_half;
 use crate::quants::{BlockMXFP4, BlockNVFP4, BlockQ8_0, BlockQuant};
@@ -80,21 +80,6 @@ unsafe fn quads(x: __m256i, y: __m256i) -> __m256i {
 unsafe fn q8_codes(yb: *const u8) -> __m256i {
     // SAFETY: the caller guarantees the block; unaligned load.
     unsafe { _mm256_loadu_si256(yb.add(offset_of!(BlockQ8_0, qs)).cast()) }
-}
-
-/// The sum of the eight i32 lanes (exact, any order).
-///
-/// # Safety
-/// The CPU supports AVX2.
-#[inline(always)]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
-    // SAFETY: register-only AVX2 operations.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    }
 }
 
 /// The levels of the MXFP4 block at `xb` in value order.

@@ -20,7 +20,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::util::{f16_at, finish, read_u32};
+use super::util::{f16_at, finish, hsum_i32, read_u32};
 use crate::quants::{BlockQ1_0, BlockQ2_0, BlockQ8_0, BlockQuant};
 
 const Q8: usize = BlockQ8_0::BYTES;
@@ -125,11 +125,7 @@ unsafe fn q2_0_sum(codes: __m256i, q: __m256i) -> i32 {
         let ones16 = _mm256_set1_epi16(1);
         let cq = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q), ones16);
         let sq = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), ones16);
-        let v = _mm256_sub_epi32(cq, sq);
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
+        hsum_i32(_mm256_sub_epi32(cq, sq))
     }
 }
 
