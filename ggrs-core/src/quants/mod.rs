@@ -510,9 +510,15 @@ fn not_a_block_type(op: &'static str, dtype: DType) -> Error {
     Error::UnsupportedType {
         op,
         dtype,
-        detail: "not a block-quantized type (use q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, \
-                 q2_K … q6_K, q8_K, iq4_nl or iq4_xs)"
-            .into(),
+        detail: format!(
+            "not a block-quantized type (use one of {})",
+            DType::ALL
+                .iter()
+                .filter(|t| t.is_quantized())
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 
