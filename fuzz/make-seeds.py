@@ -38,7 +38,7 @@ def value(t, v):
 
 
 def gguf(kvs, tensors, alignment=32):
-    """kvs: [(key, type, value)]; tensors: [(name, ne list, f32 values)]."""
+    """kvs: [(key, type, value)]; tensors: [(name, ne list, f32 values or (type id, bytes))]."""
     out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
     for k, t, v in kvs:
         out += gstr(k) + struct.pack("<I", t) + value(t, v)
@@ -48,8 +48,11 @@ def gguf(kvs, tensors, alignment=32):
         out += gstr(name) + struct.pack("<I", len(ne))
         for n in ne:
             out += struct.pack("<Q", n)
-        out += struct.pack("<IQ", F32_T, offset)
-        d = struct.pack("<%df" % len(vals), *vals)
+        if isinstance(vals, tuple):
+            ty, d = vals
+        else:
+            ty, d = F32_T, struct.pack("<%df" % len(vals), *vals)
+        out += struct.pack("<IQ", ty, offset)
         datas.append(d)
         offset += (len(d) + alignment - 1) // alignment * alignment
     out += b"\0" * ((-len(out)) % alignment)
@@ -126,6 +129,15 @@ def main():
     ]
     write("gguf_read", "every-type", gguf(every, [
         ("t0", [2], vals(2)), ("t1", [5, 3], vals(15)), ("t2", [1, 1, 2, 2], vals(4))], 64))
+    # Block types with bytes of every kind (all codes, all scale bytes): the low-bit
+    # decoders — TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0 (ggml types 34, 35, 39–42) as
+    # (id, values per block, bytes per block).
+    blocks = []
+    for tid, qk, bs in [(34, 256, 54), (35, 256, 66), (39, 32, 17), (40, 64, 36),
+                        (41, 128, 18), (42, 64, 18)]:
+        raw = bytes((i * 151 + tid * 7) % 256 for i in range(2 * bs))
+        blocks.append(("t%d" % tid, [2 * qk], (tid, raw)))
+    write("gguf_read", "low-bit-blocks", gguf([("general.architecture", STR, "test")], blocks))
     with open(os.path.join(REF, "vocab", "ggml-vocab-llama-spm.gguf"), "rb") as f:
         write("gguf_read", "vocab-head", f.read(2048))
 

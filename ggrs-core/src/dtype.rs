@@ -102,10 +102,18 @@ dtype_table! {
     /// Ternary 2-bit: 256 values `d·t`, `t ∈ {−1, 0, 1}`, per 66-byte block (2-bit codes,
     /// f16 scale).
     TQ2_0 = 35, "tq2_0", 256, 66;
+    /// Microscaling 4-bit float: 32 E2M1 values per 17-byte block with an E8M0 exponent.
+    MXFP4 = 39, "mxfp4", 32, 17;
+    /// NVIDIA 4-bit float: 64 E2M1 values per 36-byte block, a UE4M3 scale per 16.
+    NVFP4 = 40, "nvfp4", 64, 36;
+    /// 1-bit: 128 values `±d` per 18-byte block (sign bits, f16 mean magnitude).
+    Q1_0 = 41, "q1_0", 128, 18;
+    /// 2-bit: 64 values `(c − 1)·d`, `c ∈ 0..4`, per 18-byte block (f16 scale).
+    Q2_0 = 42, "q2_0", 64, 18;
 }
 
 /// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`).
-const UNREAD_GGML_TYPES: [(u32, &str); 11] = [
+const UNREAD_GGML_TYPES: [(u32, &str); 7] = [
     (16, "IQ2_XXS"),
     (17, "IQ2_XS"),
     (18, "IQ3_XXS"),
@@ -113,10 +121,6 @@ const UNREAD_GGML_TYPES: [(u32, &str); 11] = [
     (21, "IQ3_S"),
     (22, "IQ2_S"),
     (29, "IQ1_M"),
-    (39, "MXFP4"),
-    (40, "NVFP4"),
-    (41, "Q1_0"),
-    (42, "Q2_0"),
 ];
 
 /// A tensor type id for a message: `type IQ3_S (ggml type 21)` for a ggml type ggrs does

@@ -13,26 +13,13 @@
 
 mod common;
 
-use common::run_mul_mat;
+use common::{assert_every_form, fnv, mix, run_mul_mat, unhex, Lcg};
 use ggrs_core::quants::dispatch::{self, SumOrder};
 use ggrs_core::quants::{self, BlockQuant, BlockTQ1_0, BlockTQ2_0, VecDotKernel};
 use ggrs_core::DType;
 
 const NB: usize = 8;
 const QK: usize = 256;
-
-/// The generator of `ternary-ggml.c`.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> f32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 40) & 0xFF_FFFF) as f32 / 16_777_216.0 * 2.0 - 1.0
-    }
-}
 
 /// `weights()` of `ternary-ggml.c`: eight blocks of patterns.
 fn weights() -> Vec<f32> {
@@ -76,18 +63,6 @@ fn acts(c: u64) -> Vec<f32> {
                 v * (c + 1) as f32
             }
         })
-        .collect()
-}
-
-fn fnv(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
         .collect()
 }
 
@@ -230,15 +205,6 @@ fn dot_products_as_llama_cpp() {
     }
 }
 
-/// splitmix64, for random bytes.
-fn mix(s: &mut u64) -> u64 {
-    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *s;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Any bytes at all (codes 3, trits of bytes no quantizer writes, Q8_K sums that are not the
 /// codes' sums, −128 activations) with finite scales: every build has the portable order's
 /// bits in every tile form.
@@ -270,18 +236,7 @@ fn every_build_is_the_portable_order_on_any_bytes() {
             });
             for v in dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes) {
                 let what = format!("{t} {:?} nb={nb}", v.isa);
-                assert_eq!(
-                    (v.tile)(n, wr, yr).map(|r| r.map(f32::to_bits)),
-                    want,
-                    "{what}"
-                );
-                assert_eq!(
-                    (v.rows4)(n, wr, yr[1]).map(f32::to_bits),
-                    want.map(|r| r[1]),
-                    "{what}"
-                );
-                assert_eq!((v.dot4)(n, wr[2], yr).map(f32::to_bits), want[2], "{what}");
-                assert_eq!((v.dot)(n, wr[3], yr[0]).to_bits(), want[3][0], "{what}");
+                assert_every_form(&v, n, wr, yr, want, &what);
             }
         }
     }

@@ -54,6 +54,15 @@ fn quantized_sha(file: &GgufFile, name: &str, to: DType) -> String {
         .collect()
 }
 
+/// `qwen05b/tensor-sha256-lowbit.json`: llama.cpp's low-bit files, tensor by tensor.
+fn lowbit_listing() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256-lowbit.json"))
+            .expect("read the low-bit listing"),
+    )
+    .expect("valid json")
+}
+
 #[test]
 fn iq4_nl_and_iq4_xs_tensors_equal_llama_cpp() {
     let _g = common::serial();
@@ -112,11 +121,7 @@ fn ternary_tensors_equal_llama_cpp() {
     let Some(path) = common::qwen05b("f16") else {
         return;
     };
-    let listing: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::reference_dir().join("qwen05b/tensor-sha256-lowbit.json"))
-            .unwrap(),
-    )
-    .unwrap();
+    let listing = lowbit_listing();
     let file = GgufFile::open(&path).unwrap();
     for (kind, dtype) in [("tq1_0", DType::TQ1_0), ("tq2_0", DType::TQ2_0)] {
         let mut n = 0;
@@ -131,5 +136,42 @@ fn ternary_tensors_equal_llama_cpp() {
             }
         }
         assert_eq!(n, 24, "{kind}: one {dtype} tensor per layer");
+    }
+}
+
+/// The MXFP4, NVFP4, Q1_0 and Q2_0 tensors of layers 0 and 23 of llama.cpp's `mxfp4-all`,
+/// `nvfp4-all`, `q1_0` and `q2_0` files (`llama-quantize` ignores the importance matrix for
+/// these types), quantized here from the f16 file, have llama.cpp's sha256. Two layers keep
+/// it to seconds; the reference quantizers are the same code for every tensor.
+#[test]
+fn fp4_and_lowbit_tensors_equal_llama_cpp() {
+    let _g = common::serial();
+    let Some(path) = common::qwen05b("f16") else {
+        return;
+    };
+    let listing = lowbit_listing();
+    let file = GgufFile::open(&path).expect("open the f16 file");
+    for (kind, dtype) in [
+        ("mxfp4-all", DType::MXFP4),
+        ("nvfp4-all", DType::NVFP4),
+        ("q1_0", DType::Q1_0),
+        ("q2_0", DType::Q2_0),
+    ] {
+        let mut n = 0;
+        for (name, v) in listing[kind].as_object().expect("listing for the recipe") {
+            let layer = name.starts_with("blk.0.") || name.starts_with("blk.23.");
+            if layer && DType::from_name(v["type"].as_str().expect("type")) == Some(dtype) {
+                assert_eq!(
+                    quantized_sha(&file, name, dtype),
+                    v["sha256"].as_str().expect("sha256"),
+                    "{kind}: {name} ({dtype})"
+                );
+                n += 1;
+            }
+        }
+        assert_eq!(
+            n, 14,
+            "{kind}: seven {dtype} matrices in each of the two layers"
+        );
     }
 }

@@ -131,8 +131,7 @@ fn check_choice_in(want: serde_json::Map<String, Value>, kind: &str) -> Vec<Stri
     }
     if problems.is_empty() {
         eprintln!(
-            "{kind}: the types of all {} tensors match llama.cpp's (bytes not checked: this \
-             build cannot write {kind} yet)",
+            "{kind}: the types of all {} tensors match llama.cpp's (bytes not checked here)",
             want.len()
         );
     }
@@ -197,6 +196,22 @@ fn iq4_recipes_equal_llama_cpp() {
 fn ternary_recipes_choose_llama_cpp_types() {
     let _g = common::serial();
     for kind in ["tq1_0", "tq2_0"] {
+        assert_none(check_choice_in(
+            listing_in("tensor-sha256-lowbit.json", kind),
+            kind,
+        ));
+    }
+}
+
+/// The recipes of the new low-bit file types choose llama.cpp's type for every tensor
+/// (`llama-quantize … Q1_0`, `Q2_0`, `MXFP4_MOE`; `qwen05b/tensor-sha256-lowbit.json`):
+/// Q1_0 everywhere but the output (Q6_K → Q8_0 by the shape fallback), Q2_0 with the token
+/// embedding Q4_K → Q5_0, and MXFP4_MOE's Q8_0 for a model without experts. The bytes of
+/// their Q1_0 / Q2_0 tensors are checked in `quantize_iq4_sha.rs`.
+#[test]
+fn lowbit_recipes_choose_llama_cpp_types() {
+    let _g = common::serial();
+    for kind in ["q1_0", "q2_0", "mxfp4_moe"] {
         assert_none(check_choice_in(
             listing_in("tensor-sha256-lowbit.json", kind),
             kind,

@@ -9,7 +9,7 @@ use crate::dtype::DType;
 #[cfg(target_arch = "aarch64")]
 use crate::kernels::aarch64::neon;
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::x86::{avx2, avx512, quantize, ternary, tiled_avx2};
+use crate::kernels::x86::{avx2, avx512, fp4, lowbit, quantize, ternary, tiled_avx2};
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
 };
@@ -18,7 +18,9 @@ use crate::quants::{
 /// in every operand (debug builds assert that the operands are exact rows).
 #[inline(always)]
 pub(crate) fn usable_blocks<B: BlockQuant>(n: usize, xs: &[&[u8]], ys: &[&[u8]]) -> usize {
-    let yb = <B::VecDot as BlockQuant>::BYTES;
+    // Activation bytes per weight block (several Q8_0 blocks for NVFP4, Q2_0 and Q1_0).
+    let yb =
+        B::BLOCK_SIZE / <B::VecDot as BlockQuant>::BLOCK_SIZE * <B::VecDot as BlockQuant>::BYTES;
     let nb = n / B::BLOCK_SIZE;
     debug_assert!(
         nb * B::BLOCK_SIZE == n
@@ -98,6 +100,7 @@ mod forms {
         BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
         BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, BlockTQ1_0, BlockTQ2_0,
     };
+    use crate::quants::{BlockMXFP4, BlockNVFP4, BlockQ1_0, BlockQ2_0};
 
     wrappers!(q4_0_avx2, BlockQ4_0, avx2::q4_0_q8_0);
     wrappers!(iq4_nl_avx2, BlockIQ4NL, avx2::iq4_nl_q8_0);
@@ -112,6 +115,11 @@ mod forms {
     wrappers!(q6_k_avx2, BlockQ6K, avx2::q6_k_q8_k);
     wrappers!(tq1_0_avx2, BlockTQ1_0, ternary::tq1_0_q8_k);
     wrappers!(tq2_0_avx2, BlockTQ2_0, ternary::tq2_0_q8_k);
+    wrappers!(mxfp4_avx2, BlockMXFP4, fp4::mxfp4_q8_0);
+    wrappers!(mxfp4_avx2_chain, BlockMXFP4, fp4::mxfp4_q8_0_chain);
+    wrappers!(nvfp4_avx2, BlockNVFP4, fp4::nvfp4_q8_0);
+    wrappers!(q1_0_avx2, BlockQ1_0, lowbit::q1_0_q8_0);
+    wrappers!(q2_0_avx2, BlockQ2_0, lowbit::q2_0_q8_0);
 
     wrappers!(q4_k_avx512, BlockQ4K, avx512::q4_k_q8_k);
     wrappers!(q6_k_avx512, BlockQ6K, avx512::q6_k_q8_k);
@@ -165,6 +173,10 @@ mod forms {
             (Isa::Avx2, DType::IQ4XS) => iq4_xs_avx2,
             (Isa::Avx2, DType::TQ1_0) => tq1_0_avx2,
             (Isa::Avx2, DType::TQ2_0) => tq2_0_avx2,
+            (Isa::Avx2, DType::MXFP4) => mxfp4_avx2,
+            (Isa::Avx2, DType::NVFP4) => nvfp4_avx2,
+            (Isa::Avx2, DType::Q1_0) => q1_0_avx2,
+            (Isa::Avx2, DType::Q2_0) => q2_0_avx2,
             (Isa::Avx512, DType::Q4K) => q4_k_avx512,
             (Isa::Avx512, DType::Q6K) => q6_k_avx512,
             (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni,
@@ -183,6 +195,7 @@ mod forms {
         match (isa, dtype) {
             (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain),
             (Isa::Avx2, DType::IQ4NL) => Some(iq4_nl_avx2_chain),
+            (Isa::Avx2, DType::MXFP4) => Some(mxfp4_avx2_chain),
             (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain),
             _ => None,
         }

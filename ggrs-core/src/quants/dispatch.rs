@@ -204,6 +204,11 @@ pub fn ggml_sum_order(dtype: DType, ne: [usize; 4]) -> SumOrder {
         DType::Q4_0 | DType::IQ4NL if repacked => SumOrder::GgmlBlockChain,
         DType::Q4K | DType::Q2K if ggml_repacks(dtype, ne) => SumOrder::GgmlRepacked,
         DType::Q4_0 | DType::IQ4NL => SumOrder::GgmlLanes,
+        // A type whose file declares the order of ggml's repacked kernels
+        // (`BlockQuant::GGML_X86_REPACKED_DOT`), for the weights llama.cpp repacks.
+        _ if repacked && crate::quants::ggml_x86_repacked_dot(dtype).is_some() => {
+            SumOrder::GgmlBlockChain
+        }
         // A type whose file declares ggml's x86 order (`BlockQuant::GGML_X86_DOT`).
         _ if crate::quants::ggml_x86_dot(dtype).is_some() => SumOrder::GgmlLanes,
         _ => SumOrder::Any,

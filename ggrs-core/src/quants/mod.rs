@@ -46,6 +46,10 @@ use crate::error::{Error, Result};
 pub mod dispatch;
 pub mod iq4;
 pub mod k_quants;
+pub mod mxfp4;
+pub mod nvfp4;
+pub mod q1_0;
+pub mod q2_0;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q5;
@@ -62,6 +66,10 @@ pub use k_quants::q5_k::BlockQ5K;
 pub use k_quants::q6_k::BlockQ6K;
 pub use k_quants::q8_k::BlockQ8K;
 pub use k_quants::QK_K;
+pub use mxfp4::BlockMXFP4;
+pub use nvfp4::BlockNVFP4;
+pub use q1_0::BlockQ1_0;
+pub use q2_0::BlockQ2_0;
 pub use q4_0::BlockQ4_0;
 pub use q4_1::BlockQ4_1;
 pub use q5::{BlockQ5_0, BlockQ5_1};
@@ -135,6 +143,15 @@ pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// the type's SIMD builds in `kernels::dot_builds` must keep its bits. `None` (the
     /// default): the type's order is given in those modules, or free.
     const GGML_X86_DOT: Option<VecDotKernel> = None;
+
+    /// For a type llama.cpp's x86 (AVX2) build repacks — 2-D weights whose row count is a
+    /// multiple of 8 (`ggml_repack_get_optimal_repack_type`) — and then multiplies with one
+    /// 8-row GEMV/GEMM order for every column count: that order as portable code. `Some`
+    /// makes it the `mul_mat` contract of such weights
+    /// ([`dispatch::SumOrder::GgmlBlockChain`]; the type's builds in the repacked-order table
+    /// of `kernels::dot_builds` must keep its bits), [`BlockQuant::GGML_X86_DOT`] staying
+    /// the contract of the other shapes.
+    const GGML_X86_REPACKED_DOT: Option<VecDotKernel> = None;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -269,24 +286,49 @@ pub fn vec_dot_row<B: BlockQuant>(n: usize, a: &[u8], b: &[u8]) -> Result<f32> {
 /// blocks, only the whole blocks present in both are used (debug builds assert instead).
 pub fn vec_dot_scalar<B: BlockQuant>(n: usize, a: &[u8], b: &[u8]) -> f32 {
     let nb = n / B::BLOCK_SIZE;
+    // Activation blocks per weight block (2 and 4 for NVFP4, Q2_0 and Q1_0 against Q8_0).
+    let per = B::BLOCK_SIZE / <B::VecDot as BlockQuant>::BLOCK_SIZE;
     debug_assert!(
         nb * B::BLOCK_SIZE == n
             && a.len() == nb * B::BYTES
-            && b.len() == nb * <B::VecDot as BlockQuant>::BYTES,
+            && b.len() == nb * per * <B::VecDot as BlockQuant>::BYTES,
         "vec_dot {}: n = {n}, {} and {} bytes",
         B::DTYPE,
         a.len(),
         b.len()
     );
-    let na = nb.min(a.len() / B::BYTES);
-    let nbb = nb.min(b.len() / <B::VecDot as BlockQuant>::BYTES);
-    let a = &a[..na * B::BYTES];
-    let b = &b[..nbb * <B::VecDot as BlockQuant>::BYTES];
+    let nb = nb
+        .min(a.len() / B::BYTES)
+        .min(b.len() / (per * <B::VecDot as BlockQuant>::BYTES));
+    let a = &a[..nb * B::BYTES];
+    let b = &b[..nb * per * <B::VecDot as BlockQuant>::BYTES];
     match (cast_blocks::<B>(a), cast_blocks::<B::VecDot>(b)) {
         (Ok(xa), Ok(xb)) => B::vec_dot(&xa, &xb),
         // Unreachable: both slices were cut to whole blocks above.
         _ => 0.0,
     }
+}
+
+/// The whole blocks of a row of `n` values of `B` (`a`) and of its activation row (`b`, in
+/// `B::VecDot` blocks, several per weight block where those are smaller) present in both,
+/// for the portable dot products in ggml's x86 orders. `mul_mat` passes exact rows; shorter
+/// slices give the blocks they hold.
+pub(crate) type RowBlocks<'a, B> = (Cow<'a, [B]>, Cow<'a, [<B as BlockQuant>::VecDot]>);
+
+/// See [`RowBlocks`]; `None` only if a cast of whole blocks failed, which cannot happen.
+pub(crate) fn row_blocks<'a, B: BlockQuant>(
+    n: usize,
+    a: &'a [u8],
+    b: &'a [u8],
+) -> Option<RowBlocks<'a, B>> {
+    let per = B::BLOCK_SIZE / <B::VecDot as BlockQuant>::BLOCK_SIZE;
+    let yb = per * <B::VecDot as BlockQuant>::BYTES;
+    let nb = (n / B::BLOCK_SIZE)
+        .min(a.len() / B::BYTES)
+        .min(b.len() / yb);
+    let xs = cast_blocks::<B>(&a[..nb * B::BYTES]).ok()?;
+    let ys = cast_blocks::<B::VecDot>(&b[..nb * yb]).ok()?;
+    Some((xs, ys))
 }
 
 // The `ToF32Fn` / `FromF32Fn` forms used by `types::traits`. Their callers (tensor readers,
@@ -395,6 +437,22 @@ macro_rules! with_block {
                 type $B = $crate::quants::BlockTQ2_0;
                 $body
             }
+            $crate::dtype::DType::MXFP4 => {
+                type $B = $crate::quants::BlockMXFP4;
+                $body
+            }
+            $crate::dtype::DType::NVFP4 => {
+                type $B = $crate::quants::BlockNVFP4;
+                $body
+            }
+            $crate::dtype::DType::Q1_0 => {
+                type $B = $crate::quants::BlockQ1_0;
+                $body
+            }
+            $crate::dtype::DType::Q2_0 => {
+                type $B = $crate::quants::BlockQ2_0;
+                $body
+            }
             _ => $none,
         }
     };
@@ -417,6 +475,12 @@ pub(crate) fn vec_dot(dtype: DType) -> Option<VecDotKernel> {
 /// ([`BlockQuant::GGML_X86_DOT`]).
 pub(crate) fn ggml_x86_dot(dtype: DType) -> Option<VecDotKernel> {
     with_block!(dtype, B => B::GGML_X86_DOT, _ => None)
+}
+
+/// The portable dot product in the order of ggml's x86 repacked kernels of a type that
+/// declares one ([`BlockQuant::GGML_X86_REPACKED_DOT`]).
+pub(crate) fn ggml_x86_repacked_dot(dtype: DType) -> Option<VecDotKernel> {
+    with_block!(dtype, B => B::GGML_X86_REPACKED_DOT, _ => None)
 }
 
 /// The [`BlockQuant::VecDot`] type of a block type (`None` for non-block types).
@@ -446,9 +510,15 @@ fn not_a_block_type(op: &'static str, dtype: DType) -> Error {
     Error::UnsupportedType {
         op,
         dtype,
-        detail: "not a block-quantized type (use q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, \
-                 q2_K … q6_K, q8_K, iq4_nl or iq4_xs)"
-            .into(),
+        detail: format!(
+            "not a block-quantized type (use one of {})",
+            DType::ALL
+                .iter()
+                .filter(|t| t.is_quantized())
+                .map(|t| t.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

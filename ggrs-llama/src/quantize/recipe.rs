@@ -303,7 +303,9 @@ pub fn fallback(ncols: usize, ty: QuantType) -> (QuantType, bool) {
     }
     let f = match ty {
         QuantType::IQ4XS => QuantType::IQ4NL,
-        QuantType::Q2K | QuantType::Q3K | QuantType::TQ1_0 | QuantType::TQ2_0 => QuantType::Q4_0,
+        QuantType::Q2_0 | QuantType::Q2K | QuantType::Q3K | QuantType::TQ1_0 | QuantType::TQ2_0 => {
+            QuantType::Q4_0
+        }
         QuantType::Q4K => QuantType::Q5_0,
         QuantType::Q5K => QuantType::Q5_1,
         QuantType::Q6K => QuantType::Q8_0,
@@ -372,15 +374,18 @@ impl State<'_> {
         if role == Role::Output || (self.has_tied_embeddings && role == Role::TokenEmbd) {
             if let Some(o) = self.opts.output_type {
                 new = o;
-            } else if falcon || !t.ne[0].is_multiple_of(new.block_size()) {
+            } else if ft == F::MXFP4Moe || falcon || !t.ne[0].is_multiple_of(new.block_size()) {
                 new = Q::Q8_0;
             } else if new != Q::Q8_0 {
                 new = Q::Q6K;
             }
+        } else if ft == F::MXFP4Moe {
+            // MoE experts (3-D weights) MXFP4, every other matrix Q8_0.
+            new = if t.ne[2] > 1 { Q::MXFP4 } else { Q::Q8_0 };
         } else if role == Role::TokenEmbd {
             if let Some(e) = self.opts.token_embedding_type {
                 new = e;
-            } else if matches!(ft, F::TQ1_0 | F::TQ2_0) {
+            } else if matches!(ft, F::TQ1_0 | F::TQ2_0 | F::Q2_0) {
                 new = Q::Q4K;
             }
         } else if role.is_attn_v() {

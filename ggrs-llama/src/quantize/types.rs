@@ -44,11 +44,19 @@ pub enum QuantType {
     TQ1_0,
     /// Ternary, 2.06 bits per value (256 values per block).
     TQ2_0,
+    /// Microscaling 4-bit float (32 values per block, E8M0 exponent).
+    MXFP4,
+    /// NVIDIA 4-bit float (64 values per block, UE4M3 scale per 16).
+    NVFP4,
+    /// 1-bit signs and a mean magnitude (128 values per block).
+    Q1_0,
+    /// 2-bit codes `−1, 0, 1, 2` times the largest magnitude (64 values per block).
+    Q2_0,
 }
 
 impl QuantType {
     /// Every type, in ggml id order.
-    pub const ALL: [QuantType; 17] = [
+    pub const ALL: [QuantType; 21] = [
         QuantType::F32,
         QuantType::F16,
         QuantType::Q4_0,
@@ -66,6 +74,10 @@ impl QuantType {
         QuantType::BF16,
         QuantType::TQ1_0,
         QuantType::TQ2_0,
+        QuantType::MXFP4,
+        QuantType::NVFP4,
+        QuantType::Q1_0,
+        QuantType::Q2_0,
     ];
 
     /// The GGUF / ggml type id.
@@ -88,6 +100,10 @@ impl QuantType {
             QuantType::BF16 => 30,
             QuantType::TQ1_0 => 34,
             QuantType::TQ2_0 => 35,
+            QuantType::MXFP4 => 39,
+            QuantType::NVFP4 => 40,
+            QuantType::Q1_0 => 41,
+            QuantType::Q2_0 => 42,
         }
     }
 
@@ -111,6 +127,10 @@ impl QuantType {
             QuantType::IQ4XS => "iq4_xs",
             QuantType::TQ1_0 => "tq1_0",
             QuantType::TQ2_0 => "tq2_0",
+            QuantType::MXFP4 => "mxfp4",
+            QuantType::NVFP4 => "nvfp4",
+            QuantType::Q1_0 => "q1_0",
+            QuantType::Q2_0 => "q2_0",
         }
     }
 
@@ -132,7 +152,10 @@ impl QuantType {
             | QuantType::Q5_0
             | QuantType::Q5_1
             | QuantType::Q8_0
-            | QuantType::IQ4NL => 32,
+            | QuantType::IQ4NL
+            | QuantType::MXFP4 => 32,
+            QuantType::NVFP4 | QuantType::Q2_0 => 64,
+            QuantType::Q1_0 => 128,
             QuantType::Q2K
             | QuantType::Q3K
             | QuantType::Q4K
@@ -214,11 +237,17 @@ pub enum FileType {
     TQ1_0,
     /// TQ2_0 ternary (token embedding Q4_K).
     TQ2_0,
+    /// MXFP4 for MoE experts (3-D weights), Q8_0 for every other matrix.
+    MXFP4Moe,
+    /// Q1_0 everywhere (output Q8_0 through the shape fallback).
+    Q1_0,
+    /// Q2_0 (token embedding Q4_K).
+    Q2_0,
 }
 
 impl FileType {
     /// Every file type, with the names llama-quantize accepts (upper case).
-    pub const ALL: [(FileType, &'static str); 22] = [
+    pub const ALL: [(FileType, &'static str); 25] = [
         (FileType::Q4_0, "Q4_0"),
         (FileType::Q4_1, "Q4_1"),
         (FileType::Q5_0, "Q5_0"),
@@ -232,6 +261,9 @@ impl FileType {
         (FileType::IQ4XS, "IQ4_XS"),
         (FileType::TQ1_0, "TQ1_0"),
         (FileType::TQ2_0, "TQ2_0"),
+        (FileType::MXFP4Moe, "MXFP4_MOE"),
+        (FileType::Q1_0, "Q1_0"),
+        (FileType::Q2_0, "Q2_0"),
         (FileType::Q4KS, "Q4_K_S"),
         (FileType::Q4KM, "Q4_K_M"),
         (FileType::Q5KS, "Q5_K_S"),
@@ -302,6 +334,9 @@ impl FileType {
             FileType::BF16 => 32,
             FileType::TQ1_0 => 36,
             FileType::TQ2_0 => 37,
+            FileType::MXFP4Moe => 38,
+            FileType::Q1_0 => 40,
+            FileType::Q2_0 => 41,
         }
     }
 
@@ -325,6 +360,9 @@ impl FileType {
             FileType::IQ4XS => QuantType::IQ4XS,
             FileType::TQ1_0 => QuantType::TQ1_0,
             FileType::TQ2_0 => QuantType::TQ2_0,
+            FileType::MXFP4Moe => QuantType::MXFP4,
+            FileType::Q1_0 => QuantType::Q1_0,
+            FileType::Q2_0 => QuantType::Q2_0,
         }
     }
 }

@@ -97,9 +97,13 @@ pub(crate) fn mul_mat_dot(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
         DType::F16 if f16_uses_lanes16(ne, n_cols) => Some(dot_f16_lanes16),
         DType::F16 => Some(dot_f16_vec),
         // F32 weights: see `mul_mat_dot_f32` (the choice also depends on the activations'
-        // layout). Block types that declare their x86 order in their own file
-        // (`BlockQuant::GGML_X86_DOT`): that order.
-        _ => crate::quants::ggml_x86_dot(dtype),
+        // layout). Block types that declare their x86 orders in their own file
+        // (`BlockQuant::GGML_X86_REPACKED_DOT` for the weights llama.cpp repacks,
+        // `BlockQuant::GGML_X86_DOT` for the rest): that order.
+        _ => (rows.is_multiple_of(8) && two_d)
+            .then(|| crate::quants::ggml_x86_repacked_dot(dtype))
+            .flatten()
+            .or_else(|| crate::quants::ggml_x86_dot(dtype)),
     }
 }
 

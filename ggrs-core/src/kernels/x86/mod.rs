@@ -4,6 +4,8 @@
 //! |---|---|---|
 //! | `avx2.rs`, `avx512.rs` | block dot products in tiles (`dot_builds` wraps them) | AVX2 + FMA + F16C; AVX-512 F/BW/VL, VNNI |
 //! | `ternary.rs` | TQ1_0 / TQ2_0 dots in the order of ggml's AVX2 `ggml_vec_dot_tq*_0_q8_K` | AVX2 |
+//! | `fp4.rs` | MXFP4 (vec_dot and repacked orders) / NVFP4 dots in the orders of ggml's x86 kernels | AVX2 |
+//! | `lowbit.rs` | Q1_0 / Q2_0 dots in the orders of ggml's AVX2 / generic `ggml_vec_dot_q*_0_q8_0` | AVX2 |
 //! | `tiled_avx2.rs` | k-quant and IQ4_XS dots in ggml's tiled order, and their panels | AVX2 |
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
 //! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
@@ -107,6 +109,10 @@ pub(crate) mod avx512;
 pub(crate) mod exp;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod f16;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod fp4;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod lowbit;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod panel;
 #[cfg(target_arch = "x86_64")]

@@ -59,6 +59,21 @@ pub(super) unsafe fn hsum256(v: __m256) -> f32 {
     }
 }
 
+/// `Σ` of the eight i32 lanes (exact, so any order).
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+pub(super) unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: register-only AVX2 operations; the caller guarantees AVX2.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
 /// `Σ` of the 16 lanes: the two 256-bit halves added, then [`hsum256`].
 ///
 /// # Safety
