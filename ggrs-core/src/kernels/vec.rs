@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use half::{bf16, f16};
 
+#[cfg(target_arch = "x86_64")]
 use crate::cpu::{isa, Isa};
 
 /// The best instruction set the CPU itself supports, whatever `GGRS_FORCE_SCALAR` says (the

@@ -196,7 +196,9 @@ pub(crate) fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
 }
 
 /// The tile `mul_mat`'s F16 prompt tiles take with AVX-512: 4 × 4 pairs in 16 registers.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const F16_TILE_AVX512: (usize, usize) = (4, 4);
 /// The tile with AVX2: 2 × 3 pairs in 12 registers (two per pair), two weight registers
 /// and one activation register of the sixteen.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const F16_TILE_AVX2: (usize, usize) = (2, 3);
