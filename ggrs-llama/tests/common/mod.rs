@@ -35,7 +35,10 @@ pub fn tiny_llama_q8_0() -> PathBuf {
         // Made afresh by every test process (the quantizer is under test), written under a
         // name of its own and renamed over one shared name, so runs leave one file behind.
         let dir = std::env::temp_dir();
-        let out = dir.join(format!("ggrs-tiny-llama-q8_0-{}.gguf", env!("CARGO_PKG_NAME")));
+        let out = dir.join(format!(
+            "ggrs-tiny-llama-q8_0-{}.gguf",
+            env!("CARGO_PKG_NAME")
+        ));
         let fresh = ScratchFile::new("q8_0", "tiny-llama-q8_0.gguf");
         let input = ggrs_core::gguf::GgufFile::open(&src).expect("open the tiny llama");
         let mut recipe = RecipeOptions::new(FileType::from_name("q8_0").expect("q8_0"));
