@@ -54,16 +54,15 @@ pub fn tiny_llama_q8_0() -> PathBuf {
     .clone()
 }
 
-/// A scratch file `ggrs-<prefix>-<pid>/<name>` in the temporary directory, removed (with
-/// its folder, once empty) when dropped, so that test runs leave nothing behind. It derefs
-/// to its path.
+/// A scratch file `ggrs-<prefix>-<pid>-<name>` in the temporary directory, removed when
+/// dropped, so that test runs leave nothing behind (no shared folder: tests running in
+/// parallel would race to create and remove it). It derefs to its path.
 pub struct ScratchFile(PathBuf);
 
 impl ScratchFile {
     pub fn new(prefix: &str, name: &str) -> Self {
-        let d = std::env::temp_dir().join(format!("ggrs-{prefix}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("create the scratch folder");
-        ScratchFile(d.join(name))
+        let pid = std::process::id();
+        ScratchFile(std::env::temp_dir().join(format!("ggrs-{prefix}-{pid}-{name}")))
     }
 }
 
@@ -83,10 +82,6 @@ impl AsRef<std::path::Path> for ScratchFile {
 impl Drop for ScratchFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
-        if let Some(dir) = self.0.parent() {
-            // Fails while other tests' files are still there: the last one removes it.
-            let _ = std::fs::remove_dir(dir);
-        }
     }
 }
 
