@@ -313,6 +313,7 @@ pub fn log_sum_exp(x: &[f32]) -> f64 {
 mod tests {
     use super::*;
 
+    #[cfg(target_arch = "x86_64")]
     fn data(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
             .map(|i| ((i as f32 + seed as f32) * 0.37).sin() * 3.0)

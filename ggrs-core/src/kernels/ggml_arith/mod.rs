@@ -50,7 +50,7 @@ pub(crate) use exp::{swiglu_row, v_expf16};
 pub(crate) use f16::*;
 pub(crate) use lanes::reduce16;
 pub(crate) use quantize::activation_quantizer;
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) use quantize::{quantize_row_q8_0_x86, quantize_row_q8_1_x86};
 
 use crate::dtype::DType;
