@@ -11,7 +11,7 @@ use super::llama::{plan_decoder, DecoderVariant};
 use super::ArchConverter;
 use crate::config::Cfg;
 use crate::error::ConvertError;
-use crate::layout::{LayoutBuilder, Req};
+use crate::layout::LayoutBuilder;
 
 /// `GraniteForCausalLM`.
 pub(crate) struct Granite;
@@ -34,10 +34,8 @@ impl ArchConverter for Granite {
             cfg,
             out,
             &DecoderVariant {
-                permute_qk: true,
-                qkv_bias: Req::Maybe,
-                rope_dims_and_vocab: true,
                 head_dim: false,
+                ..DecoderVariant::LLAMA
             },
         )?;
         for (hf, key) in [

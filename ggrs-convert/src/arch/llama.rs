@@ -31,6 +31,17 @@ pub(super) struct DecoderVariant {
     pub head_dim: bool,
 }
 
+impl DecoderVariant {
+    /// LLaMA's layout: Q/K rows permuted, optional Q/K/V biases, `rope.dimension_count` and
+    /// `vocab_size` written, `head_dim` read (also SmolLM3's and Ministral 3's).
+    pub const LLAMA: DecoderVariant = DecoderVariant {
+        permute_qk: true,
+        qkv_bias: Req::Maybe,
+        rope_dims_and_vocab: true,
+        head_dim: true,
+    };
+}
+
 impl ArchConverter for Llama {
     fn gguf_name(&self) -> &'static str {
         "llama"
@@ -45,16 +56,7 @@ impl ArchConverter for Llama {
     }
 
     fn plan(&self, cfg: &Cfg<'_>, out: &mut LayoutBuilder<'_>) -> Result<usize, ConvertError> {
-        plan_decoder(
-            cfg,
-            out,
-            &DecoderVariant {
-                permute_qk: true,
-                qkv_bias: Req::Maybe,
-                rope_dims_and_vocab: true,
-                head_dim: true,
-            },
-        )
+        plan_decoder(cfg, out, &DecoderVariant::LLAMA)
     }
 
     fn bpe_pre(&self) -> &'static str {

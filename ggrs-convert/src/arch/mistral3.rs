@@ -12,7 +12,7 @@ use super::llama::{plan_decoder, rope_params, DecoderVariant};
 use super::ArchConverter;
 use crate::config::Cfg;
 use crate::error::ConvertError;
-use crate::layout::{LayoutBuilder, Req};
+use crate::layout::LayoutBuilder;
 
 /// `Ministral3ForCausalLM`.
 pub(crate) struct Mistral3;
@@ -31,16 +31,7 @@ impl ArchConverter for Mistral3 {
     }
 
     fn plan(&self, cfg: &Cfg<'_>, out: &mut LayoutBuilder<'_>) -> Result<usize, ConvertError> {
-        let n_vocab = plan_decoder(
-            cfg,
-            out,
-            &DecoderVariant {
-                permute_qk: true,
-                qkv_bias: Req::Maybe,
-                rope_dims_and_vocab: true,
-                head_dim: true,
-            },
-        )?;
+        let n_vocab = plan_decoder(cfg, out, &DecoderVariant::LLAMA)?;
         if cfg.get("model_type").and_then(Json::as_str) == Some("ministral3") {
             let rp = rope_params(cfg);
             let yarn = rp.and_then(|r| r.get("rope_type")).and_then(Json::as_str);

@@ -8,7 +8,7 @@ use super::llama::{plan_decoder, DecoderVariant};
 use super::ArchConverter;
 use crate::config::Cfg;
 use crate::error::ConvertError;
-use crate::layout::{LayoutBuilder, Req};
+use crate::layout::LayoutBuilder;
 
 /// `SmolLM3ForCausalLM`.
 pub(crate) struct SmolLm3;
@@ -27,16 +27,7 @@ impl ArchConverter for SmolLm3 {
     }
 
     fn plan(&self, cfg: &Cfg<'_>, out: &mut LayoutBuilder<'_>) -> Result<usize, ConvertError> {
-        plan_decoder(
-            cfg,
-            out,
-            &DecoderVariant {
-                permute_qk: true,
-                qkv_bias: Req::Maybe,
-                rope_dims_and_vocab: true,
-                head_dim: true,
-            },
-        )
+        plan_decoder(cfg, out, &DecoderVariant::LLAMA)
     }
 
     fn bpe_pre(&self) -> &'static str {
