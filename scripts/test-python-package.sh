@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Tests of the Python package (ggrs-py): installs it with `pip install ./ggrs-py` into a venv and
-# runs its pytest suite (ggrs-py/tests) against llama.cpp's reference outputs, the `ggrs`
-# command line and the real model (fetched and converted when missing, as the Rust tests do).
+# Tests of the Python package (ggrs-py): runs its pytest suite (ggrs-py/tests) against llama.cpp's
+# reference outputs, the `ggrs` command line and the real model (fetched and converted when
+# missing, as the Rust tests do), on either
+# - the extension module of a cargo build (`GGRS_PY_EXTENSION=path/to/lib_ggrs.so`, which
+#   `cargo test` passes: ggrs-py/tests/python_package.rs), put beside ggrs-py/python/ggrs in a
+#   temporary package directory; or
+# - the package installed as users install it, `pip install ./ggrs-py` (a release build of its
+#   own in target/python; minutes on a fresh checkout): without GGRS_PY_EXTENSION.
 #
 # The venv (default ~/.cache/ggrs/venv-package) is made once and holds pinned maturin, numpy
 # and pytest; the package itself is rebuilt on every run (cargo only recompiles what changed).
 #
 # Environment:
+#   GGRS_PY_EXTENSION     an extension module built by cargo (skips `pip install`)
 #   GGRS_PY_VENV          venv directory (default ~/.cache/ggrs/venv-package)
 #   GGRS_BIN              the ggrs binary to compare with (default: build target/release/ggrs)
 #   GGRS_REFERENCE_DIR    reference files (default: shared/reference in a parent directory)
@@ -31,11 +37,21 @@ if [[ -z ${GGRS_BIN:-} ]]; then
     export GGRS_BIN=$PWD/target/release/ggrs
 fi
 
-echo "test-python-package: pip install ./ggrs-py"
-# The venv's bin first, as `activate` would: maturin's build backend runs the `maturin` command.
-export PATH=$VENV/bin:$PATH
-# The pinned maturin of the venv builds it (no download per run); otherwise exactly what a user runs.
-"$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./ggrs-py
+if [[ -n ${GGRS_PY_EXTENSION:-} ]]; then
+    # The package's Python half with the cargo-built extension as `ggrs._ggrs`, first on the path.
+    pkg=$(mktemp -d)
+    trap 'rm -rf "$pkg"' EXIT
+    cp -r ggrs-py/python/ggrs "$pkg/ggrs"
+    cp "$GGRS_PY_EXTENSION" "$pkg/ggrs/_ggrs.abi3.so"
+    export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
+    echo "test-python-package: ggrs-py/python/ggrs with $GGRS_PY_EXTENSION"
+else
+    echo "test-python-package: pip install ./ggrs-py"
+    # The venv's bin first, as `activate` would: maturin's build backend runs the `maturin` command.
+    export PATH=$VENV/bin:$PATH
+    # The pinned maturin of the venv builds it (no download per run); otherwise exactly what a user runs.
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./ggrs-py
+fi
 
 # From another directory, so that `import ggrs` finds the installed package, not the sources.
 cd ggrs-py/tests
