@@ -172,6 +172,10 @@ pub enum Op {
         /// Pairing of rotated dimensions.
         mode: RopeMode,
     },
+    /// The causal depthwise convolution of recurrent layers: `src0` the state and inputs
+    /// `[d_conv − 1 + n_t, d_inner, n_s]`, `src1` the kernels `[d_conv, d_inner]` (see
+    /// `Context::ssm_conv`).
+    SsmConv,
     /// A view into `src0` at a byte offset (no data moved).
     View,
     /// `src0` with another shape (no data moved).
@@ -227,6 +231,7 @@ impl Op {
             Op::Rope { .. } => "ROPE",
             Op::RopeYarn { .. } => "ROPE_YARN",
             Op::RopeFreqs { .. } => "ROPE_FREQS",
+            Op::SsmConv => "SSM_CONV",
             Op::View => "VIEW",
             Op::Reshape => "RESHAPE",
             Op::Permute { .. } => "PERMUTE",

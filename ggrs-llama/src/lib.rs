@@ -64,6 +64,7 @@ pub mod model;
 pub mod perplexity;
 pub mod prompt_cache;
 pub mod quantize;
+pub mod recurrent_cache;
 pub mod sampling;
 pub mod session;
 pub mod step;

@@ -241,6 +241,7 @@ fn worst_spans(p: &SessionParams, window_cells: Option<usize>) -> Vec<StepShape>
                     .expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
                 per_column: false,
                 window,
+                n_seqs: 1,
             }
         })
         .collect()
@@ -257,7 +258,11 @@ fn build_step(
     let built = model.arch().build(ctx, &model.hparams, w, kv, shape);
     ctx.set_per_column_products(false);
     let StepTensors { inputs, logits } = built?;
-    let graph = Graph::build(ctx, logits)?;
+    let mut graph = Graph::build(ctx, logits)?;
+    if let Some(states) = inputs.state_out {
+        // The recurrent layers' state writes (nothing reads them within the step).
+        graph.build_forward_expand(ctx, states)?;
+    }
     ctx.alloc_graph(&graph)?;
     Ok((inputs, logits, graph))
 }
@@ -308,6 +313,7 @@ impl Session {
                 n_kv: n,
                 spans: Default::default(),
             }),
+            n_seqs: 1,
         };
         // Before anything is allocated: the KV cache alone (tensors and cell bookkeeping)
         // must fit in what the machine can give.
@@ -337,16 +343,36 @@ impl Session {
         let mut kv =
             KvCache::with_window_cells(&mut m, hp, params.n_ctx, params.kv_type, window_cells)?;
         kv.set_streams(params.n_streams)?;
+        kv.add_recurrent(&mut m, hp, params.n_streams)?;
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
         let before = m.checkpoint();
         // With regions every step attends per region (one shared-cache step over all the
         // cells never happens): measure the largest such steps instead.
-        let worst = if params.n_streams > 1 {
+        let one = worst;
+        let mut worst = if params.n_streams > 1 {
             worst_spans(&params, window_cells)
         } else {
-            vec![worst]
+            vec![one]
         };
+        if kv.recurrent.is_some() {
+            // Recurrent layers hold a state per sequence of the step: also measure a step
+            // of one token for each sequence the cache holds.
+            let n = params.n_streams.min(params.n_batch);
+            let singles = SessionParams {
+                n_batch: n,
+                ..params
+            };
+            let extra = match params.n_streams > 1 {
+                true => worst_spans(&singles, window_cells),
+                false => vec![StepShape {
+                    n_tokens: n,
+                    n_outputs: 1,
+                    ..one
+                }],
+            };
+            worst.extend(extra.into_iter().map(|w| StepShape { n_seqs: n, ..w }));
+        }
         let mut size = 0;
         for shape in worst {
             m.rewind(before)?;
@@ -367,6 +393,7 @@ impl Session {
         let mut kv =
             KvCache::with_window_cells(&mut ctx, hp, params.n_ctx, params.kv_type, window_cells)?;
         kv.set_streams(params.n_streams)?;
+        kv.add_recurrent(&mut ctx, hp, params.n_streams)?;
         let columns_independent = model.matrix_weights().all(|w| {
             // Stacked experts go through `mul_mat_id`, whose columns are one-column products
             // by contract.
@@ -553,6 +580,9 @@ impl Session {
                 .map(|c| (c.to_vec(), per_column))
                 .collect::<Vec<_>>()
         };
+        if self.kv.recurrent.is_some() {
+            return self.recurrent_pieces(batch);
+        }
         if self.params.n_streams <= 1 || self.columns_independent {
             return chunks((0..batch.len()).collect(), false);
         }
@@ -567,6 +597,38 @@ impl Session {
         let mut pieces = chunks(singles.into_iter().flatten().collect(), true);
         for r in longer {
             pieces.extend(chunks(r, false));
+        }
+        pieces
+    }
+
+    /// [`Session::pieces`] for a model with recurrent layers, whose graph takes a step's
+    /// tokens as runs of equal length, one sequence each ([`StepShape::n_seqs`]): in batch
+    /// order, each run of two or more tokens of one sequence alone (in pieces of at most
+    /// `n_batch`), and runs of one token together as long as no sequence repeats.
+    fn recurrent_pieces(&self, batch: &Batch) -> Vec<(Vec<usize>, bool)> {
+        let nb = self.params.n_batch;
+        let per_column = self.params.n_streams > 1 && !self.columns_independent;
+        let mut pieces: Vec<(Vec<usize>, bool)> = Vec::new();
+        let mut singles: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < batch.len() {
+            let end = (i..batch.len())
+                .find(|&j| batch.seq[j] != batch.seq[i])
+                .unwrap_or(batch.len());
+            let repeats = singles.iter().any(|&k| batch.seq[k] == batch.seq[i]);
+            if !singles.is_empty() && (end - i > 1 || repeats || singles.len() == nb) {
+                pieces.push((std::mem::take(&mut singles), per_column));
+            }
+            if end - i == 1 {
+                singles.push(i);
+            } else {
+                let run: Vec<usize> = (i..end).collect();
+                pieces.extend(run.chunks(nb).map(|c| (c.to_vec(), false)));
+            }
+            i = end;
+        }
+        if !singles.is_empty() {
+            pieces.push((singles, per_column));
         }
         pieces
     }
@@ -626,6 +688,17 @@ impl Session {
             spans,
             per_column,
             window,
+            n_seqs: 1,
+        };
+        // Recurrent layers: where each sequence's state stands (checked before anything
+        // is computed).
+        let runs = match &self.kv.recurrent {
+            Some(rs) => Some(rs.begin(piece)?),
+            None => None,
+        };
+        let shape = StepShape {
+            n_seqs: runs.as_ref().map_or(1, |r| r.len()),
+            ..shape
         };
         if self.built.as_ref().is_none_or(|b| b.shape != shape) {
             self.built = None;
@@ -682,7 +755,21 @@ impl Session {
             };
             self.ctx.set_i32(ids, &ids_v)?;
         }
+        if let (Some(rs), Some(runs), Some(t)) = (&self.kv.recurrent, &runs, inp.rs_rows) {
+            self.ctx.set_i32(t, &rs.rows(runs))?;
+            // A sequence that starts at position 0 starts from an empty state.
+            let data = self.ctx.data_mut(rs.states)?;
+            for run in runs.iter().filter(|r| r.fresh) {
+                for r in 0..rs.n_layers() {
+                    let range = rs.row_range(r, run.seq);
+                    data[4 * range.start..4 * range.end].fill(0);
+                }
+            }
+        }
         self.exec.compute(&mut self.ctx, graph)?;
+        if let (Some(rs), Some(runs)) = (&mut self.kv.recurrent, &runs) {
+            rs.commit(runs);
+        }
         if let Some(p) = &mut self.op_profile {
             p.steps += 1;
             for t in self.exec.profile() {

@@ -28,6 +28,7 @@ pub(crate) mod rope_freqs;
 pub(crate) mod rope_yarn;
 pub(crate) mod rows;
 pub(crate) mod select;
+pub(crate) mod ssm;
 pub mod vec;
 pub(crate) mod x86;
 
@@ -368,6 +369,10 @@ fn plan_op(
             nth,
         ),
         Op::GetRows => row_plan(0),
+        Op::SsmConv => TaskPlan {
+            n_chunks: dst.ne[0].min(nth * 4).max(1),
+            ..TaskPlan::default()
+        },
         Op::MulMatId => matmul::plan_id(
             s0.expect("mul_mat_id src0"),
             src[1].expect("mul_mat_id src1"),
@@ -459,6 +464,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::RopeFreqs { offset, mode } => {
                 rope_freqs::rope_freqs(task, offset, mode, chunk, n, work)
             }
+            Op::SsmConv => ssm::ssm_conv(task, chunk, n),
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }
     }

@@ -1,0 +1,150 @@
+//! The recurrent hybrids on their tiny random-weight models (`shared/reference/tiny/`, see
+//! `README-2026.md` there) against llama.cpp's outputs: the prompt's top-10 logits to the
+//! printed digits, every argmax and 16 greedy tokens equal, on 1 and 2 threads; and the
+//! prompt evaluated in one batch, in pieces or token by token gives the same tokens.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ggrs_llama::{Batch, Model, Session, SessionParams};
+
+fn tiny(name: &str) -> PathBuf {
+    common::reference_dir().join(format!("tiny/tiny-{name}-f16.gguf"))
+}
+
+fn load(name: &str) -> (Arc<Model>, Vec<common::RefPrompt>) {
+    let path = tiny(name);
+    let model = Arc::new(Model::load(&path).expect("load"));
+    let refs = common::read_jsonl(&path.with_extension("public.jsonl"));
+    (model, refs)
+}
+
+/// llama.cpp's outputs: within 0.01 everywhere with every argmax and greedy token equal
+/// (`assert_matches_reference`), and the prompts' logits (one batch) to the printed digits
+/// (5 decimals: |Δ| ≤ 4.8e-6).
+fn matches_llama_cpp(name: &str, arch: &str) -> Arc<Model> {
+    let _one = common::serial();
+    let (m, refs) = load(name);
+    assert_eq!(m.arch_name(), arch);
+    common::assert_matches_reference(name, &m, &refs, 0.01);
+    for r in &refs {
+        let rep = common::compare(&m, std::slice::from_ref(r), 0.01, 2, 16);
+        eprintln!("{name} {:?}: max |Δ| {:e}", r.prompt, rep.max_abs_diff);
+        assert!(rep.max_abs_diff <= 4.8e-6, "{:?}: {rep:?}", r.prompt);
+    }
+    m
+}
+
+/// Greedy tokens after feeding the prompt in pieces of `piece` tokens (0: one batch), then
+/// 16 steps; and every prompt position's logits.
+fn greedy_in_pieces(m: &Arc<Model>, tokens: &[u32], piece: usize) -> (Vec<u32>, Vec<f32>) {
+    let params = SessionParams {
+        n_ctx: 256,
+        n_batch: 256,
+        n_threads: 2,
+        logits_all: true,
+        ..Default::default()
+    };
+    let mut s = Session::new(m.clone(), params).expect("session");
+    let step = if piece == 0 { tokens.len() } else { piece };
+    let mut all = Vec::new();
+    for c in tokens.chunks(step) {
+        s.eval(c, true).expect("piece");
+        all.extend_from_slice(s.all_logits());
+    }
+    let mut out = Vec::new();
+    let mut tok = common::argmax(s.logits());
+    for _ in 0..16 {
+        out.push(tok);
+        s.eval(&[tok], false).expect("step");
+        tok = common::argmax(s.logits());
+    }
+    (out, all)
+}
+
+/// One batch, pieces of 1, 2, 3 and 5 tokens: the same 16 greedy tokens, and every prompt
+/// position's logits within llama.cpp's own batch-vs-single-token noise (0.02).
+fn pieces_agree(m: &Arc<Model>, refs: &[common::RefPrompt]) {
+    for r in refs.iter().take(3) {
+        let (want, base) = greedy_in_pieces(m, &r.tokens, 0);
+        assert_eq!(want, r.greedy, "{:?}", r.prompt);
+        for piece in [1, 2, 3, 5] {
+            let (got, all) = greedy_in_pieces(m, &r.tokens, piece);
+            assert_eq!(got, want, "{:?} in pieces of {piece}", r.prompt);
+            let d = common::max_diff(&all, &base);
+            assert!(d < 0.02, "{:?} in pieces of {piece}: {d}", r.prompt);
+        }
+    }
+}
+
+/// Two sequences decoded in one batch (one token each per step, a state each) give the
+/// logits each gives alone, bit for bit, and a sequence's state is refused a position it
+/// does not stand at.
+fn sequences_keep_their_own_state(m: &Arc<Model>, refs: &[common::RefPrompt]) {
+    let params = SessionParams {
+        n_ctx: 512,
+        n_batch: 64,
+        n_threads: 2,
+        n_streams: 2,
+        logits_all: true,
+        ..Default::default()
+    };
+    let nv = m.hparams.n_vocab;
+    let (a, b) = (&refs[0].tokens, &refs[1].tokens);
+    let mut alone = Vec::new();
+    for t in [a, b] {
+        let mut s = Session::new(m.clone(), params).expect("session");
+        s.eval(t, false).expect("prompt");
+        let mut tok = common::argmax(s.logits());
+        let mut rows = vec![];
+        for _ in 0..4 {
+            s.eval(&[tok], false).expect("step");
+            rows.push(s.logits().to_vec());
+            tok = common::argmax(s.logits());
+        }
+        alone.push(rows);
+    }
+    let mut s = Session::new(m.clone(), params).expect("session");
+    for (seq, t) in [a, b].iter().enumerate() {
+        s.decode(&Batch::from_tokens(t, 0, seq as u32, false))
+            .expect("prompt");
+    }
+    let mut next: Vec<u32> = vec![];
+    for (seq, t) in [a, b].iter().enumerate() {
+        let mut one = Session::new(m.clone(), params).expect("session");
+        one.decode(&Batch::from_tokens(t, 0, seq as u32, false))
+            .expect("prompt");
+        next.push(common::argmax(one.logits()));
+    }
+    let mut pos = [a.len() as i32, b.len() as i32];
+    for step in 0..4 {
+        let mut batch = Batch::new();
+        for seq in 0..2 {
+            batch.push(next[seq], pos[seq], seq as u32, true);
+        }
+        s.decode(&batch).expect("two sequences");
+        for seq in 0..2 {
+            let row = &s.all_logits()[seq * nv..(seq + 1) * nv];
+            let d = common::max_diff(row, &alone[seq][step]);
+            assert_eq!(d, 0.0, "sequence {seq}, step {step}");
+            next[seq] = common::argmax(row);
+            pos[seq] += 1;
+        }
+    }
+    // Position 3 of sequence 0 again: its state stands further on.
+    let err = s.decode(&Batch::from_tokens(&[5], 3, 0, false));
+    assert!(err.is_err());
+}
+
+#[test]
+fn lfm2_matches_llama_cpp() {
+    let m = matches_llama_cpp("lfm2", "lfm2");
+    let rec: Vec<bool> = m.hparams.recurrent.iter().map(|l| l.is_some()).collect();
+    assert_eq!(rec, [true, true, false, true]);
+    let refs = common::read_jsonl(&tiny("lfm2").with_extension("public.jsonl"));
+    let _one = common::serial();
+    pieces_agree(&m, &refs);
+    sequences_keep_their_own_state(&m, &refs);
+}
