@@ -20,7 +20,8 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 }
 
 /// The convolution as a loop: `y[i, t, s] = Σ_k sx[t + k, i, s] · c[k, i]`, in order of k,
-/// as GCC compiles ggml's loop (products of whole groups of four rounded, the rest fused).
+/// as GCC compiles ggml's loop for AVX-512 (products of whole groups of eight rounded, the
+/// rest fused).
 fn ssm_conv_ref(sx: &[f32], c: &[f32], d_conv: usize, d_inner: usize, n_t: usize) -> Vec<f32> {
     let ncs = d_conv - 1 + n_t;
     let n_s = sx.len() / (ncs * d_inner);
@@ -31,7 +32,7 @@ fn ssm_conv_ref(sx: &[f32], c: &[f32], d_conv: usize, d_inner: usize, n_t: usize
                 let mut sum = 0.0f32;
                 for k in 0..d_conv {
                     let (a, b) = (sx[(s * d_inner + i) * ncs + t + k], c[i * d_conv + k]);
-                    sum = match k < d_conv / 4 * 4 {
+                    sum = match k < d_conv / 8 * 8 {
                         true => sum + a * b,
                         false => a.mul_add(b, sum),
                     };
@@ -45,7 +46,7 @@ fn ssm_conv_ref(sx: &[f32], c: &[f32], d_conv: usize, d_inner: usize, n_t: usize
 
 #[test]
 fn ssm_conv_is_the_loop() {
-    for (d_conv, d_inner, n_t, n_s) in [(4, 37, 9, 2), (3, 64, 1, 5), (4, 130, 17, 1), (6, 11, 3, 2), (2, 8, 0, 1)]
+    for (d_conv, d_inner, n_t, n_s) in [(4, 37, 9, 2), (3, 64, 1, 5), (4, 130, 17, 1), (6, 11, 3, 2), (11, 9, 4, 2), (2, 8, 0, 1)]
     {
         let ncs = d_conv - 1 + n_t;
         let sx = values(1 + n_t as u64, ncs * d_inner * n_s);
@@ -82,4 +83,88 @@ fn ssm_conv_checks_shapes() {
     let t = ctx.new_tensor(DType::F32, &[9, 6]).unwrap();
     let tt = ctx.transpose(t).unwrap();
     assert!(ctx.ssm_conv(tt, c4).is_err());
+}
+
+/// Mamba-2's scan as a plain loop over sequences, tokens, heads, channels and states:
+/// returns `y` then the final states, ggml's layout and arithmetic (fused updates and sum,
+/// softplus `ln(1 + eˣ)` below 20).
+#[allow(clippy::too_many_arguments)]
+fn ssm_scan_ref(
+    s: &[f32],
+    x: &[f32],
+    dt: &[f32],
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    [d_state, head_dim, n_head, n_group, n_t, n_s]: [usize; 6],
+) -> Vec<f32> {
+    let mut st = s.to_vec();
+    let mut y = vec![0.0; head_dim * n_head * n_t * n_s];
+    for sq in 0..n_s {
+        for t in 0..n_t {
+            for h in 0..n_head {
+                let g = h / (n_head / n_group);
+                let raw = dt[(sq * n_t + t) * n_head + h];
+                let sp = if raw > 20.0 { raw } else { (1.0 + raw.exp()).ln() };
+                let da = (sp * a[h]).exp();
+                for i in 0..head_dim {
+                    let xdt = x[((sq * n_t + t) * n_head + h) * head_dim + i] * sp;
+                    let mut sum = 0.0f32;
+                    for k in 0..d_state {
+                        let si = ((sq * n_head + h) * head_dim + i) * d_state + k;
+                        let bg = b[((sq * n_t + t) * n_group + g) * d_state + k];
+                        let cg = c[((sq * n_t + t) * n_group + g) * d_state + k];
+                        st[si] = st[si].mul_add(da, bg * xdt);
+                        sum = st[si].mul_add(cg, sum);
+                    }
+                    y[((sq * n_t + t) * n_head + h) * head_dim + i] = sum;
+                }
+            }
+        }
+    }
+    y.extend(st);
+    y
+}
+
+#[test]
+fn ssm_scan_is_the_loop() {
+    // (d_state, head_dim, n_head, n_group, n_t, n_s)
+    for dims in [[16, 16, 8, 2, 7, 1], [16, 4, 6, 3, 1, 4], [8, 5, 4, 1, 3, 2]] {
+        let [d_state, head_dim, n_head, n_group, n_t, n_s] = dims;
+        let s = values(1, d_state * head_dim * n_head * n_s);
+        let x = values(2, head_dim * n_head * n_t * n_s);
+        // dt from −3 to 30, so that the softplus takes both branches.
+        let dt: Vec<f32> = values(3, n_head * n_t * n_s).iter().map(|v| 13.5 + 16.5 * v).collect();
+        let a: Vec<f32> = (0..n_head).map(|h| -1.0 - h as f32).collect();
+        let b = values(5, d_state * n_group * n_t * n_s);
+        let c = values(6, d_state * n_group * n_t * n_s);
+        let want = ssm_scan_ref(&s, &x, &dt, &a, &b, &c, dims);
+        for threads in [1, 2, 3] {
+            let mut ctx = Context::with_mem_size(1 << 22);
+            let (ts, _) = leaf(&mut ctx, DType::F32, [d_state, head_dim, n_head, n_s], &s).unwrap();
+            let (tx, _) = leaf(&mut ctx, DType::F32, [head_dim, n_head, n_t, n_s], &x).unwrap();
+            let (tdt, _) = leaf(&mut ctx, DType::F32, [n_head, n_t, n_s, 1], &dt).unwrap();
+            let (ta, _) = leaf(&mut ctx, DType::F32, [1, n_head, 1, 1], &a).unwrap();
+            let (tb, _) = leaf(&mut ctx, DType::F32, [d_state, n_group, n_t, n_s], &b).unwrap();
+            let (tc, _) = leaf(&mut ctx, DType::F32, [d_state, n_group, n_t, n_s], &c).unwrap();
+            let out = ctx.ssm_scan(ts, tx, tdt, ta, tb, tc).unwrap();
+            let got = compute(&mut ctx, out, threads).unwrap();
+            assert!(same_bits(&got, &want), "{dims:?} on {threads} threads");
+        }
+    }
+}
+
+#[test]
+fn ssm_scan_checks_shapes() {
+    let mut ctx = Context::with_mem_size(1 << 20);
+    let s = ctx.new_tensor(DType::F32, &[16, 4, 6, 1]).unwrap();
+    let x = ctx.new_tensor(DType::F32, &[4, 6, 2, 1]).unwrap();
+    let dt = ctx.new_tensor(DType::F32, &[6, 2, 1]).unwrap();
+    let a = ctx.new_tensor(DType::F32, &[1, 6]).unwrap();
+    let b = ctx.new_tensor(DType::F32, &[16, 4, 2, 1]).unwrap();
+    assert!(ctx.ssm_scan(s, x, dt, a, b, b).is_err(), "4 groups do not divide 6 heads");
+    let b3 = ctx.new_tensor(DType::F32, &[16, 3, 2, 1]).unwrap();
+    assert!(ctx.ssm_scan(s, x, dt, a, b3, b3).is_ok());
+    let a16 = ctx.new_tensor(DType::F32, &[16, 6]).unwrap();
+    assert!(ctx.ssm_scan(s, x, dt, a16, b3, b3).is_err(), "Mamba-1's A");
 }

@@ -148,3 +148,44 @@ fn lfm2_matches_llama_cpp() {
     pieces_agree(&m, &refs);
     sequences_keep_their_own_state(&m, &refs);
 }
+
+#[test]
+fn granite_hybrid_matches_llama_cpp() {
+    use ggrs_llama::arch::granite_hybrid::GraniteHybridModel;
+    let m = matches_llama_cpp("granite-hybrid", "granitehybrid");
+    let rec: Vec<bool> = m.hparams.recurrent.iter().map(|l| l.is_some()).collect();
+    assert_eq!(rec, [true, true, false, true]);
+    // Per sequence and Mamba-2 layer: 3 × 192 conv values and 16 × 128 SSM values.
+    let l = m.hparams.recurrent[0].expect("a Mamba-2 layer");
+    assert_eq!((l.conv, l.ssm), (3 * 192, 16 * 128));
+    let g = m.arch_weights::<GraniteHybridModel>().expect("granitehybrid");
+    assert!(!g.rope);
+    let refs = common::read_jsonl(&tiny("granite-hybrid").with_extension("public.jsonl"));
+    let _one = common::serial();
+    pieces_agree(&m, &refs);
+    sequences_keep_their_own_state(&m, &refs);
+}
+
+#[test]
+#[ignore]
+fn debug_positions() {
+    let (m, refs) = load(&std::env::var("HYB").unwrap());
+    let mut s = Session::new(m.clone(), common::reference_session(2)).unwrap();
+    let nv = m.hparams.n_vocab;
+    for r in &refs {
+        s.clear();
+        s.eval(&r.tokens, true).unwrap();
+        let all = s.all_logits();
+        let d: Vec<String> = r
+            .prompt_topk
+            .iter()
+            .enumerate()
+            .map(|(i, top)| {
+                let row = &all[i * nv..(i + 1) * nv];
+                let w = top.iter().map(|&(id, l)| (row[id as usize] - l).abs()).fold(0.0, f32::max);
+                format!("{i}:{w:.1e}")
+            })
+            .collect();
+        eprintln!("{:?}\n  {}", &r.prompt[..10.min(r.prompt.len())], d.join(" "));
+    }
+}

@@ -17,6 +17,7 @@ pub mod gemma4;
 pub mod gemma_embedding;
 pub mod gpt_oss;
 pub mod granite;
+pub mod granite_hybrid;
 pub mod lfm2;
 pub mod llama;
 pub mod mistral3;
@@ -63,7 +64,7 @@ impl Registry {
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
     /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `gemma4`, `mistral3`,
-    /// `gpt-oss`, `lfm2`, `bert`, `nomic-bert`, `gemma-embedding` (embedding models).
+    /// `gpt-oss`, `lfm2`, `granitehybrid`, `bert`, `nomic-bert`, `gemma-embedding` (embedding models).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -84,6 +85,7 @@ impl Registry {
         r.register(bert::NOMIC_BERT);
         r.register(gemma_embedding::GemmaEmbedding);
         r.register(lfm2::Lfm2);
+        r.register(granite_hybrid::GraniteHybrid);
         r
     }
 
