@@ -122,13 +122,7 @@ impl RecurrentCache {
     pub fn begin(&self, piece: &Batch) -> Result<Vec<SeqRun>> {
         let mut runs: Vec<SeqRun> = Vec::new();
         for (&seq, &pos) in piece.seq.iter().zip(&piece.pos) {
-            if seq as usize >= self.n_slots() {
-                return Err(LlamaError::InvalidArgument(format!(
-                    "sequence {seq}: this session keeps recurrent states for sequences 0..{} \
-                     (n_streams)",
-                    self.n_slots()
-                )));
-            }
+            self.check_slot(seq)?;
             match runs.iter_mut().find(|r| r.seq == seq) {
                 Some(r) if r.end == pos => r.end += 1,
                 Some(r) => {
@@ -204,36 +198,58 @@ impl RecurrentCache {
         }
     }
 
-    /// The state of `seq` (every recurrent layer's row, from the states' data `data`) and
-    /// its position: what [`RecurrentCache::restore`] takes back.
-    pub fn save(&self, data: &[f32], seq: SeqId) -> SavedState {
+    /// The state of `seq` (every recurrent layer's row, from the bytes `data` of
+    /// [`RecurrentCache::states`]) and its position: what [`RecurrentCache::restore`] takes
+    /// back.
+    pub fn save(&self, data: &[u8], seq: SeqId) -> Result<SavedState> {
+        self.check_slot(seq)?;
         let values = (0..self.n_rec)
-            .flat_map(|r| data[self.row_range(r, seq)].iter().copied())
+            .flat_map(|r| {
+                let range = self.row_range(r, seq);
+                data[4 * range.start..4 * range.end]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            })
             .collect();
-        SavedState {
+        Ok(SavedState {
             next_pos: self.next_pos(seq),
             values,
-        }
+        })
     }
 
-    /// Puts `saved` back as the state of `seq` in the states' data `data`.
-    pub fn restore(&mut self, data: &mut [f32], seq: SeqId, saved: &SavedState) -> Result<()> {
-        if saved.values.len() != self.n_rec * self.width || seq as usize >= self.n_slots() {
+    /// Puts `saved` back as the state of `seq` in the bytes `data` of
+    /// [`RecurrentCache::states`].
+    pub fn restore(&mut self, data: &mut [u8], seq: SeqId, saved: &SavedState) -> Result<()> {
+        self.check_slot(seq)?;
+        if saved.values.len() != self.n_rec * self.width {
             return Err(LlamaError::InvalidArgument(format!(
-                "a saved recurrent state of {} values does not fit sequence {seq} of this \
-                 cache ({} layers of {} values, {} sequences)",
+                "a saved recurrent state of {} values does not fit this cache ({} layers of {} \
+                 values)",
                 saved.values.len(),
                 self.n_rec,
-                self.width,
-                self.n_slots()
+                self.width
             )));
         }
         for r in 0..self.n_rec {
             let range = self.row_range(r, seq);
-            data[range].copy_from_slice(&saved.values[r * self.width..(r + 1) * self.width]);
+            let src = &saved.values[r * self.width..(r + 1) * self.width];
+            for (b, v) in data[4 * range.start..4 * range.end].chunks_exact_mut(4).zip(src) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
         }
         self.next_pos[seq as usize] = (saved.next_pos > 0).then_some(saved.next_pos);
         Ok(())
+    }
+
+    /// Fails unless `seq` is one of the cache's slots.
+    fn check_slot(&self, seq: SeqId) -> Result<()> {
+        match (seq as usize) < self.n_slots() {
+            true => Ok(()),
+            false => Err(LlamaError::InvalidArgument(format!(
+                "sequence {seq}: this session keeps recurrent states for sequences 0..{}",
+                self.n_slots()
+            ))),
+        }
     }
 }
 

@@ -21,6 +21,7 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, LayerCache};
 use crate::kv_cache::{KvCache, Placement};
 use crate::loader::ImportedWeights;
+use crate::recurrent_cache::SavedState;
 use crate::model::Model;
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
@@ -483,6 +484,30 @@ impl Session {
     /// longer hold the window behind position `len`.
     pub fn reusable_prefix(&self, seq: SeqId, len: usize) -> usize {
         self.kv.reusable_prefix(seq, len)
+    }
+
+    /// The recurrent state of sequence `seq` (and the position it stands at), for a model
+    /// with recurrent layers; `None` for a model without. Together with the keys and values
+    /// of its positions, which stay in the cache until [`Session::remove`]d, it lets the
+    /// sequence go back to this point: [`Session::restore_state`].
+    pub fn save_state(&self, seq: SeqId) -> Result<Option<SavedState>> {
+        match &self.kv.recurrent {
+            Some(rs) => Ok(Some(rs.save(self.ctx.data(rs.states)?, seq)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Makes `saved` (from [`Session::save_state`]) the recurrent state of `seq` again. The
+    /// cache must still hold the keys and values of its positions before
+    /// `saved.next_pos`; remove the later ones first (`remove(seq, saved.next_pos)`, which
+    /// also drops the state the sequence had gone on to).
+    pub fn restore_state(&mut self, seq: SeqId, saved: &SavedState) -> Result<()> {
+        let Some(rs) = self.kv.recurrent.as_mut() else {
+            return Err(LlamaError::InvalidArgument(
+                "the model has no recurrent layers: there is no state to restore".into(),
+            ));
+        };
+        rs.restore(self.ctx.data_mut(rs.states)?, seq, saved)
     }
 
     /// Forgets the tokens of `seq` from position `from` on.

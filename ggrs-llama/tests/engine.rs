@@ -214,6 +214,22 @@ fn other_architectures_through_the_engine_equal_a_lone_session() {
     }
 }
 
+/// The recurrent hybrids (short convolutions, Mamba-2, the gated delta-net, with experts):
+/// a slot's recurrent state is its own, and steps that mix decoding slots and prompt pieces
+/// give each request a lone session's bits.
+#[test]
+fn hybrids_through_the_engine_equal_a_lone_session() {
+    for name in [
+        "tiny-lfm2-f16.gguf",
+        "tiny-granite-hybrid-f16.gguf",
+        "tiny-qwen35-f16.gguf",
+        "tiny-qwen35moe-f16.gguf",
+    ] {
+        eprintln!("{name}");
+        check_invariance(&tiny(name), &PROMPTS[..4], 12, false);
+    }
+}
+
 /// The tiny LLaMA quantized to Q8_0 (`--pure`).
 fn tiny_q8_0() -> Arc<Model> {
     Arc::new(Model::load(common::tiny_llama_q8_0()).expect("load q8_0"))

@@ -144,6 +144,33 @@ fn sequences_keep_their_own_state(m: &Arc<Model>, refs: &[common::RefPrompt]) {
     assert!(err.is_err());
 }
 
+/// A sequence's recurrent state saved after its prompt and restored after three more tokens
+/// (their keys and values removed) continues exactly as the first time; without the restore
+/// the session refuses to continue from the middle.
+fn state_round_trip(m: &Arc<Model>, refs: &[common::RefPrompt]) {
+    let mut s = Session::new(m.clone(), common::reference_session(2)).expect("session");
+    let prompt = &refs[0].tokens;
+    s.eval(prompt, false).expect("prompt");
+    let saved = s.save_state(0).expect("save").expect("a recurrent model");
+    assert_eq!(saved.next_pos as usize, prompt.len());
+    let (mut fed, mut first) = (Vec::new(), Vec::new());
+    let mut tok = common::argmax(s.logits());
+    for _ in 0..3 {
+        s.eval(&[tok], false).expect("step");
+        fed.push(tok);
+        first.push(s.logits().to_vec());
+        tok = common::argmax(s.logits());
+    }
+    s.remove(0, prompt.len() as i32);
+    assert!(s.eval(&[5], false).is_err(), "the state went on: no rewinding it");
+    s.restore_state(0, &saved).expect("restore");
+    assert_eq!(s.reusable_prefix(0, prompt.len()), prompt.len());
+    for (i, (&tok, want)) in fed.iter().zip(&first).enumerate() {
+        s.eval(&[tok], false).expect("step again");
+        assert_eq!(common::max_diff(s.logits(), want), 0.0, "step {i} after the restore");
+    }
+}
+
 #[test]
 fn lfm2_matches_llama_cpp() {
     let m = matches_llama_cpp("lfm2", "lfm2");
@@ -153,6 +180,7 @@ fn lfm2_matches_llama_cpp() {
     let _one = common::serial();
     pieces_agree(&m, &refs);
     sequences_keep_their_own_state(&m, &refs);
+    state_round_trip(&m, &refs);
 }
 
 #[test]
@@ -170,6 +198,7 @@ fn granite_hybrid_matches_llama_cpp() {
     let _one = common::serial();
     pieces_agree(&m, &refs);
     sequences_keep_their_own_state(&m, &refs);
+    state_round_trip(&m, &refs);
 }
 
 #[test]
@@ -184,6 +213,19 @@ fn qwen35_matches_llama_cpp() {
     let _one = common::serial();
     pieces_agree(&m, &refs);
     sequences_keep_their_own_state(&m, &refs);
+    state_round_trip(&m, &refs);
+}
+
+#[test]
+fn qwen35moe_matches_llama_cpp() {
+    use ggrs_llama::arch::qwen35moe::Qwen35MoeModel;
+    let m = matches_llama_cpp("qwen35moe", "qwen35moe");
+    let g = m.arch_weights::<Qwen35MoeModel>().expect("qwen35moe");
+    let moe = &g.layers[0].ffn.moe;
+    assert_eq!((moe.n_used, moe.n_expert), (2, 4));
+    let refs = common::read_jsonl(&tiny("qwen35moe").with_extension("public.jsonl"));
+    let _one = common::serial();
+    pieces_agree(&m, &refs);
 }
 
 #[test]
