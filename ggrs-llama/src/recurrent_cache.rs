@@ -262,6 +262,61 @@ pub struct SavedState {
     pub values: Vec<f32>,
 }
 
+/// Recurrent states of one sequence saved at chosen prefix lengths (llama.cpp's context
+/// checkpoints): since a recurrent state cannot be rewound, a new prompt that shares only
+/// part of what a sequence evaluated goes back to the longest checkpoint within the shared
+/// part ([`crate::Session::resume_at`]) instead of starting over. The prompt cache and the
+/// serving engine keep one at the end of each prompt.
+#[derive(Debug, Clone, Default)]
+pub struct Checkpoints {
+    /// The states, by increasing position.
+    items: Vec<SavedState>,
+}
+
+impl Checkpoints {
+    /// Checkpoints kept per sequence (the oldest go first).
+    pub const MAX: usize = 4;
+
+    /// Keeps `state` (replacing one at the same position, dropping later ones: they belong
+    /// to a history the sequence left).
+    pub fn record(&mut self, state: SavedState) {
+        self.items.retain(|c| c.next_pos < state.next_pos);
+        self.items.push(state);
+        if self.items.len() > Checkpoints::MAX {
+            self.items.remove(0);
+        }
+    }
+
+    /// The longest checkpoint at a position in `1..=limit`.
+    pub fn best(&self, limit: usize) -> Option<&SavedState> {
+        self.items
+            .iter()
+            .rev()
+            .find(|c| c.next_pos > 0 && c.next_pos as usize <= limit)
+    }
+
+    /// Forgets the checkpoints past position `len` (the sequence's tokens from `len` on
+    /// changed).
+    pub fn truncate(&mut self, len: usize) {
+        self.items.retain(|c| c.next_pos as usize <= len);
+    }
+
+    /// Forgets every checkpoint.
+    pub fn clear(&mut self) {
+        self.items.clear();
+    }
+
+    /// Checkpoints held.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
 /// The states of recurrent layer `r` for the step's sequences, `[width, n_seqs]` f32 (each
 /// sequence's row: conv values, then ssm values; see [`RecurrentLayer`]), read after the
 /// writes of the layers before it.

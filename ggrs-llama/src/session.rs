@@ -21,7 +21,7 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, LayerCache};
 use crate::kv_cache::{KvCache, Placement};
 use crate::loader::ImportedWeights;
-use crate::recurrent_cache::SavedState;
+use crate::recurrent_cache::{Checkpoints, SavedState};
 use crate::model::Model;
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
@@ -96,6 +96,9 @@ pub struct Session {
     /// ([`ggrs_core::weights::columns_independent`]); if not, a step of several sequences in
     /// cache regions is split (see `Session::pieces`).
     columns_independent: bool,
+    /// The recurrent state of sequence 0 right after the last prompt generation evaluated
+    /// (a checkpoint for [`crate::PromptCache`]).
+    prompt_state: Option<SavedState>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -417,6 +420,7 @@ impl Session {
             state,
             built: None,
             columns_independent,
+            prompt_state: None,
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -508,6 +512,37 @@ impl Session {
             ));
         };
         rs.restore(self.ctx.data_mut(rs.states)?, seq, saved)
+    }
+
+    /// Keeps the recurrent state of sequence 0 as it stands after a prompt (see
+    /// [`Session::take_prompt_state`]); nothing for a model without recurrent layers.
+    pub(crate) fn note_prompt_state(&mut self) -> Result<()> {
+        self.prompt_state = self.save_state(0)?;
+        Ok(())
+    }
+
+    /// The recurrent state of sequence 0 right after the prompt of the last generation
+    /// ([`Session::generate_tokens`] and the prompt cache's), taken out.
+    pub fn take_prompt_state(&mut self) -> Option<SavedState> {
+        self.prompt_state.take()
+    }
+
+    /// Makes the cache of `seq` hold its first `len` positions and nothing after them, going
+    /// back to the longest of `checkpoints` within them when the recurrent state already
+    /// went further (it cannot be rewound); returns how many positions it holds then: `len`,
+    /// a checkpoint's position, or 0 (the sequence starts over). For a model without
+    /// recurrent layers: [`Session::reusable_prefix`].
+    pub fn resume_at(&mut self, seq: SeqId, len: usize, checkpoints: &Checkpoints) -> Result<usize> {
+        let mut keep = self.reusable_prefix(seq, len);
+        if keep < len && self.kv.recurrent.is_some() {
+            if let Some(c) = checkpoints.best(len) {
+                self.remove(seq, c.next_pos);
+                self.restore_state(seq, c)?;
+                keep = self.reusable_prefix(seq, c.next_pos as usize);
+            }
+        }
+        self.remove(seq, keep as i32);
+        Ok(keep)
     }
 
     /// Forgets the tokens of `seq` from position `from` on.

@@ -171,6 +171,40 @@ fn state_round_trip(m: &Arc<Model>, refs: &[common::RefPrompt]) {
     }
 }
 
+/// The prompt cache's checkpoints: a second turn that shares the first prompt but not the
+/// reply evaluated after it (as a chat template re-rendering the reply) resumes from the
+/// state at the end of the first prompt, evaluates only its new tokens and generates what
+/// a fresh session generates for it.
+fn second_turn_resumes_from_a_checkpoint(m: &Arc<Model>, refs: &[common::RefPrompt]) {
+    use ggrs_llama::PromptCache;
+    let go = |_: &ggrs_llama::TokenEvent| std::ops::ControlFlow::Continue(());
+    let params = SessionParams {
+        n_ctx: 256,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let mut s = Session::new(m.clone(), params).expect("session");
+    let mut cache = PromptCache::new();
+    let p1 = refs[0].tokens.clone();
+    let first = cache.generate(&mut s, &p1, &common::greedy(6), go).expect("turn 1");
+    assert_eq!(first.cached_tokens, 0);
+    // The next prompt: the first, other tokens than the reply, then a new question.
+    let mut p2 = p1.clone();
+    p2.extend([13, 29902, 29901]);
+    p2.extend_from_slice(&refs[1].tokens[1..]);
+    assert_ne!(p2[p1.len()], first.tokens[0]);
+    let second = cache.generate(&mut s, &p2, &common::greedy(8), go).expect("turn 2");
+    assert_eq!(second.cached_tokens, p1.len(), "resumed at the end of the first prompt");
+    assert_eq!(second.timings.prompt_tokens, p2.len() - p1.len());
+    assert_eq!(cache.checkpoint_hits(), 1);
+    let mut fresh = Session::new(m.clone(), params).expect("session");
+    let want = fresh.generate_tokens(&p2, &common::greedy(8), go).expect("fresh");
+    assert_eq!(second.tokens, want.tokens);
+    // The same prompt again: the record holds it, nothing to go back to.
+    let third = cache.generate(&mut s, &p2, &common::greedy(2), go).expect("turn 3");
+    assert_eq!(third.cached_tokens, p1.len(), "the last checkpoint within p2[..len - 1]");
+}
+
 #[test]
 fn lfm2_matches_llama_cpp() {
     let m = matches_llama_cpp("lfm2", "lfm2");
@@ -214,6 +248,7 @@ fn qwen35_matches_llama_cpp() {
     pieces_agree(&m, &refs);
     sequences_keep_their_own_state(&m, &refs);
     state_round_trip(&m, &refs);
+    second_turn_resumes_from_a_checkpoint(&m, &refs);
 }
 
 #[test]

@@ -204,6 +204,18 @@ pub(crate) async fn metrics(State(st): St) -> Response {
                 m.cache_hits as f64,
             ),
             (
+                "checkpoint_lookups_total",
+                "counter",
+                "Requests to a recurrent model whose slot state stood past the shared prefix.",
+                m.checkpoint_lookups as f64,
+            ),
+            (
+                "checkpoint_hits_total",
+                "counter",
+                "Of those, requests that resumed from a recurrent-state checkpoint.",
+                m.checkpoint_hits as f64,
+            ),
+            (
                 "generated_tokens_total",
                 "counter",
                 "Tokens generated.",

@@ -1,7 +1,7 @@
 //! Kernels of the recurrent layers' ops (see `ops::ssm`).
 
 use crate::kernels::ggml_arith::dot_f32_vec;
-use crate::kernels::{split_range, Task, Work};
+use crate::kernels::{split_range, RawTensor, Task, Work};
 use crate::op::Op;
 
 /// `ssm_conv`: chunk `chunk` of `n_chunks` over the channels (`d_inner`); every output is
@@ -48,6 +48,81 @@ pub(crate) fn softplus(x: f32) -> f32 {
     }
 }
 
+/// One channel's state update and output of the scan: `S[k] ← S[k]·dA + B[k]·x_dt` and
+/// `Σ_k S[k]·C[k]`, both fused, in order of `k` (ggml's scalar loop as GCC contracts it).
+#[inline(always)]
+fn scan_row_body(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 {
+    let mut sum = 0.0f32;
+    for ((s, &bv), &cv) in state.iter_mut().zip(b).zip(c) {
+        let new = s.mul_add(da, bv * x_dt);
+        sum = new.mul_add(cv, sum);
+        *s = new;
+    }
+    sum
+}
+
+/// `y[i] = fma(x[i], v, y[i])` (ggml's `ggml_vec_mad_f32`, fused lane by lane).
+#[inline(always)]
+fn mad_body(y: &mut [f32], x: &[f32], v: f32) {
+    for (a, &b) in y.iter_mut().zip(x) {
+        *a = b.mul_add(v, *a);
+    }
+}
+
+/// The AVX2 + FMA builds of the bodies above (the same bits: an FMA rounds once either way,
+/// and the portable build calls the C library's `fmaf`).
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use super::*;
+
+    crate::kernels::x86::target_features!("avx2,fma":
+        pub(super) fn scan_row(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 = scan_row_body;
+        pub(super) fn mad(y: &mut [f32], x: &[f32], v: f32) = mad_body;
+    );
+}
+
+/// [`scan_row_body`], built for AVX2 + FMA where the CPU has them.
+#[inline]
+fn scan_row(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2 and FMA.
+        return unsafe { fma::scan_row(state, b, c, da, x_dt) };
+    }
+    scan_row_body(state, b, c, da, x_dt)
+}
+
+/// [`mad_body`], built for AVX2 + FMA where the CPU has them.
+#[inline]
+fn mad(y: &mut [f32], x: &[f32], v: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: as in `scan_row`.
+        return unsafe { fma::mad(y, x, v) };
+    }
+    mad_body(y, x, v)
+}
+
+/// Row `(i1, i2, i3)` of a tensor with dense rows of f32, as a slice.
+///
+/// # Safety
+/// The row lies within the tensor, which nobody writes meanwhile.
+#[inline]
+unsafe fn row<'a>(t: &RawTensor, i1: usize, i2: usize, i3: usize) -> &'a [f32] {
+    // SAFETY: forwarded from the caller; rows are dense f32 (checked by the builders).
+    unsafe { std::slice::from_raw_parts(t.data.add(t.offset(0, i1, i2, i3)) as *const f32, t.ne[0]) }
+}
+
+/// One f32 element of `t`.
+///
+/// # Safety
+/// The element lies within the tensor, which nobody writes meanwhile.
+#[inline]
+unsafe fn at(t: &RawTensor, i0: usize, i1: usize, i2: usize, i3: usize) -> f32 {
+    // SAFETY: forwarded from the caller.
+    unsafe { *(t.data.add(t.offset(i0, i1, i2, i3)) as *const f32) }
+}
+
 /// `ssm_scan`: chunk `chunk` of `n_chunks` over the heads (each head's scan is independent
 /// of the others', so the split does not change any bit).
 ///
@@ -62,42 +137,28 @@ pub(crate) unsafe fn ssm_scan(task: &Task, chunk: usize, n_chunks: usize) {
     let per_group = n_head / n_group;
     let y_len = head_dim * n_head * n_t * n_s;
     let out = d.data as *mut f32;
-    let f = |t: &crate::kernels::RawTensor, i0: usize, i1: usize, i2: usize, i3: usize| {
-        // SAFETY: the callers index within the tensor's shape (checked by the builder).
-        unsafe { *(t.data.add(t.offset(i0, i1, i2, i3)) as *const f32) }
-    };
     for h in split_range(n_head, n_chunks, chunk) {
         let g = h / per_group;
-        let a_h = f(a, 0, h, 0, 0);
+        // SAFETY (every `row`/`at` below): indices within the shapes the builder checked.
+        let a_h = unsafe { at(a, 0, h, 0, 0) };
         for s in 0..n_s {
             let state0 = y_len + (s * n_head + h) * head_dim * d_state;
             // SAFETY: this head's states of sequence s lie in dst (the builder sized it) and
             // belong to this chunk only; the input states are another tensor.
             let state = unsafe { std::slice::from_raw_parts_mut(out.add(state0), head_dim * d_state) };
+            for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                st.copy_from_slice(unsafe { row(s_in, i1, h, s) });
+            }
             for t in 0..n_t {
-                let dt_sp = softplus(f(dt, h, t, s, 0));
+                let dt_sp = softplus(unsafe { at(dt, h, t, s, 0) });
                 let da = (dt_sp * a_h).exp();
-                for i1 in 0..head_dim {
-                    let x_dt = f(x, i1, h, t, s) * dt_sp;
-                    let mut sum = 0.0f32;
-                    for i0 in 0..d_state {
-                        let prev = match t {
-                            0 => f(s_in, i0, i1, h, s),
-                            _ => state[i1 * d_state + i0],
-                        };
-                        let (bv, cv) = (f(b, i0, g, t, s), f(c, i0, g, t, s));
-                        let new = prev.mul_add(da, bv * x_dt);
-                        sum = new.mul_add(cv, sum);
-                        state[i1 * d_state + i0] = new;
-                    }
+                let (bg, cg) = unsafe { (row(b, g, t, s), row(c, g, t, s)) };
+                for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                    let x_dt = unsafe { at(x, i1, h, t, s) } * dt_sp;
+                    let sum = scan_row(st, bg, cg, da, x_dt);
                     let yi = ((s * n_t + t) * n_head + h) * head_dim + i1;
                     // SAFETY: y element of this head: in dst, this chunk's only.
                     unsafe { *out.add(yi) = sum };
-                }
-            }
-            if n_t == 0 {
-                for (k, v) in state.iter_mut().enumerate() {
-                    *v = f(s_in, k % d_state, k / d_state, h, s);
                 }
             }
         }
@@ -151,14 +212,6 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize,
     let out = d.data as *mut f32;
     let o_len = sv * h_v * n_t * n_s;
     let delta = &mut work.scratch[..sv];
-    let row = |t: &crate::kernels::RawTensor, i1: usize, i2: usize, i3: usize| {
-        // SAFETY: the callers index rows within the tensor's shape; rows are dense.
-        unsafe { std::slice::from_raw_parts(t.data.add(t.offset(0, i1, i2, i3)) as *const f32, t.ne[0]) }
-    };
-    let at = |t: &crate::kernels::RawTensor, i1: usize, i2: usize, i3: usize| {
-        // SAFETY: as above, one element.
-        unsafe { *(t.data.add(t.offset(0, i1, i2, i3)) as *const f32) }
-    };
     for ir in split_range(h_v * n_s, n_chunks, chunk) {
         let (iv1, iv3) = (ir % h_v, ir / h_v);
         let (iq1, ik1) = (iv1 % h_q, iv1 % h_k);
@@ -168,23 +221,23 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize,
         let m = unsafe {
             std::slice::from_raw_parts_mut(out.add(o_len + (iv3 * h_v + iv1) * sv * sv), sv * sv)
         };
+        // SAFETY (every `row`/`at` below): indices within the shapes the builder checked.
         for j in 0..sv {
-            m[j * sv..(j + 1) * sv].copy_from_slice(row(s_in, j, iv1, iv3));
+            m[j * sv..(j + 1) * sv].copy_from_slice(unsafe { row(s_in, j, iv1, iv3) });
         }
         for t in 0..n_t {
-            let (qd, kd, vd) = (row(q, iq1, t, iq3), row(k, ik1, t, ik3), row(v, iv1, t, iv3));
-            let b = at(beta, iv1, t, iv3);
-            let decay = at(g, iv1, t, iv3).exp();
+            let (qd, kd, vd) =
+                unsafe { (row(q, iq1, t, iq3), row(k, ik1, t, ik3), row(v, iv1, t, iv3)) };
+            let b = unsafe { at(beta, 0, iv1, t, iv3) };
+            let decay = unsafe { at(g, 0, iv1, t, iv3) }.exp();
             for x in m.iter_mut() {
                 *x *= decay;
             }
             for j in 0..sv {
                 delta[j] = (vd[j] - dot(&m[j * sv..(j + 1) * sv], kd)) * b;
             }
-            for j in 0..sv {
-                for (x, &kv) in m[j * sv..(j + 1) * sv].iter_mut().zip(kd) {
-                    *x = kv.mul_add(delta[j], *x);
-                }
+            for (j, &dj) in delta.iter().enumerate() {
+                mad(&mut m[j * sv..(j + 1) * sv], kd, dj);
             }
             let o0 = ((iv3 * n_t + t) * h_v + iv1) * sv;
             for j in 0..sv {
