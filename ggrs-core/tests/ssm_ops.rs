@@ -51,8 +51,14 @@ fn ssm_conv_ref(sx: &[f32], c: &[f32], d_conv: usize, d_inner: usize, n_t: usize
 
 #[test]
 fn ssm_conv_is_the_loop() {
-    for (d_conv, d_inner, n_t, n_s) in [(4, 37, 9, 2), (3, 64, 1, 5), (4, 130, 17, 1), (6, 11, 3, 2), (11, 9, 4, 2), (2, 8, 0, 1)]
-    {
+    for (d_conv, d_inner, n_t, n_s) in [
+        (4, 37, 9, 2),
+        (3, 64, 1, 5),
+        (4, 130, 17, 1),
+        (6, 11, 3, 2),
+        (11, 9, 4, 2),
+        (2, 8, 0, 1),
+    ] {
         let ncs = d_conv - 1 + n_t;
         let sx = values(1 + n_t as u64, ncs * d_inner * n_s);
         let c = values(99, d_conv * d_inner);
@@ -80,7 +86,10 @@ fn ssm_conv_checks_shapes() {
     assert!(ctx.ssm_conv(sx, c).is_err(), "channels differ");
     let short = ctx.new_tensor(DType::F32, &[2, 9]).unwrap();
     let c4 = ctx.new_tensor(DType::F32, &[4, 9]).unwrap();
-    assert!(ctx.ssm_conv(short, c4).is_err(), "fewer columns than the state");
+    assert!(
+        ctx.ssm_conv(short, c4).is_err(),
+        "fewer columns than the state"
+    );
     let f16 = ctx.new_tensor(DType::F16, &[4, 9]).unwrap();
     let sx9 = ctx.new_tensor(DType::F32, &[6, 9]).unwrap();
     assert!(ctx.ssm_conv(sx9, f16).is_err(), "f16 kernels");
@@ -110,7 +119,11 @@ fn ssm_scan_ref(
             for h in 0..n_head {
                 let g = h / (n_head / n_group);
                 let raw = dt[(sq * n_t + t) * n_head + h];
-                let sp = if raw > 20.0 { raw } else { (1.0 + raw.exp()).ln() };
+                let sp = if raw > 20.0 {
+                    raw
+                } else {
+                    (1.0 + raw.exp()).ln()
+                };
                 let da = (sp * a[h]).exp();
                 for i in 0..head_dim {
                     let xdt = x[((sq * n_t + t) * n_head + h) * head_dim + i] * sp;
@@ -134,12 +147,19 @@ fn ssm_scan_ref(
 #[test]
 fn ssm_scan_is_the_loop() {
     // (d_state, head_dim, n_head, n_group, n_t, n_s)
-    for dims in [[16, 16, 8, 2, 7, 1], [16, 4, 6, 3, 1, 4], [8, 5, 4, 1, 3, 2]] {
+    for dims in [
+        [16, 16, 8, 2, 7, 1],
+        [16, 4, 6, 3, 1, 4],
+        [8, 5, 4, 1, 3, 2],
+    ] {
         let [d_state, head_dim, n_head, n_group, n_t, n_s] = dims;
         let s = values(1, d_state * head_dim * n_head * n_s);
         let x = values(2, head_dim * n_head * n_t * n_s);
         // dt from −3 to 30, so that the softplus takes both branches.
-        let dt: Vec<f32> = values(3, n_head * n_t * n_s).iter().map(|v| 13.5 + 16.5 * v).collect();
+        let dt: Vec<f32> = values(3, n_head * n_t * n_s)
+            .iter()
+            .map(|v| 13.5 + 16.5 * v)
+            .collect();
         let a: Vec<f32> = (0..n_head).map(|h| -1.0 - h as f32).collect();
         let b = values(5, d_state * n_group * n_t * n_s);
         let c = values(6, d_state * n_group * n_t * n_s);
@@ -167,7 +187,10 @@ fn ssm_scan_checks_shapes() {
     let dt = ctx.new_tensor(DType::F32, &[6, 2, 1]).unwrap();
     let a = ctx.new_tensor(DType::F32, &[1, 6]).unwrap();
     let b = ctx.new_tensor(DType::F32, &[16, 4, 2, 1]).unwrap();
-    assert!(ctx.ssm_scan(s, x, dt, a, b, b).is_err(), "4 groups do not divide 6 heads");
+    assert!(
+        ctx.ssm_scan(s, x, dt, a, b, b).is_err(),
+        "4 groups do not divide 6 heads"
+    );
     let b3 = ctx.new_tensor(DType::F32, &[16, 3, 2, 1]).unwrap();
     assert!(ctx.ssm_scan(s, x, dt, a, b3, b3).is_ok());
     let a16 = ctx.new_tensor(DType::F32, &[16, 6]).unwrap();
@@ -233,10 +256,19 @@ fn delta_rule_ref(
 /// The inputs of a delta-rule case: q, k, v, g (log decays ≤ 0), β in (0, 1), state.
 fn delta_inputs([sv, h_k, h_v, n_t, n_s]: [usize; 5]) -> [Vec<f32>; 6] {
     let q = values(21, sv * h_k * n_t * n_s);
-    let k: Vec<f32> = values(22, sv * h_k * n_t * n_s).iter().map(|x| x * 0.5).collect();
+    let k: Vec<f32> = values(22, sv * h_k * n_t * n_s)
+        .iter()
+        .map(|x| x * 0.5)
+        .collect();
     let v = values(23, sv * h_v * n_t * n_s);
-    let g: Vec<f32> = values(24, h_v * n_t * n_s).iter().map(|x| -0.5 - 0.5 * x).collect();
-    let beta: Vec<f32> = values(25, h_v * n_t * n_s).iter().map(|x| 0.5 + 0.4 * x).collect();
+    let g: Vec<f32> = values(24, h_v * n_t * n_s)
+        .iter()
+        .map(|x| -0.5 - 0.5 * x)
+        .collect();
+    let beta: Vec<f32> = values(25, h_v * n_t * n_s)
+        .iter()
+        .map(|x| 0.5 + 0.4 * x)
+        .collect();
     let state = values(26, sv * sv * h_v * n_s);
     [q, k, v, g, beta, state]
 }
@@ -260,7 +292,12 @@ fn delta_rule_op(inp: &[Vec<f32>; 6], dims: [usize; 5], threads: usize) -> Vec<f
 fn gated_delta_net_is_the_recurrence() {
     // (S_v, H_k, H_v, n_t, n_s): Qwen3.5's tiny shape, value heads tiling key heads, several
     // sequences, one token.
-    for dims in [[16, 2, 4, 9, 1], [8, 1, 3, 4, 2], [48, 2, 2, 2, 1], [16, 2, 4, 1, 3]] {
+    for dims in [
+        [16, 2, 4, 9, 1],
+        [8, 1, 3, 4, 2],
+        [48, 2, 2, 2, 1],
+        [16, 2, 4, 1, 3],
+    ] {
         let inp = delta_inputs(dims);
         let [q, k, v, g, beta, state] = &inp;
         let want = delta_rule_ref(q, k, v, g, beta, state, dims);
@@ -293,14 +330,21 @@ fn gated_delta_net_token_by_token_is_the_prompt() {
             state.clone(),
         ];
         let got = delta_rule_op(&one, [sv, h_k, h_v, 1, 1], 1);
-        assert!(same_bits(&got[..sv * h_v], &whole[t * sv * h_v..(t + 1) * sv * h_v]));
+        assert!(same_bits(
+            &got[..sv * h_v],
+            &whole[t * sv * h_v..(t + 1) * sv * h_v]
+        ));
         state = got[sv * h_v..].to_vec();
     }
     assert!(same_bits(&state, &whole[o_len..]));
     // Against the loop (other sums): close.
     let [q, k, v, g, beta, st] = &inp;
     let want = delta_rule_ref(q, k, v, g, beta, st, dims);
-    let d = want.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    let d = want
+        .iter()
+        .zip(&whole)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
     assert!(d < 1e-4, "{d}");
 }
 
@@ -312,11 +356,17 @@ fn gated_delta_net_checks_shapes() {
     let v = t(&mut ctx, &[16, 4, 2, 1]);
     let g = t(&mut ctx, &[1, 4, 2, 1]);
     let s = t(&mut ctx, &[16, 16, 4, 1]);
-    assert!(ctx.gated_delta_net(q, q, v, g, g, s).is_err(), "3 key heads, 4 value heads");
+    assert!(
+        ctx.gated_delta_net(q, q, v, g, g, s).is_err(),
+        "3 key heads, 4 value heads"
+    );
     let q2 = t(&mut ctx, &[16, 2, 2, 1]);
     assert!(ctx.gated_delta_net(q2, q2, v, g, g, s).is_ok());
     let g16 = t(&mut ctx, &[16, 4, 2, 1]);
-    assert!(ctx.gated_delta_net(q2, q2, v, g16, g, s).is_err(), "per-channel decays");
+    assert!(
+        ctx.gated_delta_net(q2, q2, v, g16, g, s).is_err(),
+        "per-channel decays"
+    );
 }
 
 #[test]

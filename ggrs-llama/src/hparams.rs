@@ -74,7 +74,6 @@ impl RecurrentLayer {
     }
 }
 
-
 /// What one layer keeps in the KV cache ([`HParams::kv_layers`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayerCache {

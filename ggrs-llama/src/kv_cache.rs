@@ -365,7 +365,11 @@ impl KvCache {
     pub fn reusable_prefix(&self, seq: SeqId, len: usize) -> usize {
         // A recurrent state stands at one position: a prefix is reusable only when it is
         // the whole of what the state holds.
-        if self.recurrent.as_ref().is_some_and(|rs| rs.reusable_prefix(seq, len) != len) {
+        if self
+            .recurrent
+            .as_ref()
+            .is_some_and(|rs| rs.reusable_prefix(seq, len) != len)
+        {
             return 0;
         }
         let Some(w) = &self.window else {

@@ -67,7 +67,10 @@ impl PromptCache {
         }
         let keep = self.shared(prompt);
         match session.reusable_prefix(0, keep) {
-            0 => self.checkpoints.best(keep).map_or(0, |c| c.next_pos as usize),
+            0 => self
+                .checkpoints
+                .best(keep)
+                .map_or(0, |c| c.next_pos as usize),
             n => n,
         }
     }

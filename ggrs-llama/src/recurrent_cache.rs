@@ -22,8 +22,9 @@ use ggrs_core::{Context, DType, Tensor};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 pub use crate::hparams::RecurrentLayer;
-use crate::hparams::HParams;
+use crate::hparams::{get_usize, HParams};
 use crate::step::StepInputs;
+use ggrs_core::gguf::GgufFile;
 
 /// The recurrent states of a session: see the [module docs](self).
 #[derive(Debug, Clone)]
@@ -112,7 +113,11 @@ impl RecurrentCache {
 
     /// The position the next token of `seq` must have (0 when its state is empty).
     pub fn next_pos(&self, seq: SeqId) -> i32 {
-        self.next_pos.get(seq as usize).copied().flatten().unwrap_or(0)
+        self.next_pos
+            .get(seq as usize)
+            .copied()
+            .flatten()
+            .unwrap_or(0)
     }
 
     /// The sequences of `piece` in order of first appearance, each with where it ends and
@@ -164,7 +169,10 @@ impl RecurrentCache {
     pub fn rows(&self, runs: &[SeqRun]) -> Vec<i32> {
         let n_slots = self.n_slots();
         (0..self.n_rec)
-            .flat_map(|r| runs.iter().map(move |s| (r * n_slots + s.seq as usize) as i32))
+            .flat_map(|r| {
+                runs.iter()
+                    .map(move |s| (r * n_slots + s.seq as usize) as i32)
+            })
             .collect()
     }
 
@@ -233,7 +241,10 @@ impl RecurrentCache {
         for r in 0..self.n_rec {
             let range = self.row_range(r, seq);
             let src = &saved.values[r * self.width..(r + 1) * self.width];
-            for (b, v) in data[4 * range.start..4 * range.end].chunks_exact_mut(4).zip(src) {
+            for (b, v) in data[4 * range.start..4 * range.end]
+                .chunks_exact_mut(4)
+                .zip(src)
+            {
                 b.copy_from_slice(&v.to_le_bytes());
             }
         }
@@ -362,4 +373,52 @@ fn layer_rows(
     let n_seqs = ctx.meta(all)?.ne[0];
     let rows = ctx.view_1d(all, n_seqs, r * n_seqs * 4)?;
     Ok((rows, inp.state_out.unwrap_or(rs.states)))
+}
+
+/// The required integer key `<arch>.ssm.{name}` of `f` (the recurrent layers' sizes).
+pub fn ssm_key(f: &GgufFile, hp: &HParams, name: &str) -> Result<usize> {
+    let key = format!("{}.ssm.{name}", hp.arch);
+    get_usize(f, &key)?.ok_or(LlamaError::MissingKey(key))
+}
+
+/// Model layer `il`'s index among the recurrent layers of `rs` and what it keeps, or an
+/// error when the cache keeps no state for it.
+pub fn layer_state(rs: Option<&RecurrentCache>, il: usize) -> Result<(usize, RecurrentLayer)> {
+    rs.and_then(|rs| rs.layer(il)).ok_or_else(|| {
+        LlamaError::InvalidArgument(format!(
+            "layer {il} is recurrent but the cache keeps no state for it (HParams::recurrent)"
+        ))
+    })
+}
+
+/// The input of recurrent layer `r`'s causal convolution and the convolution's next carried
+/// inputs: `x` (`[channels, n_t, n_s]`, this step's inputs of each sequence, any strides)
+/// after the `d_conv − 1` inputs each sequence carries (the first values of its state row,
+/// read with [`read_state`] as `state`, `[width, n_s]`). Returns `[d_conv − 1 + n_t,
+/// channels, n_s]` (what `ssm_conv` takes) and the last `d_conv − 1` columns of it as rows
+/// `[(d_conv − 1)·channels, n_s]` (what the state keeps next).
+pub fn conv_input(
+    ctx: &mut Context,
+    rs: &RecurrentCache,
+    state: Tensor,
+    x: Tensor,
+    d_conv: usize,
+) -> Result<(Tensor, Tensor)> {
+    let [channels, n_t, n_s, _] = ctx.meta(x)?.ne;
+    let carried = ctx.view_3d(
+        state,
+        d_conv - 1,
+        channels,
+        n_s,
+        4 * (d_conv - 1),
+        4 * rs.width,
+        0,
+    )?;
+    let x_t = ctx.transpose(x)?; // [n_t, channels, n_s]
+    let conv_x = ctx.concat(carried, x_t, 0)?;
+    let nb = ctx.meta(conv_x)?.nb;
+    let last = ctx.view_3d(conv_x, d_conv - 1, channels, n_s, nb[1], nb[2], 4 * n_t)?;
+    let last = ctx.cont(last)?;
+    let next = ctx.reshape_2d(last, (d_conv - 1) * channels, n_s)?;
+    Ok((conv_x, next))
 }

@@ -21,8 +21,8 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, LayerCache};
 use crate::kv_cache::{KvCache, Placement};
 use crate::loader::ImportedWeights;
-use crate::recurrent_cache::{Checkpoints, SavedState};
 use crate::model::Model;
+use crate::recurrent_cache::{Checkpoints, SavedState};
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
 /// How to set up a [`Session`].
@@ -532,7 +532,12 @@ impl Session {
     /// went further (it cannot be rewound); returns how many positions it holds then: `len`,
     /// a checkpoint's position, or 0 (the sequence starts over). For a model without
     /// recurrent layers: [`Session::reusable_prefix`].
-    pub fn resume_at(&mut self, seq: SeqId, len: usize, checkpoints: &Checkpoints) -> Result<usize> {
+    pub fn resume_at(
+        &mut self,
+        seq: SeqId,
+        len: usize,
+        checkpoints: &Checkpoints,
+    ) -> Result<usize> {
         let mut keep = self.reusable_prefix(seq, len);
         if keep < len && self.kv.recurrent.is_some() {
             if let Some(c) = checkpoints.best(len) {

@@ -262,14 +262,24 @@ fn hybrid_slots_resume_from_checkpoints() {
     let mut p2 = p1.clone();
     p2.extend([13, 29902, 29901]);
     assert_ne!(p2[p1.len()], c1.tokens[0]);
-    p2.extend(model.encode_prompt(PROMPTS[1]).expect("encode").into_iter().skip(1));
+    p2.extend(
+        model
+            .encode_prompt(PROMPTS[1])
+            .expect("encode")
+            .into_iter()
+            .skip(1),
+    );
     let mut r2 = Request::new(p2.clone(), greedy(8));
     r2.cache_prompt = true;
     let before = engine.handle().metrics();
     let (c2, _) = run_all(&engine, std::slice::from_ref(&r2)).remove(0);
     let m = engine.handle().metrics();
     assert_eq!((m.checkpoint_lookups, m.checkpoint_hits), (1, 1), "{m:?}");
-    assert_eq!(m.cached_tokens - before.cached_tokens, p1.len() as u64, "{m:?}");
+    assert_eq!(
+        m.cached_tokens - before.cached_tokens,
+        p1.len() as u64,
+        "{m:?}"
+    );
     assert_eq!(
         m.prompt_tokens - before.prompt_tokens,
         (p2.len() - p1.len()) as u64,

@@ -29,14 +29,20 @@ fn matches_llama_cpp(name: &str, arch: &str) -> Arc<Model> {
     let (m, refs) = load(name);
     assert_eq!(m.arch_name(), arch);
     for r in &refs {
-        let ours = m.tokenizer().encode(&r.prompt, true, true).expect("tokenize");
+        let ours = m
+            .tokenizer()
+            .encode(&r.prompt, true, true)
+            .expect("tokenize");
         assert_eq!(ours, r.tokens, "tokens of {:?}", r.prompt);
     }
     for nth in [1, 2] {
         let rep = common::compare(&m, &refs, 0.01, nth, 16);
         eprintln!("{name}, {nth} threads: {rep:?}");
         assert!(rep.max_abs_diff <= 4.8e-6, "{rep:?}");
-        assert!(rep.argmax_checked > 100 && rep.argmax_equal == rep.argmax_checked, "{rep:?}");
+        assert!(
+            rep.argmax_checked > 100 && rep.argmax_equal == rep.argmax_checked,
+            "{rep:?}"
+        );
         assert_eq!(rep.greedy_prefix_ok, refs.len(), "{rep:?}");
         assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
     }
@@ -125,6 +131,8 @@ fn sequences_keep_their_own_state(m: &Arc<Model>, refs: &[common::RefPrompt]) {
         next.push(common::argmax(one.logits()));
     }
     let mut pos = [a.len() as i32, b.len() as i32];
+    // Step by step, the two sequences side by side (indices into both).
+    #[allow(clippy::needless_range_loop)]
     for step in 0..4 {
         let mut batch = Batch::new();
         for seq in 0..2 {
@@ -162,12 +170,19 @@ fn state_round_trip(m: &Arc<Model>, refs: &[common::RefPrompt]) {
         tok = common::argmax(s.logits());
     }
     s.remove(0, prompt.len() as i32);
-    assert!(s.eval(&[5], false).is_err(), "the state went on: no rewinding it");
+    assert!(
+        s.eval(&[5], false).is_err(),
+        "the state went on: no rewinding it"
+    );
     s.restore_state(0, &saved).expect("restore");
     assert_eq!(s.reusable_prefix(0, prompt.len()), prompt.len());
     for (i, (&tok, want)) in fed.iter().zip(&first).enumerate() {
         s.eval(&[tok], false).expect("step again");
-        assert_eq!(common::max_diff(s.logits(), want), 0.0, "step {i} after the restore");
+        assert_eq!(
+            common::max_diff(s.logits(), want),
+            0.0,
+            "step {i} after the restore"
+        );
     }
 }
 
@@ -186,23 +201,39 @@ fn second_turn_resumes_from_a_checkpoint(m: &Arc<Model>, refs: &[common::RefProm
     let mut s = Session::new(m.clone(), params).expect("session");
     let mut cache = PromptCache::new();
     let p1 = refs[0].tokens.clone();
-    let first = cache.generate(&mut s, &p1, &common::greedy(6), go).expect("turn 1");
+    let first = cache
+        .generate(&mut s, &p1, &common::greedy(6), go)
+        .expect("turn 1");
     assert_eq!(first.cached_tokens, 0);
     // The next prompt: the first, other tokens than the reply, then a new question.
     let mut p2 = p1.clone();
     p2.extend([13, 29902, 29901]);
     p2.extend_from_slice(&refs[1].tokens[1..]);
     assert_ne!(p2[p1.len()], first.tokens[0]);
-    let second = cache.generate(&mut s, &p2, &common::greedy(8), go).expect("turn 2");
-    assert_eq!(second.cached_tokens, p1.len(), "resumed at the end of the first prompt");
+    let second = cache
+        .generate(&mut s, &p2, &common::greedy(8), go)
+        .expect("turn 2");
+    assert_eq!(
+        second.cached_tokens,
+        p1.len(),
+        "resumed at the end of the first prompt"
+    );
     assert_eq!(second.timings.prompt_tokens, p2.len() - p1.len());
     assert_eq!(cache.checkpoint_hits(), 1);
     let mut fresh = Session::new(m.clone(), params).expect("session");
-    let want = fresh.generate_tokens(&p2, &common::greedy(8), go).expect("fresh");
+    let want = fresh
+        .generate_tokens(&p2, &common::greedy(8), go)
+        .expect("fresh");
     assert_eq!(second.tokens, want.tokens);
     // The same prompt again: the record holds it, nothing to go back to.
-    let third = cache.generate(&mut s, &p2, &common::greedy(2), go).expect("turn 3");
-    assert_eq!(third.cached_tokens, p1.len(), "the last checkpoint within p2[..len - 1]");
+    let third = cache
+        .generate(&mut s, &p2, &common::greedy(2), go)
+        .expect("turn 3");
+    assert_eq!(
+        third.cached_tokens,
+        p1.len(),
+        "the last checkpoint within p2[..len - 1]"
+    );
 }
 
 #[test]
@@ -226,7 +257,9 @@ fn granite_hybrid_matches_llama_cpp() {
     // Per sequence and Mamba-2 layer: 3 × 192 conv values and 16 × 128 SSM values.
     let l = m.hparams.recurrent[0].expect("a Mamba-2 layer");
     assert_eq!((l.conv, l.ssm), (3 * 192, 16 * 128));
-    let g = m.arch_weights::<GraniteHybridModel>().expect("granitehybrid");
+    let g = m
+        .arch_weights::<GraniteHybridModel>()
+        .expect("granitehybrid");
     assert!(!g.rope);
     let refs = common::read_jsonl(&tiny("granite-hybrid").with_extension("public.jsonl"));
     let _one = common::serial();
@@ -279,10 +312,17 @@ fn debug_positions() {
             .enumerate()
             .map(|(i, top)| {
                 let row = &all[i * nv..(i + 1) * nv];
-                let w = top.iter().map(|&(id, l)| (row[id as usize] - l).abs()).fold(0.0, f32::max);
+                let w = top
+                    .iter()
+                    .map(|&(id, l)| (row[id as usize] - l).abs())
+                    .fold(0.0, f32::max);
                 format!("{i}:{w:.1e}")
             })
             .collect();
-        eprintln!("{:?}\n  {}", &r.prompt[..10.min(r.prompt.len())], d.join(" "));
+        eprintln!(
+            "{:?}\n  {}",
+            &r.prompt[..10.min(r.prompt.len())],
+            d.join(" ")
+        );
     }
 }

@@ -184,7 +184,7 @@ pub(crate) async fn metrics(State(st): St) -> Response {
         } else {
             0.0
         };
-        let rows: [(&str, &str, &str, f64); 13] = [
+        let rows: [(&str, &str, &str, f64); 15] = [
             (
                 "prompt_tokens_total",
                 "counter",

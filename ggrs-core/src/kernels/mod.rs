@@ -379,10 +379,7 @@ fn plan_op(
         },
         Op::GatedDeltaNet => TaskPlan {
             // One piece per (head, sequence) at most; scratch for the deltas.
-            n_chunks: src[2]
-                .map_or(1, |v| v.ne[1] * v.ne[3])
-                .min(nth * 4)
-                .max(1),
+            n_chunks: src[2].map_or(1, |v| v.ne[1] * v.ne[3]).min(nth * 4).max(1),
             scratch_f32: src[2].map_or(0, |v| v.ne[0]) + 16,
             ..TaskPlan::default()
         },

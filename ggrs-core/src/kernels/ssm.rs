@@ -110,7 +110,9 @@ fn mad(y: &mut [f32], x: &[f32], v: f32) {
 #[inline]
 unsafe fn row<'a>(t: &RawTensor, i1: usize, i2: usize, i3: usize) -> &'a [f32] {
     // SAFETY: forwarded from the caller; rows are dense f32 (checked by the builders).
-    unsafe { std::slice::from_raw_parts(t.data.add(t.offset(0, i1, i2, i3)) as *const f32, t.ne[0]) }
+    unsafe {
+        std::slice::from_raw_parts(t.data.add(t.offset(0, i1, i2, i3)) as *const f32, t.ne[0])
+    }
 }
 
 /// One f32 element of `t`.
@@ -139,21 +141,26 @@ pub(crate) unsafe fn ssm_scan(task: &Task, chunk: usize, n_chunks: usize) {
     let out = d.data as *mut f32;
     for h in split_range(n_head, n_chunks, chunk) {
         let g = h / per_group;
-        // SAFETY (every `row`/`at` below): indices within the shapes the builder checked.
+        // SAFETY: indices within the shapes the builder checked; inputs are not written.
         let a_h = unsafe { at(a, 0, h, 0, 0) };
         for s in 0..n_s {
             let state0 = y_len + (s * n_head + h) * head_dim * d_state;
             // SAFETY: this head's states of sequence s lie in dst (the builder sized it) and
             // belong to this chunk only; the input states are another tensor.
-            let state = unsafe { std::slice::from_raw_parts_mut(out.add(state0), head_dim * d_state) };
+            let state =
+                unsafe { std::slice::from_raw_parts_mut(out.add(state0), head_dim * d_state) };
             for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                // SAFETY: indices within the shapes the builder checked; inputs are not written.
                 st.copy_from_slice(unsafe { row(s_in, i1, h, s) });
             }
             for t in 0..n_t {
+                // SAFETY: indices within the shapes the builder checked; inputs are not written.
                 let dt_sp = softplus(unsafe { at(dt, h, t, s, 0) });
                 let da = (dt_sp * a_h).exp();
+                // SAFETY: indices within the shapes the builder checked; inputs are not written.
                 let (bg, cg) = unsafe { (row(b, g, t, s), row(c, g, t, s)) };
                 for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                    // SAFETY: indices within the shapes the builder checked; inputs are not written.
                     let x_dt = unsafe { at(x, i1, h, t, s) } * dt_sp;
                     let sum = scan_row(st, bg, cg, da, x_dt);
                     let yi = ((s * n_t + t) * n_head + h) * head_dim + i1;
@@ -203,7 +210,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// holds `S + 16` values of scratch.
 pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
     let d = &task.dst;
-    let src = |i: usize| task.src[i].as_ref().expect("gated_delta_net has six sources");
+    let src = |i: usize| {
+        task.src[i]
+            .as_ref()
+            .expect("gated_delta_net has six sources")
+    };
     let (q, k, v, g, beta, s_in) = (src(0), src(1), src(2), src(3), src(4), src(5));
     let [sv, h_v, n_t, n_s] = v.ne;
     let (h_q, h_k) = (q.ne[1], k.ne[1]);
@@ -221,14 +232,22 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize,
         let m = unsafe {
             std::slice::from_raw_parts_mut(out.add(o_len + (iv3 * h_v + iv1) * sv * sv), sv * sv)
         };
-        // SAFETY (every `row`/`at` below): indices within the shapes the builder checked.
         for j in 0..sv {
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
             m[j * sv..(j + 1) * sv].copy_from_slice(unsafe { row(s_in, j, iv1, iv3) });
         }
         for t in 0..n_t {
-            let (qd, kd, vd) =
-                unsafe { (row(q, iq1, t, iq3), row(k, ik1, t, ik3), row(v, iv1, t, iv3)) };
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
+            let (qd, kd, vd) = unsafe {
+                (
+                    row(q, iq1, t, iq3),
+                    row(k, ik1, t, ik3),
+                    row(v, iv1, t, iv3),
+                )
+            };
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
             let b = unsafe { at(beta, 0, iv1, t, iv3) };
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
             let decay = unsafe { at(g, 0, iv1, t, iv3) }.exp();
             for x in m.iter_mut() {
                 *x *= decay;

@@ -109,7 +109,7 @@ impl Context {
             && nbb == [d_state, n_group, n_t, n_s]
             && ncc == nbb
             && n_group > 0
-            && n_head % n_group == 0;
+            && n_head.is_multiple_of(n_group);
         if !shapes_ok {
             return Err(shape_err(
                 OP,
@@ -123,7 +123,8 @@ impl Context {
                 ),
             ));
         }
-        let dense = |ne: [usize; 4], nb: [usize; 4]| nb[0] == 4 && (ne[1] <= 1 || nb[1] == 4 * ne[0]);
+        let dense =
+            |ne: [usize; 4], nb: [usize; 4]| nb[0] == 4 && (ne[1] <= 1 || nb[1] == 4 * ne[0]);
         if !(s_cont && dt_cont && a_cont && dense(nx, xb) && dense(nbb, bb) && dense(ncc, cb)) {
             return Err(Error::InvalidArgument {
                 op: OP,
@@ -181,7 +182,14 @@ impl Context {
     ) -> Result<Tensor> {
         const OP: &str = "GATED_DELTA_NET";
         let mut metas = Vec::with_capacity(6);
-        for (what, t) in [("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("state", state)] {
+        for (what, t) in [
+            ("q", q),
+            ("k", k),
+            ("v", v),
+            ("g", g),
+            ("beta", beta),
+            ("state", state),
+        ] {
             let m = self.expect_type(OP, what, t, &[DType::F32])?;
             metas.push((m.ne, m.nb));
         }
@@ -193,7 +201,7 @@ impl Context {
         let shapes_ok = nq == [s_v, h_k, n_t, n_s]
             && nk == nq
             && h_k > 0
-            && h_v % h_k == 0
+            && h_v.is_multiple_of(h_k)
             && ng == [1, h_v, n_t, n_s]
             && nbt == ng
             && ns == [s_v, s_v, h_v, n_s];
@@ -210,9 +218,8 @@ impl Context {
                 ),
             ));
         }
-        let contiguous = |ne: [usize; 4], nb: [usize; 4]| {
-            crate::tensor::is_contiguous(DType::F32, &ne, &nb)
-        };
+        let contiguous =
+            |ne: [usize; 4], nb: [usize; 4]| crate::tensor::is_contiguous(DType::F32, &ne, &nb);
         let rows_ok = qb[0] == 4 && kb[0] == 4 && vb[0] == 4;
         let state_ok = sb[0] == 4 && sb[1] == 4 * s_v && sb[2] == 4 * s_v * s_v;
         if !(rows_ok && state_ok && contiguous(ng, gb) && contiguous(nbt, bb)) {

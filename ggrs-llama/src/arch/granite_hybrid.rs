@@ -22,10 +22,12 @@ use super::decoder::{attention_scaled, blk, AttnWeights, FeedForward, QkvBias, R
 use super::granite::multiplier;
 use crate::architecture::{ArchModel, Architecture, StepTensors};
 use crate::error::{LlamaError, Result};
-use crate::hparams::{get_usize, HParams, RecurrentLayer};
+use crate::hparams::{HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::recurrent_cache::{read_state, write_state, RecurrentCache};
+use crate::recurrent_cache::{
+    conv_input, layer_state, read_state, ssm_key, write_state, RecurrentCache,
+};
 use crate::step::{StepInputs, StepShape};
 
 /// The `granitehybrid` architecture.
@@ -50,10 +52,7 @@ pub struct Mamba2Dims {
 impl Mamba2Dims {
     /// Reads the `ssm.*` keys of `f` (all required) and checks they fit together.
     pub fn read(f: &GgufFile, hp: &HParams) -> Result<Mamba2Dims> {
-        let get = |name: &str| -> Result<usize> {
-            let key = format!("{}.ssm.{name}", hp.arch);
-            get_usize(f, &key)?.ok_or(LlamaError::MissingKey(key))
-        };
+        let get = |name: &str| ssm_key(f, hp, name);
         let d = Mamba2Dims {
             d_conv: get("conv_kernel")?,
             d_inner: get("inner_size")?,
@@ -65,9 +64,9 @@ impl Mamba2Dims {
             && d.d_state > 0
             && d.n_head > 0
             && d.n_group > 0
-            && d.d_inner % d.n_head == 0
-            && d.d_inner % d.n_group == 0
-            && d.n_head % d.n_group == 0;
+            && d.d_inner.is_multiple_of(d.n_head)
+            && d.d_inner.is_multiple_of(d.n_group)
+            && d.n_head.is_multiple_of(d.n_group);
         if !ok {
             return Err(LlamaError::BadKey {
                 key: format!("{}.ssm.*", hp.arch),
@@ -282,9 +281,7 @@ impl GraniteHybridModel {
         m: &Mamba2Weights,
         h: Tensor,
     ) -> Result<Tensor> {
-        let (r, keeps) = rs.layer(il).ok_or_else(|| {
-            LlamaError::InvalidArgument(format!("layer {il} keeps no recurrent state"))
-        })?;
+        let (r, keeps) = layer_state(Some(rs), il)?;
         let Mamba2Dims {
             d_conv,
             d_inner,
@@ -300,17 +297,11 @@ impl GraniteHybridModel {
         let z = ctx.view_2d(zxbcdt, d_inner, n, row, 0)?;
         let z = ctx.cont(z)?;
         let xbc = ctx.view_3d(zxbcdt, conv_dim, n_t, n_s, row, row * n_t, 4 * d_inner)?;
-        let xbc_t = ctx.transpose(xbc)?; // [n_t, conv_dim, n_s]
         let dt = ctx.view_2d(zxbcdt, n_head, n, row, 4 * (d_inner + conv_dim))?;
 
         // The convolution over the carried inputs and this step's.
         let state = read_state(ctx, rs, inp, r)?; // [width, n_s]
-        let carried = ctx.view_3d(state, d_conv - 1, conv_dim, n_s, 4 * (d_conv - 1), 4 * width, 0)?;
-        let conv_x = ctx.concat(carried, xbc_t, 0)?; // [d_conv − 1 + n_t, conv_dim, n_s]
-        let nb = ctx.meta(conv_x)?.nb;
-        let last = ctx.view_3d(conv_x, d_conv - 1, conv_dim, n_s, nb[1], nb[2], 4 * n_t)?;
-        let last = ctx.cont(last)?;
-        let new_conv = ctx.reshape_2d(last, keeps.conv, n_s)?;
+        let (conv_x, new_conv) = conv_input(ctx, rs, state, xbc, d_conv)?;
         let xbc = ctx.ssm_conv(conv_x, w[m.conv1d])?; // [conv_dim, n_t, n_s]
         let xbc = ctx.add(xbc, w[m.conv1d_b])?;
         let xbc = ctx.silu(xbc)?;
@@ -373,9 +364,7 @@ impl ArchModel for GraniteHybridModel {
             true => Some(inp.add_recurrent(ctx, shape, kv)?),
             false => None,
         };
-        let rope = self
-            .rope
-            .then(|| Rotary::new(hp, RopeMode::Normal, None));
+        let rope = self.rope.then(|| Rotary::new(hp, RopeMode::Normal, None));
         let kq_scale = s.kq.unwrap_or(1.0 / (hp.head_dim as f32).sqrt());
         let x = ctx.get_rows(w[self.tok_embd], inp.tokens)?; // [n_embd, n]
         let mut x = scale_opt(ctx, x, s.embd)?;
@@ -389,9 +378,9 @@ impl ArchModel for GraniteHybridModel {
                     let h = ctx.rms_norm_mul(x, w[l.norm], hp.rms_eps)?;
                     self.mamba2(ctx, hp, w, rs, &mut inp, shape, il, m, h)?
                 }
-                GraniteMixer::Attention(a) => attention_scaled(
-                    ctx, hp, w, kv, &inp, shape, il, a, rope, x, kq_scale,
-                )?,
+                GraniteMixer::Attention(a) => {
+                    attention_scaled(ctx, hp, w, kv, &inp, shape, il, a, rope, x, kq_scale)?
+                }
             };
             if il + 1 == self.layers.len() {
                 if let Some(ids) = inp.out_ids {

@@ -29,7 +29,7 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{get_usize, HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::recurrent_cache::{read_state, write_state, RecurrentCache};
+use crate::recurrent_cache::{conv_input, layer_state, read_state, write_state, RecurrentCache};
 use crate::step::{StepInputs, StepShape};
 
 /// The `lfm2` architecture.
@@ -169,11 +169,9 @@ impl Lfm2Model {
         sc: &ShortConv,
         h: Tensor,
     ) -> Result<Tensor> {
-        let (r, _) = rs.layer(il).ok_or_else(|| {
-            LlamaError::InvalidArgument(format!("layer {il} keeps no recurrent state"))
-        })?;
+        let (r, _) = layer_state(Some(rs), il)?;
         let (e, n, n_s) = (hp.n_embd, shape.n_tokens, shape.n_seqs);
-        let (n_t, d_conv) = (n / n_s, self.l_cache - 1);
+        let n_t = n / n_s;
         let bcu = ctx.mul_mat(w[sc.in_proj], h)?; // [3e, n]
         let row = ctx.meta(bcu)?.nb[1];
         let b = ctx.view_2d(bcu, e, n, row, 0)?;
@@ -181,15 +179,8 @@ impl Lfm2Model {
         let u = ctx.view_2d(bcu, e, n, row, 8 * e)?;
         let bu = ctx.mul(b, u)?; // [e, n]
         let bu = ctx.reshape_3d(bu, e, n_t, n_s)?;
-        let bu_t = ctx.transpose(bu)?; // [n_t, e, n_s]
         let state = read_state(ctx, rs, inp, r)?; // [width, n_s]
-        let width = rs.width;
-        let carried = ctx.view_3d(state, d_conv, e, n_s, 4 * d_conv, 4 * width, 0)?;
-        let sx = ctx.concat(carried, bu_t, 0)?; // [d_conv + n_t, e, n_s]
-        let nb = ctx.meta(sx)?.nb;
-        let last = ctx.view_3d(sx, d_conv, e, n_s, nb[1], nb[2], 4 * n_t)?;
-        let last = ctx.cont(last)?;
-        let new_state = ctx.reshape_2d(last, d_conv * e, n_s)?;
+        let (sx, new_state) = conv_input(ctx, rs, state, bu, self.l_cache)?;
         write_state(ctx, rs, inp, r, new_state)?;
         let conv = ctx.ssm_conv(sx, w[sc.conv])?; // [e, n_t, n_s]
         let conv = ctx.reshape_2d(conv, e, n)?;
@@ -224,9 +215,7 @@ impl ArchModel for Lfm2Model {
                     let h = ctx.rms_norm_mul(x, w[sc.norm], hp.rms_eps)?;
                     self.short_conv(ctx, hp, w, rs, &mut inp, shape, il, sc, h)?
                 }
-                Lfm2Mixer::Attention(a) => {
-                    attention(ctx, hp, w, kv, &inp, shape, il, a, rope, x)?
-                }
+                Lfm2Mixer::Attention(a) => attention(ctx, hp, w, kv, &inp, shape, il, a, rope, x)?,
             };
             if il + 1 == self.layers.len() {
                 if let Some(ids) = inp.out_ids {

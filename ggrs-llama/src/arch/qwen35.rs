@@ -32,7 +32,9 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{get_usize, HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::recurrent_cache::{read_state, write_state, RecurrentCache};
+use crate::recurrent_cache::{
+    conv_input, layer_state, read_state, ssm_key, write_state, RecurrentCache,
+};
 use crate::step::{cached_attention_scaled, AttnDims, StepInputs, StepShape};
 
 /// The `qwen35` architecture.
@@ -55,10 +57,7 @@ pub struct DeltaNetDims {
 impl DeltaNetDims {
     /// Reads the `ssm.*` keys of `f` and checks them.
     pub fn read(f: &GgufFile, hp: &HParams) -> Result<DeltaNetDims> {
-        let get = |name: &str| -> Result<usize> {
-            let key = format!("{}.ssm.{name}", hp.arch);
-            get_usize(f, &key)?.ok_or(LlamaError::MissingKey(key))
-        };
+        let get = |name: &str| ssm_key(f, hp, name);
         let d = DeltaNetDims {
             d_conv: get("conv_kernel")?,
             head_dim: get("state_size")?,
@@ -69,7 +68,7 @@ impl DeltaNetDims {
         let ok = d.d_conv >= 2
             && d.head_dim > 0
             && d.n_k_heads > 0
-            && d.n_v_heads % d.n_k_heads == 0
+            && d.n_v_heads.is_multiple_of(d.n_k_heads)
             && inner == d.head_dim * d.n_v_heads;
         if !ok {
             return Err(LlamaError::BadKey {
@@ -140,7 +139,10 @@ pub fn recurrent_layers(f: &GgufFile, hp: &HParams) -> Result<Vec<bool>> {
 fn check_sections(f: &GgufFile, hp: &HParams) -> Result<()> {
     let key = format!("{}.rope.dimension_sections", hp.arch);
     let sections: Vec<usize> = match f.get(&key).and_then(|v| v.as_array()) {
-        Some(a) => a.iter().filter_map(|x| x.as_u64().map(|v| v as usize)).collect(),
+        Some(a) => a
+            .iter()
+            .filter_map(|x| x.as_u64().map(|v| v as usize))
+            .collect(),
         None => return Err(LlamaError::MissingKey(key)),
     };
     let s = |i: usize| sections.get(i).copied().unwrap_or(0);
@@ -328,9 +330,7 @@ impl<F: FeedForward> Qwen35Model<F> {
         m: &DeltaNetWeights,
         h: Tensor,
     ) -> Result<Tensor> {
-        let (r, keeps) = rs.layer(il).ok_or_else(|| {
-            LlamaError::InvalidArgument(format!("layer {il} keeps no recurrent state"))
-        })?;
+        let (r, keeps) = layer_state(Some(rs), il)?;
         let DeltaNetDims {
             d_conv,
             head_dim: d,
@@ -353,14 +353,8 @@ impl<F: FeedForward> Qwen35Model<F> {
 
         // The convolution over the carried inputs and this step's.
         let state = read_state(ctx, rs, inp, r)?; // [width, n_s]
-        let carried = ctx.view_3d(state, d_conv - 1, conv_dim, n_s, 4 * (d_conv - 1), 4 * width, 0)?;
         let qkv = ctx.reshape_3d(qkv, conv_dim, n_t, n_s)?;
-        let qkv_t = ctx.transpose(qkv)?; // [n_t, conv_dim, n_s]
-        let conv_x = ctx.concat(carried, qkv_t, 0)?; // [d_conv − 1 + n_t, conv_dim, n_s]
-        let nb = ctx.meta(conv_x)?.nb;
-        let last = ctx.view_3d(conv_x, d_conv - 1, conv_dim, n_s, nb[1], nb[2], 4 * n_t)?;
-        let last = ctx.cont(last)?;
-        let new_conv = ctx.reshape_2d(last, keeps.conv, n_s)?;
+        let (conv_x, new_conv) = conv_input(ctx, rs, state, qkv, d_conv)?;
         let conv = ctx.ssm_conv(conv_x, w[m.conv1d])?; // [conv_dim, n_t, n_s]
         let conv = ctx.silu(conv)?;
 
