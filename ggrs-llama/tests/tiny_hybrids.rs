@@ -236,6 +236,33 @@ fn second_turn_resumes_from_a_checkpoint(m: &Arc<Model>, refs: &[common::RefProm
     );
 }
 
+/// Perplexity (llama.cpp's protocol: each chunk from an empty cache, the second half
+/// scored) runs over a recurrent model, chunks evaluated in one step or in steps of 8 tokens
+/// scoring alike.
+fn perplexity_runs(m: &Arc<Model>, refs: &[common::RefPrompt]) {
+    let tokens: Vec<u32> = refs.iter().flat_map(|r| r.tokens.iter().copied()).collect();
+    let ppl = |n_batch| {
+        let params = SessionParams {
+            n_ctx: 32,
+            n_batch,
+            n_threads: 2,
+            logits_all: true,
+            ..Default::default()
+        };
+        let mut s = Session::new(m.clone(), params).expect("session");
+        ggrs_llama::perplexity::perplexity(&mut s, &tokens, 32, |_| {}).expect("perplexity")
+    };
+    let (whole, pieces) = (ppl(32), ppl(8));
+    assert!(
+        whole.chunks >= 4 && whole.ppl.is_finite() && whole.ppl > 1.0,
+        "{whole:?}"
+    );
+    assert!(
+        (whole.ppl - pieces.ppl).abs() < 1e-3 * whole.ppl,
+        "{whole:?} {pieces:?}"
+    );
+}
+
 #[test]
 fn lfm2_matches_llama_cpp() {
     let m = matches_llama_cpp("lfm2", "lfm2");
@@ -243,6 +270,7 @@ fn lfm2_matches_llama_cpp() {
     assert_eq!(rec, [true, true, false, true]);
     let refs = common::read_jsonl(&tiny("lfm2").with_extension("public.jsonl"));
     let _one = common::serial();
+    perplexity_runs(&m, &refs);
     pieces_agree(&m, &refs);
     sequences_keep_their_own_state(&m, &refs);
     state_round_trip(&m, &refs);
@@ -294,35 +322,4 @@ fn qwen35moe_matches_llama_cpp() {
     let refs = common::read_jsonl(&tiny("qwen35moe").with_extension("public.jsonl"));
     let _one = common::serial();
     pieces_agree(&m, &refs);
-}
-
-#[test]
-#[ignore]
-fn debug_positions() {
-    let (m, refs) = load(&std::env::var("HYB").unwrap());
-    let mut s = Session::new(m.clone(), common::reference_session(2)).unwrap();
-    let nv = m.hparams.n_vocab;
-    for r in &refs {
-        s.clear();
-        s.eval(&r.tokens, true).unwrap();
-        let all = s.all_logits();
-        let d: Vec<String> = r
-            .prompt_topk
-            .iter()
-            .enumerate()
-            .map(|(i, top)| {
-                let row = &all[i * nv..(i + 1) * nv];
-                let w = top
-                    .iter()
-                    .map(|&(id, l)| (row[id as usize] - l).abs())
-                    .fold(0.0, f32::max);
-                format!("{i}:{w:.1e}")
-            })
-            .collect();
-        eprintln!(
-            "{:?}\n  {}",
-            &r.prompt[..10.min(r.prompt.len())],
-            d.join(" ")
-        );
-    }
 }
