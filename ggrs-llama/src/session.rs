@@ -48,7 +48,8 @@ pub struct SessionParams {
     /// ids `0..n` each own `n_ctx / n` cells and attend over them only, as a lone session
     /// with that context would (llama.cpp's per-sequence streams): a sequence's logits then
     /// do not depend on what else a step holds ([`Session::decode`]). `n_ctx` must be a
-    /// multiple of `n`.
+    /// multiple of `n`. A model with recurrent layers ([`crate::recurrent_cache`]) keeps a
+    /// state for each sequence id `0..n` (only sequence 0 with `n` = 1).
     pub n_streams: usize,
     /// Keep every cell for the sliding-window layers too (llama.cpp's `--swa-full`). False
     /// (the default): the layers that attend through a sliding window (Gemma 2/3/4,
@@ -831,10 +832,15 @@ impl Session {
                 }
             }
         }
-        self.exec.compute(&mut self.ctx, graph)?;
+        let computed = self.exec.compute(&mut self.ctx, graph);
         if let (Some(rs), Some(runs)) = (&mut self.kv.recurrent, &runs) {
-            rs.commit(runs);
+            match computed {
+                Ok(()) => rs.commit(runs),
+                // The states may be half written: those sequences start over.
+                Err(_) => runs.iter().for_each(|r| rs.remove(r.seq, 0)),
+            }
         }
+        computed?;
         if let Some(p) = &mut self.op_profile {
             p.steps += 1;
             for t in self.exec.profile() {
