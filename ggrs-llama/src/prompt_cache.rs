@@ -60,7 +60,9 @@ impl PromptCache {
     }
 
     /// How many tokens of `prompt` can be kept: the shared prefix, less one so that at least
-    /// one token is evaluated (logits come from an evaluation).
+    /// one token is evaluated (logits come from an evaluation); for a model with recurrent
+    /// layers whose state stands past that prefix, the longest checkpoint within it (0
+    /// without one).
     pub fn reusable(&self, session: &Session, prompt: &[u32]) -> usize {
         if !session.model().arch().reuses_cached_prefix() {
             return 0;
