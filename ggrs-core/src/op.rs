@@ -172,6 +172,21 @@ pub enum Op {
         /// Pairing of rotated dimensions.
         mode: RopeMode,
     },
+    /// The causal depthwise convolution of recurrent layers: `src0` the state and inputs
+    /// `[d_conv − 1 + n_t, d_inner, n_s]`, `src1` the kernels `[d_conv, d_inner]` (see
+    /// `Context::ssm_conv`).
+    SsmConv,
+    /// Mamba-2's selective scan: `src0` states, `src1` x, `src2` dt, `src3` A, `src4` B,
+    /// `src5` C; the outputs followed by the new states (see `Context::ssm_scan`).
+    SsmScan,
+    /// The gated delta rule of Qwen3.5 / Qwen3-Next: `src0` q, `src1` k, `src2` v, `src3`
+    /// the log decays g, `src4` β, `src5` the states; the outputs followed by the new
+    /// states (see `Context::gated_delta_net`).
+    GatedDeltaNet,
+    /// `1 / (1 + e^−x)` element-wise (the C library's `expf`).
+    Sigmoid,
+    /// `ln(1 + eˣ)` element-wise, `x` itself above 20 (ggml's softplus).
+    Softplus,
     /// A view into `src0` at a byte offset (no data moved).
     View,
     /// `src0` with another shape (no data moved).
@@ -227,6 +242,11 @@ impl Op {
             Op::Rope { .. } => "ROPE",
             Op::RopeYarn { .. } => "ROPE_YARN",
             Op::RopeFreqs { .. } => "ROPE_FREQS",
+            Op::SsmConv => "SSM_CONV",
+            Op::SsmScan => "SSM_SCAN",
+            Op::GatedDeltaNet => "GATED_DELTA_NET",
+            Op::Sigmoid => "SIGMOID",
+            Op::Softplus => "SOFTPLUS",
             Op::View => "VIEW",
             Op::Reshape => "RESHAPE",
             Op::Permute { .. } => "PERMUTE",

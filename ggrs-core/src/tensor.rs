@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::op::Op;
 
 /// Most sources an op reads (flash attention: q, k, v, mask, sinks).
-pub const MAX_SRC: usize = 5;
+pub const MAX_SRC: usize = 6;
 /// Most dimensions a tensor has.
 pub const MAX_DIMS: usize = 4;
 

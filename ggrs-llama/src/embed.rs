@@ -420,6 +420,7 @@ impl Embedder {
             })?,
             per_column: false,
             window: None,
+            n_seqs: 1,
         })
     }
 

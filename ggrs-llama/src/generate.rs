@@ -427,6 +427,7 @@ impl Session {
         };
         let t0 = Instant::now();
         self.eval(prompt, false)?;
+        self.note_prompt_state()?;
         timings.prompt_secs = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();

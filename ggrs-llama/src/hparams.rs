@@ -49,6 +49,29 @@ pub struct HParams {
     /// is a per-layer array). An architecture with other widths or shared caches (Gemma 4)
     /// sets it in its [`crate::architecture::Architecture::hparams`].
     pub kv_layers: Vec<LayerCache>,
+    /// Per layer, what it keeps in the recurrent-state cache when it is a recurrent layer
+    /// (LFM2's short convolutions, Mamba-2, the gated delta-net); `None` for the others (all,
+    /// by default). An architecture with such layers sets it in its
+    /// [`crate::architecture::Architecture::hparams`] (see [`crate::recurrent_cache`]), and
+    /// gives them no keys and values (`LayerCache::Own` of width 0).
+    pub recurrent: Vec<Option<RecurrentLayer>>,
+}
+
+/// What one recurrent layer keeps per sequence ([`HParams::recurrent`]), in f32 values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecurrentLayer {
+    /// The convolution's carried inputs: `(d_conv − 1) · channels`, stored `[d_conv − 1,
+    /// channels]` (time innermost, as `ssm_conv` reads it).
+    pub conv: usize,
+    /// The SSM / delta-rule state (0 for a layer with none, such as LFM2's).
+    pub ssm: usize,
+}
+
+impl RecurrentLayer {
+    /// Values of one row: conv then ssm.
+    pub fn width(&self) -> usize {
+        self.conv + self.ssm
+    }
 }
 
 /// What one layer keeps in the KV cache ([`HParams::kv_layers`]).
@@ -227,6 +250,18 @@ impl HParams {
     /// As [`HParams::from_gguf`], with the norm epsilon read from `<arch>.{eps_key}` (a
     /// LayerNorm model: `attention.layer_norm_epsilon`).
     pub fn from_gguf_eps(f: &GgufFile, eps_key: &str) -> Result<HParams> {
+        HParams::read(f, eps_key, false)
+    }
+
+    /// As [`HParams::from_gguf`] for a hybrid model whose `attention.head_count_kv` array has
+    /// 0 for its recurrent layers (LFM2, Granite 4.0-H): those layers get no keys and values
+    /// (`LayerCache::Own` of width 0). The architecture then says what they keep in
+    /// [`HParams::recurrent`].
+    pub fn from_gguf_hybrid(f: &GgufFile) -> Result<HParams> {
+        HParams::read(f, "attention.layer_norm_rms_epsilon", true)
+    }
+
+    fn read(f: &GgufFile, eps_key: &str, kv_free_layers: bool) -> Result<HParams> {
         let arch_name = HParams::arch_name(f)?.to_string();
         let k = |s: &str| format!("{arch_name}.{s}");
         let n_embd = require(
@@ -267,8 +302,13 @@ impl HParams {
             .as_ref()
             .map_or(n_head, |l| l.iter().copied().max().unwrap_or(n_head));
         let per_layer_kv = kv_heads.unwrap_or_else(|| vec![n_head_kv; n_layer]);
-        let bad_heads = |h: usize| h == 0 || n_head % h != 0;
-        if n_head == 0 || per_layer_kv.iter().any(|&h| bad_heads(h)) || n_embd % n_head != 0 {
+        // A hybrid model's recurrent layers have no KV heads (0 in the per-layer array).
+        let bad_heads = |h: usize| (h == 0 && !kv_free_layers) || (h != 0 && n_head % h != 0);
+        if n_head == 0
+            || n_head_kv == 0
+            || per_layer_kv.iter().any(|&h| bad_heads(h))
+            || n_embd % n_head != 0
+        {
             return Err(LlamaError::BadKey {
                 key: kv_key,
                 detail: format!(
@@ -386,6 +426,7 @@ impl HParams {
             })
             .collect();
         Ok(HParams {
+            recurrent: vec![None; n_layer],
             kv_layers,
             arch: arch_name,
             n_vocab,

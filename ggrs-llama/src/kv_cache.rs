@@ -10,6 +10,7 @@ use ggrs_core::{Context, DType, Tensor};
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, LayerCache};
+use crate::recurrent_cache::RecurrentCache;
 
 /// Attention reads the cache in multiples of this many cells (llama.cpp's padding).
 const KV_PAD: usize = 256;
@@ -50,6 +51,9 @@ pub struct KvCache {
     window: Option<WindowCells>,
     /// The layers whose tensors hold window cells.
     window_layers: Vec<usize>,
+    /// The recurrent layers' states, for a model that has such layers
+    /// ([`KvCache::add_recurrent`]).
+    pub recurrent: Option<RecurrentCache>,
 }
 
 /// The cells of the sliding-window layers of a trimmed cache (llama.cpp's SWA cache): a
@@ -223,6 +227,7 @@ impl KvCache {
                     .collect(),
                 None => Vec::new(),
             },
+            recurrent: None,
             window: trimmed.map(|(n, window)| WindowCells {
                 window,
                 cells: vec![Cell::default(); n],
@@ -230,6 +235,13 @@ impl KvCache {
                 n_kv: 0,
             }),
         })
+    }
+
+    /// Adds the states of `hp`'s recurrent layers (if any) for sequences `0..n_slots`,
+    /// made in `ctx` (see [`crate::recurrent_cache`]).
+    pub fn add_recurrent(&mut self, ctx: &mut Context, hp: &HParams, n_slots: usize) -> Result<()> {
+        self.recurrent = RecurrentCache::new(ctx, hp, n_slots)?;
+        Ok(())
     }
 
     /// The layers whose keys and values live in the window cells (each sliding-window layer
@@ -316,6 +328,9 @@ impl KvCache {
     /// Frees every cell.
     pub fn clear(&mut self) {
         self.cells.fill(Cell::default());
+        if let Some(rs) = &mut self.recurrent {
+            rs.clear();
+        }
         if let Some(w) = &mut self.window {
             w.cells.fill(Cell::default());
             w.heads = vec![0; self.streams];
@@ -325,6 +340,9 @@ impl KvCache {
     /// Frees the cells of `seq` at positions `from..` (all with `from` = 0).
     pub fn remove(&mut self, seq: SeqId, from: i32) {
         remove_from(&mut self.cells, seq, from);
+        if let Some(rs) = &mut self.recurrent {
+            rs.remove(seq, from);
+        }
         let streams = self.streams;
         if let Some(w) = &mut self.window {
             remove_from(&mut w.cells, seq, from);
@@ -345,6 +363,15 @@ impl KvCache {
     /// `len` would see (they keep only the window of the furthest position evaluated), then
     /// 0. Callers that keep a cached prefix (the prompt cache, the engine) ask this first.
     pub fn reusable_prefix(&self, seq: SeqId, len: usize) -> usize {
+        // A recurrent state stands at one position: a prefix is reusable only when it is
+        // the whole of what the state holds.
+        if self
+            .recurrent
+            .as_ref()
+            .is_some_and(|rs| rs.reusable_prefix(seq, len) != len)
+        {
+            return 0;
+        }
         let Some(w) = &self.window else {
             return len;
         };

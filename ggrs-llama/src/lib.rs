@@ -34,7 +34,8 @@
 //!
 //! Modules in dependency order (each uses only those before it): [`tokenizer`],
 //! [`chat::template`] (prompt formats), [`error`], [`hparams`] (what the GGUF says about
-//! the model), [`batch`], [`kv_cache`], [`loader`] (the shared weight loader),
+//! the model), [`batch`], [`kv_cache`] (with [`recurrent_cache`], the hybrids' recurrent states),
+//! [`loader`] (the shared weight loader),
 //! [`step`] (a step graph's inputs and the KV-cache attention block), [`architecture`] (the
 //! plug-in traits), [`arch`] (ggrs's architectures, one file each, and the [`arch::Registry`]),
 //! [`model`], [`session`], [`sampling`], [`generate`], [`prompt_cache`], [`chat`] (multi-turn chat),
@@ -64,6 +65,7 @@ pub mod model;
 pub mod perplexity;
 pub mod prompt_cache;
 pub mod quantize;
+pub mod recurrent_cache;
 pub mod sampling;
 pub mod session;
 pub mod step;

@@ -7,6 +7,7 @@ use std::ops::ControlFlow;
 
 use crate::error::{LlamaError, Result};
 use crate::generate::{GenerateParams, Generation, TokenEvent};
+use crate::recurrent_cache::Checkpoints;
 use crate::session::Session;
 
 /// The tokens of sequence 0 whose keys and values a [`Session`]'s cache holds, in position
@@ -22,9 +23,17 @@ use crate::session::Session;
 /// architecture says its cached keys depend on the whole prompt
 /// ([`ArchModel::reuses_cached_prefix`](crate::architecture::ArchModel::reuses_cached_prefix)
 /// false: ChatGLM-6B v1), nothing is reused.
+///
+/// For a model with recurrent layers, whose state cannot be rewound, the record also keeps
+/// the state at the end of each prompt ([`Checkpoints`]): a prompt that shares only part of
+/// what the session evaluated (a chat template that renders the last reply otherwise)
+/// resumes from the longest such checkpoint within the shared part
+/// ([`PromptCache::checkpoint_hits`] counts them) instead of evaluating everything again.
 #[derive(Debug, Clone, Default)]
 pub struct PromptCache {
     tokens: Vec<u32>,
+    checkpoints: Checkpoints,
+    checkpoint_hits: u64,
 }
 
 impl PromptCache {
@@ -41,23 +50,31 @@ impl PromptCache {
     /// Clears the session's cache and this record.
     pub fn forget(&mut self, session: &mut Session) {
         self.tokens.clear();
+        self.checkpoints.clear();
         session.clear();
     }
 
+    /// Prompts that resumed from a recurrent-state checkpoint (see the type's docs).
+    pub fn checkpoint_hits(&self) -> u64 {
+        self.checkpoint_hits
+    }
+
     /// How many tokens of `prompt` can be kept: the shared prefix, less one so that at least
-    /// one token is evaluated (logits come from an evaluation).
+    /// one token is evaluated (logits come from an evaluation); for a model with recurrent
+    /// layers whose state stands past that prefix, the longest checkpoint within it (0
+    /// without one).
     pub fn reusable(&self, session: &Session, prompt: &[u32]) -> usize {
         if !session.model().arch().reuses_cached_prefix() {
             return 0;
         }
-        let shared = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
-        let keep = shared.min(prompt.len().saturating_sub(1));
-        session.reusable_prefix(0, keep)
+        let keep = self.shared(prompt);
+        match session.reusable_prefix(0, keep) {
+            0 => self
+                .checkpoints
+                .best(keep)
+                .map_or(0, |c| c.next_pos as usize),
+            n => n,
+        }
     }
 
     /// Generates after `prompt` as [`Session::generate_tokens`] does on an empty cache, but
@@ -75,9 +92,12 @@ impl PromptCache {
         if prompt.is_empty() {
             return Err(LlamaError::EmptyPrompt);
         }
-        let keep = self.keep(session, prompt);
+        let keep = self.keep(session, prompt)?;
         match session.generate_after_prefix(prompt, keep, params, on_token) {
             Ok(g) => {
+                if let Some(state) = session.take_prompt_state() {
+                    self.checkpoints.record(state);
+                }
                 self.tokens.extend_from_slice(&prompt[keep..]);
                 let evaluated = g.tokens.len().saturating_sub(1);
                 self.tokens.extend_from_slice(&g.tokens[..evaluated]);
@@ -104,7 +124,7 @@ impl PromptCache {
         if tokens.is_empty() {
             return Err(LlamaError::EmptyPrompt);
         }
-        let keep = self.keep(session, tokens);
+        let keep = self.keep(session, tokens)?;
         self.append(session, &tokens[keep..], all_logits)?;
         Ok(keep)
     }
@@ -120,6 +140,9 @@ impl PromptCache {
         match session.eval(tokens, all_logits) {
             Ok(()) => {
                 self.tokens.extend_from_slice(tokens);
+                if let Some(state) = session.save_state(0)? {
+                    self.checkpoints.record(state);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -134,16 +157,44 @@ impl PromptCache {
     fn resync(&mut self, session: &mut Session) {
         if session.n_past() <= self.tokens.len() {
             self.tokens.truncate(session.n_past());
+            self.checkpoints.truncate(self.tokens.len());
         } else {
             self.forget(session);
         }
     }
 
-    /// Keeps the reusable prefix of `prompt` in the session and this record, drops the rest.
-    fn keep(&mut self, session: &mut Session, prompt: &[u32]) -> usize {
-        let keep = self.reusable(session, prompt);
-        session.remove(0, keep as i32);
+    /// Keeps the reusable prefix of `prompt` in the session and this record (going back to a
+    /// recurrent-state checkpoint where needed), drops the rest.
+    fn keep(&mut self, session: &mut Session, prompt: &[u32]) -> Result<usize> {
+        let limit = match session.model().arch().reuses_cached_prefix() {
+            true => self.shared(prompt),
+            false => 0,
+        };
+        let direct = session.reusable_prefix(0, limit);
+        let keep = match session.resume_at(0, limit, &self.checkpoints) {
+            Ok(k) => k,
+            Err(e) => {
+                self.forget(session);
+                return Err(e);
+            }
+        };
+        if keep > direct {
+            self.checkpoint_hits += 1;
+        }
         self.tokens.truncate(keep);
-        keep
+        self.checkpoints.truncate(keep);
+        Ok(keep)
+    }
+
+    /// The prefix `prompt` shares with the record, less one token so that at least one is
+    /// evaluated (logits come from an evaluation).
+    fn shared(&self, prompt: &[u32]) -> usize {
+        let shared = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        shared.min(prompt.len().saturating_sub(1))
     }
 }

@@ -22,6 +22,7 @@ use crate::hparams::{HParams, LayerCache};
 use crate::kv_cache::{KvCache, Placement};
 use crate::loader::ImportedWeights;
 use crate::model::Model;
+use crate::recurrent_cache::{Checkpoints, SavedState};
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
 /// How to set up a [`Session`].
@@ -47,7 +48,8 @@ pub struct SessionParams {
     /// ids `0..n` each own `n_ctx / n` cells and attend over them only, as a lone session
     /// with that context would (llama.cpp's per-sequence streams): a sequence's logits then
     /// do not depend on what else a step holds ([`Session::decode`]). `n_ctx` must be a
-    /// multiple of `n`.
+    /// multiple of `n`. A model with recurrent layers ([`crate::recurrent_cache`]) keeps a
+    /// state for each sequence id `0..n` (only sequence 0 with `n` = 1).
     pub n_streams: usize,
     /// Keep every cell for the sliding-window layers too (llama.cpp's `--swa-full`). False
     /// (the default): the layers that attend through a sliding window (Gemma 2/3/4,
@@ -95,6 +97,9 @@ pub struct Session {
     /// ([`ggrs_core::weights::columns_independent`]); if not, a step of several sequences in
     /// cache regions is split (see `Session::pieces`).
     columns_independent: bool,
+    /// The recurrent state of sequence 0 right after the last prompt generation evaluated
+    /// (a checkpoint for [`crate::PromptCache`]).
+    prompt_state: Option<SavedState>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -241,6 +246,7 @@ fn worst_spans(p: &SessionParams, window_cells: Option<usize>) -> Vec<StepShape>
                     .expect("n_streams ≤ MAX_SEQ (checked by Session::new)"),
                 per_column: false,
                 window,
+                n_seqs: 1,
             }
         })
         .collect()
@@ -257,7 +263,11 @@ fn build_step(
     let built = model.arch().build(ctx, &model.hparams, w, kv, shape);
     ctx.set_per_column_products(false);
     let StepTensors { inputs, logits } = built?;
-    let graph = Graph::build(ctx, logits)?;
+    let mut graph = Graph::build(ctx, logits)?;
+    if let Some(states) = inputs.state_out {
+        // The recurrent layers' state writes (nothing reads them within the step).
+        graph.build_forward_expand(ctx, states)?;
+    }
     ctx.alloc_graph(&graph)?;
     Ok((inputs, logits, graph))
 }
@@ -308,6 +318,7 @@ impl Session {
                 n_kv: n,
                 spans: Default::default(),
             }),
+            n_seqs: 1,
         };
         // Before anything is allocated: the KV cache alone (tensors and cell bookkeeping)
         // must fit in what the machine can give.
@@ -337,16 +348,36 @@ impl Session {
         let mut kv =
             KvCache::with_window_cells(&mut m, hp, params.n_ctx, params.kv_type, window_cells)?;
         kv.set_streams(params.n_streams)?;
+        kv.add_recurrent(&mut m, hp, params.n_streams)?;
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
         let before = m.checkpoint();
         // With regions every step attends per region (one shared-cache step over all the
         // cells never happens): measure the largest such steps instead.
-        let worst = if params.n_streams > 1 {
+        let one = worst;
+        let mut worst = if params.n_streams > 1 {
             worst_spans(&params, window_cells)
         } else {
-            vec![worst]
+            vec![one]
         };
+        if kv.recurrent.is_some() {
+            // Recurrent layers hold a state per sequence of the step: also measure a step
+            // of one token for each sequence the cache holds.
+            let n = params.n_streams.min(params.n_batch);
+            let singles = SessionParams {
+                n_batch: n,
+                ..params
+            };
+            let extra = match params.n_streams > 1 {
+                true => worst_spans(&singles, window_cells),
+                false => vec![StepShape {
+                    n_tokens: n,
+                    n_outputs: 1,
+                    ..one
+                }],
+            };
+            worst.extend(extra.into_iter().map(|w| StepShape { n_seqs: n, ..w }));
+        }
         let mut size = 0;
         for shape in worst {
             m.rewind(before)?;
@@ -367,6 +398,7 @@ impl Session {
         let mut kv =
             KvCache::with_window_cells(&mut ctx, hp, params.n_ctx, params.kv_type, window_cells)?;
         kv.set_streams(params.n_streams)?;
+        kv.add_recurrent(&mut ctx, hp, params.n_streams)?;
         let columns_independent = model.matrix_weights().all(|w| {
             // Stacked experts go through `mul_mat_id`, whose columns are one-column products
             // by contract.
@@ -389,6 +421,7 @@ impl Session {
             state,
             built: None,
             columns_independent,
+            prompt_state: None,
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -456,6 +489,66 @@ impl Session {
     /// longer hold the window behind position `len`.
     pub fn reusable_prefix(&self, seq: SeqId, len: usize) -> usize {
         self.kv.reusable_prefix(seq, len)
+    }
+
+    /// The recurrent state of sequence `seq` (and the position it stands at), for a model
+    /// with recurrent layers; `None` for a model without. Together with the keys and values
+    /// of its positions, which stay in the cache until [`Session::remove`]d, it lets the
+    /// sequence go back to this point: [`Session::restore_state`].
+    pub fn save_state(&self, seq: SeqId) -> Result<Option<SavedState>> {
+        match &self.kv.recurrent {
+            Some(rs) => Ok(Some(rs.save(self.ctx.data(rs.states)?, seq)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Makes `saved` (from [`Session::save_state`]) the recurrent state of `seq` again. The
+    /// cache must still hold the keys and values of its positions before
+    /// `saved.next_pos`; remove the later ones first (`remove(seq, saved.next_pos)`, which
+    /// also drops the state the sequence had gone on to).
+    pub fn restore_state(&mut self, seq: SeqId, saved: &SavedState) -> Result<()> {
+        let Some(rs) = self.kv.recurrent.as_mut() else {
+            return Err(LlamaError::InvalidArgument(
+                "the model has no recurrent layers: there is no state to restore".into(),
+            ));
+        };
+        rs.restore(self.ctx.data_mut(rs.states)?, seq, saved)
+    }
+
+    /// Keeps the recurrent state of sequence 0 as it stands after a prompt (see
+    /// [`Session::take_prompt_state`]); nothing for a model without recurrent layers.
+    pub(crate) fn note_prompt_state(&mut self) -> Result<()> {
+        self.prompt_state = self.save_state(0)?;
+        Ok(())
+    }
+
+    /// The recurrent state of sequence 0 right after the prompt of the last generation
+    /// ([`Session::generate_tokens`] and the prompt cache's), taken out.
+    pub fn take_prompt_state(&mut self) -> Option<SavedState> {
+        self.prompt_state.take()
+    }
+
+    /// Makes the cache of `seq` hold its first `len` positions and nothing after them, going
+    /// back to the longest of `checkpoints` within them when the recurrent state already
+    /// went further (it cannot be rewound); returns how many positions it holds then: `len`,
+    /// a checkpoint's position, or 0 (the sequence starts over). For a model without
+    /// recurrent layers: [`Session::reusable_prefix`].
+    pub fn resume_at(
+        &mut self,
+        seq: SeqId,
+        len: usize,
+        checkpoints: &Checkpoints,
+    ) -> Result<usize> {
+        let mut keep = self.reusable_prefix(seq, len);
+        if keep < len && self.kv.recurrent.is_some() {
+            if let Some(c) = checkpoints.best(len) {
+                self.remove(seq, c.next_pos);
+                self.restore_state(seq, c)?;
+                keep = self.reusable_prefix(seq, c.next_pos as usize);
+            }
+        }
+        self.remove(seq, keep as i32);
+        Ok(keep)
     }
 
     /// Forgets the tokens of `seq` from position `from` on.
@@ -553,6 +646,9 @@ impl Session {
                 .map(|c| (c.to_vec(), per_column))
                 .collect::<Vec<_>>()
         };
+        if self.kv.recurrent.is_some() {
+            return self.recurrent_pieces(batch);
+        }
         if self.params.n_streams <= 1 || self.columns_independent {
             return chunks((0..batch.len()).collect(), false);
         }
@@ -567,6 +663,38 @@ impl Session {
         let mut pieces = chunks(singles.into_iter().flatten().collect(), true);
         for r in longer {
             pieces.extend(chunks(r, false));
+        }
+        pieces
+    }
+
+    /// [`Session::pieces`] for a model with recurrent layers, whose graph takes a step's
+    /// tokens as runs of equal length, one sequence each ([`StepShape::n_seqs`]): in batch
+    /// order, each run of two or more tokens of one sequence alone (in pieces of at most
+    /// `n_batch`), and runs of one token together as long as no sequence repeats.
+    fn recurrent_pieces(&self, batch: &Batch) -> Vec<(Vec<usize>, bool)> {
+        let nb = self.params.n_batch;
+        let per_column = self.params.n_streams > 1 && !self.columns_independent;
+        let mut pieces: Vec<(Vec<usize>, bool)> = Vec::new();
+        let mut singles: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < batch.len() {
+            let end = (i..batch.len())
+                .find(|&j| batch.seq[j] != batch.seq[i])
+                .unwrap_or(batch.len());
+            let repeats = singles.iter().any(|&k| batch.seq[k] == batch.seq[i]);
+            if !singles.is_empty() && (end - i > 1 || repeats || singles.len() == nb) {
+                pieces.push((std::mem::take(&mut singles), per_column));
+            }
+            if end - i == 1 {
+                singles.push(i);
+            } else {
+                let run: Vec<usize> = (i..end).collect();
+                pieces.extend(run.chunks(nb).map(|c| (c.to_vec(), false)));
+            }
+            i = end;
+        }
+        if !singles.is_empty() {
+            pieces.push((singles, per_column));
         }
         pieces
     }
@@ -626,6 +754,17 @@ impl Session {
             spans,
             per_column,
             window,
+            n_seqs: 1,
+        };
+        // Recurrent layers: where each sequence's state stands (checked before anything
+        // is computed).
+        let runs = match &self.kv.recurrent {
+            Some(rs) => Some(rs.begin(piece)?),
+            None => None,
+        };
+        let shape = StepShape {
+            n_seqs: runs.as_ref().map_or(1, |r| r.len()),
+            ..shape
         };
         if self.built.as_ref().is_none_or(|b| b.shape != shape) {
             self.built = None;
@@ -682,7 +821,26 @@ impl Session {
             };
             self.ctx.set_i32(ids, &ids_v)?;
         }
-        self.exec.compute(&mut self.ctx, graph)?;
+        if let (Some(rs), Some(runs), Some(t)) = (&self.kv.recurrent, &runs, inp.rs_rows) {
+            self.ctx.set_i32(t, &rs.rows(runs))?;
+            // A sequence that starts at position 0 starts from an empty state.
+            let data = self.ctx.data_mut(rs.states)?;
+            for run in runs.iter().filter(|r| r.fresh) {
+                for r in 0..rs.n_layers() {
+                    let range = rs.row_range(r, run.seq);
+                    data[4 * range.start..4 * range.end].fill(0);
+                }
+            }
+        }
+        let computed = self.exec.compute(&mut self.ctx, graph);
+        if let (Some(rs), Some(runs)) = (&mut self.kv.recurrent, &runs) {
+            match computed {
+                Ok(()) => rs.commit(runs),
+                // The states may be half written: those sequences start over.
+                Err(_) => runs.iter().for_each(|r| rs.remove(r.seq, 0)),
+            }
+        }
+        computed?;
         if let Some(p) = &mut self.op_profile {
             p.steps += 1;
             for t in self.exec.profile() {

@@ -53,6 +53,13 @@ pub struct StepInputs {
     /// The tokens' rows in the sliding-window layers' own cells, `[n_tokens]` i32, when the
     /// cache keeps them apart ([`StepShape::window`]; added by [`StepInputs::add_swa_mask`]).
     pub k_rows_swa: Option<Tensor>,
+    /// The rows of the recurrent states the step's sequences read and write, `[n_seqs,
+    /// n_recurrent_layers]` i32, when the model has recurrent layers
+    /// ([`StepInputs::add_recurrent`]; see [`crate::recurrent_cache`]).
+    pub rs_rows: Option<Tensor>,
+    /// The recurrent states as the last write of the graph leaves them
+    /// ([`crate::recurrent_cache::write_state`]); the session computes it with the logits.
+    pub state_out: Option<Tensor>,
 }
 
 /// Llama 4's attention temperature (Mistral 3's `attention.temperature_scale`): the queries of
@@ -119,7 +126,31 @@ impl StepInputs {
             out_ids,
             q_scale: None,
             k_rows_swa: None,
+            rs_rows: None,
+            state_out: None,
         })
+    }
+
+    /// Adds the recurrent-state rows input (`inp_rs_rows`, see [`StepInputs::rs_rows`]) for
+    /// a graph of `shape` over the recurrent states of `kv`, and returns that cache; an
+    /// error when `kv` keeps none (the model's [`crate::HParams::recurrent`] is empty).
+    pub fn add_recurrent<'a>(
+        &mut self,
+        ctx: &mut Context,
+        shape: StepShape,
+        kv: &'a KvCache,
+    ) -> Result<&'a crate::recurrent_cache::RecurrentCache> {
+        let rs = kv.recurrent.as_ref().ok_or_else(|| {
+            crate::error::LlamaError::InvalidArgument(
+                "the cache keeps no recurrent states: the architecture must mark its recurrent \
+                 layers in HParams::recurrent"
+                    .into(),
+            )
+        })?;
+        let rows = ctx.new_tensor_2d(DType::I32, shape.n_seqs, rs.n_layers())?;
+        ctx.set_name(rows, "inp_rs_rows")?;
+        self.rs_rows = Some(rows);
+        Ok(rs)
     }
 
     /// Adds the per-token query factor input of `temp` (`inp_q_scale`, `[1, 1, n_tokens]`
@@ -430,6 +461,10 @@ pub struct StepShape {
     /// When the sliding-window layers keep cells of their own
     /// ([`KvCache::with_window_cells`]): the cells they read.
     pub window: Option<WindowShape>,
+    /// Sequences of the step as its recurrent layers take them: the tokens are `n_seqs`
+    /// runs of `n_tokens / n_seqs` consecutive tokens, one sequence each (every sequence of
+    /// one token, or one sequence). 1 for a model without recurrent layers.
+    pub n_seqs: usize,
 }
 
 /// The cells the sliding-window layers of a trimmed cache read in a step (as

@@ -214,6 +214,82 @@ fn other_architectures_through_the_engine_equal_a_lone_session() {
     }
 }
 
+/// The recurrent hybrids (short convolutions, Mamba-2, the gated delta-net, with experts):
+/// a slot's recurrent state is its own, and steps that mix decoding slots and prompt pieces
+/// give each request a lone session's bits.
+#[test]
+fn hybrids_through_the_engine_equal_a_lone_session() {
+    for name in [
+        "tiny-lfm2-f16.gguf",
+        "tiny-granite-hybrid-f16.gguf",
+        "tiny-qwen35-f16.gguf",
+        "tiny-qwen35moe-f16.gguf",
+    ] {
+        eprintln!("{name}");
+        check_invariance(&tiny(name), &PROMPTS[..4], 12, false);
+    }
+}
+
+/// A slot of a recurrent model keeps its state at the end of each prompt: the next request
+/// that shares that prompt but not the reply after it resumes there (counted in the
+/// metrics: one lookup, one hit), evaluates only its new tokens, and generates what a lone
+/// session does.
+#[test]
+fn hybrid_slots_resume_from_checkpoints() {
+    let model = tiny("tiny-qwen35-f16.gguf");
+    let engine = Engine::start(
+        model.clone(),
+        EngineParams {
+            n_slots: 1,
+            n_ctx: 256,
+            n_threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    let greedy = |max_tokens| GenerateParams {
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let p1 = model.encode_prompt(PROMPTS[0]).expect("encode");
+    let mut r1 = Request::new(p1.clone(), greedy(6));
+    r1.cache_prompt = true;
+    let (c1, _) = run_all(&engine, &[r1]).remove(0);
+    let mut p2 = p1.clone();
+    p2.extend([13, 29902, 29901]);
+    assert_ne!(p2[p1.len()], c1.tokens[0]);
+    p2.extend(
+        model
+            .encode_prompt(PROMPTS[1])
+            .expect("encode")
+            .into_iter()
+            .skip(1),
+    );
+    let mut r2 = Request::new(p2.clone(), greedy(8));
+    r2.cache_prompt = true;
+    let before = engine.handle().metrics();
+    let (c2, _) = run_all(&engine, std::slice::from_ref(&r2)).remove(0);
+    let m = engine.handle().metrics();
+    assert_eq!((m.checkpoint_lookups, m.checkpoint_hits), (1, 1), "{m:?}");
+    assert_eq!(
+        m.cached_tokens - before.cached_tokens,
+        p1.len() as u64,
+        "{m:?}"
+    );
+    assert_eq!(
+        m.prompt_tokens - before.prompt_tokens,
+        (p2.len() - p1.len()) as u64,
+        "{m:?}"
+    );
+    let n_ctx = engine.handle().n_ctx_slot();
+    let want = lone(&model, n_ctx, 2, &p2, &r2.params);
+    assert_eq!(c2.tokens, want.0);
+}
+
 /// The tiny LLaMA quantized to Q8_0 (`--pure`).
 fn tiny_q8_0() -> Arc<Model> {
     Arc::new(Model::load(common::tiny_llama_q8_0()).expect("load q8_0"))

@@ -184,7 +184,7 @@ pub(crate) async fn metrics(State(st): St) -> Response {
         } else {
             0.0
         };
-        let rows: [(&str, &str, &str, f64); 13] = [
+        let rows: [(&str, &str, &str, f64); 15] = [
             (
                 "prompt_tokens_total",
                 "counter",
@@ -202,6 +202,18 @@ pub(crate) async fn metrics(State(st): St) -> Response {
                 "counter",
                 "Requests that reused a slot's cached prefix.",
                 m.cache_hits as f64,
+            ),
+            (
+                "checkpoint_lookups_total",
+                "counter",
+                "Requests to a recurrent model whose slot state stood past the shared prefix.",
+                m.checkpoint_lookups as f64,
+            ),
+            (
+                "checkpoint_hits_total",
+                "counter",
+                "Of those, requests that resumed from a recurrent-state checkpoint.",
+                m.checkpoint_hits as f64,
             ),
             (
                 "generated_tokens_total",

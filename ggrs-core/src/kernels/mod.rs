@@ -28,6 +28,7 @@ pub(crate) mod rope_freqs;
 pub(crate) mod rope_yarn;
 pub(crate) mod rows;
 pub(crate) mod select;
+pub(crate) mod ssm;
 pub mod vec;
 pub(crate) mod x86;
 
@@ -368,6 +369,20 @@ fn plan_op(
             nth,
         ),
         Op::GetRows => row_plan(0),
+        Op::SsmConv => TaskPlan {
+            n_chunks: dst.ne[0].min(nth * 4).max(1),
+            ..TaskPlan::default()
+        },
+        Op::SsmScan => TaskPlan {
+            n_chunks: src[1].map_or(1, |x| x.ne[1]).min(nth * 4).max(1),
+            ..TaskPlan::default()
+        },
+        Op::GatedDeltaNet => TaskPlan {
+            // One piece per (head, sequence) at most; scratch for the deltas.
+            n_chunks: src[2].map_or(1, |v| v.ne[1] * v.ne[3]).min(nth * 4).max(1),
+            scratch_f32: src[2].map_or(0, |v| v.ne[0]) + 16,
+            ..TaskPlan::default()
+        },
         Op::MulMatId => matmul::plan_id(
             s0.expect("mul_mat_id src0"),
             src[1].expect("mul_mat_id src1"),
@@ -429,6 +444,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::Scale { .. } | Op::Sqr | Op::Sqrt | Op::Silu | Op::Gelu | Op::Tanh | Op::Relu => {
                 elementwise::unary(task, chunk, n, work)
             }
+            Op::Sigmoid | Op::Softplus => ssm::unary(task, chunk, n, work),
             Op::Swiglu => elementwise::swiglu(task, chunk, n, work),
             Op::Geglu => elementwise::geglu(task, chunk, n, work),
             Op::SwigluOai { .. } => elementwise::swiglu_oai(task, chunk, n, work),
@@ -459,6 +475,9 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::RopeFreqs { offset, mode } => {
                 rope_freqs::rope_freqs(task, offset, mode, chunk, n, work)
             }
+            Op::SsmConv => ssm::ssm_conv(task, chunk, n),
+            Op::SsmScan => ssm::ssm_scan(task, chunk, n),
+            Op::GatedDeltaNet => ssm::gated_delta_net(task, chunk, n, work),
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }
     }

@@ -10,6 +10,7 @@ pub(crate) mod nn;
 mod reduce;
 mod rope_freqs;
 pub(crate) mod rope_yarn;
+mod ssm;
 mod views;
 
 use crate::context::Context;

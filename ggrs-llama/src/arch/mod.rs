@@ -17,10 +17,14 @@ pub mod gemma4;
 pub mod gemma_embedding;
 pub mod gpt_oss;
 pub mod granite;
+pub mod granite_hybrid;
+pub mod lfm2;
 pub mod llama;
 pub mod mistral3;
 pub mod phi3;
 pub mod qwen3;
+pub mod qwen35;
+pub mod qwen35moe;
 pub mod qwen3moe;
 pub mod smollm3;
 
@@ -62,7 +66,7 @@ impl Registry {
 
     /// The architectures ggrs ships: `llama`, `qwen2`, `qwen3`, `qwen3moe`, `chatglm`,
     /// `chatglm1`, `phi3`, `gemma2`, `smollm3`, `granite`, `gemma3`, `gemma4`, `mistral3`,
-    /// `gpt-oss`, `bert`, `nomic-bert`, `gemma-embedding` (embedding models).
+    /// `gpt-oss`, `lfm2`, `granitehybrid`, `qwen35`, `qwen35moe`, `bert`, `nomic-bert`, `gemma-embedding` (embedding models).
     pub fn builtin() -> Registry {
         let mut r = Registry::empty();
         r.register(llama::LLAMA);
@@ -82,6 +86,10 @@ impl Registry {
         r.register(bert::BERT);
         r.register(bert::NOMIC_BERT);
         r.register(gemma_embedding::GemmaEmbedding);
+        r.register(lfm2::Lfm2);
+        r.register(granite_hybrid::GraniteHybrid);
+        r.register(qwen35::Qwen35);
+        r.register(qwen35moe::Qwen35Moe);
         r
     }
 

@@ -223,6 +223,12 @@ pub struct Metrics {
     pub cached_tokens: u64,
     /// Requests that reused a slot's cached prefix.
     pub cache_hits: u64,
+    /// Requests to a model with recurrent layers whose slot's state stood past the shared
+    /// prefix (it cannot be rewound), so that only a recurrent-state checkpoint could serve
+    /// the prefix.
+    pub checkpoint_lookups: u64,
+    /// Those of [`Metrics::checkpoint_lookups`] that resumed from a checkpoint.
+    pub checkpoint_hits: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
     /// Steps (graphs) evaluated.

@@ -52,6 +52,7 @@ impl Scheduler {
     ) -> Scheduler {
         let slots = (0..params.n_slots)
             .map(|id| Slot {
+                checkpoints: Default::default(),
                 id,
                 cached: Vec::new(),
                 job: None,
@@ -176,21 +177,35 @@ impl Scheduler {
                 .expect("the queue is not empty (loop test)");
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             // At least one prompt token is evaluated: its logits give the first token.
-            let reuse = if pending.request.cache_prompt {
-                let keep = shared.min(pending.request.prompt.len() - 1);
-                // Sliding-window layers may have dropped the window behind the prefix.
-                self.session.reusable_prefix(i as SeqId, keep)
-            } else {
-                0
+            let keep = match pending.request.cache_prompt {
+                true => shared.min(pending.request.prompt.len() - 1),
+                false => 0,
             };
-            self.session.remove(i as SeqId, reuse as i32);
-            self.slots[i].cached.truncate(reuse);
-            if reuse > 0 {
-                self.metrics(|m| {
+            // Sliding-window layers may have dropped the window behind the prefix; a
+            // recurrent state stands where the slot's last request left it, or goes back to
+            // a checkpoint within the prefix.
+            let direct = self.session.reusable_prefix(i as SeqId, keep);
+            let slot = &mut self.slots[i];
+            let reuse = match self.session.resume_at(i as SeqId, keep, &slot.checkpoints) {
+                Ok(n) => n,
+                Err(_) => {
+                    self.session.remove(i as SeqId, 0);
+                    0
+                }
+            };
+            slot.cached.truncate(reuse);
+            slot.checkpoints.truncate(reuse);
+            let recurrent = self.session.kv_cache().recurrent.is_some();
+            self.metrics(|m| {
+                if reuse > 0 {
                     m.cache_hits += 1;
                     m.cached_tokens += reuse as u64;
-                });
-            }
+                }
+                if recurrent && direct < keep {
+                    m.checkpoint_lookups += 1;
+                    m.checkpoint_hits += u64::from(reuse > direct);
+                }
+            });
             let tok = self.session.model().tokenizer();
             self.slots[i].job = Some(Job::new(pending, reuse, tok));
             self.order.push_back(i);
@@ -272,6 +287,11 @@ impl Scheduler {
                     n_prompt += n as u64;
                     if last {
                         outputs.push(slot);
+                        // The state at the end of the prompt: a checkpoint for the next
+                        // request that shares this prompt but not what follows.
+                        if let Ok(Some(state)) = self.session.save_state(slot as SeqId) {
+                            self.slots[slot].checkpoints.record(state);
+                        }
                     }
                 }
             }

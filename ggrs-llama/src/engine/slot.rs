@@ -17,6 +17,9 @@ pub(super) struct Slot {
     pub cached: Vec<u32>,
     /// The request it serves.
     pub job: Option<Job>,
+    /// Recurrent states at the end of its last prompts, for a model with recurrent layers
+    /// (see [`crate::recurrent_cache::Checkpoints`]).
+    pub checkpoints: crate::recurrent_cache::Checkpoints,
 }
 
 /// A request in a slot.

@@ -168,13 +168,14 @@ pub(crate) fn f16_uses_lanes16(ne: [usize; 4], n_cols: usize) -> bool {
 /// columns per batch, `b_contiguous` telling whether the activations are one contiguous
 /// block (`ggml_is_contiguous`): llamafile's tinyBLAS ([`dot_f32_lanes16`]) when it takes
 /// the product (at least two columns, contiguous activations, `k` a multiple of its 16
-/// lanes), else `ggml_vec_dot_f32` ([`dot_f32_vec`]).
+/// lanes, rows a multiple of 4 — tinyBLAS refuses other row counts, such as Qwen3.5-MoE's
+/// one-row shared-expert gate), else `ggml_vec_dot_f32` ([`dot_f32_vec`]).
 pub(crate) fn mul_mat_dot_f32(
     ne: [usize; 4],
     n_cols: usize,
     b_contiguous: bool,
 ) -> Option<VecDotFn> {
-    if n_cols >= 2 && b_contiguous && ne[0].is_multiple_of(16) {
+    if n_cols >= 2 && b_contiguous && ne[0].is_multiple_of(16) && ne[1].is_multiple_of(4) {
         Some(dot_f32_lanes16)
     } else {
         Some(dot_f32_vec)

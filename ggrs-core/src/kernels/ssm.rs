@@ -1,0 +1,269 @@
+//! Kernels of the recurrent layers' ops (see `ops::ssm`).
+
+use crate::kernels::ggml_arith::dot_f32_vec;
+use crate::kernels::{split_range, RawTensor, Task, Work};
+use crate::op::Op;
+
+/// `ssm_conv`: chunk `chunk` of `n_chunks` over the channels (`d_inner`); every output is
+/// its own in-order f32 sum, so the split does not change any bit.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder checked the shapes and strides.
+pub(crate) unsafe fn ssm_conv(task: &Task, chunk: usize, n_chunks: usize) {
+    let (d, sx, c) = (&task.dst, task.s0(), task.s1());
+    let (nc, n_t, n_s) = (c.ne[0], d.ne[1], d.ne[2]);
+    // ggml's loop as GCC builds it for the reference machine (AVX-512: a 16-wide body and an
+    // 8-wide epilogue): the products of whole groups of eight are rounded and added in
+    // order, the last `nc % 8` fused into the sum (FMA). Checked on the tiny models: d_conv
+    // 3 (LFM2) and 4 (Granite 4.0-H) are wholly fused.
+    let fused_from = nc - nc % 8;
+    for i in split_range(d.ne[0], n_chunks, chunk) {
+        // SAFETY: i < d_inner = c.ne[1] = sx.ne[1]; the kernel row has nc values.
+        let w = unsafe { c.row_f32(i, 0, 0) };
+        for s in 0..n_s {
+            // SAFETY: row (i, s) of sx holds d_conv − 1 + n_t values.
+            let x = unsafe { sx.row_f32(i, s, 0) };
+            for t in 0..n_t {
+                let mut sum = 0.0f32;
+                for k in 0..fused_from {
+                    sum += x[t + k] * w[k];
+                }
+                for k in fused_from..nc {
+                    sum = x[t + k].mul_add(w[k], sum);
+                }
+                // SAFETY: (i, t, s) lies in dst; channel i belongs to this chunk only.
+                unsafe { *(d.data.add(d.offset(i, t, s, 0)) as *mut f32) = sum };
+            }
+        }
+    }
+}
+
+/// ggml's softplus: `x` above 20, else `ln(1 + eˣ)` (the C library's `logf` and `expf`).
+#[inline]
+pub(crate) fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// One channel's state update and output of the scan: `S[k] ← S[k]·dA + B[k]·x_dt` and
+/// `Σ_k S[k]·C[k]`, both fused, in order of `k` (ggml's scalar loop as GCC contracts it).
+#[inline(always)]
+fn scan_row_body(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 {
+    let mut sum = 0.0f32;
+    for ((s, &bv), &cv) in state.iter_mut().zip(b).zip(c) {
+        let new = s.mul_add(da, bv * x_dt);
+        sum = new.mul_add(cv, sum);
+        *s = new;
+    }
+    sum
+}
+
+/// `y[i] = fma(x[i], v, y[i])` (ggml's `ggml_vec_mad_f32`, fused lane by lane).
+#[inline(always)]
+fn mad_body(y: &mut [f32], x: &[f32], v: f32) {
+    for (a, &b) in y.iter_mut().zip(x) {
+        *a = b.mul_add(v, *a);
+    }
+}
+
+/// The AVX2 + FMA builds of the bodies above (the same bits: an FMA rounds once either way,
+/// and the portable build calls the C library's `fmaf`).
+#[cfg(target_arch = "x86_64")]
+mod fma {
+    use super::*;
+
+    crate::kernels::x86::target_features!("avx2,fma":
+        pub(super) fn scan_row(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 = scan_row_body;
+        pub(super) fn mad(y: &mut [f32], x: &[f32], v: f32) = mad_body;
+    );
+}
+
+/// [`scan_row_body`], built for AVX2 + FMA where the CPU has them.
+#[inline]
+fn scan_row(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2 and FMA.
+        return unsafe { fma::scan_row(state, b, c, da, x_dt) };
+    }
+    scan_row_body(state, b, c, da, x_dt)
+}
+
+/// [`mad_body`], built for AVX2 + FMA where the CPU has them.
+#[inline]
+fn mad(y: &mut [f32], x: &[f32], v: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: as in `scan_row`.
+        return unsafe { fma::mad(y, x, v) };
+    }
+    mad_body(y, x, v)
+}
+
+/// Row `(i1, i2, i3)` of a tensor with dense rows of f32, as a slice.
+///
+/// # Safety
+/// The row lies within the tensor, which nobody writes meanwhile.
+#[inline]
+unsafe fn row<'a>(t: &RawTensor, i1: usize, i2: usize, i3: usize) -> &'a [f32] {
+    // SAFETY: forwarded from the caller; rows are dense f32 (checked by the builders).
+    unsafe {
+        std::slice::from_raw_parts(t.data.add(t.offset(0, i1, i2, i3)) as *const f32, t.ne[0])
+    }
+}
+
+/// One f32 element of `t`.
+///
+/// # Safety
+/// The element lies within the tensor, which nobody writes meanwhile.
+#[inline]
+unsafe fn at(t: &RawTensor, i0: usize, i1: usize, i2: usize, i3: usize) -> f32 {
+    // SAFETY: forwarded from the caller.
+    unsafe { *(t.data.add(t.offset(i0, i1, i2, i3)) as *const f32) }
+}
+
+/// `ssm_scan`: chunk `chunk` of `n_chunks` over the heads (each head's scan is independent
+/// of the others', so the split does not change any bit).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides.
+pub(crate) unsafe fn ssm_scan(task: &Task, chunk: usize, n_chunks: usize) {
+    let d = &task.dst;
+    let src = |i: usize| task.src[i].as_ref().expect("ssm_scan has six sources");
+    let (s_in, x, dt, a, b, c) = (src(0), src(1), src(2), src(3), src(4), src(5));
+    let [head_dim, n_head, n_t, n_s] = x.ne;
+    let (d_state, n_group) = (s_in.ne[0], b.ne[1]);
+    let per_group = n_head / n_group;
+    let y_len = head_dim * n_head * n_t * n_s;
+    let out = d.data as *mut f32;
+    for h in split_range(n_head, n_chunks, chunk) {
+        let g = h / per_group;
+        // SAFETY: indices within the shapes the builder checked; inputs are not written.
+        let a_h = unsafe { at(a, 0, h, 0, 0) };
+        for s in 0..n_s {
+            let state0 = y_len + (s * n_head + h) * head_dim * d_state;
+            // SAFETY: this head's states of sequence s lie in dst (the builder sized it) and
+            // belong to this chunk only; the input states are another tensor.
+            let state =
+                unsafe { std::slice::from_raw_parts_mut(out.add(state0), head_dim * d_state) };
+            for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                // SAFETY: indices within the shapes the builder checked; inputs are not written.
+                st.copy_from_slice(unsafe { row(s_in, i1, h, s) });
+            }
+            for t in 0..n_t {
+                // SAFETY: indices within the shapes the builder checked; inputs are not written.
+                let dt_sp = softplus(unsafe { at(dt, h, t, s, 0) });
+                let da = (dt_sp * a_h).exp();
+                // SAFETY: indices within the shapes the builder checked; inputs are not written.
+                let (bg, cg) = unsafe { (row(b, g, t, s), row(c, g, t, s)) };
+                for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                    // SAFETY: indices within the shapes the builder checked; inputs are not written.
+                    let x_dt = unsafe { at(x, i1, h, t, s) } * dt_sp;
+                    let sum = scan_row(st, bg, cg, da, x_dt);
+                    let yi = ((s * n_t + t) * n_head + h) * head_dim + i1;
+                    // SAFETY: y element of this head: in dst, this chunk's only.
+                    unsafe { *out.add(yi) = sum };
+                }
+            }
+        }
+    }
+}
+
+/// `sigmoid` and `softplus` rows (ggml's scalar loops over the C library's `expf`/`logf`).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`].
+pub(crate) unsafe fn unary(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let (d, a) = (&task.dst, task.s0());
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: row (i1, i2, i3) exists in dst and a (same shape); this thread owns it in dst.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = match task.op {
+                    Op::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+                    _ => softplus(v),
+                };
+            }
+        }
+    }
+}
+
+/// `ggml_vec_dot_f32` of two f32 slices (the reference build's order).
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    dot_f32_vec(a.len(), bytemuck::cast_slice(a), bytemuck::cast_slice(b))
+}
+
+/// `gated_delta_net`: chunk `chunk` of `n_chunks` over the (value head, sequence) pairs, each
+/// a scan of its own (the split does not change any bit). ggml's CPU arithmetic: the state
+/// `M` (row `j` = column `j` of S) scaled by `expf(g)`, `δ_j = (v_j − M_j·k)·β` with
+/// `ggml_vec_dot_f32`, `M_j += k·δ_j` fused, `o_j = (M_j·q)·scale`.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides; `work`
+/// holds `S + 16` values of scratch.
+pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    let d = &task.dst;
+    let src = |i: usize| {
+        task.src[i]
+            .as_ref()
+            .expect("gated_delta_net has six sources")
+    };
+    let (q, k, v, g, beta, s_in) = (src(0), src(1), src(2), src(3), src(4), src(5));
+    let [sv, h_v, n_t, n_s] = v.ne;
+    let (h_q, h_k) = (q.ne[1], k.ne[1]);
+    let (rq3, rk3) = (n_s / q.ne[3], n_s / k.ne[3]);
+    let scale = 1.0 / (sv as f32).sqrt();
+    let out = d.data as *mut f32;
+    let o_len = sv * h_v * n_t * n_s;
+    let delta = &mut work.scratch[..sv];
+    for ir in split_range(h_v * n_s, n_chunks, chunk) {
+        let (iv1, iv3) = (ir % h_v, ir / h_v);
+        let (iq1, ik1) = (iv1 % h_q, iv1 % h_k);
+        let (iq3, ik3) = (iv3 / rq3, iv3 / rk3);
+        // SAFETY: this pair's states lie in dst after the outputs (the builder sized it) and
+        // belong to this chunk only.
+        let m = unsafe {
+            std::slice::from_raw_parts_mut(out.add(o_len + (iv3 * h_v + iv1) * sv * sv), sv * sv)
+        };
+        for j in 0..sv {
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
+            m[j * sv..(j + 1) * sv].copy_from_slice(unsafe { row(s_in, j, iv1, iv3) });
+        }
+        for t in 0..n_t {
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
+            let (qd, kd, vd) = unsafe {
+                (
+                    row(q, iq1, t, iq3),
+                    row(k, ik1, t, ik3),
+                    row(v, iv1, t, iv3),
+                )
+            };
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
+            let b = unsafe { at(beta, 0, iv1, t, iv3) };
+            // SAFETY: indices within the shapes the builder checked; inputs are not written.
+            let decay = unsafe { at(g, 0, iv1, t, iv3) }.exp();
+            for x in m.iter_mut() {
+                *x *= decay;
+            }
+            for j in 0..sv {
+                delta[j] = (vd[j] - dot(&m[j * sv..(j + 1) * sv], kd)) * b;
+            }
+            for (j, &dj) in delta.iter().enumerate() {
+                mad(&mut m[j * sv..(j + 1) * sv], kd, dj);
+            }
+            let o0 = ((iv3 * n_t + t) * h_v + iv1) * sv;
+            for j in 0..sv {
+                let o = dot(&m[j * sv..(j + 1) * sv], qd) * scale;
+                // SAFETY: output element of this pair: in dst, this chunk's only.
+                unsafe { *out.add(o0 + j) = o };
+            }
+        }
+    }
+}
