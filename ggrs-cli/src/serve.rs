@@ -77,6 +77,13 @@ pub struct Args {
     /// `reasoning_content`, `none` left in the content (as llama-server's flag).
     #[arg(long, default_value = "deepseek", value_name = "none|deepseek|auto")]
     reasoning_format: String,
+    /// Whether a reasoning model thinks (`-rea` works too, as llama-server's): `off`
+    /// renders every prompt with the template variable `enable_thinking = false` (Qwen3,
+    /// and the templates that read it, close the thinking block: the reply has no
+    /// reasoning); `on` and `auto` keep thinking on. A request's
+    /// `chat_template_kwargs.enable_thinking` or `reasoning_effort: "none"` still wins.
+    #[arg(long, default_value = "auto", value_name = "on|off|auto")]
+    reasoning: String,
     /// Accepted for llama-server compatibility: Jinja templates are always used.
     #[arg(long = "jinja", hide = true)]
     _jinja: bool,
@@ -116,14 +123,23 @@ pub struct Args {
     write_timeout: u64,
 }
 
-/// Rewrites llama-server's `-np N` (a two-letter short flag, which the argument parser does
-/// not have) as `--parallel N` in the arguments of `ggrs serve`.
+/// Rewrites llama-server's `-np N` and `-rea MODE` (short flags of several letters, which
+/// the argument parser does not have) as `--parallel N` and `--reasoning MODE` in the
+/// arguments of `ggrs serve`.
 pub fn rewrite_np(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     if args.get(1).is_none_or(|a| a != "serve") {
         return args;
     }
     args.into_iter()
-        .map(|a| if a == "-np" { "--parallel".into() } else { a })
+        .map(|a| {
+            if a == "-np" {
+                "--parallel".into()
+            } else if a == "-rea" {
+                "--reasoning".into()
+            } else {
+                a
+            }
+        })
         .collect()
 }
 
@@ -198,6 +214,12 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
                 a.reasoning_format
             )
         })?;
+    c.reasoning = ggrs_llama::chat::reply::Reasoning::parse(&a.reasoning).ok_or_else(|| {
+        format!(
+            "--reasoning {}: expected on, off or auto",
+            a.reasoning
+        )
+    })?;
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     Ok(c)
