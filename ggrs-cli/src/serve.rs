@@ -7,7 +7,9 @@ use std::time::Duration;
 use ggrs_llama::engine::EngineParams;
 use ggrs_server::{ServerConfig, ServerError};
 
-use crate::common::{checked_threads, model_path, template_arg};
+use ggrs_llama::chat::reply::Reasoning;
+
+use crate::common::{checked_threads, model_path, reasoning_arg, template_arg};
 use crate::CliResult;
 
 /// Arguments of `ggrs serve` (llama-server's names).
@@ -82,8 +84,8 @@ pub struct Args {
     /// and the templates that read it, close the thinking block: the reply has no
     /// reasoning); `on` and `auto` keep thinking on. A request's
     /// `chat_template_kwargs.enable_thinking` or `reasoning_effort: "none"` still wins.
-    #[arg(long, default_value = "auto", value_name = "on|off|auto")]
-    reasoning: String,
+    #[arg(long, default_value = "auto", value_name = "on|off|auto", value_parser = reasoning_arg)]
+    reasoning: Reasoning,
     /// Accepted for llama-server compatibility: Jinja templates are always used.
     #[arg(long = "jinja", hide = true)]
     _jinja: bool,
@@ -123,18 +125,20 @@ pub struct Args {
     write_timeout: u64,
 }
 
-/// Rewrites llama-server's `-np N` and `-rea MODE` (short flags of several letters, which
-/// the argument parser does not have) as `--parallel N` and `--reasoning MODE` in the
-/// arguments of `ggrs serve`.
+/// Rewrites llama-server's short flags of several letters, which the argument parser does
+/// not have: `-np N` as `--parallel N` (`ggrs serve`), `-rea MODE` as `--reasoning MODE`
+/// (`ggrs serve`, `chat` and `run`, as llama.cpp's tools share it).
 pub fn rewrite_np(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if args.get(1).is_none_or(|a| a != "serve") {
-        return args;
-    }
+    let command = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
+    let (np, rea) = (
+        command == "serve",
+        matches!(command, "serve" | "chat" | "run"),
+    );
     args.into_iter()
         .map(|a| {
-            if a == "-np" {
+            if np && a == "-np" {
                 "--parallel".into()
-            } else if a == "-rea" {
+            } else if rea && a == "-rea" {
                 "--reasoning".into()
             } else {
                 a
@@ -214,12 +218,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
                 a.reasoning_format
             )
         })?;
-    c.reasoning = ggrs_llama::chat::reply::Reasoning::parse(&a.reasoning).ok_or_else(|| {
-        format!(
-            "--reasoning {}: expected on, off or auto",
-            a.reasoning
-        )
-    })?;
+    c.reasoning = a.reasoning;
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     Ok(c)

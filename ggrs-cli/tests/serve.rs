@@ -63,7 +63,9 @@ fn a_bad_reasoning_mode_is_an_error() {
         let (ok, _, err) = ggrs(&["serve", "-m", &model, flag, "sometimes"]);
         assert!(!ok);
         assert!(
-            err.contains("--reasoning sometimes") && err.contains("on, off or auto"),
+            err.contains("'sometimes'")
+                && err.contains("--reasoning")
+                && err.contains("on, off or auto"),
             "{err}"
         );
     }
@@ -110,7 +112,15 @@ fn serve_prints_its_address_and_answers() {
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
         .args(["serve", "-m", &model, "--port", "0", "-np", "2", "-t", "1"])
-        .args(["--alias", "tiny", "-c", "1024", "-rea", "off", "--chat-template"])
+        .args([
+            "--alias",
+            "tiny",
+            "-c",
+            "1024",
+            "-rea",
+            "off",
+            "--chat-template",
+        ])
         .arg(&template)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -147,5 +157,8 @@ fn serve_prints_its_address_and_answers() {
     assert!(props.contains("\"total_slots\":2"), "{props}");
     assert!(props.contains("[assistant] "), "{props}");
     // -rea off: the template sees enable_thinking = false.
-    assert!(rendered.ends_with("[assistant] [no thinking]\"}"), "{rendered}");
+    assert!(
+        rendered.ends_with("[assistant] [no thinking]\"}"),
+        "{rendered}"
+    );
 }

@@ -581,7 +581,8 @@ fn harmony_and_gemma4_calls() {
 
 /// A QwQ-style template (as llama.cpp's copy of it): the generation prompt opens
 /// `<think>\n`, and closes it at once when `enable_thinking` is false.
-const THINKING: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+const THINKING: &str =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
 {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n\
 {% if not enable_thinking %}</think>{% endif %}{% endif %}";
 
