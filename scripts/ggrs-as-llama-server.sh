@@ -20,7 +20,7 @@ while (($#)); do
     shift
     case $a in
         --port | --host | --ctx-size | -c | --parallel | -np | --n-predict | -n | --batch-size | -b | \
-            --threads | -t | --alias | --api-key | --pooling | --reasoning-format)
+            --threads | -t | --alias | --api-key | --pooling | --reasoning-format | --reasoning | -rea)
             args+=("$a" "$1")
             shift
             ;;
@@ -35,7 +35,7 @@ while (($#)); do
         --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
             --ubatch-size | -ub | --n-gpu-layers | -ngl | -ctk | -ctv | -fa | --pooling-type | \
             --cors-origins | --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
-            --grp-attn-w | --reasoning | --media-path | --reasoning-budget)
+            --grp-attn-w | --media-path | --reasoning-budget)
             shift
             ;;
         --embedding | --embeddings) args+=(--embeddings) ;;

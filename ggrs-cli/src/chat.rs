@@ -26,6 +26,10 @@ pub struct Args {
     /// `enable_thinking = false` (Qwen3 then starts each reply with an empty `<think>` block).
     #[arg(long)]
     no_think: bool,
+    /// Whether a reasoning model thinks (`-rea` works too, as llama.cpp's): `off` is
+    /// --no-think; `on` and `auto` keep the template's default (thinking on).
+    #[arg(long, default_value = "auto", value_name = "on|off|auto", value_parser = crate::common::reasoning_arg)]
+    reasoning: ggrs_llama::chat::reply::Reasoning,
     /// The chat format instead of the model's: a name of llama.cpp's built-in formats
     /// (llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4), a file holding a Jinja template, or a
     /// Jinja template's text.
@@ -87,7 +91,7 @@ pub fn run(a: Args) -> CliResult {
     let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;
     chat.set_system(a.system.clone());
-    chat.set_template_vars(template_vars(a.no_think));
+    chat.set_template_vars(template_vars(a.no_think || !a.reasoning.enable_thinking()));
     let params = GenerateParams {
         max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,

@@ -162,6 +162,11 @@ impl ModelArgs {
     }
 }
 
+/// A `--reasoning` argument (llama-server's `on`, `off`, `auto`).
+pub fn reasoning_arg(s: &str) -> Result<ggrs_llama::chat::reply::Reasoning, String> {
+    ggrs_llama::chat::reply::Reasoning::parse(s).ok_or_else(|| "expected on, off or auto".into())
+}
+
 /// A `--chat-template` argument: the text of the file it names, or the argument itself (a
 /// built-in format's name or a Jinja template, which the library checks).
 pub fn template_arg(t: &str) -> Result<String, String> {

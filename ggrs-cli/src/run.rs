@@ -49,6 +49,10 @@ pub struct Args {
     /// `enable_thinking = false`).
     #[arg(long, requires = "chat")]
     no_think: bool,
+    /// With --chat: whether a reasoning model thinks (`-rea` works too): `off` is
+    /// --no-think; `on` and `auto` keep the template's default (thinking on).
+    #[arg(long, requires = "chat", value_name = "on|off|auto", value_parser = crate::common::reasoning_arg)]
+    reasoning: Option<ggrs_llama::chat::reply::Reasoning>,
     /// With --chat: the chat format instead of the model's: a name of llama.cpp's built-in
     /// formats (llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4), a file holding a Jinja template,
     /// or a Jinja template's text.
@@ -89,8 +93,9 @@ pub fn run(a: Args) -> CliResult {
         let prompt = a.prompt.text()?;
         let template = crate::common::resolve_template(&model, a.chat_template.as_deref())?;
         crate::chat::check_system(&template, a.system.as_deref())?;
+        let no_think = a.no_think || a.reasoning.is_some_and(|r| !r.enable_thinking());
         let text =
-            crate::chat::format_single_turn(&template, &prompt, a.system.as_deref(), a.no_think)?;
+            crate::chat::format_single_turn(&template, &prompt, a.system.as_deref(), no_think)?;
         let ids = model.encode_chat(&text)?;
         (text, ids)
     } else {

@@ -7,7 +7,9 @@ use std::time::Duration;
 use ggrs_llama::engine::EngineParams;
 use ggrs_server::{ServerConfig, ServerError};
 
-use crate::common::{checked_threads, model_path, template_arg};
+use ggrs_llama::chat::reply::Reasoning;
+
+use crate::common::{checked_threads, model_path, reasoning_arg, template_arg};
 use crate::CliResult;
 
 /// Arguments of `ggrs serve` (llama-server's names).
@@ -77,6 +79,13 @@ pub struct Args {
     /// `reasoning_content`, `none` left in the content (as llama-server's flag).
     #[arg(long, default_value = "deepseek", value_name = "none|deepseek|auto")]
     reasoning_format: String,
+    /// Whether a reasoning model thinks (`-rea` works too, as llama-server's): `off`
+    /// renders every prompt with the template variable `enable_thinking = false` (Qwen3,
+    /// and the templates that read it, close the thinking block: the reply has no
+    /// reasoning); `on` and `auto` keep thinking on. A request's
+    /// `chat_template_kwargs.enable_thinking` or `reasoning_effort: "none"` still wins.
+    #[arg(long, default_value = "auto", value_name = "on|off|auto", value_parser = reasoning_arg)]
+    reasoning: Reasoning,
     /// Accepted for llama-server compatibility: Jinja templates are always used.
     #[arg(long = "jinja", hide = true)]
     _jinja: bool,
@@ -116,14 +125,25 @@ pub struct Args {
     write_timeout: u64,
 }
 
-/// Rewrites llama-server's `-np N` (a two-letter short flag, which the argument parser does
-/// not have) as `--parallel N` in the arguments of `ggrs serve`.
+/// Rewrites llama-server's short flags of several letters, which the argument parser does
+/// not have: `-np N` as `--parallel N` (`ggrs serve`), `-rea MODE` as `--reasoning MODE`
+/// (`ggrs serve`, `chat` and `run`, as llama.cpp's tools share it).
 pub fn rewrite_np(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if args.get(1).is_none_or(|a| a != "serve") {
-        return args;
-    }
+    let command = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
+    let (np, rea) = (
+        command == "serve",
+        matches!(command, "serve" | "chat" | "run"),
+    );
     args.into_iter()
-        .map(|a| if a == "-np" { "--parallel".into() } else { a })
+        .map(|a| {
+            if np && a == "-np" {
+                "--parallel".into()
+            } else if rea && a == "-rea" {
+                "--reasoning".into()
+            } else {
+                a
+            }
+        })
         .collect()
 }
 
@@ -198,6 +218,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
                 a.reasoning_format
             )
         })?;
+    c.reasoning = a.reasoning;
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     Ok(c)

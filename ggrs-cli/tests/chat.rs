@@ -219,7 +219,8 @@ fn tokenize_chatglm1_applies_the_v1_conventions() {
 }
 
 /// `ggrs run --chat --no-think` renders the template with `enable_thinking = false` (Qwen3's
-/// then opens the reply with an empty think block); without it the block is absent.
+/// then opens the reply with an empty think block), as `--reasoning off` does; without it
+/// the block is absent.
 #[test]
 fn run_chat_no_think_turns_thinking_off() {
     let src = tiny("tiny-llama3-f16.gguf");
@@ -241,14 +242,12 @@ fn run_chat_no_think_turns_thinking_off() {
         Vec::new(),
     );
     let file = path.to_str().expect("utf-8 temp path").to_string();
-    let prompt_tokens = |no_think: bool| {
+    let prompt_tokens = |extra: &[&str]| {
         let mut args = vec![
             "run", "-m", &file, "-p", "Hello", "--chat", "--temp", "0", "-n", "1", "--json", "-t",
             "2",
         ];
-        if no_think {
-            args.push("--no-think");
-        }
+        args.extend_from_slice(extra);
         let (ok, out, err) = ggrs(&args);
         assert!(ok, "{err}");
         let v: serde_json::Value = serde_json::from_str(&out).expect("json output");
@@ -257,11 +256,12 @@ fn run_chat_no_think_turns_thinking_off() {
     let tok = ggrs_llama::Tokenizer::open(&file).expect("tokenizer");
     let plain = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n";
     let encode = |text: &str| tok.encode(text, true, true).expect("encode");
-    assert_eq!(prompt_tokens(false), encode(plain));
-    assert_eq!(
-        prompt_tokens(true),
-        encode(&format!("{plain}<think>\n\n</think>\n\n"))
-    );
+    let closed = encode(&format!("{plain}<think>\n\n</think>\n\n"));
+    assert_eq!(prompt_tokens(&[]), encode(plain));
+    assert_eq!(prompt_tokens(&["--no-think"]), closed);
+    // llama.cpp's `--reasoning off` (`-rea off`) is --no-think; `on` keeps thinking.
+    assert_eq!(prompt_tokens(&["-rea", "off"]), closed);
+    assert_eq!(prompt_tokens(&["--reasoning", "on"]), encode(plain));
     let _ = std::fs::remove_file(&path);
 }
 

@@ -29,6 +29,7 @@ fn help_lists_llama_servers_flags() {
         "--no-webui",
         "--timeout",
         "--queue",
+        "--reasoning",
     ] {
         assert!(out.contains(flag), "{flag} missing from\n{out}");
     }
@@ -53,6 +54,38 @@ fn a_missing_model_or_a_port_in_use_is_an_error() {
     );
 }
 
+/// `--reasoning` takes llama-server's on, off and auto; another value is an error naming
+/// the flag (before anything is loaded).
+#[test]
+fn a_bad_reasoning_mode_is_an_error() {
+    let model = common::reference("tiny/tiny-llama-f16.gguf");
+    for flag in ["--reasoning", "-rea"] {
+        let (ok, _, err) = ggrs(&["serve", "-m", &model, flag, "sometimes"]);
+        assert!(!ok);
+        assert!(
+            err.contains("'sometimes'")
+                && err.contains("--reasoning")
+                && err.contains("on, off or auto"),
+            "{err}"
+        );
+    }
+}
+
+/// `POST path` of the JSON `body` on `addr`: the whole answer (head and body).
+fn post(addr: &str, path: &str, body: &str) -> String {
+    let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
+    write!(
+        tcp,
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut s = String::new();
+    tcp.read_to_string(&mut s).expect("read");
+    s
+}
+
 /// `GET path` on `addr`: the whole answer (head and body).
 fn get(addr: &str, path: &str) -> String {
     let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
@@ -73,12 +106,21 @@ fn serve_prints_its_address_and_answers() {
     let template = std::env::temp_dir().join(format!("ggrs-serve-{}.jinja", std::process::id()));
     std::fs::write(
         &template,
-        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] ",
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}[assistant] \
+         {% if not enable_thinking %}[no thinking]{% endif %}",
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
         .args(["serve", "-m", &model, "--port", "0", "-np", "2", "-t", "1"])
-        .args(["--alias", "tiny", "-c", "1024", "--chat-template"])
+        .args([
+            "--alias",
+            "tiny",
+            "-c",
+            "1024",
+            "-rea",
+            "off",
+            "--chat-template",
+        ])
         .arg(&template)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -102,6 +144,11 @@ fn serve_prints_its_address_and_answers() {
     };
     let models = get(&addr, "/v1/models");
     let props = get(&addr, "/props");
+    let rendered = post(
+        &addr,
+        "/apply-template",
+        r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
+    );
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_file(&template);
@@ -109,4 +156,9 @@ fn serve_prints_its_address_and_answers() {
     assert!(models.contains("\"id\":\"tiny\""), "{models}");
     assert!(props.contains("\"total_slots\":2"), "{props}");
     assert!(props.contains("[assistant] "), "{props}");
+    // -rea off: the template sees enable_thinking = false.
+    assert!(
+        rendered.ends_with("[assistant] [no thinking]\"}"),
+        "{rendered}"
+    );
 }

@@ -404,3 +404,30 @@ fn new_families_render_as_llama_server() {
     }
     assert_eq!(checked, 20);
 }
+
+/// `+` with an undefined or none operand next to a string adds the empty string, as
+/// llama.cpp's Jinja engine does (FireFunction v2's template adds the undefined `functions`
+/// to its system text); other sums stay minijinja's, inside loops and branches too.
+#[test]
+fn plus_takes_undefined_next_to_a_string_as_empty() {
+    let render = |source: &str| {
+        ChatTemplate::Jinja {
+            source: source.into(),
+            bos_token: String::new(),
+            eos_token: String::new(),
+        }
+        .render(&[Message::user("x")], true)
+    };
+    assert_eq!(
+        render(
+            "{{ 'a' + nothing + 'b' }}|{{ none + 'c' }}|{{ 1 + 2 }}|{{ 1.5 + 1 }}|\
+             {{ ([1] + [2]) | length }}|{% set ns = namespace(s='') %}{% for m in messages %}\
+             {% if m.role == 'user' %}{% set ns.s = ns.s + m.content + m.missing %}{% endif %}\
+             {% endfor %}{{ ns.s }}"
+        )
+        .expect("render"),
+        "ab|c|3|2.5|2|x"
+    );
+    assert!(render("{{ 1 + nothing }}").is_err());
+    assert!(render("{{ [1] + 'a' }}").is_err());
+}

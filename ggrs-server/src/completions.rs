@@ -82,6 +82,11 @@ pub(crate) fn read_chat(
         Some(v) => return Err(wrong_type("chat_template_kwargs", "an object", &v)),
         None => reasoning,
     };
+    // OpenAI's `reasoning_effort: "none"` turns thinking off, over the kwargs (as
+    // llama-server reads it); other efforts leave `enable_thinking` alone.
+    if body.get("reasoning_effort").and_then(Value::as_str) == Some("none") {
+        vars.enable_thinking = false;
+    }
     let reasoning = match body.take("reasoning_format") {
         Some(Value::String(r)) => ReasoningFormat::parse(&r).ok_or_else(|| {
             ApiError::invalid(

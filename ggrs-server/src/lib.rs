@@ -119,6 +119,10 @@ pub struct ServerConfig {
     /// Where `<think>` blocks go (`--reasoning-format`; default `deepseek`:
     /// `reasoning_content`).
     pub reasoning_format: ggrs_llama::chat::reply::ReasoningFormat,
+    /// Whether a reasoning model thinks (`--reasoning`; default `auto`): `off` renders
+    /// every request's template with `enable_thinking = false` unless the request's
+    /// `chat_template_kwargs` says otherwise.
+    pub reasoning: ggrs_llama::chat::reply::Reasoning,
 }
 
 impl ServerConfig {
@@ -154,6 +158,7 @@ impl ServerConfig {
             pooling: None,
             embd_batch: 2048,
             reasoning_format: Default::default(),
+            reasoning: Default::default(),
         }
     }
 

@@ -241,7 +241,10 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
         _engine: engine,
         model,
         template,
-        vars: TemplateVars::default(),
+        vars: TemplateVars {
+            enable_thinking: config.reasoning.enable_thinking(),
+            ..TemplateVars::default()
+        },
     })
 }
 

@@ -578,3 +578,59 @@ fn harmony_and_gemma4_calls() {
         }
     }
 }
+
+/// A QwQ-style template (as llama.cpp's copy of it): the generation prompt opens
+/// `<think>\n`, and closes it at once when `enable_thinking` is false.
+const THINKING: &str =
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n\
+{% if not enable_thinking %}</think>{% endif %}{% endif %}";
+
+/// `--reasoning off` (`ServerConfig::reasoning`): every prompt is rendered with
+/// `enable_thinking = false`, so the thinking block is closed and the reply has no
+/// reasoning to split off; a request's `chat_template_kwargs.enable_thinking` wins, and
+/// `reasoning_effort: "none"` turns thinking off under the default (`auto`).
+#[test]
+fn reasoning_flag_sets_enable_thinking() {
+    let question = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "What is today?"}],
+                           "max_tokens": 6, "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let prompt = |s: &TestServer, extra: Value| {
+        let a = s.post("/apply-template", &question(extra));
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.body["prompt"].as_str().unwrap().to_string()
+    };
+    let reply = |s: &TestServer| {
+        let a = s.post("/v1/chat/completions", &question(json!({})));
+        assert_eq!(a.status, 200, "{}", a.body);
+        a.body["choices"][0]["message"].clone()
+    };
+    let (open, closed) = ("<|im_start|>assistant\n<think>\n", "<think>\n</think>");
+
+    let s = tiny_server(THINKING);
+    assert!(prompt(&s, json!({})).ends_with(open));
+    let off = json!({"chat_template_kwargs": {"enable_thinking": false}});
+    assert!(prompt(&s, off).ends_with(closed));
+    assert!(prompt(&s, json!({"reasoning_effort": "none"})).ends_with(closed));
+    assert!(prompt(&s, json!({"reasoning_effort": "high"})).ends_with(open));
+    // Thinking forced open: the whole reply is reasoning.
+    let m = reply(&s);
+    assert!(m["reasoning_content"].is_string(), "{m}");
+    drop(s);
+
+    let mut c = config(1);
+    c.chat_template = Some(THINKING.into());
+    c.reasoning = ggrs_llama::chat::reply::Reasoning::Off;
+    let s = TestServer::start(c);
+    assert!(prompt(&s, json!({})).ends_with(closed));
+    let on = json!({"chat_template_kwargs": {"enable_thinking": true}});
+    assert!(prompt(&s, on).ends_with(open));
+    let m = reply(&s);
+    assert!(m.get("reasoning_content").is_none_or(Value::is_null), "{m}");
+    assert!(m["content"].is_string(), "{m}");
+}

@@ -14,6 +14,9 @@
 //! - every piece of the template's literal text is emitted as a value, so that all output
 //!   passes the environment's formatter, which counts it (captures included) and stops the
 //!   rendering past [`EMIT_FACTOR`] times the limit;
+//! - before every `+` comes a call of [`NULL_CONCAT`], which makes an undefined or none
+//!   operand next to a string the empty string (llama.cpp's Jinja engine adds them so, and
+//!   FireFunction v2's template adds the undefined `functions` to its system text);
 //! - jump targets are moved to the rewritten positions.
 //!
 //! [`CHECK`] is not an identifier, so a template cannot define or shadow it. Filters that
@@ -30,6 +33,10 @@ use minijinja::{Environment, Error, ErrorKind, State, Value};
 
 /// The function called after each value-making instruction (a name no template can write).
 pub(super) const CHECK: &str = "ggrs size check";
+
+/// The function called before each `+`: its operands, an undefined or none one next to a
+/// string made `""`, as a list that `UnpackList` puts back on the stack.
+pub(super) const NULL_CONCAT: &str = "ggrs null concat";
 
 /// Output (captures and macro bodies included, which are written more than once when a
 /// macro's text is written again) a template may emit, in multiples of its limit.
@@ -99,7 +106,12 @@ fn loads_too_much(i: &Instruction<'_>, max_bytes: usize) -> bool {
 
 /// How many instructions `i` becomes.
 fn width(i: &Instruction<'_>, max_bytes: usize) -> u32 {
-    if matches!(i, Instruction::EmitRaw(_)) || makes_a_value(i) || loads_too_much(i, max_bytes) {
+    if matches!(i, Instruction::Add) {
+        4
+    } else if matches!(i, Instruction::EmitRaw(_))
+        || makes_a_value(i)
+        || loads_too_much(i, max_bytes)
+    {
         2
     } else {
         1
@@ -135,6 +147,12 @@ pub(super) fn bounded<'s>(code: &Instructions<'s>, max_bytes: usize) -> Instruct
                     s.to_string(),
                 )));
                 push(Instruction::Emit);
+            }
+            Instruction::Add => {
+                push(Instruction::CallFunction(NULL_CONCAT, Some(2)));
+                push(Instruction::UnpackList(2));
+                push(Instruction::Add);
+                push(Instruction::CallFunction(CHECK, Some(1)));
             }
             Instruction::Jump(x) => push(Instruction::Jump(to(x))),
             Instruction::JumpIfFalse(x) => push(Instruction::JumpIfFalse(to(x))),
@@ -202,6 +220,16 @@ pub(super) fn install(env: &mut Environment<'_>, max_bytes: usize, too_big: Arc<
             return Err(too_big_error(n, max_bytes, &flag));
         }
         Ok(v)
+    });
+    env.add_function(NULL_CONCAT, |a: Value, b: Value| -> Value {
+        let empty = |v: &Value| v.is_undefined() || v.is_none();
+        let (a, b) = match (a.kind(), b.kind()) {
+            (ValueKind::String, _) if empty(&b) => (a, Value::from("")),
+            (_, ValueKind::String) if empty(&a) => (Value::from(""), b),
+            _ => (a, b),
+        };
+        // `UnpackList` leaves the first item on top, where `+` takes its right operand.
+        Value::from(vec![b, a])
     });
     let flag = too_big.clone();
     let emitted = AtomicUsize::new(0);

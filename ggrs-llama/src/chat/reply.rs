@@ -46,6 +46,41 @@ impl ReasoningFormat {
     }
 }
 
+/// Whether a reasoning model thinks (llama-server's `--reasoning on|off|auto`): the
+/// template variable `enable_thinking` every request starts from (a request's
+/// `chat_template_kwargs.enable_thinking` still wins). `off` renders the template with
+/// `enable_thinking = false`, so a template that reads it closes (or leaves out) the
+/// thinking block of the generation prompt (Qwen3's `<think>\n\n</think>\n\n`) and the
+/// reply has no reasoning to split off; `on` and `auto` leave thinking on, as llama-server
+/// does for a template that can think.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reasoning {
+    /// Thinking on (`enable_thinking = true`).
+    On,
+    /// Thinking off (`enable_thinking = false`).
+    Off,
+    /// The template's default: thinking on where the template has it.
+    #[default]
+    Auto,
+}
+
+impl Reasoning {
+    /// The names llama-server takes: `on`, `off`, `auto`.
+    pub fn parse(s: &str) -> Option<Reasoning> {
+        match s {
+            "on" => Some(Reasoning::On),
+            "off" => Some(Reasoning::Off),
+            "auto" => Some(Reasoning::Auto),
+            _ => None,
+        }
+    }
+
+    /// The value of the template variable `enable_thinking`.
+    pub fn enable_thinking(self) -> bool {
+        self != Reasoning::Off
+    }
+}
+
 /// How a model writes its reply's parts, as its prompt shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReplyLayout {
