@@ -66,6 +66,7 @@ pub mod prompt_cache;
 pub mod quantize;
 pub mod sampling;
 pub mod session;
+pub mod speculative;
 pub mod step;
 pub mod tokenizer;
 

@@ -56,6 +56,11 @@ pub struct SessionParams {
     /// context; a cached prefix can then be reused only while the window behind it is
     /// still held ([`Session::reusable_prefix`]).
     pub swa_full: bool,
+    /// Most drafted tokens a speculative step verifies (0: no speculation). With n > 0 the
+    /// arena also holds a step of [`Session::decode_exact`] with n + 1 tokens (per region,
+    /// with regions: up to [`crate::batch::MAX_SEQ`] tokens in all), each with its logits,
+    /// and such a step may ask for logits of every token even without `logits_all`.
+    pub n_draft: usize,
 }
 
 impl Default for SessionParams {
@@ -69,6 +74,7 @@ impl Default for SessionParams {
             attn_kv_splits: 2,
             n_streams: 1,
             swa_full: false,
+            n_draft: 0,
         }
     }
 }
@@ -95,6 +101,8 @@ pub struct Session {
     /// ([`ggrs_core::weights::columns_independent`]); if not, a step of several sequences in
     /// cache regions is split (see `Session::pieces`).
     columns_independent: bool,
+    /// The drafter generation uses, if any ([`Session::set_speculation`]).
+    pub(crate) speculation: Option<crate::speculative::Speculation>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -347,6 +355,39 @@ impl Session {
         } else {
             vec![worst]
         };
+        // Steps of exact columns (speculative verification): one single-token span per
+        // token, every span reading its whole region, products per column or not.
+        let mut worst = worst;
+        if params.n_draft > 0 && window_cells.is_none() {
+            let n = if params.n_streams > 1 {
+                crate::batch::MAX_SEQ
+            } else {
+                params.n_draft + 1
+            }
+            .min(params.n_batch)
+            .min(crate::batch::MAX_SEQ);
+            let per = params.n_ctx / params.n_streams;
+            let spans: Vec<SeqSpan> = (0..n)
+                .map(|t| SeqSpan {
+                    first_token: t as u32,
+                    n_tokens: 1,
+                    first_cell: ((t % params.n_streams) * per) as u32,
+                    n_kv: per as u32,
+                })
+                .collect();
+            let spans = SeqSpans::new(&spans).expect("at most MAX_SEQ spans (clamped above)");
+            for per_column in [false, true] {
+                worst.push(StepShape {
+                    n_tokens: n,
+                    n_kv: per,
+                    n_outputs: n,
+                    attn_kv_splits: params.attn_kv_splits,
+                    spans,
+                    per_column,
+                    window: None,
+                });
+            }
+        }
         let mut size = 0;
         for shape in worst {
             m.rewind(before)?;
@@ -389,6 +430,7 @@ impl Session {
             state,
             built: None,
             columns_independent,
+            speculation: None,
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -431,6 +473,42 @@ impl Session {
     /// sequence's results do not depend on the others.
     pub fn batches_sequences(&self) -> bool {
         self.columns_independent
+    }
+
+    /// Makes generation ([`Session::generate_tokens`] and what calls it) speculative with
+    /// `spec`'s drafter (`None`: plain decoding). The output does not change (see
+    /// [`crate::speculative`]). Fails when the session cannot verify `spec.params.draft_max`
+    /// tokens a step ([`SessionParams::n_draft`], [`Session::supports_exact_steps`]).
+    pub fn set_speculation(&mut self, spec: Option<crate::speculative::Speculation>) -> Result<()> {
+        if let Some(s) = &spec {
+            self.supports_exact_steps()
+                .map_err(LlamaError::InvalidArgument)?;
+            let max = self
+                .params
+                .n_draft
+                .min(self.params.n_batch.saturating_sub(1))
+                .min(crate::batch::MAX_SEQ - 1);
+            if s.params.draft_max == 0 || s.params.draft_max > max {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "--draft-max {} is outside 1..={max} (this session verifies at most \
+                     {max} drafted tokens a step: SessionParams::n_draft)",
+                    s.params.draft_max
+                )));
+            }
+            if s.params.draft_min > s.params.draft_max {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "--draft-min {} is above --draft-max {}",
+                    s.params.draft_min, s.params.draft_max
+                )));
+            }
+        }
+        self.speculation = spec;
+        Ok(())
+    }
+
+    /// The drafter generation uses, if any.
+    pub fn speculation(&self) -> Option<&crate::speculative::Speculation> {
+        self.speculation.as_ref()
     }
 
     /// The KV cache.
@@ -536,6 +614,76 @@ impl Session {
                 sorted.extend_from_slice(&self.logits[r * nv..(r + 1) * nv]);
             }
             self.logits = sorted;
+        }
+        Ok(())
+    }
+
+    /// Evaluates `batch` (at most `n_batch` and [`crate::batch::MAX_SEQ`] tokens) so that
+    /// every token's logits have the bits a step of that token alone would give after the
+    /// tokens before it (same cells, same padded cell count and flash-attention key split,
+    /// one-column products where a weight's products depend on the column count): the
+    /// verification step of speculative decoding, whose accepted tokens must compute
+    /// exactly as in plain decoding. Logits for every entry that asks (up to
+    /// [`SessionParams::n_draft`] + 1 of them without `logits_all`). A model whose
+    /// sliding-window layers keep cells of their own (without `swa_full`) or whose
+    /// architecture keeps a recurrent state cannot take such steps: see
+    /// [`Session::supports_exact_steps`].
+    pub fn decode_exact(&mut self, batch: &Batch) -> Result<()> {
+        let hp = &self.model.hparams;
+        batch.validate(hp.n_vocab)?;
+        if let Err(why) = self.supports_exact_steps() {
+            return Err(LlamaError::InvalidArgument(why));
+        }
+        let max_out = match self.params.logits_all {
+            true => self.params.n_batch,
+            false => self.params.n_draft + 1,
+        };
+        if batch.n_outputs() > max_out || batch.len() > self.params.n_batch {
+            return Err(LlamaError::InvalidArgument(format!(
+                "a step of exact columns takes at most {} tokens with {} outputs here \
+                 (SessionParams::n_batch, n_draft), not {} with {}",
+                self.params.n_batch,
+                max_out,
+                batch.len(),
+                batch.n_outputs()
+            )));
+        }
+        if batch.len() > self.kv.size() - self.kv.used() {
+            return Err(LlamaError::ContextFull {
+                n_tokens: batch.len(),
+                n_past: self.kv.used(),
+                n_ctx: self.kv.size(),
+            });
+        }
+        self.logits.clear();
+        self.n_outputs = 0;
+        let placed = self.kv.place_exact(batch)?;
+        let per_column = !self.columns_independent;
+        if let Err(e) = self.run_piece(batch, &placed, per_column) {
+            self.kv.unplace(&placed);
+            self.built = None;
+            self.ctx.rewind(self.base)?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Whether [`Session::decode_exact`] can run here; if not, why: a trimmed
+    /// sliding-window cache, or an architecture with a per-sequence state other than the
+    /// causal mask (a recurrent state cannot be rolled back cell by cell).
+    pub fn supports_exact_steps(&self) -> std::result::Result<(), String> {
+        if !self.kv.window_layers().is_empty() && !self.params.swa_full {
+            return Err(format!(
+                "exact (speculative) steps need every cache cell in the sliding-window layers \
+                 of {} (SessionParams::swa_full, --swa-full)",
+                self.model.arch_name()
+            ));
+        }
+        if !self.state.rolls_back() {
+            return Err(format!(
+                "{} keeps a recurrent state, which speculative steps cannot roll back",
+                self.model.arch_name()
+            ));
         }
         Ok(())
     }
