@@ -160,6 +160,7 @@ impl ModelArgs {
                 params: ggrs_llama::speculative::SpecParams {
                     draft_max: spec.draft_max,
                     draft_min: spec.draft_min,
+                    adaptive: true,
                 },
                 drafter,
             }))

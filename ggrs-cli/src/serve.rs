@@ -181,6 +181,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         spec: a.spec.map(|_| ggrs_llama::speculative::SpecParams {
             draft_max: a.draft_max,
             draft_min: a.draft_min,
+            adaptive: true,
         }),
         ..EngineParams::default()
     };

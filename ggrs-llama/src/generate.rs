@@ -9,7 +9,7 @@ use crate::constraint::{Constraint, ConstraintState};
 use crate::error::{LlamaError, Result};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams};
 use crate::session::Session;
-use crate::speculative::{SpecStats, Speculation};
+use crate::speculative::{DraftControl, SpecStats, Speculation};
 use crate::tokenizer::{DecodeState, Tokenizer};
 
 /// How to generate.
@@ -509,6 +509,7 @@ impl Session {
         // The prompt and the output so far (what the drafter continues).
         let mut history: Vec<u32> = context.to_vec();
         history.push(next);
+        let mut control = DraftControl::default();
         loop {
             let used = self.kv_cache().used();
             let drafts = match spec.as_deref_mut() {
@@ -517,7 +518,10 @@ impl Session {
                     // token limit (the token sampled from the last row is never evaluated).
                     let room = n_ctx.saturating_sub(used + 1);
                     let left = max_tokens.saturating_sub(picker.tokens.len() + 1);
-                    let cap = s.params.draft_max.min(room).min(left);
+                    let mut cap = s.params.draft_max.min(room).min(left);
+                    if s.params.adaptive {
+                        cap = control.limit(cap);
+                    }
                     let mut d = match cap >= s.params.draft_min.max(1) {
                         true => s.drafter.draft(&history, cap)?,
                         false => Vec::new(),
@@ -530,8 +534,10 @@ impl Session {
                 }
                 None => Vec::new(),
             };
+            let t0 = Instant::now();
             if drafts.is_empty() {
                 self.eval(&[next], false)?;
+                control.plain_step(t0.elapsed().as_secs_f64());
                 let full = self.kv_cache().used() >= n_ctx;
                 let listen = |e: TokenEvent| on_token(&e).is_continue();
                 match picker.pick(self.logits(), tok, conventions, full, listen)? {
@@ -548,6 +554,7 @@ impl Session {
             step.push(next);
             step.extend_from_slice(&drafts);
             self.decode_exact(&Batch::from_tokens(&step, base, 0, true))?;
+            let secs = t0.elapsed().as_secs_f64();
             stats.steps += 1;
             stats.drafted += drafts.len();
             // Row j holds the logits after `next` and j drafted tokens: sample it as plain
@@ -570,6 +577,7 @@ impl Session {
                 }
             };
             stats.accepted += j;
+            control.spec_step(drafts.len(), j, secs);
             if j < drafts.len() {
                 // The cells of the rejected drafts, as if they never ran.
                 self.remove(0, base + 1 + j as i32);

@@ -24,6 +24,13 @@ use crate::loader::ImportedWeights;
 use crate::model::Model;
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
+/// Queries from which flash attention takes its tiled kernel (`ggrs_core`'s
+/// `kernels::attn::TILE_Q`, llama.cpp's `GGML_FA_TILE_Q`).
+const FA_TILE_Q: usize = 64;
+/// Cells from which flash attention splits a single query's keys (`ggrs_core`'s
+/// `kernels::attn::SPLIT_MIN_KV`).
+const FA_SPLIT_MIN_KV: usize = 512;
+
 /// How to set up a [`Session`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SessionParams {
@@ -657,7 +664,8 @@ impl Session {
         }
         self.logits.clear();
         self.n_outputs = 0;
-        let placed = self.kv.place_exact(batch)?;
+        let mut placed = self.kv.place_exact(batch)?;
+        self.merge_exact_spans(&mut placed);
         let per_column = !self.columns_independent;
         if let Err(e) = self.run_piece(batch, &placed, per_column) {
             self.kv.unplace(&placed);
@@ -666,6 +674,41 @@ impl Session {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Joins the one-token spans of an exact placement where that keeps every token's bits:
+    /// with an f16 cache, fewer than [`FA_TILE_Q`] queries per span take flash attention's
+    /// one-row kernel, which skips masked keys (so the cell count read does not matter),
+    /// unless a one-token step would have split the token's keys ([`FA_SPLIT_MIN_KV`] cells
+    /// or more, `attn_kv_splits` ≥ 2). Then a sequence's tokens attend as one span (one
+    /// shared cache: no spans), and the step is a few large nodes instead of many small
+    /// ones.
+    fn merge_exact_spans(&self, placed: &mut Placement) {
+        let splits = self.params.attn_kv_splits >= 2;
+        let one_row = self.kv.dtype == DType::F16
+            && placed.spans.len() < FA_TILE_Q
+            && placed
+                .spans
+                .iter()
+                .all(|s| !(splits && s.n_kv as usize >= FA_SPLIT_MIN_KV));
+        if !one_row {
+            return;
+        }
+        if self.kv.streams() <= 1 {
+            placed.spans.clear();
+            return;
+        }
+        let mut merged: Vec<SeqSpan> = Vec::with_capacity(placed.spans.len());
+        for sp in &placed.spans {
+            match merged.last_mut() {
+                Some(m) if m.first_cell == sp.first_cell => {
+                    m.n_tokens += sp.n_tokens;
+                    m.n_kv = m.n_kv.max(sp.n_kv);
+                }
+                _ => merged.push(*sp),
+            }
+        }
+        placed.spans = merged;
     }
 
     /// Whether [`Session::decode_exact`] can run here; if not, why: a trimmed

@@ -38,14 +38,18 @@ pub struct SpecParams {
     pub draft_max: usize,
     /// Fewest tokens worth a speculative step: a shorter draft is dropped (plain step).
     pub draft_min: usize,
+    /// Draft fewer tokens (or none) while drafts are rejected or verification is dear
+    /// ([`DraftControl`]); false: always up to `draft_max`.
+    pub adaptive: bool,
 }
 
 impl Default for SpecParams {
-    /// 16 tokens at most, at least 1.
+    /// 16 tokens at most, at least 1, adaptive.
     fn default() -> Self {
         SpecParams {
             draft_max: 16,
             draft_min: 1,
+            adaptive: true,
         }
     }
 }
@@ -78,12 +82,90 @@ impl SpecStats {
     }
 }
 
+/// How many drafted tokens are worth verifying now: a running estimate of the chance that
+/// a drafted token is accepted (given the ones before it were) and of what a verified
+/// column costs next to a one-token step (measured), and the draft length that maximises
+/// the expected tokens per unit of time, `(1 + a + a² + … + aᵏ) / (1 + c·k)` (0: a plain
+/// step). So speculation backs off where drafts are rejected, and drafts long where they
+/// are accepted. It decides speed only: the output never depends on it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DraftControl {
+    /// Estimated chance that a drafted token is accepted after accepted ones.
+    pub accept: f64,
+    /// Estimated cost of one verified column, in one-token steps.
+    pub column_cost: f64,
+    /// Seconds of a one-token step (running mean; 0 until measured).
+    pub step_secs: f64,
+}
+
+impl Default for DraftControl {
+    fn default() -> Self {
+        DraftControl {
+            accept: Self::PRIOR,
+            column_cost: 0.4,
+            step_secs: 0.0,
+        }
+    }
+}
+
+impl DraftControl {
+    /// Where the acceptance estimate starts, and drifts back to during plain steps (so
+    /// that drafting resumes now and then).
+    const PRIOR: f64 = 0.75;
+    /// Weight of a new observation in the running estimates.
+    const RATE: f64 = 0.15;
+
+    /// The draft length, at most `cap`, with the most expected tokens per unit of time.
+    pub fn limit(&self, cap: usize) -> usize {
+        let (a, c) = (self.accept, self.column_cost.max(0.01));
+        let (mut best, mut best_rate) = (0, 1.0);
+        let (mut gain, mut p) = (1.0, 1.0);
+        for k in 1..=cap {
+            p *= a;
+            gain += p;
+            let rate = gain / (1.0 + c * k as f64);
+            if rate > best_rate {
+                (best, best_rate) = (k, rate);
+            }
+        }
+        best
+    }
+
+    /// A plain (one-token) step took `secs`.
+    pub fn plain_step(&mut self, secs: f64) {
+        self.step_secs = match self.step_secs {
+            0.0 => secs,
+            s => s + Self::RATE * (secs - s),
+        };
+        self.accept += 0.05 * (Self::PRIOR - self.accept).max(0.0);
+    }
+
+    /// A step verified `drafted` tokens, kept `kept`, in `secs`.
+    pub fn spec_step(&mut self, drafted: usize, kept: usize, secs: f64) {
+        for i in 0..drafted.min(kept + 1) {
+            let hit = (i < kept) as u8 as f64;
+            self.accept += Self::RATE * (hit - self.accept);
+        }
+        if self.step_secs > 0.0 && drafted > 0 {
+            let c = (secs / self.step_secs - 1.0) / drafted as f64;
+            self.column_cost += Self::RATE * (c.clamp(0.0, 2.0) - self.column_cost);
+        }
+    }
+}
+
 /// A drafter and its limits, attached to a session ([`Session::set_speculation`]).
 pub struct Speculation {
     /// Draft sizes.
     pub params: SpecParams,
     /// Who drafts.
     pub drafter: Box<dyn Drafter>,
+}
+
+impl Speculation {
+    /// `drafter` with `params`.
+    pub fn new(params: SpecParams, drafter: Box<dyn Drafter>) -> Speculation {
+        Speculation { params, drafter }
+    }
 }
 
 impl std::fmt::Debug for Speculation {
@@ -294,5 +376,28 @@ mod tests {
         .starts_with(&[5, 2]));
         assert!(d.lookup(&[3], 4).is_empty());
         assert!(d.lookup(&[], 4).is_empty());
+    }
+
+    #[test]
+    fn draft_control_backs_off_and_grows() {
+        let mut c = DraftControl::default();
+        c.plain_step(0.1);
+        let start = c.limit(16);
+        assert!(start >= 1, "drafts at first: {c:?}");
+        // Rejected drafts at a full step's cost per column: plain steps.
+        for _ in 0..20 {
+            c.spec_step(4, 0, 0.1 + 4.0 * 0.1);
+        }
+        assert_eq!(c.limit(16), 0, "{c:?}");
+        // Plain steps drift back to drafting.
+        for _ in 0..200 {
+            c.plain_step(0.1);
+        }
+        assert!(c.limit(16) >= 1, "{c:?}");
+        // Everything accepted, cheap columns: long drafts.
+        for _ in 0..20 {
+            c.spec_step(8, 8, 0.1 + 8.0 * 0.01);
+        }
+        assert!(c.limit(16) >= 8, "{c:?}");
     }
 }

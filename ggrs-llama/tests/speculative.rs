@@ -212,6 +212,7 @@ fn corrupted_drafts(
         let spec = SpecParams {
             draft_max: 6,
             draft_min: 1,
+            adaptive: false,
         };
         let (drafted, accepted) = plain_vs_spec(
             model,
@@ -262,7 +263,7 @@ fn tiny_models_speculate_exactly() {
 
 /// Generation from 500 to past 520 cached cells (where the padded cell count grows and
 /// flash attention splits a one-token step's keys), on a plain decoder, sliding windows and
-/// attention sinks.
+/// attention sinks; and across 256 cells.
 #[test]
 fn speculation_is_exact_past_512_cells() {
     for name in ["tiny-llama-f16", "tiny-gemma2-f16", "tiny-gpt-oss-f16"] {
@@ -270,6 +271,11 @@ fn speculation_is_exact_past_512_cells() {
         let all = samplers(model.hparams.n_vocab);
         corrupted_drafts(name, &model, 500, 24, &all[1..]);
     }
+    // Across 256 cells: the drafted columns read 512 cells where the one-token steps of
+    // the first ones read 256 (flash attention's one-row kernel skips the masked cells).
+    let model = load("tiny-llama-f16");
+    let all = samplers(model.hparams.n_vocab);
+    corrupted_drafts("tiny-llama-f16", &model, 240, 24, &all[..2]);
 }
 
 /// The verification step is what makes it exact: past 512 cells, the drafted columns of one
@@ -365,7 +371,10 @@ fn qwen05b_code_edit_speculates_exactly() {
             &tokens,
             &params,
             |_| Box::new(NgramDrafter::default()),
-            SpecParams::default(),
+            SpecParams {
+                adaptive: false,
+                ..SpecParams::default()
+            },
             &format!("qwen05b {label}"),
         );
         eprintln!("qwen05b {label}: {accepted} of {drafted} drafted tokens accepted");
@@ -439,6 +448,7 @@ fn engine_speculates_exactly_beside_other_slots() {
             spec: Some(SpecParams {
                 draft_max: 6,
                 draft_min: 1,
+                adaptive: false,
             }),
             ..EngineParams::default()
         },
@@ -521,6 +531,7 @@ fn draft_model_speculates_exactly() {
             SpecParams {
                 draft_max: 4,
                 draft_min: 1,
+                adaptive: false,
             },
             &format!("draft model {label}"),
         );

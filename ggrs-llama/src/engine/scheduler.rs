@@ -246,7 +246,10 @@ impl Scheduler {
                     .params
                     .max_tokens
                     .saturating_sub(j.n_generated() + 1);
-                let cap = sp.draft_max.min(room).min(left).min(budget);
+                let mut cap = sp.draft_max.min(room).min(left).min(budget);
+                if sp.adaptive {
+                    cap = j.control.limit(cap);
+                }
                 if cap < sp.draft_min.max(1) {
                     return Some(Vec::new());
                 }
@@ -320,6 +323,7 @@ impl Scheduler {
             s.cached.extend_from_slice(&d[..verified.0]);
             j.drafted += d.len();
             j.accepted += verified.0;
+            j.control.spec_step(d.len(), verified.0, secs);
             *out = Some(verified);
         });
         let results: Vec<(usize, usize, usize, crate::error::Result<Outcome>)> = work
@@ -433,6 +437,7 @@ impl Scheduler {
                 Entry::Decode(i) => {
                     let s = &mut self.slots[i];
                     let j = s.job.as_mut().expect("a decoding slot has a job");
+                    j.control.plain_step(secs);
                     s.cached
                         .push(j.next.take().expect("a decode entry has a token"));
                     n_gen += 1;

@@ -37,6 +37,8 @@ pub(super) struct Job {
     pub drafted: usize,
     /// Drafted tokens accepted.
     pub accepted: usize,
+    /// How much to draft (see [`crate::speculative::DraftControl`]).
+    pub control: crate::speculative::DraftControl,
 }
 
 /// What became of a job after a sampled token.
@@ -74,6 +76,7 @@ impl Job {
             queue_secs,
             drafted: 0,
             accepted: 0,
+            control: Default::default(),
         }
     }
 
