@@ -430,14 +430,7 @@ impl KvCache {
             self.place_in_regions(batch)?
         } else {
             let n = batch.len();
-            let free: Vec<usize> = self
-                .cells
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.pos.is_none())
-                .map(|(i, _)| i)
-                .take(n)
-                .collect();
+            let free = self.free_cells(n);
             if free.len() < n {
                 return Err(LlamaError::ContextFull {
                     n_tokens: n,
@@ -480,6 +473,17 @@ impl KvCache {
             .max()
             .unwrap_or(KV_PAD.min(per));
         Ok(placed)
+    }
+
+    /// The first `n` free cells (fewer when there are not so many), in order.
+    fn free_cells(&self, n: usize) -> Vec<usize> {
+        self.cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.pos.is_none())
+            .map(|(i, _)| i)
+            .take(n)
+            .collect()
     }
 
     /// Frees the cells of `placed` (a step that failed).
@@ -685,14 +689,7 @@ impl KvCache {
         }
         let cells: Vec<usize> = match start {
             Some(s) => (s..s + n).collect(),
-            None => self
-                .cells
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.pos.is_none())
-                .map(|(i, _)| i)
-                .take(n)
-                .collect(),
+            None => self.free_cells(n),
         };
         for (t, &c) in cells.iter().enumerate() {
             self.cells[c] = Cell {

@@ -580,15 +580,7 @@ impl Session {
                     .into(),
             ));
         }
-        if batch.len() > self.kv.size() - self.kv.used() {
-            return Err(LlamaError::ContextFull {
-                n_tokens: batch.len(),
-                n_past: self.kv.used(),
-                n_ctx: self.kv.size(),
-            });
-        }
-        self.logits.clear();
-        self.n_outputs = 0;
+        self.start_step(batch.len())?;
         // Batch entries of each piece evaluated as one graph, and whether its products are
         // per column (see `pieces`).
         let pieces = self.pieces(batch);
@@ -603,12 +595,7 @@ impl Session {
             order.extend(idx.iter().copied().filter(|&i| batch.logits[i]));
             let placed = self.kv.place(&piece)?;
             self.move_window_cells(&placed)?;
-            if let Err(e) = self.run_piece(&piece, &placed, per_column) {
-                self.kv.unplace(&placed);
-                self.built = None;
-                self.ctx.rewind(self.base)?;
-                return Err(e);
-            }
+            self.run_placed(&piece, &placed, per_column)?;
         }
         // Rows in batch order (pieces may have taken the entries in another order).
         if order.windows(2).any(|w| w[0] > w[1]) {
@@ -655,20 +642,31 @@ impl Session {
                 batch.n_outputs()
             )));
         }
-        if batch.len() > self.kv.size() - self.kv.used() {
+        self.start_step(batch.len())?;
+        let mut placed = self.kv.place_exact(batch)?;
+        self.merge_exact_spans(&mut placed);
+        let per_column = !self.columns_independent;
+        self.run_placed(batch, &placed, per_column)
+    }
+
+    /// Checks that `n` more tokens fit in the cache and forgets the last step's logits.
+    fn start_step(&mut self, n: usize) -> Result<()> {
+        if n > self.kv.size() - self.kv.used() {
             return Err(LlamaError::ContextFull {
-                n_tokens: batch.len(),
+                n_tokens: n,
                 n_past: self.kv.used(),
                 n_ctx: self.kv.size(),
             });
         }
         self.logits.clear();
         self.n_outputs = 0;
-        let mut placed = self.kv.place_exact(batch)?;
-        self.merge_exact_spans(&mut placed);
-        let per_column = !self.columns_independent;
-        if let Err(e) = self.run_piece(batch, &placed, per_column) {
-            self.kv.unplace(&placed);
+        Ok(())
+    }
+
+    /// Runs `piece`, placed at `placed`; on error frees its cells and drops the step's graph.
+    fn run_placed(&mut self, piece: &Batch, placed: &Placement, per_column: bool) -> Result<()> {
+        if let Err(e) = self.run_piece(piece, placed, per_column) {
+            self.kv.unplace(placed);
             self.built = None;
             self.ctx.rewind(self.base)?;
             return Err(e);

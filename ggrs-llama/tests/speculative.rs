@@ -85,8 +85,11 @@ fn samplers(n_vocab: usize) -> Vec<(&'static str, SamplingParams)> {
     ]
 }
 
+/// Tokens, log-probabilities (as bits, with the alternatives') and text.
+type Fingerprint = (Vec<u32>, Vec<(u32, Vec<(u32, u32)>)>, String);
+
 /// What the generations must share, bit for bit.
-fn fingerprint(g: &Generation) -> (Vec<u32>, Vec<(u32, Vec<(u32, u32)>)>, String) {
+fn fingerprint(g: &Generation) -> Fingerprint {
     let lps = g
         .logprobs
         .iter()
