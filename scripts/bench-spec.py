@@ -8,12 +8,12 @@ Per set it prints generated tokens per second (total tokens / total generation s
 the drafts accepted, and the ratios; ggrs's speculative tokens are checked against its plain
 ones (they must be identical).
 
-usage: scripts/bench-spec.py [--model GGUF] [--threads 2] [--n 192]
+usage: scripts/bench-spec.py [--model GGUF] [--threads 2] [--n 128]
   env: GGRS (the ggrs binary; default target/release/ggrs, else target/debug/ggrs),
        LLAMA_SERVER (default: the llama.cpp build in /work/llamacpp),
        LLAMA_SPEC (llama-server --spec-type settings to try, ';'-separated, each a list of
        arguments; default: ngram-simple with its defaults, ngram-simple with 3-token keys,
-       ngram-mod, ngram-cache).
+       ngram-mod).
 Timings on a shared machine are noisy: compare the ratios measured in the same run.
 """
 
@@ -37,8 +37,7 @@ LLAMA_BIN = Path(
 DEFAULT_SPEC = (
     "--spec-type ngram-simple;"
     "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 16;"
-    "--spec-type ngram-mod;"
-    "--spec-type ngram-cache"
+    "--spec-type ngram-mod"
 )
 
 
@@ -116,7 +115,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default=str(Path.home() / ".cache/ggrs/models/derived/qwen05b-q4_0.gguf"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n", type=int, default=192)
+    ap.add_argument("--n", type=int, default=128)
     ap.add_argument("--prompts", default=str(REPO / "scripts/bench-spec/prompts.jsonl"))
     a = ap.parse_args()
     prompts = [json.loads(l) for l in open(a.prompts, encoding="utf-8") if l.strip()]

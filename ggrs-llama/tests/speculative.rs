@@ -41,8 +41,9 @@ fn session(model: &Arc<Model>, n_ctx: usize, n_draft: usize) -> Session {
         model.clone(),
         SessionParams {
             n_ctx,
-            // Results do not depend on the thread count; one keeps a loaded machine fast.
-            n_threads: 1,
+            // Results do not depend on the thread count: the plain runs take one thread,
+            // the speculative ones two.
+            n_threads: 1 + usize::from(n_draft > 0),
             n_draft,
             // Exact steps need every cell of the sliding-window layers.
             swa_full: true,
