@@ -265,6 +265,47 @@ fn tiny_models_speculate_exactly() {
     }
 }
 
+/// With a grammar (tokens masked before sampling, the grammar's state advanced by every kept
+/// token), greedy and sampled: the output of plain decoding.
+#[test]
+fn grammar_constrained_speculation_is_exact() {
+    use ggrs_llama::constraint::{Constraint, GrammarSpec};
+    let model = load("tiny-llama-f16");
+    let nv = model.hparams.n_vocab;
+    let gbnf = "root ::= item{2,4}\nitem ::= \"- \" [a-z ]{1,12} \"\\n\"\n";
+    let c = Constraint::compile(model.tokenizer(), GrammarSpec::Gbnf(gbnf.into())).unwrap();
+    let prompt = words_prompt(&model, 40);
+    for (label, sampling) in samplers(nv).into_iter().take(2) {
+        let params = GenerateParams {
+            max_tokens: 12,
+            sampling,
+            top_logprobs: 2,
+            constraint: Some(c.clone()),
+            ..GenerateParams::default()
+        };
+        let (drafted, _) = plain_vs_spec(
+            &model,
+            &prompt,
+            &params,
+            |plain| {
+                Box::new(Corrupted {
+                    plain: plain.tokens.clone(),
+                    prompt_len: prompt.len(),
+                    every: 3,
+                    n_vocab: nv as u32,
+                })
+            },
+            SpecParams {
+                draft_max: 4,
+                draft_min: 1,
+                adaptive: false,
+            },
+            &format!("grammar {label}"),
+        );
+        assert!(drafted > 0, "{label}");
+    }
+}
+
 /// Generation from 500 to past 520 cached cells (where the padded cell count grows and
 /// flash attention splits a one-token step's keys), on a plain decoder, sliding windows and
 /// attention sinks; and across 256 cells.
