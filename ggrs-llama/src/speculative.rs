@@ -86,8 +86,9 @@ impl SpecStats {
 /// a drafted token is accepted (given the ones before it were) and of what a verified
 /// column costs next to a one-token step (measured), and the draft length that maximises
 /// the expected tokens per unit of time, `(1 + a + a² + … + aᵏ) / (1 + c·k)` (0: a plain
-/// step). So speculation backs off where drafts are rejected, and drafts long where they
-/// are accepted. It decides speed only: the output never depends on it.
+/// step). So speculation backs off where drafts are rejected or columns are dear (both
+/// estimates drift back during plain steps, so it tries again now and then), and drafts long
+/// where they are accepted. It decides speed only: the output never depends on it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DraftControl {
     /// Estimated chance that a drafted token is accepted after accepted ones.
@@ -102,7 +103,7 @@ impl Default for DraftControl {
     fn default() -> Self {
         DraftControl {
             accept: Self::PRIOR,
-            column_cost: 0.4,
+            column_cost: Self::COST_PRIOR,
             step_secs: 0.0,
         }
     }
@@ -112,6 +113,8 @@ impl DraftControl {
     /// Where the acceptance estimate starts, and drifts back to during plain steps (so
     /// that drafting resumes now and then).
     const PRIOR: f64 = 0.75;
+    /// Where the column cost estimate starts, and drifts back down to during plain steps.
+    const COST_PRIOR: f64 = 0.4;
     /// Weight of a new observation in the running estimates.
     const RATE: f64 = 0.15;
 
@@ -137,7 +140,10 @@ impl DraftControl {
             0.0 => secs,
             s => s + Self::RATE * (secs - s),
         };
+        // Both estimates drift back to their priors (a dear column may have been a busy
+        // moment of the machine), so that drafting is tried again now and then.
         self.accept += 0.05 * (Self::PRIOR - self.accept).max(0.0);
+        self.column_cost += 0.02 * (Self::COST_PRIOR - self.column_cost).min(0.0);
     }
 
     /// A step verified `drafted` tokens, kept `kept`, in `secs`.
