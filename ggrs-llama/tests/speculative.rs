@@ -104,6 +104,15 @@ fn fingerprint(g: &Generation) -> Fingerprint {
     (g.tokens.clone(), lps, g.text.clone())
 }
 
+/// Drafts of up to `draft_max` tokens, always as many as the drafter gives (no back-off).
+fn fixed(draft_max: usize) -> SpecParams {
+    SpecParams {
+        draft_max,
+        draft_min: 1,
+        adaptive: false,
+    }
+}
+
 fn generate(s: &mut Session, prompt: &[u32], params: &GenerateParams) -> Generation {
     s.generate_tokens(prompt, params, |_| ControlFlow::Continue(()))
         .expect("generate")
@@ -213,11 +222,7 @@ fn corrupted_drafts(
             ..GenerateParams::default()
         };
         let what = format!("{name} {label} ({prompt_len} + {max_tokens})");
-        let spec = SpecParams {
-            draft_max: 6,
-            draft_min: 1,
-            adaptive: false,
-        };
+        let spec = fixed(6);
         let (drafted, accepted) = plain_vs_spec(
             model,
             &prompt,
@@ -295,11 +300,7 @@ fn grammar_constrained_speculation_is_exact() {
                     n_vocab: nv as u32,
                 })
             },
-            SpecParams {
-                draft_max: 4,
-                draft_min: 1,
-                adaptive: false,
-            },
+            fixed(4),
             &format!("grammar {label}"),
         );
         assert!(drafted > 0, "{label}");
@@ -490,11 +491,7 @@ fn engine_speculates_exactly_beside_other_slots() {
             n_ctx: 3 * 256,
             n_threads: 1,
             swa_full: true,
-            spec: Some(SpecParams {
-                draft_max: 6,
-                draft_min: 1,
-                adaptive: false,
-            }),
+            spec: Some(fixed(6)),
             ..EngineParams::default()
         },
         Box::new(drafter),
@@ -573,11 +570,7 @@ fn draft_model_speculates_exactly() {
                 d.p_min = 0.0;
                 Box::new(d)
             },
-            SpecParams {
-                draft_max: 4,
-                draft_min: 1,
-                adaptive: false,
-            },
+            fixed(4),
             &format!("draft model {label}"),
         );
         assert!(drafted > 0, "{label}: nothing drafted");
