@@ -18,6 +18,8 @@ pub struct Args {
     #[command(flatten)]
     sampling: SamplingArgs,
     #[command(flatten)]
+    spec: crate::common::SpecArgs,
+    #[command(flatten)]
     grammar: crate::grammar::GrammarArgs,
     /// A system message that opens the conversation.
     #[arg(long)]
@@ -86,7 +88,7 @@ pub fn check_system(template: &ChatTemplate, system: Option<&str>) -> CliResult 
 pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
     let model = a.model.load(true)?;
-    let session = a.model.session(model, false)?;
+    let session = a.model.session_with_spec(model, &a.spec)?;
     let template = crate::common::resolve_template(session.model(), a.chat_template.as_deref())?;
     let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;
@@ -147,6 +149,12 @@ pub fn run(a: Args) -> CliResult {
                     chat.cached_tokens(),
                     g.stop
                 );
+                if t.drafted > 0 {
+                    eprintln!(
+                        "[speculative: {} drafted, {} accepted]",
+                        t.drafted, t.accepted
+                    );
+                }
             }
             Err(e) => {
                 // The turn is dropped; the conversation before it is kept.

@@ -118,6 +118,56 @@ impl ModelArgs {
         self.session_for(model, logits_all, "-c (--ctx-size) or -b (--batch-size)")
     }
 
+    /// As [`ModelArgs::session`], speculative as `spec` asks (`--spec`, `-md`): the
+    /// session verifies up to `--draft-max` drafted tokens a step and generates with the
+    /// drafter (the output is that of plain decoding).
+    pub fn session_with_spec(
+        &self,
+        model: Arc<Model>,
+        spec: &SpecArgs,
+    ) -> Result<Session, Box<dyn std::error::Error>> {
+        let Some(kind) = spec.kind()? else {
+            return self.session(model, false);
+        };
+        let n_draft = spec.draft_max;
+        let mut session = self.session_params(model.clone(), false, "-c or -b", n_draft)?;
+        let drafter: Box<dyn ggrs_llama::speculative::Drafter> = match kind {
+            SpecKind::Ngram => Box::new(ggrs_llama::speculative::NgramDrafter::default()),
+            SpecKind::Draft => {
+                let path = spec.model_draft.as_deref().ok_or(
+                    "--spec draft needs a draft model: -md FILE (--model-draft), a smaller \
+                     model with the same vocabulary",
+                )?;
+                let path = model_path(Some(path))?;
+                let draft =
+                    Arc::new(Model::load(&path).map_err(|e| {
+                        format!("cannot load the draft model {}: {e}", path.display())
+                    })?);
+                let params = SessionParams {
+                    n_ctx: session.params().n_ctx,
+                    n_batch: self.batch_size,
+                    n_threads: checked_threads(self.threads),
+                    swa_full: true,
+                    ..SessionParams::default()
+                };
+                let mut d = ggrs_llama::speculative::ModelDrafter::new(draft, params, &model)?;
+                d.p_min = spec.draft_p_min;
+                Box::new(d)
+            }
+        };
+        session
+            .set_speculation(Some(ggrs_llama::speculative::Speculation {
+                params: ggrs_llama::speculative::SpecParams {
+                    draft_max: spec.draft_max,
+                    draft_min: spec.draft_min,
+                    adaptive: true,
+                },
+                drafter,
+            }))
+            .map_err(|e| format!("--spec: {e}"))?;
+        Ok(session)
+    }
+
     /// As [`ModelArgs::session`]; `flags` names the options that set the context and batch
     /// sizes (`--chunk` for perplexity, `-p`/`-n`/`-d` for bench) in a memory error.
     pub fn session_for(
@@ -125,6 +175,18 @@ impl ModelArgs {
         model: Arc<Model>,
         logits_all: bool,
         flags: &str,
+    ) -> Result<Session, Box<dyn std::error::Error>> {
+        self.session_params(model, logits_all, flags, 0)
+    }
+
+    /// As [`ModelArgs::session_for`], with room to verify `n_draft` drafted tokens a step
+    /// ([`SessionParams::n_draft`]).
+    fn session_params(
+        &self,
+        model: Arc<Model>,
+        logits_all: bool,
+        flags: &str,
+        n_draft: usize,
     ) -> Result<Session, Box<dyn std::error::Error>> {
         if self.batch_size == 0 {
             return Err("-b (--batch-size) must be at least 1".into());
@@ -145,7 +207,8 @@ impl ModelArgs {
                 n_batch: self.batch_size,
                 n_threads,
                 logits_all,
-                swa_full: self.swa_full,
+                swa_full: self.swa_full || n_draft > 0,
+                n_draft,
                 ..SessionParams::default()
             },
         )
@@ -165,6 +228,66 @@ impl ModelArgs {
 /// A `--reasoning` argument (llama-server's `on`, `off`, `auto`).
 pub fn reasoning_arg(s: &str) -> Result<ggrs_llama::chat::reply::Reasoning, String> {
     ggrs_llama::chat::reply::Reasoning::parse(s).ok_or_else(|| "expected on, off or auto".into())
+}
+
+/// Which drafter `--spec` uses.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecKind {
+    /// Prompt lookup: the continuation of the longest earlier match of the last tokens in
+    /// the prompt and the output (no second model).
+    Ngram,
+    /// A draft model (-md FILE) with the same vocabulary.
+    Draft,
+}
+
+/// Speculative decoding options: faster, with the output of plain decoding (same tokens and
+/// log-probabilities, greedy or seeded).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Speculative decoding: `ngram` (prompt lookup) or `draft` (a draft model, -md).
+    /// The output is the same as without it, bit for bit.
+    #[arg(long = "spec", value_enum, value_name = "ngram|draft")]
+    pub spec: Option<SpecKind>,
+    /// Draft model for --spec draft (implies it): a GGUF model with the target's
+    /// vocabulary, usually much smaller. `-md` works too.
+    #[arg(long = "model-draft", value_name = "FILE")]
+    pub model_draft: Option<PathBuf>,
+    /// Most tokens drafted per step (at most 63).
+    #[arg(long = "draft-max", default_value_t = 16, value_name = "N")]
+    pub draft_max: usize,
+    /// Fewest drafted tokens worth a speculative step (a shorter draft is dropped).
+    #[arg(long = "draft-min", default_value_t = 1, value_name = "N")]
+    pub draft_min: usize,
+    /// With a draft model: stop drafting at a token it gives less than this probability.
+    #[arg(long = "draft-p-min", default_value_t = 0.75, value_name = "P")]
+    pub draft_p_min: f32,
+}
+
+impl SpecArgs {
+    /// The drafter asked for, if any (`-md` alone means `--spec draft`).
+    pub fn kind(&self) -> Result<Option<SpecKind>, String> {
+        match (self.spec, &self.model_draft) {
+            (Some(SpecKind::Ngram), Some(_)) => {
+                Err("-md (--model-draft) goes with --spec draft, not --spec ngram".into())
+            }
+            (None, Some(_)) => Ok(Some(SpecKind::Draft)),
+            (k, _) => Ok(k),
+        }
+    }
+}
+
+/// `-md FILE` (llama.cpp's spelling) as `--model-draft FILE` (clap's short options are one
+/// letter).
+pub fn rewrite_md(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.into_iter()
+        .map(|a| {
+            if a == "-md" {
+                "--model-draft".into()
+            } else {
+                a
+            }
+        })
+        .collect()
 }
 
 /// A `--chat-template` argument: the text of the file it names, or the argument itself (a

@@ -66,7 +66,9 @@ pub(crate) fn report(e: &dyn std::error::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(serve::rewrite_np(std::env::args_os().collect()));
+    let cli = Cli::parse_from(common::rewrite_md(serve::rewrite_np(
+        std::env::args_os().collect(),
+    )));
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => chat::run(a),

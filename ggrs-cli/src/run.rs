@@ -27,6 +27,8 @@ pub struct Args {
     #[command(flatten)]
     sampling: SamplingArgs,
     #[command(flatten)]
+    spec: crate::common::SpecArgs,
+    #[command(flatten)]
     grammar: crate::grammar::GrammarArgs,
     /// Stop when the text contains this string (repeatable).
     #[arg(long = "stop")]
@@ -103,7 +105,7 @@ pub fn run(a: Args) -> CliResult {
         let ids = model.encode_prompt(&prompt)?;
         (prompt, ids)
     };
-    let mut session = a.model.session(model.clone(), false)?;
+    let mut session = a.model.session_with_spec(model.clone(), &a.spec)?;
     let params = GenerateParams {
         max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,
@@ -158,6 +160,7 @@ pub fn run(a: Args) -> CliResult {
             "timings": {
                 "prompt_n": t.prompt_tokens, "prompt_ms": t.prompt_secs * 1e3, "prompt_per_second": t.prompt_tps(),
                 "predicted_n": t.gen_tokens, "predicted_ms": t.gen_secs * 1e3, "predicted_per_second": t.gen_tps(),
+                "draft_n": t.drafted, "draft_n_accepted": t.accepted,
             },
         });
         if a.top_logprobs > 0 {
@@ -178,5 +181,13 @@ pub fn run(a: Args) -> CliResult {
         params.sampling.seed,
         g.stop
     );
+    if session.speculation().is_some() {
+        eprintln!(
+            "speculative: {} tokens drafted, {} accepted ({:.1}%)",
+            t.drafted,
+            t.accepted,
+            100.0 * t.accepted as f64 / t.drafted.max(1) as f64
+        );
+    }
     Ok(())
 }

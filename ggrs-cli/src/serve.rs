@@ -31,6 +31,17 @@ pub struct Args {
     /// Slots: requests generating at once (`-np N` works too, as llama-server's).
     #[arg(long = "parallel", default_value_t = 4, value_name = "N")]
     parallel: usize,
+    /// Speculative decoding in every slot: `ngram` (prompt lookup). The output of every
+    /// request stays that of plain decoding; a request turns it off with
+    /// `"speculative": false`.
+    #[arg(long = "spec", value_enum, value_name = "ngram")]
+    spec: Option<ServeSpec>,
+    /// With --spec: most tokens drafted per slot and step.
+    #[arg(long = "draft-max", default_value_t = 16, value_name = "N")]
+    draft_max: usize,
+    /// With --spec: fewest drafted tokens worth a speculative step.
+    #[arg(long = "draft-min", default_value_t = 1, value_name = "N")]
+    draft_min: usize,
     /// Most prompt tokens evaluated in one step.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     batch_size: usize,
@@ -186,9 +197,20 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         n_batch: a.batch_size,
         n_threads: checked_threads(a.threads),
         queue_capacity: a.queue,
-        swa_full: a.swa_full,
+        swa_full: a.swa_full || a.spec.is_some(),
+        spec: a.spec.map(|_| ggrs_llama::speculative::SpecParams {
+            draft_max: a.draft_max,
+            draft_min: a.draft_min,
+            adaptive: true,
+        }),
         ..EngineParams::default()
     };
+    if a.spec.is_some() && (a.draft_max == 0 || a.draft_max > 63 || a.draft_min > a.draft_max) {
+        return Err(format!(
+            "--draft-max must be in 1..=63 and --draft-min at most --draft-max (got {} and {})",
+            a.draft_max, a.draft_min
+        ));
+    }
     c.host = a.host.clone();
     c.port = a.port;
     c.alias = a.alias.clone();
@@ -248,4 +270,11 @@ pub fn run(a: Args) -> CliResult {
     );
     server.wait()?;
     Ok(())
+}
+
+/// Drafters `ggrs serve --spec` offers.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServeSpec {
+    /// Prompt lookup (no second model).
+    Ngram,
 }

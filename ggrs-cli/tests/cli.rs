@@ -90,6 +90,74 @@ fn tokenize_and_run_on_the_tiny_model() {
     assert_eq!(ids, [18446, 29500, 30494]);
 }
 
+/// `ggrs run --spec ngram` and `-md` print the tokens, log-probabilities and text of the
+/// plain run (seeded sampling); a draft model with another vocabulary, or `--spec draft`
+/// without one, is an error.
+#[test]
+fn run_with_speculation_prints_the_plain_output() {
+    let prompt = "a b c d e f g a b c d e f g a b c d e f g a b c";
+    let base = [
+        "run",
+        "-m",
+        &tiny(),
+        "-p",
+        prompt,
+        "-n",
+        "20",
+        "--temp",
+        "0.9",
+        "--seed",
+        "5",
+        "--ignore-eos",
+        "--json",
+        "--top-logprobs",
+        "2",
+        "-t",
+        "1",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(extra);
+        let (ok, out, err) = ggrs(&args);
+        assert!(ok, "{extra:?}: {err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let plain = run(&[]);
+    let yarn = common::reference("tiny/tiny-llama-yarn-f16.gguf");
+    for extra in [
+        &["--spec", "ngram", "--draft-max", "4"][..],
+        &[
+            "-md",
+            yarn.as_str(),
+            "--draft-max",
+            "3",
+            "--draft-p-min",
+            "0",
+        ][..],
+    ] {
+        let spec = run(extra);
+        for key in ["tokens", "logprobs", "text"] {
+            assert_eq!(plain[key], spec[key], "{extra:?}: {key}");
+        }
+        assert_eq!(plain["timings"]["draft_n"], 0);
+    }
+    let qwen3 = common::reference("tiny/tiny-qwen3-f16.gguf");
+    let (ok, _, err) = ggrs(&["run", "-m", &tiny(), "-p", "a", "-n", "2", "-md", &qwen3]);
+    assert!(!ok && err.contains("vocabulary"), "{err}");
+    let (ok, _, err) = ggrs(&[
+        "run",
+        "-m",
+        &tiny(),
+        "-p",
+        "a",
+        "-n",
+        "2",
+        "--spec",
+        "draft",
+    ]);
+    assert!(!ok && err.contains("-md"), "{err}");
+}
+
 /// `ggrs run` on the tiny gpt-oss (sinks, alternating windows, biased experts): llama.cpp's
 /// greedy tokens (`tiny-gpt-oss-f16.public.jsonl`).
 #[test]

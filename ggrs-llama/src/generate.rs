@@ -4,10 +4,12 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use crate::architecture::TextConventions;
+use crate::batch::Batch;
 use crate::constraint::{Constraint, ConstraintState};
 use crate::error::{LlamaError, Result};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams};
 use crate::session::Session;
+use crate::speculative::{DraftControl, SpecStats, Speculation};
 use crate::tokenizer::{DecodeState, Tokenizer};
 
 /// How to generate.
@@ -84,6 +86,10 @@ pub struct Timings {
     pub gen_tokens: usize,
     /// Seconds spent generating (evaluating generated tokens and sampling).
     pub gen_secs: f64,
+    /// Tokens drafted for speculative steps ([`crate::speculative`]).
+    pub drafted: usize,
+    /// Drafted tokens accepted (each one saved a step).
+    pub accepted: usize,
 }
 
 impl Timings {
@@ -276,6 +282,11 @@ impl Picker {
         }
     }
 
+    /// The token limit.
+    pub fn max_tokens(&self) -> usize {
+        self.params.max_tokens
+    }
+
     /// Picks the next token from `logits` and tells `listen` (false: stop listening);
     /// `full`: the context has no room for another token.
     pub fn pick(
@@ -418,9 +429,7 @@ impl Session {
             });
         }
         let model = self.model().clone();
-        let tok = model.tokenizer();
-        let conventions = model.text();
-        let mut picker = Picker::new(tok, params, context);
+        let mut picker = Picker::new(model.tokenizer(), params, context);
         let mut timings = Timings {
             prompt_tokens: prompt.len(),
             ..Timings::default()
@@ -431,14 +440,20 @@ impl Session {
         timings.prompt_secs = t0.elapsed().as_secs_f64();
 
         let t1 = Instant::now();
-        let stop = loop {
-            let full = self.kv_cache().used() >= n_ctx;
-            let listen = |e: TokenEvent| on_token(&e).is_continue();
-            match picker.pick(self.logits(), tok, conventions, full, listen)? {
-                Pick::Next(id) => self.eval(&[id], false)?,
-                Pick::Stop(stop) => break stop,
-            }
-        };
+        // The drafter is taken out for the loop (the loop borrows the session mutably).
+        let mut spec = self.speculation.take();
+        let mut stats = SpecStats::default();
+        let looped = self.decode_loop(
+            context,
+            &mut picker,
+            spec.as_mut(),
+            &mut stats,
+            &mut on_token,
+        );
+        self.speculation = spec;
+        let stop = looped?;
+        timings.drafted = stats.drafted;
+        timings.accepted = stats.accepted;
         let Picked {
             tail,
             text,
@@ -465,6 +480,114 @@ impl Session {
             logprobs,
             timings,
         })
+    }
+}
+
+impl Session {
+    /// Samples and evaluates until the generation stops: one token a step, or, with a
+    /// drafter, the sampled token and the drafted ones in one exact step
+    /// ([`Session::decode_exact`]), keeping the drafted tokens the picker samples too (see
+    /// [`crate::speculative`]). `context`: the prompt (with any cached prefix).
+    fn decode_loop(
+        &mut self,
+        context: &[u32],
+        picker: &mut Picker,
+        mut spec: Option<&mut Speculation>,
+        stats: &mut SpecStats,
+        on_token: &mut impl FnMut(&TokenEvent) -> ControlFlow<()>,
+    ) -> Result<StopReason> {
+        let model = self.model().clone();
+        let (tok, conventions) = (model.tokenizer(), model.text());
+        let n_ctx = self.params().n_ctx;
+        let nv = model.hparams.n_vocab;
+        let max_tokens = picker.max_tokens();
+        let full = self.kv_cache().used() >= n_ctx;
+        let listen = |e: TokenEvent| on_token(&e).is_continue();
+        let mut next = match picker.pick(self.logits(), tok, conventions, full, listen)? {
+            Pick::Next(id) => id,
+            Pick::Stop(stop) => return Ok(stop),
+        };
+        // The prompt and the output so far (what the drafter continues).
+        let mut history: Vec<u32> = context.to_vec();
+        history.push(next);
+        let mut control = DraftControl::default();
+        loop {
+            let used = self.kv_cache().used();
+            let drafts = match spec.as_deref_mut() {
+                Some(s) => {
+                    // Drafts the context has room for, and that could be kept before the
+                    // token limit (the token sampled from the last row is never evaluated).
+                    let room = n_ctx.saturating_sub(used + 1);
+                    let left = max_tokens.saturating_sub(picker.tokens.len() + 1);
+                    let mut cap = s.params.draft_max.min(room).min(left);
+                    if s.params.adaptive {
+                        cap = control.limit(cap);
+                    }
+                    let mut d = match cap >= s.params.draft_min.max(1) {
+                        true => s.drafter.draft(&history, cap)?,
+                        false => Vec::new(),
+                    };
+                    d.truncate(cap);
+                    if d.len() < s.params.draft_min {
+                        d.clear();
+                    }
+                    d
+                }
+                None => Vec::new(),
+            };
+            let t0 = Instant::now();
+            if drafts.is_empty() {
+                self.eval(&[next], false)?;
+                control.plain_step(t0.elapsed().as_secs_f64());
+                let full = self.kv_cache().used() >= n_ctx;
+                let listen = |e: TokenEvent| on_token(&e).is_continue();
+                match picker.pick(self.logits(), tok, conventions, full, listen)? {
+                    Pick::Next(id) => {
+                        next = id;
+                        history.push(id);
+                    }
+                    Pick::Stop(stop) => return Ok(stop),
+                }
+                continue;
+            }
+            let base = self.n_past() as i32;
+            let mut step = Vec::with_capacity(drafts.len() + 1);
+            step.push(next);
+            step.extend_from_slice(&drafts);
+            self.decode_exact(&Batch::from_tokens(&step, base, 0, true))?;
+            let secs = t0.elapsed().as_secs_f64();
+            stats.steps += 1;
+            stats.drafted += drafts.len();
+            // Row j holds the logits after `next` and j drafted tokens: sample it as plain
+            // decoding would (the cache then held used + 1 + j cells); keep going while the
+            // sampled token is the drafted one.
+            let mut j = 0;
+            let outcome = loop {
+                let row = &self.all_logits()[j * nv..(j + 1) * nv];
+                let full = used + 1 + j >= n_ctx;
+                let listen = |e: TokenEvent| on_token(&e).is_continue();
+                match picker.pick(row, tok, conventions, full, listen)? {
+                    Pick::Stop(stop) => break Err(stop),
+                    Pick::Next(t) => {
+                        history.push(t);
+                        match drafts.get(j) {
+                            Some(&d) if d == t => j += 1,
+                            _ => break Ok(t),
+                        }
+                    }
+                }
+            };
+            stats.accepted += j;
+            control.spec_step(drafts.len(), j, secs);
+            if j < drafts.len() {
+                // The cells of the rejected drafts, as if they never ran.
+                self.remove(0, base + 1 + j as i32);
+            }
+            match outcome {
+                Ok(t) => next = t,
+                Err(stop) => return Ok(stop),
+            }
+        }
     }
 }
 

@@ -419,6 +419,100 @@ impl KvCache {
         Ok(placed)
     }
 
+    /// As [`KvCache::place`], for a step whose every token must compute as a step of that
+    /// token alone would (speculative verification, [`crate::Session::decode_exact`]): the
+    /// tokens take the cells one-token steps in batch order would take (one shared cache:
+    /// the first free cells in order), and each token gets a span of its own
+    /// ([`Placement::spans`], at most [`crate::batch::MAX_SEQ`] tokens) reading the cells
+    /// such a step would read: as many as the cache's extent (last cell in use + 1, in its
+    /// region) after that token and the ones before it, padded as [`KvCache::place`] pads.
+    /// A cache whose sliding-window layers keep cells of their own
+    /// ([`KvCache::with_window_cells`]) cannot place so (an error).
+    pub fn place_exact(&mut self, batch: &Batch) -> Result<Placement> {
+        if self.window.is_some() {
+            return Err(LlamaError::InvalidArgument(
+                "a step of exact columns cannot use a trimmed sliding-window cache \
+                 (create the session with swa_full)"
+                    .into(),
+            ));
+        }
+        if batch.len() > crate::batch::MAX_SEQ {
+            return Err(LlamaError::InvalidArgument(format!(
+                "a step of exact columns holds at most {} tokens",
+                crate::batch::MAX_SEQ
+            )));
+        }
+        let per = self.stream_size();
+        // Each region's extent before the step.
+        let extent = |cells: &[Cell]| {
+            cells
+                .iter()
+                .rposition(|c| c.pos.is_some())
+                .map_or(0, |i| i + 1)
+        };
+        let mut extents: Vec<usize> = (0..self.streams)
+            .map(|r| extent(&self.cells[r * per..(r + 1) * per]))
+            .collect();
+        let mut placed = if self.streams > 1 {
+            self.place_in_regions(batch)?
+        } else {
+            let n = batch.len();
+            let free = self.free_cells(n);
+            if free.len() < n {
+                return Err(LlamaError::ContextFull {
+                    n_tokens: n,
+                    n_past: self.used(),
+                    n_ctx: self.size(),
+                });
+            }
+            for (t, &c) in free.iter().enumerate() {
+                self.cells[c] = Cell {
+                    pos: Some(batch.pos[t]),
+                    seqs: 1u64 << batch.seq[t],
+                };
+            }
+            Placement {
+                cells: free,
+                n_kv: 0,
+                spans: Vec::new(),
+                window: None,
+            }
+        };
+        placed.spans = placed
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(t, &c)| {
+                let r = c / per;
+                extents[r] = extents[r].max(c - r * per + 1);
+                SeqSpan {
+                    first_token: t as u32,
+                    n_tokens: 1,
+                    first_cell: (r * per) as u32,
+                    n_kv: padded_kv(extents[r], per) as u32,
+                }
+            })
+            .collect();
+        placed.n_kv = placed
+            .spans
+            .iter()
+            .map(|s| s.n_kv as usize)
+            .max()
+            .unwrap_or(KV_PAD.min(per));
+        Ok(placed)
+    }
+
+    /// The first `n` free cells (fewer when there are not so many), in order.
+    fn free_cells(&self, n: usize) -> Vec<usize> {
+        self.cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.pos.is_none())
+            .map(|(i, _)| i)
+            .take(n)
+            .collect()
+    }
+
     /// Frees the cells of `placed` (a step that failed).
     pub fn unplace(&mut self, placed: &Placement) {
         for &c in &placed.cells {
@@ -622,14 +716,7 @@ impl KvCache {
         }
         let cells: Vec<usize> = match start {
             Some(s) => (s..s + n).collect(),
-            None => self
-                .cells
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.pos.is_none())
-                .map(|(i, _)| i)
-                .take(n)
-                .collect(),
+            None => self.free_cells(n),
         };
         for (t, &c) in cells.iter().enumerate() {
             self.cells[c] = Cell {

@@ -68,6 +68,7 @@ pub mod quantize;
 pub mod recurrent_cache;
 pub mod sampling;
 pub mod session;
+pub mod speculative;
 pub mod step;
 pub mod tokenizer;
 

@@ -1,5 +1,17 @@
 //! Choosing the next token from logits: penalties, top-k, top-p, min-p, temperature, and a
 //! seeded random draw (llama.cpp's default order), or greedy argmax.
+//!
+//! **Counter-based draws.** The random number behind the token at a position is not the next
+//! output of a generator that every draw advances: it is a hash of (seed, stream, position)
+//! ([`draw`]), where the position is how many tokens the sampler has seen
+//! ([`Sampler::accept`]: the prompt's and the generated ones). So the token sampled at a
+//! position depends only on the seed, the logits there and the tokens before it, not on how
+//! many draws happened before or in which order: speculative decoding
+//! ([`crate::speculative`]) can tell what the model would sample at each drafted position
+//! from that position's logits, and accept a drafted token exactly when it equals it, with
+//! the output identical to plain decoding. A seeded run stays reproducible (same seed, same
+//! prompt, same tokens); the tokens differ from those of ggrs versions before this scheme
+//! (which drew from one SplitMix64 sequence).
 
 use std::collections::VecDeque;
 
@@ -138,11 +150,34 @@ impl Rng {
     }
 }
 
-/// Picks tokens; remembers recent ones for the penalties.
+/// The uniform value in `[0, 1)` behind the token sampled at `position` of stream `stream`
+/// with seed `seed`: a hash of the three (SplitMix64's finaliser over each word in turn),
+/// so any position's draw is known without drawing the ones before it.
+pub fn draw(seed: u64, stream: u64, position: u64) -> f64 {
+    let mut h = mix64(seed ^ 0x5EED_5EED_5EED_5EED);
+    h = mix64(h ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    h = mix64(h ^ position.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// SplitMix64's finaliser (a bijection of `u64` that mixes every bit into every other).
+fn mix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Picks tokens; remembers recent ones for the penalties, and counts the tokens seen (the
+/// position whose [`draw`] the next pick uses).
 #[derive(Debug, Clone)]
 pub struct Sampler {
     params: SamplingParams,
-    rng: Rng,
+    /// Which stream of draws (0 unless the caller asks for another, e.g. several
+    /// completions of one prompt with one seed).
+    stream: u64,
+    /// Tokens accepted so far: the position of the next pick.
+    position: u64,
     recent: VecDeque<u32>,
 }
 
@@ -276,13 +311,25 @@ fn top_ids(logits: &[f32], k: usize) -> Vec<u32> {
 }
 
 impl Sampler {
-    /// A sampler with `params` (seeded from `params.seed`).
+    /// A sampler with `params` (draws keyed by `params.seed`, stream 0, from position 0).
     pub fn new(params: SamplingParams) -> Sampler {
+        Sampler::with_stream(params, 0)
+    }
+
+    /// A sampler drawing from stream `stream` of `params.seed` (another stream gives other
+    /// choices from the same seed).
+    pub fn with_stream(params: SamplingParams, stream: u64) -> Sampler {
         Sampler {
-            rng: Rng::new(params.seed),
             params,
+            stream,
+            position: 0,
             recent: VecDeque::new(),
         }
+    }
+
+    /// The position of the next pick: how many tokens [`Sampler::accept`] has seen.
+    pub fn position(&self) -> u64 {
+        self.position
     }
 
     /// The parameters.
@@ -290,8 +337,10 @@ impl Sampler {
         &self.params
     }
 
-    /// Records `token` as generated (or part of the prompt), for the penalties.
+    /// Records `token` as generated (or part of the prompt), for the penalties; the next
+    /// pick draws for the next position.
     pub fn accept(&mut self, token: u32) {
+        self.position += 1;
         if self.params.penalty_last_n == 0 {
             return;
         }
@@ -301,9 +350,10 @@ impl Sampler {
         self.recent.push_back(token);
     }
 
-    /// Forgets the recent tokens.
+    /// Forgets the recent tokens and starts again at position 0.
     pub fn reset(&mut self) {
         self.recent.clear();
+        self.position = 0;
     }
 
     /// Whether the penalties change any logit now.
@@ -335,8 +385,10 @@ impl Sampler {
         }
     }
 
-    /// Picks the next token from `logits` (one value per vocabulary entry). Does not record
-    /// it: call [`Sampler::accept`] with the token kept. When no token can be picked (every
+    /// Picks the next token from `logits` (one value per vocabulary entry), with the draw of
+    /// the current position ([`draw`]): picking again before [`Sampler::accept`] gives the
+    /// same token for the same logits. Does not record it: call [`Sampler::accept`] with the
+    /// token kept. When no token can be picked (every
     /// logit −∞ or NaN after the biases: all banned) this returns the plain argmax of
     /// `logits`; [`Sampler::try_sample`] reports that case as an error instead.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
@@ -432,7 +484,7 @@ impl Sampler {
             return Ok(cand[0].0);
         }
         let pr = probs(&cand);
-        let r = self.rng.next_f64();
+        let r = draw(p.seed, self.stream, self.position);
         let mut cum = 0.0;
         for (i, &q) in pr.iter().enumerate() {
             cum += q;
@@ -452,6 +504,55 @@ mod tests {
         vec![1.0, 3.0, 2.5, -1.0, 0.0, 2.9]
     }
 
+    /// Samples and accepts (the next pick draws for the next position).
+    fn pick(s: &mut Sampler, logits: &[f32]) -> u32 {
+        let t = s.sample(logits);
+        s.accept(t);
+        t
+    }
+
+    /// The draw depends on (seed, stream, position) only: picking twice at one position gives
+    /// one token, the same position of a fresh sampler gives it again whatever happened
+    /// before, and other seeds, streams and positions draw other values.
+    #[test]
+    fn draws_are_keyed_by_position() {
+        let free = SamplingParams {
+            seed: 11,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            temperature: 3.0,
+            ..SamplingParams::default()
+        };
+        let mut a = Sampler::new(free.clone());
+        let first: Vec<u32> = (0..64).map(|_| pick(&mut a, &logits())).collect();
+        // Repeated picks at one position agree.
+        let mut b = Sampler::new(free.clone());
+        for _ in 0..5 {
+            assert_eq!(b.sample(&logits()), first[0]);
+        }
+        // Skipping to position 40 by accepting any tokens (no penalties): the same pick.
+        let mut c = Sampler::new(free.clone());
+        for t in 0..40 {
+            c.accept(t % 3);
+        }
+        assert_eq!(c.position(), 40);
+        assert_eq!(c.sample(&logits()), first[40]);
+        // The picks vary over positions (six tokens, temperature 3: not all alike).
+        assert!(first.iter().any(|&t| t != first[0]));
+        let d = |seed, stream, pos| draw(seed, stream, pos);
+        assert_ne!(d(11, 0, 5), d(12, 0, 5));
+        assert_ne!(d(11, 0, 5), d(11, 1, 5));
+        assert_ne!(d(11, 0, 5), d(11, 0, 6));
+        assert_eq!(d(11, 0, 5), d(11, 0, 5));
+        // Roughly uniform: the mean of many draws is near 1/2.
+        let mean = (0..10_000).map(|i| draw(3, 0, i)).sum::<f64>() / 10_000.0;
+        assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
+        let mut other = Sampler::with_stream(free, 1);
+        let alt: Vec<u32> = (0..64).map(|_| pick(&mut other, &logits())).collect();
+        assert_ne!(alt, first);
+    }
+
     #[test]
     fn greedy_is_argmax() {
         let mut s = Sampler::new(SamplingParams::greedy());
@@ -469,7 +570,7 @@ mod tests {
                 temperature: 1.5,
                 ..SamplingParams::default()
             });
-            (0..50).map(|_| s.sample(&logits())).collect::<Vec<_>>()
+            (0..50).map(|_| pick(&mut s, &logits())).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
@@ -486,7 +587,7 @@ mod tests {
             ..SamplingParams::default()
         });
         for _ in 0..200 {
-            assert!(matches!(s.sample(&logits()), 1 | 5));
+            assert!(matches!(pick(&mut s, &logits()), 1 | 5));
         }
         // min-p 0.5: exp(2.5 - 3) = 0.61 ≥ 0.5 keeps 2; exp(1 - 3) = 0.14 drops 0.
         let mut s = Sampler::new(SamplingParams {
@@ -496,7 +597,8 @@ mod tests {
             temperature: 5.0,
             ..SamplingParams::default()
         });
-        let seen: std::collections::BTreeSet<u32> = (0..500).map(|_| s.sample(&logits())).collect();
+        let seen: std::collections::BTreeSet<u32> =
+            (0..500).map(|_| pick(&mut s, &logits())).collect();
         assert_eq!(seen, [1, 2, 5].into_iter().collect());
         // top-p 0.3: token 1 alone has p ≈ 0.37 after softmax over all six.
         let mut s = Sampler::new(SamplingParams {
@@ -507,7 +609,7 @@ mod tests {
             ..SamplingParams::default()
         });
         for _ in 0..100 {
-            assert_eq!(s.sample(&logits()), 1);
+            assert_eq!(pick(&mut s, &logits()), 1);
         }
     }
 
@@ -627,7 +729,7 @@ mod tests {
             ..SamplingParams::default()
         });
         for _ in 0..300 {
-            assert!(!matches!(s.sample(&logits()), 1 | 5));
+            assert!(!matches!(pick(&mut s, &logits()), 1 | 5));
         }
         let greedy = Sampler::new(SamplingParams {
             logit_bias: vec![(1, f32::NEG_INFINITY), (5, f32::NEG_INFINITY)],
@@ -697,6 +799,7 @@ mod tests {
         });
         for _ in 0..200 {
             assert_eq!(s.try_sample(&logits()), Ok(5));
+            s.accept(5);
         }
         // A finite bias that overflows to +inf counts as the largest value, not NaN.
         for seed in 0..20 {

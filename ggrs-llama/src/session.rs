@@ -25,6 +25,13 @@ use crate::model::Model;
 use crate::recurrent_cache::{Checkpoints, SavedState};
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape, WindowShape};
 
+/// Queries from which flash attention takes its tiled kernel (`ggrs_core`'s
+/// `kernels::attn::TILE_Q`, llama.cpp's `GGML_FA_TILE_Q`).
+const FA_TILE_Q: usize = 64;
+/// Cells from which flash attention splits a single query's keys (`ggrs_core`'s
+/// `kernels::attn::SPLIT_MIN_KV`).
+const FA_SPLIT_MIN_KV: usize = 512;
+
 /// How to set up a [`Session`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SessionParams {
@@ -58,6 +65,11 @@ pub struct SessionParams {
     /// context; a cached prefix can then be reused only while the window behind it is
     /// still held ([`Session::reusable_prefix`]).
     pub swa_full: bool,
+    /// Most drafted tokens a speculative step verifies (0: no speculation). With n > 0 the
+    /// arena also holds a step of [`Session::decode_exact`] with n + 1 tokens (per region,
+    /// with regions: up to [`crate::batch::MAX_SEQ`] tokens in all), each with its logits,
+    /// and such a step may ask for logits of every token even without `logits_all`.
+    pub n_draft: usize,
 }
 
 impl Default for SessionParams {
@@ -71,6 +83,7 @@ impl Default for SessionParams {
             attn_kv_splits: 2,
             n_streams: 1,
             swa_full: false,
+            n_draft: 0,
         }
     }
 }
@@ -100,6 +113,8 @@ pub struct Session {
     /// The recurrent state of sequence 0 right after the last prompt generation evaluated
     /// (a checkpoint for [`crate::PromptCache`]).
     prompt_state: Option<SavedState>,
+    /// The drafter generation uses, if any ([`Session::set_speculation`]).
+    pub(crate) speculation: Option<crate::speculative::Speculation>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -378,6 +393,39 @@ impl Session {
             };
             worst.extend(extra.into_iter().map(|w| StepShape { n_seqs: n, ..w }));
         }
+        // Steps of exact columns (speculative verification): one single-token span per
+        // token, every span reading its whole region, products per column or not.
+        if params.n_draft > 0 && window_cells.is_none() {
+            let n = if params.n_streams > 1 {
+                crate::batch::MAX_SEQ
+            } else {
+                params.n_draft + 1
+            }
+            .min(params.n_batch)
+            .min(crate::batch::MAX_SEQ);
+            let per = params.n_ctx / params.n_streams;
+            let spans: Vec<SeqSpan> = (0..n)
+                .map(|t| SeqSpan {
+                    first_token: t as u32,
+                    n_tokens: 1,
+                    first_cell: ((t % params.n_streams) * per) as u32,
+                    n_kv: per as u32,
+                })
+                .collect();
+            let spans = SeqSpans::new(&spans).expect("at most MAX_SEQ spans (clamped above)");
+            for per_column in [false, true] {
+                worst.push(StepShape {
+                    n_tokens: n,
+                    n_kv: per,
+                    n_outputs: n,
+                    attn_kv_splits: params.attn_kv_splits,
+                    spans,
+                    per_column,
+                    window: None,
+                    n_seqs: 1,
+                });
+            }
+        }
         let mut size = 0;
         for shape in worst {
             m.rewind(before)?;
@@ -422,6 +470,7 @@ impl Session {
             built: None,
             columns_independent,
             prompt_state: None,
+            speculation: None,
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -464,6 +513,42 @@ impl Session {
     /// sequence's results do not depend on the others.
     pub fn batches_sequences(&self) -> bool {
         self.columns_independent
+    }
+
+    /// Makes generation ([`Session::generate_tokens`] and what calls it) speculative with
+    /// `spec`'s drafter (`None`: plain decoding). The output does not change (see
+    /// [`crate::speculative`]). Fails when the session cannot verify `spec.params.draft_max`
+    /// tokens a step ([`SessionParams::n_draft`], [`Session::supports_exact_steps`]).
+    pub fn set_speculation(&mut self, spec: Option<crate::speculative::Speculation>) -> Result<()> {
+        if let Some(s) = &spec {
+            self.supports_exact_steps()
+                .map_err(LlamaError::InvalidArgument)?;
+            let max = self
+                .params
+                .n_draft
+                .min(self.params.n_batch.saturating_sub(1))
+                .min(crate::batch::MAX_SEQ - 1);
+            if s.params.draft_max == 0 || s.params.draft_max > max {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "--draft-max {} is outside 1..={max} (this session verifies at most \
+                     {max} drafted tokens a step: SessionParams::n_draft)",
+                    s.params.draft_max
+                )));
+            }
+            if s.params.draft_min > s.params.draft_max {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "--draft-min {} is above --draft-max {}",
+                    s.params.draft_min, s.params.draft_max
+                )));
+            }
+        }
+        self.speculation = spec;
+        Ok(())
+    }
+
+    /// The drafter generation uses, if any.
+    pub fn speculation(&self) -> Option<&crate::speculative::Speculation> {
+        self.speculation.as_ref()
     }
 
     /// The KV cache.
@@ -588,15 +673,7 @@ impl Session {
                     .into(),
             ));
         }
-        if batch.len() > self.kv.size() - self.kv.used() {
-            return Err(LlamaError::ContextFull {
-                n_tokens: batch.len(),
-                n_past: self.kv.used(),
-                n_ctx: self.kv.size(),
-            });
-        }
-        self.logits.clear();
-        self.n_outputs = 0;
+        self.start_step(batch.len())?;
         // Batch entries of each piece evaluated as one graph, and whether its products are
         // per column (see `pieces`).
         let pieces = self.pieces(batch);
@@ -611,12 +688,7 @@ impl Session {
             order.extend(idx.iter().copied().filter(|&i| batch.logits[i]));
             let placed = self.kv.place(&piece)?;
             self.move_window_cells(&placed)?;
-            if let Err(e) = self.run_piece(&piece, &placed, per_column) {
-                self.kv.unplace(&placed);
-                self.built = None;
-                self.ctx.rewind(self.base)?;
-                return Err(e);
-            }
+            self.run_placed(&piece, &placed, per_column)?;
         }
         // Rows in batch order (pieces may have taken the entries in another order).
         if order.windows(2).any(|w| w[0] > w[1]) {
@@ -629,6 +701,123 @@ impl Session {
                 sorted.extend_from_slice(&self.logits[r * nv..(r + 1) * nv]);
             }
             self.logits = sorted;
+        }
+        Ok(())
+    }
+
+    /// Evaluates `batch` (at most `n_batch` and [`crate::batch::MAX_SEQ`] tokens) so that
+    /// every token's logits have the bits a step of that token alone would give after the
+    /// tokens before it (same cells, same padded cell count and flash-attention key split,
+    /// one-column products where a weight's products depend on the column count): the
+    /// verification step of speculative decoding, whose accepted tokens must compute
+    /// exactly as in plain decoding. Logits for every entry that asks (up to
+    /// [`SessionParams::n_draft`] + 1 of them without `logits_all`). A model whose
+    /// sliding-window layers keep cells of their own (without `swa_full`) or whose
+    /// architecture keeps a recurrent state cannot take such steps: see
+    /// [`Session::supports_exact_steps`].
+    pub fn decode_exact(&mut self, batch: &Batch) -> Result<()> {
+        let hp = &self.model.hparams;
+        batch.validate(hp.n_vocab)?;
+        if let Err(why) = self.supports_exact_steps() {
+            return Err(LlamaError::InvalidArgument(why));
+        }
+        let max_out = match self.params.logits_all {
+            true => self.params.n_batch,
+            false => self.params.n_draft + 1,
+        };
+        if batch.n_outputs() > max_out || batch.len() > self.params.n_batch {
+            return Err(LlamaError::InvalidArgument(format!(
+                "a step of exact columns takes at most {} tokens with {} outputs here \
+                 (SessionParams::n_batch, n_draft), not {} with {}",
+                self.params.n_batch,
+                max_out,
+                batch.len(),
+                batch.n_outputs()
+            )));
+        }
+        self.start_step(batch.len())?;
+        let mut placed = self.kv.place_exact(batch)?;
+        self.merge_exact_spans(&mut placed);
+        let per_column = !self.columns_independent;
+        self.run_placed(batch, &placed, per_column)
+    }
+
+    /// Checks that `n` more tokens fit in the cache and forgets the last step's logits.
+    fn start_step(&mut self, n: usize) -> Result<()> {
+        if n > self.kv.size() - self.kv.used() {
+            return Err(LlamaError::ContextFull {
+                n_tokens: n,
+                n_past: self.kv.used(),
+                n_ctx: self.kv.size(),
+            });
+        }
+        self.logits.clear();
+        self.n_outputs = 0;
+        Ok(())
+    }
+
+    /// Runs `piece`, placed at `placed`; on error frees its cells and drops the step's graph.
+    fn run_placed(&mut self, piece: &Batch, placed: &Placement, per_column: bool) -> Result<()> {
+        if let Err(e) = self.run_piece(piece, placed, per_column) {
+            self.kv.unplace(placed);
+            self.built = None;
+            self.ctx.rewind(self.base)?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Joins the one-token spans of an exact placement where that keeps every token's bits:
+    /// with an f16 cache, fewer than [`FA_TILE_Q`] queries per span take flash attention's
+    /// one-row kernel, which skips masked keys (so the cell count read does not matter),
+    /// unless a one-token step would have split the token's keys ([`FA_SPLIT_MIN_KV`] cells
+    /// or more, `attn_kv_splits` ≥ 2). Then a sequence's tokens attend as one span (one
+    /// shared cache: no spans), and the step is a few large nodes instead of many small
+    /// ones.
+    fn merge_exact_spans(&self, placed: &mut Placement) {
+        let splits = self.params.attn_kv_splits >= 2;
+        let one_row = self.kv.dtype == DType::F16
+            && placed.spans.len() < FA_TILE_Q
+            && placed
+                .spans
+                .iter()
+                .all(|s| !(splits && s.n_kv as usize >= FA_SPLIT_MIN_KV));
+        if !one_row {
+            return;
+        }
+        if self.kv.streams() <= 1 {
+            placed.spans.clear();
+            return;
+        }
+        let mut merged: Vec<SeqSpan> = Vec::with_capacity(placed.spans.len());
+        for sp in &placed.spans {
+            match merged.last_mut() {
+                Some(m) if m.first_cell == sp.first_cell => {
+                    m.n_tokens += sp.n_tokens;
+                    m.n_kv = m.n_kv.max(sp.n_kv);
+                }
+                _ => merged.push(*sp),
+            }
+        }
+        placed.spans = merged;
+    }
+
+    /// Whether [`Session::decode_exact`] can run here; if not, why: a trimmed
+    /// sliding-window cache, or an architecture with a per-sequence state other than the
+    /// causal mask (a recurrent state cannot be rolled back cell by cell).
+    pub fn supports_exact_steps(&self) -> std::result::Result<(), String> {
+        if !self.kv.window_layers().is_empty() && !self.params.swa_full {
+            return Err(format!(
+                "exact (speculative) steps need every cache cell in the sliding-window layers \
+                 of {} (SessionParams::swa_full, --swa-full)",
+                self.model.arch_name()
+            ));
+        }
+        if !self.state.rolls_back() || self.kv.recurrent.is_some() {
+            return Err(format!(
+                "{} keeps a recurrent state, which speculative steps cannot roll back",
+                self.model.arch_name()
+            ));
         }
         Ok(())
     }

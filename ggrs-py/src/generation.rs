@@ -113,6 +113,8 @@ pub fn generation_dict<'py>(py: Python<'py>, g: &Generation) -> PyResult<Bound<'
     timings.set_item("generation_seconds", t.gen_secs)?;
     timings.set_item("prompt_tokens_per_second", t.prompt_tps())?;
     timings.set_item("generated_tokens_per_second", t.gen_tps())?;
+    timings.set_item("draft_tokens", t.drafted)?;
+    timings.set_item("draft_accepted", t.accepted)?;
     d.set_item("timings", timings)?;
     Ok(d)
 }

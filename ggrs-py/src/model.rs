@@ -106,7 +106,7 @@ impl NativeModel {
     /// Loads `path` and makes a session (see `ggrs.Model` for the arguments).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", copy_weights=None, swa_full=false))]
+    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -117,10 +117,27 @@ impl NativeModel {
         kv_type: &str,
         copy_weights: Option<bool>,
         swa_full: bool,
+        speculative: Option<&str>,
+        draft_max: usize,
+        draft_min: usize,
     ) -> PyResult<NativeModel> {
         if n_batch == 0 {
             return Err(bad_argument(py, "n_batch must be at least 1"));
         }
+        let spec = match speculative {
+            None => None,
+            Some("ngram") => Some(ggrs_llama::speculative::SpecParams {
+                draft_max,
+                draft_min,
+                adaptive: true,
+            }),
+            Some(other) => {
+                return Err(bad_argument(
+                    py,
+                    format!("speculative must be None or \"ngram\", not {other:?}"),
+                ))
+            }
+        };
         let kv_type = self::kv_type(py, kv_type)?;
         let mut opts = ModelOptions::default();
         if let Some(c) = copy_weights {
@@ -143,11 +160,21 @@ impl NativeModel {
                 n_threads,
                 logits_all,
                 kv_type,
-                swa_full,
+                // Speculative steps need every cell of the sliding-window layers.
+                swa_full: swa_full || spec.is_some(),
+                n_draft: spec.map_or(0, |s| s.draft_max),
                 ..SessionParams::default()
             };
             match Session::new(model.clone(), params) {
-                Ok(session) => {
+                Ok(mut session) => {
+                    if let Some(sp) = spec {
+                        session.set_speculation(Some(
+                            ggrs_llama::speculative::Speculation::new(
+                                sp,
+                                Box::new(ggrs_llama::speculative::NgramDrafter::default()),
+                            ),
+                        ))?;
+                    }
                     // Embedding inputs as long as the session's context (not a decoder's
                     // whole training context).
                     embed_settings.n_ctx = session.params().n_ctx;

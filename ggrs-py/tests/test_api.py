@@ -42,6 +42,28 @@ def test_tokenize_round_trip(model):
     assert b"".join(model.token_to_piece(t) for t in ids[1:]).decode() == " Hello world, héllo!"
 
 
+def test_speculative_ngram_keeps_the_output(tiny_llama_path):
+    """Prompt-lookup speculation gives the tokens and log-probabilities of plain decoding,
+    greedy and seeded."""
+    prompt = "def add(a, b):\n    return a + b\n\n" * 6
+    for kw in (
+        dict(max_tokens=24, temperature=0, logprobs=2, ignore_eos=True),
+        dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
+             repeat_penalty=1.1, seed=7, logprobs=2, ignore_eos=True),
+    ):
+        with ggrs.Model(tiny_llama_path, n_ctx=512, n_threads=1) as plain:
+            a = plain.generate(prompt, **kw)
+        with ggrs.Model(tiny_llama_path, n_ctx=512, n_threads=1, speculative="ngram",
+                        draft_max=8) as fast:
+            b = fast.generate(prompt, **kw)
+        assert a.tokens == b.tokens
+        assert a.logprobs == b.logprobs and a.top_logprobs == b.top_logprobs
+        assert a.timings["draft_tokens"] == 0
+        assert b.timings["draft_accepted"] <= b.timings["draft_tokens"]
+    with pytest.raises(ggrs.BadArgumentError):
+        ggrs.Model(tiny_llama_path, speculative="medusa")
+
+
 def test_stream_equals_generate(model):
     kw = dict(max_tokens=24, temperature=0.9, seed=42, logprobs=3, ignore_eos=True)
     whole = model.generate("Once upon a time", **kw)

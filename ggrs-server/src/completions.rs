@@ -381,6 +381,7 @@ pub(crate) fn submit(
                 prompt: prompt.clone(),
                 params,
                 cache_prompt: opts.cache_prompt,
+                speculative: opts.speculative,
             };
             let tx = tx.clone();
             let idx = index;
@@ -511,6 +512,8 @@ fn timings(c: &Completion) -> Value {
         "predicted_ms": t.gen_secs * 1000.0,
         "predicted_per_token_ms": per(t.gen_tokens, t.gen_secs),
         "predicted_per_second": t.gen_tps(),
+        "draft_n": t.drafted,
+        "draft_n_accepted": t.accepted,
     })
 }
 

@@ -184,7 +184,19 @@ pub(crate) async fn metrics(State(st): St) -> Response {
         } else {
             0.0
         };
-        let rows: [(&str, &str, &str, f64); 15] = [
+        let rows: [(&str, &str, &str, f64); 17] = [
+            (
+                "draft_tokens_total",
+                "counter",
+                "Tokens drafted and verified by speculative decoding.",
+                m.draft_tokens as f64,
+            ),
+            (
+                "draft_accepted_total",
+                "counter",
+                "Drafted tokens accepted (equal to what the model sampled).",
+                m.draft_accepted as f64,
+            ),
             (
                 "prompt_tokens_total",
                 "counter",

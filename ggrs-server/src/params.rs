@@ -177,6 +177,9 @@ pub(crate) struct GenOptions {
     pub stream: bool,
     pub include_usage: bool,
     pub cache_prompt: bool,
+    /// Draft and verify tokens when the server speculates (`"speculative"`, default true;
+    /// the output is the same either way).
+    pub speculative: bool,
     /// Report log-probabilities (with `params.top_logprobs` alternatives).
     pub logprobs: bool,
     /// How to split a chat reply into reasoning, text and tool calls (none: as it is).
@@ -438,6 +441,7 @@ pub(crate) fn gen_options(
         stream: body.bool("stream")?.unwrap_or(false),
         include_usage,
         cache_prompt: body.bool("cache_prompt")?.unwrap_or(true),
+        speculative: body.bool("speculative")?.unwrap_or(true),
         logprobs,
         reply: None,
     })

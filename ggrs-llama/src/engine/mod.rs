@@ -81,6 +81,12 @@ pub struct EngineParams {
     /// Keep every cell for the sliding-window layers too (see [`SessionParams::swa_full`]);
     /// false: each slot's sliding-window layers keep only their window.
     pub swa_full: bool,
+    /// Speculative decoding with the n-gram drafter ([`crate::speculative`]): each
+    /// generating slot's drafted tokens are verified in the step it shares with the other
+    /// slots, and every request's output stays that of plain decoding. `None`: off. A
+    /// request can turn it off for itself ([`Request::speculative`]). Needs `swa_full` for
+    /// models with sliding-window layers.
+    pub spec: Option<crate::speculative::SpecParams>,
 }
 
 impl Default for EngineParams {
@@ -95,6 +101,7 @@ impl Default for EngineParams {
             kv_type: s.kv_type,
             attn_kv_splits: s.attn_kv_splits,
             swa_full: s.swa_full,
+            spec: None,
         }
     }
 }
@@ -115,15 +122,21 @@ pub struct Request {
     /// q4_0, q8_0, q4_1, q5_0 or q5_1 weights); turn it off to replay a lone session (`ggrs
     /// run`) exactly.
     pub cache_prompt: bool,
+    /// Draft and verify tokens when the engine speculates ([`EngineParams::spec`]; default
+    /// true). The output is the same either way; false only saves the verification work
+    /// when drafts are unlikely to be accepted.
+    pub speculative: bool,
 }
 
 impl Request {
-    /// A request for `prompt` with `params` (prompt cache on).
+    /// A request for `prompt` with `params` (prompt cache on, speculative where the engine
+    /// is).
     pub fn new(prompt: Vec<u32>, params: GenerateParams) -> Request {
         Request {
             prompt,
             params,
             cache_prompt: true,
+            speculative: true,
         }
     }
 }
@@ -231,6 +244,10 @@ pub struct Metrics {
     pub checkpoint_hits: u64,
     /// Tokens generated.
     pub generated_tokens: u64,
+    /// Tokens drafted and verified by speculative steps.
+    pub draft_tokens: u64,
+    /// Drafted tokens accepted.
+    pub draft_accepted: u64,
     /// Steps (graphs) evaluated.
     pub steps: u64,
     /// Seconds spent evaluating steps.
@@ -388,6 +405,20 @@ impl Engine {
     /// Creates the session (`n_slots` regions of the KV cache) and starts the engine
     /// thread.
     pub fn start(model: Arc<Model>, params: EngineParams) -> Result<Engine> {
+        Engine::start_with_drafter(
+            model,
+            params,
+            Box::new(crate::speculative::NgramDrafter::default()),
+        )
+    }
+
+    /// As [`Engine::start`], with `drafter` proposing every slot's drafts when
+    /// [`EngineParams::spec`] is set (it sees each slot's prompt and output in turn).
+    pub fn start_with_drafter(
+        model: Arc<Model>,
+        params: EngineParams,
+        drafter: Box<dyn crate::speculative::Drafter>,
+    ) -> Result<Engine> {
         if params.n_slots == 0 || params.n_slots > crate::batch::MAX_SEQ {
             return Err(LlamaError::InvalidArgument(format!(
                 "the number of slots must be between 1 and {}, not {}",
@@ -413,8 +444,16 @@ impl Engine {
                 attn_kv_splits: params.attn_kv_splits,
                 n_streams: params.n_slots,
                 swa_full: params.swa_full,
+                n_draft: params.spec.map_or(0, |s| s.draft_max),
             },
         )?;
+        if params.spec.is_some() {
+            if let Err(why) = session.supports_exact_steps() {
+                return Err(LlamaError::InvalidArgument(format!(
+                    "speculative decoding: {why}"
+                )));
+            }
+        }
         let shared = Arc::new(Shared {
             queued: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -433,7 +472,7 @@ impl Engine {
             params,
             n_ctx_slot,
         };
-        let mut sched = scheduler::Scheduler::new(session, params, n_ctx_slot, shared);
+        let mut sched = scheduler::Scheduler::new(session, params, n_ctx_slot, shared, drafter);
         let thread = std::thread::Builder::new()
             .name("ggrs-engine".into())
             .spawn(move || sched.run(rx))

@@ -32,6 +32,8 @@ pub(super) struct Scheduler {
     /// Admission order of the busy slots (prompt pieces are served first come, first
     /// served).
     order: VecDeque<usize>,
+    /// Drafts every slot's tokens when the engine speculates.
+    drafter: Box<dyn crate::speculative::Drafter>,
 }
 
 /// Why a step's entry is in the batch.
@@ -49,6 +51,7 @@ impl Scheduler {
         params: EngineParams,
         n_ctx_slot: usize,
         shared: Arc<Shared>,
+        drafter: Box<dyn crate::speculative::Drafter>,
     ) -> Scheduler {
         let slots = (0..params.n_slots)
             .map(|id| Slot {
@@ -66,6 +69,7 @@ impl Scheduler {
             slots,
             queue: VecDeque::new(),
             order: VecDeque::new(),
+            drafter,
         };
         s.publish();
         s
@@ -213,11 +217,192 @@ impl Scheduler {
     }
 
     /// Packs the batch (every generating slot's token, then prompt pieces first come first
-    /// served within `n_batch` tokens), evaluates it and samples.
+    /// served within `n_batch` tokens), evaluates it and samples. When a generating slot
+    /// has drafted tokens, the generating slots take an exact step of their own first
+    /// ([`Scheduler::speculative_step`]), then the prompt pieces one.
     fn step(&mut self) {
+        let drafts = self.drafts();
+        let generating = drafts.iter().any(|d| d.is_some());
+        if drafts.iter().flatten().any(|d| !d.is_empty()) {
+            self.speculative_step(&drafts);
+            self.prompt_step(false, generating);
+        } else {
+            self.prompt_step(true, generating);
+        }
+    }
+
+    /// Per slot: `None` when it is not generating; else the tokens drafted to follow its
+    /// next token (none when the engine or the request does not speculate), within the
+    /// slot's room, its token limit and [`crate::batch::MAX_SEQ`] tokens in all.
+    fn drafts(&mut self) -> Vec<Option<Vec<u32>>> {
+        let generating = self
+            .slots
+            .iter()
+            .filter(|s| s.job.as_ref().is_some_and(|j| j.next.is_some()))
+            .count();
+        let mut budget = crate::batch::MAX_SEQ
+            .min(self.session.params().n_batch)
+            .saturating_sub(generating);
+        let spec = self.params.spec;
+        let n_ctx = self.n_ctx_slot;
+        let drafter = &mut self.drafter;
+        self.slots
+            .iter()
+            .map(|s| {
+                let j = s.job.as_ref()?;
+                j.next?;
+                let Some(sp) = spec.filter(|_| j.pending.request.speculative) else {
+                    return Some(Vec::new());
+                };
+                let room = n_ctx.saturating_sub(s.cached.len() + 1);
+                let left = j
+                    .pending
+                    .request
+                    .params
+                    .max_tokens
+                    .saturating_sub(j.n_generated() + 1);
+                let mut cap = sp.draft_max.min(room).min(left).min(budget);
+                if sp.adaptive {
+                    cap = j.control.limit(cap);
+                }
+                if cap < sp.draft_min.max(1) {
+                    return Some(Vec::new());
+                }
+                // (The picker's tokens end with `next`.)
+                let history = j.history();
+                // A drafter that fails only costs the speculation.
+                let mut d = drafter.draft(&history, cap).unwrap_or_default();
+                d.truncate(cap);
+                if d.len() < sp.draft_min {
+                    d.clear();
+                }
+                budget -= d.len();
+                Some(d)
+            })
+            .collect()
+    }
+
+    /// Evaluates every generating slot's next token and its drafts as exact columns
+    /// ([`Session::decode_exact`]), then verifies each slot's rows on the compute threads
+    /// and drops the cells of the rejected drafts.
+    fn speculative_step(&mut self, drafts: &[Option<Vec<u32>>]) {
+        let mut batch = Batch::new();
+        // (slot, drafts, first row)
+        let mut entries: Vec<(usize, &[u32], usize)> = Vec::new();
+        for (s, d) in self.slots.iter().zip(drafts) {
+            let (Some(d), Some(next)) = (d, s.job.as_ref().and_then(|j| j.next)) else {
+                continue;
+            };
+            let start = s.cached.len() as i32;
+            entries.push((s.id, d, batch.len()));
+            batch.push(next, start, s.id as SeqId, true);
+            for (k, &t) in d.iter().enumerate() {
+                batch.push(t, start + 1 + k as i32, s.id as SeqId, true);
+            }
+        }
+        let t0 = Instant::now();
+        let result = self.session.decode_exact(&batch);
+        let secs = t0.elapsed().as_secs_f64();
+        if let Err(e) = result {
+            let failed: Vec<usize> = entries.iter().map(|e| e.0).collect();
+            self.fail_slots(&failed, &e.to_string());
+            return;
+        }
+        let model = self.session.model().clone();
+        let (tok, conventions) = (model.tokenizer(), model.text());
+        let nv = model.hparams.n_vocab;
+        let logits = self.session.all_logits();
+        let n_ctx = self.n_ctx_slot;
+        // (slot, its drafts, its rows, (kept drafts, outcome) once verified)
+        type Item<'a> = (
+            &'a mut Slot,
+            &'a [u32],
+            &'a [f32],
+            Option<(usize, crate::error::Result<Outcome>)>,
+        );
+        let mut work: Vec<Item> = Vec::with_capacity(entries.len());
+        let mut it = entries.iter().peekable();
+        for s in self.slots.iter_mut() {
+            if let Some(&&(_, d, r)) = it.peek().filter(|e| e.0 == s.id) {
+                it.next();
+                work.push((s, d, &logits[r * nv..(r + 1 + d.len()) * nv], None));
+            }
+        }
+        self.session.for_each_mut(&mut work, |(s, d, rows, out)| {
+            let n_cached = s.cached.len();
+            let j = s.job.as_mut().expect("a verified slot has a job");
+            let next = j.next.take().expect("a verified slot has a token");
+            let verified = j.verify(rows, nv, d, tok, conventions, n_cached, n_ctx);
+            // The evaluated token and the kept drafts are in the cache now.
+            s.cached.push(next);
+            s.cached.extend_from_slice(&d[..verified.0]);
+            j.drafted += d.len();
+            j.accepted += verified.0;
+            j.control.spec_step(d.len(), verified.0, secs);
+            *out = Some(verified);
+        });
+        let results: Vec<(usize, usize, usize, crate::error::Result<Outcome>)> = work
+            .into_iter()
+            .map(|(s, d, _, out)| {
+                let (kept, outcome) = out.expect("for_each_mut visits every item");
+                (s.id, d.len(), kept, outcome)
+            })
+            .collect();
+        let (mut n_gen, mut drafted, mut accepted) = (0u64, 0u64, 0u64);
+        for (i, n_drafts, kept, outcome) in results {
+            if kept < n_drafts {
+                // The rejected drafts' cells, as if they never ran.
+                let from = self.slots[i].cached.len() as i32;
+                self.session.remove(i as SeqId, from);
+            }
+            n_gen += 1 + kept as u64;
+            drafted += n_drafts as u64;
+            accepted += kept as u64;
+            self.conclude(i, outcome);
+        }
+        self.metrics(|m| {
+            m.steps += 1;
+            m.busy_secs += secs;
+            m.generated_tokens += n_gen;
+            m.draft_tokens += drafted;
+            m.draft_accepted += accepted;
+        });
+    }
+
+    /// Ends the jobs of `slots` with the error `msg` and forgets their caches.
+    fn fail_slots(&mut self, slots: &[usize], msg: &str) {
+        for &i in slots {
+            self.session.remove(i as SeqId, 0);
+            self.slots[i].cached.clear();
+            if let Some(j) = self.slots[i].job.take() {
+                j.fail(msg.to_string());
+                self.order.retain(|&o| o != i);
+                self.metrics(|m| m.requests_failed += 1);
+            }
+        }
+    }
+
+    /// Acts on a slot's sampling outcome: goes on, ends the job, or fails it.
+    fn conclude(&mut self, i: usize, outcome: crate::error::Result<Outcome>) {
+        match outcome {
+            Ok(Outcome::Continue) => {}
+            Ok(Outcome::Finished(stop)) => self.end(i, stop),
+            Err(e) => {
+                if let Some(j) = self.slots[i].job.take() {
+                    self.order.retain(|&o| o != i);
+                    self.metrics(|m| m.requests_failed += 1);
+                    j.fail(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// The step of [`Scheduler::step`] without drafts: with `decode`, every generating
+    /// slot's token, then prompt pieces (cut smaller when `generating` slots wait on them).
+    fn prompt_step(&mut self, decode: bool, generating: bool) {
         let mut batch = Batch::new();
         let mut entries = Vec::new();
-        for s in &self.slots {
+        for s in self.slots.iter().filter(|_| decode) {
             if let Some(next) = s.job.as_ref().and_then(|j| j.next) {
                 batch.push(next, s.cached.len() as i32, s.id as SeqId, true);
                 entries.push(Entry::Decode(s.id));
@@ -231,7 +416,7 @@ impl Scheduler {
             if left.is_empty() {
                 continue;
             }
-            let n = self.piece(j, !entries.is_empty());
+            let n = self.piece(j, generating);
             if n > budget {
                 break;
             }
@@ -250,19 +435,13 @@ impl Scheduler {
         let result = self.session.decode(&batch);
         let secs = t0.elapsed().as_secs_f64();
         if let Err(e) = result {
-            let msg = e.to_string();
-            for e in entries {
-                let i = match e {
+            let failed: Vec<usize> = entries
+                .iter()
+                .map(|e| match *e {
                     Entry::Decode(i) | Entry::Prompt { slot: i, .. } => i,
-                };
-                self.session.remove(i as SeqId, 0);
-                self.slots[i].cached.clear();
-                if let Some(j) = self.slots[i].job.take() {
-                    j.fail(msg.clone());
-                    self.order.retain(|&o| o != i);
-                    self.metrics(|m| m.requests_failed += 1);
-                }
-            }
+                })
+                .collect();
+            self.fail_slots(&failed, &e.to_string());
             return;
         }
         let (mut n_prompt, mut n_gen) = (0u64, 0u64);
@@ -273,6 +452,7 @@ impl Scheduler {
                 Entry::Decode(i) => {
                     let s = &mut self.slots[i];
                     let j = s.job.as_mut().expect("a decoding slot has a job");
+                    j.control.plain_step(secs);
                     s.cached
                         .push(j.next.take().expect("a decode entry has a token"));
                     n_gen += 1;
@@ -297,17 +477,7 @@ impl Scheduler {
             }
         }
         for (i, outcome) in self.sample(&outputs) {
-            match outcome {
-                Ok(Outcome::Continue) => {}
-                Ok(Outcome::Finished(stop)) => self.end(i, stop),
-                Err(e) => {
-                    if let Some(j) = self.slots[i].job.take() {
-                        self.order.retain(|&o| o != i);
-                        self.metrics(|m| m.requests_failed += 1);
-                        j.fail(e.to_string());
-                    }
-                }
-            }
+            self.conclude(i, outcome);
         }
         self.metrics(|m| {
             m.steps += 1;

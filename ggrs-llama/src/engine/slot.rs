@@ -36,6 +36,12 @@ pub(super) struct Job {
     pub started: Instant,
     pub first_token: Option<Instant>,
     pub queue_secs: f64,
+    /// Tokens drafted for this request and verified.
+    pub drafted: usize,
+    /// Drafted tokens accepted.
+    pub accepted: usize,
+    /// How much to draft (see [`crate::speculative::DraftControl`]).
+    pub control: crate::speculative::DraftControl,
 }
 
 /// What became of a job after a sampled token.
@@ -71,6 +77,9 @@ impl Job {
             started: Instant::now(),
             first_token: None,
             queue_secs,
+            drafted: 0,
+            accepted: 0,
+            control: Default::default(),
         }
     }
 
@@ -117,6 +126,42 @@ impl Job {
         )
     }
 
+    /// The verification of a speculative step ([`crate::speculative`]): `rows` holds the
+    /// logits after the evaluated token and after each of `drafts` (`drafts.len() + 1` rows
+    /// of `n_vocab`); samples them in order as [`Job::sample`] would one step after another
+    /// (`n_cached` cells in use before the step), keeping drafted tokens while they equal
+    /// the sampled ones. Returns how many drafts were kept and the outcome (on `Continue`,
+    /// `next` is the token sampled after them).
+    #[allow(clippy::too_many_arguments)]
+    pub fn verify(
+        &mut self,
+        rows: &[f32],
+        n_vocab: usize,
+        drafts: &[u32],
+        tok: &Tokenizer,
+        conventions: &dyn TextConventions,
+        n_cached: usize,
+        n_ctx: usize,
+    ) -> (usize, Result<Outcome>) {
+        for j in 0..=drafts.len() {
+            let row = &rows[j * n_vocab..(j + 1) * n_vocab];
+            match self.sample(row, tok, conventions, n_cached + 1 + j, n_ctx) {
+                Ok(Outcome::Continue) if self.next == drafts.get(j).copied() => {
+                    self.next = None;
+                }
+                outcome => return (j, outcome),
+            }
+        }
+        unreachable!("the last row never has a draft to compare with")
+    }
+
+    /// The prompt and the tokens generated so far (what a drafter continues).
+    pub fn history(&self) -> Vec<u32> {
+        let mut h = self.pending.request.prompt.clone();
+        h.extend_from_slice(&self.picker.tokens);
+        h
+    }
+
     /// Ends the job with `stop`: sends `Done` to the listener (if it still listens).
     pub fn finish(mut self, stop: StopReason, slot: usize) {
         let now = Instant::now();
@@ -132,6 +177,8 @@ impl Job {
             prompt_secs: (first - self.started).as_secs_f64(),
             gen_tokens: tokens.len(),
             gen_secs: (now - first).as_secs_f64(),
+            drafted: self.drafted,
+            accepted: self.accepted,
         };
         let done = Completion {
             tokens,

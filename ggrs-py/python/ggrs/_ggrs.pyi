@@ -52,6 +52,9 @@ class NativeModel:
         kv_type: str = "f16",
         copy_weights: Optional[bool] = None,
         swa_full: bool = False,
+        speculative: Optional[str] = None,
+        draft_max: int = 16,
+        draft_min: int = 1,
     ) -> None: ...
     path: str
     arch: str

@@ -181,6 +181,11 @@ class Model:
     reads them for short generations; the weights the panel kernels read are always packed).
     ``swa_full=True`` keeps every context cell for the sliding-window layers (Gemma 2/3/4,
     gpt-oss), as llama.cpp's ``swa_full``; by default they keep only their window.
+    ``speculative="ngram"`` drafts up to ``draft_max`` tokens by prompt lookup (the
+    continuation of the longest earlier match of the last tokens) and verifies them in one
+    step: faster where the output repeats its input (code edits), with the same tokens and
+    log-probabilities as without it, greedy or seeded (``draft_min``: fewest drafted tokens
+    worth a step).
 
     One call runs at a time: calls from several Python threads wait for each other, without
     holding the GIL. For parallel requests, load one ``Model`` per thread or use
@@ -205,6 +210,9 @@ class Model:
         kv_type: str = "f16",
         copy_weights: bool = False,
         swa_full: bool = False,
+        speculative: Optional[str] = None,
+        draft_max: int = 16,
+        draft_min: int = 1,
         seed: Optional[int] = None,
         chat_format: Optional[str] = None,
         cache_prompt: bool = True,
@@ -226,6 +234,9 @@ class Model:
             kv_type=kv_type,
             copy_weights=copy_weights,
             swa_full=swa_full,
+            speculative=speculative,
+            draft_max=draft_max,
+            draft_min=draft_min,
         )
         self.model_path: str = file
         self.seed = seed
