@@ -447,7 +447,7 @@ impl ToolSetup {
                 let mut g = format!(
                     "gdict: \"{{\" (gkv (\",\" gkv)*)? \"}}\"\n\
                      gkv: /[A-Za-z_][A-Za-z0-9_]*/ \":\" gval\n\
-                     gval: gstr | gdict | garr | /-?[0-9]{{1,16}}(\\.[0-9]{{1,16}})?/ | \"true\" | \"false\" | \"null\"\n\
+                     gval: gstr | gdict | garr | /-?(0|[1-9][0-9]{{0,15}})(\\.[0-9]{{1,16}})?/ | \"true\" | \"false\" | \"null\"\n\
                      gstr: {q} gtext? {q}\n\
                      gtext: /[^<]+/\n\
                      garr: \"[\" (gval (\",\" gval)*)? \"]\"\n"
@@ -934,8 +934,9 @@ fn gemma_args(i: usize, t: &Tool, q: &str, g: &mut String) -> String {
             words.map_or_else(|| "gval".to_string(), |w| format!("({})", w.join(" | ")))
         } else {
             match schema.get("type").and_then(Value::as_str) {
-                Some("integer") => "/-?[0-9]{1,16}/".to_string(),
-                Some("number") => "/-?[0-9]{1,16}(\\.[0-9]{1,16})?/".to_string(),
+                // JSON's numbers: no leading zeros (the reply parser reads them as JSON).
+                Some("integer") => "/-?(0|[1-9][0-9]{0,15})/".to_string(),
+                Some("number") => "/-?(0|[1-9][0-9]{0,15})(\\.[0-9]{1,16})?/".to_string(),
                 Some("boolean") => "(\"true\" | \"false\")".to_string(),
                 Some("string") => match schema.get("maxLength").and_then(Value::as_u64) {
                     Some(n) => {
