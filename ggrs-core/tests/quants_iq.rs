@@ -1,0 +1,162 @@
+//! The grid i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S (read and
+//! multiplied, not written): their table rows, every kernel build against the portable
+//! x86 order bit for bit on any bytes (short rows of 1–5 blocks, every tile form), and
+//! `mul_mat` through the executor (1–9 columns, 1–2 threads, SIMD and scalar) against the
+//! portable x86-order dot per element. The orders themselves are checked against llama.cpp
+//! on real files by `ggrs-llama/tests/qwen05b_lowbit.rs`.
+
+mod common;
+
+use common::{assert_every_form, mix, run_mul_mat, Lcg};
+use ggrs_core::quants::dispatch::{self, SumOrder};
+use ggrs_core::quants::{
+    self, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
+    BlockQuant, VecDotKernel,
+};
+use ggrs_core::DType;
+
+const QK: usize = 256;
+
+/// Each type: ggml id, name, bytes per block.
+const TYPES: [(DType, u32, &str, usize); 7] = [
+    (DType::IQ2XXS, 16, "iq2_xxs", 66),
+    (DType::IQ2XS, 17, "iq2_xs", 74),
+    (DType::IQ3XXS, 18, "iq3_xxs", 98),
+    (DType::IQ1S, 19, "iq1_s", 50),
+    (DType::IQ3S, 21, "iq3_s", 110),
+    (DType::IQ2S, 22, "iq2_s", 82),
+    (DType::IQ1M, 29, "iq1_m", 56),
+];
+
+fn x86_dot(t: DType) -> VecDotKernel {
+    match t {
+        DType::IQ2XXS => BlockIQ2XXS::GGML_X86_DOT,
+        DType::IQ2XS => BlockIQ2XS::GGML_X86_DOT,
+        DType::IQ2S => BlockIQ2S::GGML_X86_DOT,
+        DType::IQ3XXS => BlockIQ3XXS::GGML_X86_DOT,
+        DType::IQ3S => BlockIQ3S::GGML_X86_DOT,
+        DType::IQ1S => BlockIQ1S::GGML_X86_DOT,
+        _ => BlockIQ1M::GGML_X86_DOT,
+    }
+    .expect("the grid i-quants declare ggml's x86 order")
+}
+
+#[test]
+fn ids_names_sizes_orders_and_no_quantizer() {
+    for (t, id, name, bytes) in TYPES {
+        assert_eq!(DType::from_id(id), Some(t));
+        assert_eq!(DType::from_name(&name.to_uppercase()), Some(t));
+        assert_eq!((t.block_size(), t.type_size()), (QK, bytes), "{t}");
+        assert_eq!(quants::vec_dot_type(t), Some(DType::Q8K));
+        assert_eq!(
+            ggrs_core::dtype::describe_type_id(id),
+            format!("type {name} (ggml type {id})")
+        );
+        assert!(ggrs_core::dtype::supported_type_names().contains(name));
+        assert_eq!(
+            dispatch::ggml_sum_order(t, [4864, 896, 1, 1]),
+            SumOrder::GgmlLanes
+        );
+        let err = quants::quantize_row_dyn(t, &[0.5; QK], &mut vec![0u8; bytes])
+            .expect_err("ggrs does not write the grid i-quants yet");
+        assert!(err.to_string().contains("cannot quantize"), "{t}: {err}");
+    }
+}
+
+/// Random weight bytes of type `t` with finite, moderate block scales.
+fn random_weights(t: DType, n: usize, s: &mut u64) -> Vec<u8> {
+    let mut w: Vec<u8> = (0..t.row_size(n)).map(|_| mix(s) as u8).collect();
+    for blk in w.chunks_exact_mut(t.type_size()) {
+        let d = half::f16::from_f32((mix(s) % 2000) as f32 / 1000.0 - 1.0).to_bits();
+        if t == DType::IQ1M {
+            // The f16 scale's four nibbles are the top nibbles of the four scale words.
+            for k in 0..4 {
+                let b = &mut blk[48 + 2 * k + 1];
+                *b = (*b & 0x0f) | ((((d >> (4 * k)) & 15) as u8) << 4);
+            }
+        } else {
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    w
+}
+
+/// Any bytes at all (every grid entry and sign, −128 activations, scales of every size):
+/// every build has the portable order's bits in every tile form.
+#[test]
+fn every_build_is_the_portable_order_on_any_bytes() {
+    let mut s = 7u64;
+    for (t, ..) in TYPES {
+        let dot = x86_dot(t);
+        for nb in [1usize, 2, 3, 5] {
+            let n = nb * QK;
+            let (rs, ys) = (t.row_size(n), DType::Q8K.row_size(n));
+            let w: Vec<u8> = (0..4).flat_map(|_| random_weights(t, n, &mut s)).collect();
+            let mut y: Vec<u8> = (0..4 * ys).map(|_| mix(&mut s) as u8).collect();
+            for (i, blk) in y.chunks_exact_mut(DType::Q8K.type_size()).enumerate() {
+                blk[..4].copy_from_slice(&(0.01 * (i as f32 + 1.0)).to_le_bytes());
+                if i % 3 == 0 {
+                    blk[4..260].fill(0x80);
+                }
+            }
+            let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rs..(r + 1) * rs]);
+            let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * ys..(c + 1) * ys]);
+            let want: [[u32; 4]; 4] =
+                std::array::from_fn(|r| std::array::from_fn(|c| dot(n, wr[r], yr[c]).to_bits()));
+            let builds = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes);
+            assert!(
+                !builds.is_empty() || !cfg!(target_arch = "x86_64"),
+                "{t}: no build"
+            );
+            for v in builds {
+                let what = format!("{t} {:?} nb={nb}", v.isa);
+                assert_every_form(&v, n, wr, yr, want, &what);
+            }
+        }
+    }
+}
+
+/// Through the executor every output element is the x86-order dot of its weight row and its
+/// Q8_K column, with SIMD and with `force_scalar` (the only test here that flips it), for
+/// 1–9 columns and 1–2 threads.
+#[test]
+fn mul_mat_keeps_ggml_x86_order() {
+    let mut r = Lcg(99);
+    let mut s = 11u64;
+    let q8k = dispatch::activation_quantizer(DType::Q8K).expect("Q8_K converts");
+    for (t, ..) in TYPES {
+        let dot = x86_dot(t);
+        for (k, n) in [(QK, 3), (2 * QK, 9)] {
+            let w: Vec<u8> = (0..n).flat_map(|_| random_weights(t, k, &mut s)).collect();
+            let rs = t.row_size(k);
+            for m in [1usize, 2, 4, 5, 8, 9] {
+                let x: Vec<f32> = (0..k * m).map(|_| r.next()).collect();
+                let cols: Vec<Vec<u8>> = x
+                    .chunks_exact(k)
+                    .map(|c| {
+                        let mut b = vec![0u8; DType::Q8K.row_size(k)];
+                        q8k(c, &mut b);
+                        b
+                    })
+                    .collect();
+                for forced in [false, true] {
+                    dispatch::force_scalar(forced);
+                    for threads in [1, 2] {
+                        let got = run_mul_mat(t, &w, &x, k, n, m, threads);
+                        for j in 0..m {
+                            for i in 0..n {
+                                let want = dot(k, &w[i * rs..(i + 1) * rs], &cols[j]);
+                                assert_eq!(
+                                    got[j * n + i].to_bits(),
+                                    want.to_bits(),
+                                    "{t} k={k} n={n} m={m} threads={threads} scalar={forced} [{i}, {j}]"
+                                );
+                            }
+                        }
+                    }
+                }
+                dispatch::force_scalar(false);
+            }
+        }
+    }
+}
