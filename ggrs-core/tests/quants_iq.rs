@@ -1,5 +1,7 @@
 //! The grid i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S (read and
-//! multiplied, not written): their table rows, every kernel build against the portable
+//! multiplied, not written): their table rows; dequantized values and the bits of both dot
+//! orders (AVX2 and generic) against llama.cpp's own ggml on seeded random blocks
+//! (`data/iquants-ggml.{c,txt}`); every kernel build against the portable
 //! x86 order bit for bit on any bytes (short rows of 1–5 blocks, every tile form), and
 //! `mul_mat` through the executor (1–9 columns, 1–2 threads, SIMD and scalar) against the
 //! portable x86-order dot per element. The orders themselves are checked against llama.cpp
@@ -7,7 +9,7 @@
 
 mod common;
 
-use common::{assert_every_form, mix, run_mul_mat, Lcg};
+use common::{assert_every_form, fnv, mix, run_mul_mat, Lcg};
 use ggrs_core::quants::dispatch::{self, SumOrder};
 use ggrs_core::quants::{
     self, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
@@ -41,6 +43,95 @@ fn x86_dot(t: DType) -> VecDotKernel {
     .expect("the grid i-quants declare ggml's x86 order")
 }
 
+/// `data/iquants-ggml.txt`, split into words.
+fn data() -> Vec<Vec<String>> {
+    include_str!("data/iquants-ggml.txt")
+        .lines()
+        .map(|l| l.split(' ').map(str::to_owned).collect())
+        .collect()
+}
+
+const NB: usize = 6;
+
+/// `iquants-ggml.c`'s weights of type number `t` of [`TYPES`]: `NB` random blocks with
+/// moderate f16 scales.
+fn c_weights(t: usize) -> Vec<u8> {
+    let (ty, _, _, bytes) = TYPES_C[t];
+    let mut s = 1 + t as u64;
+    let mut w: Vec<u8> = (0..NB * bytes).map(|_| mix(&mut s) as u8).collect();
+    for blk in w.chunks_exact_mut(bytes) {
+        set_scale(ty, blk, mix(&mut s));
+    }
+    w
+}
+
+/// `iquants-ggml.c`'s Q8_K activation column `c`.
+fn c_activations(c: usize) -> Vec<u8> {
+    let mut s = 100 + c as u64;
+    let mut y = Vec::new();
+    for b in 0..NB {
+        y.extend_from_slice(&(0.01 * (b + 1 + c) as f32).to_le_bytes());
+        // As the C `?:`, which draws no number for a forced −128.
+        let q: Vec<i8> = (0..QK)
+            .map(|_| {
+                if c == 1 && b % 2 == 0 {
+                    -128
+                } else {
+                    mix(&mut s) as i8
+                }
+            })
+            .collect();
+        y.extend(q.iter().map(|&v| v as u8));
+        for j in 0..16 {
+            let sum: i16 = q[16 * j..16 * j + 16].iter().map(|&v| v as i16).sum();
+            y.extend_from_slice(&sum.to_le_bytes());
+        }
+    }
+    y
+}
+
+/// The C program's type order.
+const TYPES_C: [(DType, u32, &str, usize); 7] = [
+    TYPES[0], TYPES[1], TYPES[5], TYPES[2], TYPES[4], TYPES[3], TYPES[6],
+];
+
+/// Dequantized values and both dot orders equal llama.cpp's bit for bit.
+#[test]
+fn dequantize_and_dots_as_llama_cpp() {
+    let lines = data();
+    let cols: Vec<Vec<u8>> = (0..3).map(c_activations).collect();
+    let mut seen = 0;
+    for (t, &(ty, _, name, bytes)) in TYPES_C.iter().enumerate() {
+        let w = c_weights(t);
+        let mut dq = vec![0f32; NB * QK];
+        quants::dequantize_row_dyn(ty, &w, &mut dq).expect("whole blocks");
+        let want = lines
+            .iter()
+            .find(|l| l[0] == "dequant" && l[1] == name)
+            .expect("a dequant line per type");
+        let got = fnv(dq.iter().flat_map(|v| v.to_bits().to_le_bytes()));
+        assert_eq!(format!("{got:016x}"), want[2], "{name} dequantized");
+        let generic = dispatch::vec_dot_scalar_kernel(ty).expect("block type");
+        for l in lines.iter().filter(|l| l[0] == "dot" && l[1] == name) {
+            let (c, k): (usize, usize) = (l[2].parse().unwrap(), l[3].parse().unwrap());
+            let (row, y) = (&w[..k * bytes], &cols[c][..k * DType::Q8K.type_size()]);
+            let what = format!("{name} column {c}, {k} blocks");
+            assert_eq!(
+                format!("{:08x}", x86_dot(ty)(k * QK, row, y).to_bits()),
+                l[4],
+                "{what} x86"
+            );
+            assert_eq!(
+                format!("{:08x}", generic(k * QK, row, y).to_bits()),
+                l[5],
+                "{what} generic"
+            );
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 7 * 3 * NB);
+}
+
 #[test]
 fn ids_names_sizes_orders_and_no_quantizer() {
     for (t, id, name, bytes) in TYPES {
@@ -63,20 +154,25 @@ fn ids_names_sizes_orders_and_no_quantizer() {
     }
 }
 
+/// Sets the f16 scale of block `blk` of type `t` to `(m mod 2000) / 1000 − 1`.
+fn set_scale(t: DType, blk: &mut [u8], m: u64) {
+    let d = half::f16::from_f32((m % 2000) as f32 / 1000.0 - 1.0).to_bits();
+    if t == DType::IQ1M {
+        // The f16 scale's four nibbles are the top nibbles of the four scale words.
+        for k in 0..4 {
+            let b = &mut blk[48 + 2 * k + 1];
+            *b = (*b & 0x0f) | ((((d >> (4 * k)) & 15) as u8) << 4);
+        }
+    } else {
+        blk[..2].copy_from_slice(&d.to_le_bytes());
+    }
+}
+
 /// Random weight bytes of type `t` with finite, moderate block scales.
 fn random_weights(t: DType, n: usize, s: &mut u64) -> Vec<u8> {
     let mut w: Vec<u8> = (0..t.row_size(n)).map(|_| mix(s) as u8).collect();
     for blk in w.chunks_exact_mut(t.type_size()) {
-        let d = half::f16::from_f32((mix(s) % 2000) as f32 / 1000.0 - 1.0).to_bits();
-        if t == DType::IQ1M {
-            // The f16 scale's four nibbles are the top nibbles of the four scale words.
-            for k in 0..4 {
-                let b = &mut blk[48 + 2 * k + 1];
-                *b = (*b & 0x0f) | ((((d >> (4 * k)) & 15) as u8) << 4);
-            }
-        } else {
-            blk[..2].copy_from_slice(&d.to_le_bytes());
-        }
+        set_scale(t, blk, mix(s));
     }
     w
 }
