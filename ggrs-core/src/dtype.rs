@@ -131,11 +131,14 @@ dtype_table! {
     Q2_0 = 42, "q2_0", 64, 18;
 }
 
-/// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`).
+/// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`):
+/// none of ggml 0c1e570's types since the grid i-quants came in; a type ggml adds and ggrs
+/// does not read yet goes here, so that its message names it.
 const UNREAD_GGML_TYPES: [(u32, &str); 0] = [];
 
-/// A tensor type id for a message: `type IQ3_S (ggml type 21)` for a ggml type ggrs does
-/// not read, `retired type id 4` for Q4_2/Q4_3's old ids, else `unknown type id N`.
+/// A tensor type id for a message: `type iq3_s (ggml type 21)` for a type ggrs reads,
+/// `type NAME (ggml type N)` for a ggml type listed as unread, `retired type id 4` for
+/// Q4_2/Q4_3's old ids, else `unknown type id N`.
 pub fn describe_type_id(id: u32) -> String {
     if let Some(t) = DType::from_id(id) {
         return format!("type {} (ggml type {id})", t.name());
