@@ -4,7 +4,8 @@
 //! (`data/iquants-ggml.{c,txt}`); every kernel build against the portable
 //! x86 order bit for bit on any bytes (short rows of 1–5 blocks, every tile form), and
 //! `mul_mat` through the executor (1–9 columns, 1–2 threads, SIMD and scalar) against the
-//! portable x86-order dot per element. The orders themselves are checked against llama.cpp
+//! portable x86-order dot per element below eight columns and an oracle of ggml's tiled
+//! matmul from eight on. The orders themselves are checked against llama.cpp
 //! on real files by `ggrs-llama/tests/qwen05b_lowbit.rs`.
 
 mod common;
@@ -156,7 +157,15 @@ fn ids_names_sizes_orders_and_no_quantizer() {
 
 /// Sets the f16 scale of block `blk` of type `t` to `(m mod 2000) / 1000 − 1`.
 fn set_scale(t: DType, blk: &mut [u8], m: u64) {
-    let d = half::f16::from_f32((m % 2000) as f32 / 1000.0 - 1.0).to_bits();
+    set_scale_bits(
+        t,
+        blk,
+        half::f16::from_f32((m % 2000) as f32 / 1000.0 - 1.0).to_bits(),
+    );
+}
+
+/// Sets the f16 scale of block `blk` of type `t` to the bits `d`.
+fn set_scale_bits(t: DType, blk: &mut [u8], d: u16) {
     if t == DType::IQ1M {
         // The f16 scale's four nibbles are the top nibbles of the four scale words.
         for k in 0..4 {
@@ -212,11 +221,55 @@ fn every_build_is_the_portable_order_on_any_bytes() {
     }
 }
 
-/// Through the executor every output element is the x86-order dot of its weight row and its
-/// Q8_K column, with SIMD and with `force_scalar` (the only test here that flips it), for
-/// 1–9 columns and 1–2 threads.
+/// The oracle of ggml's tiled order (prompts): per block `r = d_t·f32(s1)`,
+/// `acc = fma(r, d_y, acc)`, with `d_t` the block scale times the type's factor (IQ2: 1/8,
+/// IQ3_XXS: 1/4, IQ3_S: 1, IQ1: 1/8 with values `8·grid ± 1`) and `f32(s1)` read off the
+/// generic dot (checked against llama.cpp above) of the block and its Q8_K block, both with
+/// scale 1: `FACTOR·f32(s1)` for IQ2/IQ3, `f32(s1)/8` for IQ1.
+fn tiled_oracle(t: DType, k: usize, w: &[u8], y: &[u8]) -> f32 {
+    let generic = dispatch::vec_dot_scalar_kernel(t).expect("block type");
+    let (bs, ys) = (t.type_size(), DType::Q8K.type_size());
+    let factor = match t {
+        DType::IQ3XXS => 0.25,
+        DType::IQ3S => 1.0,
+        _ => 0.125,
+    };
+    let mut acc = 0f32;
+    for (x, yb) in w.chunks_exact(bs).zip(y.chunks_exact(ys)).take(k / QK) {
+        let (mut x1, mut y1) = (x.to_vec(), yb.to_vec());
+        let d = block_scale(t, x);
+        set_scale_bits(t, &mut x1, 0x3C00);
+        y1[..4].copy_from_slice(&1.0f32.to_le_bytes());
+        let unit = generic(QK, &x1, &y1);
+        let s1 = if matches!(t, DType::IQ1S | DType::IQ1M) {
+            unit * 8.0
+        } else {
+            unit / factor
+        };
+        let dy = f32::from_le_bytes([yb[0], yb[1], yb[2], yb[3]]);
+        acc = ((d * factor) * s1).mul_add(dy, acc);
+    }
+    acc
+}
+
+/// The f16 block scale of block `x` of type `t`, as f32.
+fn block_scale(t: DType, x: &[u8]) -> f32 {
+    let bits = if t == DType::IQ1M {
+        (0..4).fold(0u16, |h, k| {
+            h | (((x[48 + 2 * k + 1] >> 4) as u16) << (4 * k))
+        })
+    } else {
+        u16::from_le_bytes([x[0], x[1]])
+    };
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// Through the executor every output element is, below eight columns, the x86-order dot of
+/// its weight row and its Q8_K column, and from eight columns on the tiled order's oracle,
+/// with SIMD and with `force_scalar` (the only test here that flips it), for 1–9 columns and
+/// 1–2 threads.
 #[test]
-fn mul_mat_keeps_ggml_x86_order() {
+fn mul_mat_keeps_ggml_x86_orders() {
     let mut r = Lcg(99);
     let mut s = 11u64;
     let q8k = dispatch::activation_quantizer(DType::Q8K).expect("Q8_K converts");
@@ -241,7 +294,12 @@ fn mul_mat_keeps_ggml_x86_order() {
                         let got = run_mul_mat(t, &w, &x, k, n, m, threads);
                         for j in 0..m {
                             for i in 0..n {
-                                let want = dot(k, &w[i * rs..(i + 1) * rs], &cols[j]);
+                                let row = &w[i * rs..(i + 1) * rs];
+                                let want = if m >= dispatch::GGML_TILED_MIN_COLS {
+                                    tiled_oracle(t, k, row, &cols[j])
+                                } else {
+                                    dot(k, row, &cols[j])
+                                };
                                 assert_eq!(
                                     got[j * n + i].to_bits(),
                                     want.to_bits(),

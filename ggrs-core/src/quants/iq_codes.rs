@@ -13,6 +13,7 @@
 //!   `fma(d, lane, acc)` per lane, and the lanes are added as `hsum_float_8`. The AVX2
 //!   builds in `kernels::x86::iquants` keep these bits.
 
+use super::k_quants::tiled::{TiledBlock, TiledTerms};
 use super::k_quants::QK_K;
 use super::{BlockQ8K, BlockQuant};
 use crate::kernels::ggml_arith::lanes::hsum8;
@@ -199,3 +200,59 @@ pub(crate) fn iq1_grid_sum(c: &Iq1Codes, y: &BlockQ8K) -> i32 {
         .map(|(v, &q)| byte_at(&c.grid, v) as i8 as i32 * q as i32 * c.ls[v / 16] as i32)
         .sum()
 }
+
+// ------------------------------------------------------------------------------------------
+// ggml's tiled matmul (prompts: eight columns or more)
+// ------------------------------------------------------------------------------------------
+
+/// An IQ2/IQ3 block as ggml's tiled matmul sees it (`tiled_unpack_src0`): signed values
+/// `±mag` with no wrap (the sign is on the weight, not the activation), the type's factor
+/// folded into `d = f16(d)·FACTOR`, and `s1 = Σ ls·Σ value·y`, exact.
+fn iq_tiled_terms<B: IqBlock>(x: &B, y: &BlockQ8K) -> TiledTerms {
+    let c = x.codes();
+    let mut s1 = 0i32;
+    for (v, &q) in y.qs.iter().enumerate() {
+        let m = byte_at(&c.mag, v) as i32 * c.ls[v / 16] as i32;
+        let m = if byte_at(&c.neg, v) != 0 { -m } else { m };
+        s1 += m * q as i32;
+    }
+    TiledTerms {
+        d: x.scale() * B::FACTOR,
+        dmin: 0.0,
+        s1,
+        s2: 0,
+    }
+}
+
+/// An IQ1 block as ggml's tiled matmul sees it: values `8·grid ± 1` (the shift scaled by 8),
+/// `d = d_block / 8`, and `s1 = Σ ls·Σ value·y`, exact.
+fn iq1_tiled_terms<B: Iq1Block>(x: &B, y: &BlockQ8K) -> TiledTerms {
+    let c = x.codes();
+    let mut s1 = 0i32;
+    for (v, &q) in y.qs.iter().enumerate() {
+        let delta = if byte_at(&c.delta_neg, v) != 0 { -1 } else { 1 };
+        let w = 8 * (byte_at(&c.grid, v) as i8 as i32) + delta;
+        s1 += w * c.ls[v / 16] as i32 * q as i32;
+    }
+    TiledTerms {
+        d: c.d * 0.125,
+        dmin: 0.0,
+        s1,
+        s2: 0,
+    }
+}
+
+macro_rules! tiled_blocks {
+    ($f:ident: $($B:ty),+) => {$(
+        impl TiledBlock for $B {
+            const HAS_MIN: bool = false;
+            fn terms(&self, y: &BlockQ8K) -> TiledTerms {
+                $f(self, y)
+            }
+        }
+    )+};
+}
+
+tiled_blocks!(iq_tiled_terms: super::BlockIQ2XXS, super::BlockIQ2XS, super::BlockIQ2S,
+    super::BlockIQ3XXS, super::BlockIQ3S);
+tiled_blocks!(iq1_tiled_terms: super::BlockIQ1S, super::BlockIQ1M);
