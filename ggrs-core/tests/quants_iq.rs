@@ -187,7 +187,8 @@ fn random_weights(t: DType, n: usize, s: &mut u64) -> Vec<u8> {
 }
 
 /// Any bytes at all (every grid entry and sign, −128 activations, scales of every size):
-/// every build has the portable order's bits in every tile form.
+/// every build of ggml's vec_dot order has the portable order's bits, and every build of
+/// its tiled order the tiled oracle's, in every tile form.
 #[test]
 fn every_build_is_the_portable_order_on_any_bytes() {
     let mut s = 7u64;
@@ -203,19 +204,38 @@ fn every_build_is_the_portable_order_on_any_bytes() {
                 if i % 3 == 0 {
                     blk[4..260].fill(0x80);
                 }
+                // Block sums of the codes, as every Q8_K row has them (IQ1_S reads its shift
+                // part from them in ggml's vec_dot, from the codes in its tiled matmul).
+                for j in 0..16 {
+                    let sum: i16 = blk[4 + 16 * j..20 + 16 * j]
+                        .iter()
+                        .map(|&b| b as i8 as i16)
+                        .sum();
+                    blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&sum.to_le_bytes());
+                }
             }
             let wr: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rs..(r + 1) * rs]);
             let yr: [&[u8]; 4] = std::array::from_fn(|c| &y[c * ys..(c + 1) * ys]);
-            let want: [[u32; 4]; 4] =
-                std::array::from_fn(|r| std::array::from_fn(|c| dot(n, wr[r], yr[c]).to_bits()));
-            let builds = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes);
-            assert!(
-                !builds.is_empty() || !cfg!(target_arch = "x86_64"),
-                "{t}: no build"
-            );
-            for v in builds {
-                let what = format!("{t} {:?} nb={nb}", v.isa);
-                assert_every_form(&v, n, wr, yr, want, &what);
+            for order in [SumOrder::GgmlLanes, SumOrder::GgmlTiled] {
+                let want: [[u32; 4]; 4] = std::array::from_fn(|r| {
+                    std::array::from_fn(|c| {
+                        let v = if order == SumOrder::GgmlTiled {
+                            tiled_oracle(t, n, wr[r], yr[c])
+                        } else {
+                            dot(n, wr[r], yr[c])
+                        };
+                        v.to_bits()
+                    })
+                });
+                let builds = dispatch::vec_dot_variants_in(t, order);
+                assert!(
+                    !builds.is_empty() || !cfg!(target_arch = "x86_64"),
+                    "{t} {order:?}: no build"
+                );
+                for v in builds {
+                    let what = format!("{t} {order:?} {:?} nb={nb}", v.isa);
+                    assert_every_form(&v, n, wr, yr, want, &what);
+                }
             }
         }
     }

@@ -150,6 +150,13 @@ mod forms {
     wrappers!(q5_k_tiled_avx2, BlockQ5K, tiled_avx2::q5_k_tiled);
     wrappers!(q6_k_tiled_avx2, BlockQ6K, tiled_avx2::q6_k_tiled);
     wrappers!(iq4_xs_tiled_avx2, BlockIQ4XS, tiled_avx2::iq4_xs_tiled);
+    wrappers!(iq2_xxs_tiled_avx2, BlockIQ2XXS, iquants::iq2_xxs_tiled);
+    wrappers!(iq2_xs_tiled_avx2, BlockIQ2XS, iquants::iq2_xs_tiled);
+    wrappers!(iq2_s_tiled_avx2, BlockIQ2S, iquants::iq2_s_tiled);
+    wrappers!(iq3_xxs_tiled_avx2, BlockIQ3XXS, iquants::iq3_xxs_tiled);
+    wrappers!(iq3_s_tiled_avx2, BlockIQ3S, iquants::iq3_s_tiled);
+    wrappers!(iq1_s_tiled_avx2, BlockIQ1S, iquants::iq1_s_tiled);
+    wrappers!(iq1_m_tiled_avx2, BlockIQ1M, iquants::iq1_m_tiled);
 
     /// The kernel forms of `dtype` in ggml's tiled k-quant order for `isa`, without checking
     /// the CPU. (AVX-512 machines run the AVX2 builds.)
@@ -164,6 +171,13 @@ mod forms {
             DType::Q5K => q5_k_tiled_avx2,
             DType::Q6K => q6_k_tiled_avx2,
             DType::IQ4XS => iq4_xs_tiled_avx2,
+            DType::IQ2XXS => iq2_xxs_tiled_avx2,
+            DType::IQ2XS => iq2_xs_tiled_avx2,
+            DType::IQ2S => iq2_s_tiled_avx2,
+            DType::IQ3XXS => iq3_xxs_tiled_avx2,
+            DType::IQ3S => iq3_s_tiled_avx2,
+            DType::IQ1S => iq1_s_tiled_avx2,
+            DType::IQ1M => iq1_m_tiled_avx2,
             _ => return None,
         })
     }

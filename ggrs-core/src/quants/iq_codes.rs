@@ -205,54 +205,91 @@ pub(crate) fn iq1_grid_sum(c: &Iq1Codes, y: &BlockQ8K) -> i32 {
 // ggml's tiled matmul (prompts: eight columns or more)
 // ------------------------------------------------------------------------------------------
 
-/// An IQ2/IQ3 block as ggml's tiled matmul sees it (`tiled_unpack_src0`): signed values
-/// `±mag` with no wrap (the sign is on the weight, not the activation), the type's factor
-/// folded into `d = f16(d)·FACTOR`, and `s1 = Σ ls·Σ value·y`, exact.
-fn iq_tiled_terms<B: IqBlock>(x: &B, y: &BlockQ8K) -> TiledTerms {
+/// A block as ggml's tiled matmul sees it (`tiled_unpack_src0`): signed weight bytes, an
+/// odd multiplier per 16 values and the scale `d` with the type's factor folded in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TiledCodes {
+    /// Signed weights (i8), eight per word: `±mag` for IQ2/IQ3 (the sign on the weight, so
+    /// no wrap), `8·grid ± 1` for IQ1.
+    pub w: [u64; 32],
+    /// The odd integer multiplier of each group of 16 values.
+    pub ls: [i16; 16],
+    /// `d·FACTOR` (IQ2/IQ3) or `d/8` (IQ1).
+    pub d: f32,
+}
+
+/// A grid i-quant in ggml's tiled matmul.
+pub(crate) trait IqTiled: BlockQuant<VecDot = BlockQ8K> {
+    /// The block's tiled codes.
+    fn tiled_codes(&self) -> TiledCodes;
+}
+
+fn bytes_map(a: u64, b: u64, f: impl Fn(u8, u8) -> u8) -> u64 {
+    let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
+    u64::from_le_bytes(std::array::from_fn(|j| f(a[j], b[j])))
+}
+
+fn iq_tiled_codes<B: IqBlock>(x: &B) -> TiledCodes {
     let c = x.codes();
-    let mut s1 = 0i32;
-    for (v, &q) in y.qs.iter().enumerate() {
-        let m = byte_at(&c.mag, v) as i32 * c.ls[v / 16] as i32;
-        let m = if byte_at(&c.neg, v) != 0 { -m } else { m };
-        s1 += m * q as i32;
-    }
-    TiledTerms {
+    TiledCodes {
+        w: std::array::from_fn(|k| {
+            bytes_map(c.mag[k], c.neg[k], |m, n| {
+                if n != 0 {
+                    m.wrapping_neg()
+                } else {
+                    m
+                }
+            })
+        }),
+        ls: c.ls,
         d: x.scale() * B::FACTOR,
-        dmin: 0.0,
-        s1,
-        s2: 0,
     }
 }
 
-/// An IQ1 block as ggml's tiled matmul sees it: values `8·grid ± 1` (the shift scaled by 8),
-/// `d = d_block / 8`, and `s1 = Σ ls·Σ value·y`, exact.
-fn iq1_tiled_terms<B: Iq1Block>(x: &B, y: &BlockQ8K) -> TiledTerms {
+fn iq1_tiled_codes<B: Iq1Block>(x: &B) -> TiledCodes {
     let c = x.codes();
-    let mut s1 = 0i32;
-    for (v, &q) in y.qs.iter().enumerate() {
-        let delta = if byte_at(&c.delta_neg, v) != 0 { -1 } else { 1 };
-        let w = 8 * (byte_at(&c.grid, v) as i8 as i32) + delta;
-        s1 += w * c.ls[v / 16] as i32 * q as i32;
-    }
-    TiledTerms {
+    TiledCodes {
+        w: std::array::from_fn(|k| {
+            bytes_map(c.grid[k], c.delta_neg[k], |g, n| {
+                let delta: i8 = if n != 0 { -1 } else { 1 };
+                (8 * g as i8 + delta) as u8
+            })
+        }),
+        ls: c.ls,
         d: c.d * 0.125,
-        dmin: 0.0,
-        s1,
-        s2: 0,
     }
 }
 
 macro_rules! tiled_blocks {
     ($f:ident: $($B:ty),+) => {$(
+        impl IqTiled for $B {
+            fn tiled_codes(&self) -> TiledCodes {
+                $f(self)
+            }
+        }
+
         impl TiledBlock for $B {
             const HAS_MIN: bool = false;
+            /// `s1 = Σ ls·Σ w·y`, exact.
             fn terms(&self, y: &BlockQ8K) -> TiledTerms {
-                $f(self, y)
+                let c = self.tiled_codes();
+                let s1 = y
+                    .qs
+                    .iter()
+                    .enumerate()
+                    .map(|(v, &q)| byte_at(&c.w, v) as i8 as i32 * c.ls[v / 16] as i32 * q as i32)
+                    .sum();
+                TiledTerms {
+                    d: c.d,
+                    dmin: 0.0,
+                    s1,
+                    s2: 0,
+                }
             }
         }
     )+};
 }
 
-tiled_blocks!(iq_tiled_terms: super::BlockIQ2XXS, super::BlockIQ2XS, super::BlockIQ2S,
+tiled_blocks!(iq_tiled_codes: super::BlockIQ2XXS, super::BlockIQ2XS, super::BlockIQ2S,
     super::BlockIQ3XXS, super::BlockIQ3S);
-tiled_blocks!(iq1_tiled_terms: super::BlockIQ1S, super::BlockIQ1M);
+tiled_blocks!(iq1_tiled_codes: super::BlockIQ1S, super::BlockIQ1M);

@@ -19,9 +19,9 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
-use super::util::{finish, hsum256, read_f32};
+use super::util::{finish, hsum256, hsum_i32, read_f32};
 use crate::quants::iq1_s::iq1s_shift_sum;
-use crate::quants::iq_codes::{Iq1Block, Iq1Codes, IqBlock};
+use crate::quants::iq_codes::{Iq1Block, Iq1Codes, IqBlock, IqTiled};
 use crate::quants::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K,
     BlockQuant,
@@ -207,6 +207,53 @@ unsafe fn iq1_q8_k<B: Iq1Block, const M: bool, const R: usize, const C: usize>(
     }
 }
 
+/// A grid i-quant · Q8_K in the order of ggml's tiled matmul (`tiled-kernel.cpp`'s AVX2
+/// act-bias MAC): per block `s1 = Σ ls·Σ (y + 128)·w − 128·Σ ls·Σ w` (exact: pair sums of
+/// at most 255·62·2), `r = d·f32(s1)`, `acc = fma(r, d_y, acc)`.
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq_tiled<B: IqTiled, const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let ones = _mm256_set1_epi8(1);
+        let bias = _mm256_set1_epi8(-128);
+        let mut acc = [[0f32; C]; R];
+        for i in 0..nb {
+            for r in 0..R {
+                let tc = block_at::<B>(x[r].add(i * B::BYTES)).tiled_codes();
+                let sc = scale_vectors(&tc.ls);
+                let mut wsum = _mm256_setzero_si256();
+                for (k, sck) in sc.iter().enumerate() {
+                    let dot = _mm256_maddubs_epi16(ones, words(&tc.w, k));
+                    wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(dot, *sck));
+                }
+                let corr = 128 * hsum_i32(wsum);
+                for c in 0..C {
+                    let yb = y[c].add(i * Q8K);
+                    let yq = yb.add(offset_of!(BlockQ8K, qs));
+                    let mut s = _mm256_setzero_si256();
+                    for (k, sck) in sc.iter().enumerate() {
+                        let q = _mm256_xor_si256(load(yq.add(32 * k)), bias);
+                        let dot = _mm256_maddubs_epi16(q, words(&tc.w, k));
+                        s = _mm256_add_epi32(s, _mm256_madd_epi16(dot, *sck));
+                    }
+                    let s1 = hsum_i32(s) - corr;
+                    let dy = read_f32(yb.add(offset_of!(BlockQ8K, d)));
+                    acc[r][c] = (tc.d * s1 as f32).mul_add(dy, acc[r][c]);
+                }
+            }
+        }
+        acc
+    }
+}
+
 macro_rules! iq_kernels {
     ($($(#[doc = $doc:expr])+ $name:ident => $body:expr;)+) => {
         $(
@@ -242,4 +289,18 @@ iq_kernels! {
     iq1_s_q8_k => iq1_q8_k::<BlockIQ1S, false, R, C>;
     /// IQ1_M · Q8_K as ggml's AVX2 `ggml_vec_dot_iq1_m_q8_K`.
     iq1_m_q8_k => iq1_q8_k::<BlockIQ1M, true, R, C>;
+    /// IQ2_XXS · Q8_K in the order of ggml's tiled matmul.
+    iq2_xxs_tiled => iq_tiled::<BlockIQ2XXS, R, C>;
+    /// IQ2_XS · Q8_K in the order of ggml's tiled matmul.
+    iq2_xs_tiled => iq_tiled::<BlockIQ2XS, R, C>;
+    /// IQ2_S · Q8_K in the order of ggml's tiled matmul.
+    iq2_s_tiled => iq_tiled::<BlockIQ2S, R, C>;
+    /// IQ3_XXS · Q8_K in the order of ggml's tiled matmul.
+    iq3_xxs_tiled => iq_tiled::<BlockIQ3XXS, R, C>;
+    /// IQ3_S · Q8_K in the order of ggml's tiled matmul.
+    iq3_s_tiled => iq_tiled::<BlockIQ3S, R, C>;
+    /// IQ1_S · Q8_K in the order of ggml's tiled matmul.
+    iq1_s_tiled => iq_tiled::<BlockIQ1S, R, C>;
+    /// IQ1_M · Q8_K in the order of ggml's tiled matmul.
+    iq1_m_tiled => iq_tiled::<BlockIQ1M, R, C>;
 }
