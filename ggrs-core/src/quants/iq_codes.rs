@@ -107,12 +107,19 @@ pub(crate) fn wrap_neg(q: i8, neg: bool) -> i32 {
     }
 }
 
-/// The eight i32 lanes of ggml's AVX2 IQ2/IQ3 kernels for one block (exact).
+/// The eight i32 lanes of ggml's AVX2 IQ2/IQ3 kernels for one block (exact): group `k` of 8
+/// values fills lanes `2(k mod 4)` and `2(k mod 4) + 1`.
 pub(crate) fn iq_x86_lanes(c: &IqCodes, y: &BlockQ8K) -> [i32; 8] {
     let mut l = [0i32; 8];
-    for (v, &q) in y.qs.iter().enumerate() {
-        let m = byte_at(&c.mag, v) as i32 * c.ls[v / 16] as i32;
-        l[(v % 32) / 4] += m * wrap_neg(q, byte_at(&c.neg, v) != 0);
+    for (k, q) in y.qs.chunks_exact(8).enumerate() {
+        let (m, n) = (c.mag[k].to_le_bytes(), c.neg[k].to_le_bytes());
+        let ls = c.ls[k / 2] as i32;
+        let mut s = [0i32; 2];
+        for j in 0..8 {
+            s[j / 4] += m[j] as i32 * wrap_neg(q[j], n[j] != 0);
+        }
+        l[2 * (k % 4)] += s[0] * ls;
+        l[2 * (k % 4) + 1] += s[1] * ls;
     }
     l
 }
