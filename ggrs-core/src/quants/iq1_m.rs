@@ -12,12 +12,11 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::iq_codes::{
-    byte_at, iq1_dequantize, iq1_grid_sum, iq1_x86_lanes, wrap_neg, Iq1Block, Iq1Codes, SIGN_BYTES,
+    byte_at, iq1_block, iq1_grid_sum, iq1_x86_lanes, wrap_neg, Iq1Block, Iq1Codes, SIGN_BYTES,
 };
 use super::iq_grids::IQ1S_GRID;
 use super::k_quants::QK_K;
-use super::{BlockQ8K, BlockQuant};
-use crate::dtype::DType;
+use super::BlockQ8K;
 use crate::kernels::ggml_arith::lanes::hsum8;
 
 /// One IQ1_M block.
@@ -53,9 +52,7 @@ impl Iq1Block for BlockIQ1M {
     fn codes(&self) -> Iq1Codes {
         let mut c = Iq1Codes {
             d: self.d(),
-            grid: [0; 32],
-            delta_neg: [0; 32],
-            ls: [0; 16],
+            ..Default::default()
         };
         for k in 0..QK_K / 8 {
             let h = (self.qh[k / 2] >> (4 * (k % 2))) & 15;
@@ -71,42 +68,27 @@ impl Iq1Block for BlockIQ1M {
     }
 }
 
-impl BlockQuant for BlockIQ1M {
-    const DTYPE: DType = DType::IQ1M;
-    const BLOCK_SIZE: usize = QK_K;
-    type VecDot = BlockQ8K;
-    const GGML_X86_DOT: Option<super::VecDotKernel> = Some(dot_iq1_m_x86);
-    const QUANTIZES: bool = false;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        iq1_dequantize(&self.codes(), out);
+/// `ggml_vec_dot_iq1_m_q8_K_generic`: per block `sumf = fma(d·d_y, sumi1 + 1/8·sumi2, sumf)`,
+/// `sumi2` the exact `Σ ls·(±q)`.
+fn dot_generic(a: &[BlockIQ1M], b: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        let c = x.codes();
+        let sumi2: i32 =
+            y.qs.iter()
+                .enumerate()
+                .map(|(v, &q)| {
+                    let s = if byte_at(&c.delta_neg, v) != 0 { -1 } else { 1 };
+                    s * q as i32 * c.ls[v / 16] as i32
+                })
+                .sum();
+        let t = iq1_grid_sum(&c, y) as f32 + 0.125 * sumi2 as f32;
+        sumf = (c.d * y.d).mul_add(t, sumf);
     }
-
-    /// Not written yet ([`BlockQuant::QUANTIZES`] is false): an all-zero block.
-    fn quantize(_x: &[f32]) -> Self {
-        Self::zeroed()
-    }
-
-    /// `ggml_vec_dot_iq1_m_q8_K_generic`: per block
-    /// `sumf = fma(d·d_y, sumi1 + 1/8·sumi2, sumf)`, `sumi2` the exact `Σ ls·(±q)`.
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sumf = 0f32;
-        for (x, y) in a.iter().zip(b) {
-            let c = x.codes();
-            let sumi2: i32 =
-                y.qs.iter()
-                    .enumerate()
-                    .map(|(v, &q)| {
-                        let s = if byte_at(&c.delta_neg, v) != 0 { -1 } else { 1 };
-                        s * q as i32 * c.ls[v / 16] as i32
-                    })
-                    .sum();
-            let t = iq1_grid_sum(&c, y) as f32 + 0.125 * sumi2 as f32;
-            sumf = (c.d * y.d).mul_add(t, sumf);
-        }
-        sumf
-    }
+    sumf
 }
+
+iq1_block!(BlockIQ1M, IQ1M, dot_iq1_m_x86, dot_generic);
 
 /// The eight i32 lanes of the shift part in ggml's AVX2 IQ1_M kernel for one block:
 /// `vpsignb(q, ±1)` (−(−128) wraps) times the scale.

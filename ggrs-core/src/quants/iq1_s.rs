@@ -11,13 +11,10 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::iq_codes::{
-    iq1_dequantize, iq1_grid_sum, iq1_x86_lanes, Iq1Block, Iq1Codes, SIGN_BYTES,
-};
+use super::iq_codes::{iq1_block, iq1_grid_sum, iq1_x86_lanes, Iq1Block, Iq1Codes, SIGN_BYTES};
 use super::iq_grids::IQ1S_GRID;
 use super::k_quants::QK_K;
-use super::{fp16, BlockQ8K, BlockQuant};
-use crate::dtype::DType;
+use super::{fp16, BlockQ8K};
 use crate::kernels::ggml_arith::lanes::hsum8;
 
 /// One IQ1_S block.
@@ -38,9 +35,7 @@ impl Iq1Block for BlockIQ1S {
     fn codes(&self) -> Iq1Codes {
         let mut c = Iq1Codes {
             d: fp16(self.d),
-            grid: [0; 32],
-            delta_neg: [0; 32],
-            ls: [0; 16],
+            ..Default::default()
         };
         for (ib, &qh) in self.qh.iter().enumerate() {
             for l in 0..4 {
@@ -67,34 +62,19 @@ pub(crate) fn iq1s_shift_sum(c: &Iq1Codes, bsums: &[i16; QK_K / 16]) -> i32 {
         .sum()
 }
 
-impl BlockQuant for BlockIQ1S {
-    const DTYPE: DType = DType::IQ1S;
-    const BLOCK_SIZE: usize = QK_K;
-    type VecDot = BlockQ8K;
-    const GGML_X86_DOT: Option<super::VecDotKernel> = Some(dot_iq1_s_x86);
-    const QUANTIZES: bool = false;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        iq1_dequantize(&self.codes(), out);
+/// `ggml_vec_dot_iq1_s_q8_K_generic`: per block
+/// `sumf = fma(d_x·d_y, sumi + 1/8·sumi1, sumf)`.
+fn dot_generic(a: &[BlockIQ1S], b: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        let c = x.codes();
+        let t = iq1_grid_sum(&c, y) as f32 + 0.125 * iq1s_shift_sum(&c, &y.bsums) as f32;
+        sumf = (c.d * y.d).mul_add(t, sumf);
     }
-
-    /// Not written yet ([`BlockQuant::QUANTIZES`] is false): an all-zero block.
-    fn quantize(_x: &[f32]) -> Self {
-        Self::zeroed()
-    }
-
-    /// `ggml_vec_dot_iq1_s_q8_K_generic`: per block
-    /// `sumf = fma(d_x·d_y, sumi + 1/8·sumi1, sumf)`.
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sumf = 0f32;
-        for (x, y) in a.iter().zip(b) {
-            let c = x.codes();
-            let t = iq1_grid_sum(&c, y) as f32 + 0.125 * iq1s_shift_sum(&c, &y.bsums) as f32;
-            sumf = (c.d * y.d).mul_add(t, sumf);
-        }
-        sumf
-    }
+    sumf
 }
+
+iq1_block!(BlockIQ1S, IQ1S, dot_iq1_s_x86, dot_generic);
 
 /// IQ1_S · Q8_K in the order of ggml's AVX2 `ggml_vec_dot_iq1_s_q8_K` (portable; the AVX2
 /// build in `kernels::x86::iquants` gives the same bits): the grid part in eight i32 lanes

@@ -10,11 +10,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::iq_codes::{iq_dequantize, iq_dot_generic, ksigns, IqBlock, IqCodes, SIGN_BYTES};
+use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2XS_GRID;
 use super::k_quants::QK_K;
-use super::{fp16, BlockQ8K, BlockQuant};
-use crate::dtype::DType;
 
 /// One IQ2_XS block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -37,50 +35,22 @@ impl BlockIQ2XS {
     }
 }
 
-impl IqBlock for BlockIQ2XS {
-    const FACTOR: f32 = 0.125;
-
-    fn codes(&self) -> IqCodes {
-        let mut c = IqCodes {
-            mag: [0; 32],
-            neg: [0; 32],
-            ls: [0; 16],
-        };
-        for (k, &q) in self.qs.iter().enumerate() {
-            c.mag[k] = IQ2XS_GRID[(q & 511) as usize];
-            c.neg[k] = SIGN_BYTES[ksigns((q >> 9) as u32) as usize];
-        }
-        for (g, ls) in c.ls.iter_mut().enumerate() {
-            *ls = 2 * self.nibble(g) as i16 + 1;
-        }
-        c
+/// The decoded block.
+fn codes(x: &BlockIQ2XS) -> IqCodes {
+    let mut c = IqCodes::default();
+    for (k, &q) in x.qs.iter().enumerate() {
+        c.mag[k] = IQ2XS_GRID[(q & 511) as usize];
+        c.neg[k] = SIGN_BYTES[ksigns((q >> 9) as u32) as usize];
     }
-
-    fn scale(&self) -> f32 {
-        fp16(self.d)
+    for (g, ls) in c.ls.iter_mut().enumerate() {
+        *ls = 2 * x.nibble(g) as i16 + 1;
     }
+    c
 }
 
-impl BlockQuant for BlockIQ2XS {
-    const DTYPE: DType = DType::IQ2XS;
-    const BLOCK_SIZE: usize = QK_K;
-    type VecDot = BlockQ8K;
-    const GGML_X86_DOT: Option<super::VecDotKernel> =
-        Some(super::iq_codes::iq_dot_x86::<BlockIQ2XS>);
-    const QUANTIZES: bool = false;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        let d = fp16(self.d);
-        let db: [f32; 16] = std::array::from_fn(|g| d * (0.5 + self.nibble(g) as f32) * 0.25);
-        iq_dequantize(&self.codes(), |g| db[g], out);
-    }
-
-    /// Not written yet ([`BlockQuant::QUANTIZES`] is false): an all-zero block.
-    fn quantize(_x: &[f32]) -> Self {
-        Self::zeroed()
-    }
-
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        iq_dot_generic(a, b)
-    }
+/// ggml's dequantizer's scale of group `g` of 16 values.
+fn db(x: &BlockIQ2XS, d: f32, g: usize) -> f32 {
+    d * (0.5 + x.nibble(g) as f32) * 0.25
 }
+
+iq_block!(BlockIQ2XS, IQ2XS, 0.125, codes, db);

@@ -11,11 +11,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::iq_codes::{iq_dequantize, iq_dot_generic, ksigns, IqBlock, IqCodes, SIGN_BYTES};
+use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2XXS_GRID;
 use super::k_quants::QK_K;
-use super::{fp16, BlockQ8K, BlockQuant};
-use crate::dtype::DType;
 
 /// One IQ2_XXS block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -37,53 +35,25 @@ impl BlockIQ2XXS {
     }
 }
 
-impl IqBlock for BlockIQ2XXS {
-    const FACTOR: f32 = 0.125;
-
-    fn codes(&self) -> IqCodes {
-        let mut c = IqCodes {
-            mag: [0; 32],
-            neg: [0; 32],
-            ls: [0; 16],
-        };
-        for ib in 0..QK_K / 32 {
-            let aux = self.aux(ib);
-            for l in 0..4 {
-                c.mag[4 * ib + l] = IQ2XXS_GRID[self.qs[8 * ib + l] as usize];
-                c.neg[4 * ib + l] = SIGN_BYTES[ksigns(aux >> (7 * l)) as usize];
-            }
-            let ls = 2 * (aux >> 28) as i16 + 1;
-            c.ls[2 * ib] = ls;
-            c.ls[2 * ib + 1] = ls;
+/// The decoded block.
+fn codes(x: &BlockIQ2XXS) -> IqCodes {
+    let mut c = IqCodes::default();
+    for ib in 0..QK_K / 32 {
+        let aux = x.aux(ib);
+        for l in 0..4 {
+            c.mag[4 * ib + l] = IQ2XXS_GRID[x.qs[8 * ib + l] as usize];
+            c.neg[4 * ib + l] = SIGN_BYTES[ksigns(aux >> (7 * l)) as usize];
         }
-        c
+        let ls = 2 * (aux >> 28) as i16 + 1;
+        c.ls[2 * ib] = ls;
+        c.ls[2 * ib + 1] = ls;
     }
-
-    fn scale(&self) -> f32 {
-        fp16(self.d)
-    }
+    c
 }
 
-impl BlockQuant for BlockIQ2XXS {
-    const DTYPE: DType = DType::IQ2XXS;
-    const BLOCK_SIZE: usize = QK_K;
-    type VecDot = BlockQ8K;
-    const GGML_X86_DOT: Option<super::VecDotKernel> =
-        Some(super::iq_codes::iq_dot_x86::<BlockIQ2XXS>);
-    const QUANTIZES: bool = false;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        let d = fp16(self.d);
-        let db: [f32; 8] = std::array::from_fn(|ib| d * (0.5 + (self.aux(ib) >> 28) as f32) * 0.25);
-        iq_dequantize(&self.codes(), |g| db[g / 2], out);
-    }
-
-    /// Not written yet ([`BlockQuant::QUANTIZES`] is false): an all-zero block.
-    fn quantize(_x: &[f32]) -> Self {
-        Self::zeroed()
-    }
-
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        iq_dot_generic(a, b)
-    }
+/// ggml's dequantizer's scale of group `g` of 16 values.
+fn db(x: &BlockIQ2XXS, d: f32, g: usize) -> f32 {
+    d * (0.5 + (x.aux(g / 2) >> 28) as f32) * 0.25
 }
+
+iq_block!(BlockIQ2XXS, IQ2XXS, 0.125, codes, db);

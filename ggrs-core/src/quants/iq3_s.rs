@@ -10,11 +10,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::iq_codes::{iq_dequantize, iq_dot_generic, IqBlock, IqCodes, SIGN_BYTES};
+use super::iq_codes::{iq_block, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3S_GRID;
 use super::k_quants::QK_K;
-use super::{fp16, BlockQ8K, BlockQuant};
-use crate::dtype::DType;
 
 /// One IQ3_S block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -47,50 +45,22 @@ impl BlockIQ3S {
     }
 }
 
-impl IqBlock for BlockIQ3S {
-    const FACTOR: f32 = 1.0;
-
-    fn codes(&self) -> IqCodes {
-        let mut c = IqCodes {
-            mag: [0; 32],
-            neg: [0; 32],
-            ls: [0; 16],
-        };
-        for k in 0..QK_K / 8 {
-            c.mag[k] = self.grid(2 * k) | (self.grid(2 * k + 1) << 32);
-            c.neg[k] = SIGN_BYTES[self.signs[k] as usize];
-        }
-        for (g, ls) in c.ls.iter_mut().enumerate() {
-            *ls = 2 * self.nibble(g / 2) as i16 + 1;
-        }
-        c
+/// The decoded block.
+fn codes(x: &BlockIQ3S) -> IqCodes {
+    let mut c = IqCodes::default();
+    for k in 0..QK_K / 8 {
+        c.mag[k] = x.grid(2 * k) | (x.grid(2 * k + 1) << 32);
+        c.neg[k] = SIGN_BYTES[x.signs[k] as usize];
     }
-
-    fn scale(&self) -> f32 {
-        fp16(self.d)
+    for (g, ls) in c.ls.iter_mut().enumerate() {
+        *ls = 2 * x.nibble(g / 2) as i16 + 1;
     }
+    c
 }
 
-impl BlockQuant for BlockIQ3S {
-    const DTYPE: DType = DType::IQ3S;
-    const BLOCK_SIZE: usize = QK_K;
-    type VecDot = BlockQ8K;
-    const GGML_X86_DOT: Option<super::VecDotKernel> =
-        Some(super::iq_codes::iq_dot_x86::<BlockIQ3S>);
-    const QUANTIZES: bool = false;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        let d = fp16(self.d);
-        let db: [f32; 8] = std::array::from_fn(|ib| d * (1 + 2 * self.nibble(ib) as i32) as f32);
-        iq_dequantize(&self.codes(), |g| db[g / 2], out);
-    }
-
-    /// Not written yet ([`BlockQuant::QUANTIZES`] is false): an all-zero block.
-    fn quantize(_x: &[f32]) -> Self {
-        Self::zeroed()
-    }
-
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        iq_dot_generic(a, b)
-    }
+/// ggml's dequantizer's scale of group `g` of 16 values.
+fn db(x: &BlockIQ3S, d: f32, g: usize) -> f32 {
+    d * (1 + 2 * x.nibble(g / 2) as i32) as f32
 }
+
+iq_block!(BlockIQ3S, IQ3S, 1.0, codes, db);

@@ -10,11 +10,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::iq_codes::{iq_dequantize, iq_dot_generic, ksigns, IqBlock, IqCodes, SIGN_BYTES};
+use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3XXS_GRID;
 use super::k_quants::QK_K;
-use super::{fp16, BlockQ8K, BlockQuant};
-use crate::dtype::DType;
 
 /// One IQ3_XXS block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -36,57 +34,29 @@ impl BlockIQ3XXS {
     }
 }
 
-impl IqBlock for BlockIQ3XXS {
-    const FACTOR: f32 = 0.25;
-
-    fn codes(&self) -> IqCodes {
-        let mut c = IqCodes {
-            mag: [0; 32],
-            neg: [0; 32],
-            ls: [0; 16],
-        };
-        for k in 0..QK_K / 8 {
-            let lo = IQ3XXS_GRID[self.qs[2 * k] as usize] as u64;
-            let hi = IQ3XXS_GRID[self.qs[2 * k + 1] as usize] as u64;
-            c.mag[k] = lo | (hi << 32);
-        }
-        for ib in 0..QK_K / 32 {
-            let aux = self.aux(ib);
-            for l in 0..4 {
-                c.neg[4 * ib + l] = SIGN_BYTES[ksigns(aux >> (7 * l)) as usize];
-            }
-            let ls = 2 * (aux >> 28) as i16 + 1;
-            c.ls[2 * ib] = ls;
-            c.ls[2 * ib + 1] = ls;
-        }
-        c
+/// The decoded block.
+fn codes(x: &BlockIQ3XXS) -> IqCodes {
+    let mut c = IqCodes::default();
+    for k in 0..QK_K / 8 {
+        let lo = IQ3XXS_GRID[x.qs[2 * k] as usize] as u64;
+        let hi = IQ3XXS_GRID[x.qs[2 * k + 1] as usize] as u64;
+        c.mag[k] = lo | (hi << 32);
     }
-
-    fn scale(&self) -> f32 {
-        fp16(self.d)
+    for ib in 0..QK_K / 32 {
+        let aux = x.aux(ib);
+        for l in 0..4 {
+            c.neg[4 * ib + l] = SIGN_BYTES[ksigns(aux >> (7 * l)) as usize];
+        }
+        let ls = 2 * (aux >> 28) as i16 + 1;
+        c.ls[2 * ib] = ls;
+        c.ls[2 * ib + 1] = ls;
     }
+    c
 }
 
-impl BlockQuant for BlockIQ3XXS {
-    const DTYPE: DType = DType::IQ3XXS;
-    const BLOCK_SIZE: usize = QK_K;
-    type VecDot = BlockQ8K;
-    const GGML_X86_DOT: Option<super::VecDotKernel> =
-        Some(super::iq_codes::iq_dot_x86::<BlockIQ3XXS>);
-    const QUANTIZES: bool = false;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        let d = fp16(self.d);
-        let db: [f32; 8] = std::array::from_fn(|ib| d * (0.5 + (self.aux(ib) >> 28) as f32) * 0.5);
-        iq_dequantize(&self.codes(), |g| db[g / 2], out);
-    }
-
-    /// Not written yet ([`BlockQuant::QUANTIZES`] is false): an all-zero block.
-    fn quantize(_x: &[f32]) -> Self {
-        Self::zeroed()
-    }
-
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        iq_dot_generic(a, b)
-    }
+/// ggml's dequantizer's scale of group `g` of 16 values.
+fn db(x: &BlockIQ3XXS, d: f32, g: usize) -> f32 {
+    d * (0.5 + (x.aux(g / 2) >> 28) as f32) * 0.5
 }
+
+iq_block!(BlockIQ3XXS, IQ3XXS, 0.25, codes, db);

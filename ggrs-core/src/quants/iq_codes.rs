@@ -52,7 +52,7 @@ pub(crate) fn byte_at(words: &[u64; 32], v: usize) -> u8 {
 
 /// A decoded IQ2/IQ3 block: value `v` is `±mag[v]·ls[v / 16]` (times the block's scale and
 /// the type's constant), negative where byte `v` of `neg` is 0xFF.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct IqCodes {
     /// Grid magnitudes, eight values per word (little-endian bytes).
     pub mag: [u64; 32],
@@ -61,6 +61,78 @@ pub(crate) struct IqCodes {
     /// The odd integer multiplier `2s + 1` of each group of 16 values.
     pub ls: [i16; 16],
 }
+
+/// The `IqBlock` and `BlockQuant` impls of an IQ2/IQ3 block type `$B` (with an f16 field
+/// `d`): its decoder `$codes(&B) -> IqCodes`, and `$db(&B, d, g)`, the float scale ggml's
+/// dequantizer gives group `g` of 16 values. ggrs does not write these types
+/// (`QUANTIZES = false`).
+macro_rules! iq_block {
+    ($B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path) => {
+        impl $crate::quants::iq_codes::IqBlock for $B {
+            const FACTOR: f32 = $factor;
+            fn codes(&self) -> $crate::quants::iq_codes::IqCodes {
+                $codes(self)
+            }
+            fn scale(&self) -> f32 {
+                $crate::quants::fp16(self.d)
+            }
+        }
+
+        impl $crate::quants::BlockQuant for $B {
+            const DTYPE: $crate::dtype::DType = $crate::dtype::DType::$dtype;
+            const BLOCK_SIZE: usize = $crate::quants::QK_K;
+            type VecDot = $crate::quants::BlockQ8K;
+            const GGML_X86_DOT: Option<$crate::quants::VecDotKernel> =
+                Some($crate::quants::iq_codes::iq_dot_x86::<$B>);
+            const QUANTIZES: bool = false;
+
+            fn dequantize(&self, out: &mut [f32]) {
+                use $crate::quants::iq_codes::IqBlock;
+                let d = $crate::quants::fp16(self.d);
+                $crate::quants::iq_codes::iq_dequantize(&self.codes(), |g| $db(self, d, g), out);
+            }
+
+            /// Not written yet (`QUANTIZES` is false): an all-zero block.
+            fn quantize(_x: &[f32]) -> Self {
+                <Self as bytemuck::Zeroable>::zeroed()
+            }
+
+            fn vec_dot(a: &[Self], b: &[$crate::quants::BlockQ8K]) -> f32 {
+                $crate::quants::iq_codes::iq_dot_generic(a, b)
+            }
+        }
+    };
+}
+pub(crate) use iq_block;
+
+/// The `BlockQuant` impl of an IQ1 block type `$B`: its x86-order and generic dots (ggrs
+/// does not write these types).
+macro_rules! iq1_block {
+    ($B:ty, $dtype:ident, $x86:path, $generic:path) => {
+        impl $crate::quants::BlockQuant for $B {
+            const DTYPE: $crate::dtype::DType = $crate::dtype::DType::$dtype;
+            const BLOCK_SIZE: usize = $crate::quants::QK_K;
+            type VecDot = $crate::quants::BlockQ8K;
+            const GGML_X86_DOT: Option<$crate::quants::VecDotKernel> = Some($x86);
+            const QUANTIZES: bool = false;
+
+            fn dequantize(&self, out: &mut [f32]) {
+                use $crate::quants::iq_codes::Iq1Block;
+                $crate::quants::iq_codes::iq1_dequantize(&self.codes(), out);
+            }
+
+            /// Not written yet (`QUANTIZES` is false): an all-zero block.
+            fn quantize(_x: &[f32]) -> Self {
+                <Self as bytemuck::Zeroable>::zeroed()
+            }
+
+            fn vec_dot(a: &[Self], b: &[$crate::quants::BlockQ8K]) -> f32 {
+                $generic(a, b)
+            }
+        }
+    };
+}
+pub(crate) use iq1_block;
 
 /// A grid i-quant of the IQ2/IQ3 kind: its decoded codes and f16 scale.
 pub(crate) trait IqBlock: BlockQuant<VecDot = BlockQ8K> {
@@ -149,7 +221,7 @@ pub(crate) fn iq_dequantize(c: &IqCodes, db: impl Fn(usize) -> f32, out: &mut [f
 
 /// A decoded IQ1_S/IQ1_M block: value `v` is `d·ls[v / 16]·(grid[v] ± 1/8)`, the shift
 /// negative where byte `v` of `delta_neg` is 0xFF.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Iq1Codes {
     /// The block scale.
     pub d: f32,
