@@ -19,6 +19,7 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
+use super::ternary::load;
 use super::util::{finish, hsum256, hsum_i32, read_f32};
 use crate::quants::iq1_s::iq1s_shift_sum;
 use crate::quants::iq_codes::{Iq1Block, Iq1Codes, IqBlock, IqTiled};
@@ -28,16 +29,6 @@ use crate::quants::{
 };
 
 const Q8K: usize = BlockQ8K::BYTES;
-
-/// Loads 32 bytes at `p` (any alignment).
-///
-/// # Safety
-/// 32 bytes are readable at `p`; the CPU supports AVX.
-#[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees the bytes and AVX; the load is unaligned.
-    unsafe { _mm256_loadu_si256(p.cast()) }
-}
 
 /// Words `4k..4k + 4` of a decoded array (values `32k..32k + 32`).
 ///
