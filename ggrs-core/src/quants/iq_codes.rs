@@ -284,42 +284,48 @@ pub(crate) fn iq1_grid_sum(c: &Iq1Codes, y: &BlockQ8K) -> i32 {
 // ggml's tiled matmul (prompts: eight columns or more)
 // ------------------------------------------------------------------------------------------
 
-/// A block as ggml's tiled matmul sees it (`tiled_unpack_src0`): signed weight bytes, an
-/// odd multiplier per 16 values and the scale `d` with the type's factor folded in.
+/// A block as ggml's tiled matmul sees it (`tiled_unpack_src0`): signed weight bytes `w`
+/// from two decoded byte arrays (see [`TiledCodes::w`]), an odd multiplier per 16 values and
+/// the scale `d` with the type's factor folded in.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TiledCodes {
-    /// Signed weights (i8), eight per word: `±mag` for IQ2/IQ3 (the sign on the weight, so
-    /// no wrap), `8·grid ± 1` for IQ1.
-    pub w: [u64; 32],
+    /// IQ2/IQ3: grid magnitudes; IQ1: grid values −1, 0, 1 (bytes, eight per word).
+    pub a: [u64; 32],
+    /// 0xFF bytes where the value (IQ2/IQ3) or the shift (IQ1) is negative.
+    pub b: [u64; 32],
     /// The odd integer multiplier of each group of 16 values.
     pub ls: [i16; 16],
     /// `d·FACTOR` (IQ2/IQ3) or `d/8` (IQ1).
     pub d: f32,
 }
 
-/// A grid i-quant in ggml's tiled matmul.
-pub(crate) trait IqTiled: BlockQuant<VecDot = BlockQ8K> {
-    /// The block's tiled codes.
-    fn tiled_codes(&self) -> TiledCodes;
+impl TiledCodes {
+    /// Weight `v`: `±mag` for IQ2/IQ3 (the sign on the weight, so no wrap), `8·grid ± 1` for
+    /// IQ1 (`grid1`).
+    #[inline(always)]
+    pub fn w(&self, v: usize, grid1: bool) -> i32 {
+        let (a, neg) = (byte_at(&self.a, v), byte_at(&self.b, v) != 0);
+        match (grid1, neg) {
+            (false, false) => a as i32,
+            (false, true) => -(a as i32),
+            (true, _) => 8 * (a as i8 as i32) + if neg { -1 } else { 1 },
+        }
+    }
 }
 
-fn bytes_map(a: u64, b: u64, f: impl Fn(u8, u8) -> u8) -> u64 {
-    let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
-    u64::from_le_bytes(std::array::from_fn(|j| f(a[j], b[j])))
+/// A grid i-quant in ggml's tiled matmul.
+pub(crate) trait IqTiled: BlockQuant<VecDot = BlockQ8K> {
+    /// True for IQ1_S/IQ1_M (weights `8·grid ± 1`).
+    const GRID1: bool;
+    /// The block's tiled codes.
+    fn tiled_codes(&self) -> TiledCodes;
 }
 
 fn iq_tiled_codes<B: IqBlock>(x: &B) -> TiledCodes {
     let c = x.codes();
     TiledCodes {
-        w: std::array::from_fn(|k| {
-            bytes_map(c.mag[k], c.neg[k], |m, n| {
-                if n != 0 {
-                    m.wrapping_neg()
-                } else {
-                    m
-                }
-            })
-        }),
+        a: c.mag,
+        b: c.neg,
         ls: c.ls,
         d: x.scale() * B::FACTOR,
     }
@@ -328,20 +334,17 @@ fn iq_tiled_codes<B: IqBlock>(x: &B) -> TiledCodes {
 fn iq1_tiled_codes<B: Iq1Block>(x: &B) -> TiledCodes {
     let c = x.codes();
     TiledCodes {
-        w: std::array::from_fn(|k| {
-            bytes_map(c.grid[k], c.delta_neg[k], |g, n| {
-                let delta: i8 = if n != 0 { -1 } else { 1 };
-                (8 * g as i8 + delta) as u8
-            })
-        }),
+        a: c.grid,
+        b: c.delta_neg,
         ls: c.ls,
         d: c.d * 0.125,
     }
 }
 
 macro_rules! tiled_blocks {
-    ($f:ident: $($B:ty),+) => {$(
+    ($f:ident, $grid1:expr; $($B:ty),+) => {$(
         impl IqTiled for $B {
+            const GRID1: bool = $grid1;
             fn tiled_codes(&self) -> TiledCodes {
                 $f(self)
             }
@@ -356,7 +359,7 @@ macro_rules! tiled_blocks {
                     .qs
                     .iter()
                     .enumerate()
-                    .map(|(v, &q)| byte_at(&c.w, v) as i8 as i32 * c.ls[v / 16] as i32 * q as i32)
+                    .map(|(v, &q)| c.w(v, $grid1) * c.ls[v / 16] as i32 * q as i32)
                     .sum();
                 TiledTerms {
                     d: c.d,
@@ -369,6 +372,6 @@ macro_rules! tiled_blocks {
     )+};
 }
 
-tiled_blocks!(iq_tiled_codes: super::BlockIQ2XXS, super::BlockIQ2XS, super::BlockIQ2S,
+tiled_blocks!(iq_tiled_codes, false; super::BlockIQ2XXS, super::BlockIQ2XS, super::BlockIQ2S,
     super::BlockIQ3XXS, super::BlockIQ3S);
-tiled_blocks!(iq1_tiled_codes: super::BlockIQ1S, super::BlockIQ1M);
+tiled_blocks!(iq1_tiled_codes, true; super::BlockIQ1S, super::BlockIQ1M);

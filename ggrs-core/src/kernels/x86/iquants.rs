@@ -215,14 +215,26 @@ unsafe fn iq_tiled<B: IqTiled, const R: usize, const C: usize>(
     unsafe {
         let ones = _mm256_set1_epi8(1);
         let bias = _mm256_set1_epi8(-128);
+        let high5 = _mm256_set1_epi8(-8);
         let mut acc = [[0f32; C]; R];
         for i in 0..nb {
             for r in 0..R {
                 let tc = block_at::<B>(x[r].add(i * B::BYTES)).tiled_codes();
                 let sc = scale_vectors(&tc.ls);
+                // The signed weights: `(a ^ b) − b` (IQ2/IQ3), `8·a + (b | 1)` (IQ1).
+                let mut w = [_mm256_setzero_si256(); 8];
+                for (k, wk) in w.iter_mut().enumerate() {
+                    let (a, b) = (words(&tc.a, k), words(&tc.b, k));
+                    *wk = if B::GRID1 {
+                        let a8 = _mm256_and_si256(_mm256_slli_epi16::<3>(a), high5);
+                        _mm256_add_epi8(a8, _mm256_or_si256(b, ones))
+                    } else {
+                        _mm256_sub_epi8(_mm256_xor_si256(a, b), b)
+                    };
+                }
                 let mut wsum = _mm256_setzero_si256();
-                for (k, sck) in sc.iter().enumerate() {
-                    let dot = _mm256_maddubs_epi16(ones, words(&tc.w, k));
+                for (wk, sck) in w.iter().zip(&sc) {
+                    let dot = _mm256_maddubs_epi16(ones, *wk);
                     wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(dot, *sck));
                 }
                 let corr = 128 * hsum_i32(wsum);
@@ -230,9 +242,9 @@ unsafe fn iq_tiled<B: IqTiled, const R: usize, const C: usize>(
                     let yb = y[c].add(i * Q8K);
                     let yq = yb.add(offset_of!(BlockQ8K, qs));
                     let mut s = _mm256_setzero_si256();
-                    for (k, sck) in sc.iter().enumerate() {
+                    for (k, (wk, sck)) in w.iter().zip(&sc).enumerate() {
                         let q = _mm256_xor_si256(load(yq.add(32 * k)), bias);
-                        let dot = _mm256_maddubs_epi16(q, words(&tc.w, k));
+                        let dot = _mm256_maddubs_epi16(q, *wk);
                         s = _mm256_add_epi32(s, _mm256_madd_epi16(dot, *sck));
                     }
                     let s1 = hsum_i32(s) - corr;
