@@ -78,9 +78,25 @@ dtype_table! {
     Q6K = 14, "q6_K", 256, 210;
     /// 8-bit k-quant (dot-product partner of the k-quants), 256 values per 292-byte block.
     Q8K = 15, "q8_K", 256, 292;
+    /// 2.06-bit grid i-quant: 256 values per 66-byte block (f16 scale, 8-value groups from a
+    /// 256-entry grid, 7-bit sign indices, 4-bit scales per 32).
+    IQ2XXS = 16, "iq2_xxs", 256, 66;
+    /// 2.31-bit grid i-quant: 256 values per 74-byte block (512-entry grid, 4-bit scales
+    /// per 16).
+    IQ2XS = 17, "iq2_xs", 256, 74;
+    /// 3.06-bit grid i-quant: 256 values per 98-byte block (4-value groups from a 256-entry
+    /// grid).
+    IQ3XXS = 18, "iq3_xxs", 256, 98;
+    /// 1.56-bit grid i-quant: 256 values per 50-byte block (values −1, 0, 1 shifted by ±1/8,
+    /// 2048-entry grid).
+    IQ1S = 19, "iq1_s", 256, 50;
     /// 4-bit non-linear quantization: 32 values per 18-byte block (f16 scale + 16 bytes of
     /// 4-bit indices into a fixed table of 16 levels).
     IQ4NL = 20, "iq4_nl", 32, 18;
+    /// 3.44-bit grid i-quant: 256 values per 110-byte block (512-entry grid, sign bits).
+    IQ3S = 21, "iq3_s", 256, 110;
+    /// 2.56-bit grid i-quant: 256 values per 82-byte block (1024-entry grid, sign bits).
+    IQ2S = 22, "iq2_s", 256, 82;
     /// 4-bit non-linear quantization with 6-bit sub-block scales: 256 values per 136-byte
     /// super-block (f16 scale, 8 × 6-bit scales, 128 bytes of 4-bit indices).
     IQ4XS = 23, "iq4_xs", 256, 136;
@@ -94,6 +110,9 @@ dtype_table! {
     I64 = 27, "i64", 1, 8;
     /// 64-bit IEEE float.
     F64 = 28, "f64", 1, 8;
+    /// 1.75-bit grid i-quant: 256 values per 56-byte block (IQ1_S's grid, 3-bit scales per
+    /// 16, f16 scale spread over the scale words).
+    IQ1M = 29, "iq1_m", 256, 56;
     /// bfloat16 (the upper half of an f32).
     BF16 = 30, "bf16", 1, 2;
     /// Ternary 1.69-bit: 256 values `d·t`, `t ∈ {−1, 0, 1}`, per 54-byte block (five trits
@@ -112,19 +131,14 @@ dtype_table! {
     Q2_0 = 42, "q2_0", 64, 18;
 }
 
-/// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`).
-const UNREAD_GGML_TYPES: [(u32, &str); 7] = [
-    (16, "IQ2_XXS"),
-    (17, "IQ2_XS"),
-    (18, "IQ3_XXS"),
-    (19, "IQ1_S"),
-    (21, "IQ3_S"),
-    (22, "IQ2_S"),
-    (29, "IQ1_M"),
-];
+/// ggml's names of the tensor types ggrs does not read, by id (llama.cpp's `ggml_type`):
+/// none of ggml 0c1e570's types since the grid i-quants came in; a type ggml adds and ggrs
+/// does not read yet goes here, so that its message names it.
+const UNREAD_GGML_TYPES: [(u32, &str); 0] = [];
 
-/// A tensor type id for a message: `type IQ3_S (ggml type 21)` for a ggml type ggrs does
-/// not read, `retired type id 4` for Q4_2/Q4_3's old ids, else `unknown type id N`.
+/// A tensor type id for a message: `type iq3_s (ggml type 21)` for a type ggrs reads,
+/// `type NAME (ggml type N)` for a ggml type listed as unread, `retired type id 4` for
+/// Q4_2/Q4_3's old ids, else `unknown type id N`.
 pub fn describe_type_id(id: u32) -> String {
     if let Some(t) = DType::from_id(id) {
         return format!("type {} (ggml type {id})", t.name());

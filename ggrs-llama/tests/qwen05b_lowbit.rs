@@ -35,24 +35,40 @@ fn lowbit_file(stem: &str, recipe: &str) -> Option<PathBuf> {
 }
 
 fn check(stem: &str, recipe: &str) {
+    check_prompts(stem, recipe, usize::MAX);
+}
+
+/// [`check`] on the first `scalar_prompts` prompts only when `GGRS_FORCE_SCALAR=1` (the
+/// portable grid i-quant kernels decode every block per column: seconds per prompt).
+fn check_prompts(stem: &str, recipe: &str, scalar_prompts: usize) {
     let _one_at_a_time = common::serial();
     let Some(path) = lowbit_file(stem, recipe) else {
         return;
     };
+    let started = std::time::Instant::now();
     let model = Arc::new(Model::load(&path).expect("load the low-bit file"));
-    let refs =
+    let mut refs =
         common::read_jsonl(&common::reference_dir().join(format!("qwen05b/{stem}.public.jsonl")));
-    let rep = common::compare(&model, &refs, 2e-5, 2, 24);
     let scalar = std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| v == "1");
-    eprintln!("qwen05b {stem} (scalar: {scalar}): {rep:?}");
+    if scalar {
+        refs.truncate(scalar_prompts);
+    }
+    let rep = common::compare(&model, &refs, 2e-5, 2, 24);
+    eprintln!(
+        "qwen05b {stem} (scalar: {scalar}, {} prompts, {:.1} s): {rep:?}",
+        refs.len(),
+        started.elapsed().as_secs_f64()
+    );
     assert_eq!(
         rep.over_tol, 0,
         "{stem}: top-10 logits beyond 2e-5: {rep:?}"
     );
     assert_eq!(
-        rep.greedy_prefix_ok, 6,
-        "{stem}: whole greedy runs equal on {} of 6 prompts",
-        rep.greedy_prefix_ok
+        rep.greedy_prefix_ok,
+        refs.len(),
+        "{stem}: whole greedy runs equal on {} of {} prompts",
+        rep.greedy_prefix_ok,
+        refs.len()
     );
 }
 
@@ -125,4 +141,34 @@ fn qwen05b_q1_0_equals_llama_cpp_digits() {
 fn qwen05b_q2_0_equals_llama_cpp_digits() {
     check("q2_0", "Q2_0");
     again_scalar("qwen05b_q2_0_equals_llama_cpp_digits");
+}
+
+/// The importance-matrix recipes of the grid i-quants and Q2_K_S (README-lowbit.md's table
+/// gives each file's types): `ffn_down` in IQ1_S … IQ3_S (and Q2_K, Q4_K, IQ3_S in the first
+/// three layers of some), IQ4_NL/Q5_0/Q4_0/Q8_0 elsewhere; ggml's AVX2 `ggml_vec_dot_iq*_q8_K`
+/// orders. With `GGRS_FORCE_SCALAR=1` the first prompt only.
+macro_rules! iq_recipes {
+    ($($name:ident: $stem:literal, $ty:literal;)+) => {
+        $(
+            #[test]
+            fn $name() {
+                check_prompts($stem, $ty, 1);
+                again_scalar(stringify!($name));
+            }
+        )+
+    };
+}
+
+iq_recipes! {
+    qwen05b_iq1_s_equals_llama_cpp_digits: "iq1_s", "IQ1_S";
+    qwen05b_iq1_m_equals_llama_cpp_digits: "iq1_m", "IQ1_M";
+    qwen05b_iq2_xxs_equals_llama_cpp_digits: "iq2_xxs", "IQ2_XXS";
+    qwen05b_iq2_xs_equals_llama_cpp_digits: "iq2_xs", "IQ2_XS";
+    qwen05b_iq2_s_equals_llama_cpp_digits: "iq2_s", "IQ2_S";
+    qwen05b_iq2_m_equals_llama_cpp_digits: "iq2_m", "IQ2_M";
+    qwen05b_iq3_xxs_equals_llama_cpp_digits: "iq3_xxs", "IQ3_XXS";
+    qwen05b_iq3_xs_equals_llama_cpp_digits: "iq3_xs", "IQ3_XS";
+    qwen05b_iq3_s_equals_llama_cpp_digits: "iq3_s", "IQ3_S";
+    qwen05b_iq3_m_equals_llama_cpp_digits: "iq3_m", "IQ3_M";
+    qwen05b_q2_k_s_equals_llama_cpp_digits: "q2_k_s", "Q2_K_S";
 }

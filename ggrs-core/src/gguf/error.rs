@@ -78,8 +78,8 @@ pub enum GgufError {
         what: String,
     },
 
-    /// A tensor type id this library does not read: one of ggml's types ggrs has no kernels
-    /// for (e.g. IQ3_S), a retired one (4, 5) or an unknown one.
+    /// A tensor type id this library does not read: a retired one (4, 5, 31–33, 36–38), an
+    /// unknown one, or one of ggml's types ggrs has no kernels for (none in ggml 0c1e570).
     #[error(
         "tensor `{name}` has {} (at offset {offset}), which ggrs cannot read; it reads {}. \
          A file of the same model in one of those types (e.g. Q4_K_M, IQ4_XS) works",

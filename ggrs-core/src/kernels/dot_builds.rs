@@ -9,7 +9,7 @@ use crate::dtype::DType;
 #[cfg(target_arch = "aarch64")]
 use crate::kernels::aarch64::neon;
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::x86::{avx2, avx512, fp4, lowbit, quantize, ternary, tiled_avx2};
+use crate::kernels::x86::{avx2, avx512, fp4, iquants, lowbit, quantize, ternary, tiled_avx2};
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
 };
@@ -97,6 +97,9 @@ pub(crate) type Forms = (
 mod forms {
     use super::*;
     use crate::quants::{
+        BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
+    };
+    use crate::quants::{
         BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
         BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, BlockTQ1_0, BlockTQ2_0,
     };
@@ -120,6 +123,13 @@ mod forms {
     wrappers!(nvfp4_avx2, BlockNVFP4, fp4::nvfp4_q8_0);
     wrappers!(q1_0_avx2, BlockQ1_0, lowbit::q1_0_q8_0);
     wrappers!(q2_0_avx2, BlockQ2_0, lowbit::q2_0_q8_0);
+    wrappers!(iq2_xxs_avx2, BlockIQ2XXS, iquants::iq2_xxs_q8_k);
+    wrappers!(iq2_xs_avx2, BlockIQ2XS, iquants::iq2_xs_q8_k);
+    wrappers!(iq2_s_avx2, BlockIQ2S, iquants::iq2_s_q8_k);
+    wrappers!(iq3_xxs_avx2, BlockIQ3XXS, iquants::iq3_xxs_q8_k);
+    wrappers!(iq3_s_avx2, BlockIQ3S, iquants::iq3_s_q8_k);
+    wrappers!(iq1_s_avx2, BlockIQ1S, iquants::iq1_s_q8_k);
+    wrappers!(iq1_m_avx2, BlockIQ1M, iquants::iq1_m_q8_k);
 
     wrappers!(q4_k_avx512, BlockQ4K, avx512::q4_k_q8_k);
     wrappers!(q6_k_avx512, BlockQ6K, avx512::q6_k_q8_k);
@@ -140,6 +150,13 @@ mod forms {
     wrappers!(q5_k_tiled_avx2, BlockQ5K, tiled_avx2::q5_k_tiled);
     wrappers!(q6_k_tiled_avx2, BlockQ6K, tiled_avx2::q6_k_tiled);
     wrappers!(iq4_xs_tiled_avx2, BlockIQ4XS, tiled_avx2::iq4_xs_tiled);
+    wrappers!(iq2_xxs_tiled_avx2, BlockIQ2XXS, iquants::iq2_xxs_tiled);
+    wrappers!(iq2_xs_tiled_avx2, BlockIQ2XS, iquants::iq2_xs_tiled);
+    wrappers!(iq2_s_tiled_avx2, BlockIQ2S, iquants::iq2_s_tiled);
+    wrappers!(iq3_xxs_tiled_avx2, BlockIQ3XXS, iquants::iq3_xxs_tiled);
+    wrappers!(iq3_s_tiled_avx2, BlockIQ3S, iquants::iq3_s_tiled);
+    wrappers!(iq1_s_tiled_avx2, BlockIQ1S, iquants::iq1_s_tiled);
+    wrappers!(iq1_m_tiled_avx2, BlockIQ1M, iquants::iq1_m_tiled);
 
     /// The kernel forms of `dtype` in ggml's tiled k-quant order for `isa`, without checking
     /// the CPU. (AVX-512 machines run the AVX2 builds.)
@@ -154,6 +171,13 @@ mod forms {
             DType::Q5K => q5_k_tiled_avx2,
             DType::Q6K => q6_k_tiled_avx2,
             DType::IQ4XS => iq4_xs_tiled_avx2,
+            DType::IQ2XXS => iq2_xxs_tiled_avx2,
+            DType::IQ2XS => iq2_xs_tiled_avx2,
+            DType::IQ2S => iq2_s_tiled_avx2,
+            DType::IQ3XXS => iq3_xxs_tiled_avx2,
+            DType::IQ3S => iq3_s_tiled_avx2,
+            DType::IQ1S => iq1_s_tiled_avx2,
+            DType::IQ1M => iq1_m_tiled_avx2,
             _ => return None,
         })
     }
@@ -177,6 +201,13 @@ mod forms {
             (Isa::Avx2, DType::NVFP4) => nvfp4_avx2,
             (Isa::Avx2, DType::Q1_0) => q1_0_avx2,
             (Isa::Avx2, DType::Q2_0) => q2_0_avx2,
+            (Isa::Avx2, DType::IQ2XXS) => iq2_xxs_avx2,
+            (Isa::Avx2, DType::IQ2XS) => iq2_xs_avx2,
+            (Isa::Avx2, DType::IQ2S) => iq2_s_avx2,
+            (Isa::Avx2, DType::IQ3XXS) => iq3_xxs_avx2,
+            (Isa::Avx2, DType::IQ3S) => iq3_s_avx2,
+            (Isa::Avx2, DType::IQ1S) => iq1_s_avx2,
+            (Isa::Avx2, DType::IQ1M) => iq1_m_avx2,
             (Isa::Avx512, DType::Q4K) => q4_k_avx512,
             (Isa::Avx512, DType::Q6K) => q6_k_avx512,
             (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni,

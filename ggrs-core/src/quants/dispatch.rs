@@ -229,11 +229,24 @@ pub fn ggml_sum_order_cols(dtype: DType, ne: [usize; 4], n_cols: usize) -> SumOr
     ggml_sum_order(dtype, ne)
 }
 
-/// Whether llama.cpp's tiled matmul takes weights of type `dtype`.
+/// Whether llama.cpp's tiled matmul takes weights of type `dtype` (`ggml_tiled_supported`:
+/// the k-quants, IQ4_XS and the grid i-quants).
 pub(crate) fn ggml_tiled_type(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::IQ4XS
+        DType::Q2K
+            | DType::Q3K
+            | DType::Q4K
+            | DType::Q5K
+            | DType::Q6K
+            | DType::IQ4XS
+            | DType::IQ2XXS
+            | DType::IQ2XS
+            | DType::IQ2S
+            | DType::IQ3XXS
+            | DType::IQ3S
+            | DType::IQ1S
+            | DType::IQ1M
     )
 }
 

@@ -44,7 +44,16 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 pub mod dispatch;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
 pub mod iq4;
+pub(crate) mod iq_codes;
+pub(crate) mod iq_grids;
 pub mod k_quants;
 pub mod mxfp4;
 pub mod nvfp4;
@@ -58,6 +67,13 @@ pub mod tq1_0;
 pub mod tq2_0;
 
 pub use dispatch::{vec_dot_kernel, vec_dot_scalar_kernel};
+pub use iq1_m::BlockIQ1M;
+pub use iq1_s::BlockIQ1S;
+pub use iq2_s::BlockIQ2S;
+pub use iq2_xs::BlockIQ2XS;
+pub use iq2_xxs::BlockIQ2XXS;
+pub use iq3_s::BlockIQ3S;
+pub use iq3_xxs::BlockIQ3XXS;
 pub use iq4::{BlockIQ4NL, BlockIQ4XS};
 pub use k_quants::q2_k::BlockQ2K;
 pub use k_quants::q3_k::BlockQ3K;
@@ -152,6 +168,11 @@ pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// of `kernels::dot_builds` must keep its bits), [`BlockQuant::GGML_X86_DOT`] staying
     /// the contract of the other shapes.
     const GGML_X86_REPACKED_DOT: Option<VecDotKernel> = None;
+
+    /// False for a type ggrs reads and multiplies but cannot write yet (the grid i-quants
+    /// IQ1_S … IQ3_S): [`quantize_row`] refuses it with [`Error::UnsupportedType`], its
+    /// conversions have no `from_f32`, and its [`BlockQuant::quantize`] is not to be called.
+    const QUANTIZES: bool = true;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -259,6 +280,15 @@ pub fn dequantize_row<B: BlockQuant>(src: &[u8], dst: &mut [f32]) -> Result<()> 
 /// Encodes `src` (a multiple of the block size) into a row of `B` blocks in `dst` (exactly
 /// the row's size in bytes), bit-exact with ggml's `quantize_row_*_ref`.
 pub fn quantize_row<B: BlockQuant>(src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if !B::QUANTIZES {
+        return Err(Error::UnsupportedType {
+            op: "quants::quantize_row",
+            dtype: B::DTYPE,
+            detail: "ggrs reads and multiplies this type but cannot quantize to it yet \
+                     (quantize with llama-quantize --imatrix)"
+                .into(),
+        });
+    }
     check_row::<B>("quants::quantize_row", src.len(), dst.len())?;
     for (x, out) in src
         .chunks_exact(B::BLOCK_SIZE)
@@ -359,7 +389,11 @@ pub(crate) struct QuantTraits {
 fn traits_of<B: BlockQuant>() -> QuantTraits {
     QuantTraits {
         to_f32: Some(to_f32_fn::<B>),
-        from_f32: Some(from_f32_fn::<B>),
+        from_f32: if B::QUANTIZES {
+            Some(from_f32_fn::<B>)
+        } else {
+            None
+        },
         vec_dot_type: <B::VecDot as BlockQuant>::DTYPE,
     }
 }
@@ -419,6 +453,34 @@ macro_rules! with_block {
             }
             $crate::dtype::DType::Q8K => {
                 type $B = $crate::quants::BlockQ8K;
+                $body
+            }
+            $crate::dtype::DType::IQ2XXS => {
+                type $B = $crate::quants::BlockIQ2XXS;
+                $body
+            }
+            $crate::dtype::DType::IQ2XS => {
+                type $B = $crate::quants::BlockIQ2XS;
+                $body
+            }
+            $crate::dtype::DType::IQ3XXS => {
+                type $B = $crate::quants::BlockIQ3XXS;
+                $body
+            }
+            $crate::dtype::DType::IQ1S => {
+                type $B = $crate::quants::BlockIQ1S;
+                $body
+            }
+            $crate::dtype::DType::IQ3S => {
+                type $B = $crate::quants::BlockIQ3S;
+                $body
+            }
+            $crate::dtype::DType::IQ2S => {
+                type $B = $crate::quants::BlockIQ2S;
+                $body
+            }
+            $crate::dtype::DType::IQ1M => {
+                type $B = $crate::quants::BlockIQ1M;
                 $body
             }
             $crate::dtype::DType::IQ4NL => {

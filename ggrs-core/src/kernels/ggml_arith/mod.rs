@@ -72,7 +72,7 @@ pub(crate) fn mul_mat_dot(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
     if let Some((gemv, _)) = repacked_dots(dtype, ne) {
         return Some(gemv);
     }
-    // k-quants and IQ4_XS from 8 columns on: llama.cpp's tiled matmul.
+    // k-quants, IQ4_XS and the grid i-quants from 8 columns on: llama.cpp's tiled matmul.
     if ggml_sum_order_cols(dtype, ne, n_cols) == SumOrder::GgmlTiled {
         return tiled_dot(dtype);
     }
@@ -134,7 +134,8 @@ fn repacked_dots(dtype: DType, ne: [usize; 4]) -> Option<(VecDotFn, VecDotFn)> {
     }
 }
 
-/// The portable dot product of k-quant (or IQ4_XS) type `dtype` in ggml's tiled order.
+/// The portable dot product of k-quant (IQ4_XS, grid i-quant) type `dtype` in ggml's tiled
+/// order.
 fn tiled_dot(dtype: DType) -> Option<VecDotFn> {
     use crate::quants::k_quants::tiled::dot_tiled;
     use crate::quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
@@ -145,6 +146,13 @@ fn tiled_dot(dtype: DType) -> Option<VecDotFn> {
         DType::Q5K => dot_tiled::<BlockQ5K>,
         DType::Q6K => dot_tiled::<BlockQ6K>,
         DType::IQ4XS => dot_tiled::<crate::quants::iq4::BlockIQ4XS>,
+        DType::IQ2XXS => dot_tiled::<crate::quants::BlockIQ2XXS>,
+        DType::IQ2XS => dot_tiled::<crate::quants::BlockIQ2XS>,
+        DType::IQ2S => dot_tiled::<crate::quants::BlockIQ2S>,
+        DType::IQ3XXS => dot_tiled::<crate::quants::BlockIQ3XXS>,
+        DType::IQ3S => dot_tiled::<crate::quants::BlockIQ3S>,
+        DType::IQ1S => dot_tiled::<crate::quants::BlockIQ1S>,
+        DType::IQ1M => dot_tiled::<crate::quants::BlockIQ1M>,
         _ => return None,
     })
 }

@@ -112,6 +112,8 @@ pub(crate) mod f16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod fp4;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod iquants;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod lowbit;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod panel;

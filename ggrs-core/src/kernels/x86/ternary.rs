@@ -27,7 +27,7 @@ const TQ2: usize = BlockTQ2_0::BYTES;
 /// # Safety
 /// 32 bytes are readable at `p`; the CPU supports AVX.
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees the bytes and AVX; the load is unaligned.
     unsafe { _mm256_loadu_si256(p.cast()) }
 }
