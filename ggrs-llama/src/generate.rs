@@ -9,7 +9,7 @@ use crate::constraint::{Constraint, ConstraintState};
 use crate::error::{LlamaError, Result};
 use crate::sampling::{top_logprobs, Sampler, SamplingParams};
 use crate::session::Session;
-use crate::speculative::{DraftControl, SpecStats, Speculation};
+use crate::speculative::drafting::{DraftControl, SpecStats, Speculation};
 use crate::tokenizer::{DecodeState, Tokenizer};
 
 /// How to generate.

@@ -9,8 +9,9 @@
 //! (set by the architecture); a session with such layers keeps one row per (layer, slot) in
 //! one f32 tensor, [`RecurrentCache::states`], where slot `s` is sequence id `s`.
 //!
-//! A step graph reads a layer's rows of its sequences with [`read_state`] and writes the new
-//! ones with [`write_state`]; the session fills the rows to read ([`StepInputs::rs_rows`]),
+//! A step graph reads a layer's rows of its sequences with [`crate::step::read_state`] and
+//! writes the new ones with [`crate::step::write_state`]; the session fills the rows to read
+//! ([`crate::step::StepInputs::rs_rows`]),
 //! zeroes the state of a sequence that starts at position 0, and checks that every other
 //! step continues its sequence where the state stands: a recurrent state cannot be rewound,
 //! so forgetting the tail of a sequence ([`RecurrentCache::remove`]) forgets its state, and
@@ -23,7 +24,6 @@ use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 pub use crate::hparams::RecurrentLayer;
 use crate::hparams::{get_usize, HParams};
-use crate::step::StepInputs;
 use ggrs_core::gguf::GgufFile;
 
 /// The recurrent states of a session: see the [module docs](self).
@@ -165,7 +165,7 @@ impl RecurrentCache {
     }
 
     /// The rows of [`RecurrentCache::states`] a step of `runs` reads, `[n_seqs, n_layers]`
-    /// (the values of [`StepInputs::rs_rows`]).
+    /// (the values of [`crate::step::StepInputs::rs_rows`]).
     pub fn rows(&self, runs: &[SeqRun]) -> Vec<i32> {
         let n_slots = self.n_slots();
         (0..self.n_rec)
@@ -328,53 +328,6 @@ impl Checkpoints {
     }
 }
 
-/// The states of recurrent layer `r` for the step's sequences, `[width, n_seqs]` f32 (each
-/// sequence's row: conv values, then ssm values; see [`RecurrentLayer`]), read after the
-/// writes of the layers before it.
-pub fn read_state(
-    ctx: &mut Context,
-    rs: &RecurrentCache,
-    inp: &StepInputs,
-    r: usize,
-) -> Result<Tensor> {
-    let (rows, states) = layer_rows(ctx, rs, inp, r)?;
-    Ok(ctx.get_rows(states, rows)?)
-}
-
-/// Writes `new` (`[width, n_seqs]` f32) as recurrent layer `r`'s states of the step's
-/// sequences; the write runs before any later layer reads ([`StepInputs::state_out`]).
-pub fn write_state(
-    ctx: &mut Context,
-    rs: &RecurrentCache,
-    inp: &mut StepInputs,
-    r: usize,
-    new: Tensor,
-) -> Result<()> {
-    let (rows, states) = layer_rows(ctx, rs, inp, r)?;
-    inp.state_out = Some(ctx.set_rows(states, new, rows)?);
-    Ok(())
-}
-
-/// The rows of layer `r` (`[n_seqs]` i32, a view of the step's input) and the states tensor
-/// as the writes so far left it.
-fn layer_rows(
-    ctx: &mut Context,
-    rs: &RecurrentCache,
-    inp: &StepInputs,
-    r: usize,
-) -> Result<(Tensor, Tensor)> {
-    let all = inp.rs_rows.ok_or_else(|| {
-        LlamaError::InvalidArgument(
-            "the step graph reads recurrent states but has no rs_rows input \
-             (StepInputs::add_recurrent)"
-                .into(),
-        )
-    })?;
-    let n_seqs = ctx.meta(all)?.ne[0];
-    let rows = ctx.view_1d(all, n_seqs, r * n_seqs * 4)?;
-    Ok((rows, inp.state_out.unwrap_or(rs.states)))
-}
-
 /// The required integer key `<arch>.ssm.{name}` of `f` (the recurrent layers' sizes).
 pub fn ssm_key(f: &GgufFile, hp: &HParams, name: &str) -> Result<usize> {
     let key = format!("{}.ssm.{name}", hp.arch);
@@ -394,7 +347,7 @@ pub fn layer_state(rs: Option<&RecurrentCache>, il: usize) -> Result<(usize, Rec
 /// The input of recurrent layer `r`'s causal convolution and the convolution's next carried
 /// inputs: `x` (`[channels, n_t, n_s]`, this step's inputs of each sequence, any strides)
 /// after the `d_conv − 1` inputs each sequence carries (the first values of its state row,
-/// read with [`read_state`] as `state`, `[width, n_s]`). Returns `[d_conv − 1 + n_t,
+/// read with [`crate::step::read_state`] as `state`, `[width, n_s]`). Returns `[d_conv − 1 + n_t,
 /// channels, n_s]` (what `ssm_conv` takes) and the last `d_conv − 1` columns of it as rows
 /// `[(d_conv − 1)·channels, n_s]` (what the state keeps next).
 pub fn conv_input(

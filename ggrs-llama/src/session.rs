@@ -114,7 +114,7 @@ pub struct Session {
     /// (a checkpoint for [`crate::PromptCache`]).
     prompt_state: Option<SavedState>,
     /// The drafter generation uses, if any ([`Session::set_speculation`]).
-    pub(crate) speculation: Option<crate::speculative::Speculation>,
+    pub(crate) speculation: Option<crate::speculative::drafting::Speculation>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -519,7 +519,10 @@ impl Session {
     /// `spec`'s drafter (`None`: plain decoding). The output does not change (see
     /// [`crate::speculative`]). Fails when the session cannot verify `spec.params.draft_max`
     /// tokens a step ([`SessionParams::n_draft`], [`Session::supports_exact_steps`]).
-    pub fn set_speculation(&mut self, spec: Option<crate::speculative::Speculation>) -> Result<()> {
+    pub fn set_speculation(
+        &mut self,
+        spec: Option<crate::speculative::drafting::Speculation>,
+    ) -> Result<()> {
         if let Some(s) = &spec {
             self.supports_exact_steps()
                 .map_err(LlamaError::InvalidArgument)?;
@@ -547,7 +550,7 @@ impl Session {
     }
 
     /// The drafter generation uses, if any.
-    pub fn speculation(&self) -> Option<&crate::speculative::Speculation> {
+    pub fn speculation(&self) -> Option<&crate::speculative::drafting::Speculation> {
         self.speculation.as_ref()
     }
 

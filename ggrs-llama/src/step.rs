@@ -4,9 +4,10 @@
 
 use ggrs_core::{Context, DType, Tensor};
 
-use crate::error::Result;
+use crate::error::{LlamaError, Result};
 use crate::kv_cache::KvCache;
 pub use crate::kv_cache::{SeqSpan, SeqSpans};
+use crate::recurrent_cache::RecurrentCache;
 
 /// `x + b` when there is a bias `b`, else `x`.
 pub fn add_opt(ctx: &mut Context, x: Tensor, b: Option<Tensor>) -> Result<Tensor> {
@@ -58,7 +59,7 @@ pub struct StepInputs {
     /// ([`StepInputs::add_recurrent`]; see [`crate::recurrent_cache`]).
     pub rs_rows: Option<Tensor>,
     /// The recurrent states as the last write of the graph leaves them
-    /// ([`crate::recurrent_cache::write_state`]); the session computes it with the logits.
+    /// ([`write_state`]); the session computes it with the logits.
     pub state_out: Option<Tensor>,
 }
 
@@ -139,7 +140,7 @@ impl StepInputs {
         ctx: &mut Context,
         shape: StepShape,
         kv: &'a KvCache,
-    ) -> Result<&'a crate::recurrent_cache::RecurrentCache> {
+    ) -> Result<&'a RecurrentCache> {
         let rs = kv.recurrent.as_ref().ok_or_else(|| {
             crate::error::LlamaError::InvalidArgument(
                 "the cache keeps no recurrent states: the architecture must mark its recurrent \
@@ -503,4 +504,52 @@ pub struct LayerView {
     pub mask: Tensor,
     /// The step's shape as the layer reads the cache.
     pub shape: StepShape,
+}
+
+/// The states of recurrent layer `r` for the step's sequences, `[width, n_seqs]` f32 (each
+/// sequence's row: conv values, then ssm values; see
+/// [`RecurrentLayer`](crate::recurrent_cache::RecurrentLayer)), read after the
+/// writes of the layers before it.
+pub fn read_state(
+    ctx: &mut Context,
+    rs: &RecurrentCache,
+    inp: &StepInputs,
+    r: usize,
+) -> Result<Tensor> {
+    let (rows, states) = layer_rows(ctx, rs, inp, r)?;
+    Ok(ctx.get_rows(states, rows)?)
+}
+
+/// Writes `new` (`[width, n_seqs]` f32) as recurrent layer `r`'s states of the step's
+/// sequences; the write runs before any later layer reads ([`StepInputs::state_out`]).
+pub fn write_state(
+    ctx: &mut Context,
+    rs: &RecurrentCache,
+    inp: &mut StepInputs,
+    r: usize,
+    new: Tensor,
+) -> Result<()> {
+    let (rows, states) = layer_rows(ctx, rs, inp, r)?;
+    inp.state_out = Some(ctx.set_rows(states, new, rows)?);
+    Ok(())
+}
+
+/// The rows of layer `r` (`[n_seqs]` i32, a view of the step's input) and the states tensor
+/// as the writes so far left it.
+fn layer_rows(
+    ctx: &mut Context,
+    rs: &RecurrentCache,
+    inp: &StepInputs,
+    r: usize,
+) -> Result<(Tensor, Tensor)> {
+    let all = inp.rs_rows.ok_or_else(|| {
+        LlamaError::InvalidArgument(
+            "the step graph reads recurrent states but has no rs_rows input \
+             (StepInputs::add_recurrent)"
+                .into(),
+        )
+    })?;
+    let n_seqs = ctx.meta(all)?.ne[0];
+    let rows = ctx.view_1d(all, n_seqs, r * n_seqs * 4)?;
+    Ok((rows, inp.state_out.unwrap_or(rs.states)))
 }

@@ -25,10 +25,8 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::recurrent_cache::{
-    conv_input, layer_state, read_state, ssm_key, write_state, RecurrentCache,
-};
-use crate::step::{StepInputs, StepShape};
+use crate::recurrent_cache::{conv_input, layer_state, ssm_key, RecurrentCache};
+use crate::step::{read_state, write_state, StepInputs, StepShape};
 
 /// The `granitehybrid` architecture.
 #[derive(Debug, Clone, Copy, Default)]

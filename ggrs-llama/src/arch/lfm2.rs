@@ -29,8 +29,8 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{get_usize, HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::recurrent_cache::{conv_input, layer_state, read_state, write_state, RecurrentCache};
-use crate::step::{StepInputs, StepShape};
+use crate::recurrent_cache::{conv_input, layer_state, RecurrentCache};
+use crate::step::{read_state, write_state, StepInputs, StepShape};
 
 /// The `lfm2` architecture.
 #[derive(Debug, Clone, Copy, Default)]

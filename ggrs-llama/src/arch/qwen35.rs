@@ -32,10 +32,10 @@ use crate::error::{LlamaError, Result};
 use crate::hparams::{get_usize, HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
-use crate::recurrent_cache::{
-    conv_input, layer_state, read_state, ssm_key, write_state, RecurrentCache,
+use crate::recurrent_cache::{conv_input, layer_state, ssm_key, RecurrentCache};
+use crate::step::{
+    cached_attention_scaled, read_state, write_state, AttnDims, StepInputs, StepShape,
 };
-use crate::step::{cached_attention_scaled, AttnDims, StepInputs, StepShape};
 
 /// The `qwen35` architecture.
 #[derive(Debug, Clone, Copy, Default)]

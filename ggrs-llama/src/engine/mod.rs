@@ -86,7 +86,7 @@ pub struct EngineParams {
     /// slots, and every request's output stays that of plain decoding. `None`: off. A
     /// request can turn it off for itself ([`Request::speculative`]). Needs `swa_full` for
     /// models with sliding-window layers.
-    pub spec: Option<crate::speculative::SpecParams>,
+    pub spec: Option<crate::speculative::drafting::SpecParams>,
 }
 
 impl Default for EngineParams {
@@ -408,7 +408,7 @@ impl Engine {
         Engine::start_with_drafter(
             model,
             params,
-            Box::new(crate::speculative::NgramDrafter::default()),
+            Box::new(crate::speculative::drafting::NgramDrafter::default()),
         )
     }
 
@@ -417,7 +417,7 @@ impl Engine {
     pub fn start_with_drafter(
         model: Arc<Model>,
         params: EngineParams,
-        drafter: Box<dyn crate::speculative::Drafter>,
+        drafter: Box<dyn crate::speculative::drafting::Drafter>,
     ) -> Result<Engine> {
         if params.n_slots == 0 || params.n_slots > crate::batch::MAX_SEQ {
             return Err(LlamaError::InvalidArgument(format!(

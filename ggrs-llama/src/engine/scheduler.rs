@@ -33,7 +33,7 @@ pub(super) struct Scheduler {
     /// served).
     order: VecDeque<usize>,
     /// Drafts every slot's tokens when the engine speculates.
-    drafter: Box<dyn crate::speculative::Drafter>,
+    drafter: Box<dyn crate::speculative::drafting::Drafter>,
 }
 
 /// Why a step's entry is in the batch.
@@ -51,7 +51,7 @@ impl Scheduler {
         params: EngineParams,
         n_ctx_slot: usize,
         shared: Arc<Shared>,
-        drafter: Box<dyn crate::speculative::Drafter>,
+        drafter: Box<dyn crate::speculative::drafting::Drafter>,
     ) -> Scheduler {
         let slots = (0..params.n_slots)
             .map(|id| Slot {

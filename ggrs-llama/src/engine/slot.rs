@@ -40,8 +40,8 @@ pub(super) struct Job {
     pub drafted: usize,
     /// Drafted tokens accepted.
     pub accepted: usize,
-    /// How much to draft (see [`crate::speculative::DraftControl`]).
-    pub control: crate::speculative::DraftControl,
+    /// How much to draft (see [`crate::speculative::drafting::DraftControl`]).
+    pub control: crate::speculative::drafting::DraftControl,
 }
 
 /// What became of a job after a sampled token.
