@@ -8,8 +8,9 @@
 # - the package installed as users install it, `pip install ./ggrs-py` (a release build of its
 #   own in target/python; minutes on a fresh checkout): without GGRS_PY_EXTENSION.
 #
-# The venv (default ~/.cache/ggrs/venv-package) is made once and holds pinned maturin, numpy
-# and pytest; the package itself is rebuilt on every run (cargo only recompiles what changed).
+# The venv (default ~/.cache/ggrs/venv-package) is made once and holds pinned numpy and pytest
+# (and maturin, to build the package); the package is rebuilt on every run (cargo only
+# recompiles what changed).
 #
 # Environment:
 #   GGRS_PY_EXTENSION     an extension module built by cargo (skips `pip install`)
@@ -22,12 +23,18 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV=${GGRS_PY_VENV:-$HOME/.cache/ggrs/venv-package}
-PINS=(maturin==1.16.0 numpy==2.4.6 pytest==9.2.0)
+PINS=(numpy==2.4.6 pytest==9.2.0)
+# maturin only to build the package here (not for an extension built by cargo).
+[[ -n ${GGRS_PY_EXTENSION:-} ]] || PINS=(maturin==1.16.0 "${PINS[@]}")
 
 if [[ ! -x $VENV/bin/python ]]; then
     python3 -m venv "$VENV"
 fi
-if [[ $(cat "$VENV/.ggrs-pins" 2>/dev/null) != "${PINS[*]}" ]]; then
+# Installed once (the marker lists what was installed; a subset needs nothing new).
+installed=" $(cat "$VENV/.ggrs-pins" 2>/dev/null || true) "
+missing=()
+for p in "${PINS[@]}"; do [[ $installed == *" $p "* ]] || missing+=("$p"); done
+if ((${#missing[@]})); then
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PINS[@]}"
     echo "${PINS[*]}" >"$VENV/.ggrs-pins"
 fi
