@@ -248,14 +248,6 @@ pub trait StepState: Send + Debug {
     fn remove(&mut self, seq: SeqId, from: i32) {
         let _ = (seq, from);
     }
-
-    /// Whether [`StepState::remove`] restores the state a sequence had before its tokens
-    /// from `from` on were evaluated (true for positions and masks; false for a recurrent
-    /// state that a step overwrites), so that speculative decoding may evaluate drafted
-    /// tokens and drop the rejected ones ([`crate::Session::decode_exact`]).
-    fn rolls_back(&self) -> bool {
-        true
-    }
 }
 
 /// The usual step state: no state; positions as the batch gives them, each token attending

@@ -816,7 +816,9 @@ impl Session {
                 self.model.arch_name()
             ));
         }
-        if !self.state.rolls_back() || self.kv.recurrent.is_some() {
+        // A recurrent state (kept by the cache's recurrent part) is overwritten by each step:
+        // the rejected drafts could not be taken back.
+        if self.kv.recurrent.is_some() {
             return Err(format!(
                 "{} keeps a recurrent state, which speculative steps cannot roll back",
                 self.model.arch_name()

@@ -391,6 +391,30 @@ fn trimmed_window_cache_refuses_speculation() {
     assert!(err.to_string().contains("swa"), "{err}");
 }
 
+/// A recurrent hybrid's state is overwritten by each step, so rejected drafts could not be
+/// taken back: speculation is refused with an error naming the reason.
+#[test]
+fn recurrent_state_refuses_speculation() {
+    for name in ["tiny-lfm2-f16", "tiny-qwen35-f16"] {
+        let mut s = Session::new(
+            load(name),
+            SessionParams {
+                n_ctx: 256,
+                n_draft: 4,
+                ..SessionParams::default()
+            },
+        )
+        .unwrap();
+        let err = s
+            .set_speculation(Some(Speculation {
+                params: SpecParams::default(),
+                drafter: Box::new(NgramDrafter::default()),
+            }))
+            .unwrap_err();
+        assert!(err.to_string().contains("recurrent state"), "{name}: {err}");
+    }
+}
+
 /// qwen05b (q4_0): a code edit with the n-gram drafter, greedy and sampled: the same tokens
 /// and log-probabilities, and most drafts accepted.
 #[test]
