@@ -305,3 +305,62 @@ fn run_chat_with_a_named_format() {
         encode("[system]Be brief.[user]Hi")
     );
 }
+
+/// `ggrs run --chat` on the 2026 families, each with its official template
+/// (`--chat-template FILE`, the files of `ggrs-llama/tests/data/templates/`): the prompt
+/// tokens are those of llama-server's rendering of the same conversation
+/// (`llama-server-renderings.json`), encoded with special tokens parsed and the model's BOS,
+/// and the model answers. (Granite 3.3's template writes today's date, so Granite 4.0's is
+/// the one checked on the tiny Granite model.)
+#[test]
+fn run_chat_renders_the_2026_families_as_llama_server() {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ggrs-llama/tests/data/templates");
+    let renderings: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data.join("llama-server-renderings.json")).expect("renderings"),
+    )
+    .expect("json");
+    let cases = [
+        ("tiny-gemma3-f16.gguf", "google-gemma-3-it.jinja"),
+        ("tiny-gemma4-f16.gguf", "google-gemma-4-31B-it.jinja"),
+        ("tiny-smollm3-f16.gguf", "HuggingFaceTB-SmolLM3-3B.jinja"),
+        ("tiny-granite-f16.gguf", "ibm-granite-granite-4.0.jinja"),
+        (
+            "tiny-mistral3-f16.gguf",
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+        ),
+        (
+            "tiny-phi3-longrope-f16.gguf",
+            "microsoft-Phi-4-mini-instruct.jinja",
+        ),
+    ];
+    for (model, template) in cases {
+        let path = tiny(model);
+        let template_path = data.join(template);
+        let (ok, out, err) = ggrs(&[
+            "run",
+            "-m",
+            &path,
+            "-p",
+            "Hi",
+            "--chat",
+            "--chat-template",
+            template_path.to_str().expect("utf-8 path"),
+            "--temp",
+            "0",
+            "-n",
+            "2",
+            "--json",
+            "-t",
+            "1",
+        ]);
+        assert!(ok, "{model}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json output");
+        let want_text = renderings["renderings"][template]["nosys/True"]
+            .as_str()
+            .expect("rendering");
+        let tok = ggrs_llama::Tokenizer::open(&path).expect("tokenizer");
+        let want = tok.encode(want_text, true, true).expect("encode");
+        assert_eq!(ids(&v["prompt_tokens"]), want, "{model} with {template}");
+        assert_eq!(ids(&v["tokens"]).len(), 2, "{model}");
+    }
+}

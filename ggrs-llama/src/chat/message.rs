@@ -75,7 +75,9 @@ pub enum ChatError {
     /// The model carries no template and its architecture has no built-in format.
     #[error(
         "the model (architecture `{arch}`) has no chat template (`tokenizer.chat_template`) and \
-         no built-in chat format; use a plain prompt (without --chat) or a model with a template"
+         no built-in chat format; give one with --chat-template (a Jinja file, or a built-in \
+         format: chatml, gemma, llama3, phi3, command-r, gpt-oss, chatglm3, chatglm4), or use \
+         a plain prompt (without --chat)"
     )]
     NoTemplate {
         /// The model's architecture (`general.architecture`).
