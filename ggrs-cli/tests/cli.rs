@@ -33,6 +33,7 @@ fn not_a_gguf_file_is_an_error() {
     let p = std::env::temp_dir().join(format!("ggrs-cli-bad-{}.gguf", std::process::id()));
     std::fs::write(&p, b"GGML this is not gguf").unwrap();
     let (ok, _, err) = ggrs(&["inspect", p.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&p);
     assert!(!ok);
     assert!(err.contains("error:"), "{err}");
 }
