@@ -223,7 +223,8 @@ pub(crate) async fn prepare_chat(
 
 /// `POST /apply-template` (llama-server's): the prompt a chat request renders,
 /// `{"prompt": text}`, without generating (the request's tools and
-/// `add_generation_prompt` are taken into account).
+/// `add_generation_prompt` are taken into account), without a leading BOS text when the
+/// model adds BOS itself, as llama-server returns it.
 pub(crate) async fn apply_template(
     axum::extract::State(st): St,
     bytes: Result<Bytes, BytesRejection>,
@@ -236,7 +237,9 @@ pub(crate) async fn apply_template(
             let mut body = Body::parse(&bytes)?;
             // Nothing is generated: the fields that would refuse it are not read.
             body.take("stream");
-            Ok(read_and_render(&st2, &l2, body, cancel)?.1)
+            let text = read_and_render(&st2, &l2, body, cancel)?.1;
+            let tok = l2.model.tokenizer();
+            Ok(ggrs_llama::chat::template::without_leading_bos(tok, &text).to_string())
         })
         .await?;
         Ok::<_, ApiError>(Json(json!({ "prompt": text })).into_response())

@@ -496,3 +496,64 @@ fn cached_prompt_tokens_on_the_next_turn() {
     assert!(s.metric("ggrs_cache_hits_total") >= 1.0);
     assert!(s.metric("ggrs_cached_prompt_tokens_total") >= cached as f64);
 }
+
+/// The official templates of the 2026 families, each served on its tiny model
+/// (`--chat-template`): `/apply-template` gives llama-server's rendering of the same
+/// conversation (`ggrs-llama/tests/data/templates/llama-server-renderings.json`, with and
+/// without the generation prompt), and a chat completion's `prompt_tokens` count that
+/// rendering's tokens. (Granite 3.3's template writes today's date: Granite 4.0's is served.)
+#[test]
+fn the_2026_families_official_templates_render_as_llama_server() {
+    let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ggrs-llama/tests/data/templates");
+    let renderings: Value = serde_json::from_str(
+        &std::fs::read_to_string(data.join("llama-server-renderings.json")).expect("renderings"),
+    )
+    .expect("json");
+    let messages = json!([
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "2+2?"}
+    ]);
+    for (model, template) in [
+        ("tiny-gemma3-f16.gguf", "google-gemma-3-it.jinja"),
+        ("tiny-gemma4-f16.gguf", "google-gemma-4-31B-it.jinja"),
+        ("tiny-smollm3-f16.gguf", "HuggingFaceTB-SmolLM3-3B.jinja"),
+        ("tiny-granite-f16.gguf", "ibm-granite-granite-4.0.jinja"),
+        (
+            "tiny-mistral3-f16.gguf",
+            "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+        ),
+        (
+            "tiny-phi3-longrope-f16.gguf",
+            "microsoft-Phi-4-mini-instruct.jinja",
+        ),
+    ] {
+        let mut c = config(1);
+        c.model_path = common::tiny(model);
+        c.chat_template = Some(std::fs::read_to_string(data.join(template)).expect("template"));
+        let s = TestServer::start(c);
+        for agp in [true, false] {
+            let a = s.post(
+                "/apply-template",
+                &json!({"messages": messages, "add_generation_prompt": agp}),
+            );
+            assert_eq!(a.status, 200, "{model}: {}", a.body);
+            let key = format!("basic/{}", if agp { "True" } else { "False" });
+            assert_eq!(
+                a.body["prompt"],
+                renderings["renderings"][template][key.as_str()],
+                "{model} with {template}, {key}"
+            );
+        }
+        let want = renderings["renderings"][template]["basic/True"]
+            .as_str()
+            .expect("rendering");
+        let tok = ggrs_llama::Tokenizer::open(common::tiny(model)).expect("tokenizer");
+        let n = tok.encode(want, true, true).expect("encode").len();
+        let a = s.post("/v1/chat/completions", &chat_body(messages.clone(), 2));
+        assert_eq!(a.status, 200, "{model}: {}", a.body);
+        assert_eq!(a.body["usage"]["prompt_tokens"], n, "{model}");
+    }
+}

@@ -213,6 +213,20 @@ pub fn glm1_chat_prompt(history: &[(String, String)], query: &str) -> String {
     s
 }
 
+/// A rendered prompt as llama-server's `/apply-template` returns it: without the BOS text the
+/// template wrote first when the model adds the BOS token itself (its tokenizer puts it back;
+/// see [`encode_rendered`]).
+pub fn without_leading_bos<'a>(tok: &Tokenizer, text: &'a str) -> &'a str {
+    let bos = tok
+        .bos()
+        .filter(|_| tok.vocab().add_bos())
+        .and_then(|id| tok.vocab().token(id));
+    match bos {
+        Some(t) if !t.text.is_empty() => text.strip_prefix(t.text.as_str()).unwrap_or(text),
+        _ => text,
+    }
+}
+
 /// Token ids of a rendered prompt: special tokens parsed, BOS added as the model adds it,
 /// but only once when the template already wrote the BOS text (Llama 3's templates do).
 pub fn encode_rendered(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, TokenizerError> {
