@@ -11,7 +11,7 @@ use crate::error::ConvertError;
 use crate::options::ConvertOptions;
 use crate::safetensors::{self, Checkpoint, StDtype};
 use crate::tensor_data::{out_dtype, write_tensor};
-use crate::{layout, vocab};
+use crate::{layout, multimodal, vocab};
 
 /// Progress of one written tensor.
 #[derive(Debug, Clone)]
@@ -79,8 +79,16 @@ pub fn convert_hf_dir_with(
         });
     }
     let cfg = safetensors::read_json(&cfg_path)?;
+    let text_cfg = multimodal::text_config(&cfg)?;
+    let is_multimodal = text_cfg.is_some();
+    let cfg = text_cfg.unwrap_or(cfg);
     let arch = SourceArch::detect(&cfg)?;
-    let ck = Checkpoint::open_dir(dir)?;
+    let mut ck = Checkpoint::open_dir(dir)?;
+    let vision_tensors = if is_multimodal {
+        ck.retain_renamed(multimodal::text_tensor_name)?
+    } else {
+        0
+    };
     let name = opts.name.clone().unwrap_or_else(|| default_name(dir, &cfg));
     let conv = arch.converter();
     let layout = layout::build(
@@ -96,6 +104,16 @@ pub fn convert_hf_dir_with(
         events(ConvertEvent::Note(&s));
         notes.push(s);
     };
+    if is_multimodal {
+        note(
+            format!(
+                "a multimodal checkpoint: its text model is converted as {} and its \
+                 {vision_tensors} vision tensors are left out (ggrs reads text only)",
+                arch.source()
+            ),
+            &mut events,
+        );
+    }
 
     let rules = vocab::VocabRules {
         sentencepiece_pre: conv.sentencepiece_pre(),
@@ -255,15 +273,31 @@ fn default_name(dir: &Path, cfg: &serde_json::Value) -> String {
         .unwrap_or_else(|| "model".into())
 }
 
-/// `chat_template` of `tokenizer_config.json`, when it is a string.
+/// The chat template: `chat_template` of `tokenizer_config.json` when it is a string, else
+/// the `chat_template.jinja` file that newer Hugging Face releases keep beside it, else
+/// `chat_template` of `chat_template.json` (a multimodal processor's).
 fn chat_template(dir: &Path) -> Result<Option<String>, ConvertError> {
-    let p = dir.join("tokenizer_config.json");
-    if !p.is_file() {
-        return Ok(None);
+    let string_at = |file: &str| -> Result<Option<String>, ConvertError> {
+        let p = dir.join(file);
+        if !p.is_file() {
+            return Ok(None);
+        }
+        Ok(safetensors::read_json(&p)?
+            .get("chat_template")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string))
+    };
+    if let Some(t) = string_at("tokenizer_config.json")? {
+        return Ok(Some(t));
     }
-    let tc = safetensors::read_json(&p)?;
-    Ok(tc
-        .get("chat_template")
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_string))
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        return std::fs::read_to_string(&jinja)
+            .map(Some)
+            .map_err(|e| ConvertError::Io {
+                path: jinja,
+                source: e,
+            });
+    }
+    string_at("chat_template.json")
 }

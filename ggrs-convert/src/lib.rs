@@ -12,6 +12,7 @@
 //! | `GraniteForCausalLM` | llama.cpp's `granite` (Q/K permuted, the four multipliers) |
 //! | `Ministral3ForCausalLM` | llama.cpp's `mistral3` (Q/K permuted, YaRN, attention temperature) |
 //! | `Gemma3ForCausalLM` | llama.cpp's `gemma3` (norm weights stored plus one) |
+//! | `Mistral3ForConditionalGeneration`, `Gemma3ForConditionalGeneration` | the text model, as above (`multimodal.rs`; the vision tensors are left out) |
 //! | `Phi3ForCausalLM` | llama.cpp's `phi3` (LongRoPE factors from `config.json` as tensors) |
 //! | `ChatGLMModel` without `position_encoding_2d` (ChatGLM2/3) | llama.cpp's `chatglm` |
 //! | `ChatGLMModel` with `position_encoding_2d` (ChatGLM-6B v1) | `chatglm1`, documented in `docs/gguf-chatglm1.md` |
@@ -52,6 +53,7 @@ mod config;
 mod convert;
 mod error;
 mod layout;
+mod multimodal;
 mod options;
 mod tensor_data;
 mod vocab;

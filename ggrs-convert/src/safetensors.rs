@@ -227,6 +227,33 @@ impl Checkpoint {
         })
     }
 
+    /// Keeps the tensors `rename` gives a name, under that name, in their order, and drops
+    /// the others; returns how many were dropped. Error: two tensors renamed alike.
+    pub fn retain_renamed(
+        &mut self,
+        rename: impl Fn(&str) -> Option<String>,
+    ) -> Result<usize, ConvertError> {
+        let before = self.tensors.len();
+        let mut kept = Vec::with_capacity(before);
+        let mut by_name = HashMap::new();
+        for mut t in std::mem::take(&mut self.tensors) {
+            let Some(name) = rename(&t.name) else {
+                continue;
+            };
+            if by_name.insert(name.clone(), kept.len()).is_some() {
+                return Err(ConvertError::Safetensors {
+                    path: self.files[t.file].path.clone(),
+                    detail: format!("two tensors are both `{name}` (`{}` is one)", t.name),
+                });
+            }
+            t.name = name;
+            kept.push(t);
+        }
+        self.tensors = kept;
+        self.by_name = by_name;
+        Ok(before - self.tensors.len())
+    }
+
     /// The tensor called `name`.
     pub fn get(&self, name: &str) -> Option<&StTensor> {
         self.by_name.get(name).map(|&i| &self.tensors[i])

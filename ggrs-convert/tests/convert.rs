@@ -612,7 +612,38 @@ const LLAMA_BLOCK: &[(&str, &str)] = &[
 /// converts back to the same tensors and keys, bit for bit, and the model still matches
 /// llama.cpp's outputs.
 fn llama_family_round_trip(name: &str, config: serde_json::Value) {
-    let dir = scratch(&format!("{name}-rt"));
+    llama_family_round_trip_as(name, config, None);
+}
+
+/// Two tensors of a vision tower and a projector, which a multimodal checkpoint holds beside
+/// its language model.
+fn vision_tensors() -> Vec<StT> {
+    [
+        "vision_tower.patch_conv.weight",
+        "multi_modal_projector.linear_1.weight",
+    ]
+    .iter()
+    .map(|n| StT {
+        name: n.to_string(),
+        dtype: "F32",
+        shape: vec![2, 4],
+        data: vec![0; 32],
+    })
+    .collect()
+}
+
+/// As [`llama_family_round_trip`]; with `multimodal` `Some((wrapper, prefix))`, the
+/// checkpoint is the multimodal `wrapper`: `config` under `text_config`, the language
+/// model's tensors under `prefix` (`model.` replaced) and [`vision_tensors`] beside them.
+fn llama_family_round_trip_as(
+    name: &str,
+    config: serde_json::Value,
+    multimodal: Option<(&str, &str)>,
+) {
+    let dir = scratch(&format!(
+        "{name}-rt{}",
+        if multimodal.is_some() { "-mm" } else { "" }
+    ));
     let src = common::reference_dir().join(format!("tiny/tiny-{name}-f16.gguf"));
     let g = GgufFile::open(&src).unwrap();
     let names = hf_names(LLAMA_WHOLE, "model.layers", LLAMA_BLOCK);
@@ -623,11 +654,43 @@ fn llama_family_round_trip(name: &str, config: serde_json::Value) {
             _ => None,
         }
     };
-    hf_from_gguf(&g, &dir, config, &names, &perm);
+    match multimodal {
+        None => hf_from_gguf(&g, &dir, config, &names, &perm),
+        Some((wrapper, prefix)) => {
+            let config = json!({
+                "_name_or_path": config["_name_or_path"],
+                "architectures": [wrapper],
+                "model_type": "multimodal",
+                "text_config": config,
+                "vision_config": {"hidden_size": 4},
+            });
+            let names = |n: &str| {
+                let h = names(n);
+                match h.strip_prefix("model.") {
+                    Some(rest) => format!("{prefix}{rest}"),
+                    None => h,
+                }
+            };
+            write_hf_tensors(&g, &dir, config, &names, &perm, vision_tensors());
+            let (tokens, scores, types) = vocab_of(&g);
+            std::fs::write(
+                dir.join("tokenizer.model"),
+                sentencepiece_model(&tokens, &scores, &types),
+            )
+            .unwrap();
+        }
+    }
     bos_not_eos(&dir);
     let out = dir.join("back.gguf");
     let rep = convert_hf_dir(&dir, &out, &opts(OutType::F16)).unwrap();
     assert_eq!(rep.tokenizer.as_deref(), Some("llama"));
+    if multimodal.is_some() {
+        assert!(
+            rep.notes.iter().any(|n| n.contains("2 vision tensors")),
+            "{:?}",
+            rep.notes
+        );
+    }
     let conv = GgufFile::open(&out).unwrap();
     assert_same(&g, &conv);
     let rep = compare_with_llama_cpp(&out, &format!("tiny-{name}-f16.public.jsonl"));
@@ -692,9 +755,24 @@ fn granite_round_trip() {
 
 #[test]
 fn mistral3_round_trip() {
-    llama_family_round_trip(
+    llama_family_round_trip("mistral3", ministral3_config());
+}
+
+/// Ministral 3 as Mistral releases it, `Mistral3ForConditionalGeneration` with a vision
+/// tower (names of transformers before 4.52: `language_model.model.…`): its text model
+/// converts to the same `mistral3` file, bit for bit, and the vision tensors are left out.
+#[test]
+fn mistral3_multimodal_checkpoint_converts_its_text_model() {
+    llama_family_round_trip_as(
         "mistral3",
-        json!({
+        ministral3_config(),
+        Some(("Mistral3ForConditionalGeneration", "language_model.model.")),
+    );
+}
+
+/// The `config.json` of the tiny Ministral 3 (`Ministral3ForCausalLM`).
+fn ministral3_config() -> serde_json::Value {
+    json!({
             "_name_or_path": "someone/tiny-mistral3-random",
             "architectures": ["Ministral3ForCausalLM"],
             "model_type": "ministral3",
@@ -718,8 +796,7 @@ fn mistral3_round_trip() {
             },
             "vocab_size": 32000,
             "tie_word_embeddings": true
-        }),
-    );
+    })
 }
 
 /// Gemma 3: `tiny-gemma3-f16.gguf` as a `Gemma3ForCausalLM` checkpoint (norm weights stored
@@ -728,7 +805,23 @@ fn mistral3_round_trip() {
 /// llama.cpp's outputs.
 #[test]
 fn gemma3_round_trip() {
-    let dir = scratch("gemma3-rt");
+    gemma3_round_trip_as(false);
+}
+
+/// Gemma 3 as the 4B–27B releases come, `Gemma3ForConditionalGeneration` (names of
+/// transformers 4.52 on: `model.language_model.…`) with a vision tower: its text model
+/// converts to the same `gemma3` file, bit for bit.
+#[test]
+fn gemma3_multimodal_checkpoint_converts_its_text_model() {
+    gemma3_round_trip_as(true);
+}
+
+fn gemma3_round_trip_as(multimodal: bool) {
+    let dir = scratch(if multimodal {
+        "gemma3-rt-mm"
+    } else {
+        "gemma3-rt"
+    });
     let src = common::reference_dir().join("tiny/tiny-gemma3-f16.gguf");
     let g = GgufFile::open(&src).unwrap();
     let names = hf_names(
@@ -766,12 +859,20 @@ fn gemma3_round_trip() {
                 .flat_map(|x| (x - 1.0).to_le_bytes())
                 .collect();
         }
+        let name = names(&t.name);
+        let name = match name.strip_prefix("model.") {
+            Some(rest) if multimodal => format!("model.language_model.{rest}"),
+            _ => name,
+        };
         ts.push(StT {
-            name: names(&t.name),
+            name,
             dtype: st_dtype(t.dtype),
             shape,
             data,
         });
+    }
+    if multimodal {
+        ts.extend(vision_tensors());
     }
     write_safetensors(&dir.join("model.safetensors"), &ts);
     let config = json!({
@@ -795,6 +896,16 @@ fn gemma3_round_trip() {
         "vocab_size": 32000,
         "tie_word_embeddings": true
     });
+    let config = if multimodal {
+        json!({
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3",
+            "text_config": config,
+            "vision_config": {"hidden_size": 4},
+        })
+    } else {
+        config
+    };
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let (tokens, scores, types) = vocab_of(&g);
     std::fs::write(

@@ -3,7 +3,8 @@
 //! YaRN from `rope_parameters`), plus, for `model_type` `ministral3`, YaRN's
 //! `mscale_all_dim` → `rope.scaling.yarn_log_multiplier` and Llama 4's
 //! `llama_4_scaling_beta` → `attention.temperature_scale`, as llama.cpp's converter writes
-//! them. The multimodal `Mistral3ForConditionalGeneration` layout is not read.
+//! them. The multimodal `Mistral3ForConditionalGeneration` layout comes here through
+//! `multimodal.rs` (its `text_config`, its `language_model.` tensors).
 
 use ggrs_core::gguf::Value;
 use serde_json::Value as Json;
