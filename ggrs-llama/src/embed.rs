@@ -440,7 +440,7 @@ impl Embedder {
             return Err(LlamaError::Embedding(format!(
                 "the `{arch}` architecture has no embedding graph in ggrs (embedding models: \
                  bert, nomic-bert, gemma-embedding, and the decoders llama, qwen2, qwen3, \
-                 qwen3moe with --pooling)"
+                 qwen3moe, gemma3 with --pooling)"
             )));
         };
         let e = m.hparams.n_embd;

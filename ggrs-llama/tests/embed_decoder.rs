@@ -1,6 +1,7 @@
-//! Decoder embedders: the `qwen3` graph with last-token pooling (Qwen3-Embedding's recipe) on
-//! the tiny Qwen3, against llama.cpp's logits of the same prompt; and the errors of a decoder
-//! asked for embeddings without a pooling.
+//! Decoder embedders: last-token pooling (Qwen3-Embedding's recipe) on the tiny Qwen3 and on
+//! the tiny Gemma 3 (sliding-window layers), against llama.cpp's logits of the same prompt
+//! (the output heads are tied, so the final hidden state gives them); and the error of a
+//! decoder asked for embeddings without a pooling.
 
 mod common;
 
@@ -9,10 +10,12 @@ use std::sync::Arc;
 use ggrs_llama::embed::{EmbedParams, Embedder, Pooling};
 use ggrs_llama::Model;
 
-#[test]
-fn last_token_pooling_is_the_final_hidden_state() {
-    let path = common::reference_dir().join("tiny/tiny-qwen3-f16.gguf");
-    let model = Arc::new(Model::load(&path).expect("load tiny qwen3"));
+/// The last-token embeddings of every reference prompt of `tiny/<file>`, turned into logits
+/// through the tied embedding table, are llama.cpp's last-position top-10 logits (within
+/// 0.02: the products are summed in another order than llama.cpp's output head).
+fn last_token_pooling_gives_the_logits(file: &str) {
+    let path = common::reference_dir().join("tiny").join(file);
+    let model = Arc::new(Model::load(&path).expect("load the tiny model"));
     // No pooling in a decoder's file: a clear error, naming the option.
     let err = Embedder::new(model.clone(), EmbedParams::default()).unwrap_err();
     assert!(err.to_string().contains("--pooling"), "{err}");
@@ -26,12 +29,13 @@ fn last_token_pooling_is_the_final_hidden_state() {
         },
     )
     .expect("embedder");
-    let refs =
-        common::read_jsonl(&common::reference_dir().join("tiny/tiny-qwen3-f16.public.jsonl"));
+    let jsonl = file.replace(".gguf", ".public.jsonl");
+    let refs = common::read_jsonl(&common::reference_dir().join("tiny").join(jsonl));
     // The output head is tied: logits = token_embd · hidden (f16 rows).
-    let file = model.gguf();
-    let info = file.tensor("token_embd.weight").expect("embeddings");
-    let rows = file.tensor_data(info);
+    let gguf = model.gguf();
+    assert!(gguf.tensor("output.weight").is_none(), "{file}: untied");
+    let info = gguf.tensor("token_embd.weight").expect("embeddings");
+    let rows = gguf.tensor_data(info);
     let n_embd = model.hparams.n_embd;
     let logit = |id: u32, h: &[f32]| -> f32 {
         let row = &rows[id as usize * 2 * n_embd..(id as usize + 1) * 2 * n_embd];
@@ -49,9 +53,28 @@ fn last_token_pooling_is_the_final_hidden_state() {
             let l = logit(id, h);
             assert!(
                 (l - want).abs() < 0.02,
-                "{:?}: token {id}: {l} vs {want}",
+                "{file} {:?}: token {id}: {l} vs {want}",
                 r.prompt
             );
         }
     }
+}
+
+#[test]
+fn last_token_pooling_is_the_final_hidden_state() {
+    last_token_pooling_gives_the_logits("tiny-qwen3-f16.gguf");
+}
+
+/// Gemma 3 as a decoder embedder: causal, the local layers seeing their window of 4 tokens
+/// (the reference prompts are longer), the final norm, no softcap in this file.
+#[test]
+fn gemma3_last_token_pooling_is_the_final_hidden_state() {
+    let path = common::reference_dir().join("tiny/tiny-gemma3-f16.gguf");
+    let model = Model::load(&path).expect("load");
+    let c = model
+        .arch_weights::<ggrs_llama::arch::gemma3::Gemma3Model>()
+        .expect("gemma3")
+        .consts;
+    assert!(c.final_softcap.is_none() && c.window < 6, "{c:?}");
+    last_token_pooling_gives_the_logits("tiny-gemma3-f16.gguf");
 }

@@ -237,4 +237,26 @@ impl ArchModel for Gemma3Model {
             window: self.consts.window,
         })
     }
+
+    /// The final-normed hidden states of every token (`--pooling` chooses the pooling, as
+    /// for the other decoders), causal, the local layers seeing their window.
+    fn build_embeddings(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<Option<StepTensors>> {
+        let m = self;
+        let (inputs, x) = gemma3_blocks(ctx, (hp, w, kv, shape), m.tok_embd, &m.layers, m.consts)?;
+        let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
+        ctx.set_name(h, "embd")?;
+        ctx.set_output(h)?;
+        Ok(Some(StepTensors { inputs, logits: h }))
+    }
+
+    fn embeddings_window(&self) -> Option<u32> {
+        Some(self.consts.window)
+    }
 }
