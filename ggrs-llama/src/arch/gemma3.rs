@@ -211,6 +211,22 @@ pub(crate) fn gemma3_blocks(
     Ok((inp, x))
 }
 
+/// The final-normed hidden states of a Gemma 3 graph (`[n_embd, n_outputs]`, named `embd`,
+/// the step's output): an embedding graph's, Gemma 3's and EmbeddingGemma's.
+pub(crate) fn gemma3_hidden_states(
+    ctx: &mut Context,
+    step: (&HParams, &ImportedWeights, &KvCache, StepShape),
+    (tok_embd, layers, c): (WeightId, &[Gemma3Layer], Gemma3Consts),
+    output_norm: WeightId,
+) -> Result<StepTensors> {
+    let (hp, w) = (step.0, step.1);
+    let (inputs, x) = gemma3_blocks(ctx, step, tok_embd, layers, c)?;
+    let h = ctx.rms_norm_mul(x, w[output_norm], hp.rms_eps)?;
+    ctx.set_name(h, "embd")?;
+    ctx.set_output(h)?;
+    Ok(StepTensors { inputs, logits: h })
+}
+
 impl ArchModel for Gemma3Model {
     fn build(
         &self,
@@ -249,11 +265,8 @@ impl ArchModel for Gemma3Model {
         shape: StepShape,
     ) -> Result<Option<StepTensors>> {
         let m = self;
-        let (inputs, x) = gemma3_blocks(ctx, (hp, w, kv, shape), m.tok_embd, &m.layers, m.consts)?;
-        let h = ctx.rms_norm_mul(x, w[m.output_norm], hp.rms_eps)?;
-        ctx.set_name(h, "embd")?;
-        ctx.set_output(h)?;
-        Ok(Some(StepTensors { inputs, logits: h }))
+        let blocks = (m.tok_embd, &m.layers[..], m.consts);
+        gemma3_hidden_states(ctx, (hp, w, kv, shape), blocks, m.output_norm).map(Some)
     }
 
     fn embeddings_window(&self) -> Option<u32> {

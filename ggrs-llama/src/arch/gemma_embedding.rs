@@ -18,7 +18,7 @@
 
 use ggrs_core::{Context, Tensor};
 
-use super::gemma3::{gemma3_blocks, Gemma3Consts, Gemma3Layer};
+use super::gemma3::{gemma3_hidden_states, Gemma3Consts, Gemma3Layer};
 use crate::architecture::{ArchModel, Architecture, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
@@ -116,17 +116,8 @@ impl ArchModel for GemmaEmbeddingModel {
         kv: &KvCache,
         shape: StepShape,
     ) -> Result<Option<StepTensors>> {
-        let (inputs, x) = gemma3_blocks(
-            ctx,
-            (hp, w, kv, shape),
-            self.tok_embd,
-            &self.layers,
-            self.consts,
-        )?;
-        let h = ctx.rms_norm_mul(x, w[self.output_norm], hp.rms_eps)?;
-        ctx.set_name(h, "embd")?;
-        ctx.set_output(h)?;
-        Ok(Some(StepTensors { inputs, logits: h }))
+        let blocks = (self.tok_embd, &self.layers[..], self.consts);
+        gemma3_hidden_states(ctx, (hp, w, kv, shape), blocks, self.output_norm).map(Some)
     }
 
     fn embeddings_causal(&self) -> bool {
