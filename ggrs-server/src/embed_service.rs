@@ -139,13 +139,17 @@ impl EmbedService {
     /// Checks one input's tokens: not empty, within the context, in the vocabulary.
     pub(crate) fn check(&self, i: usize, t: &[u32]) -> Result<(), ApiError> {
         if t.is_empty() {
-            return Err(ApiError::invalid("input", format!("input {i} is empty")));
+            return Err(ApiError::invalid(
+                "input",
+                format!("input {i} is empty: it has no tokens (give some text or token ids)"),
+            ));
         }
         if t.len() > self.n_ctx {
             return Err(ApiError::invalid(
                 "input",
                 format!(
-                    "input {i} has {} tokens, more than the model's context of {} tokens",
+                    "input {i} is too large: {} tokens, more than the model's context of {} \
+                     tokens (split or truncate it)",
                     t.len(),
                     self.n_ctx
                 ),
@@ -161,17 +165,12 @@ impl EmbedService {
         Ok(())
     }
 
-    /// Token ids of a text input (special tokens added, as an embedding input).
-    pub(crate) fn tokenize(&self, i: usize, text: &str) -> Result<Vec<u32>, ApiError> {
-        if text.is_empty() {
-            return Err(ApiError::invalid(
-                "input",
-                format!("input {i} is an empty string"),
-            ));
-        }
+    /// Token ids of a text input, with the model's special tokens (BOS/CLS, EOS/SEP) when
+    /// `add_special`, as an embedding input.
+    pub(crate) fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, ApiError> {
         self.model
             .text()
-            .encode(self.model.tokenizer(), text, true, true)
+            .encode(self.model.tokenizer(), text, add_special, true)
             .map_err(|e| ApiError::invalid("input", e.to_string()))
     }
 }

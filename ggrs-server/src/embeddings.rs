@@ -19,10 +19,12 @@ use base64::Engine as _;
 use ggrs_llama::embed::{normalize, Pooling};
 use serde_json::{json, Value};
 
+use crate::embed_inputs::check_count;
+pub(crate) use crate::embed_inputs::{inputs, MAX_INPUTS};
 use crate::embed_service::EmbedService;
 use crate::error::ApiError;
 use crate::handler::{body_bytes, St};
-use crate::limits::{check_text, off_thread, Cancel};
+use crate::limits::{check_text, off_thread};
 use crate::params::Body;
 use crate::state::AppState;
 
@@ -62,82 +64,6 @@ async fn service_and_body(
     Ok((s, body))
 }
 
-/// Most inputs one request may carry (OpenAI's limit for `/v1/embeddings`; documents of a
-/// rerank request).
-pub(crate) const MAX_INPUTS: usize = 2048;
-
-/// 400 naming `field` when a request has more than [`MAX_INPUTS`] inputs.
-fn check_count(field: &str, n: usize) -> Result<(), ApiError> {
-    if n > MAX_INPUTS {
-        return Err(ApiError::invalid(
-            field,
-            format!("'{field}' has {n} inputs; a request may have at most {MAX_INPUTS}"),
-        ));
-    }
-    Ok(())
-}
-
-/// The inputs of a request's `input` (or `content`, named `field`): a string, a list of
-/// strings, a list of token ids, or a list of such lists; at most [`MAX_INPUTS`] of them and
-/// `max_text_bytes` of text in all, tokenized here (on the preparation pool) and checked.
-/// `tokenize(i, text)` and `check(i, ids)` are the model's (the fuzz target gives its own).
-pub(crate) fn inputs(
-    field: &str,
-    v: &Value,
-    max_text_bytes: usize,
-    cancel: &Cancel,
-    tokenize: impl Fn(usize, &str) -> Result<Vec<u32>, ApiError>,
-    check: impl Fn(usize, &[u32]) -> Result<(), ApiError>,
-) -> Result<Vec<Vec<u32>>, ApiError> {
-    let ids = |i: usize, a: &[Value]| -> Result<Vec<u32>, ApiError> {
-        a.iter()
-            .map(|t| {
-                t.as_u64()
-                    .and_then(|x| u32::try_from(x).ok())
-                    .ok_or_else(|| {
-                        ApiError::invalid(field, format!("input {i}: token ids must be integers"))
-                    })
-            })
-            .collect()
-    };
-    let bad = || {
-        ApiError::invalid(
-            field,
-            format!(
-                "'{field}' must be a string, a list of strings, a list of token ids or a list \
-                 of lists of token ids"
-            ),
-        )
-    };
-    let items: Vec<&Value> = match v {
-        Value::String(_) => vec![v],
-        Value::Array(a) if a.is_empty() => {
-            return Err(ApiError::invalid(
-                field,
-                format!("'{field}' is an empty list"),
-            ))
-        }
-        Value::Array(a) if a.iter().all(Value::is_number) => vec![v],
-        Value::Array(a) => a.iter().collect(),
-        _ => return Err(bad()),
-    };
-    check_count(field, items.len())?;
-    let text_bytes: usize = items.iter().filter_map(|x| x.as_str()).map(str::len).sum();
-    check_text(max_text_bytes, field, text_bytes)?;
-    let mut list = Vec::with_capacity(items.len());
-    for (i, x) in items.into_iter().enumerate() {
-        cancel.check()?;
-        let t = match x {
-            Value::String(t) => tokenize(i, t)?,
-            Value::Array(t) => ids(i, t)?,
-            _ => return Err(bad()),
-        };
-        check(i, &t)?;
-        list.push(t);
-    }
-    Ok(list)
-}
-
 /// The request's inputs from `field` (or `alt`), parsed and tokenized on the preparation
 /// pool.
 async fn request_inputs(
@@ -157,7 +83,7 @@ async fn request_inputs(
             input,
             max,
             cancel,
-            |i, t| s.tokenize(i, t),
+            |_, t, add_special| s.tokenize(t, add_special),
             |i, t| s.check(i, t),
         )
     })
@@ -282,10 +208,15 @@ pub(crate) async fn embeddings(
         .into_iter()
         .enumerate()
         .map(|(i, mut v)| {
+            // As llama-server: a pooled vector is normalised, token vectors (pooling
+            // `none`) are not.
+            let pooled = s.pooling != Pooling::None;
             let rows: Vec<Vec<f32>> = v
                 .chunks_mut(e)
                 .map(|r| {
-                    normalize(r, kind);
+                    if pooled {
+                        normalize(r, kind);
+                    }
                     r.to_vec()
                 })
                 .collect();

@@ -145,7 +145,7 @@ pub fn check_request(
             let Some(v) = body.get(field).or_else(|| body.get(alt)) else {
                 return Ok(());
             };
-            let encode = |_: usize, s: &str| Ok(s.bytes().map(u32::from).collect());
+            let encode = |_: usize, s: &str, _: bool| Ok(s.bytes().map(u32::from).collect());
             let check = |i: usize, t: &[u32]| {
                 if t.is_empty() || t.iter().any(|&id| id as usize >= n_vocab) {
                     Err(crate::error::ApiError::invalid(field, format!("input {i}")))

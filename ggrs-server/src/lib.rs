@@ -22,6 +22,7 @@
 mod anthropic;
 mod api;
 mod completions;
+mod embed_inputs;
 mod embed_service;
 mod embeddings;
 mod error;

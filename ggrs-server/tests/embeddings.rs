@@ -107,9 +107,30 @@ fn concurrent_requests_equal_lone_ones_and_bad_input_is_400() {
     for (h, want) in handles.into_iter().zip(&lone) {
         assert_eq!(&h.join().unwrap(), want);
     }
+    // llama-server's input forms: an empty string is [CLS][SEP] on BERT; token ids and
+    // strings mixed; `prompt_string` and text `content` parts, which equal the plain text.
+    let one = |input: Value| {
+        let a = s.post("/v1/embeddings", &json!({ "input": input }));
+        assert_eq!(a.status, 200, "{input}: {:?}", a.body);
+        a.body["data"][0]["embedding"].clone()
+    };
+    assert!(one(json!("")).as_array().is_some_and(|v| !v.is_empty()));
+    let plain = one(json!("hello world"));
+    assert_eq!(one(json!({"prompt_string": "hello world"})), plain);
+    let parts =
+        json!({"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]});
+    assert_eq!(one(parts), plain);
+    let tok = ggrs_llama::Tokenizer::open(bert()).expect("tokenizer");
+    let mut ids = tok.encode("hello world", true, true).expect("encode");
+    ids.push(1012);
+    assert_eq!(one(json!(["hello world", 1012])), one(json!(ids)));
+    // A string after the first piece gets no special tokens.
+    let mut ids = vec![1012];
+    ids.extend(tok.encode("hello world", false, true).expect("encode"));
+    assert_eq!(one(json!([1012, "hello world"])), one(json!(ids)));
     for body in [
-        json!({"input": ""}),
         json!({"input": []}),
+        json!({"input": {"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}}),
         json!({"input": [[]]}),
         json!({"input": "word ".repeat(300)}),
         json!({"input": [999999]}),

@@ -7,8 +7,31 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tiny=${GGRS_REFERENCE_DIR:?set GGRS_REFERENCE_DIR}/tiny
 
-# An HF repo (with its optional :QUANT and --hf-file) -> a local GGUF file.
+# all-MiniLM-L6-v2 (the embedding tests' BERT, in place of bge-small: same layout, 384
+# wide), converted once with `ggrs convert` from the checkpoint scripts/fetch-embed-model.sh
+# fetches, and cached beside the other derived models.
+minilm() {
+    local out=${XDG_CACHE_HOME:-$HOME/.cache}/ggrs/models/derived/all-minilm-l6-v2-f16.gguf
+    if [[ ! -f $out ]]; then
+        mkdir -p "$(dirname "$out")"
+        "${GGRS_BIN:?}" convert "$("$here/fetch-embed-model.sh")" "$out.part" --outtype f16 >&2
+        mv "$out.part" "$out"
+    fi
+    echo "$out"
+}
+
+# An HF repo (with its optional :QUANT) and --hf-file -> a local GGUF file.
 local_model() {
+    case $1:${2:-} in
+        ggml-org/models:bert-bge-small/*)
+            minilm
+            return
+            ;;
+        ggml-org/models:?*)
+            echo "llama-server-local: no local file for '$2' of ggml-org/models" >&2
+            return 1
+            ;;
+    esac
     case $1 in
         ggml-org/test-model-stories260K* | ggml-org/models) echo "$tiny/tiny-llama-f16.gguf" ;;
         ggml-org/tinygemma3-GGUF*) echo "$tiny/tiny-gemma3-f16.gguf" ;;
@@ -22,18 +45,19 @@ local_model() {
 
 args=()
 repo=
+file=
 template=
 while (($#)); do
     case $1 in
         --chat-template | --chat-template-file) template=1; args+=("$1"); shift ;;
         --hf-repo | -hf) repo=$2; shift 2 ;;
-        --hf-file | -hff) shift 2 ;;
+        --hf-file | -hff) file=$2; shift 2 ;;
         --offline) shift ;;
         *) args+=("$1"); shift ;;
     esac
 done
 if [[ -n $repo ]]; then
-    model=$(local_model "$repo")
+    model=$(local_model "$repo" "$file")
     args+=(--model "$model")
     # The tiny models have no chat template: llama-server falls back to ChatML by itself,
     # `ggrs serve` refuses chat requests without a format (400 naming --chat-template), so
