@@ -13,7 +13,7 @@ use axum::Router;
 use crate::error::ApiError;
 use crate::handler::St;
 use crate::state::AppState;
-use crate::{anthropic, completions, embeddings, info, responses};
+use crate::{anthropic, completions, embeddings, info, native, responses};
 
 /// Paths open without an API key (as llama-server's: health, the model list, the page).
 const PUBLIC: &[&str] = &["/", "/health", "/v1/health", "/models", "/v1/models"];
@@ -40,6 +40,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))
         .route("/responses", post(responses::responses))
+        .route("/completion", post(native::completion))
         .route("/v1/completions", post(completions::completions))
         .route("/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::v1_embeddings))

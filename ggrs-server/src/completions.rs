@@ -364,6 +364,18 @@ pub(crate) struct Running {
     pub id: String,
 }
 
+impl Running {
+    /// Choices in the run.
+    pub(crate) fn n_choices(&self) -> usize {
+        self.n_choices
+    }
+
+    /// The next event of any choice (`None`: the engine stopped).
+    pub(crate) async fn recv(&mut self) -> Option<(usize, Event)> {
+        self.rx.recv().await
+    }
+}
+
 /// Submits `n` choices per prompt (choice `p * n + i` has seed `seed + i`). The run's id is
 /// `prefix` and a number; the prefix carries its API's separator (`chatcmpl-`, `msg_`,
 /// `resp_`), as clients check it.
@@ -422,7 +434,7 @@ fn piece(tok: &Tokenizer, id: u32) -> Vec<u8> {
 type TokenLogprobs<'a> = (u32, f32, &'a [(u32, f32)]);
 
 /// One token's log-probabilities in the chat form.
-fn chat_logprob(tok: &Tokenizer, id: u32, lp: f32, top: &[(u32, f32)]) -> Value {
+pub(crate) fn chat_logprob(tok: &Tokenizer, id: u32, lp: f32, top: &[(u32, f32)]) -> Value {
     let entry = |id: u32, lp: f32| {
         let b = piece(tok, id);
         json!({"id": id, "token": String::from_utf8_lossy(&b), "logprob": lp, "bytes": b})
@@ -502,7 +514,7 @@ fn usage<'a>(n: usize, done: impl Iterator<Item = &'a Completion>) -> Value {
 }
 
 /// llama-server's `timings` of a choice.
-fn timings(c: &Completion) -> Value {
+pub(crate) fn timings(c: &Completion) -> Value {
     let t = &c.timings;
     let per = |n: usize, s: f64| if n > 0 { s * 1000.0 / n as f64 } else { 0.0 };
     json!({

@@ -31,6 +31,7 @@ pub mod fuzzing;
 mod handler;
 mod info;
 mod limits;
+mod native;
 mod origins;
 mod params;
 mod responses;

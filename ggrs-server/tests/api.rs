@@ -557,3 +557,66 @@ fn the_2026_families_official_templates_render_as_llama_server() {
         assert_eq!(a.body["usage"]["prompt_tokens"], n, "{model}");
     }
 }
+
+/// llama-server's own `POST /completion`: the same text as `/v1/completions` for the same
+/// request, llama-server's fields (stop type, counts, settings, token ids, probabilities),
+/// the stream's pieces adding up to the answer and ending with `stop: true`, a list of
+/// prompts answered by a list, and a bad request a 400.
+#[test]
+fn llama_server_completion_endpoint() {
+    let s = TestServer::start(config(2));
+    let ask = json!({"prompt": "Once upon a time", "n_predict": 6, "temperature": 0,
+                     "n_probs": 3, "return_tokens": true});
+    let a = s.post("/completion", &ask);
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = &a.body;
+    let oai = s.post("/v1/completions", &ask);
+    assert_eq!(v["content"], oai.body["choices"][0]["text"]);
+    assert_eq!(
+        (v["stop"].clone(), v["stop_type"].clone()),
+        (json!(true), json!("limit"))
+    );
+    assert_eq!(v["tokens_predicted"], 6);
+    assert_eq!(v["tokens"].as_array().map(Vec::len), Some(6));
+    assert_eq!(v["tokens_evaluated"], oai.body["usage"]["prompt_tokens"]);
+    assert_eq!(v["generation_settings"]["n_predict"], 6);
+    assert_eq!(v["timings"]["predicted_n"], 6);
+    let probs = v["completion_probabilities"]
+        .as_array()
+        .expect("probabilities");
+    assert_eq!(probs.len(), 6);
+    for (p, id) in probs.iter().zip(v["tokens"].as_array().unwrap()) {
+        assert_eq!(&p["id"], id);
+        assert!(p["logprob"].as_f64().unwrap() <= 0.0);
+        assert_eq!(p["top_logprobs"].as_array().map(Vec::len), Some(3));
+    }
+
+    let mut stream = ask.clone();
+    stream["stream"] = json!(true);
+    let (events, done) = s.stream_all("/completion", &stream);
+    assert!(!done, "llama-server's stream has no [DONE]");
+    let (last, pieces) = events.split_last().expect("events");
+    assert_eq!(last["stop"], true);
+    assert_eq!(last["stop_type"], "limit");
+    let mut text = String::new();
+    for e in pieces {
+        assert_eq!(e["stop"], false);
+        assert_eq!(e["tokens"].as_array().map(Vec::len), Some(1));
+        text.push_str(e["content"].as_str().unwrap());
+    }
+    text.push_str(last["content"].as_str().unwrap());
+    assert_eq!(json!(text), v["content"]);
+
+    let both = s.post(
+        "/completion",
+        &json!({"prompt": ["Once upon a time", "The sky"], "n_predict": 2, "temperature": 0}),
+    );
+    assert_eq!(both.status, 200, "{}", both.body);
+    let list = both.body.as_array().expect("a list for a list of prompts");
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["content"], {
+        let one = json!({"prompt": "Once upon a time", "n_predict": 2, "temperature": 0});
+        s.post("/completion", &one).body["content"].clone()
+    });
+    assert_eq!(s.post("/completion", &json!({"n_predict": 2})).status, 400);
+}
