@@ -479,6 +479,40 @@ fn numbers_are_bounded_and_tuple_items_are_arrays() {
         }
         assert_eq!(digits, 16, "{schema}");
     }
+    // A number's fraction digits are bounded too (llama.cpp: `decimal-part ::=
+    // [0-9]{1,16}`), in an object and in a list; a schema's own `multipleOf` still rules.
+    for (schema, prefix, most) in [
+        (json!({"type": "number"}), "0.", 8),
+        (
+            json!({"type": "object", "properties": {"x": {"type": "number"}}}),
+            "{\"x\": -3.",
+            8,
+        ),
+        (
+            json!({"type": "array", "items": {"type": "number"}}),
+            "[1, 2.",
+            8,
+        ),
+        (json!({"type": "number", "multipleOf": 0.01}), "7.", 2),
+    ] {
+        let c = Constraint::compile(tok, GrammarSpec::JsonSchema(schema.clone())).unwrap();
+        let mut st = c.start();
+        for id in tok.encode(prefix, false, false).unwrap() {
+            st.accept(tok, id, &[]).unwrap();
+        }
+        let mut digits = 0;
+        loop {
+            let mut logits = vec![0.0f32; tok.n_vocab()];
+            st.mask(&mut logits).unwrap();
+            if !logits[one as usize].is_finite() {
+                break;
+            }
+            st.accept(tok, one, &[]).unwrap();
+            digits += 1;
+            assert!(digits <= most, "{schema}: more than {most} fraction digits");
+        }
+        assert_eq!(digits, most, "{schema}");
+    }
     let schema = json!({"items": [{"type": "integer"}]});
     let c = Constraint::compile(tok, GrammarSpec::JsonSchema(schema.clone())).unwrap();
     let mut seen = 0;

@@ -90,6 +90,18 @@ impl ToolFormat {
         }
     }
 
+    /// The format `template` writes: a Jinja template's by [`ToolFormat::detect`], the
+    /// built-in `gpt-oss` format's [`ToolFormat::Harmony`], any other built-in format's
+    /// [`ToolFormat::Generic`].
+    pub fn of_template(template: &crate::chat::ChatTemplate) -> ToolFormat {
+        use crate::chat::{ChatTemplate, NamedFormat};
+        match template {
+            ChatTemplate::Jinja { source, .. } => ToolFormat::detect(Some(source)),
+            ChatTemplate::Named(NamedFormat::GptOss) => ToolFormat::Harmony,
+            _ => ToolFormat::Generic,
+        }
+    }
+
     /// The format's name, as llama-server reports it.
     pub fn name(self) -> &'static str {
         match self {
