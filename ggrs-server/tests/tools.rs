@@ -756,3 +756,30 @@ fn a_call_cut_by_max_tokens_is_the_same_streamed_and_whole() {
     }
     assert!(seen > 0, "no reply was cut inside the call");
 }
+
+/// A function whose parameters refer to their own definitions (`$defs`, as pydantic writes
+/// nested models) compiles in the Hermes and the generic format, and the call follows them
+/// (llama.cpp resolves each function's references within its parameters).
+#[test]
+fn tool_parameters_with_definitions() {
+    let params = json!({"$defs": {"City": {"type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 6}},
+            "required": ["name"], "additionalProperties": false}},
+        "type": "object", "properties": {"city": {"$ref": "#/$defs/City"}},
+        "required": ["city"], "additionalProperties": false});
+    for template in [HERMES, "chatml"] {
+        let s = tiny_server(template);
+        let b = json!({"messages": [{"role": "user", "content": "Weather?"}],
+            "max_tokens": 120, "seed": 1, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": params}}]});
+        let a = s.post("/v1/chat/completions", &b);
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ch = &a.body["choices"][0];
+        assert_eq!(ch["finish_reason"], "tool_calls", "{ch}");
+        let args = ch["message"]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        let args: Value = serde_json::from_str(args).unwrap();
+        assert!(args["city"]["name"].is_string(), "{args}");
+    }
+}
