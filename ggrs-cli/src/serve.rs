@@ -86,9 +86,14 @@ pub struct Args {
     /// context); separate from --batch-size, which is generation's.
     #[arg(long, default_value_t = 2048, value_name = "N")]
     embd_batch: usize,
-    /// Where a reasoning model's `<think>` blocks go: `deepseek` (or `auto`) into
-    /// `reasoning_content`, `none` left in the content (as llama-server's flag).
-    #[arg(long, default_value = "deepseek", value_name = "none|deepseek|auto")]
+    /// Where a reasoning model's `<think>` blocks go: `deepseek` (or `auto`,
+    /// `deepseek-legacy`) into `reasoning_content`, `none` left in the content (as
+    /// llama-server's flag); `nothink` is `none` with thinking off (unless `--reasoning on`).
+    #[arg(
+        long,
+        default_value = "deepseek",
+        value_name = "none|deepseek|deepseek-legacy|auto|nothink"
+    )]
     reasoning_format: String,
     /// Whether a reasoning model thinks (`-rea` works too, as llama-server's): `off`
     /// renders every prompt with the template variable `enable_thinking = false` (Qwen3,
@@ -233,14 +238,18 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         .map(str::parse::<ggrs_llama::Pooling>)
         .transpose()
         .map_err(|e| e.to_string())?;
-    c.reasoning_format = ggrs_llama::chat::reply::ReasoningFormat::parse(&a.reasoning_format)
-        .ok_or_else(|| {
-            format!(
-                "--reasoning-format {}: expected none, deepseek or auto",
-                a.reasoning_format
-            )
-        })?;
+    use ggrs_llama::chat::reply::ReasoningFormat;
+    c.reasoning_format = ReasoningFormat::parse(&a.reasoning_format).ok_or_else(|| {
+        format!(
+            "--reasoning-format {}: expected {}",
+            a.reasoning_format,
+            ReasoningFormat::NAMES
+        )
+    })?;
     c.reasoning = a.reasoning;
+    if ReasoningFormat::turns_thinking_off(&a.reasoning_format) && a.reasoning == Reasoning::Auto {
+        c.reasoning = Reasoning::Off;
+    }
     c.webui = !a.no_webui;
     c.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     Ok(c)

@@ -71,6 +71,21 @@ fn a_bad_reasoning_mode_is_an_error() {
     }
 }
 
+/// `--reasoning-format` takes every name llama-server 0c1e570 takes (and `nothink`); another
+/// value is an error listing them.
+#[test]
+fn a_bad_reasoning_format_is_an_error_listing_the_names() {
+    let model = common::reference("tiny/tiny-llama-f16.gguf");
+    let (ok, _, err) = ggrs(&["serve", "-m", &model, "--reasoning-format", "sometimes"]);
+    assert!(!ok);
+    for name in ["none", "deepseek", "deepseek-legacy", "auto", "nothink"] {
+        assert!(
+            err.contains(name) && err.contains("--reasoning-format"),
+            "{err}"
+        );
+    }
+}
+
 /// `POST path` of the JSON `body` on `addr`: the whole answer (head and body).
 fn post(addr: &str, path: &str, body: &str) -> String {
     let mut tcp = std::net::TcpStream::connect(addr).expect("connect");

@@ -445,7 +445,8 @@ fn constrained_generation_is_valid_reproducible_and_batch_invariant() {
 }
 
 /// Integers and numbers have at most 16 integer digits, as llama.cpp's grammars allow
-/// (unbounded, a small model may write digits until `max_tokens`); draft 4's tuple `items`
+/// (unbounded, a small model may write digits until `max_tokens`), and numbers at most 8
+/// fraction digits; draft 4's tuple `items`
 /// (`{"items": [{"type": "integer"}]}`) is a one-item array, as llama.cpp reads it.
 #[test]
 fn numbers_are_bounded_and_tuple_items_are_arrays() {
@@ -453,18 +454,28 @@ fn numbers_are_bounded_and_tuple_items_are_arrays() {
     let one = tok.encode("1", false, false).unwrap();
     assert_eq!(one.len(), 1);
     let one = one[0];
-    for schema in [
-        json!({"type": "integer"}),
-        json!({"type": "number"}),
-        json!({"type": "integer", "minimum": 0}),
-        json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+    // A number's fraction digits are bounded too (llama.cpp: `decimal-part ::=
+    // [0-9]{1,16}`), in an object and in a list; a schema's own `multipleOf` still rules.
+    // (schema, text before the digits, the most `1`s the mask lets through)
+    let obj = |t: &str| json!({"type": "object", "properties": {"n": {"type": t}}});
+    for (schema, prefix, most) in [
+        (json!({"type": "integer"}), "", 16),
+        (json!({"type": "number"}), "", 16),
+        (json!({"type": "integer", "minimum": 0}), "", 16),
+        (obj("integer"), "{\"n\": ", 16),
+        (json!({"type": "number"}), "0.", 8),
+        (obj("number"), "{\"n\": -3.", 8),
+        (
+            json!({"type": "array", "items": {"type": "number"}}),
+            "[1, 2.",
+            8,
+        ),
+        (json!({"type": "number", "multipleOf": 0.01}), "7.", 2),
     ] {
         let c = Constraint::compile(tok, GrammarSpec::JsonSchema(schema.clone())).unwrap();
         let mut st = c.start();
-        if schema["type"] == "object" {
-            for id in tok.encode("{\"n\": ", false, false).unwrap() {
-                st.accept(tok, id, &[]).unwrap();
-            }
+        for id in tok.encode(prefix, false, false).unwrap() {
+            st.accept(tok, id, &[]).unwrap();
         }
         let mut digits = 0;
         loop {
@@ -475,9 +486,12 @@ fn numbers_are_bounded_and_tuple_items_are_arrays() {
             }
             st.accept(tok, one, &[]).unwrap();
             digits += 1;
-            assert!(digits <= 16, "{schema}: more than 16 digits");
+            assert!(
+                digits <= most,
+                "{schema} after {prefix:?}: more than {most} digits"
+            );
         }
-        assert_eq!(digits, 16, "{schema}");
+        assert_eq!(digits, most, "{schema} after {prefix:?}");
     }
     let schema = json!({"items": [{"type": "integer"}]});
     let c = Constraint::compile(tok, GrammarSpec::JsonSchema(schema.clone())).unwrap();

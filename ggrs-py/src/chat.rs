@@ -182,12 +182,8 @@ pub fn chat_plan(
                     ))
                 }
             };
-            let source = match &format {
-                ChatTemplate::Jinja { source, .. } => Some(source.as_str()),
-                _ => None,
-            };
             let setup = ToolSetup::new(
-                ToolFormat::detect(source),
+                ToolFormat::of_template(&format),
                 &list,
                 choice,
                 req.parallel_tool_calls,

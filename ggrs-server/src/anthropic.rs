@@ -237,12 +237,11 @@ pub(crate) fn to_chat_body(bytes: &[u8]) -> Result<Body, ApiError> {
 }
 
 /// `stop_reason` and `stop_sequence` of a finished reply.
+/// A call cut off by `max_tokens` is `max_tokens`: its input is not whole.
 fn stop_of(c: &Completion, tool_calls: bool) -> (&'static str, Value) {
-    if tool_calls {
-        return ("tool_use", Value::Null);
-    }
     match &c.stop {
         StopReason::MaxTokens | StopReason::ContextFull => ("max_tokens", Value::Null),
+        _ if tool_calls => ("tool_use", Value::Null),
         StopReason::StopString(s) => ("stop_sequence", json!(s)),
         _ => ("end_turn", Value::Null),
     }

@@ -88,12 +88,20 @@ pub(crate) fn read_chat(
         vars.enable_thinking = false;
     }
     let reasoning = match body.take("reasoning_format") {
-        Some(Value::String(r)) => ReasoningFormat::parse(&r).ok_or_else(|| {
-            ApiError::invalid(
-                "reasoning_format",
-                format!("'reasoning_format' must be none, deepseek or auto, not '{r}'"),
-            )
-        })?,
+        Some(Value::String(r)) => {
+            if ReasoningFormat::turns_thinking_off(&r) {
+                vars.enable_thinking = false;
+            }
+            ReasoningFormat::parse(&r).ok_or_else(|| {
+                ApiError::invalid(
+                    "reasoning_format",
+                    format!(
+                        "'reasoning_format' must be {}, not '{r}'",
+                        ReasoningFormat::NAMES
+                    ),
+                )
+            })?
+        }
         Some(v) => return Err(wrong_type("reasoning_format", "a string", &v)),
         None => reasoning,
     };
@@ -150,7 +158,7 @@ fn read_and_render(
         .template
         .as_ref()
         .map_err(|e| ApiError::bad_request(format!("this model has no chat format: {e}")))?;
-    let parts = read_chat(
+    let mut parts = read_chat(
         body,
         template,
         l.vars.clone(),
@@ -160,6 +168,10 @@ fn read_and_render(
         l.handle.params().queue_capacity,
         st.max_text_bytes,
     )?;
+    if !l.thinks {
+        // llama-server reads no reasoning out of a template that cannot think.
+        parts.reasoning = ReasoningFormat::None;
+    }
     cancel.check()?;
     let text = render_chat(&parts, template, st.max_text_bytes)?;
     Ok((parts, text))
@@ -642,7 +654,9 @@ fn answer(
                             ..ParsedReply::default()
                         },
                     };
-                    if !reply.tool_calls.is_empty() {
+                    // A call cut off by `max_tokens` stays `length` (as llama-server and
+                    // OpenAI say it): its arguments are not whole.
+                    if !reply.tool_calls.is_empty() && ch["finish_reason"] != "length" {
                         ch["finish_reason"] = json!("tool_calls");
                     }
                     ch["message"] = chat_message(&reply);
@@ -788,8 +802,8 @@ impl StreamState {
                     let (rest, parsed) = self.replies[i].finish();
                     deltas.extend(rest);
                     self.reply_chunks(i, deltas, Value::Null);
-                    // As the whole answer says it (a call cut off by `max_tokens` is no call).
-                    if !parsed.tool_calls.is_empty() {
+                    // As the whole answer says it (a call cut off by `max_tokens`: `length`).
+                    if !parsed.tool_calls.is_empty() && finish != "length" {
                         finish = "tool_calls";
                     }
                 } else if !c.tail.is_empty() {

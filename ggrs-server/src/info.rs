@@ -104,12 +104,17 @@ pub(crate) async fn props(State(st): St) -> Response {
                 "presence_penalty": d.presence_penalty,
                 "frequency_penalty": d.frequency_penalty,
                 "cache_prompt": true,
+                "reasoning_format": st.reasoning_format.name(),
+                "reasoning_in_content": false,
             },
         },
         "total_slots": st.n_slots,
         "model_path": st.model_path,
         "model_alias": st.model_id,
         "chat_template": template,
+        // ggrs's: whether prompts are rendered with thinking on (`--reasoning`, and whether
+        // the template can think, as llama-server decides it).
+        "enable_thinking": l.vars.enable_thinking,
         "modalities": {"vision": false, "audio": false},
         "build_info": concat!("ggrs ", env!("CARGO_PKG_VERSION")),
     }))

@@ -45,6 +45,10 @@ pub(crate) struct Loaded {
     /// Template variables fixed at start, so that a conversation's prompt does not change
     /// between turns (its cached prefix stays valid).
     pub vars: TemplateVars,
+    /// Whether the template can think ([`ChatTemplate::supports_thinking`]): where it
+    /// cannot, prompts are rendered with thinking off and `<think>` stays in the content,
+    /// as llama-server does.
+    pub thinks: bool,
 }
 
 enum Phase {
@@ -209,6 +213,7 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
     let template = template.map_err(|e| {
         format!("{e}; start the server with --chat-template NAME (or a Jinja template)")
     });
+    let thinks = template.as_ref().is_ok_and(ChatTemplate::supports_thinking);
     let engine = match Engine::start(model.clone(), config.engine) {
         Ok(engine) => engine,
         Err(LlamaError::NotGenerative { arch }) => {
@@ -242,9 +247,10 @@ fn load(config: &ServerConfig, state: &AppState) -> Result<Loaded, LoadError> {
         model,
         template,
         vars: TemplateVars {
-            enable_thinking: config.reasoning.enable_thinking(),
+            enable_thinking: config.reasoning.enable_thinking() && thinks,
             ..TemplateVars::default()
         },
+        thinks,
     })
 }
 

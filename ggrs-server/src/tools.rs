@@ -62,11 +62,7 @@ pub(crate) fn setup(
         }
         Some(v) => return Err(wrong_type("tool_choice", "a string or an object", &v)),
     };
-    let source = match template {
-        ChatTemplate::Jinja { source, .. } => Some(source.as_str()),
-        _ => None,
-    };
-    let format = ToolFormat::detect(source);
+    let format = ToolFormat::of_template(template);
     ToolSetup::new(format, &tools, choice, parallel)
         .map(Some)
         .map_err(|e| {

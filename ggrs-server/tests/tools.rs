@@ -511,52 +511,65 @@ const GEMMA4: &str = r#"{%- for m in messages %}<|turn>{{ m.role }}
 {%- if add_generation_prompt %}<|turn>model
 {% endif %}"#;
 
-/// GPT-OSS's harmony calls on the tiny gpt-oss (its file has no template: one is given),
-/// and Gemma 4's on the tiny LLaMA: forced calls parse, whole and streamed in pieces;
+/// GPT-OSS's harmony calls on the tiny gpt-oss (its file has no template: one is given,
+/// as Jinja or as the built-in `gpt-oss` format, which declares the tools too), and Gemma
+/// 4's on the tiny LLaMA: forced calls parse, whole and streamed in pieces;
 /// `/apply-template` gives the prompt without generating.
 #[test]
 fn harmony_and_gemma4_calls() {
-    let mut c = config(1);
-    c.model_path = common::tiny("tiny-gpt-oss-f16.gguf");
-    c.chat_template = Some(HARMONY.into());
-    c.engine.n_ctx = 2048;
-    let s = TestServer::start(c);
-    let a = s.post("/apply-template", &ask(json!({})));
-    assert_eq!(a.status, 200, "{}", a.body);
-    let prompt = a.body["prompt"].as_str().unwrap();
-    assert!(prompt.contains("type get_weather") && prompt.ends_with("<|start|>assistant"));
-    let a = s.post(
-        "/apply-template",
-        &ask(json!({"add_generation_prompt": false})),
-    );
-    assert!(!a.body["prompt"]
-        .as_str()
-        .unwrap()
-        .ends_with("<|start|>assistant"));
-    let b = ask(json!({"tool_choice": {"type": "function", "function": {"name": "add"}}}));
-    let a = s.post("/v1/chat/completions", &b);
-    assert_eq!(a.status, 200, "{}", a.body);
-    let ch = &a.body["choices"][0];
-    assert_eq!(ch["finish_reason"], "tool_calls", "{ch}");
-    let call = &ch["message"]["tool_calls"][0];
-    assert_eq!(check_call(call), "add");
-    let mut sb = b.clone();
-    sb["stream"] = json!(true);
-    let (events, done) = s.stream_all("/v1/chat/completions", &sb);
-    assert!(done);
-    assert_eq!(streamed_call(&events), call["function"]);
-    // The call and its result go back through the template.
-    let mut h = ask(json!({"tool_choice": "none", "max_tokens": 4}));
-    h["messages"] = json!([
-        {"role": "user", "content": "1 + 2?"},
-        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
-          "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "3"}
-    ]);
-    let a = s.post("/apply-template", &h);
-    let p = a.body["prompt"].as_str().unwrap();
-    assert!(p.contains("to=functions.add") && p.contains("functions.add to=assistant"));
-    drop(s);
+    for template in [HARMONY, "gpt-oss"] {
+        let mut c = config(1);
+        c.model_path = common::tiny("tiny-gpt-oss-f16.gguf");
+        c.chat_template = Some(template.into());
+        c.engine.n_ctx = 2048;
+        let s = TestServer::start(c);
+        let a = s.post("/apply-template", &ask(json!({})));
+        assert_eq!(a.status, 200, "{}", a.body);
+        let prompt = a.body["prompt"].as_str().unwrap();
+        assert!(
+            prompt.contains("type get_weather") && prompt.ends_with("<|start|>assistant"),
+            "{prompt}"
+        );
+        let a = s.post(
+            "/apply-template",
+            &ask(json!({"add_generation_prompt": false})),
+        );
+        assert!(!a.body["prompt"]
+            .as_str()
+            .unwrap()
+            .ends_with("<|start|>assistant"));
+        let b = ask(json!({"tool_choice": {"type": "function", "function": {"name": "add"}}}));
+        let a = s.post("/v1/chat/completions", &b);
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ch = &a.body["choices"][0];
+        assert_eq!(ch["finish_reason"], "tool_calls", "{ch}");
+        let call = &ch["message"]["tool_calls"][0];
+        assert_eq!(check_call(call), "add");
+        let mut sb = b.clone();
+        sb["stream"] = json!(true);
+        let (events, done) = s.stream_all("/v1/chat/completions", &sb);
+        assert!(done);
+        assert_eq!(streamed_call(&events), call["function"]);
+        // The call and its result go back through the template (the result found by its
+        // call's id when it has no name).
+        let mut h = ask(json!({"tool_choice": "none", "max_tokens": 4}));
+        h["messages"] = json!([
+            {"role": "user", "content": "1 + 2?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+              "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "add", "content": "3"}
+        ]);
+        if template == "gpt-oss" {
+            h["messages"][2].as_object_mut().unwrap().remove("name");
+        }
+        let a = s.post("/apply-template", &h);
+        let p = a.body["prompt"].as_str().unwrap();
+        assert!(
+            p.contains("to=functions.add") && p.contains("functions.add to=assistant"),
+            "{p}"
+        );
+        drop(s);
+    }
 
     let s = tiny_server(GEMMA4);
     for choice in [
@@ -618,9 +631,47 @@ fn reasoning_flag_sets_enable_thinking() {
     assert!(prompt(&s, off).ends_with(closed));
     assert!(prompt(&s, json!({"reasoning_effort": "none"})).ends_with(closed));
     assert!(prompt(&s, json!({"reasoning_effort": "high"})).ends_with(open));
+    // `nothink` (ggrs's; llama-server 0c1e570 refuses it) leaves the reasoning in the
+    // content and turns thinking off; another unknown name is a 400 listing the names.
+    assert!(prompt(&s, json!({"reasoning_format": "nothink"})).ends_with(closed));
+    let a = s.post(
+        "/apply-template",
+        &question(json!({"reasoning_format": "deepseek-v9"})),
+    );
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert!(a.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("deepseek-legacy"));
+    // `/props` says it as llama-server does (and whether prompts think).
+    let p = s.get("/props").body;
+    assert_eq!(
+        p["default_generation_settings"]["params"]["reasoning_format"],
+        "deepseek"
+    );
+    assert_eq!(p["enable_thinking"], true, "{p}");
     // Thinking forced open: the whole reply is reasoning.
     let m = reply(&s);
     assert!(m["reasoning_content"].is_string(), "{m}");
+    drop(s);
+
+    // A template that cannot think (as llama-server judges it: `enable_thinking` does not
+    // switch a block at the end of the prompt) is rendered with thinking off under
+    // `--reasoning auto`, and `<think>` in its reply is left in the content.
+    let mid = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}\
+               {% if enable_thinking %} [T]{% endif %}<|im_end|>\n{% endfor %}\
+               {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let mut c = config(1);
+    c.chat_template = Some(mid.into());
+    c.reasoning_format = ggrs_llama::chat::reply::ReasoningFormat::Auto;
+    let s = TestServer::start(c);
+    assert!(!prompt(&s, json!({})).contains("[T]"));
+    let p = s.get("/props").body;
+    assert_eq!(p["enable_thinking"], false, "{p}");
+    assert_eq!(
+        p["default_generation_settings"]["params"]["reasoning_format"],
+        "auto"
+    );
     drop(s);
 
     let mut c = config(1);
@@ -633,4 +684,102 @@ fn reasoning_flag_sets_enable_thinking() {
     let m = reply(&s);
     assert!(m.get("reasoning_content").is_none_or(Value::is_null), "{m}");
     assert!(m["content"].is_string(), "{m}");
+}
+
+/// A call cut off by `max_tokens`: whole and streamed alike, the call as far as it went
+/// (name, the arguments so far) with `finish_reason: "length"` (as OpenAI and
+/// llama-server say it), and none of its text in the content; Anthropic's `stop_reason`
+/// is `max_tokens`.
+#[test]
+fn a_call_cut_by_max_tokens_is_the_same_streamed_and_whole() {
+    let s = tiny_server(HERMES);
+    let mut seen = 0;
+    for max_tokens in [16, 24, 32] {
+        let b = ask(
+            json!({"tool_choice": {"type": "function", "function": {"name": "add"}},
+                           "max_tokens": max_tokens, "temperature": 0}),
+        );
+        let a = s.post("/v1/chat/completions", &b);
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ch = &a.body["choices"][0];
+        if ch["finish_reason"] != "length" {
+            continue;
+        }
+        let m = &ch["message"];
+        assert!(
+            m["content"]
+                .as_str()
+                .is_none_or(|c| !c.contains("<tool_call>")),
+            "{m}"
+        );
+        let mut sb = b.clone();
+        sb["stream"] = json!(true);
+        let (events, done) = s.stream_all("/v1/chat/completions", &sb);
+        assert!(done);
+        let (mut name, mut args, mut content, mut finish) =
+            (None, String::new(), String::new(), None);
+        for e in &events {
+            let c = &e["choices"][0];
+            for tc in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                if let Some(n) = tc["function"]["name"].as_str() {
+                    name = Some(n.to_string());
+                }
+                args += tc["function"]["arguments"].as_str().unwrap_or("");
+            }
+            content += c["delta"]["content"].as_str().unwrap_or("");
+            if c["finish_reason"].is_string() {
+                finish = Some(c["finish_reason"].clone());
+            }
+        }
+        assert_eq!(finish, Some(json!("length")));
+        assert_eq!(content, m["content"].as_str().unwrap_or(""));
+        match m["tool_calls"].as_array() {
+            Some(calls) => {
+                seen += 1;
+                assert_eq!(calls.len(), 1, "{m}");
+                assert_eq!(name.as_deref(), Some("add"));
+                assert_eq!(calls[0]["function"]["arguments"], args.as_str(), "{m}");
+                assert!(
+                    serde_json::from_str::<Value>(&args).is_err(),
+                    "not cut: {args}"
+                );
+            }
+            None => assert!(name.is_none(), "{m}"),
+        }
+        let ab = json!({"model": "x", "max_tokens": max_tokens, "temperature": 0,
+            "messages": [{"role": "user", "content": "Weather in Paris?"}],
+            "tools": [{"name": "add", "input_schema": tools()[1]["function"]["parameters"]}],
+            "tool_choice": {"type": "tool", "name": "add"}});
+        let a = s.post("/v1/messages", &ab);
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.body["stop_reason"], "max_tokens", "{}", a.body);
+    }
+    assert!(seen > 0, "no reply was cut inside the call");
+}
+
+/// A function whose parameters refer to their own definitions (`$defs`, as pydantic writes
+/// nested models) compiles in the Hermes and the generic format, and the call follows them
+/// (llama.cpp resolves each function's references within its parameters).
+#[test]
+fn tool_parameters_with_definitions() {
+    let params = json!({"$defs": {"City": {"type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 6}},
+            "required": ["name"], "additionalProperties": false}},
+        "type": "object", "properties": {"city": {"$ref": "#/$defs/City"}},
+        "required": ["city"], "additionalProperties": false});
+    for template in [HERMES, "chatml"] {
+        let s = tiny_server(template);
+        let b = json!({"messages": [{"role": "user", "content": "Weather?"}],
+            "max_tokens": 120, "seed": 1, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": params}}]});
+        let a = s.post("/v1/chat/completions", &b);
+        assert_eq!(a.status, 200, "{}", a.body);
+        let ch = &a.body["choices"][0];
+        assert_eq!(ch["finish_reason"], "tool_calls", "{ch}");
+        let args = ch["message"]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        let args: Value = serde_json::from_str(args).unwrap();
+        assert!(args["city"]["name"].is_string(), "{args}");
+    }
 }

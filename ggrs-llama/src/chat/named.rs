@@ -25,7 +25,10 @@ pub enum NamedFormat {
     CommandR,
     /// `gpt-oss` (harmony, without channels): `<|start|>role<|message|>` + content +
     /// `<|end|>` (`<|return|>` after an assistant's), the reply opened by
-    /// `<|start|>assistant`.
+    /// `<|start|>assistant`. With tools (which llama.cpp's built-in format leaves out),
+    /// as GPT-OSS's own template writes them: a developer message declaring them in the
+    /// `functions` namespace, calls as `commentary` messages to `functions.NAME`, and
+    /// results as messages from `functions.NAME` to the assistant.
     GptOss,
 }
 
@@ -37,11 +40,73 @@ fn trim(s: &str) -> &str {
     s.trim_matches([' ', '\t', '\n', '\x0B', '\x0C', '\r'])
 }
 
-/// Renders `messages` in `format`.
+/// The developer message declaring `tools` (OpenAI's list) to GPT-OSS: the harmony
+/// `functions` namespace, each function's parameters as their JSON Schema.
+fn harmony_tools(tools: &serde_json::Value) -> String {
+    let mut s = String::from(
+        "<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n\n",
+    );
+    for t in tools.as_array().into_iter().flatten() {
+        let f = t.get("function").unwrap_or(t);
+        let name = f.get("name").and_then(|n| n.as_str()).unwrap_or_default();
+        if let Some(d) = f.get("description").and_then(|d| d.as_str()) {
+            s += &format!("// {d}\n");
+        }
+        let params = f
+            .get("parameters")
+            .map_or_else(|| "{}".to_string(), |p| p.to_string());
+        s += &format!("type {name} = (_: {params}) => any;\n\n");
+    }
+    s + "} // namespace functions<|end|>"
+}
+
+/// A GPT-OSS message in harmony's layout, tool calls and results included.
+fn harmony_message(m: &Message, calls_so_far: &[(String, String)]) -> String {
+    if m.role == "assistant" && !m.tool_calls.is_empty() {
+        let mut s = String::new();
+        if !m.content.is_empty() {
+            s += &format!(
+                "<|start|>assistant<|channel|>commentary<|message|>{}<|end|>",
+                m.content
+            );
+        }
+        for c in &m.tool_calls {
+            s += &format!(
+                "<|start|>assistant<|channel|>commentary to=functions.{} \
+                 <|constrain|>json<|message|>{}<|call|>",
+                c.name, c.arguments
+            );
+        }
+        return s;
+    }
+    if m.role == "tool" {
+        let name = m.name.clone().or_else(|| {
+            let id = m.tool_call_id.as_deref()?;
+            calls_so_far
+                .iter()
+                .find(|(i, _)| i == id)
+                .map(|(_, n)| n.clone())
+        });
+        return format!(
+            "<|start|>functions.{} to=assistant<|channel|>commentary<|message|>{}<|end|>",
+            name.unwrap_or_default(),
+            m.content
+        );
+    }
+    let end = if m.role == "assistant" {
+        "<|return|>"
+    } else {
+        "<|end|>"
+    };
+    format!("<|start|>{}<|message|>{}{end}", m.role, m.content)
+}
+
+/// Renders `messages` in `format` (`tools` are written by the `gpt-oss` format only).
 pub(crate) fn render(
     format: NamedFormat,
     messages: &[Message],
     add_generation_prompt: bool,
+    tools: Option<&serde_json::Value>,
 ) -> Result<String, ChatError> {
     let mut s = String::new();
     match format {
@@ -116,13 +181,17 @@ pub(crate) fn render(
             }
         }
         NamedFormat::GptOss => {
-            for m in messages {
-                let end = if m.role == "assistant" {
-                    "<|return|>"
-                } else {
-                    "<|end|>"
-                };
-                s += &format!("<|start|>{}<|message|>{}{end}", m.role, m.content);
+            // The tools are declared after the system messages that open the conversation.
+            let lead = messages.iter().take_while(|m| m.role == "system").count();
+            let mut calls = Vec::new();
+            for (i, m) in messages.iter().enumerate() {
+                if i == lead {
+                    if let Some(t) = tools.filter(|t| t.as_array().is_some_and(|a| !a.is_empty())) {
+                        s += &harmony_tools(t);
+                    }
+                }
+                s += &harmony_message(m, &calls);
+                calls.extend(m.tool_calls.iter().map(|c| (c.id.clone(), c.name.clone())));
             }
             if add_generation_prompt {
                 s += "<|start|>assistant";

@@ -17,7 +17,7 @@
 //! ```
 
 use super::harmony;
-use super::tools::{new_call_id, ParsedReply, PartialCall, ToolSetup};
+use super::tools::{new_call_id, ParsedReply, PartialCall, ToolCall, ToolSetup};
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
@@ -25,23 +25,53 @@ const THINK_CLOSE: &str = "</think>";
 const GEMMA_THOUGHT_OPEN: &str = "<|channel>thought";
 const GEMMA_THOUGHT_CLOSE: &str = "<channel|>";
 
-/// What to do with `<think>` blocks (llama-server's `--reasoning-format`).
+/// What to do with `<think>` blocks (llama-server's `--reasoning-format`). At llama.cpp
+/// 0c1e570 every value but `none` moves the reasoning to `reasoning_content`, streamed or
+/// not (`deepseek-legacy`'s "leave it inline while streaming" is recorded by llama-server
+/// but read by no parser); the names are kept so that `/props` reports the one given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReasoningFormat {
-    /// Leave them in the content.
+    /// Leave them in the content (`none`).
     None,
-    /// Move them to `reasoning_content` (llama-server's `deepseek`, and its `auto`).
+    /// Move them to `reasoning_content` (`deepseek`).
     #[default]
     Deepseek,
+    /// As [`ReasoningFormat::Deepseek`] (`auto`).
+    Auto,
+    /// As [`ReasoningFormat::Deepseek`] (`deepseek-legacy`).
+    DeepseekLegacy,
 }
 
 impl ReasoningFormat {
-    /// Reads llama-server's names: `none`, `deepseek`, `auto` (= deepseek).
+    /// Reads llama-server's names: `none`, `deepseek`, `deepseek-legacy`, `auto`; and
+    /// `nothink` (which llama.cpp's test harness lists and llama-server 0c1e570 refuses),
+    /// read as `none`: see [`ReasoningFormat::turns_thinking_off`].
     pub fn parse(s: &str) -> Option<ReasoningFormat> {
         match s {
-            "none" => Some(ReasoningFormat::None),
-            "deepseek" | "auto" => Some(ReasoningFormat::Deepseek),
+            "none" | "nothink" => Some(ReasoningFormat::None),
+            "deepseek" => Some(ReasoningFormat::Deepseek),
+            "auto" => Some(ReasoningFormat::Auto),
+            "deepseek-legacy" => Some(ReasoningFormat::DeepseekLegacy),
             _ => None,
+        }
+    }
+
+    /// The names [`ReasoningFormat::parse`] takes, for error messages.
+    pub const NAMES: &'static str = "none, deepseek, deepseek-legacy, auto or nothink";
+
+    /// Whether the name also turns thinking off: `nothink` is `none` with the template
+    /// rendered with `enable_thinking = false` (no reasoning to leave in the content).
+    pub fn turns_thinking_off(s: &str) -> bool {
+        s == "nothink"
+    }
+
+    /// llama-server's name for it (`/props`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningFormat::None => "none",
+            ReasoningFormat::Deepseek => "deepseek",
+            ReasoningFormat::Auto => "auto",
+            ReasoningFormat::DeepseekLegacy => "deepseek-legacy",
         }
     }
 }
@@ -204,6 +234,31 @@ impl ReplySyntax {
             },
         };
         reply.reasoning = reasoning.map(|r| r.trim().to_string());
+        if self.active_tools().is_some() {
+            // A reply that ends inside a call (cut off by `max_tokens`) has the call as far
+            // as it went, as a stream sends it (and as OpenAI answers): not its text.
+            let s = self.settled_parts(text);
+            if s.calls.len() > reply.tool_calls.len() {
+                reply.content = s.content.into_owned();
+                reply.tool_calls = s
+                    .calls
+                    .into_iter()
+                    .map(|c| ToolCall {
+                        id: c.id.unwrap_or_else(new_call_id),
+                        name: c.name,
+                        arguments: c.arguments,
+                    })
+                    .collect();
+            }
+        }
+        if self.layout == ReplyLayout::Gemma4 && self.reasoning != ReasoningFormat::None {
+            let (thoughts, content) = gemma4_tidy(&reply.content, false);
+            if !thoughts.is_empty() {
+                let first = reply.reasoning.as_deref().unwrap_or("");
+                reply.reasoning = Some(join_thoughts(first, &thoughts));
+            }
+            reply.content = content.trim_end().to_string();
+        }
         reply
     }
 
@@ -211,6 +266,25 @@ impl ReplySyntax {
     /// content, and the tool calls as far as they go. Held back: a possible start of a
     /// marker at the end, and the text of a tool call.
     fn settled<'a>(&self, text: &'a str) -> Settled<'a> {
+        let s = self.settled_parts(text);
+        if self.layout != ReplyLayout::Gemma4 || self.reasoning == ReasoningFormat::None {
+            return s;
+        }
+        let (thoughts, content) = gemma4_tidy(&s.content, true);
+        let reasoning = if thoughts.is_empty() {
+            s.reasoning
+        } else {
+            join_thoughts(&s.reasoning, &thoughts).into()
+        };
+        Settled {
+            reasoning,
+            content: content.trim_end().to_string().into(),
+            calls: s.calls,
+        }
+    }
+
+    /// [`ReplySyntax::settled`] before Gemma 4's extra marks are read.
+    fn settled_parts<'a>(&self, text: &'a str) -> Settled<'a> {
         let none = |r: &'a str, c: &'a str| Settled {
             reasoning: r.into(),
             content: c.into(),
@@ -269,6 +343,78 @@ impl ReplySyntax {
             calls: call_at.map_or_else(Vec::new, |p| tools.partial_calls(&rest[p..])),
         }
     }
+}
+
+/// What Gemma 4 writes after its answer besides text, read as llama.cpp's Gemma 4 parser
+/// reads it: the `<|turn>model\n` it may repeat at the start, channel marks that open no
+/// thought (`<|channel>` alone), further thought blocks (`<|channel>thought…<channel|>`,
+/// their text more reasoning), and a stray `<channel|>`, where the answer ends (what
+/// follows it is dropped). Gives the further reasoning and the text. `streaming`: the text
+/// may go on, so a mark being written (or an open block) is held back.
+fn gemma4_tidy(text: &str, streaming: bool) -> (Vec<&str>, String) {
+    const TURN: &str = "<|turn>model\n";
+    const OPEN: &str = "<|channel>";
+    let mut rest = text;
+    if streaming && TURN.starts_with(rest) {
+        return (Vec::new(), String::new());
+    }
+    rest = rest.strip_prefix(TURN).unwrap_or(rest);
+    let (mut thoughts, mut out) = (Vec::new(), String::new());
+    loop {
+        let open = rest.find(OPEN);
+        let close = rest.find(GEMMA_THOUGHT_CLOSE);
+        match (open, close) {
+            (Some(o), c) if c.is_none_or(|c| o < c) => {
+                out += &rest[..o];
+                let after = &rest[o + OPEN.len()..];
+                if let Some(body) = after.strip_prefix("thought") {
+                    match body.find(GEMMA_THOUGHT_CLOSE) {
+                        Some(e) => {
+                            thoughts.push(&body[..e]);
+                            rest = &body[e + GEMMA_THOUGHT_CLOSE.len()..];
+                        }
+                        // An open block: reasoning to the end (held while streaming).
+                        None => {
+                            if !streaming {
+                                thoughts.push(body);
+                            }
+                            break;
+                        }
+                    }
+                } else if streaming && "thought".starts_with(after) {
+                    break;
+                } else {
+                    rest = after; // a channel mark with no thought: dropped
+                }
+            }
+            (_, Some(c)) => {
+                out += &rest[..c];
+                break;
+            }
+            _ => {
+                let keep = if streaming {
+                    rest.len()
+                        - partial_suffix(rest, OPEN).max(partial_suffix(rest, GEMMA_THOUGHT_CLOSE))
+                } else {
+                    rest.len()
+                };
+                out += &rest[..keep];
+                break;
+            }
+        }
+    }
+    (thoughts, out)
+}
+
+/// The reasoning of a reply whose first thought was `first` and which had further
+/// `thoughts` (Gemma 4): the non-empty ones, trimmed, a line apart.
+fn join_thoughts(first: &str, thoughts: &[&str]) -> String {
+    std::iter::once(first)
+        .chain(thoughts.iter().copied())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The length of the longest end of `text` that begins `marker` (without being all of it).
@@ -519,11 +665,78 @@ mod tests {
             (r.reasoning, r.content.as_str()),
             (None, "<think>a</think>b")
         );
+        for name in ["none", "deepseek", "auto", "deepseek-legacy"] {
+            assert_eq!(ReasoningFormat::parse(name).map(|f| f.name()), Some(name));
+        }
         assert_eq!(
-            ReasoningFormat::parse("auto"),
-            Some(ReasoningFormat::Deepseek)
+            ReasoningFormat::parse("nothink"),
+            Some(ReasoningFormat::None)
+        );
+        assert!(ReasoningFormat::turns_thinking_off("nothink"));
+        // Every name but `none` splits the reasoning off.
+        let legacy = ReplySyntax::new(ReasoningFormat::DeepseekLegacy, "assistant\n", None);
+        let r = legacy.parse("<think>Hm.</think>Yes.");
+        assert_eq!(
+            (r.reasoning.as_deref(), r.content.as_str()),
+            (Some("Hm."), "Yes.")
         );
         assert_eq!(ReasoningFormat::parse("x"), None);
+    }
+
+    /// Gemma 4's marks after the answer, as llama.cpp's parser reads them: an empty
+    /// thought block and a channel mark with no thought are dropped, a later thought is
+    /// more reasoning, the answer ends at a stray `<channel|>`; streamed as parsed.
+    #[test]
+    fn gemma4_marks_leave_the_content() {
+        let syntax = ReplySyntax::new(ReasoningFormat::Deepseek, "<|turn>model\n", None);
+        assert_eq!(syntax.layout, ReplyLayout::Gemma4);
+        for (text, reasoning, content) in [
+            (
+                "<|channel>thought\nPlan.<channel|>It is 4.<|channel>thought\n<channel|>",
+                Some("Plan."),
+                "It is 4.",
+            ),
+            ("It is 4.<channel|>junk", None, "It is 4."),
+            (
+                "<|channel><|channel>thought\nA<channel|>Yes.",
+                Some("A"),
+                "Yes.",
+            ),
+            (
+                "<|turn>model\nYes.<|channel>thought more<channel|> Sure.",
+                Some("more"),
+                "Yes. Sure.",
+            ),
+            ("Plain <b>text</b>.", None, "Plain <b>text</b>."),
+        ] {
+            let r = stream_matches_parse(syntax.clone(), text);
+            assert_eq!(
+                (r.reasoning.as_deref(), r.content.as_str()),
+                (reasoning, content),
+                "{text:?}"
+            );
+        }
+        // `--reasoning-format none` leaves the text as it is.
+        let none = ReplySyntax::new(ReasoningFormat::None, "<|turn>model\n", None);
+        let text = "A<|channel>thought\n<channel|>";
+        assert_eq!(none.parse(text).content, text);
+    }
+
+    /// A reply cut off inside a call (by `max_tokens`) has the call as far as it went,
+    /// whole or streamed, and none of its text in the content (once its name is known).
+    #[test]
+    fn a_cut_call_is_the_call_so_far() {
+        let syntax = ReplySyntax::new(ReasoningFormat::Deepseek, "", Some(tools()));
+        let text = "Calling.\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b";
+        let r = stream_matches_parse(syntax.clone(), text);
+        assert_eq!(r.content, "Calling.");
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, "add");
+        assert!(r.tool_calls[0].arguments.starts_with("{\"a\":1"), "{r:?}");
+        // Cut before the name is known: no call, the text as it is (streamed too).
+        let text = "Calling.\n<tool_call>\n{\"na";
+        let r = stream_matches_parse(syntax, text);
+        assert_eq!((r.content.as_str(), r.tool_calls.len()), (text, 0));
     }
 
     #[test]

@@ -42,6 +42,27 @@ pub enum ChatTemplate {
     Named(NamedFormat),
 }
 
+/// Whether two generation prompts, rendered with thinking off and on, differ as a thinking
+/// switch does (llama.cpp's `compare_thinking_enabled`): what differs is at the end of the
+/// prompt (thinking on opens a block, or thinking off closes one), or both differ.
+fn thinking_switch_at_end(off: &str, on: &str) -> bool {
+    let common = |a: &[u8], b: &[u8]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let p = common(off.as_bytes(), on.as_bytes());
+    let (a, b) = (&off.as_bytes()[p..], &on.as_bytes()[p..]);
+    let sfx = common(
+        &a.iter().rev().copied().collect::<Vec<_>>(),
+        &b.iter().rev().copied().collect::<Vec<_>>(),
+    );
+    let text = |x: &[u8]| String::from_utf8_lossy(x).trim().to_string();
+    let (left, right) = (text(&a[..a.len() - sfx]), text(&b[..b.len() - sfx]));
+    match (left.is_empty(), right.is_empty()) {
+        (true, true) => false,
+        (true, false) => on.trim_end().ends_with(&right),
+        (false, true) => off.trim_end().ends_with(&left),
+        (false, false) => true,
+    }
+}
+
 /// Roles the ChatGLM formats have markers for.
 const GLM_ROLES: &str = "system, user, assistant, observation";
 
@@ -112,7 +133,8 @@ impl ChatTemplate {
     /// As [`ChatTemplate::render_with`], a Jinja template also seeing `tools` (OpenAI's
     /// list of `{"type": "function", "function": {name, description, parameters}}`) as
     /// Hugging Face's `apply_chat_template(tools=…)` passes it. Built-in formats ignore
-    /// `tools` (see [`super::tools::ToolSetup::prepare`] for templates without tools).
+    /// `tools` (see [`super::tools::ToolSetup::prepare`] for templates without tools), but
+    /// `gpt-oss`, which declares them as GPT-OSS's own template does.
     pub fn render_tools(
         &self,
         messages: &[Message],
@@ -175,7 +197,7 @@ impl ChatTemplate {
             ),
             ChatTemplate::ChatGlm1 => render_glm1(messages, add_generation_prompt),
             ChatTemplate::Named(format) => {
-                super::named::render(*format, messages, add_generation_prompt)
+                super::named::render(*format, messages, add_generation_prompt, tools)
             }
         }
     }
@@ -185,6 +207,49 @@ impl ChatTemplate {
     /// Whether the format has a system role (ChatGLM-6B v1's has none).
     pub fn has_system_role(&self) -> bool {
         !matches!(self, ChatTemplate::ChatGlm1)
+    }
+
+    /// Whether the template can think, judged as llama.cpp judges it
+    /// (`common_chat_templates_support_enable_thinking`, its template analysis): a GPT-OSS
+    /// (harmony), Ministral 3 or Kimi K2 template (llama.cpp's own parsers for these say
+    /// they think); one that writes an assistant's `reasoning_content` back; one
+    /// whose generation prompt changes with `enable_thinking`; or an old Qwen/DeepSeek
+    /// template that splits replies at `</think>`. Built-in formats cannot. llama-server
+    /// renders with thinking off, and leaves `<think>` in the content, for a template that
+    /// cannot think.
+    pub fn supports_thinking(&self) -> bool {
+        let ChatTemplate::Jinja { source, .. } = self else {
+            return false;
+        };
+        if source.contains("<|channel|>")
+            || (source.contains("content.split('</think>')")
+                && !source.contains("reasoning_content"))
+            || source.contains("Write your thoughts between <think></think>")
+            || (source.contains("[SYSTEM_PROMPT]") && source.contains("[TOOL_CALLS]"))
+            || source.contains("<|tool_calls_section_begin|>")
+        {
+            return true;
+        }
+        const THOUGHT: &str = "REASON_PART I am thinking END_R";
+        let user = Message::user("U_USER_MSG Hello END_U");
+        let mut answer = Message::assistant("A_ASST_MSG I can help END_A");
+        answer.reasoning_content = Some(THOUGHT.into());
+        let vars = |enable_thinking| TemplateVars {
+            enable_thinking,
+            now_unix: 0,
+        };
+        let history = [user.clone(), answer];
+        if self
+            .render_with(&history, false, &vars(true))
+            .is_ok_and(|t| t.contains(THOUGHT))
+        {
+            return true;
+        }
+        let prompt = |on| self.render_with(std::slice::from_ref(&user), true, &vars(on));
+        match (prompt(false), prompt(true)) {
+            (Ok(off), Ok(on)) => thinking_switch_at_end(&off, &on),
+            _ => false,
+        }
     }
 
     /// The reply as the conversation keeps it for the next turns: the generated text as it
@@ -349,6 +414,46 @@ fn render_glm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Which templates can think, as llama.cpp 0c1e570 judges them (`llama-server`'s
+    /// `chat template, thinking = ` line, `-lv 4`), on the copies of real templates.
+    #[test]
+    fn templates_that_can_think() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/templates/");
+        let judge = |name: &str| {
+            let source = std::fs::read_to_string(format!("{dir}{name}.jinja")).unwrap();
+            ChatTemplate::Jinja {
+                source,
+                bos_token: "<s>".into(),
+                eos_token: "</s>".into(),
+            }
+            .supports_thinking()
+        };
+        for (name, thinks) in [
+            ("Qwen-Qwen3-0.6B", true),
+            ("HuggingFaceTB-SmolLM3-3B", true),
+            ("ibm-granite-granite-3.3-2B-Instruct", true),
+            ("google-gemma-4-31B-it", true),
+            ("mistralai-Ministral-3-14B-Reasoning-2512", true),
+            ("ibm-granite-granite-4.0", false),
+            ("meta-llama-Llama-3.3-70B-Instruct", false),
+            ("google-gemma-2-2b-it", false),
+            ("microsoft-Phi-3.5-mini-instruct", false),
+        ] {
+            assert_eq!(judge(name), thinks, "{name}");
+        }
+        assert!(!ChatTemplate::named("chatml").unwrap().supports_thinking());
+        // `enable_thinking` read in the middle of the conversation is no thinking switch.
+        let mid = ChatTemplate::Jinja {
+            source: "{% for m in messages %}{{ m.role }}: {{ m.content }}\
+                     {% if enable_thinking %}[T]{% endif %}\n{% endfor %}\
+                     {% if add_generation_prompt %}assistant:{% endif %}"
+                .into(),
+            bos_token: String::new(),
+            eos_token: String::new(),
+        };
+        assert!(!mid.supports_thinking());
+    }
 
     #[test]
     fn glm_formats_reject_unknown_roles() {

@@ -90,6 +90,18 @@ impl ToolFormat {
         }
     }
 
+    /// The format `template` writes: a Jinja template's by [`ToolFormat::detect`], the
+    /// built-in `gpt-oss` format's [`ToolFormat::Harmony`], any other built-in format's
+    /// [`ToolFormat::Generic`].
+    pub fn of_template(template: &crate::chat::ChatTemplate) -> ToolFormat {
+        use crate::chat::{ChatTemplate, NamedFormat};
+        match template {
+            ChatTemplate::Jinja { source, .. } => ToolFormat::detect(Some(source)),
+            ChatTemplate::Named(NamedFormat::GptOss) => ToolFormat::Harmony,
+            _ => ToolFormat::Generic,
+        }
+    }
+
     /// The format's name, as llama-server reports it.
     pub fn name(self) -> &'static str {
         match self {
@@ -101,6 +113,57 @@ impl ToolFormat {
             ToolFormat::Gemma4 => "Gemma 4",
         }
     }
+}
+
+/// `params` (a function's parameter schema) made to sit inside a larger schema: its
+/// root `$defs`/`definitions` go to `defs` named `prefix` + their name, and its local
+/// references (`#…`) are rewritten to match (one to the root itself, or into it, points
+/// to a copy of the root kept in `defs` as `prefix` + `root`).
+fn hoist_defs(params: &Value, prefix: &str, defs: &mut serde_json::Map<String, Value>) -> Value {
+    fn rewrite(v: &mut Value, prefix: &str, root_used: &mut bool) {
+        match v {
+            Value::Array(a) => a.iter_mut().for_each(|x| rewrite(x, prefix, root_used)),
+            Value::Object(o) => {
+                for (k, x) in o.iter_mut() {
+                    match (k.as_str(), &*x) {
+                        ("$ref", Value::String(r)) if r.starts_with('#') => {
+                            let local = &r[1..];
+                            let to = ["/$defs/", "/definitions/"]
+                                .iter()
+                                .find_map(|d| local.strip_prefix(d));
+                            *x = Value::String(match to {
+                                Some(rest) => format!("#/$defs/{prefix}{rest}"),
+                                None => {
+                                    *root_used = true;
+                                    format!("#/$defs/{prefix}root{local}")
+                                }
+                            });
+                        }
+                        ("enum" | "const" | "default" | "examples", _) => {}
+                        _ => rewrite(x, prefix, root_used),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut p = params.clone();
+    let mut root_used = false;
+    if let Some(o) = p.as_object_mut() {
+        for key in ["$defs", "definitions"] {
+            if let Some(Value::Object(d)) = o.remove(key) {
+                for (name, mut def) in d {
+                    rewrite(&mut def, prefix, &mut root_used);
+                    defs.insert(format!("{prefix}{name}"), def);
+                }
+            }
+        }
+    }
+    rewrite(&mut p, prefix, &mut root_used);
+    if root_used {
+        defs.insert(format!("{prefix}root"), p.clone());
+    }
+    p
 }
 
 /// `tool_choice`.
@@ -277,15 +340,21 @@ impl ToolSetup {
         }
     }
 
-    /// The schema of one call in this format (`args`: the key of the arguments).
+    /// The schema of one call in this format (`args`: the key of the arguments). The
+    /// functions' own definitions (`$defs`, `definitions`, which pydantic writes for nested
+    /// models) are moved to its root, renamed per function, and their references with them,
+    /// as llama.cpp resolves each function's references within its parameters.
     fn call_schema(&self, args: &str, with_id: bool) -> Value {
+        let mut defs = serde_json::Map::new();
         let alts: Vec<Value> = self
             .allowed()
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
                 let mut props = serde_json::Map::new();
                 props.insert("name".into(), json!({"const": t.name}));
-                props.insert(args.into(), t.parameters.clone());
+                let params = hoist_defs(&t.parameters, &format!("f{i}_"), &mut defs);
+                props.insert(args.into(), params);
                 let mut required = vec![json!("name"), json!(args)];
                 if with_id {
                     props.insert(
@@ -298,16 +367,21 @@ impl ToolSetup {
                        "additionalProperties": false})
             })
             .collect();
-        if alts.len() == 1 {
+        let mut schema = if alts.len() == 1 {
             alts[0].clone()
         } else {
             json!({"anyOf": alts})
+        };
+        if !defs.is_empty() {
+            schema["$defs"] = Value::Object(defs);
         }
+        schema
     }
 
     /// The schema of a [`ToolFormat::Generic`] reply.
     fn generic_schema(&self) -> Value {
-        let call = self.call_schema("arguments", false);
+        let mut call = self.call_schema("arguments", false);
+        let defs = call.as_object_mut().and_then(|o| o.remove("$defs"));
         let calls = if self.parallel {
             json!({"type": "object", "properties": {"tool_calls": {"type": "array",
                 "items": call, "minItems": 1}}, "required": ["tool_calls"],
@@ -316,13 +390,17 @@ impl ToolSetup {
             json!({"type": "object", "properties": {"tool_call": call},
                 "required": ["tool_call"], "additionalProperties": false})
         };
-        if self.choice == ToolChoice::Auto {
+        let mut schema = if self.choice == ToolChoice::Auto {
             let response = json!({"type": "object", "properties": {"response":
                 {"type": "string"}}, "required": ["response"], "additionalProperties": false});
             json!({"anyOf": [calls, response]})
         } else {
             calls
+        };
+        if let Some(defs) = defs {
+            schema["$defs"] = defs;
         }
+        schema
     }
 
     /// The grammar the reply must follow, and its trigger when lazy: none when the model
@@ -1052,6 +1130,40 @@ pub fn new_call_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A function's own definitions move to the root of the call's schema, renamed, with
+    /// their references (and one to the function's root, kept as a definition).
+    #[test]
+    fn definitions_move_to_the_root_of_the_call() {
+        let params = json!({"$defs": {"City": {"type": "object",
+                "properties": {"up": {"$ref": "#"}, "n": {"$ref": "#/$defs/N"}}}, "N": {"type": "integer"}},
+            "type": "object", "properties": {"city": {"$ref": "#/$defs/City"},
+                "same": {"$ref": "#/properties/city"}, "e": {"enum": [{"$ref": "#"}]}}});
+        let mut defs = serde_json::Map::new();
+        let p = hoist_defs(&params, "f0_", &mut defs);
+        assert_eq!(p.get("$defs"), None);
+        assert_eq!(p["properties"]["city"]["$ref"], "#/$defs/f0_City");
+        assert_eq!(
+            p["properties"]["same"]["$ref"],
+            "#/$defs/f0_root/properties/city"
+        );
+        // Data is left alone.
+        assert_eq!(p["properties"]["e"]["enum"][0]["$ref"], "#");
+        assert_eq!(
+            defs["f0_City"]["properties"]["up"]["$ref"],
+            "#/$defs/f0_root"
+        );
+        assert_eq!(defs["f0_City"]["properties"]["n"]["$ref"], "#/$defs/f0_N");
+        assert_eq!(defs["f0_root"], p);
+        let t = json!([{"type": "function", "function": {"name": "w", "parameters": params}}]);
+        let setup = ToolSetup::new(ToolFormat::Generic, &t, ToolChoice::Required, false).unwrap();
+        let schema = setup.generic_schema();
+        assert!(schema["$defs"]["f0_City"].is_object(), "{schema}");
+        assert!(
+            schema["properties"]["tool_call"].get("$defs").is_none(),
+            "{schema}"
+        );
+    }
 
     fn tools() -> Value {
         json!([

@@ -176,9 +176,19 @@ pub fn with_json_options(schema: &serde_json::Value) -> serde_json::Value {
 /// until `max_tokens`).
 pub const MAX_SCHEMA_INTEGER: i64 = (1 << 53) - 1;
 
+/// The most fraction digits a `number` without a `multipleOf` may have. llama.cpp's
+/// json-schema-to-grammar allows 16 (`decimal-part ::= [0-9]{1,16}`); the bound here is a
+/// `multipleOf` of 1e-8, the finest llguidance's number matcher takes without overflowing
+/// its `u32` arithmetic (derivre's remainder automaton; 1e-9 overflows it on a digit ≥ 5
+/// in a build with overflow checks), and it also leaves out exponents. Unbounded, a small
+/// model may write fraction digits until `max_tokens`.
+pub const MAX_SCHEMA_FRACTION_DIGITS: i32 = 8;
+
 /// Rewrites `schema` in place, in every subschema, for llama.cpp's reading of it:
 /// - an `integer` or `number` without a bound on a side gets ±[`MAX_SCHEMA_INTEGER`]
 ///   there;
+/// - a `number` without `multipleOf` gets at most [`MAX_SCHEMA_FRACTION_DIGITS`]
+///   fraction digits;
 /// - `items` given as a list (draft 4's tuples, which llama.cpp reads as exactly those
 ///   items) becomes `prefixItems` with no further items (or `additionalItems`' schema),
 ///   and the schema an `array`.
@@ -219,6 +229,10 @@ pub fn bound_schema(schema: &mut serde_json::Value) {
                 }
                 if high == f64::INFINITY && low < max {
                     o.insert("maximum".into(), MAX_SCHEMA_INTEGER.into());
+                }
+                if o.get("type").and_then(Value::as_str) == Some("number") {
+                    let step = 10f64.powi(-MAX_SCHEMA_FRACTION_DIGITS);
+                    o.entry("multipleOf").or_insert_with(|| step.into());
                 }
             }
             for (k, v) in o.iter_mut() {
