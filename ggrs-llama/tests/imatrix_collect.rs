@@ -85,7 +85,15 @@ fn tiny_llama_layer0_sums_match_a_naive_computation() {
     let embd = floats(&file, "token_embd.weight");
     let norm = floats(&file, "blk.0.attn_norm.weight");
     let mut want = vec![0f64; e];
-    for &t in &tokens {
+    // Each chunk starts with BOS where the model adds one (llama-imatrix's protocol).
+    let bos = model.tokenizer().bos().filter(|_| model.tokenizer().vocab().add_bos());
+    let mut fed = tokens.clone();
+    for c in fed.chunks_mut(n_ctx) {
+        if let Some(b) = bos {
+            c[0] = b;
+        }
+    }
+    for &t in &fed {
         let x = &embd[t as usize * e..(t as usize + 1) * e];
         let ms = x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / e as f64;
         let scale = 1.0 / (ms + hp.rms_eps as f64).sqrt();
