@@ -86,7 +86,10 @@ fn tiny_llama_layer0_sums_match_a_naive_computation() {
     let norm = floats(&file, "blk.0.attn_norm.weight");
     let mut want = vec![0f64; e];
     // Each chunk starts with BOS where the model adds one (llama-imatrix's protocol).
-    let bos = model.tokenizer().bos().filter(|_| model.tokenizer().vocab().add_bos());
+    let bos = model
+        .tokenizer()
+        .bos()
+        .filter(|_| model.tokenizer().vocab().add_bos());
     let mut fed = tokens.clone();
     for c in fed.chunks_mut(n_ctx) {
         if let Some(b) = bos {
@@ -117,8 +120,8 @@ fn tiny_moe_counts_each_expert() {
     let model = tiny("tiny-moe-f16.gguf");
     let (n_ctx, n_tokens) = (32, 64);
     let (_, m) = run(&model, n_ctx, n_tokens);
-    let file = GgufFile::open(common::reference_dir().join("tiny/tiny-moe-f16.gguf"))
-        .expect("open");
+    let file =
+        GgufFile::open(common::reference_dir().join("tiny/tiny-moe-f16.gguf")).expect("open");
     let key = |k: &str| file.get(k).and_then(|v| v.as_u64()).expect(k) as usize;
     let (n_expert, n_used) = (
         key("qwen3moe.expert_count"),
@@ -129,7 +132,11 @@ fn tiny_moe_counts_each_expert() {
         .iter()
         .filter(|(n, _)| n.contains("_exps"))
         .collect();
-    assert!(!exps.is_empty(), "no expert entries: {:?}", m.entries.keys());
+    assert!(
+        !exps.is_empty(),
+        "no expert entries: {:?}",
+        m.entries.keys()
+    );
     for (name, e) in exps {
         assert_eq!(e.counts.len(), n_expert, "{name}");
         // Each token goes to n_used experts.
@@ -158,7 +165,10 @@ fn files_round_trip() {
     assert_eq!(a.len(), b.len());
     for (name, w) in &a {
         for (x, y) in w.iter().zip(&b[name]) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-6), "{name}: {x} vs {y}");
+            assert!(
+                (x - y).abs() <= 1e-5 * x.abs().max(1e-6),
+                "{name}: {x} vs {y}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -170,7 +180,10 @@ fn llama_imatrix_files_read_alike() {
     let g = Imatrix::load(dir.join("imatrix-gpl3.gguf")).expect("gguf");
     let d = Imatrix::load(dir.join("imatrix-gpl3.dat")).expect("dat");
     assert!(!g.is_legacy && g.has_metadata && d.is_legacy);
-    assert_eq!((g.entries.len(), g.chunk_count, g.chunk_size), (168, 14, 512));
+    assert_eq!(
+        (g.entries.len(), g.chunk_count, g.chunk_size),
+        (168, 14, 512)
+    );
     assert_eq!((d.entries.len(), d.chunk_count), (168, 14));
     assert_eq!(g.datasets, ["/usr/share/common-licenses/GPL-3"]);
     assert_eq!(d.datasets, g.datasets);
@@ -179,7 +192,10 @@ fn llama_imatrix_files_read_alike() {
     let (wg, wd) = (g.quant_weights(), d.quant_weights());
     for (name, w) in &wg {
         for (x, y) in w.iter().zip(&wd[name]) {
-            assert!((x - y).abs() <= 1e-5 * x.abs().max(1e-6), "{name}: {x} vs {y}");
+            assert!(
+                (x - y).abs() <= 1e-5 * x.abs().max(1e-6),
+                "{name}: {x} vs {y}"
+            );
         }
     }
     // --include-weights / --exclude-weights select by substring.

@@ -42,7 +42,10 @@ fn check(kind: &str, ft: FileType) -> Vec<String> {
         let w = &want[&t.name];
         let wt = w["type"].as_str().expect("type");
         if !wt.eq_ignore_ascii_case(p.types[i].name()) {
-            bad.push(format!("{kind}: {} is {}, llama.cpp's {wt}", t.name, p.types[i]));
+            bad.push(format!(
+                "{kind}: {} is {}, llama.cpp's {wt}",
+                t.name, p.types[i]
+            ));
             continue;
         }
         let sample = t.name.starts_with("blk.0.") || t.name == "blk.23.ffn_down.weight";
@@ -66,7 +69,10 @@ fn check(kind: &str, ft: FileType) -> Vec<String> {
         }
         let hex = format!("{:x}", Sha256::digest(&out));
         if hex != w["sha256"].as_str().expect("sha") {
-            bad.push(format!("{kind}: {} ({to}) differs from llama.cpp's bytes", t.name));
+            bad.push(format!(
+                "{kind}: {} ({to}) differs from llama.cpp's bytes",
+                t.name
+            ));
         }
     }
     bad

@@ -253,12 +253,14 @@ impl Imatrix {
             if nmat == 0 || e.sums.is_empty() {
                 continue;
             }
-            w.add_tensor_info(
-                format!("{name}{IN_SUM2}"),
-                DType::F32,
-                &[e.sums.len() / nmat, nmat],
-            )?;
-            w.add_tensor_info(format!("{name}{COUNTS}"), DType::F32, &[1, nmat])?;
+            // ggml writes the axes up to the last one longer than 1.
+            let (sums_ne, counts_ne) = if nmat > 1 {
+                (vec![e.sums.len() / nmat, nmat], vec![1, nmat])
+            } else {
+                (vec![e.sums.len()], vec![1])
+            };
+            w.add_tensor_info(format!("{name}{IN_SUM2}"), DType::F32, &sums_ne)?;
+            w.add_tensor_info(format!("{name}{COUNTS}"), DType::F32, &counts_ne)?;
             blobs.push(e.sums.iter().flat_map(|v| v.to_le_bytes()).collect());
             blobs.push(
                 e.counts
