@@ -133,7 +133,10 @@ impl MatMulView<'_> {
 
 /// A callback shown every matrix product of a graph after it is computed (see
 /// [`Executor::set_matmul_observer`]).
-pub type MatMulObserver = Box<dyn Fn(&MatMulView<'_>) + Send + Sync>;
+pub type MatMulObserver = Box<ObserverFn>;
+
+/// The function behind a [`MatMulObserver`].
+pub type ObserverFn = dyn Fn(&MatMulView<'_>) + Send + Sync;
 
 /// Runs graphs on a pool of threads started once and reused.
 pub struct Executor {
@@ -515,12 +518,7 @@ fn resolve(
 
 /// Shows node `i` (`task`) to a matmul observer when it is a product with an f32 input of
 /// contiguous rows.
-fn observe(
-    f: &(dyn Fn(&MatMulView<'_>) + Send + Sync),
-    i: usize,
-    task: &Task,
-    names: &[Option<String>],
-) {
+fn observe(f: &ObserverFn, i: usize, task: &Task, names: &[Option<String>]) {
     let indirect = match task.op {
         Op::MulMat { .. } => false,
         Op::MulMatId => true,
@@ -531,8 +529,8 @@ fn observe(
     };
     let rows_ok = input.dtype == crate::dtype::DType::F32
         && input.nb[0] == 4
-        && (input.data as usize) % 4 == 0
-        && input.nb[1..].iter().all(|&b| b % 4 == 0);
+        && (input.data as usize).is_multiple_of(4)
+        && input.nb[1..].iter().all(|&b| b.is_multiple_of(4));
     let ids = task.src[2].filter(|t| t.dtype == crate::dtype::DType::I32);
     if !rows_ok || input.data.is_null() || (indirect && ids.is_none()) {
         return;
@@ -585,10 +583,7 @@ struct Job<'a> {
     scratch_f32: usize,
     abort: Option<&'a (dyn Fn() -> bool + Send + Sync)>,
     /// The matmul observer and the weight names of the nodes.
-    observer: Option<(
-        &'a (dyn Fn(&MatMulView<'_>) + Send + Sync),
-        &'a [Option<String>],
-    )>,
+    observer: Option<(&'a ObserverFn, &'a [Option<String>])>,
     stop: AtomicBool,
     error: Mutex<Option<Error>>,
     completed: AtomicUsize,

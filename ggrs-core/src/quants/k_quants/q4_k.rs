@@ -38,10 +38,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 
 /// Shared by Q4_K and Q5_K: the ggml reference quantizer's two passes. Returns the packed
 /// scales, `d`, `dmin` and the codes (0..=nmax) in value order.
-pub(crate) fn quantize_scales_mins(
-    x: &[f32],
-    params: &Qkx2,
-) -> ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K]) {
+pub(crate) fn quantize_scales_mins(x: &[f32], params: &Qkx2) -> ScalesMins {
     let mut l = [0u8; QK_K];
     let mut scales = [0f32; QK_K / 32];
     let mut mins = [0f32; QK_K / 32];
@@ -91,11 +88,7 @@ pub(crate) fn quantize_scales_mins(
 /// sub-block's search weighted by `qw·√(σ² + x²)` (`σ² = 2·Σx²/256`), the eight scales and
 /// minimums quantized to 6 bits by `make_qp_quants` weighted by the sub-blocks' weight sums.
 /// Returns what [`quantize_scales_mins`] returns.
-pub(crate) fn quantize_scales_mins_weighted(
-    x: &[f32],
-    qw: &[f32],
-    nmax: i32,
-) -> ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K]) {
+pub(crate) fn quantize_scales_mins_weighted(x: &[f32], qw: &[f32], nmax: i32) -> ScalesMins {
     let mut l = [0u8; QK_K];
     let mut scales = [0f32; QK_K / 32];
     let mut mins = [0f32; QK_K / 32];
@@ -121,6 +114,24 @@ pub(crate) fn quantize_scales_mins_weighted(
     requantize(x, &ls, &lm, to_fp16(d_block), to_fp16(m_block), nmax, l)
 }
 
+/// What [`quantize_scales_mins`] returns: packed scales, `d`, `dmin`, codes.
+pub(crate) type ScalesMins = ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K]);
+
+/// Shared by Q4_K and Q5_K: each 256 values of `x` encoded by
+/// [`quantize_scales_mins_weighted`] with codes up to `nmax`, the block made by `make`.
+pub(crate) fn weighted_rows<B>(
+    x: &[f32],
+    qw: &[f32],
+    out: &mut [B],
+    nmax: i32,
+    make: fn(ScalesMins) -> B,
+) {
+    for (i, b) in out.iter_mut().enumerate() {
+        let r = QK_K * i..QK_K * (i + 1);
+        *b = make(quantize_scales_mins_weighted(&x[r.clone()], &qw[r], nmax));
+    }
+}
+
 /// The common end of the Q4_K/Q5_K quantizers: packs the 6-bit scales `ls` and minimums
 /// `lm`, then recomputes every code against the rounded scales (a sub-block whose scale
 /// rounded to zero keeps the codes of the search).
@@ -132,7 +143,7 @@ fn requantize(
     dmin: f16,
     nmax: i32,
     mut l: [u8; QK_K],
-) -> ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K]) {
+) -> ScalesMins {
     let packed = pack_scale_min_k4(ls, lm);
     for j in 0..QK_K / 32 {
         let (sc, m) = get_scale_min_k4(j, &packed);
@@ -225,10 +236,7 @@ impl BlockQuant for BlockQ4K {
 
     /// `quantize_row_q4_K_impl` (see [`quantize_scales_mins_weighted`]).
     fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
-        for (i, b) in out.iter_mut().enumerate() {
-            let r = QK_K * i..QK_K * (i + 1);
-            *b = BlockQ4K::from_codes(quantize_scales_mins_weighted(&x[r.clone()], &qw[r], 15));
-        }
+        weighted_rows(x, qw, out, 15, BlockQ4K::from_codes);
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
@@ -252,7 +260,7 @@ impl BlockQuant for BlockQ4K {
 
 impl BlockQ4K {
     /// The block of packed scales, `d`, `dmin` and codes (0..=15, value order).
-    fn from_codes((scales, d, dmin, l): ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K])) -> BlockQ4K {
+    fn from_codes((scales, d, dmin, l): ScalesMins) -> BlockQ4K {
         let mut qs = [0u8; QK_K / 2];
         for c in 0..QK_K / 64 {
             for k in 0..32 {

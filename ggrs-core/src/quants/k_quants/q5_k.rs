@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{dot_scales_mins, quantize_scales_mins, quantize_scales_mins_weighted};
+use super::q4_k::{dot_scales_mins, quantize_scales_mins, weighted_rows, ScalesMins};
 use super::q8_k::BlockQ8K;
 use super::{get_scale_min_k4, Qkx2, K_SCALE_SIZE, QK_K};
 use crate::dtype::DType;
@@ -92,10 +92,7 @@ impl BlockQuant for BlockQ5K {
 
     /// `quantize_row_q5_K_impl` (see [`quantize_scales_mins_weighted`]).
     fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
-        for (i, b) in out.iter_mut().enumerate() {
-            let r = QK_K * i..QK_K * (i + 1);
-            *b = BlockQ5K::from_codes(quantize_scales_mins_weighted(&x[r.clone()], &qw[r], 31));
-        }
+        weighted_rows(x, qw, out, 31, BlockQ5K::from_codes);
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
@@ -119,7 +116,7 @@ impl BlockQuant for BlockQ5K {
 
 impl BlockQ5K {
     /// The block of packed scales, `d`, `dmin` and codes (0..=31, value order).
-    fn from_codes((scales, d, dmin, l): ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K])) -> BlockQ5K {
+    fn from_codes((scales, d, dmin, l): ScalesMins) -> BlockQ5K {
         let mut qh = [0u8; QK_K / 8];
         let mut qs = [0u8; QK_K / 2];
         for c in 0..QK_K / 64 {

@@ -116,10 +116,10 @@ fn quantize_block(x: &[f32], qw: Option<&[f32]>) -> BlockQ6K {
     let mut scales = [0f32; QK_K / 16];
     let mut max_scale = 0.0f32;
     let mut max_abs_scale = 0.0f32;
-    for ib in 0..QK_K / 16 {
+    for (ib, s) in scales.iter_mut().enumerate() {
         let r = 16 * ib..16 * ib + 16;
         let scale = make_qx_quants_rmse1(32, &x[r.clone()], &mut l[r.clone()], qw.map(|q| &q[r]));
-        scales[ib] = scale;
+        *s = scale;
         let abs_scale = scale.abs();
         if abs_scale > max_abs_scale {
             max_abs_scale = abs_scale;
