@@ -198,6 +198,13 @@ fn llama_imatrix_files_read_alike() {
             );
         }
     }
+    // Written as .dat, the GGUF matrix is llama-imatrix's own conversion, byte for byte.
+    let out = std::env::temp_dir().join(format!("ggrs-imatrix-dat-{}.dat", std::process::id()));
+    g.save_dat(&out).expect("save dat");
+    let same = std::fs::read(&out).expect("read")
+        == std::fs::read(dir.join("imatrix-gpl3.dat")).expect("read");
+    let _ = std::fs::remove_file(&out);
+    assert!(same, "the .dat written differs from llama-imatrix's");
     // --include-weights / --exclude-weights select by substring.
     let path = dir.join("imatrix-gpl3.gguf");
     let inc = QuantWeights::load(&path, &["ffn_down".into()], &[]).expect("load");
