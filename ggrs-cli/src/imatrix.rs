@@ -142,20 +142,25 @@ fn show(path: &PathBuf) -> CliResult {
     let m = Imatrix::load(path)?;
     let w = m.quant_weights();
     let mut out = std::io::stdout().lock();
+    let chunks = if m.chunk_size > 0 {
+        format!("{} chunks of {} tokens", m.chunk_count, m.chunk_size)
+    } else {
+        format!("{} chunks", m.chunk_count)
+    };
     writeln!(
         out,
-        "{}: {} format, {} entries, {} chunks of {} tokens, datasets {:?}",
+        "{}: {} format, {} entries, {chunks}, datasets {:?}",
         path.display(),
         if m.is_legacy { "legacy .dat" } else { "GGUF" },
         m.entries.len(),
-        m.chunk_count,
-        m.chunk_size,
         m.datasets
     )?;
+    // A legacy file stores calls (chunks) per entry, a GGUF file tokens.
+    let count = if m.is_legacy { "ncall" } else { "tokens" };
     writeln!(
         out,
         "{:<40} {:>4} {:>6} {:>9} {:>12} {:>12} {:>12}",
-        "weight", "mats", "cols", "count", "mean", "min", "max"
+        "weight", "mats", "cols", count, "mean", "min", "max"
     )?;
     for (name, e) in &m.entries {
         let v = &w[name];
