@@ -7,6 +7,7 @@ mod common;
 mod convert;
 mod embed;
 mod grammar;
+mod imatrix;
 mod inspect;
 mod perplexity;
 mod quantize;
@@ -44,6 +45,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write a copy of a GGUF model with its weights converted to another type.
     Quantize(quantize::Args),
+    /// Collect an importance matrix over a text for quantizing (like llama-imatrix).
+    Imatrix(imatrix::Args),
     /// Convert a Hugging Face checkpoint directory (safetensors) to a GGUF model.
     Convert(convert::Args),
     /// Serve a model over HTTP: an OpenAI-compatible API (llama-server's) and a chat page.
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Imatrix(a) => imatrix::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Serve(a) => serve::run(a),
     };

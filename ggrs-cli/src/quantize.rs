@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::quantize::QuantizeOptions;
+use ggrs_llama::imatrix::QuantWeights;
 use ggrs_llama::quantize::{quantize, FileType, QuantType, RecipeOptions, TensorTypeOverride};
 
 use crate::CliResult;
@@ -14,18 +15,24 @@ const TYPES_HELP: &str = "\
 TYPE is one of llama-quantize's file types (case does not matter):
   Q4_K_M (alias Q4_K), Q4_K_S, Q5_K_M (alias Q5_K), Q5_K_S, Q3_K_M (alias Q3_K), Q3_K_S,
   Q3_K_L, Q2_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, F16, BF16, F32
-  (or the number llama.cpp writes as general.file_type). Q2_K_S needs an importance matrix,
-  which ggrs does not support.
+  (or the number llama.cpp writes as general.file_type). Q2_K_S needs an importance matrix.
 
 Each tensor's type is chosen as llama.cpp's quantize tool chooses it: 1-D tensors and norms
 keep theirs; the k-quant mixtures give attn_v and ffn_down more bits in some layers (by the
 same layer counters), the output projection gets Q6_K (Q8_0 when its rows are not a multiple
 of 256), and a type whose blocks do not divide a tensor's rows falls back (Q4_K -> Q5_0,
-Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, IQ4_XS -> IQ4_NL, else F16). Without an
-importance matrix the bytes are those llama-quantize writes.
+Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0, IQ4_XS -> IQ4_NL, else F16). The bytes are
+those llama-quantize writes, with or without an importance matrix.
+
+With --imatrix FILE (llama.cpp's imatrix GGUF or legacy .dat, e.g. from `ggrs imatrix`), each
+converted tensor's rounding errors are weighted by the mean squared input activation of its
+columns, as llama-quantize --imatrix does (Q4_0/Q4_1/Q5_0/Q5_1, the k-quants and IQ4_NL/IQ4_XS
+use it; Q8_0 and the ternary/FP4 types ignore it). It also changes a few type choices: with
+it, IQ4_NL/IQ4_XS keep ffn_down in the first layers, Q4_0/Q5_0 give them Q4_1/Q5_1.
 
 Examples:
   ggrs quantize model-f16.gguf model-q4_k_m.gguf q4_k_m
+  ggrs quantize --imatrix model.imatrix.gguf model-f16.gguf model-iq4_xs.gguf iq4_xs
   ggrs quantize model-f16.gguf mix.gguf q5_0 --pure --tensor-type attn_v=q8_0
   ggrs quantize model-f16.gguf out.gguf q4_k_m --tensor-type 'blk\\.[0-3]\\.ffn_down=q8_0' \\
       --output-tensor-type q8_0 --token-embedding-type q4_0";
@@ -60,6 +67,21 @@ pub struct Args {
     /// Keep output.weight as it is in the input.
     #[arg(long)]
     leave_output_tensor: bool,
+    /// Importance matrix (llama.cpp's imatrix GGUF or legacy .dat) to weigh the rounding
+    /// errors with, as llama-quantize --imatrix.
+    #[arg(long, value_name = "FILE")]
+    imatrix: Option<PathBuf>,
+    /// Use the importance matrix only for tensors whose name contains NAME (repeatable).
+    #[arg(long = "include-weights", value_name = "NAME", requires = "imatrix")]
+    include_weights: Vec<String>,
+    /// Do not use the importance matrix for tensors whose name contains NAME (repeatable).
+    #[arg(
+        long = "exclude-weights",
+        value_name = "NAME",
+        requires = "imatrix",
+        conflicts_with = "include_weights"
+    )]
+    exclude_weights: Vec<String>,
     /// Allow converting tensors that are block-quantized already.
     #[arg(long)]
     allow_requantize: bool,
@@ -97,6 +119,24 @@ pub fn run(a: Args) -> CliResult {
     }
     if let Some(t) = &a.token_embedding_type {
         recipe.token_embedding_type = Some(tensor_type(t, "--token-embedding-type")?);
+    }
+    if let Some(path) = &a.imatrix {
+        let w = QuantWeights::load(path, &a.include_weights, &a.exclude_weights)?;
+        eprintln!(
+            "importance matrix {}: {} entries{}{}",
+            path.display(),
+            w.weights.len(),
+            w.dataset
+                .as_ref()
+                .map(|d| format!(", dataset {d}"))
+                .unwrap_or_default(),
+            if w.chunk_count > 0 {
+                format!(", {} chunks", w.chunk_count)
+            } else {
+                String::new()
+            }
+        );
+        recipe.imatrix = Some(std::sync::Arc::new(w));
     }
     let input = GgufFile::open(&a.input)?;
     let opts = QuantizeOptions {

@@ -214,7 +214,7 @@ pub use context::{
 };
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use exec::{compute_graph, Executor, NodeTiming, Plan};
+pub use exec::{compute_graph, Executor, MatMulObserver, MatMulView, NodeTiming, Plan};
 pub use graph::Graph;
 pub use op::{Op, RopeMode};
 pub use ops::nn::RopeParams;

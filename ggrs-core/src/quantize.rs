@@ -6,8 +6,10 @@
 //! caller (`ggrs_llama::quantize`). A tensor whose planned type is its own is copied byte for
 //! byte; any other is converted row by row, on several threads, by decoding the row to f32
 //! (exact for F16 and BF16, the type's dequantizer for block types) and encoding that with
-//! the target type's reference quantizer. That is how llama.cpp's quantize tool proceeds
-//! without an importance matrix, so the result is bit-identical to its output. The input's
+//! the target type's reference quantizer, or, when the plan gives the tensor importance
+//! weights, its weighted quantizer ([`crate::quants::quantize_row_weighted`]). That is how
+//! llama.cpp's quantize tool proceeds, with or without an importance matrix, so the result
+//! is bit-identical to its output. The input's
 //! metadata is copied, then `general.quantization_version` is set to 2 (ggml's
 //! `GGML_QNT_VERSION`) and the plan's metadata is set (each moved to the end, as ggml does);
 //! tensors are written in the plan's order.
@@ -17,6 +19,7 @@ use std::path::Path;
 
 use crate::dtype::DType;
 use crate::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, Value};
+use crate::quants::quantize_row_weighted_dyn;
 use crate::types::traits;
 
 /// How to convert (the per-tensor types come in a [`QuantizePlan`]).
@@ -41,6 +44,12 @@ pub struct QuantizePlan {
     /// The order to write the tensors in, as indices into the input's tensors (a
     /// permutation); empty keeps the input's order.
     pub order: Vec<usize>,
+    /// Importance weights per tensor, in the input's tensor order (empty: none at all): for a
+    /// tensor of rows of `ne0` values, `ne0 · ne2` weights, `ne0` per matrix of a 3-D
+    /// tensor (one per MoE expert). A converted tensor with weights is encoded as ggml's
+    /// `quantize_<type>` with `quant_weights` does (`llama-quantize --imatrix`); types
+    /// that ignore them there ignore them here.
+    pub importance: Vec<Option<Vec<f32>>>,
 }
 
 impl QuantizePlan {
@@ -50,6 +59,7 @@ impl QuantizePlan {
             types: input.tensors().iter().map(f).collect(),
             metadata: Vec::new(),
             order: Vec::new(),
+            importance: Vec::new(),
         }
     }
 }
@@ -124,6 +134,19 @@ pub enum QuantizeError {
         /// Tensors in the file.
         tensors: usize,
     },
+    /// A tensor's importance weights do not have one value per column of each matrix.
+    #[error(
+        "tensor `{name}`: {got} importance weights, expected {expected} (one per column of \
+         each of its matrices)"
+    )]
+    ImportanceLength {
+        /// Tensor name.
+        name: String,
+        /// Weights given.
+        got: usize,
+        /// `ne0 · ne2`.
+        expected: usize,
+    },
     /// The plan's tensor order is not a permutation of the input's tensors.
     #[error("the quantization plan's tensor order is not a permutation of the file's {0} tensors")]
     BadOrder(usize),
@@ -173,6 +196,25 @@ fn write_quantized(
             planned: plan.types.len(),
             tensors: n,
         });
+    }
+    if !plan.importance.is_empty() && plan.importance.len() != n {
+        return Err(QuantizeError::PlanLength {
+            planned: plan.importance.len(),
+            tensors: n,
+        });
+    }
+    let importance = |i: usize| plan.importance.get(i).and_then(|w| w.as_deref());
+    for (i, t) in input.tensors().iter().enumerate() {
+        if let Some(w) = importance(i) {
+            let expected = t.ne[0] * t.ne[2];
+            if w.len() != expected {
+                return Err(QuantizeError::ImportanceLength {
+                    name: t.name.clone(),
+                    got: w.len(),
+                    expected,
+                });
+            }
+        }
     }
     let order: Vec<usize> = if plan.order.is_empty() {
         (0..n).collect()
@@ -245,6 +287,7 @@ fn write_quantized(
     let mut index = 0usize;
     let tensors = input.tensors();
     w.write_to_path(out, |info, sink| {
+        let weights = importance(order[index]);
         let src = &tensors[order[index]];
         let data = input.tensor_data(src);
         report.bytes_in += data.len() as u64;
@@ -252,7 +295,7 @@ fn write_quantized(
             sink.write_all(data)?;
         } else {
             report.n_converted += 1;
-            convert_rows(src, data, info.dtype, n_threads, sink)?;
+            convert_rows(src, data, info.dtype, weights, n_threads, sink)?;
         }
         done += info.size as u64;
         report.bytes_out += info.size as u64;
@@ -272,16 +315,21 @@ fn write_quantized(
 }
 
 /// Converts the rows of `data` (tensor `src`) to `to`, writing them to `sink` in pieces of
-/// a few MB, rows split across `n_threads` threads.
+/// a few MB, rows split across `n_threads` threads; a row of matrix `k` (`ne2` index) is
+/// encoded with `weights[k·ne0..(k + 1)·ne0]` when weights are given.
 fn convert_rows(
     src: &TensorInfo,
     data: &[u8],
     to: DType,
+    weights: Option<&[f32]>,
     n_threads: usize,
     sink: &mut dyn Write,
 ) -> std::io::Result<()> {
     let ne0 = src.ne[0];
     let rows = src.ne[1] * src.ne[2] * src.ne[3];
+    // Rows of one matrix: the weights change with the `ne2` index (an expert).
+    let rows_per_matrix = src.ne[1].max(1);
+    let n_matrices = src.ne[2].max(1);
     let in_row = src.dtype.row_size(ne0);
     let out_row = to.row_size(ne0);
     let to_f32 = traits(src.dtype).to_f32.expect("checked by quantize_file");
@@ -295,15 +343,30 @@ fn convert_rows(
         let input = &data[r0 * in_row..(r0 + n) * in_row];
         let per_thread = n.div_ceil(n_threads.max(1));
         std::thread::scope(|s| {
-            for (dst, srcb) in piece
+            for (t, (dst, srcb)) in piece
                 .chunks_mut(per_thread * out_row)
                 .zip(input.chunks(per_thread * in_row))
+                .enumerate()
             {
+                let first = r0 + t * per_thread;
                 s.spawn(move || {
                     let mut tmp = vec![0f32; ne0];
-                    for (d, r) in dst.chunks_mut(out_row).zip(srcb.chunks(in_row)) {
+                    for (k, (d, r)) in dst.chunks_mut(out_row).zip(srcb.chunks(in_row)).enumerate()
+                    {
                         to_f32(r, &mut tmp);
-                        from_f32(&tmp, d);
+                        match weights.filter(|_| to.is_quantized()) {
+                            Some(w) => {
+                                let m = (first + k) / rows_per_matrix % n_matrices;
+                                let r = quantize_row_weighted_dyn(
+                                    to,
+                                    &tmp,
+                                    &w[m * ne0..(m + 1) * ne0],
+                                    d,
+                                );
+                                debug_assert!(r.is_ok(), "{r:?}");
+                            }
+                            None => from_f32(&tmp, d),
+                        }
                     }
                 });
             }

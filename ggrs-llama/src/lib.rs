@@ -59,6 +59,7 @@ pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod hparams;
+pub mod imatrix;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;

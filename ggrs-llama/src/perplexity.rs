@@ -48,6 +48,19 @@ pub fn perplexity_while(
     session: &mut Session,
     tokens: &[u32],
     n_ctx: usize,
+    on_chunk: impl FnMut(&Perplexity) -> ControlFlow<()>,
+) -> Result<Perplexity> {
+    run_chunks(session, tokens, n_ctx, false, on_chunk)
+}
+
+/// [`perplexity_while`]'s body. With `all_outputs` every position of a chunk is an output
+/// (so that every layer runs on every token, as llama-imatrix asks), not only the scored
+/// ones.
+pub(crate) fn run_chunks(
+    session: &mut Session,
+    tokens: &[u32],
+    n_ctx: usize,
+    all_outputs: bool,
     mut on_chunk: impl FnMut(&Perplexity) -> ControlFlow<()>,
 ) -> Result<Perplexity> {
     if n_ctx < 4 {
@@ -91,11 +104,13 @@ pub fn perplexity_while(
         // Logits are needed from position `first` on only.
         let mut batch = Batch::new();
         for (i, &t) in chunk.iter().enumerate() {
-            batch.push(t, i as i32, 0, i >= first && i + 1 < n_ctx);
+            batch.push(t, i as i32, 0, all_outputs || (i >= first && i + 1 < n_ctx));
         }
         session.decode(&batch)?;
         let logits = session.all_logits();
+        let skip = if all_outputs { first } else { 0 };
         for (k, j) in (first..n_ctx - 1).enumerate() {
+            let k = k + skip;
             let row = &logits[k * nv..(k + 1) * nv];
             let v = -log_softmax_at(row, chunk[j + 1] as usize);
             nll += v;

@@ -1050,6 +1050,13 @@ impl Session {
         Ok(())
     }
 
+    /// Sets (`Some`) or removes (`None`) a callback shown every matrix product of the model's
+    /// graphs after it is computed (see [`ggrs_core::Executor::set_matmul_observer`]); the
+    /// importance-matrix collector ([`crate::imatrix::collect`]) uses it.
+    pub fn set_matmul_observer(&mut self, f: Option<ggrs_core::MatMulObserver>) {
+        self.exec.set_matmul_observer(f);
+    }
+
     /// Evaluates `tokens` of sequence 0 after what the cache holds; logits for the last one
     /// (or every one, with `all_logits`, if the session allows it).
     pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<()> {

@@ -76,6 +76,68 @@ struct ItemsPtr<T>(*mut T);
 // out once) and `T: Send`, so sharing the pointer among them is sound.
 unsafe impl<T: Send> Sync for ItemsPtr<T> {}
 
+/// A matrix product as a [`MatMulObserver`] sees it, after the node is computed: the name
+/// and shape of its weight operand (`src0`) and its input operand (`src1`), rows of f32.
+/// Only products whose input is f32 with contiguous rows are shown (ggml's `cb_eval` as
+/// llama-imatrix uses it).
+pub struct MatMulView<'a> {
+    /// Index of the node in the graph.
+    pub node: usize,
+    /// `mul_mat_id`: each input column goes through the matrix `ids` names for its slot.
+    pub indirect: bool,
+    /// The weight operand's name in its context (its view source's when it has none).
+    pub weight: &'a str,
+    /// The weight operand's shape.
+    pub weight_ne: [usize; 4],
+    /// The input operand's shape.
+    pub input_ne: [usize; 4],
+    input: RawTensor,
+    ids: Option<RawTensor>,
+}
+
+impl MatMulView<'_> {
+    /// Row `(i1, i2, i3)` of the input: `input_ne[0]` values.
+    ///
+    /// Panics if an index is out of the input's shape.
+    pub fn input_row(&self, i1: usize, i2: usize, i3: usize) -> &[f32] {
+        let (ne, nb) = (self.input.ne, self.input.nb);
+        assert!(
+            i1 < ne[1] && i2 < ne[2] && i3 < ne[3],
+            "input row out of range"
+        );
+        let off = i1 * nb[1] + i2 * nb[2] + i3 * nb[3];
+        // SAFETY: the input is an f32 tensor with contiguous, 4-byte aligned rows (checked
+        // before the view is made) whose data the executor keeps alive and unwritten while
+        // the observer runs: its producer finished in an earlier epoch, and no node of this
+        // node's epoch writes memory this node reads (see `schedule`).
+        unsafe { std::slice::from_raw_parts(self.input.data.add(off) as *const f32, ne[0]) }
+    }
+
+    /// For `mul_mat_id`: the slots per token (`ids`' first axis); 0 for `mul_mat`.
+    pub fn id_slots(&self) -> usize {
+        self.ids.as_ref().map_or(0, |t| t.ne[0])
+    }
+
+    /// For `mul_mat_id`: the matrix slot `slot` of token `token` uses (`ids[slot, token]`).
+    pub fn id(&self, slot: usize, token: usize) -> Option<i32> {
+        let ids = self.ids.as_ref()?;
+        if slot >= ids.ne[0] || token >= ids.ne[1] {
+            return None;
+        }
+        let off = slot * ids.nb[0] + token * ids.nb[1];
+        // SAFETY: an i32 tensor (checked before the view is made), in range (just above),
+        // alive and unwritten while the observer runs (as for `input_row`); read unaligned.
+        Some(unsafe { std::ptr::read_unaligned(ids.data.add(off) as *const i32) })
+    }
+}
+
+/// A callback shown every matrix product of a graph after it is computed (see
+/// [`Executor::set_matmul_observer`]).
+pub type MatMulObserver = Box<ObserverFn>;
+
+/// The function behind a [`MatMulObserver`].
+pub type ObserverFn = dyn Fn(&MatMulView<'_>) + Send + Sync;
+
 /// Runs graphs on a pool of threads started once and reused.
 pub struct Executor {
     n_threads: usize,
@@ -84,6 +146,7 @@ pub struct Executor {
     pool_lent: AtomicBool,
     work: Vec<WorkLine>,
     abort: Option<AbortFn>,
+    matmul_observer: Option<MatMulObserver>,
     profiling: bool,
     profile: Vec<NodeTiming>,
     /// What the last computation resolved, reused when the same graph of the same
@@ -93,8 +156,10 @@ pub struct Executor {
 
 /// A graph resolved and scheduled for this executor.
 struct Prepared {
-    /// Graph id, context layout key, profiling: what the rest was made for.
-    key: (u64, (u32, u64), bool),
+    /// Graph id, context layout key, profiling, observing: what the rest was made for.
+    key: PreparedKey,
+    /// With a matmul observer: the weight name of each `mul_mat`/`mul_mat_id` node.
+    weight_names: Vec<Option<String>>,
     work_size: usize,
     shared_size: usize,
     scratch_f32: usize,
@@ -104,6 +169,8 @@ struct Prepared {
     sched: Schedule,
     pos: Vec<usize>,
 }
+
+type PreparedKey = (u64, (u32, u64), bool, bool);
 
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
@@ -139,6 +206,7 @@ impl Executor {
             pool_lent: AtomicBool::new(false),
             work: Vec::new(),
             abort: None,
+            matmul_observer: None,
             profiling: false,
             profile: Vec::new(),
             prepared: None,
@@ -210,6 +278,14 @@ impl Executor {
         self.abort = None;
     }
 
+    /// Sets (`Some`) or removes (`None`) a callback shown each `mul_mat`/`mul_mat_id` node
+    /// with an f32 input after it is computed ([`MatMulView`]), as ggml's `cb_eval` lets
+    /// llama-imatrix see them. It runs on the thread that finished the node, possibly
+    /// concurrently for two nodes of one epoch. Without one the executor does no extra work.
+    pub fn set_matmul_observer(&mut self, f: Option<MatMulObserver>) {
+        self.matmul_observer = f;
+    }
+
     /// Turns per-node timing on or off (see [`Executor::profile`]).
     pub fn set_profiling(&mut self, on: bool) {
         self.profiling = on;
@@ -227,7 +303,12 @@ impl Executor {
 
     /// Computes every node of `graph`, whose tensors live in `ctx`.
     pub fn compute(&mut self, ctx: &mut Context, graph: &Graph) -> Result<()> {
-        let key = (graph.id(), ctx.layout_key(), self.profiling);
+        let key = (
+            graph.id(),
+            ctx.layout_key(),
+            self.profiling,
+            self.matmul_observer.is_some(),
+        );
         if self.prepared.as_ref().is_none_or(|p| p.key != key) {
             self.prepared = None;
             self.prepared = Some(self.prepare(ctx, graph, key)?);
@@ -259,6 +340,10 @@ impl Executor {
             shared_size,
             scratch_f32,
             abort: self.abort.as_deref(),
+            observer: self
+                .matmul_observer
+                .as_deref()
+                .map(|f| (f, prep.weight_names.as_slice())),
             stop: AtomicBool::new(false),
             error: Mutex::new(None),
             completed: AtomicUsize::new(0),
@@ -280,12 +365,7 @@ impl Executor {
 
 impl Executor {
     /// Plans, resolves and schedules `graph` (whose tensors live in `ctx`) for this executor.
-    fn prepare(
-        &self,
-        ctx: &mut Context,
-        graph: &Graph,
-        key: (u64, (u32, u64), bool),
-    ) -> Result<Prepared> {
+    fn prepare(&self, ctx: &mut Context, graph: &Graph, key: PreparedKey) -> Result<Prepared> {
         let plan = self.plan(ctx, graph)?;
         let (tasks, packed) = resolve(ctx, graph, &plan)?;
         let shared_size = plan.nodes.iter().map(|p| p.work_shared).max().unwrap_or(0);
@@ -296,8 +376,26 @@ impl Executor {
         for (k, n) in sched.nodes.iter().enumerate() {
             pos[n.node] = k;
         }
+        let mut weight_names = Vec::new();
+        if self.matmul_observer.is_some() {
+            for &t in graph.nodes() {
+                let m = ctx.meta(t)?;
+                let name = match (m.op, m.src[0]) {
+                    (Op::MulMat { .. } | Op::MulMatId, Some(w)) => {
+                        let wm = ctx.meta(w)?;
+                        match (wm.name.is_empty(), wm.view_src) {
+                            (true, Some(v)) => Some(ctx.meta(v)?.name.clone()),
+                            _ => Some(wm.name.clone()),
+                        }
+                    }
+                    _ => None,
+                };
+                weight_names.push(name);
+            }
+        }
         Ok(Prepared {
             key,
+            weight_names,
             work_size: plan.work_size,
             shared_size,
             scratch_f32,
@@ -418,6 +516,36 @@ fn resolve(
     Ok((resolved, keep))
 }
 
+/// Shows node `i` (`task`) to a matmul observer when it is a product with an f32 input of
+/// contiguous rows.
+fn observe(f: &ObserverFn, i: usize, task: &Task, names: &[Option<String>]) {
+    let indirect = match task.op {
+        Op::MulMat { .. } => false,
+        Op::MulMatId => true,
+        _ => return,
+    };
+    let (Some(w), Some(input)) = (task.src[0], task.src[1]) else {
+        return;
+    };
+    let rows_ok = input.dtype == crate::dtype::DType::F32
+        && input.nb[0] == 4
+        && (input.data as usize).is_multiple_of(4)
+        && input.nb[1..].iter().all(|&b| b.is_multiple_of(4));
+    let ids = task.src[2].filter(|t| t.dtype == crate::dtype::DType::I32);
+    if !rows_ok || input.data.is_null() || (indirect && ids.is_none()) {
+        return;
+    }
+    f(&MatMulView {
+        node: i,
+        indirect,
+        weight: names.get(i).and_then(|n| n.as_deref()).unwrap_or(""),
+        weight_ne: w.ne,
+        input_ne: input.ne,
+        input,
+        ids,
+    });
+}
+
 #[derive(Clone, Copy)]
 struct WorkPtr(*mut u8);
 // SAFETY: the work buffer is owned by the executor, which is exclusively borrowed for the
@@ -454,6 +582,8 @@ struct Job<'a> {
     shared_size: usize,
     scratch_f32: usize,
     abort: Option<&'a (dyn Fn() -> bool + Send + Sync)>,
+    /// The matmul observer and the weight names of the nodes.
+    observer: Option<(&'a ObserverFn, &'a [Option<String>])>,
     stop: AtomicBool,
     error: Mutex<Option<Error>>,
     completed: AtomicUsize,
@@ -501,6 +631,11 @@ impl Job<'_> {
                     .flatten(),
                 time,
             });
+        }
+        if let Some((f, names)) = self.observer {
+            if !self.stopped() {
+                observe(f, i, task, names);
+            }
         }
         let completed = self.completed.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(f) = self.abort {

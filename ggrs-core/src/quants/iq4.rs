@@ -18,7 +18,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::k_quants::{nearest_int, QK_K};
+use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
 use super::q8::BlockQ8_0;
 use super::{fp16, to_fp16, BlockQ8K, BlockQuant};
 use crate::dtype::DType;
@@ -127,12 +127,13 @@ fn best_indices(scale: f32, x: &[f32; 32]) -> [u8; 32] {
     l
 }
 
-/// `Σ w·q·x` and `Σ w·q²` (weights `w = x²`) of the 32 values `xb` quantized with inverse
-/// scale `id`, each index written to `lb` when given; products grouped as ggml's `(w·q)·x`
-/// and `(w·q)·q`, added in value order. (Indices and products first, each loop free of the
-/// sums' dependency chain, so that they vectorise; the sums alone stay sequential.)
+/// `Σ w·q·x` and `Σ w·q²` (weights `w`, see [`group_weights`]) of the 32 values `xb`
+/// quantized with inverse scale `id`, each index written to `lb` when given; products
+/// grouped as ggml's `(w·q)·x` and `(w·q)·q`, added in value order. (Indices and products
+/// first, each loop free of the sums' dependency chain, so that they vectorise; the sums
+/// alone stay sequential.)
 #[inline(always)]
-fn weighted_sums(xb: &[f32], id: f32, lb: Option<&mut [u8]>) -> (f32, f32) {
+fn weighted_sums(xb: &[f32], w: &[f32; 32], id: f32, lb: Option<&mut [u8]>) -> (f32, f32) {
     let xb: &[f32; 32] = xb
         .try_into()
         .expect("groups are 32 values (callers' chunks)");
@@ -144,9 +145,8 @@ fn weighted_sums(xb: &[f32], id: f32, lb: Option<&mut [u8]>) -> (f32, f32) {
     let mut pq2 = [0f32; 32];
     for j in 0..32 {
         let q = LEVELS[l[j] as usize];
-        let w = xb[j] * xb[j];
-        pqx[j] = w * q * xb[j];
-        pq2[j] = w * q * q;
+        pqx[j] = w[j] * q * xb[j];
+        pq2[j] = w[j] * q * q;
     }
     let (mut sumqx, mut sumq2) = (0f32, 0f32);
     for j in 0..32 {
@@ -164,7 +164,7 @@ fn weighted_sums(xb: &[f32], id: f32, lb: Option<&mut [u8]>) -> (f32, f32) {
 /// `ntry` ≤ 0, i.e. the sign kept), fits the least-squares scale to the indices it gives,
 /// then tries the inverse scales `(t − 127) / max` for t in `−ntry..=ntry` and keeps the
 /// best fit.
-fn group_scale(xb: &[f32], lb: &mut [u8], ntry: i32) -> Option<f32> {
+fn group_scale(xb: &[f32], w: &[f32; 32], lb: &mut [u8], ntry: i32) -> Option<f32> {
     let (mut amax, mut max) = (0f32, 0f32);
     for &x in xb {
         let ax = x.abs();
@@ -178,12 +178,12 @@ fn group_scale(xb: &[f32], lb: &mut [u8], ntry: i32) -> Option<f32> {
     }
     let v0 = KVALUES_IQ4NL[0] as f32;
     let d = if ntry > 0 { -max / v0 } else { max / v0 };
-    let (sumqx, sumq2) = weighted_sums(xb, 1.0 / d, Some(lb));
+    let (sumqx, sumq2) = weighted_sums(xb, w, 1.0 / d, Some(lb));
     let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
     let mut best = d * sumqx;
     for itry in -ntry..=ntry {
         let id = (itry + KVALUES_IQ4NL[0] as i32) as f32 / max;
-        let (sumqx, sumq2) = weighted_sums(xb, id, None);
+        let (sumqx, sumq2) = weighted_sums(xb, w, id, None);
         if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
             d = sumqx / sumq2;
             best = d * sumqx;
@@ -201,13 +201,31 @@ fn pack_indices(l: &[u8], q4: &mut [u8]) {
     }
 }
 
+/// The weights of the scale search of the 32 values `xb` (ggml's `quantize_row_iq4_nl_impl`):
+/// `x²` without importance weights, else `qw·√(σ² + x²)` with `σ² = 2·Σx²/n` over the `n`
+/// values of the (super-)block, given as `sigma2`.
+fn group_weights(xb: &[f32], qw: Option<(&[f32], f32)>) -> [f32; 32] {
+    let mut w = [0f32; 32];
+    match qw {
+        Some((qw, sigma2)) => sigma_weights(qw, xb, sigma2, &mut w),
+        None => {
+            for (w, &x) in w.iter_mut().zip(xb) {
+                *w = x * x;
+            }
+        }
+    }
+    w
+}
+
 /// One IQ4_NL block as ggml's quantizer writes it: `ntry` = 7 is the quantize tool's
-/// `quantize_iq4_nl`, `ntry` = −1 the row converter `quantize_row_iq4_nl_ref` (the first
-/// guess only, its indices kept).
-fn quantize_iq4_nl_block(x: &[f32], ntry: i32) -> BlockIQ4NL {
+/// `quantize_iq4_nl` (with importance weights `qw` when given), `ntry` = −1 the row
+/// converter `quantize_row_iq4_nl_ref` (the first guess only, its indices kept).
+fn quantize_iq4_nl_block(x: &[f32], qw: Option<&[f32]>, ntry: i32) -> BlockIQ4NL {
     let x = &x[..QK4_NL];
     let mut l = [0u8; QK4_NL];
-    let scale = group_scale(x, &mut l, ntry).unwrap_or(0.0);
+    let sigma2 = sum_x2(x) * (2.0 / QK4_NL as f32);
+    let w = group_weights(x, qw.map(|q| (q, sigma2)));
+    let scale = group_scale(x, &w, &mut l, ntry).unwrap_or(0.0);
     if ntry > 0 {
         let id = if scale != 0.0 { 1.0 / scale } else { 0.0 };
         l = best_indices(id, x.try_into().expect("32 values"));
@@ -238,7 +256,15 @@ impl BlockQuant for BlockIQ4NL {
     /// `llama-quantize` runs), not the shorter `quantize_row_iq4_nl_ref` (see
     /// [`quantize_row_iq4_nl_ref`]).
     fn quantize(x: &[f32]) -> Self {
-        quantize_iq4_nl_block(x, NTRY_TOOL)
+        quantize_iq4_nl_block(x, None, NTRY_TOOL)
+    }
+
+    /// `quantize_iq4_nl` with importance weights (see [`group_weights`]).
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            let r = QK4_NL * i..QK4_NL * (i + 1);
+            *b = quantize_iq4_nl_block(&x[r.clone()], Some(&qw[r]), NTRY_TOOL);
+        }
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8_0]) -> f32 {
@@ -279,41 +305,14 @@ impl BlockQuant for BlockIQ4XS {
     /// scales quantized to 6 bits against `d = −max_scale / 32` and every index chosen again
     /// for its rounded sub-block scale.
     fn quantize(x: &[f32]) -> Self {
-        let x = &x[..QK_K];
-        let mut l = [0u8; QK_K];
-        let mut scales = [0f32; QK_K / 32];
-        let (mut max_scale, mut amax_scale) = (0f32, 0f32);
-        for (ib, (xb, lb)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
-            let Some(d) = group_scale(xb, lb, NTRY_TOOL) else {
-                scales[ib] = 0.0;
-                continue;
-            };
-            scales[ib] = d;
-            if d.abs() > amax_scale {
-                amax_scale = d.abs();
-                max_scale = d;
-            }
-        }
-        let d = -max_scale / 32.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let mut scales_h = 0u16;
-        let mut scales_l = [0u8; QK_K / 64];
-        for (ib, (xb, lb)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
-            let ls = nearest_int(id * scales[ib]).clamp(-32, 31);
-            let dl = d * ls as f32;
-            let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
-            lb.copy_from_slice(&best_indices(idl, xb.try_into().expect("32 values")));
-            let ls = (ls + 32) as u8;
-            scales_l[ib / 2] |= (ls & 0x0F) << (4 * (ib % 2));
-            scales_h |= ((ls >> 4) as u16) << (2 * ib);
-        }
-        let mut qs = [0u8; QK_K / 2];
-        pack_indices(&l, &mut qs);
-        BlockIQ4XS {
-            d: to_fp16(d),
-            scales_h,
-            scales_l,
-            qs,
+        quantize_iq4_xs_block(x, None)
+    }
+
+    /// `quantize_iq4_xs` with importance weights (see [`group_weights`]).
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            let r = QK_K * i..QK_K * (i + 1);
+            *b = quantize_iq4_xs_block(&x[r.clone()], Some(&qw[r]));
         }
     }
 
@@ -338,6 +337,52 @@ impl BlockQuant for BlockIQ4XS {
     }
 }
 
+/// One IQ4_XS super-block as ggml's `quantize_iq4_xs` writes it (which is also its
+/// `quantize_row_iq4_xs_ref` without weights): per sub-block the scale search of IQ4_NL,
+/// then the eight scales quantized to 6 bits against `d = −max_scale / 32` and every index
+/// chosen again for its rounded sub-block scale.
+fn quantize_iq4_xs_block(x: &[f32], qw: Option<&[f32]>) -> BlockIQ4XS {
+    let x = &x[..QK_K];
+    let sigma2 = sum_x2(x) * (2.0 / QK_K as f32);
+    let mut l = [0u8; QK_K];
+
+    let mut scales = [0f32; QK_K / 32];
+    let (mut max_scale, mut amax_scale) = (0f32, 0f32);
+    for (ib, (xb, lb)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
+        let w = group_weights(xb, qw.map(|q| (&q[32 * ib..32 * ib + 32], sigma2)));
+        let Some(d) = group_scale(xb, &w, lb, NTRY_TOOL) else {
+            scales[ib] = 0.0;
+            continue;
+        };
+        scales[ib] = d;
+        if d.abs() > amax_scale {
+            amax_scale = d.abs();
+            max_scale = d;
+        }
+    }
+    let d = -max_scale / 32.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut scales_h = 0u16;
+    let mut scales_l = [0u8; QK_K / 64];
+    for (ib, (xb, lb)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
+        let ls = nearest_int(id * scales[ib]).clamp(-32, 31);
+        let dl = d * ls as f32;
+        let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
+        lb.copy_from_slice(&best_indices(idl, xb.try_into().expect("32 values")));
+        let ls = (ls + 32) as u8;
+        scales_l[ib / 2] |= (ls & 0x0F) << (4 * (ib % 2));
+        scales_h |= ((ls >> 4) as u16) << (2 * ib);
+    }
+    let mut qs = [0u8; QK_K / 2];
+    pack_indices(&l, &mut qs);
+    BlockIQ4XS {
+        d: to_fp16(d),
+        scales_h,
+        scales_l,
+        qs,
+    }
+}
+
 /// Decodes a row of IQ4_NL blocks (ggml's `dequantize_row_iq4_nl`).
 pub fn dequantize_row_iq4_nl(src: &[u8], dst: &mut [f32]) -> Result<()> {
     super::dequantize_row::<BlockIQ4NL>(src, dst)
@@ -355,7 +400,7 @@ pub fn quantize_row_iq4_nl(src: &[f32], dst: &mut [u8]) -> Result<()> {
 pub fn quantize_row_iq4_nl_ref(src: &[f32], dst: &mut [u8]) -> Result<()> {
     super::check_row::<BlockIQ4NL>("quants::quantize_row_iq4_nl_ref", src.len(), dst.len())?;
     for (x, out) in src.chunks_exact(QK4_NL).zip(dst.chunks_exact_mut(18)) {
-        out.copy_from_slice(bytemuck::bytes_of(&quantize_iq4_nl_block(x, -1)));
+        out.copy_from_slice(bytemuck::bytes_of(&quantize_iq4_nl_block(x, None, -1)));
     }
     Ok(())
 }

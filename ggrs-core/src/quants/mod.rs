@@ -147,6 +147,22 @@ pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// Panics if `x` holds fewer than `BLOCK_SIZE` values (the row functions check this).
     fn quantize(x: &[f32]) -> Self;
 
+    /// Encodes one row `x` (whole blocks, `out.len()` of them) with importance weights `qw`
+    /// (one per value of `x`, e.g. an importance matrix's mean squared activations),
+    /// bit-exact with ggml's `quantize_<type>(…, quant_weights)` that `llama-quantize
+    /// --imatrix` runs. Some types weigh a value against its whole row, hence a row here.
+    ///
+    /// The default ignores the weights and encodes each block with
+    /// [`BlockQuant::quantize`], as ggml does for Q8_0, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 and
+    /// Q2_0. Panics if `x` or `qw` hold fewer than `out.len() · BLOCK_SIZE` values (the row
+    /// functions check this).
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        let _ = qw;
+        for (b, xb) in out.iter_mut().zip(x.chunks_exact(Self::BLOCK_SIZE)) {
+            *b = Self::quantize(xb);
+        }
+    }
+
     /// Scalar reference dot product of a row of blocks with a row of `VecDot` blocks (the
     /// shorter of the two sets the length), accumulated as ggml's `ggml_vec_dot_*_generic`.
     fn vec_dot(a: &[Self], b: &[Self::VecDot]) -> f32;
@@ -296,6 +312,36 @@ pub fn quantize_row<B: BlockQuant>(src: &[f32], dst: &mut [u8]) -> Result<()> {
     {
         out.copy_from_slice(bytemuck::bytes_of(&B::quantize(x)));
     }
+    Ok(())
+}
+
+/// Encodes `src` into a row of `B` blocks in `dst` (as [`quantize_row`]) with the importance
+/// weights `weights` (one per value), bit-exact with ggml's `quantize_<type>` given
+/// `quant_weights` (see [`BlockQuant::quantize_row_weighted`]).
+pub fn quantize_row_weighted<B: BlockQuant>(
+    src: &[f32],
+    weights: &[f32],
+    dst: &mut [u8],
+) -> Result<()> {
+    const OP: &str = "quants::quantize_row_weighted";
+    if !B::QUANTIZES {
+        // Same refusal as the unweighted entry point.
+        return quantize_row::<B>(src, dst);
+    }
+    let nb = check_row::<B>(OP, src.len(), dst.len())?;
+    if weights.len() != src.len() {
+        return Err(Error::InvalidArgument {
+            op: OP,
+            detail: format!(
+                "{} importance weights for a row of {} values",
+                weights.len(),
+                src.len()
+            ),
+        });
+    }
+    let mut blocks = vec![B::zeroed(); nb];
+    B::quantize_row_weighted(src, weights, &mut blocks);
+    dst.copy_from_slice(bytemuck::cast_slice(&blocks));
     Ok(())
 }
 
@@ -560,6 +606,18 @@ pub fn dequantize_row_dyn(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(
 pub fn quantize_row_dyn(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     with_block!(dtype, B => quantize_row::<B>(src, dst),
         _ => Err(not_a_block_type("quants::quantize_row_dyn", dtype)))
+}
+
+/// Quantizes a row into any block type `dtype` with importance weights (see
+/// [`quantize_row_weighted`]).
+pub fn quantize_row_weighted_dyn(
+    dtype: DType,
+    src: &[f32],
+    weights: &[f32],
+    dst: &mut [u8],
+) -> Result<()> {
+    with_block!(dtype, B => quantize_row_weighted::<B>(src, weights, dst),
+        _ => Err(not_a_block_type("quants::quantize_row_weighted_dyn", dtype)))
 }
 
 /// Scalar dot product for weight type `dtype` (see [`vec_dot_row`]).

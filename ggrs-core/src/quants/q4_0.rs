@@ -6,6 +6,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::k_quants::{make_qx_quants_rmse1, sigma_weights, sum_x2};
 use super::q8::BlockQ8_0;
 use super::{fp16, to_fp16, BlockQuant};
 use crate::dtype::DType;
@@ -63,6 +64,24 @@ impl BlockQuant for BlockQ4_0 {
             *q = xi0 | (xi1 << 4);
         }
         BlockQ4_0 { d: to_fp16(d), qs }
+    }
+
+    /// `quantize_row_q4_0_impl`: per block, `make_qx_quants` weighted by `qw·√(σ² + x²)`
+    /// with `σ² = Σx²/n` over the whole row.
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        let sigma2 = sum_x2(x) / x.len() as f32;
+        for (ib, b) in out.iter_mut().enumerate() {
+            let r = QK4_0 * ib..QK4_0 * (ib + 1);
+            let mut w = [0f32; QK4_0];
+            sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut w);
+            let mut l = [0i8; QK4_0];
+            let d = make_qx_quants_rmse1(8, &x[r], &mut l, Some(&w));
+            let mut qs = [0u8; QK4_0 / 2];
+            for (j, q) in qs.iter_mut().enumerate() {
+                *q = l[j] as u8 | ((l[j + QK4_0 / 2] as u8) << 4);
+            }
+            *b = BlockQ4_0 { d: to_fp16(d), qs };
+        }
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8_0]) -> f32 {

@@ -7,6 +7,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::k_quants::{make_qkx2_quants, sigma_weights, sum_x2, Qkx2};
 use super::q8::BlockQ8_1;
 use super::{fp16, to_fp16, BlockQuant};
 use crate::dtype::DType;
@@ -73,6 +74,29 @@ impl BlockQuant for BlockQ4_1 {
             d: to_fp16(d),
             m: to_fp16(min),
             qs,
+        }
+    }
+
+    /// `quantize_row_q4_1_impl`: per block, `make_qkx3_quants` weighted by
+    /// `qw·√(σ² + x²)` with `σ² = Σx²/n` over the whole row.
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        let sigma2 = sum_x2(x) / x.len() as f32;
+        let params = Qkx2::imatrix(15);
+        for (ib, b) in out.iter_mut().enumerate() {
+            let r = QK4_1 * ib..QK4_1 * (ib + 1);
+            let mut w = [0f32; QK4_1];
+            sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut w);
+            let mut l = [0u8; QK4_1];
+            let (d, the_min) = make_qkx2_quants(&params, &x[r], &w, &mut l);
+            let mut qs = [0u8; QK4_1 / 2];
+            for (j, q) in qs.iter_mut().enumerate() {
+                *q = l[j] | (l[j + QK4_1 / 2] << 4);
+            }
+            *b = BlockQ4_1 {
+                d: to_fp16(d),
+                m: to_fp16(-the_min),
+                qs,
+            };
         }
     }
 

@@ -7,6 +7,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::k_quants::{make_qkx2_quants, make_qx_quants_rmse1, sigma_weights, sum_x2, Qkx2};
 use super::q8::{BlockQ8_0, BlockQ8_1};
 use super::{fp16, to_fp16, BlockQuant};
 use crate::dtype::DType;
@@ -103,6 +104,29 @@ impl BlockQuant for BlockQ5_0 {
         }
     }
 
+    /// `quantize_row_q5_0_impl`: per block, `make_qx_quants` weighted by `qw·√(σ² + x²)`
+    /// with `σ² = Σx²/n` over the whole row.
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        let sigma2 = sum_x2(x) / x.len() as f32;
+        for (ib, b) in out.iter_mut().enumerate() {
+            let r = QK5 * ib..QK5 * (ib + 1);
+            let mut w = [0f32; QK5];
+            sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut w);
+            let mut l = [0i8; QK5];
+            let d = make_qx_quants_rmse1(16, &x[r], &mut l, Some(&w));
+            let mut qs = [0u8; QK5 / 2];
+            let mut qh = 0u32;
+            for j in 0..QK5 / 2 {
+                pack(&mut qs, &mut qh, j, l[j] as u8, l[j + QK5 / 2] as u8);
+            }
+            *b = BlockQ5_0 {
+                d: to_fp16(d),
+                qh: qh.to_le_bytes(),
+                qs,
+            };
+        }
+    }
+
     fn vec_dot(a: &[Self], b: &[BlockQ8_0]) -> f32 {
         let mut sumf = 0.0f32;
         for (x, y) in a.iter().zip(b) {
@@ -165,6 +189,31 @@ impl BlockQuant for BlockQ5_1 {
             m: to_fp16(min),
             qh: qh.to_le_bytes(),
             qs,
+        }
+    }
+
+    /// `quantize_row_q5_1_impl`: per block, `make_qkx3_quants` weighted by
+    /// `qw·√(σ² + x²)` with `σ² = Σx²/n` over the whole row.
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        let sigma2 = sum_x2(x) / x.len() as f32;
+        let params = Qkx2::imatrix(31);
+        for (ib, b) in out.iter_mut().enumerate() {
+            let r = QK5 * ib..QK5 * (ib + 1);
+            let mut w = [0f32; QK5];
+            sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut w);
+            let mut l = [0u8; QK5];
+            let (d, the_min) = make_qkx2_quants(&params, &x[r], &w, &mut l);
+            let mut qs = [0u8; QK5 / 2];
+            let mut qh = 0u32;
+            for j in 0..QK5 / 2 {
+                pack(&mut qs, &mut qh, j, l[j], l[j + QK5 / 2]);
+            }
+            *b = BlockQ5_1 {
+                d: to_fp16(d),
+                m: to_fp16(-the_min),
+                qh: qh.to_le_bytes(),
+                qs,
+            };
         }
     }
 

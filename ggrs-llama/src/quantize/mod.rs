@@ -4,8 +4,8 @@
 //! ggrs-core converts each tensor to the type a plan names; this module, which knows tensor
 //! names and layer roles, makes the plan the way llama.cpp's quantize tool does
 //! ([`recipe`]): the same type for every tensor, the same `general.file_type`, the same
-//! tensor order, and (without an importance matrix, which ggrs does not support) the same
-//! bytes.
+//! tensor order, and, with or without an importance matrix (`--imatrix`,
+//! [`crate::imatrix`]), the same bytes.
 //!
 //! ```no_run
 //! use ggrs_core::gguf::GgufFile;
@@ -68,8 +68,8 @@ pub enum QuantizeError {
     },
     /// llama.cpp refuses this recipe without an importance matrix.
     #[error(
-        "{file_type} makes `{name}` {ty}, which llama.cpp only does with an importance matrix \
-         (ggrs has none): choose Q2_K or Q3_K_S instead"
+        "{file_type} makes `{name}` {ty}, which needs an importance matrix: pass --imatrix FILE \
+         (made by `ggrs imatrix` or llama-imatrix), or choose Q2_K or Q3_K_S instead"
     )]
     NeedsImatrix {
         /// The file type.
@@ -79,16 +79,42 @@ pub enum QuantizeError {
         /// Its type.
         ty: QuantType,
     },
+    /// The importance matrix lacks a tensor that a very low-bit type needs it for.
+    #[error(
+        "the importance matrix has no entry for `{name}`, which {ty} cannot quantize well \
+         without one (check --include-weights/--exclude-weights)"
+    )]
+    MissingImatrixEntry {
+        /// Tensor name.
+        name: String,
+        /// Its type.
+        ty: QuantType,
+    },
+    /// An importance matrix entry does not fit its tensor.
+    #[error(
+        "the importance matrix has {got} values for `{name}`, which has {expected} columns \
+         (over all its matrices): was it computed for another model?"
+    )]
+    ImatrixSize {
+        /// Tensor name.
+        name: String,
+        /// Values in the matrix.
+        got: usize,
+        /// `ne0 · ne2`.
+        expected: usize,
+    },
 }
 
 /// llama.cpp's `tensor_requires_imatrix`, for the types ggrs can choose: Q2_K tensors of a
 /// Q2_K_S file other than the embeddings and output.
 fn requires_imatrix(name: &str, ty: QuantType, file_type: FileType) -> bool {
-    let embd_or_output = matches!(
-        name,
-        "token_embd.weight" | "per_layer_token_embd.weight" | "output.weight"
-    );
+    let embd_or_output = is_token_embd(name) || name == "output.weight";
     !embd_or_output && ty == QuantType::Q2K && file_type == FileType::Q2KS
+}
+
+/// llama.cpp's `tensor_name_match_token_embd`.
+fn is_token_embd(name: &str) -> bool {
+    matches!(name, "token_embd.weight" | "per_layer_token_embd.weight")
 }
 
 /// The conversion plan for `input` under `recipe`: every tensor's type (see
@@ -97,13 +123,17 @@ fn requires_imatrix(name: &str, ty: QuantType, file_type: FileType) -> bool {
 pub fn plan(input: &GgufFile, recipe: &RecipeOptions) -> Result<QuantizePlan, QuantizeError> {
     let facts = ModelFacts::from_gguf(input)?;
     let choice = choose_types(input.tensors(), &facts, recipe)?;
+    let imatrix = recipe.imatrix.as_deref().filter(|m| !m.weights.is_empty());
     let mut types = Vec::with_capacity(choice.types.len());
+    let mut importance = Vec::with_capacity(choice.types.len());
     for (t, c) in input.tensors().iter().zip(&choice.types) {
         let Some(q) = *c else {
             types.push(t.dtype);
+            importance.push(None);
             continue;
         };
-        if requires_imatrix(&t.name, q, recipe.file_type) {
+        let needs = requires_imatrix(&t.name, q, recipe.file_type);
+        if needs && imatrix.is_none() {
             return Err(QuantizeError::NeedsImatrix {
                 file_type: recipe.file_type,
                 name: t.name.clone(),
@@ -114,15 +144,62 @@ pub fn plan(input: &GgufFile, recipe: &RecipeOptions) -> Result<QuantizePlan, Qu
             name: t.name.clone(),
             ty: q,
         })?;
+        // As llama-quantize: a tensor that is converted takes its entry when the sizes
+        // agree; a size mismatch is an error except for the token embeddings.
+        let mut w = None;
+        if d != t.dtype {
+            if let Some(e) = imatrix.and_then(|m| m.weights.get(&t.name)) {
+                let expected = t.ne[0] * t.ne[2];
+                if e.len() == expected {
+                    w = Some(e.clone());
+                } else if !is_token_embd(&t.name) {
+                    return Err(QuantizeError::ImatrixSize {
+                        name: t.name.clone(),
+                        got: e.len(),
+                        expected,
+                    });
+                }
+            }
+            if needs && w.is_none() {
+                return Err(QuantizeError::MissingImatrixEntry {
+                    name: t.name.clone(),
+                    ty: q,
+                });
+            }
+        }
         types.push(d);
+        importance.push(w);
+    }
+    let mut metadata = vec![(
+        "general.file_type".to_string(),
+        Value::U32(recipe.file_type.id()),
+    )];
+    if let Some(m) = imatrix {
+        // llama-quantize's KV overrides, in its order.
+        let mut kv = |k: &str, v: Value| metadata.push((k.to_string(), v));
+        kv("quantize.imatrix.file", Value::String(m.file.clone()));
+        if let Some(d) = &m.dataset {
+            let mut d = d.clone();
+            let mut cut = d.len().min(127);
+            while !d.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            d.truncate(cut);
+            kv("quantize.imatrix.dataset", Value::String(d));
+        }
+        kv(
+            "quantize.imatrix.entries_count",
+            Value::U32(m.weights.len() as u32),
+        );
+        if m.chunk_count > 0 {
+            kv("quantize.imatrix.chunks_count", Value::U32(m.chunk_count));
+        }
     }
     Ok(QuantizePlan {
         types,
-        metadata: vec![(
-            "general.file_type".to_string(),
-            Value::U32(recipe.file_type.id()),
-        )],
+        metadata,
         order: choice.order,
+        importance,
     })
 }
 

@@ -214,9 +214,18 @@ pub struct RecipeOptions {
     pub token_embedding_type: Option<QuantType>,
     /// `--leave-output-tensor`: `output.weight` keeps its type.
     pub leave_output: bool,
+    /// `--imatrix`: the importance weights. With at least one entry (after
+    /// `--include-weights`/`--exclude-weights`) this is llama.cpp's `qs.has_imatrix`, which
+    /// changes a few `ffn_down` choices, and the converted tensors are weighted by it.
+    pub imatrix: Option<std::sync::Arc<crate::imatrix::QuantWeights>>,
 }
 
 impl RecipeOptions {
+    /// Whether an importance matrix with at least one entry is given.
+    pub fn has_imatrix(&self) -> bool {
+        self.imatrix.as_ref().is_some_and(|m| !m.weights.is_empty())
+    }
+
     /// The default recipe of `file_type`, without overrides.
     pub fn new(file_type: FileType) -> RecipeOptions {
         RecipeOptions {
@@ -226,6 +235,7 @@ impl RecipeOptions {
             output_type: None,
             token_embedding_type: None,
             leave_output: false,
+            imatrix: None,
         }
     }
 }
@@ -441,10 +451,12 @@ impl State<'_> {
                         new = Q::Q6K;
                     }
                 }
-                // Without an importance matrix (ggrs has none).
-                F::IQ4NL | F::IQ4XS if il < nl / 8 => new = Q::Q5K,
+                F::IQ4NL | F::IQ4XS if il < nl / 8 && !self.opts.has_imatrix() => new = Q::Q5K,
                 F::Q5KM if more => new = Q::Q6K,
                 F::Q4KS if !falcon && il < nl / 8 => new = Q::Q5K,
+                // Guarding the first ffn_down layers, only with an importance matrix.
+                F::Q4_0 if self.opts.has_imatrix() && il < nl / 8 => new = Q::Q4_1,
+                F::Q5_0 if self.opts.has_imatrix() && il < nl / 8 => new = Q::Q5_1,
                 _ => {}
             }
             self.i_ffn_down += 1;

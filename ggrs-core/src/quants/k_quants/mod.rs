@@ -88,10 +88,17 @@ pub(crate) fn q3_k_scale(scales: &[u8; K_SCALE_SIZE], j: usize) -> i32 {
     (low | (high << 4)) as i32 - 32
 }
 
-/// ggml's `make_qx_quants` with `rmse_type = 1` and no importance weights (weights `x²`):
-/// symmetric codes `L` in `0..2·nmax` (stored with `+nmax`) and the scale that minimises the
-/// weighted error over 19 candidate inverse scales. Returns the scale.
-pub(crate) fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
+/// ggml's `make_qx_quants` with `rmse_type = 1`: symmetric codes `L` in `0..2·nmax` (stored
+/// with `+nmax`) and the scale that minimises the weighted error over 19 candidate inverse
+/// scales. The weights are `qw` (an importance matrix's, `x.len()` of them) or, without,
+/// `x²`. Returns the scale.
+pub(crate) fn make_qx_quants_rmse1(
+    nmax: i32,
+    x: &[f32],
+    l_out: &mut [i8],
+    qw: Option<&[f32]>,
+) -> f32 {
+    let weight = |i: usize| qw.map_or(x[i] * x[i], |q| q[i]);
     let n = x.len();
     let mut max = 0.0f32;
     let mut amax = 0.0f32;
@@ -113,7 +120,7 @@ pub(crate) fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f3
     for i in 0..n {
         let l = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
         l_out[i] = (l + nmax) as i8;
-        let w = x[i] * x[i];
+        let w = weight(i);
         let lf = l as f32;
         sumlx += w * x[i] * lf;
         suml2 += w * lf * lf;
@@ -127,9 +134,9 @@ pub(crate) fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f3
         iscale = -(nmaxf + 0.1 * is as f32) / max;
         sumlx = 0.0;
         suml2 = 0.0;
-        for &xi in x {
+        for (i, &xi) in x.iter().enumerate() {
             let l = nearest_int(iscale * xi).clamp(-nmax, nmax - 1);
-            let w = xi * xi;
+            let w = weight(i);
             let lf = l as f32;
             sumlx += w * xi * lf;
             suml2 += w * lf * lf;
@@ -313,6 +320,131 @@ pub(crate) fn make_qkx2_quants(
         }
     }
     (scale, -min)
+}
+
+impl Qkx2 {
+    /// The search of ggml's `make_qkx3_quants` as the importance-matrix quantizers call it
+    /// (`rmin = −0.9`, `rdelta = 0.05`, 37 candidates, squared error). With weights given,
+    /// `make_qkx3_quants` is `make_qkx2_quants` (its `max <= min` test equals `max == min`,
+    /// NaN included), so [`make_qkx2_quants`] runs it.
+    pub(crate) fn imatrix(nmax: i32) -> Qkx2 {
+        Qkx2 {
+            nmax,
+            rmin: -0.9,
+            rdelta: 0.05,
+            nstep: 36,
+            use_mad: false,
+        }
+    }
+}
+
+/// The importance quantizers' weights (`quantize_row_*_impl` with `quant_weights`):
+/// `w[i] = qw[i] · √(σ² + x[i]²)`.
+#[inline(always)]
+pub(crate) fn sigma_weights(qw: &[f32], x: &[f32], sigma2: f32, w: &mut [f32]) {
+    for ((w, &q), &v) in w.iter_mut().zip(qw).zip(x) {
+        *w = q * (sigma2 + v * v).sqrt();
+    }
+}
+
+/// `Σ x²` in value order (the `sum_x2` of ggml's quantizers).
+#[inline(always)]
+pub(crate) fn sum_x2(x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for &v in x {
+        s += v * v;
+    }
+    s
+}
+
+/// ggml's `make_qp_quants`: codes `L` in `0..=nmax` for non-negative `x ≈ scale·L` (the
+/// k-quants' sub-block scales and minimums), the inverse scale chosen among 9 candidates by
+/// weighted squared error, then refined one code at a time (at most 5 passes). Returns the
+/// least-squares scale.
+pub(crate) fn make_qp_quants(nmax: i32, x: &[f32], l_out: &mut [u8], qw: &[f32]) -> f32 {
+    let n = x.len();
+    let mut max = 0.0f32;
+    for &v in x {
+        max = super::c_max(max, v);
+    }
+    if max < GROUP_MAX_EPS {
+        l_out[..n].fill(0);
+        return 0.0;
+    }
+    let nmaxf = nmax as f32;
+    let mut iscale = nmaxf / max;
+    // ggml keeps the first guess in a uint8_t without clamping.
+    let mut l = [0i32; QK_K];
+    let l = &mut l[..n];
+    for i in 0..n {
+        l[i] = nearest_int(iscale * x[i]) as u8 as i32;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0.0f32;
+    for i in 0..n {
+        let diff = x[i] - scale * l[i] as f32;
+        best_mse += qw[i] * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmaxf) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0.0f32;
+        for i in 0..n {
+            let li = nearest_int(iscale_is * x[i]).min(nmax);
+            let diff = x[i] - scale_is * li as f32;
+            mse += qw[i] * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let mut sumlx = 0.0f32;
+    let mut suml2 = 0.0f32;
+    for i in 0..n {
+        let li = nearest_int(iscale * x[i]).min(nmax);
+        l[i] = li as u8 as i32;
+        let w = qw[i];
+        sumlx += w * x[i] * li as f32;
+        suml2 += w * li as f32 * li as f32;
+    }
+    for _ in 0..5 {
+        let mut n_changed = 0;
+        for i in 0..n {
+            let w = qw[i];
+            let li = l[i] as f32;
+            let mut slx = sumlx - w * x[i] * li;
+            let mut sl2 = suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
+                if new_l != l[i] {
+                    let nl = new_l as f32;
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l as u8 as i32;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed += 1;
+                    }
+                }
+            }
+        }
+        if n_changed == 0 {
+            break;
+        }
+    }
+    for i in 0..n {
+        l_out[i] = l[i] as u8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
 }
 
 /// The integer part of ggml's generic k-quant dot products: eight `i32` lanes, lane `l`

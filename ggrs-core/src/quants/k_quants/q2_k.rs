@@ -9,7 +9,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::q8_k::BlockQ8K;
-use super::{make_qkx2_quants, nearest_int, Qkx2, QK_K};
+use super::{make_qkx2_quants, make_qp_quants, nearest_int, sigma_weights, sum_x2, Qkx2, QK_K};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::quants::{fp16, to_fp16, BlockQuant};
@@ -109,27 +109,43 @@ impl BlockQuant for BlockQ2K {
             b.dmin = to_fp16(0.0);
         }
 
-        // Requantize against the rounded scales; a sub-block whose scale rounded to zero
-        // keeps the codes of the search.
-        for j in 0..QK_K / 16 {
-            let d = fp16(b.d) * (b.scales[j] & 0x0F) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            let dm = fp16(b.dmin) * (b.scales[j] >> 4) as f32;
-            for ii in 0..16 {
-                let q = nearest_int((x[16 * j + ii] + dm) / d);
-                l[16 * j + ii] = q.clamp(0, 3) as u8;
-            }
-        }
+        finish(x, b, l)
+    }
 
-        for j in (0..QK_K).step_by(128) {
-            for k in 0..32 {
-                b.qs[j / 4 + k] =
-                    l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
+    /// `quantize_row_q2_K_impl`: each 16-value search weighted by `qw·√(σ² + x²)`
+    /// (`σ² = Σx²/256`), then the sixteen scales and minimums quantized to 4 bits by
+    /// `make_qp_quants` weighted by the sub-blocks' weight sums.
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        let params = Qkx2::imatrix(3);
+        for (i, b) in out.iter_mut().enumerate() {
+            let x = &x[QK_K * i..QK_K * (i + 1)];
+            let qw = &qw[QK_K * i..QK_K * (i + 1)];
+            let sigma2 = sum_x2(x) / QK_K as f32;
+            let mut l = [0u8; QK_K];
+            let mut scales = [0f32; QK_K / 16];
+            let mut mins = [0f32; QK_K / 16];
+            let mut sw = [0f32; QK_K / 16];
+            for j in 0..QK_K / 16 {
+                let r = 16 * j..16 * j + 16;
+                let mut weight = [0f32; 16];
+                sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut weight);
+                for &w in &weight {
+                    sw[j] += w;
+                }
+                (scales[j], mins[j]) = make_qkx2_quants(&params, &x[r.clone()], &weight, &mut l[r]);
             }
+            let mut ls = [0u8; QK_K / 16];
+            let mut lm = [0u8; QK_K / 16];
+            let dm = make_qp_quants(15, &scales, &mut ls, &sw);
+            let mm = make_qp_quants(15, &mins, &mut lm, &sw);
+            let mut blk = BlockQ2K::zeroed();
+            blk.d = to_fp16(dm);
+            blk.dmin = to_fp16(mm);
+            for j in 0..QK_K / 16 {
+                blk.scales[j] = ls[j] | (lm[j] << 4);
+            }
+            *b = finish(x, blk, l);
         }
-        b
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
@@ -166,6 +182,33 @@ impl BlockQuant for BlockQ2K {
         }
         sumf
     }
+}
+
+/// The common end of the Q2_K quantizers: every code recomputed against the rounded scales
+/// and minimums of `b` (a sub-block whose scale rounded to zero keeps the codes `l` of the
+/// search), then packed.
+fn finish(x: &[f32], mut b: BlockQ2K, mut l: [u8; QK_K]) -> BlockQ2K {
+    // Requantize against the rounded scales; a sub-block whose scale rounded to zero
+    // keeps the codes of the search.
+    for j in 0..QK_K / 16 {
+        let d = fp16(b.d) * (b.scales[j] & 0x0F) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = fp16(b.dmin) * (b.scales[j] >> 4) as f32;
+        for ii in 0..16 {
+            let q = nearest_int((x[16 * j + ii] + dm) / d);
+            l[16 * j + ii] = q.clamp(0, 3) as u8;
+        }
+    }
+
+    for j in (0..QK_K).step_by(128) {
+        for k in 0..32 {
+            b.qs[j / 4 + k] =
+                l[j + k] | (l[j + k + 32] << 2) | (l[j + k + 64] << 4) | (l[j + k + 96] << 6);
+        }
+    }
+    b
 }
 
 /// Decodes a row of Q2_K super-blocks (ggml's `dequantize_row_q2_K`).

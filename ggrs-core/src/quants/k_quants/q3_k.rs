@@ -12,7 +12,10 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::q8_k::BlockQ8K;
-use super::{lane_sums, make_q3_quants_rmse, nearest_int, q3_k_scale, K_SCALE_SIZE, QK_K};
+use super::{
+    lane_sums, make_q3_quants_rmse, make_qx_quants_rmse1, nearest_int, q3_k_scale, sigma_weights,
+    sum_x2, K_SCALE_SIZE, QK_K,
+};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::quants::{fp16, to_fp16, BlockQuant};
@@ -91,44 +94,47 @@ impl BlockQuant for BlockQ3K {
             for (j, &scale) in scales.iter().enumerate() {
                 // ggml keeps this in an int8_t: truncate, clamp, offset.
                 let ls = (nearest_int(iscale * scale) as i8 as i32).clamp(-32, 31) + 32;
-                let ls = ls as u8;
-                if j < 8 {
-                    b.scales[j] = ls & 0x0F;
-                } else {
-                    b.scales[j - 8] |= (ls & 0x0F) << 4;
-                }
-                b.scales[j % 4 + 8] |= (ls >> 4) << (2 * (j / 4));
+                pack_scale(&mut b.scales, j, ls as u8);
             }
             b.d = to_fp16(1.0 / iscale);
         } else {
             b.d = to_fp16(0.0);
         }
 
-        for j in 0..QK_K / 16 {
-            let d = fp16(b.d) * q3_k_scale(&b.scales, j) as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                let q = nearest_int(x[16 * j + ii] / d).clamp(-4, 3);
-                l[16 * j + ii] = (q + 4) as i8;
-            }
-        }
+        finish(x, b, l)
+    }
 
-        // High bits: value j goes to bit j / 32 of hmask[j % 32].
-        for (j, lj) in l.iter_mut().enumerate() {
-            if *lj > 3 {
-                b.hmask[j % 32] |= 1 << (j / 32);
-                *lj -= 4;
+    /// `quantize_row_q3_K_impl`: each 16-value search (`make_qx_quants`) weighted by
+    /// `qw·√(σ² + x²)` (`σ² = 2·Σx²/256`), then the sixteen scales quantized to 6 bits by
+    /// `make_qx_quants` weighted by the sub-blocks' weight sums.
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            let x = &x[QK_K * i..QK_K * (i + 1)];
+            let qw = &qw[QK_K * i..QK_K * (i + 1)];
+            let sigma2 = 2.0 * sum_x2(x) / QK_K as f32;
+            let mut l = [0i8; QK_K];
+            let mut scales = [0f32; QK_K / 16];
+            let mut sw = [0f32; QK_K / 16];
+            for j in 0..QK_K / 16 {
+                let r = 16 * j..16 * j + 16;
+                let mut weight = [0f32; 16];
+                sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut weight);
+                let mut sumw = 0.0f32;
+                for &w in &weight {
+                    sumw += w;
+                }
+                sw[j] = sumw;
+                scales[j] = make_qx_quants_rmse1(4, &x[r.clone()], &mut l[r], Some(&weight));
             }
-        }
-        for j in (0..QK_K).step_by(128) {
-            for k in 0..32 {
-                let c = |o: usize| l[j + k + o] as u8;
-                b.qs[j / 4 + k] = c(0) | (c(32) << 2) | (c(64) << 4) | (c(96) << 6);
+            let mut ls = [0i8; QK_K / 16];
+            let d_block = make_qx_quants_rmse1(32, &scales, &mut ls, Some(&sw));
+            let mut blk = BlockQ3K::zeroed();
+            for (j, &lj) in ls.iter().enumerate() {
+                pack_scale(&mut blk.scales, j, lj as u8);
             }
+            blk.d = to_fp16(d_block);
+            *b = finish(x, blk, l);
         }
-        b
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
@@ -151,6 +157,48 @@ impl BlockQuant for BlockQ3K {
         }
         sumf
     }
+}
+
+/// Sets the 6-bit scale `ls` (0..=63, the stored value) of sub-block `j` in Q3_K's packed
+/// scales (low 4 bits in a nibble of byte `j % 8`, high 2 bits in byte `8 + j % 4`).
+fn pack_scale(scales: &mut [u8; K_SCALE_SIZE], j: usize, ls: u8) {
+    if j < 8 {
+        scales[j] = ls & 0x0F;
+    } else {
+        scales[j - 8] |= (ls & 0x0F) << 4;
+    }
+    scales[j % 4 + 8] |= (ls >> 4) << (2 * (j / 4));
+}
+
+/// The common end of the Q3_K quantizers: every code recomputed against the rounded scales
+/// of `b` (a sub-block whose scale rounded to zero keeps the codes `l` of the search), then
+/// split into the high-bit mask and the packed low bits.
+fn finish(x: &[f32], mut b: BlockQ3K, mut l: [i8; QK_K]) -> BlockQ3K {
+    for j in 0..QK_K / 16 {
+        let d = fp16(b.d) * q3_k_scale(&b.scales, j) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            let q = nearest_int(x[16 * j + ii] / d).clamp(-4, 3);
+            l[16 * j + ii] = (q + 4) as i8;
+        }
+    }
+
+    // High bits: value j goes to bit j / 32 of hmask[j % 32].
+    for (j, lj) in l.iter_mut().enumerate() {
+        if *lj > 3 {
+            b.hmask[j % 32] |= 1 << (j / 32);
+            *lj -= 4;
+        }
+    }
+    for j in (0..QK_K).step_by(128) {
+        for k in 0..32 {
+            let c = |o: usize| l[j + k + o] as u8;
+            b.qs[j / 4 + k] = c(0) | (c(32) << 2) | (c(64) << 4) | (c(96) << 6);
+        }
+    }
+    b
 }
 
 /// Decodes a row of Q3_K super-blocks (ggml's `dequantize_row_q3_K`).

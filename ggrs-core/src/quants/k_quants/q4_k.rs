@@ -13,8 +13,8 @@ use half::f16;
 
 use super::q8_k::BlockQ8K;
 use super::{
-    get_scale_min_k4, lane_sums, make_qkx2_quants, nearest_int, pack_scale_min_k4, Qkx2,
-    K_SCALE_SIZE, QK_K,
+    get_scale_min_k4, lane_sums, make_qkx2_quants, make_qp_quants, nearest_int, pack_scale_min_k4,
+    sigma_weights, sum_x2, Qkx2, K_SCALE_SIZE, QK_K,
 };
 use crate::dtype::DType;
 use crate::error::Result;
@@ -38,10 +38,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 
 /// Shared by Q4_K and Q5_K: the ggml reference quantizer's two passes. Returns the packed
 /// scales, `d`, `dmin` and the codes (0..=nmax) in value order.
-pub(crate) fn quantize_scales_mins(
-    x: &[f32],
-    params: &Qkx2,
-) -> ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K]) {
+pub(crate) fn quantize_scales_mins(x: &[f32], params: &Qkx2) -> ScalesMins {
     let mut l = [0u8; QK_K];
     let mut scales = [0f32; QK_K / 32];
     let mut mins = [0f32; QK_K / 32];
@@ -82,12 +79,72 @@ pub(crate) fn quantize_scales_mins(
         ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
         lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
     }
-    let packed = pack_scale_min_k4(&ls, &lm);
     let d = to_fp16(max_scale / 63.0);
     let dmin = to_fp16(max_min / 63.0);
+    requantize(x, &ls, &lm, d, dmin, params.nmax, l)
+}
 
-    // Requantize against the rounded scales; a sub-block whose scale rounded to zero keeps
-    // the codes of the search.
+/// Shared by Q4_K and Q5_K: `quantize_row_q{4,5}_K_impl` with importance weights `qw`: each
+/// sub-block's search weighted by `qw·√(σ² + x²)` (`σ² = 2·Σx²/256`), the eight scales and
+/// minimums quantized to 6 bits by `make_qp_quants` weighted by the sub-blocks' weight sums.
+/// Returns what [`quantize_scales_mins`] returns.
+pub(crate) fn quantize_scales_mins_weighted(x: &[f32], qw: &[f32], nmax: i32) -> ScalesMins {
+    let mut l = [0u8; QK_K];
+    let mut scales = [0f32; QK_K / 32];
+    let mut mins = [0f32; QK_K / 32];
+    let mut sw = [0f32; QK_K / 32];
+    let sigma2 = 2.0 * sum_x2(&x[..QK_K]) / QK_K as f32;
+    let params = Qkx2::imatrix(nmax);
+    for j in 0..QK_K / 32 {
+        let r = 32 * j..32 * j + 32;
+        let mut weights = [0f32; 32];
+        sigma_weights(&qw[r.clone()], &x[r.clone()], sigma2, &mut weights);
+        let mut sumw = 0.0f32;
+        for &w in &weights {
+            sumw += w;
+        }
+        sw[j] = sumw;
+        (scales[j], mins[j]) = make_qkx2_quants(&params, &x[r.clone()], &weights, &mut l[r]);
+    }
+    let mut ls = [0u8; 8];
+    let mut lm = [0u8; 8];
+    let d_block = make_qp_quants(63, &scales, &mut ls, &sw);
+    let m_block = make_qp_quants(63, &mins, &mut lm, &sw);
+    // Q5_K's impl clamps to 63; make_qp_quants's codes are at most 63 already.
+    requantize(x, &ls, &lm, to_fp16(d_block), to_fp16(m_block), nmax, l)
+}
+
+/// What [`quantize_scales_mins`] returns: packed scales, `d`, `dmin`, codes.
+pub(crate) type ScalesMins = ([u8; K_SCALE_SIZE], f16, f16, [u8; QK_K]);
+
+/// Shared by Q4_K and Q5_K: each 256 values of `x` encoded by
+/// [`quantize_scales_mins_weighted`] with codes up to `nmax`, the block made by `make`.
+pub(crate) fn weighted_rows<B>(
+    x: &[f32],
+    qw: &[f32],
+    out: &mut [B],
+    nmax: i32,
+    make: fn(ScalesMins) -> B,
+) {
+    for (i, b) in out.iter_mut().enumerate() {
+        let r = QK_K * i..QK_K * (i + 1);
+        *b = make(quantize_scales_mins_weighted(&x[r.clone()], &qw[r], nmax));
+    }
+}
+
+/// The common end of the Q4_K/Q5_K quantizers: packs the 6-bit scales `ls` and minimums
+/// `lm`, then recomputes every code against the rounded scales (a sub-block whose scale
+/// rounded to zero keeps the codes of the search).
+fn requantize(
+    x: &[f32],
+    ls: &[u8; 8],
+    lm: &[u8; 8],
+    d: f16,
+    dmin: f16,
+    nmax: i32,
+    mut l: [u8; QK_K],
+) -> ScalesMins {
+    let packed = pack_scale_min_k4(ls, lm);
     for j in 0..QK_K / 32 {
         let (sc, m) = get_scale_min_k4(j, &packed);
         let dj = fp16(d) * sc as f32;
@@ -97,7 +154,7 @@ pub(crate) fn quantize_scales_mins(
         let dm = fp16(dmin) * m as f32;
         for ii in 0..32 {
             let q = nearest_int((x[32 * j + ii] + dm) / dj);
-            l[32 * j + ii] = q.clamp(0, params.nmax) as u8;
+            l[32 * j + ii] = q.clamp(0, nmax) as u8;
         }
     }
     (packed, d, dmin, l)
@@ -174,19 +231,12 @@ impl BlockQuant for BlockQ4K {
             nstep: 20,
             use_mad: false,
         };
-        let (scales, d, dmin, l) = quantize_scales_mins(&x[..QK_K], &params);
-        let mut qs = [0u8; QK_K / 2];
-        for c in 0..QK_K / 64 {
-            for k in 0..32 {
-                qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
-            }
-        }
-        BlockQ4K {
-            d,
-            dmin,
-            scales,
-            qs,
-        }
+        BlockQ4K::from_codes(quantize_scales_mins(&x[..QK_K], &params))
+    }
+
+    /// `quantize_row_q4_K_impl` (see [`quantize_scales_mins_weighted`]).
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        weighted_rows(x, qw, out, 15, BlockQ4K::from_codes);
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
@@ -205,6 +255,24 @@ impl BlockQuant for BlockQ4K {
             sumf += s;
         }
         sumf
+    }
+}
+
+impl BlockQ4K {
+    /// The block of packed scales, `d`, `dmin` and codes (0..=15, value order).
+    fn from_codes((scales, d, dmin, l): ScalesMins) -> BlockQ4K {
+        let mut qs = [0u8; QK_K / 2];
+        for c in 0..QK_K / 64 {
+            for k in 0..32 {
+                qs[32 * c + k] = l[64 * c + k] | (l[64 * c + 32 + k] << 4);
+            }
+        }
+        BlockQ4K {
+            d,
+            dmin,
+            scales,
+            qs,
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{dot_scales_mins, quantize_scales_mins};
+use super::q4_k::{dot_scales_mins, quantize_scales_mins, weighted_rows, ScalesMins};
 use super::q8_k::BlockQ8K;
 use super::{get_scale_min_k4, Qkx2, K_SCALE_SIZE, QK_K};
 use crate::dtype::DType;
@@ -87,7 +87,36 @@ impl BlockQuant for BlockQ5K {
             nstep: 15,
             use_mad: false,
         };
-        let (scales, d, dmin, l) = quantize_scales_mins(&x[..QK_K], &params);
+        BlockQ5K::from_codes(quantize_scales_mins(&x[..QK_K], &params))
+    }
+
+    /// `quantize_row_q5_K_impl` (see [`quantize_scales_mins_weighted`]).
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        weighted_rows(x, qw, out, 31, BlockQ5K::from_codes);
+    }
+
+    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
+        let mut sums = [0f32; 8];
+        let mut sumf = 0.0f32;
+        for (x, y) in a.iter().zip(b) {
+            let (aux32, sumi) = dot_scales_mins(&x.scales, &x.codes(), y);
+            let d = fp16(x.d) * y.d;
+            for (s, &v) in sums.iter_mut().zip(&aux32) {
+                *s += d * v as f32;
+            }
+            let dmin = fp16(x.dmin) * y.d;
+            sumf -= dmin * sumi as f32;
+        }
+        for s in sums {
+            sumf += s;
+        }
+        sumf
+    }
+}
+
+impl BlockQ5K {
+    /// The block of packed scales, `d`, `dmin` and codes (0..=31, value order).
+    fn from_codes((scales, d, dmin, l): ScalesMins) -> BlockQ5K {
         let mut qh = [0u8; QK_K / 8];
         let mut qs = [0u8; QK_K / 2];
         for c in 0..QK_K / 64 {
@@ -113,24 +142,6 @@ impl BlockQuant for BlockQ5K {
             qh,
             qs,
         }
-    }
-
-    fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sums = [0f32; 8];
-        let mut sumf = 0.0f32;
-        for (x, y) in a.iter().zip(b) {
-            let (aux32, sumi) = dot_scales_mins(&x.scales, &x.codes(), y);
-            let d = fp16(x.d) * y.d;
-            for (s, &v) in sums.iter_mut().zip(&aux32) {
-                *s += d * v as f32;
-            }
-            let dmin = fp16(x.dmin) * y.d;
-            sumf -= dmin * sumi as f32;
-        }
-        for s in sums {
-            sumf += s;
-        }
-        sumf
     }
 }
 

@@ -74,55 +74,16 @@ impl BlockQuant for BlockQ6K {
     }
 
     fn quantize(x: &[f32]) -> Self {
-        let x = &x[..QK_K];
-        let mut l = [0i8; QK_K];
-        let mut scales = [0f32; QK_K / 16];
-        let mut max_scale = 0.0f32;
-        let mut max_abs_scale = 0.0f32;
-        for ib in 0..QK_K / 16 {
-            let scale = make_qx_quants_rmse1(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..]);
-            scales[ib] = scale;
-            let abs_scale = scale.abs();
-            if abs_scale > max_abs_scale {
-                max_abs_scale = abs_scale;
-                max_scale = scale;
-            }
-        }
+        quantize_block(x, None)
+    }
 
-        let mut b = BlockQ6K::zeroed();
-        if max_abs_scale < super::GROUP_MAX_EPS {
-            // ggml zeroes the whole block (d = 0).
-            return b;
+    /// `quantize_row_q6_K_impl`: each 16-value scale search weighted by the importance
+    /// weights themselves (no σ² term).
+    fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+        for (i, b) in out.iter_mut().enumerate() {
+            let r = QK_K * i..QK_K * (i + 1);
+            *b = quantize_block(&x[r.clone()], Some(&qw[r]));
         }
-
-        let iscale = -128.0 / max_scale;
-        b.d = to_fp16(1.0 / iscale);
-        for (s, &scale) in b.scales.iter_mut().zip(&scales) {
-            *s = nearest_int(iscale * scale).min(127) as i8;
-        }
-
-        for j in 0..QK_K / 16 {
-            let d = fp16(b.d) * b.scales[j] as f32;
-            if d == 0.0 {
-                continue;
-            }
-            for ii in 0..16 {
-                let q = nearest_int(x[16 * j + ii] / d).clamp(-32, 31);
-                l[16 * j + ii] = (q + 32) as i8;
-            }
-        }
-
-        for h in 0..QK_K / 128 {
-            let j = 128 * h;
-            for k in 0..32 {
-                let c = |o: usize| l[j + k + o] as u8;
-                b.ql[64 * h + k] = (c(0) & 0x0F) | ((c(64) & 0x0F) << 4);
-                b.ql[64 * h + k + 32] = (c(32) & 0x0F) | ((c(96) & 0x0F) << 4);
-                b.qh[32 * h + k] =
-                    (c(0) >> 4) | ((c(32) >> 4) << 2) | ((c(64) >> 4) << 4) | ((c(96) >> 4) << 6);
-            }
-        }
-        b
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
@@ -144,6 +105,62 @@ impl BlockQuant for BlockQ6K {
         }
         sumf
     }
+}
+
+/// One Q6_K block as ggml writes it: `quantize_row_q6_K_ref` without weights, the
+/// importance quantizer's block with them.
+fn quantize_block(x: &[f32], qw: Option<&[f32]>) -> BlockQ6K {
+    let x = &x[..QK_K];
+    let mut l = [0i8; QK_K];
+
+    let mut scales = [0f32; QK_K / 16];
+    let mut max_scale = 0.0f32;
+    let mut max_abs_scale = 0.0f32;
+    for (ib, s) in scales.iter_mut().enumerate() {
+        let r = 16 * ib..16 * ib + 16;
+        let scale = make_qx_quants_rmse1(32, &x[r.clone()], &mut l[r.clone()], qw.map(|q| &q[r]));
+        *s = scale;
+        let abs_scale = scale.abs();
+        if abs_scale > max_abs_scale {
+            max_abs_scale = abs_scale;
+            max_scale = scale;
+        }
+    }
+
+    let mut b = BlockQ6K::zeroed();
+    if max_abs_scale < super::GROUP_MAX_EPS {
+        // ggml zeroes the whole block (d = 0).
+        return b;
+    }
+
+    let iscale = -128.0 / max_scale;
+    b.d = to_fp16(1.0 / iscale);
+    for (s, &scale) in b.scales.iter_mut().zip(&scales) {
+        *s = nearest_int(iscale * scale).min(127) as i8;
+    }
+
+    for j in 0..QK_K / 16 {
+        let d = fp16(b.d) * b.scales[j] as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for ii in 0..16 {
+            let q = nearest_int(x[16 * j + ii] / d).clamp(-32, 31);
+            l[16 * j + ii] = (q + 32) as i8;
+        }
+    }
+
+    for h in 0..QK_K / 128 {
+        let j = 128 * h;
+        for k in 0..32 {
+            let c = |o: usize| l[j + k + o] as u8;
+            b.ql[64 * h + k] = (c(0) & 0x0F) | ((c(64) & 0x0F) << 4);
+            b.ql[64 * h + k + 32] = (c(32) & 0x0F) | ((c(96) & 0x0F) << 4);
+            b.qh[32 * h + k] =
+                (c(0) >> 4) | ((c(32) >> 4) << 2) | ((c(64) >> 4) << 4) | ((c(96) >> 4) << 6);
+        }
+    }
+    b
 }
 
 /// Decodes a row of Q6_K super-blocks (ggml's `dequantize_row_q6_K`).

@@ -1,0 +1,129 @@
+//! Importance-weighted quantization (`llama-quantize --imatrix`) against llama.cpp's bytes:
+//! six seeded rows of 512 values (ordinary, tiny, with outliers, with an all-zero stretch,
+//! one-signed, two-valued) and 512 seeded weights (a few of them zero), quantized per type
+//! with `ggrs_core::quants::quantize_row_weighted_dyn`. The expected sha256 are those of
+//! `ggml_quantize_chunk(type, x, dst, 0, 6, 512, weights)` of llama.cpp 0c1e570's
+//! libggml-base, fed the same numbers by a small C program (same generator).
+
+use ggrs_core::quants::quantize_row_weighted_dyn;
+use ggrs_core::DType;
+use sha2::{Digest, Sha256};
+
+const N: usize = 512;
+const NROW: usize = 6;
+
+/// The C program's generator: a 32-bit LCG, 24 high bits as a fraction in [0, 1).
+struct Lcg(u32);
+
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self.0.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        (self.0 >> 8) as f32 / 16_777_216.0
+    }
+}
+
+fn inputs() -> (Vec<f32>, Vec<f32>) {
+    let mut g = Lcg(12345);
+    let mut x = vec![0f32; N * NROW];
+    for r in 0..NROW {
+        for j in 0..N {
+            let mut v = 2.0 * g.next() - 1.0;
+            match r {
+                1 => v *= 0.001,
+                2 if j % 97 == 0 => v *= 40.0,
+                3 if (256..320).contains(&j) => v = 0.0,
+                4 => v = if v > 0.0 { v } else { 0.0 },
+                5 => v = if j % 2 == 1 { 0.5 } else { -0.25 },
+                _ => {}
+            }
+            x[r * N + j] = v;
+        }
+    }
+    let w = (0..N)
+        .map(|j| {
+            let u = g.next();
+            if j % 61 == 0 {
+                0.0
+            } else {
+                u * u * 8.0 + 1e-4
+            }
+        })
+        .collect();
+    (x, w)
+}
+
+#[test]
+fn weighted_quantizers_match_ggml() {
+    let expected = [
+        (
+            DType::Q4_0,
+            "7cb7fd0c28d14d7136db92aba3b3b696f9b9d7b2187f9d2a5849cddff017da2a",
+        ),
+        (
+            DType::Q4_1,
+            "91886ebf43030f01da086a332d33cade1784e7f9bda3a983860cc62d2f18e479",
+        ),
+        (
+            DType::Q5_0,
+            "cf8ab2142b179d151d0cb10ca7073648780c1a9c7b582750ac2e21e11f037a58",
+        ),
+        (
+            DType::Q5_1,
+            "31b1ca05f5a39eb3fb532bb97be25429c9003a0124c4f5fcab3db089424b5bf0",
+        ),
+        (
+            DType::Q8_0,
+            "a4cea822acc022c51e2728e595ad22e619a39f48e0cda87cd64da6e8a4be6170",
+        ),
+        (
+            DType::Q2K,
+            "dc314c5ff45582addc97839cd3e219007e67d8428141f65aa6277b7d3d0c3092",
+        ),
+        (
+            DType::Q3K,
+            "aa39b04a9505ab5f2dc7c71d72e567cfc8ff264b723a7b47f07bbf7762eb8c57",
+        ),
+        (
+            DType::Q4K,
+            "39b248b7ece35dd1cd5fdc6c5b2e5991b795762e248b168301095500a422d615",
+        ),
+        (
+            DType::Q5K,
+            "865064d310379ebc6278011243dfc992c651d2fccb5d23214c227b9db556c9ca",
+        ),
+        (
+            DType::Q6K,
+            "3d323328f78b3ed15bc52b5ac6b70cf2ad1f2257f45b59a99a776cd1a0f09ccb",
+        ),
+        (
+            DType::IQ4NL,
+            "5704bbe64e690223e6060475ae2647d6680d13cb7aafafa64da4163d2d67e1b0",
+        ),
+        (
+            DType::IQ4XS,
+            "51574b9b6133cf72923a60d498998352d6b5d14f20365b34f682e53ac961eb38",
+        ),
+    ];
+    let (x, w) = inputs();
+    let mut bad = Vec::new();
+    for (t, sha) in expected {
+        let row = t.row_size(N);
+        let mut out = vec![0u8; row * NROW];
+        for (xr, o) in x.chunks(N).zip(out.chunks_mut(row)) {
+            quantize_row_weighted_dyn(t, xr, &w, o).expect("quantize");
+        }
+        let got = format!("{:x}", Sha256::digest(&out));
+        if got != sha {
+            bad.push(format!("{t}: {got}"));
+        }
+    }
+    assert!(bad.is_empty(), "differ from llama.cpp: {bad:?}");
+}
+
+#[test]
+fn weights_of_the_wrong_length_are_refused() {
+    let x = vec![0.5f32; 64];
+    let mut out = vec![0u8; DType::Q4_0.row_size(64)];
+    let err = quantize_row_weighted_dyn(DType::Q4_0, &x, &[1.0; 32], &mut out).unwrap_err();
+    assert!(err.to_string().contains("32 importance weights"), "{err}");
+}
