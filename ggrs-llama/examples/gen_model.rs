@@ -156,13 +156,16 @@ fn round_dim(x: f64) -> usize {
     ((x / m).round().max(1.0) * m) as usize
 }
 
+/// A tiny tensor and its values' mean and standard deviation.
+type SourceTensor = (TensorInfo, (f64, f64));
+
 /// What the generator takes from a tiny file: its metadata, and its tensor table with each
 /// tensor's mean and standard deviation.
 struct Source {
     path: PathBuf,
     arch: String,
     metadata: Vec<(String, Value)>,
-    tensors: Vec<(TensorInfo, (f64, f64))>,
+    tensors: Vec<SourceTensor>,
 }
 
 impl Source {
@@ -631,7 +634,7 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
         .get(&format!("{}.rope.freq_base", p.arch))
         .and_then(Value::as_f32)
         .unwrap_or(10000.0) as f64;
-    let one = |role: &str, name: String, tensor: &(TensorInfo, (f64, f64))| {
+    let one = |role: &str, name: String, tensor: &SourceTensor| {
         let (t, (mean, std)) = (&tensor.0, tensor.1);
         let ne = new_shape(p, role, t).map_err(bad)?;
         let fill = if role == "rope_freqs.weight" {
@@ -663,7 +666,7 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
     // The tiny model's layers, as (role, tensor) lists. Where they differ (the hybrids mix
     // recurrent and attention layers) new layer `l` copies tiny layer `l mod n`; where they
     // are alike every layer copies layer 0 (whose statistics the older models were made from).
-    let layers: Vec<Vec<(&str, &(TensorInfo, (f64, f64)))>> = (0..p.tiny_layers)
+    let layers: Vec<Vec<(&str, &SourceTensor)>> = (0..p.tiny_layers)
         .map(|il| {
             let prefix = format!("blk.{il}.");
             src.tensors
