@@ -13,7 +13,10 @@
 #
 # usage: scripts/bench-vs-llamacpp.sh LLAMA_BENCH MODEL.gguf [MODEL.gguf …]
 #   env: THREADS (2), P (512), N (128), R (5), ROUNDS (1), GGRS (target/release/ggrs),
-#        OUT (raw output dir)
+#        OUT (raw output dir), LLAMA_ARGS (more llama-bench arguments, e.g. "--poll 0": its
+#        threads then sleep at barriers instead of spinning, which a machine with more busy
+#        threads than cores needs), GGRS_ARGS (more `ggrs bench` arguments, e.g. "-d 4096";
+#        give llama-bench the same with LLAMA_ARGS)
 # llama.cpp is not part of this repository: build it elsewhere (see ../shared/DESIGN.md).
 set -euo pipefail
 llama_bench=${1:?usage: $0 LLAMA_BENCH MODEL.gguf [MODEL.gguf ...]}
@@ -28,9 +31,11 @@ echo "raw output in $OUT; load before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for round in $(seq "$ROUNDS"); do
     for m in "$@"; do
         base=$(basename "$m" .gguf)
-        "$llama_bench" -m "$m" -t "$THREADS" -p "$P" -n "$N" -r "$R" -o json \
+        # shellcheck disable=SC2086 # the extra arguments are meant to split
+        "$llama_bench" -m "$m" -t "$THREADS" -p "$P" -n "$N" -r "$R" ${LLAMA_ARGS:-} -o json \
             >"$OUT/$base.r$round.llamacpp.json"
-        "$GGRS" bench -m "$m" --threads-list "$THREADS" -p "$P" -n "$N" -r "$R" --json \
+        # shellcheck disable=SC2086
+        "$GGRS" bench -m "$m" --threads-list "$THREADS" -p "$P" -n "$N" -r "$R" ${GGRS_ARGS:-} --json \
             >"$OUT/$base.r$round.ggrs.json"
     done
 done

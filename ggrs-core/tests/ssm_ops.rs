@@ -100,8 +100,9 @@ fn ssm_conv_checks_shapes() {
 }
 
 /// Mamba-2's scan as a plain loop over sequences, tokens, heads, channels and states:
-/// returns `y` then the final states, ggml's layout and arithmetic (fused updates and sum,
-/// softplus `ln(1 + eˣ)` below 20).
+/// returns `y` then the final states, ggml's layout and arithmetic (fused updates, softplus
+/// `ln(1 + eˣ)` below 20; the sum over whole blocks of 64 states in 64 lanes added as the
+/// AVX-512 build's four registers, the rest fused in order).
 #[allow(clippy::too_many_arguments)]
 fn ssm_scan_ref(
     s: &[f32],
@@ -127,13 +128,25 @@ fn ssm_scan_ref(
                 let da = (sp * a[h]).exp();
                 for i in 0..head_dim {
                     let xdt = x[((sq * n_t + t) * n_head + h) * head_dim + i] * sp;
+                    let np = d_state / 64 * 64;
+                    let mut lanes = [0.0f32; 64];
                     let mut sum = 0.0f32;
                     for k in 0..d_state {
                         let si = ((sq * n_head + h) * head_dim + i) * d_state + k;
                         let bg = b[((sq * n_t + t) * n_group + g) * d_state + k];
                         let cg = c[((sq * n_t + t) * n_group + g) * d_state + k];
                         st[si] = st[si].mul_add(da, bg * xdt);
-                        sum = st[si].mul_add(cg, sum);
+                        if k < np {
+                            lanes[k % 64] = st[si].mul_add(cg, lanes[k % 64]);
+                        } else {
+                            if k == np && np > 0 {
+                                sum = avx512_reduce(&lanes);
+                            }
+                            sum = st[si].mul_add(cg, sum);
+                        }
+                    }
+                    if np == d_state {
+                        sum = avx512_reduce(&lanes);
                     }
                     y[((sq * n_t + t) * n_head + h) * head_dim + i] = sum;
                 }
@@ -144,10 +157,24 @@ fn ssm_scan_ref(
     y
 }
 
+/// 64 lanes (four registers of 16) added as ggml's `GGML_F32_VEC_REDUCE` on AVX-512:
+/// registers 0+2 and 1+3, then 0+1, then GCC's `_mm512_reduce_add_ps` (halves of 8, of 4,
+/// then lanes (0+2) + (1+3)).
+fn avx512_reduce(lanes: &[f32; 64]) -> f32 {
+    let r: Vec<f32> = (0..16)
+        .map(|l| (lanes[l] + lanes[l + 32]) + (lanes[l + 16] + lanes[l + 48]))
+        .collect();
+    let h8: Vec<f32> = (0..8).map(|i| r[i + 8] + r[i]).collect();
+    let h4: Vec<f32> = (0..4).map(|i| h8[i + 4] + h8[i]).collect();
+    (h4[0] + h4[2]) + (h4[1] + h4[3])
+}
+
 #[test]
 fn ssm_scan_is_the_loop() {
     // (d_state, head_dim, n_head, n_group, n_t, n_s)
     for dims in [
+        [128, 4, 4, 1, 5, 2],
+        [80, 3, 2, 2, 3, 1],
         [16, 16, 8, 2, 7, 1],
         [16, 4, 6, 3, 1, 4],
         [8, 5, 4, 1, 3, 2],

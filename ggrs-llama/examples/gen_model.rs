@@ -20,11 +20,19 @@
 //! `context_length` 4096. Gemma 2's sliding window becomes its real 4096 (the tiny model's 8
 //! is a test device); Phi-3's `rope.scaling.original_context_length` follows the context.
 //!
+//! Hybrids (LFM2, Granite-4.0-H, Qwen3.5 and its MoE) repeat the tiny model's pattern of
+//! recurrent and attention layers (new layer `l` is tiny layer `l mod n`; per-layer keys
+//! likewise). LFM2's short convolution keeps its kernel; Granite-H's Mamba-2 gets Granite's
+//! proportions (inner 2·width, heads of 64, state 128, one group); Qwen3.5's delta-net heads
+//! of 128 (value heads = width / 128, the tiny model's value heads per key head); its
+//! `rope.dimension_sections` split the rotated pairs in three. An SSM's `A` is drawn negative.
+//!
 //! usage: cargo run --release -p ggrs-llama --example gen_model -- --arch ARCH --out FILE
 //!        [--width 1024] [--layers 8] [--seed 1] [--head-dim N] [--context 4096]
 //!        [--tiny FILE]
 //!   ARCH: llama (Llama 3.1 rotary), qwen2 (from the tiny qwen3: its vocabulary and layout,
-//!   Q/K/V biases instead of Q/K norms), qwen3, gemma2, phi3, qwen3moe, chatglm.
+//!   Q/K/V biases instead of Q/K norms), qwen3, gemma2, phi3, qwen3moe, chatglm, and the
+//!   hybrids lfm2, granitehybrid, qwen35, qwen35moe.
 //!   The tiny file is found in `$GGRS_REFERENCE_DIR/tiny` or `shared/reference/tiny` above
 //!   this crate unless `--tiny` names it. Quantize the result with
 //!   `target/release/ggrs quantize FILE OUT q4_0`.
@@ -38,7 +46,7 @@ use ggrs_core::DType;
 
 /// The architectures this generator makes, each with the tiny reference file it starts from
 /// (qwen2 has none of its own: it is derived from the tiny Qwen3, see [`derive`]).
-pub const ARCHS: [(&str, &str); 7] = [
+pub const ARCHS: [(&str, &str); 11] = [
     ("llama", "tiny-llama3-f16.gguf"),
     ("qwen2", "tiny-qwen3-f16.gguf"),
     ("qwen3", "tiny-qwen3-f16.gguf"),
@@ -46,6 +54,10 @@ pub const ARCHS: [(&str, &str); 7] = [
     ("phi3", "tiny-phi3-f16.gguf"),
     ("qwen3moe", "tiny-moe-f16.gguf"),
     ("chatglm", "tiny-chatglm-f16.gguf"),
+    ("lfm2", "tiny-lfm2-f16.gguf"),
+    ("granitehybrid", "tiny-granite-hybrid-f16.gguf"),
+    ("qwen35", "tiny-qwen35-f16.gguf"),
+    ("qwen35moe", "tiny-qwen35moe-f16.gguf"),
 ];
 
 /// What went wrong while generating a model.
@@ -144,13 +156,16 @@ fn round_dim(x: f64) -> usize {
     ((x / m).round().max(1.0) * m) as usize
 }
 
+/// A tiny tensor and its values' mean and standard deviation.
+type SourceTensor = (TensorInfo, (f64, f64));
+
 /// What the generator takes from a tiny file: its metadata, and its tensor table with each
 /// tensor's mean and standard deviation.
 struct Source {
     path: PathBuf,
     arch: String,
     metadata: Vec<(String, Value)>,
-    tensors: Vec<(TensorInfo, (f64, f64))>,
+    tensors: Vec<SourceTensor>,
 }
 
 impl Source {
@@ -241,8 +256,67 @@ struct Plan {
     tiny_width: usize,
     tiny_ff: usize,
     tiny_layers: usize,
+    /// The tiny model's Q projection width (heads × head_dim).
+    tiny_q: usize,
+    /// The tiny model's head_dim.
+    tiny_hd: usize,
     new: GenShape,
     rope_dim: usize,
+    /// `expert_shared_feed_forward_length` (Qwen3.5-MoE's shared expert).
+    n_ff_shexp: Option<usize>,
+    /// The recurrent mixer's sizes (hybrids only).
+    ssm: Option<Ssm>,
+}
+
+/// The `ssm.*` sizes of a hybrid: Mamba-2 (Granite-H) or gated delta-net (Qwen3.5).
+#[derive(Debug, Clone, Copy)]
+struct Ssm {
+    /// `ssm.inner_size`.
+    inner: usize,
+    /// `ssm.state_size`.
+    state: usize,
+    /// `ssm.group_count` (B/C groups; delta-net key heads).
+    groups: usize,
+    /// `ssm.time_step_rank` (Mamba-2 heads; delta-net value heads).
+    heads: usize,
+}
+
+/// The recurrent sizes at width `d`, in the real models' proportions: Granite-4.0-H's Mamba-2
+/// (inner 2·width, heads of 64, state 128, one group); Qwen3.5's delta-net (key and value
+/// heads of 128, inner = width, the tiny model's value heads per key head).
+fn ssm_plan(src: &Source, arch: &str, d: usize) -> Result<Option<Ssm>, GenError> {
+    let num = |k: &str| {
+        src.get(&format!("{arch}.ssm.{k}"))
+            .and_then(Value::as_u64)
+            .map(|v| v as usize)
+    };
+    let (Some(groups0), Some(heads0)) = (num("group_count"), num("time_step_rank")) else {
+        return Ok(None);
+    };
+    let ssm = match arch {
+        "granitehybrid" => Ssm {
+            inner: 2 * d,
+            state: 128,
+            groups: 1,
+            heads: 2 * d / 64,
+        },
+        _ => {
+            let per_group = (heads0 / groups0.max(1)).max(1);
+            let heads = (d / 128).max(per_group);
+            Ssm {
+                inner: heads * 128,
+                state: 128,
+                groups: (heads / per_group).max(1),
+                heads,
+            }
+        }
+    };
+    if !d.is_multiple_of(128) {
+        return Err(GenError::BadShape(format!(
+            "{arch}: width {d} must be a multiple of 128 (the recurrent heads' width)"
+        )));
+    }
+    Ok(Some(ssm))
 }
 
 fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
@@ -254,13 +328,22 @@ fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
             .map(|v| v as usize)
     };
     let need = |k: &str| num(k).ok_or_else(|| bad(format!("no integer key {arch}.{k}")));
-    let (d0, ff0, h0, hkv0, n0) = (
+    // Hybrids give `head_count_kv` per layer (0 for a recurrent layer): the attention
+    // layers' count.
+    let kv_array = src
+        .get(&format!("{arch}.attention.head_count_kv"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).max().unwrap_or(0) as usize);
+    let (d0, ff0, h0, n0) = (
         need("embedding_length")?,
         need("feed_forward_length")?,
         need("attention.head_count")?,
-        need("attention.head_count_kv")?,
         need("block_count")?,
     );
+    let hkv0 = match kv_array {
+        Some(n) => n,
+        None => need("attention.head_count_kv")?,
+    };
     if h0 == 0 || hkv0 == 0 || !h0.is_multiple_of(hkv0) || d0 == 0 || ff0 == 0 {
         return Err(bad(format!(
             "{h0} heads over {hkv0} KV heads, width {d0}, feed-forward {ff0}"
@@ -297,6 +380,9 @@ fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
     let n_ff = round_dim(d as f64 * 2.75);
     let n_ff_exp =
         num("expert_feed_forward_length").map(|e0| round_dim(n_ff as f64 * e0 as f64 / ff0 as f64));
+    let n_ff_shexp = num("expert_shared_feed_forward_length")
+        .map(|e0| round_dim(n_ff as f64 * e0 as f64 / ff0 as f64));
+    let ssm = ssm_plan(src, &arch, d)?;
     // A rotary part narrower than the head (ChatGLM: half of it) keeps its share.
     let rope_dim = num("rope.dimension_count").map_or(hd, |r0| r0 * hd / hd0);
     Ok(Plan {
@@ -315,7 +401,11 @@ fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
         tiny_width: d0,
         tiny_ff: ff0,
         tiny_layers: n0,
+        tiny_q: h0 * hd0,
+        tiny_hd: hd0,
         rope_dim,
+        n_ff_shexp,
+        ssm,
     })
 }
 
@@ -335,6 +425,32 @@ fn metadata(src: &Source, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
         ("attention.value_length", u32v(s.head_dim)),
         ("rope.dimension_count", u32v(p.rope_dim)),
         ("expert_feed_forward_length", u32v(s.n_ff_exp.unwrap_or(0))),
+        (
+            "expert_shared_feed_forward_length",
+            u32v(p.n_ff_shexp.unwrap_or(0)),
+        ),
+        ("ssm.inner_size", u32v(p.ssm.map_or(0, |m| m.inner))),
+        ("ssm.state_size", u32v(p.ssm.map_or(0, |m| m.state))),
+        ("ssm.group_count", u32v(p.ssm.map_or(0, |m| m.groups))),
+        ("ssm.time_step_rank", u32v(p.ssm.map_or(0, |m| m.heads))),
+        // IMROPE's sections: the rotated pairs split over three sections as evenly as
+        // possible (Qwen3.5's own [11, 11, 10, 0] for 64 rotated dimensions).
+        (
+            "rope.dimension_sections",
+            Value::Array(
+                (0..4)
+                    .map(|i| {
+                        let pairs = p.rope_dim / 2;
+                        let n = if i < 3 {
+                            pairs / 3 + usize::from(i < pairs % 3)
+                        } else {
+                            0
+                        };
+                        Value::I32(n as i32)
+                    })
+                    .collect(),
+            ),
+        ),
         ("rope.scaling.original_context_length", u32v(o.context)),
         // The tiny Gemma 2's window of 8 tokens is a test device: Gemma 2's own is 4096.
         ("attention.sliding_window", u32v(4096)),
@@ -342,9 +458,37 @@ fn metadata(src: &Source, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
     .into_iter()
     .map(|(k, v)| (key(k), v))
     .collect();
+    // Per-layer arrays (hybrids' `head_count_kv`, Qwen3.5's `recurrent_layers`) repeat the
+    // tiny model's layer pattern, as the tensors do (see [`plan_tensors`]).
+    let per_layer = |k: &str, v: &Value| -> Option<Value> {
+        let a = v.as_array().filter(|a| a.len() == p.tiny_layers)?;
+        let kv = k.ends_with(".attention.head_count_kv");
+        if !kv && !k.ends_with(".attention.recurrent_layers") {
+            return None;
+        }
+        Some(Value::Array(
+            (0..s.layers)
+                .map(|l| match &a[l % p.tiny_layers] {
+                    x if kv && x.as_u64().is_some_and(|n| n > 0) => match x {
+                        Value::I32(_) => Value::I32(s.n_head_kv as i32),
+                        _ => u32v(s.n_head_kv),
+                    },
+                    x => x.clone(),
+                })
+                .collect(),
+        ))
+    };
+    // Granite's attention multiplier is 1/head_dim-like: it keeps the logits' size.
     src.metadata
         .iter()
         .map(|(k, v)| {
+            if let Some(a) = per_layer(k, v) {
+                return (k.clone(), a);
+            }
+            if k == &key("attention.scale") {
+                let scale = v.as_f32().unwrap_or(1.0) as f64 * p.tiny_hd as f64 / s.head_dim as f64;
+                return (k.clone(), Value::F32(scale as f32));
+            }
             let keep_window =
                 k.ends_with(".attention.sliding_window") && v.as_u64().is_some_and(|w| w >= 1024);
             match shaped.iter().find(|(sk, _)| sk == k) {
@@ -372,11 +516,18 @@ fn new_shape(p: &Plan, role: &str, t: &TensorInfo) -> Result<Vec<usize>, String>
     let fused_ff = |ne1: usize| ne1 / p.tiny_ff * s.n_ff;
     let expert_ff = s.n_ff_exp.unwrap_or(0);
     let n_expert = t.ne[2];
+    if let Some(shape) = hybrid_shape(p, role, t) {
+        return Ok(shape);
+    }
     Ok(match role {
         "token_embd.weight" | "output.weight" => vec![d, t.ne[1]],
         "rope_freqs.weight" => vec![p.rope_dim / 2],
         "attn_q_norm.weight" | "attn_k_norm.weight" => vec![hd],
         r if r.ends_with("norm.weight") && t.ne[0] == p.tiny_width => vec![d],
+        // Qwen3.5's full attention projects Q and its output gate together.
+        "attn_q.weight" if p.arch.starts_with("qwen35") && t.ne[1] == 2 * p.tiny_q => {
+            vec![d, 2 * q]
+        }
         "attn_q.weight" => vec![d, q],
         "attn_k.weight" | "attn_v.weight" => vec![d, kv],
         "attn_q.bias" => vec![q],
@@ -396,6 +547,47 @@ fn new_shape(p: &Plan, role: &str, t: &TensorInfo) -> Result<Vec<usize>, String>
     })
 }
 
+/// The new shape of a hybrid's own tensors (`None`: not one of them): LFM2's short
+/// convolution, Granite-H's Mamba-2, Qwen3.5's delta-net and Qwen3.5-MoE's shared expert.
+fn hybrid_shape(p: &Plan, role: &str, t: &TensorInfo) -> Option<Vec<usize>> {
+    let d = p.new.width;
+    if let Some(sh) = p.n_ff_shexp {
+        match role {
+            "ffn_gate_inp_shexp.weight" => return Some(vec![d]),
+            "ffn_gate_shexp.weight" | "ffn_up_shexp.weight" => return Some(vec![d, sh]),
+            "ffn_down_shexp.weight" => return Some(vec![sh, d]),
+            _ => {}
+        }
+    }
+    let k = t.ne[0];
+    if p.arch == "lfm2" {
+        return match role {
+            "shortconv.conv.weight" => Some(vec![k, d]),
+            "shortconv.in_proj.weight" => Some(vec![d, 3 * d]),
+            "shortconv.out_proj.weight" => Some(vec![d, d]),
+            _ => None,
+        };
+    }
+    let m = p.ssm?;
+    let gs = 2 * m.groups * m.state;
+    Some(match (p.arch.as_str(), role) {
+        ("granitehybrid", "ssm_in.weight") => vec![d, 2 * m.inner + gs + m.heads],
+        ("granitehybrid", "ssm_conv1d.weight") => vec![k, m.inner + gs],
+        ("granitehybrid", "ssm_conv1d.bias") => vec![m.inner + gs],
+        ("granitehybrid", "ssm_a" | "ssm_d") => vec![1, m.heads],
+        ("granitehybrid", "ssm_norm.weight") => vec![m.inner / m.groups, m.groups],
+        (_, "attn_qkv.weight") => vec![d, gs + m.inner],
+        (_, "attn_gate.weight") => vec![d, m.inner],
+        (_, "ssm_conv1d.weight") => vec![k, gs + m.inner],
+        (_, "ssm_a") => vec![m.heads],
+        (_, "ssm_beta.weight" | "ssm_alpha.weight") => vec![d, m.heads],
+        (_, "ssm_norm.weight") => vec![m.inner / m.heads],
+        (_, "ssm_dt.bias") => vec![m.heads],
+        (_, "ssm_out.weight") => vec![m.inner, d],
+        _ => return None,
+    })
+}
+
 /// A tensor to write: its name, type, shape and how its values are drawn.
 struct Planned {
     name: String,
@@ -409,6 +601,9 @@ struct Planned {
 enum Fill {
     /// Gaussian noise with this mean and standard deviation.
     Normal { mean: f64, std: f64 },
+    /// Minus the magnitude of such noise: an SSM's decay `A` (= −exp(A_log)) must stay
+    /// negative, or the state grows without bound.
+    NegativeNormal { mean: f64, std: f64 },
     /// Llama 3.1's rotary frequency factors.
     Llama3RopeFactors { base: f64 },
 }
@@ -439,12 +634,18 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
         .get(&format!("{}.rope.freq_base", p.arch))
         .and_then(Value::as_f32)
         .unwrap_or(10000.0) as f64;
-    let one = |role: &str, name: String, tensor: &(TensorInfo, (f64, f64))| {
+    let one = |role: &str, name: String, tensor: &SourceTensor| {
         let (t, (mean, std)) = (&tensor.0, tensor.1);
         let ne = new_shape(p, role, t).map_err(bad)?;
         let fill = if role == "rope_freqs.weight" {
             Fill::Llama3RopeFactors { base }
-        } else if t.n_dims == 1 {
+        } else if role == "ssm_a" {
+            Fill::NegativeNormal { mean, std }
+        } else if t.n_dims == 1
+            || role == "ssm_d"
+            || role.ends_with("norm.weight")
+            || role.ends_with(".bias")
+        {
             Fill::Normal { mean, std }
         } else if role == "token_embd.weight" || role == "output.weight" {
             Fill::Normal { mean: 0.0, std }
@@ -462,14 +663,24 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
             fill,
         })
     };
-    let layer0: Vec<&(TensorInfo, (f64, f64))> = src
-        .tensors
-        .iter()
-        .filter(|(t, _)| t.name.starts_with("blk.0."))
+    // The tiny model's layers, as (role, tensor) lists. Where they differ (the hybrids mix
+    // recurrent and attention layers) new layer `l` copies tiny layer `l mod n`; where they
+    // are alike every layer copies layer 0 (whose statistics the older models were made from).
+    let layers: Vec<Vec<(&str, &SourceTensor)>> = (0..p.tiny_layers)
+        .map(|il| {
+            let prefix = format!("blk.{il}.");
+            src.tensors
+                .iter()
+                .filter_map(|t| t.0.name.strip_prefix(prefix.as_str()).map(|role| (role, t)))
+                .collect()
+        })
         .collect();
-    if layer0.is_empty() || p.tiny_layers == 0 {
-        return Err(bad("no tensors of layer 0".into()));
+    if layers.iter().any(Vec::is_empty) || p.tiny_layers == 0 {
+        return Err(bad("a layer without tensors".into()));
     }
+    let uniform = layers
+        .iter()
+        .all(|l| l.iter().map(|x| x.0).eq(layers[0].iter().map(|x| x.0)));
     let mut out = Vec::new();
     let mut layers_done = false;
     for t in &src.tensors {
@@ -479,8 +690,8 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
         } else if !layers_done {
             layers_done = true;
             for l in 0..p.new.layers {
-                for t0 in &layer0 {
-                    let role = &t0.0.name["blk.0.".len()..];
+                let template = if uniform { 0 } else { l % p.tiny_layers };
+                for (role, t0) in &layers[template] {
                     out.push(one(role, format!("blk.{l}.{role}"), t0)?);
                 }
             }
@@ -557,6 +768,14 @@ fn write_values(
                     let (a, b) = rng.normal_pair();
                     vals.push((mean + std * a) as f32);
                     vals.push((mean + std * b) as f32);
+                }
+                vals.truncate(k);
+            }
+            Fill::NegativeNormal { mean, std } => {
+                while vals.len() < k {
+                    let (a, b) = rng.normal_pair();
+                    vals.push(-(mean + std * a).abs() as f32);
+                    vals.push(-(mean + std * b).abs() as f32);
                 }
                 vals.truncate(k);
             }

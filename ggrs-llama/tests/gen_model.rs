@@ -1,5 +1,5 @@
 //! The random-model generator (`examples/gen_model.rs`) keeps working: for each architecture
-//! it writes a narrow model (width 128, 2 layers), which must load with the shape asked for,
+//! it writes a narrow model (width 128, 2 layers; the hybrids 4), which must load with the shape asked for,
 //! carry every tensor name of its tiny source file, and give finite, non-constant logits on a
 //! prompt and a few greedy steps, in F16 and after `q4_0` quantization.
 
@@ -87,13 +87,17 @@ fn run_model(path: &Path) -> Vec<u32> {
 fn narrow_models_of_every_architecture_run() {
     let tiny_dir = common::reference_dir().join("tiny");
     let dir = TempDir::new("narrow");
-    let opts = gen_model::GenOptions {
-        width: 128,
-        layers: 2,
-        context: 256,
-        ..Default::default()
-    };
     for (arch, _) in gen_model::ARCHS {
+        // The hybrids repeat their tiny model's pattern of 4 recurrent and attention layers:
+        // 4 layers are the whole pattern (2 would leave LFM2 without attention).
+        let hybrid = ["lfm2", "granitehybrid", "qwen35", "qwen35moe"].contains(&arch);
+        let layers = if hybrid { 4 } else { 2 };
+        let opts = gen_model::GenOptions {
+            width: 128,
+            layers,
+            context: 256,
+            ..Default::default()
+        };
         let tiny = gen_model::tiny_file(&tiny_dir, arch).expect("a known arch");
         let f16 = dir.0.join(format!("{arch}-f16.gguf"));
         let shape = gen_model::generate(&tiny, arch, &f16, &opts)
@@ -104,7 +108,7 @@ fn narrow_models_of_every_architecture_run() {
         // The shape asked for, as the loader reads it.
         let model = Model::load(&f16).unwrap_or_else(|e| panic!("load {arch}: {e}"));
         let hp = &model.hparams;
-        assert_eq!((hp.n_embd, hp.n_layer), (128, 2), "{arch}");
+        assert_eq!((hp.n_embd, hp.n_layer), (128, layers), "{arch}");
         assert_eq!(
             (hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff),
             (shape.n_head, shape.n_head_kv, shape.head_dim, shape.n_ff),
@@ -137,6 +141,8 @@ fn narrow_models_of_every_architecture_run() {
                 continue;
             }
             let names: Vec<String> = match t.name.strip_prefix("blk.0.") {
+                // A hybrid's layers are its tiny model's, name for name.
+                _ if hybrid => vec![t.name.clone()],
                 Some(role) => (0..2).map(|l| format!("blk.{l}.{role}")).collect(),
                 None if t.name.starts_with("blk.") => continue,
                 None => vec![t.name.clone()],

@@ -378,9 +378,8 @@ fn plan_op(
             ..TaskPlan::default()
         },
         Op::GatedDeltaNet => TaskPlan {
-            // One piece per (head, sequence) at most; scratch for the deltas.
+            // One piece per (head, sequence) at most.
             n_chunks: src[2].map_or(1, |v| v.ne[1] * v.ne[3]).min(nth * 4).max(1),
-            scratch_f32: src[2].map_or(0, |v| v.ne[0]) + 16,
             ..TaskPlan::default()
         },
         Op::MulMatId => matmul::plan_id(
@@ -477,7 +476,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             }
             Op::SsmConv => ssm::ssm_conv(task, chunk, n),
             Op::SsmScan => ssm::ssm_scan(task, chunk, n),
-            Op::GatedDeltaNet => ssm::gated_delta_net(task, chunk, n, work),
+            Op::GatedDeltaNet => ssm::gated_delta_net(task, chunk, n),
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }
     }

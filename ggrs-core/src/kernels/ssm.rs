@@ -1,6 +1,6 @@
 //! Kernels of the recurrent layers' ops (see `ops::ssm`).
 
-use crate::kernels::ggml_arith::dot_f32_vec;
+use crate::kernels::ggml_arith::{dot_f32_vec, reduce16};
 use crate::kernels::{split_range, RawTensor, Task, Work};
 use crate::op::Op;
 
@@ -11,30 +11,65 @@ use crate::op::Op;
 /// See [`crate::kernels::compute_chunk`]; the builder checked the shapes and strides.
 pub(crate) unsafe fn ssm_conv(task: &Task, chunk: usize, n_chunks: usize) {
     let (d, sx, c) = (&task.dst, task.s0(), task.s1());
-    let (nc, n_t, n_s) = (c.ne[0], d.ne[1], d.ne[2]);
-    // ggml's loop as GCC builds it for the reference machine (AVX-512: a 16-wide body and an
-    // 8-wide epilogue): the products of whole groups of eight are rounded and added in
-    // order, the last `nc % 8` fused into the sum (FMA). Checked on the tiny models: d_conv
-    // 3 (LFM2) and 4 (Granite 4.0-H) are wholly fused.
-    let fused_from = nc - nc % 8;
+    let (n_t, n_s) = (d.ne[1], d.ne[2]);
     for i in split_range(d.ne[0], n_chunks, chunk) {
         // SAFETY: i < d_inner = c.ne[1] = sx.ne[1]; the kernel row has nc values.
         let w = unsafe { c.row_f32(i, 0, 0) };
         for s in 0..n_s {
-            // SAFETY: row (i, s) of sx holds d_conv − 1 + n_t values.
-            let x = unsafe { sx.row_f32(i, s, 0) };
-            for t in 0..n_t {
-                let mut sum = 0.0f32;
-                for k in 0..fused_from {
-                    sum += x[t + k] * w[k];
-                }
-                for k in fused_from..nc {
-                    sum = x[t + k].mul_add(w[k], sum);
-                }
-                // SAFETY: (i, t, s) lies in dst; channel i belongs to this chunk only.
-                unsafe { *(d.data.add(d.offset(i, t, s, 0)) as *mut f32) = sum };
+            // SAFETY: row (i, s) of sx holds d_conv − 1 + n_t values; (i, t, s) lies in dst
+            // for t < n_t, n_t steps of nb[1] bytes apart, and channel i belongs to this
+            // chunk only.
+            unsafe {
+                let x = sx.row_f32(i, s, 0);
+                let out = d.data.add(d.offset(i, 0, s, 0)) as *mut f32;
+                conv_channel(x, w, out, d.nb[1] / 4, n_t);
             }
         }
+    }
+}
+
+/// One channel of `ssm_conv`: `out[t·stride] = Σ_k x[t + k]·w[k]` for `t < n_t`, eight
+/// tokens at a time (each its own sum: lane `l` does token `t + l`'s scalar arithmetic).
+/// ggml's loop as GCC builds it for the reference machine (AVX-512: a 16-wide body and an
+/// 8-wide epilogue): the products of whole groups of eight are rounded and added in order,
+/// the last `nc % 8` fused into the sum (FMA). Checked on the tiny models: d_conv 3 (LFM2)
+/// and 4 (Granite 4.0-H) are wholly fused.
+///
+/// # Safety
+/// `x` holds `n_t + w.len() − 1` values; `out + t·stride` is writable for `t < n_t`.
+#[inline(always)]
+unsafe fn conv_channel_body(x: &[f32], w: &[f32], out: *mut f32, stride: usize, n_t: usize) {
+    let nc = w.len();
+    let fused_from = nc - nc % 8;
+    let mut t0 = 0;
+    while t0 + 8 <= n_t {
+        let mut sum = [0f32; 8];
+        for (k, &wk) in w.iter().enumerate() {
+            let xs = &x[t0 + k..t0 + k + 8];
+            for (s, &xv) in sum.iter_mut().zip(xs) {
+                *s = if k < fused_from {
+                    *s + xv * wk
+                } else {
+                    xv.mul_add(wk, *s)
+                };
+            }
+        }
+        for (l, &v) in sum.iter().enumerate() {
+            // SAFETY: t0 + l < n_t (the caller's contract).
+            unsafe { *out.add((t0 + l) * stride) = v };
+        }
+        t0 += 8;
+    }
+    for t in t0..n_t {
+        let mut sum = 0.0f32;
+        for k in 0..fused_from {
+            sum += x[t + k] * w[k];
+        }
+        for k in fused_from..nc {
+            sum = x[t + k].mul_add(w[k], sum);
+        }
+        // SAFETY: t < n_t (the caller's contract).
+        unsafe { *out.add(t * stride) = sum };
     }
 }
 
@@ -48,12 +83,33 @@ pub(crate) fn softplus(x: f32) -> f32 {
     }
 }
 
-/// One channel's state update and output of the scan: `S[k] ← S[k]·dA + B[k]·x_dt` and
-/// `Σ_k S[k]·C[k]`, both fused, in order of `k` (ggml's scalar loop as GCC contracts it).
+/// One channel's state update and output of the scan: `S[k] ← S[k]·dA + B[k]·x_dt` (fused,
+/// `B[k]·x_dt` rounded) and `Σ_k S[k]·C[k]`, as ggml's Mamba-2 loop on the AVX-512 build:
+/// the states in whole blocks of 64 summed in 64 FMA lanes (four registers of 16), the
+/// registers added 0+2, 1+3, then 0+1, then `_mm512_reduce_add_ps`; the states after the
+/// last block (all of them below 64: the tiny models' 16) fused into the sum in order of `k`
+/// (ggml's scalar loop as GCC contracts it).
 #[inline(always)]
 fn scan_row_body(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 {
+    let n = state.len();
+    let np = n & !63;
     let mut sum = 0.0f32;
-    for ((s, &bv), &cv) in state.iter_mut().zip(b).zip(c) {
+    if np > 0 {
+        let mut lanes = [0f32; 64];
+        for ((s, bv), cv) in state[..np]
+            .chunks_exact_mut(64)
+            .zip(b[..np].chunks_exact(64))
+            .zip(c[..np].chunks_exact(64))
+        {
+            for t in 0..64 {
+                let new = s[t].mul_add(da, bv[t] * x_dt);
+                lanes[t] = new.mul_add(cv[t], lanes[t]);
+                s[t] = new;
+            }
+        }
+        sum = reduce_64_lanes(&lanes);
+    }
+    for ((s, &bv), &cv) in state[np..].iter_mut().zip(&b[np..]).zip(&c[np..]) {
         let new = s.mul_add(da, bv * x_dt);
         sum = new.mul_add(cv, sum);
         *s = new;
@@ -61,11 +117,29 @@ fn scan_row_body(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) ->
     sum
 }
 
+/// ggml's `GGML_F32_VEC_REDUCE` on AVX-512 of four registers of 16 lanes (lanes `16·r + l`).
+#[inline(always)]
+fn reduce_64_lanes(lanes: &[f32; 64]) -> f32 {
+    let mut r16 = [0f32; 16];
+    for (l, r) in r16.iter_mut().enumerate() {
+        *r = (lanes[l] + lanes[l + 32]) + (lanes[l + 16] + lanes[l + 48]);
+    }
+    reduce16(&r16)
+}
+
 /// `y[i] = fma(x[i], v, y[i])` (ggml's `ggml_vec_mad_f32`, fused lane by lane).
 #[inline(always)]
 fn mad_body(y: &mut [f32], x: &[f32], v: f32) {
     for (a, &b) in y.iter_mut().zip(x) {
         *a = b.mul_add(v, *a);
+    }
+}
+
+/// `y[i] *= v` (ggml's `ggml_vec_scale_f32`: one rounded product per lane).
+#[inline(always)]
+fn scale_body(y: &mut [f32], v: f32) {
+    for a in y.iter_mut() {
+        *a *= v;
     }
 }
 
@@ -78,6 +152,8 @@ mod fma {
     crate::kernels::x86::target_features!("avx2,fma":
         pub(super) fn scan_row(state: &mut [f32], b: &[f32], c: &[f32], da: f32, x_dt: f32) -> f32 = scan_row_body;
         pub(super) fn mad(y: &mut [f32], x: &[f32], v: f32) = mad_body;
+        pub(super) fn scale_row(y: &mut [f32], v: f32) = scale_body;
+        pub(super) fn conv_channel(x: &[f32], w: &[f32], out: *mut f32, stride: usize, n_t: usize) = conv_channel_body;
     );
 }
 
@@ -101,6 +177,33 @@ fn mad(y: &mut [f32], x: &[f32], v: f32) {
         return unsafe { fma::mad(y, x, v) };
     }
     mad_body(y, x, v)
+}
+
+/// [`conv_channel_body`], built for AVX2 + FMA where the CPU has them (the portable build's
+/// `mul_add` calls the C library's `fmaf`, one call per product).
+///
+/// # Safety
+/// As [`conv_channel_body`].
+#[inline]
+unsafe fn conv_channel(x: &[f32], w: &[f32], out: *mut f32, stride: usize, n_t: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: as in `scan_row`; the rest is the caller's contract.
+        return unsafe { fma::conv_channel(x, w, out, stride, n_t) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { conv_channel_body(x, w, out, stride, n_t) }
+}
+
+/// [`scale_body`], built for AVX2 where the CPU has it.
+#[inline]
+fn scale_row(y: &mut [f32], v: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        // SAFETY: as in `scan_row`.
+        return unsafe { fma::scale_row(y, v) };
+    }
+    scale_body(y, v)
 }
 
 /// Row `(i1, i2, i3)` of a tensor with dense rows of f32, as a slice.
@@ -206,9 +309,8 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// `ggml_vec_dot_f32`, `M_j += k·δ_j` fused, `o_j = (M_j·q)·scale`.
 ///
 /// # Safety
-/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides; `work`
-/// holds `S + 16` values of scratch.
-pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides.
+pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize) {
     let d = &task.dst;
     let src = |i: usize| {
         task.src[i]
@@ -222,7 +324,6 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize,
     let scale = 1.0 / (sv as f32).sqrt();
     let out = d.data as *mut f32;
     let o_len = sv * h_v * n_t * n_s;
-    let delta = &mut work.scratch[..sv];
     for ir in split_range(h_v * n_s, n_chunks, chunk) {
         let (iv1, iv3) = (ir % h_v, ir / h_v);
         let (iq1, ik1) = (iv1 % h_q, iv1 % h_k);
@@ -249,18 +350,15 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize,
             let b = unsafe { at(beta, 0, iv1, t, iv3) };
             // SAFETY: indices within the shapes the builder checked; inputs are not written.
             let decay = unsafe { at(g, 0, iv1, t, iv3) }.exp();
-            for x in m.iter_mut() {
-                *x *= decay;
-            }
-            for j in 0..sv {
-                delta[j] = (vd[j] - dot(&m[j * sv..(j + 1) * sv], kd)) * b;
-            }
-            for (j, &dj) in delta.iter().enumerate() {
-                mad(&mut m[j * sv..(j + 1) * sv], kd, dj);
-            }
             let o0 = ((iv3 * n_t + t) * h_v + iv1) * sv;
-            for j in 0..sv {
-                let o = dot(&m[j * sv..(j + 1) * sv], qd) * scale;
+            // Row j of M depends on nothing but itself, k, q, v_j and β: ggml's four passes
+            // over the whole state (scale, δ, update, output) are done row by row while the
+            // row is in L1, each element seeing the same operations in the same order.
+            for (j, mj) in m.chunks_exact_mut(sv).enumerate() {
+                scale_row(mj, decay);
+                let dj = (vd[j] - dot(mj, kd)) * b;
+                mad(mj, kd, dj);
+                let o = dot(mj, qd) * scale;
                 // SAFETY: output element of this pair: in dst, this chunk's only.
                 unsafe { *out.add(o0 + j) = o };
             }
