@@ -60,6 +60,7 @@ pub mod error;
 pub mod generate;
 pub mod hparams;
 pub mod kv_cache;
+pub mod kv_types;
 pub mod loader;
 pub mod model;
 pub mod perplexity;

@@ -141,19 +141,43 @@ pub(crate) fn plan(
 }
 
 /// The operands of one node, with the broadcast factors.
-struct Attn<'a> {
-    q: &'a RawTensor,
-    k: &'a RawTensor,
-    v: &'a RawTensor,
-    mask: Option<&'a RawTensor>,
+pub(super) struct Attn<'a> {
+    pub(super) q: &'a RawTensor,
+    pub(super) k: &'a RawTensor,
+    pub(super) v: &'a RawTensor,
+    pub(super) mask: Option<&'a RawTensor>,
     /// Per-head sink logits, `[n_head]` f32.
     sinks: Option<&'a RawTensor>,
     dst: &'a RawTensor,
     /// The op's scale, divided by `softcap` when there is one (as ggml does).
-    scale: f32,
+    pub(super) scale: f32,
     /// Soft-cap `c` (scores become `c·tanh(s·scale/c)`), 0 for none.
-    softcap: f32,
-    fast: bool,
+    pub(super) softcap: f32,
+    /// The CPU has AVX2, FMA and F16C.
+    pub(super) fast: bool,
+}
+
+impl<'a> Attn<'a> {
+    /// The operands of `task` (a `flash_attn_ext` node) with its scale and soft-cap.
+    pub(super) fn new(task: &'a Task, scale: f32, softcap: f32) -> Attn<'a> {
+        Attn {
+            q: task.s0(),
+            k: task.s1(),
+            v: task.src[2]
+                .as_ref()
+                .expect("the builder gives flash_attn_ext a value tensor"),
+            mask: task.src[3].as_ref(),
+            sinks: task.src[4].as_ref(),
+            dst: &task.dst,
+            scale: if softcap != 0.0 {
+                scale / softcap
+            } else {
+                scale
+            },
+            softcap,
+            fast: isa() >= Isa::Avx2,
+        }
+    }
 }
 
 impl Attn<'_> {
@@ -168,7 +192,7 @@ impl Attn<'_> {
     }
 
     /// The sink logit of query head `h`, if the node has sinks.
-    fn sink(&self, h: usize) -> Option<f32> {
+    pub(super) fn sink(&self, h: usize) -> Option<f32> {
         self.sinks.map(|t| {
             // SAFETY: the builder checked the sinks: F32 with `q.ne[2]` elements, and
             // h < q.ne[2].
@@ -202,7 +226,7 @@ impl Attn<'_> {
     ///
     /// # Safety
     /// Indices in range; q is F32 with dense rows.
-    unsafe fn q_row(&self, iq1: usize, iq2: usize, iq3: usize) -> &[f32] {
+    pub(super) unsafe fn q_row(&self, iq1: usize, iq2: usize, iq3: usize) -> &[f32] {
         // SAFETY: forwarded; the builder checked q's type and row layout.
         unsafe { self.q.row_f32(iq1, iq2, iq3) }
     }
@@ -211,7 +235,7 @@ impl Attn<'_> {
     ///
     /// # Safety
     /// Indices in range; only the thread computing this (query, head) writes it.
-    unsafe fn out_row<'o>(&self, iq1: usize, iq2: usize, iq3: usize) -> &'o mut [f32] {
+    pub(super) unsafe fn out_row<'o>(&self, iq1: usize, iq2: usize, iq3: usize) -> &'o mut [f32] {
         // SAFETY: forwarded; dst is a dense f32 tensor made by the builder.
         unsafe { self.dst.row_f32_mut(iq2, iq1, iq3) }
     }
@@ -232,23 +256,7 @@ pub(crate) unsafe fn flash_attn_ext(
     n_chunks: usize,
     work: &mut Work,
 ) {
-    let a = Attn {
-        q: task.s0(),
-        k: task.s1(),
-        v: task.src[2]
-            .as_ref()
-            .expect("the builder gives flash_attn_ext a value tensor"),
-        mask: task.src[3].as_ref(),
-        sinks: task.src[4].as_ref(),
-        dst: &task.dst,
-        scale: if softcap != 0.0 {
-            scale / softcap
-        } else {
-            scale
-        },
-        softcap,
-        fast: isa() >= Isa::Avx2,
-    };
+    let a = Attn::new(task, scale, softcap);
     let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
     let gs = group_size(a.q.ne, a.k.ne, a.v.ne);
     let rs = row_scratch(a.dk(), a.dv());
@@ -496,7 +504,7 @@ unsafe fn one_row_keys(
 /// `acc`, a sink above the maximum rescales the accumulator and the sum by `exp(max − s)`
 /// and adds 1, otherwise adds `exp(s − max)` to the sum (`S = fma(S, ms, vs)`). Returns the
 /// new `(M, S)`.
-fn add_sink(s: f32, max: f32, sum: f32, acc: &mut [f32]) -> (f32, f32) {
+pub(super) fn add_sink(s: f32, max: f32, sum: f32, acc: &mut [f32]) -> (f32, f32) {
     if s > max {
         let ms = (max - s).exp();
         for y in acc.iter_mut() {
@@ -771,12 +779,12 @@ fn row_max(s: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn h2f(h: u16) -> f32 {
+pub(super) fn h2f(h: u16) -> f32 {
     f16::from_bits(h).to_f32()
 }
 
 #[inline(always)]
-fn f2h(x: f32) -> u16 {
+pub(super) fn f2h(x: f32) -> u16 {
     f16::from_f32(x).to_bits()
 }
 
@@ -789,7 +797,7 @@ fn fma_into_body(acc: &mut [f32], a: f32, b: &[f32]) {
 }
 
 #[inline(always)]
-fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
+pub(super) fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: `fast` is only true when the CPU has AVX2, FMA and F16C.
@@ -803,7 +811,7 @@ fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
     }
 }
 
-fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
+pub(super) fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.
@@ -814,7 +822,7 @@ fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
 }
 
 /// ggml's `ggml_vec_scale_f16`: `y = f16(f32(y) · v)`.
-fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
+pub(super) fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.
@@ -828,7 +836,7 @@ fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
 
 /// ggml's `ggml_vec_mad_f16` (the FMA is explicit in its SIMD body and contracted by the
 /// compiler in its tail): `y = f16(fma(f32(x), v, f32(y)))`.
-fn mad_f16(y: &mut [u16], x: &[u16], v: f32, fast: bool) {
+pub(super) fn mad_f16(y: &mut [u16], x: &[u16], v: f32, fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.
