@@ -90,7 +90,7 @@ fn quantized_kv_attention_matches_the_reference() {
         g.build_forward_expand(&ctx, out).unwrap();
         Executor::new(2).compute(&mut ctx, &g).unwrap();
         let got = ctx.to_f32_vec(out).unwrap(); // [DK, NH, N_Q]
-        // The stored keys and values, per cell and head.
+                                                // The stored keys and values, per cell and head.
         let (kb, vb) = (ctx.data(kc).unwrap(), ctx.data(vc).unwrap());
         let at = |t: DType, b: &[u8], cell: usize, h: usize| {
             let row = &b[cell * t.row_size(DK * NHKV)..];
@@ -162,12 +162,19 @@ fn hadamard_rotates_each_run_and_undoes_itself() {
             // Row i of the natural-order Hadamard matrix: (−1)^popcount(i & j).
             let want: f64 = (0..64)
                 .map(|j| {
-                    let sign = if (i & j as usize).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+                    let sign = if (i & j as usize).count_ones() % 2 == 0 {
+                        1.0
+                    } else {
+                        -1.0
+                    };
                     sign * x[run * 64 + j] as f64
                 })
                 .sum::<f64>()
                 / 8.0;
-            assert!((hv[run * 64 + i] as f64 - want).abs() < 1e-5, "run {run} value {i}");
+            assert!(
+                (hv[run * 64 + i] as f64 - want).abs() < 1e-5,
+                "run {run} value {i}"
+            );
         }
     }
     for (b, o) in bv.iter().zip(&x) {
