@@ -158,11 +158,11 @@ fn hadamard_rotates_each_run_and_undoes_itself() {
     Executor::new(1).compute(&mut ctx, &g).unwrap();
     let (hv, bv) = (ctx.to_f32_vec(h).unwrap(), ctx.to_f32_vec(back).unwrap());
     for run in 0..6 {
-        for i in 0..64 {
+        for i in 0..64usize {
             // Row i of the natural-order Hadamard matrix: (−1)^popcount(i & j).
             let want: f64 = (0..64)
                 .map(|j| {
-                    let sign = if (i & j as usize).count_ones() % 2 == 0 {
+                    let sign = if (i & j).count_ones().is_multiple_of(2) {
                         1.0
                     } else {
                         -1.0
