@@ -4,19 +4,10 @@
 //! product (quantized to Q8_0 / Q8_1 for block keys, rounded to f16 for F16 keys). Also the
 //! Walsh–Hadamard op that llama.cpp wraps around a quantized cache.
 
-use ggrs_core::{quants, Context, DType, Executor, Graph, Result, Tensor};
+mod common;
 
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
+use common::values;
+use ggrs_core::{quants, Context, DType, Executor, Graph, Result, Tensor};
 
 /// Row `bytes` of type `t` as f32 values.
 fn decode(t: DType, bytes: &[u8], n: usize) -> Vec<f32> {

@@ -180,7 +180,69 @@ impl<'a> Attn<'a> {
     }
 }
 
+/// A mask row: its first element, the element stride in bytes, and whether it is F16.
+pub(super) type MaskRow = (*const u8, usize, bool);
+
+/// Row addresses of one (query, head) hoisted out of the key loop.
+pub(super) struct HeadRows {
+    /// The first key row of the head (GQA broadcast resolved).
+    pub(super) k0: *mut u8,
+    /// The first value row of the head.
+    pub(super) v0: *mut u8,
+    /// Key row stride in bytes.
+    pub(super) knb: usize,
+    /// Value row stride in bytes.
+    pub(super) vnb: usize,
+    /// The mask row of the query, if the node has a mask.
+    pub(super) mask: Option<MaskRow>,
+}
+
+/// Element `ic` of a mask row (0 without a mask).
+///
+/// # Safety
+/// `ic < n_kv`, so the element lies in the mask row.
+#[inline(always)]
+pub(super) unsafe fn mask_value(mask: Option<MaskRow>, ic: usize) -> f32 {
+    match mask {
+        None => 0.0,
+        // SAFETY: the element lies in the mask row (caller); elements are aligned.
+        Some((p, nb0, f16m)) => unsafe {
+            let e = p.add(ic * nb0);
+            if f16m {
+                h2f(*(e as *const u16))
+            } else {
+                *(e as *const f32)
+            }
+        },
+    }
+}
+
 impl Attn<'_> {
+    /// The row addresses of query `iq1` in head `(iq2, iq3)`.
+    ///
+    /// # Safety
+    /// Indices in range; the builder checked the broadcast rule and the mask's shape.
+    pub(super) unsafe fn head_rows(&self, iq1: usize, iq2: usize, iq3: usize) -> HeadRows {
+        let (k, v, qt) = (self.k, self.v, self.q);
+        let (k2, k3) = (iq2 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
+        let (v2, v3) = (iq2 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
+        // SAFETY: head indices in range (caller, broadcast rule checked by the builder).
+        let (k0, v0) = unsafe { (k.row_ptr(0, k2, k3), v.row_ptr(0, v2, v3)) };
+        let mask = self.mask.map(|m| {
+            // SAFETY: the builder checked the mask's shape (ne[0] = n_kv, ne[1] ≥ n_q,
+            // broadcast over axes 2 and 3).
+            let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
+            (p as *const u8, m.nb[0], m.dtype == DType::F16)
+        });
+        HeadRows {
+            k0,
+            v0,
+            knb: k.nb[1],
+            vnb: v.nb[1],
+            mask,
+        }
+    }
+
     fn dk(&self) -> usize {
         self.k.ne[0]
     }
@@ -422,20 +484,14 @@ unsafe fn one_row_keys(
         *h = h2f(f2h(x));
     }
     acc.fill(0);
-    // Row addresses hoisted out of the key loop: the first key and value row of this head
-    // (GQA broadcast resolved once) and the row strides; the mask row of this query.
-    let (k, v, qt) = (a.k, a.v, a.q);
-    let (k2, k3) = (iq2 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
-    let (v2, v3) = (iq2 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
-    // SAFETY: head indices in range (caller, broadcast rule checked by the builder).
-    let (k0, v0) = unsafe { (k.row_ptr(0, k2, k3), v.row_ptr(0, v2, v3)) };
-    let (knb, vnb) = (k.nb[1], v.nb[1]);
-    let mask = a.mask.map(|m| {
-        // SAFETY: the builder checked the mask's shape (ne[0] = n_kv, ne[1] ≥ n_q,
-        // broadcast over axes 2 and 3).
-        let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
-        (p as *const u8, m.nb[0], m.dtype == DType::F16)
-    });
+    // SAFETY: indices in range (caller).
+    let HeadRows {
+        k0,
+        v0,
+        knb,
+        vnb,
+        mask,
+    } = unsafe { a.head_rows(iq1, iq2, iq3) };
     #[cfg(target_arch = "x86_64")]
     if a.fast && a.softcap == 0.0 && dk == x86::D && dv == x86::D {
         let qh: &[f32; x86::D] = (&*qh).try_into().expect("dk == D was checked just above");
@@ -452,18 +508,8 @@ unsafe fn one_row_keys(
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
     for ic in keys {
-        let mv = match mask {
-            None => 0.0,
-            // SAFETY: ic < n_kv, so the element lies in the mask row; elements are aligned.
-            Some((p, nb0, f16m)) => unsafe {
-                let e = p.add(ic * nb0);
-                if f16m {
-                    h2f(*(e as *const u16))
-                } else {
-                    *(e as *const f32)
-                }
-            },
-        };
+        // SAFETY: ic < n_kv.
+        let mv = unsafe { mask_value(mask, ic) };
         if mv == f32::NEG_INFINITY {
             continue;
         }

@@ -19,7 +19,7 @@
 
 use crate::dtype::DType;
 use crate::kernels::attn::{
-    add_sink, dot_f16_ggml, f16_to_f32, f2h, h2f, mad_f16, scale_f16, Attn,
+    add_sink, dot_f16_ggml, f16_to_f32, f2h, h2f, mad_f16, mask_value, scale_f16, Attn, HeadRows,
 };
 use crate::kernels::ggml_arith::{activation_quantizer, mul_mat_dot};
 use crate::kernels::{split_range, Task, TaskPlan, Work};
@@ -147,34 +147,20 @@ unsafe fn one_row(
     let v_f16 = a.v.dtype == DType::F16;
     acc.fill(0.0);
     acc16.fill(0);
-    let (k, v, qt) = (a.k, a.v, a.q);
-    let (k2, k3) = (iq2 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
-    let (v2, v3) = (iq2 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
-    // SAFETY: head indices in range (caller, broadcast rule checked by the builder).
-    let (k0, v0) = unsafe { (k.row_ptr(0, k2, k3), v.row_ptr(0, v2, v3)) };
-    let (knb, vnb) = (k.nb[1], v.nb[1]);
-    let (k_bytes, v_bytes) = (k.dtype.row_size(dk), v.dtype.row_size(dv));
-    let mask = a.mask.map(|m| {
-        // SAFETY: the builder checked the mask's shape (ne[0] = n_kv, ne[1] ≥ n_q,
-        // broadcast over axes 2 and 3).
-        let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
-        (p as *const u8, m.nb[0], m.dtype == DType::F16)
-    });
+    // SAFETY: indices in range (caller).
+    let HeadRows {
+        k0,
+        v0,
+        knb,
+        vnb,
+        mask,
+    } = unsafe { a.head_rows(iq1, iq2, iq3) };
+    let (k_bytes, v_bytes) = (a.k.dtype.row_size(dk), a.v.dtype.row_size(dv));
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
     for ic in 0..n_kv {
-        let mv = match mask {
-            None => 0.0,
-            // SAFETY: ic < n_kv, so the element lies in the mask row; elements are aligned.
-            Some((p, nb0, f16m)) => unsafe {
-                let e = p.add(ic * nb0);
-                if f16m {
-                    h2f(*(e as *const u16))
-                } else {
-                    *(e as *const f32)
-                }
-            },
-        };
+        // SAFETY: ic < n_kv.
+        let mv = unsafe { mask_value(mask, ic) };
         if mv == f32::NEG_INFINITY {
             continue;
         }

@@ -20,15 +20,15 @@ pub const SET_ROWS_BLOCK_TYPES: [DType; 6] = [
 /// The key and value types [`Context::flash_attn_ext`] reads: F16 and the block types of
 /// [`SET_ROWS_BLOCK_TYPES`] (llama.cpp's CPU flash attention reads these and F32/BF16, which
 /// take soft-max and two matrix products here).
-pub const FLASH_ATTN_KV_TYPES: [DType; 7] = [
-    DType::F16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::IQ4NL,
-];
+pub const FLASH_ATTN_KV_TYPES: [DType; 7] = {
+    let mut t = [DType::F16; 7];
+    let mut i = 0;
+    while i < SET_ROWS_BLOCK_TYPES.len() {
+        t[i + 1] = SET_ROWS_BLOCK_TYPES[i];
+        i += 1;
+    }
+    t
+};
 
 /// Parameters of [`Context::rope_ext`].
 #[derive(Debug, Clone, Copy, PartialEq)]
