@@ -295,9 +295,31 @@ pub fn run(a: Args) -> CliResult {
     };
     let mut profiles: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    let kv = a.model.kv_types()?;
+    let kv_per_token = kv.bytes_per_token(&hp);
+    // As llama-bench: the cache types get columns when they are not the default f16.
+    let kv_cols = kv != ggrs_llama::kv_types::KvTypes::default();
+    let kv_cells = if kv_cols {
+        format!(" {} | {} |", kv.k, kv.v)
+    } else {
+        String::new()
+    };
     if !a.json {
-        println!("| model | size | params | threads | test | t/s (mean ± sd) | median t/s |");
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+        let (head, rule) = if kv_cols {
+            (" type_k | type_v |", " --- | --- |")
+        } else {
+            ("", "")
+        };
+        println!("| model | size | params | threads |{head} test | t/s (mean ± sd) | median t/s |");
+        println!("| --- | ---: | ---: | ---: |{rule} ---: | ---: | ---: |");
+    }
+    if !a.json {
+        notes.push(format!(
+            "KV cache: {kv_per_token} bytes per token (K {}, V {}; {:.1} MiB per 1024 tokens)",
+            kv.k,
+            kv.v,
+            kv_per_token as f64 / 1024.0
+        ));
     }
     let max_d = a.depth.iter().copied().max().unwrap_or(0);
     // Filled (not zero pages) so that reading it reads memory.
@@ -412,6 +434,7 @@ pub fn run(a: Args) -> CliResult {
                         "{}",
                         json!({"model": path.display().to_string(), "name": name, "size": size, "params": params,
                                "threads": t, "test": label, "n": n, "depth": depth,
+                               "type_k": kv.k.name(), "type_v": kv.v.name(), "kv_bytes_per_token": kv_per_token,
                                "tps_mean": st.mean, "tps_sd": st.sd, "tps_median": st.median, "samples": speeds[di],
                                "vs_first_depth": vs_first,
                                "weight_gbps": bw.map(|b| b.0), "read_gbps": bw.map(|b| b.1), "read_samples": read})
@@ -429,7 +452,7 @@ pub fn run(a: Args) -> CliResult {
                         format!(" ({:+.1}% vs d{})", 100.0 * (r - 1.0), a.depth[0])
                     });
                     println!(
-                        "| {name} | {:.2} MiB | {:.2} M | {t} | {label} | {:.2} ± {:.2} | {:.2}{rel} |",
+                        "| {name} | {:.2} MiB | {:.2} M | {t} |{kv_cells} {label} | {:.2} ± {:.2} | {:.2}{rel} |",
                         size as f64 / (1024.0 * 1024.0),
                         params as f64 / 1e6,
                         st.mean,

@@ -74,6 +74,19 @@ pub struct ModelArgs {
     /// for `ggrs run` with fewer than 1024 tokens to generate, or when `GGRS_NO_COPY=1`.
     #[arg(long = "copy-weights", value_enum, default_value_t = CopyWeights::Auto)]
     pub copy_weights: CopyWeights,
+    /// KV cache type of the keys (`-ctk` works too): f16, q8_0, q4_0, q4_1, q5_0, q5_1,
+    /// iq4_nl (read by flash attention, which ggrs always uses; llama.cpp needs `-fa on`
+    /// for a quantized V cache), or f32/bf16 for both keys and values.
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16", value_parser = cache_type_arg)]
+    pub cache_type_k: ggrs_core::DType,
+    /// KV cache type of the values (`-ctv` works too): as --cache-type-k.
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16", value_parser = cache_type_arg)]
+    pub cache_type_v: ggrs_core::DType,
+}
+
+/// A `-ctk`/`-ctv` argument: one of llama.cpp's KV cache type names.
+pub fn cache_type_arg(s: &str) -> Result<ggrs_core::DType, String> {
+    ggrs_llama::kv_types::parse_cache_type(s).map_err(|e| e.to_string())
 }
 
 /// When to copy the weights that are not repacked ([`ModelArgs::copy_weights`]).
@@ -88,6 +101,15 @@ pub enum CopyWeights {
 }
 
 impl ModelArgs {
+    /// The KV cache types of `-ctk`/`-ctv`, checked (a pair attention cannot read is an
+    /// error naming the types it can).
+    pub fn kv_types(&self) -> Result<ggrs_llama::kv_types::KvTypes, Box<dyn std::error::Error>> {
+        Ok(ggrs_llama::kv_types::KvTypes::new(
+            self.cache_type_k,
+            self.cache_type_v,
+        )?)
+    }
+
     /// The model path: given, or the default one (which must exist).
     pub fn path(&self) -> Result<PathBuf, String> {
         model_path(self.model.as_deref())
@@ -192,6 +214,7 @@ impl ModelArgs {
             return Err("-b (--batch-size) must be at least 1".into());
         }
         let n_threads = checked_threads(self.threads);
+        let kv = self.kv_types()?;
         let train = model.hparams.n_ctx_train;
         if self.ctx_size > train {
             eprintln!(
@@ -207,6 +230,8 @@ impl ModelArgs {
                 n_batch: self.batch_size,
                 n_threads,
                 logits_all,
+                kv_type: kv.k,
+                kv_type_v: Some(kv.v),
                 swa_full: self.swa_full || n_draft > 0,
                 n_draft,
                 ..SessionParams::default()
@@ -276,16 +301,16 @@ impl SpecArgs {
     }
 }
 
-/// `-md FILE` (llama.cpp's spelling) as `--model-draft FILE` (clap's short options are one
-/// letter).
+/// llama.cpp's two-letter options as their long forms (clap's short options are one
+/// letter): `-md FILE` as `--model-draft FILE`, `-ctk`/`-ctv TYPE` as
+/// `--cache-type-k`/`--cache-type-v TYPE`.
 pub fn rewrite_md(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     args.into_iter()
-        .map(|a| {
-            if a == "-md" {
-                "--model-draft".into()
-            } else {
-                a
-            }
+        .map(|a| match a.to_str() {
+            Some("-md") => "--model-draft".into(),
+            Some("-ctk") => "--cache-type-k".into(),
+            Some("-ctv") => "--cache-type-v".into(),
+            _ => a,
         })
         .collect()
 }

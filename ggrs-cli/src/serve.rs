@@ -28,6 +28,13 @@ pub struct Args {
     /// down to a multiple of 256 (0: 4096 per slot, at most the model's training context).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     ctx_size: usize,
+    /// KV cache type of the keys (`-ctk` works too): f16, q8_0, q4_0, q4_1, q5_0, q5_1,
+    /// iq4_nl (flash attention), or f32/bf16 for both keys and values.
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16", value_parser = crate::common::cache_type_arg)]
+    cache_type_k: ggrs_core::DType,
+    /// KV cache type of the values (`-ctv` works too): as --cache-type-k.
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value = "f16", value_parser = crate::common::cache_type_arg)]
+    cache_type_v: ggrs_core::DType,
     /// Slots: requests generating at once (`-np N` works too, as llama-server's).
     #[arg(long = "parallel", default_value_t = 4, value_name = "N")]
     parallel: usize,
@@ -195,8 +202,12 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     if a.batch_size == 0 || a.queue == 0 || a.embd_batch == 0 {
         return Err("--batch-size, --embd-batch and --queue must be at least 1".into());
     }
+    let kv = ggrs_llama::kv_types::KvTypes::new(a.cache_type_k, a.cache_type_v)
+        .map_err(|e| e.to_string())?;
     let mut c = ServerConfig::new(model);
     c.engine = EngineParams {
+        kv_type: kv.k,
+        kv_type_v: Some(kv.v),
         n_slots: a.parallel,
         n_ctx: a.ctx_size,
         n_batch: a.batch_size,

@@ -371,3 +371,50 @@ fn imatrix_collect_show_and_quantize_with_it() {
     let _ = std::fs::remove_file(&im);
     let _ = std::fs::remove_file(&out);
 }
+
+/// `-ctk`/`-ctv`: a quantized cache runs (and `ggrs bench` reports its bytes per token); a
+/// type attention cannot read is an error naming the types it can.
+#[test]
+fn cache_types_run_and_bad_ones_are_errors() {
+    let base = [
+        "run",
+        "-m",
+        &tiny(),
+        "-p",
+        "a b c",
+        "-n",
+        "3",
+        "--temp",
+        "0",
+    ];
+    let run = |extra: &[&str]| ggrs(&[&base[..], extra].concat());
+    let (ok, _, err) = run(&["-ctk", "q8_0", "-ctv", "q4_0"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&["-ctk", "q4_K"]);
+    assert!(
+        !ok && err.contains("q5_1") && err.contains("iq4_nl"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["-ctk", "f32", "-ctv", "q8_0"]);
+    assert!(!ok && err.contains("both f32"), "{err}");
+    let (ok, out, err) = ggrs(&[
+        "bench",
+        "-m",
+        &tiny(),
+        "-p",
+        "0",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("type_k") && out.contains("bytes per token"),
+        "{out}"
+    );
+}

@@ -217,7 +217,7 @@ pub use error::{Error, Result};
 pub use exec::{compute_graph, Executor, MatMulObserver, MatMulView, NodeTiming, Plan};
 pub use graph::Graph;
 pub use op::{Op, RopeMode};
-pub use ops::nn::RopeParams;
+pub use ops::nn::{RopeParams, FLASH_ATTN_KV_TYPES, SET_ROWS_BLOCK_TYPES};
 pub use ops::rope_yarn::RopeYarn;
 pub use tensor::{Tensor, TensorFlags, TensorMeta};
 pub use weights::columns_independent as mul_mat_columns_independent;

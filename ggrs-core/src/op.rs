@@ -46,6 +46,13 @@ pub enum Op {
     Tanh,
     /// `max(x, 0)`.
     Relu,
+    /// Walsh–Hadamard transform of every run of `n` values along axis 0 (`n` a power of
+    /// two dividing `ne[0]`): each run becomes `H·x / √n` with `H` the natural-order
+    /// (Sylvester) Hadamard matrix, computed as ggml's CPU `fwht` does.
+    Hadamard {
+        /// Values per transform.
+        n: usize,
+    },
     /// `silu(a)·b`: halves of `src0`, or `src0` and `src1`.
     Swiglu,
     /// `gelu(a)·b` of `src0` and `src1`, GELU as ggml's CPU GeGLU computes it (see
@@ -218,6 +225,7 @@ impl Op {
             Op::Gelu => "GELU",
             Op::Tanh => "TANH",
             Op::Relu => "RELU",
+            Op::Hadamard { .. } => "HADAMARD",
             Op::Swiglu => "SWIGLU",
             Op::Geglu => "GEGLU",
             Op::SwigluOai { .. } => "SWIGLU_OAI",
@@ -267,6 +275,7 @@ impl Op {
     pub fn params_string(&self) -> String {
         match self {
             Op::Scale { s } => format!("s={s}"),
+            Op::Hadamard { n } => format!("n={n}"),
             Op::Concat { dim } => format!("dim={dim}"),
             Op::ArgsortTopK { k } => format!("k={k}"),
             Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => {

@@ -5,11 +5,12 @@
 //! flash attention reads them (llama.cpp's layout with flash attention on). A step writes
 //! its keys and values with `set_rows` (row `cell[t]` for token t).
 
-use ggrs_core::{Context, DType, Tensor};
+use ggrs_core::{Context, Tensor};
 
 use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, LayerCache};
+use crate::kv_types::KvTypes;
 use crate::recurrent_cache::RecurrentCache;
 
 /// Attention reads the cache in multiples of this many cells (llama.cpp's padding).
@@ -40,8 +41,8 @@ pub struct KvCache {
     pub v: Vec<Tensor>,
     /// Cells.
     pub cells: Vec<Cell>,
-    /// Element type of keys and values.
-    pub dtype: DType,
+    /// Element types of keys and values.
+    pub types: KvTypes,
     /// Regions: 1, one cache all sequences share; n, sequence s owns cells
     /// `s·size/n .. (s+1)·size/n` and its token at position p sits in cell `s·size/n + p`
     /// ([`KvCache::set_streams`]).
@@ -107,9 +108,15 @@ fn padded_kv(used: usize, size: usize) -> usize {
 }
 
 impl KvCache {
-    /// Makes the cache tensors in `ctx` (which must have room: see [`KvCache::bytes`]).
-    pub fn new(ctx: &mut Context, hp: &HParams, size: usize, dtype: DType) -> Result<KvCache> {
-        KvCache::with_window_cells(ctx, hp, size, dtype, None)
+    /// Makes the cache tensors in `ctx` (which must have room: see [`KvCache::bytes`]), keys
+    /// and values of `types` (one [`ggrs_core::DType`] for both, or a [`KvTypes`]).
+    pub fn new(
+        ctx: &mut Context,
+        hp: &HParams,
+        size: usize,
+        types: impl Into<KvTypes>,
+    ) -> Result<KvCache> {
+        KvCache::with_window_cells(ctx, hp, size, types, None)
     }
 
     /// The sliding window every windowed layer of `hp` shares (see [`LayerCache::Own`]), if
@@ -149,9 +156,10 @@ impl KvCache {
         ctx: &mut Context,
         hp: &HParams,
         size: usize,
-        dtype: DType,
+        types: impl Into<KvTypes>,
         window_cells: Option<usize>,
     ) -> Result<KvCache> {
+        let types: KvTypes = types.into();
         let trimmed = match (window_cells, KvCache::shared_window(hp)) {
             (Some(n), Some(w)) if n > 0 => Some((n, w)),
             (Some(_), _) => {
@@ -161,11 +169,7 @@ impl KvCache {
             }
             (None, _) => None,
         };
-        if !matches!(dtype, DType::F16 | DType::F32 | DType::BF16) {
-            return Err(LlamaError::InvalidArgument(format!(
-                "KV cache type must be f16, bf16 or f32, not {dtype}"
-            )));
-        }
+        types.check()?;
         let mut k: Vec<Tensor> = Vec::with_capacity(hp.n_layer);
         let mut v: Vec<Tensor> = Vec::with_capacity(hp.n_layer);
         for (l, layer) in hp.kv_layers.iter().enumerate() {
@@ -190,9 +194,18 @@ impl KvCache {
                     }
                 },
             };
-            let kt = ctx.new_tensor_2d(dtype, e, rows)?;
+            for t in [types.k, types.v] {
+                if !e.is_multiple_of(t.block_size()) {
+                    return Err(LlamaError::InvalidArgument(format!(
+                        "KV cache type {t} needs rows of a multiple of {} values; layer {l} \
+                         has {e}",
+                        t.block_size()
+                    )));
+                }
+            }
+            let kt = ctx.new_tensor_2d(types.k, e, rows)?;
             ctx.set_name(kt, format!("cache_k_l{l}"))?;
-            let vt = ctx.new_tensor_2d(dtype, e, rows)?;
+            let vt = ctx.new_tensor_2d(types.v, e, rows)?;
             ctx.set_name(vt, format!("cache_v_l{l}"))?;
             if !ctx.is_no_alloc() {
                 // Free cells are masked out, but their bytes still meet the value matrix
@@ -207,7 +220,7 @@ impl KvCache {
             k,
             v,
             cells: vec![Cell::default(); size],
-            dtype,
+            types,
             streams: 1,
             window_layers: match trimmed {
                 Some(_) => hp
@@ -288,8 +301,8 @@ impl KvCache {
     }
 
     /// Arena bytes the cache takes (data and metadata).
-    pub fn bytes(hp: &HParams, size: usize, dtype: DType) -> usize {
-        KvCache::bytes_with_window_cells(hp, size, dtype, None)
+    pub fn bytes(hp: &HParams, size: usize, types: impl Into<KvTypes>) -> usize {
+        KvCache::bytes_with_window_cells(hp, size, types, None)
     }
 
     /// [`KvCache::bytes`] of a cache whose sliding-window layers keep `window_cells` cells
@@ -297,9 +310,10 @@ impl KvCache {
     pub fn bytes_with_window_cells(
         hp: &HParams,
         size: usize,
-        dtype: DType,
+        types: impl Into<KvTypes>,
         window_cells: Option<usize>,
     ) -> usize {
+        let types: KvTypes = types.into();
         hp.kv_layers
             .iter()
             .map(|l| match *l {
@@ -308,7 +322,8 @@ impl KvCache {
                         Some(_) => window_cells.unwrap_or(size),
                         None => size,
                     };
-                    2 * Context::mem_size_for(1, dtype.row_size(width) * rows)
+                    Context::mem_size_for(1, types.k.row_size(width) * rows)
+                        + Context::mem_size_for(1, types.v.row_size(width) * rows)
                 }
                 LayerCache::Shares(_) => 0,
             })

@@ -20,6 +20,7 @@ use crate::batch::{Batch, SeqId};
 use crate::error::{LlamaError, Result};
 use crate::hparams::{HParams, LayerCache};
 use crate::kv_cache::{KvCache, Placement};
+use crate::kv_types::KvTypes;
 use crate::loader::ImportedWeights;
 use crate::model::Model;
 use crate::recurrent_cache::{Checkpoints, SavedState};
@@ -41,8 +42,12 @@ pub struct SessionParams {
     pub n_batch: usize,
     /// Threads (0: one per physical core).
     pub n_threads: usize,
-    /// Element type of the KV cache (F16 by default, F32 or BF16).
+    /// Element type of the KV cache's keys (F16 by default; see
+    /// [`crate::kv_types::KvTypes`] for the types), and of its values unless `kv_type_v`.
     pub kv_type: DType,
+    /// Element type of the KV cache's values when it differs from the keys' (llama.cpp's
+    /// `-ctv`); `None`: `kv_type`.
+    pub kv_type_v: Option<DType>,
     /// Whether a step may ask for the logits of every token (needed for perplexity); when
     /// false only the last token of a step gets logits.
     pub logits_all: bool,
@@ -79,11 +84,22 @@ impl Default for SessionParams {
             n_batch: 512,
             n_threads: 0,
             kv_type: DType::F16,
+            kv_type_v: None,
             logits_all: false,
             attn_kv_splits: 2,
             n_streams: 1,
             swa_full: false,
             n_draft: 0,
+        }
+    }
+}
+
+impl SessionParams {
+    /// The KV cache's key and value types (`kv_type`, `kv_type_v`).
+    pub fn kv_types(&self) -> KvTypes {
+        KvTypes {
+            k: self.kv_type,
+            v: self.kv_type_v.unwrap_or(self.kv_type),
         }
     }
 }
@@ -188,17 +204,17 @@ fn kv_cache_bytes(
     hp: &HParams,
     n_ctx: usize,
     window_cells: Option<usize>,
-    dtype: DType,
+    types: KvTypes,
 ) -> Option<u64> {
     hp.kv_layers.iter().try_fold(0u64, |sum, l| {
-        let row = dtype.row_size(l.width()) as u64;
+        let row = types.cell_bytes(l.width()) as u64;
         let cells = match l {
             LayerCache::Own {
                 window: Some(_), ..
             } => window_cells.unwrap_or(n_ctx),
             _ => n_ctx,
         };
-        sum.checked_add(row.checked_mul(cells as u64)?.checked_mul(2)?)
+        sum.checked_add(row.checked_mul(cells as u64)?)
     })
 }
 
@@ -348,7 +364,7 @@ impl Session {
         };
         let cell_bytes = (params.n_ctx as u64)
             .saturating_mul(std::mem::size_of::<crate::kv_cache::Cell>() as u64);
-        let kv_bytes = kv_cache_bytes(hp, params.n_ctx, window_cells, params.kv_type);
+        let kv_bytes = kv_cache_bytes(hp, params.n_ctx, window_cells, params.kv_types());
         let available = ggrs_core::available_memory();
         match (kv_bytes, available) {
             (None, a) => return Err(too_large(None, None, a)),
@@ -361,7 +377,7 @@ impl Session {
         let mut m = Context::measure();
         let w = model.import_weights(&mut m)?;
         let mut kv =
-            KvCache::with_window_cells(&mut m, hp, params.n_ctx, params.kv_type, window_cells)?;
+            KvCache::with_window_cells(&mut m, hp, params.n_ctx, params.kv_types(), window_cells)?;
         kv.set_streams(params.n_streams)?;
         kv.add_recurrent(&mut m, hp, params.n_streams)?;
         let kv_used = m.used_mem();
@@ -443,8 +459,13 @@ impl Session {
             e => e.into(),
         })?;
         let weights = model.import_weights(&mut ctx)?;
-        let mut kv =
-            KvCache::with_window_cells(&mut ctx, hp, params.n_ctx, params.kv_type, window_cells)?;
+        let mut kv = KvCache::with_window_cells(
+            &mut ctx,
+            hp,
+            params.n_ctx,
+            params.kv_types(),
+            window_cells,
+        )?;
         kv.set_streams(params.n_streams)?;
         kv.add_recurrent(&mut ctx, hp, params.n_streams)?;
         let columns_independent = model.matrix_weights().all(|w| {
@@ -779,12 +800,16 @@ impl Session {
     /// ones.
     fn merge_exact_spans(&self, placed: &mut Placement) {
         let splits = self.params.attn_kv_splits >= 2;
-        let one_row = self.kv.dtype == DType::F16
-            && placed.spans.len() < FA_TILE_Q
-            && placed
-                .spans
-                .iter()
-                .all(|s| !(splits && s.n_kv as usize >= FA_SPLIT_MIN_KV));
+        // A quantized cache always takes the one-row kernel and never splits keys.
+        let types = self.kv.types;
+        let f16 = types.k == DType::F16 && types.v == DType::F16;
+        let one_row = (types.flash_attn() && !f16)
+            || f16
+                && placed.spans.len() < FA_TILE_Q
+                && placed
+                    .spans
+                    .iter()
+                    .all(|s| !(splits && s.n_kv as usize >= FA_SPLIT_MIN_KV));
         if !one_row {
             return;
         }
@@ -901,8 +926,12 @@ impl Session {
         };
         let hp = &self.model.hparams;
         for &il in self.kv.window_layers() {
-            let row = self.kv.dtype.row_size(hp.kv_layers[il].width());
-            for t in [self.kv.k[il], self.kv.v[il]] {
+            let width = hp.kv_layers[il].width();
+            for (t, ty) in [
+                (self.kv.k[il], self.kv.types.k),
+                (self.kv.v[il], self.kv.types.v),
+            ] {
+                let row = ty.row_size(width);
                 let data = self.ctx.data_mut(t)?;
                 for &(from, to) in &w.moves {
                     data.copy_within(from * row..(from + 1) * row, to * row);

@@ -7,6 +7,7 @@ use ggrs_core::{Context, DType, Tensor};
 use crate::error::{LlamaError, Result};
 use crate::kv_cache::KvCache;
 pub use crate::kv_cache::{SeqSpan, SeqSpans};
+use crate::kv_types::KvTypes;
 use crate::recurrent_cache::RecurrentCache;
 
 /// `x + b` when there is a bias `b`, else `x`.
@@ -318,11 +319,23 @@ pub fn cached_attention_sinks(
     scores: AttnScores,
     sinks: Option<Tensor>,
 ) -> Result<Tensor> {
+    // A quantized cache: llama.cpp rotates queries and keys (and values, and back the
+    // output) by a Walsh–Hadamard transform around it, which leaves the attention unchanged
+    // but spreads outliers over the quantization blocks.
+    let (rot_k, rot_v) = (kv.types.rot_k(dims.head_dim), kv.types.rot_v(dims.head_dim));
+    let (q, k) = match rot_k {
+        Some(n) => (ctx.hadamard(q, n)?, ctx.hadamard(k, n)?),
+        None => (q, k),
+    };
+    let v = match rot_v {
+        Some(n) => ctx.hadamard(v, n)?,
+        None => v,
+    };
     let k_cache = ctx.set_rows(kv.k[il], k, k_rows)?; // [e_kv, size]
     let v_cache = ctx.set_rows(kv.v[il], v, k_rows)?; // [e_kv, size]
-    attend_cache(
+    let out = attend_cache(
         ctx,
-        kv.dtype,
+        kv.types,
         [k_cache, v_cache],
         mask,
         shape,
@@ -330,19 +343,23 @@ pub fn cached_attention_sinks(
         q,
         scores,
         sinks,
-    )
+    )?;
+    Ok(match rot_v {
+        Some(n) => ctx.hadamard(out, n)?,
+        None => out,
+    })
 }
 
 /// The attention half of [`cached_attention_sinks`]: the queries `q` (`[head_dim, n_head,
 /// n_tokens]`) over cells `0..shape.n_kv` (or each span's cells) of the written caches
-/// `[k_cache, v_cache]` (`[head_dim·n_head_kv, size]` of type `dtype`: the tensors
+/// `[k_cache, v_cache]` (`[head_dim·n_head_kv, size]` of types `types`: the tensors
 /// `set_rows` gave, so that the graph reads them after this step's keys are in) under
 /// `mask`. A layer that shares an earlier layer's cache (Gemma 4) passes that layer's.
 /// Returns `[head_dim·n_head, n_tokens]`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_cache(
     ctx: &mut Context,
-    dtype: DType,
+    types: KvTypes,
     [k_cache, v_cache]: [Tensor; 2],
     mask: Tensor,
     shape: StepShape,
@@ -357,25 +374,19 @@ pub fn attend_cache(
         n_head_kv: nhkv,
     } = dims;
     let n = shape.n_tokens;
-    let (e_kv, kv_ts) = (hd * nhkv, dtype.type_size());
+    let e_kv = hd * nhkv;
     let qq = ctx.permute(q, [0, 2, 1, 3])?; // [hd, n, nh]
                                             // Cells `first..first + n_kv` of the cache, as [hd, n_kv, nhkv].
     let cache_view = |ctx: &mut Context, cache: Tensor, first: usize, n_kv: usize| {
-        ctx.view_3d(
-            cache,
-            hd,
-            n_kv,
-            nhkv,
-            e_kv * kv_ts,
-            hd * kv_ts,
-            first * e_kv * kv_ts,
-        )
+        let dtype = ctx.meta(cache)?.dtype;
+        let (row, head) = (dtype.row_size(e_kv), dtype.row_size(hd));
+        ctx.view_3d(cache, hd, n_kv, nhkv, row, head, first * row)
     };
     let spans = shape.spans.as_slice();
     if spans.is_empty() {
         let kk = cache_view(ctx, k_cache, 0, shape.n_kv)?;
         let vv = cache_view(ctx, v_cache, 0, shape.n_kv)?;
-        let merged = attend(ctx, dtype, shape, qq, kk, vv, mask, scores, sinks)?;
+        let merged = attend(ctx, types, shape, qq, kk, vv, mask, scores, sinks)?;
         return Ok(ctx.reshape_2d(merged, hd * nh, n)?);
     }
     // Sequences in their own regions: each span's queries attend over its region's cells
@@ -390,7 +401,7 @@ pub fn attend_cache(
         let kk = cache_view(ctx, k_cache, c0, nkv)?;
         let vv = cache_view(ctx, v_cache, c0, nkv)?;
         let m_g = ctx.view_2d(mask, nkv, ng, 4 * shape.n_kv, 4 * t0 * shape.n_kv)?;
-        let merged = attend(ctx, dtype, shape, q_g, kk, vv, m_g, scores, sinks)?; // [hd, nh, ng]
+        let merged = attend(ctx, types, shape, q_g, kk, vv, m_g, scores, sinks)?; // [hd, nh, ng]
         out = Some(match out {
             None => merged,
             Some(acc) => ctx.concat(acc, merged, 2)?,
@@ -401,12 +412,13 @@ pub fn attend_cache(
 }
 
 /// Attention of the queries `qq` (`[hd, n, nh]`) over keys `kk` and values `vv` (`[hd,
-/// n_kv, nhkv]` views of a cache of type `dtype`) under `mask` (`[n_kv, n]`): flash attention
-/// for an f16 cache, else `K·q`, soft-max and `V`. Returns `[hd, nh, n]`, contiguous.
+/// n_kv, nhkv]` views of a cache of types `types`) under `mask` (`[n_kv, n]`): flash
+/// attention for the types it reads (f16 and the quantized ones), else `K·q`, soft-max and
+/// `V`. Returns `[hd, nh, n]`, contiguous.
 #[allow(clippy::too_many_arguments)]
 fn attend(
     ctx: &mut Context,
-    dtype: DType,
+    types: KvTypes,
     shape: StepShape,
     qq: Tensor,
     kk: Tensor,
@@ -416,7 +428,7 @@ fn attend(
     sinks: Option<Tensor>,
 ) -> Result<Tensor> {
     let mask = Some(mask);
-    Ok(if dtype == DType::F16 {
+    Ok(if types.flash_attn() {
         let (scale, softcap) = (scores.scale, scores.softcap.unwrap_or(0.0));
         let splits = shape.attn_kv_splits;
         ctx.flash_attn_ext_sinks(qq, kk, vv, mask, sinks, scale, softcap, splits)?

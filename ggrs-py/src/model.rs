@@ -56,16 +56,10 @@ impl Drop for NativeModel {
     }
 }
 
-fn kv_type(py: Python<'_>, name: &str) -> PyResult<DType> {
-    match name.to_ascii_lowercase().as_str() {
-        "f16" => Ok(DType::F16),
-        "f32" => Ok(DType::F32),
-        "bf16" => Ok(DType::BF16),
-        _ => Err(bad_argument(
-            py,
-            format!("kv_type must be \"f16\", \"f32\" or \"bf16\", not {name:?}"),
-        )),
-    }
+/// The cache type named `name` for the argument `arg` (`kv_type`, `type_k`, `type_v`).
+fn kv_type(py: Python<'_>, arg: &str, name: &str) -> PyResult<DType> {
+    ggrs_llama::kv_types::parse_cache_type(name)
+        .map_err(|e| bad_argument(py, format!("{arg}: {e}")))
 }
 
 /// `ids` as vocabulary token ids, or the error naming the first one out of range.
@@ -106,7 +100,7 @@ impl NativeModel {
     /// Loads `path` and makes a session (see `ggrs.Model` for the arguments).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1))]
+    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", type_k=None, type_v=None, copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -115,6 +109,8 @@ impl NativeModel {
         n_threads: usize,
         logits_all: bool,
         kv_type: &str,
+        type_k: Option<&str>,
+        type_v: Option<&str>,
         copy_weights: Option<bool>,
         swa_full: bool,
         speculative: Option<&str>,
@@ -138,7 +134,12 @@ impl NativeModel {
                 ))
             }
         };
-        let kv_type = self::kv_type(py, kv_type)?;
+        let base = self::kv_type(py, "kv_type", kv_type)?;
+        let types = ggrs_llama::kv_types::KvTypes::new(
+            type_k.map_or(Ok(base), |t| self::kv_type(py, "type_k", t))?,
+            type_v.map_or(Ok(base), |t| self::kv_type(py, "type_v", t))?,
+        )
+        .map_err(|e| bad_argument(py, e.to_string()))?;
         let mut opts = ModelOptions::default();
         if let Some(c) = copy_weights {
             opts.copy_weights = c;
@@ -159,7 +160,8 @@ impl NativeModel {
                 n_batch,
                 n_threads,
                 logits_all,
-                kv_type,
+                kv_type: types.k,
+                kv_type_v: Some(types.v),
                 // Speculative steps need every cell of the sliding-window layers.
                 swa_full: swa_full || spec.is_some(),
                 n_draft: spec.map_or(0, |s| s.draft_max),

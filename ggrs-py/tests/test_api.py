@@ -219,6 +219,12 @@ def test_errors_are_exceptions(model, tmp_path):
     assert isinstance(e.value, ValueError) and "256" in str(e.value)
     with pytest.raises(ggrs.BadArgumentError, match="kv_type"):
         ggrs.Model(model.model_path, kv_type="q9")
+    with pytest.raises(ggrs.BadArgumentError, match="iq4_nl"):
+        ggrs.Model(model.model_path, type_k="q4_K")
+    with pytest.raises(ggrs.BadArgumentError, match="both f32"):
+        ggrs.Model(model.model_path, type_k="f32", type_v=8)
+    quant = ggrs.Model(model.model_path, n_ctx=256, type_k="q8_0", type_v=2)  # 2: ggml's q4_0
+    assert len(quant.generate("Once", max_tokens=3, temperature=0, ignore_eos=True).tokens) == 3
     with pytest.raises(ggrs.BadArgumentError, match="n_ctx"):
         ggrs.Model(model.model_path, n_ctx=-1)
     with pytest.raises(TypeError):

@@ -141,22 +141,108 @@ pub(crate) fn plan(
 }
 
 /// The operands of one node, with the broadcast factors.
-struct Attn<'a> {
-    q: &'a RawTensor,
-    k: &'a RawTensor,
-    v: &'a RawTensor,
-    mask: Option<&'a RawTensor>,
+pub(super) struct Attn<'a> {
+    pub(super) q: &'a RawTensor,
+    pub(super) k: &'a RawTensor,
+    pub(super) v: &'a RawTensor,
+    pub(super) mask: Option<&'a RawTensor>,
     /// Per-head sink logits, `[n_head]` f32.
     sinks: Option<&'a RawTensor>,
     dst: &'a RawTensor,
     /// The op's scale, divided by `softcap` when there is one (as ggml does).
-    scale: f32,
+    pub(super) scale: f32,
     /// Soft-cap `c` (scores become `c·tanh(s·scale/c)`), 0 for none.
-    softcap: f32,
-    fast: bool,
+    pub(super) softcap: f32,
+    /// The CPU has AVX2, FMA and F16C.
+    pub(super) fast: bool,
+}
+
+impl<'a> Attn<'a> {
+    /// The operands of `task` (a `flash_attn_ext` node) with its scale and soft-cap.
+    pub(super) fn new(task: &'a Task, scale: f32, softcap: f32) -> Attn<'a> {
+        Attn {
+            q: task.s0(),
+            k: task.s1(),
+            v: task.src[2]
+                .as_ref()
+                .expect("the builder gives flash_attn_ext a value tensor"),
+            mask: task.src[3].as_ref(),
+            sinks: task.src[4].as_ref(),
+            dst: &task.dst,
+            scale: if softcap != 0.0 {
+                scale / softcap
+            } else {
+                scale
+            },
+            softcap,
+            fast: isa() >= Isa::Avx2,
+        }
+    }
+}
+
+/// A mask row: its first element, the element stride in bytes, and whether it is F16.
+pub(super) type MaskRow = (*const u8, usize, bool);
+
+/// Row addresses of one (query, head) hoisted out of the key loop.
+pub(super) struct HeadRows {
+    /// The first key row of the head (GQA broadcast resolved).
+    pub(super) k0: *mut u8,
+    /// The first value row of the head.
+    pub(super) v0: *mut u8,
+    /// Key row stride in bytes.
+    pub(super) knb: usize,
+    /// Value row stride in bytes.
+    pub(super) vnb: usize,
+    /// The mask row of the query, if the node has a mask.
+    pub(super) mask: Option<MaskRow>,
+}
+
+/// Element `ic` of a mask row (0 without a mask).
+///
+/// # Safety
+/// `ic < n_kv`, so the element lies in the mask row.
+#[inline(always)]
+pub(super) unsafe fn mask_value(mask: Option<MaskRow>, ic: usize) -> f32 {
+    match mask {
+        None => 0.0,
+        // SAFETY: the element lies in the mask row (caller); elements are aligned.
+        Some((p, nb0, f16m)) => unsafe {
+            let e = p.add(ic * nb0);
+            if f16m {
+                h2f(*(e as *const u16))
+            } else {
+                *(e as *const f32)
+            }
+        },
+    }
 }
 
 impl Attn<'_> {
+    /// The row addresses of query `iq1` in head `(iq2, iq3)`.
+    ///
+    /// # Safety
+    /// Indices in range; the builder checked the broadcast rule and the mask's shape.
+    pub(super) unsafe fn head_rows(&self, iq1: usize, iq2: usize, iq3: usize) -> HeadRows {
+        let (k, v, qt) = (self.k, self.v, self.q);
+        let (k2, k3) = (iq2 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
+        let (v2, v3) = (iq2 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
+        // SAFETY: head indices in range (caller, broadcast rule checked by the builder).
+        let (k0, v0) = unsafe { (k.row_ptr(0, k2, k3), v.row_ptr(0, v2, v3)) };
+        let mask = self.mask.map(|m| {
+            // SAFETY: the builder checked the mask's shape (ne[0] = n_kv, ne[1] ≥ n_q,
+            // broadcast over axes 2 and 3).
+            let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
+            (p as *const u8, m.nb[0], m.dtype == DType::F16)
+        });
+        HeadRows {
+            k0,
+            v0,
+            knb: k.nb[1],
+            vnb: v.nb[1],
+            mask,
+        }
+    }
+
     fn dk(&self) -> usize {
         self.k.ne[0]
     }
@@ -168,7 +254,7 @@ impl Attn<'_> {
     }
 
     /// The sink logit of query head `h`, if the node has sinks.
-    fn sink(&self, h: usize) -> Option<f32> {
+    pub(super) fn sink(&self, h: usize) -> Option<f32> {
         self.sinks.map(|t| {
             // SAFETY: the builder checked the sinks: F32 with `q.ne[2]` elements, and
             // h < q.ne[2].
@@ -202,7 +288,7 @@ impl Attn<'_> {
     ///
     /// # Safety
     /// Indices in range; q is F32 with dense rows.
-    unsafe fn q_row(&self, iq1: usize, iq2: usize, iq3: usize) -> &[f32] {
+    pub(super) unsafe fn q_row(&self, iq1: usize, iq2: usize, iq3: usize) -> &[f32] {
         // SAFETY: forwarded; the builder checked q's type and row layout.
         unsafe { self.q.row_f32(iq1, iq2, iq3) }
     }
@@ -211,7 +297,7 @@ impl Attn<'_> {
     ///
     /// # Safety
     /// Indices in range; only the thread computing this (query, head) writes it.
-    unsafe fn out_row<'o>(&self, iq1: usize, iq2: usize, iq3: usize) -> &'o mut [f32] {
+    pub(super) unsafe fn out_row<'o>(&self, iq1: usize, iq2: usize, iq3: usize) -> &'o mut [f32] {
         // SAFETY: forwarded; dst is a dense f32 tensor made by the builder.
         unsafe { self.dst.row_f32_mut(iq2, iq1, iq3) }
     }
@@ -232,23 +318,7 @@ pub(crate) unsafe fn flash_attn_ext(
     n_chunks: usize,
     work: &mut Work,
 ) {
-    let a = Attn {
-        q: task.s0(),
-        k: task.s1(),
-        v: task.src[2]
-            .as_ref()
-            .expect("the builder gives flash_attn_ext a value tensor"),
-        mask: task.src[3].as_ref(),
-        sinks: task.src[4].as_ref(),
-        dst: &task.dst,
-        scale: if softcap != 0.0 {
-            scale / softcap
-        } else {
-            scale
-        },
-        softcap,
-        fast: isa() >= Isa::Avx2,
-    };
+    let a = Attn::new(task, scale, softcap);
     let (n_q, n_head, n3) = (a.q.ne[1], a.q.ne[2], a.q.ne[3]);
     let gs = group_size(a.q.ne, a.k.ne, a.v.ne);
     let rs = row_scratch(a.dk(), a.dv());
@@ -414,20 +484,14 @@ unsafe fn one_row_keys(
         *h = h2f(f2h(x));
     }
     acc.fill(0);
-    // Row addresses hoisted out of the key loop: the first key and value row of this head
-    // (GQA broadcast resolved once) and the row strides; the mask row of this query.
-    let (k, v, qt) = (a.k, a.v, a.q);
-    let (k2, k3) = (iq2 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
-    let (v2, v3) = (iq2 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
-    // SAFETY: head indices in range (caller, broadcast rule checked by the builder).
-    let (k0, v0) = unsafe { (k.row_ptr(0, k2, k3), v.row_ptr(0, v2, v3)) };
-    let (knb, vnb) = (k.nb[1], v.nb[1]);
-    let mask = a.mask.map(|m| {
-        // SAFETY: the builder checked the mask's shape (ne[0] = n_kv, ne[1] ≥ n_q,
-        // broadcast over axes 2 and 3).
-        let p = unsafe { m.data.add(m.offset(0, iq1, iq2 % m.ne[2], iq3 % m.ne[3])) };
-        (p as *const u8, m.nb[0], m.dtype == DType::F16)
-    });
+    // SAFETY: indices in range (caller).
+    let HeadRows {
+        k0,
+        v0,
+        knb,
+        vnb,
+        mask,
+    } = unsafe { a.head_rows(iq1, iq2, iq3) };
     #[cfg(target_arch = "x86_64")]
     if a.fast && a.softcap == 0.0 && dk == x86::D && dv == x86::D {
         let qh: &[f32; x86::D] = (&*qh).try_into().expect("dk == D was checked just above");
@@ -444,18 +508,8 @@ unsafe fn one_row_keys(
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
     for ic in keys {
-        let mv = match mask {
-            None => 0.0,
-            // SAFETY: ic < n_kv, so the element lies in the mask row; elements are aligned.
-            Some((p, nb0, f16m)) => unsafe {
-                let e = p.add(ic * nb0);
-                if f16m {
-                    h2f(*(e as *const u16))
-                } else {
-                    *(e as *const f32)
-                }
-            },
-        };
+        // SAFETY: ic < n_kv.
+        let mv = unsafe { mask_value(mask, ic) };
         if mv == f32::NEG_INFINITY {
             continue;
         }
@@ -496,7 +550,7 @@ unsafe fn one_row_keys(
 /// `acc`, a sink above the maximum rescales the accumulator and the sum by `exp(max − s)`
 /// and adds 1, otherwise adds `exp(s − max)` to the sum (`S = fma(S, ms, vs)`). Returns the
 /// new `(M, S)`.
-fn add_sink(s: f32, max: f32, sum: f32, acc: &mut [f32]) -> (f32, f32) {
+pub(super) fn add_sink(s: f32, max: f32, sum: f32, acc: &mut [f32]) -> (f32, f32) {
     if s > max {
         let ms = (max - s).exp();
         for y in acc.iter_mut() {
@@ -771,12 +825,12 @@ fn row_max(s: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn h2f(h: u16) -> f32 {
+pub(super) fn h2f(h: u16) -> f32 {
     f16::from_bits(h).to_f32()
 }
 
 #[inline(always)]
-fn f2h(x: f32) -> u16 {
+pub(super) fn f2h(x: f32) -> u16 {
     f16::from_f32(x).to_bits()
 }
 
@@ -789,7 +843,7 @@ fn fma_into_body(acc: &mut [f32], a: f32, b: &[f32]) {
 }
 
 #[inline(always)]
-fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
+pub(super) fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: `fast` is only true when the CPU has AVX2, FMA and F16C.
@@ -803,7 +857,7 @@ fn f16_to_f32(src: &[u16], dst: &mut [f32], fast: bool) {
     }
 }
 
-fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
+pub(super) fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.
@@ -814,7 +868,7 @@ fn dot_f16_ggml(x: &[f32], y: &[f32], fast: bool) -> f32 {
 }
 
 /// ggml's `ggml_vec_scale_f16`: `y = f16(f32(y) · v)`.
-fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
+pub(super) fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.
@@ -828,7 +882,7 @@ fn scale_f16(y: &mut [u16], v: f32, fast: bool) {
 
 /// ggml's `ggml_vec_mad_f16` (the FMA is explicit in its SIMD body and contracted by the
 /// compiler in its tail): `y = f16(fma(f32(x), v, f32(y)))`.
-fn mad_f16(y: &mut [u16], x: &[u16], v: f32, fast: bool) {
+pub(super) fn mad_f16(y: &mut [u16], x: &[u16], v: f32, fast: bool) {
     #[cfg(target_arch = "x86_64")]
     if fast {
         // SAFETY: as in `f16_to_f32`.

@@ -101,7 +101,53 @@ fn map(out: &mut [f32], a: &[f32], f: impl Fn(f32) -> f32) {
     }
 }
 
-/// Unary ops: scale, sqr, sqrt, silu, gelu, tanh, relu.
+/// `dst = H·a / √len` on every run of `len` values of each row (see `Context::hadamard`).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape.
+pub(crate) unsafe fn hadamard(
+    task: &Task,
+    len: usize,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a) = (&task.dst, task.s0());
+    let scale = 1.0 / (len as f32).sqrt();
+    for r in split_range(d.nrows(), n_chunks, chunk) {
+        let (i1, i2, i3) = d.unravel_row(r);
+        // SAFETY: row (i1, i2, i3) exists in dst and a (same shape); this thread owns it in dst.
+        unsafe {
+            let out = d.row_f32_mut(i1, i2, i3);
+            let x = a.load_row(i1, i2, i3, work.scratch);
+            map(out, x, |v| v * scale);
+        }
+        // SAFETY: as above.
+        let out = unsafe { d.row_f32_mut(i1, i2, i3) };
+        for run in out.chunks_exact_mut(len) {
+            fwht_butterflies(run);
+        }
+    }
+}
+
+/// The butterflies of ggml's `fwht` on one run (a power of two long): for strides 1, 2, 4,
+/// …, `(x[i], x[i + stride]) ← (x[i] + x[i + stride], x[i] − x[i + stride])`.
+fn fwht_butterflies(x: &mut [f32]) {
+    let n = x.len();
+    let mut len = 1;
+    while len < n {
+        for i in (0..n).step_by(2 * len) {
+            for j in i..i + len {
+                let (u, v) = (x[j], x[j + len]);
+                x[j] = u + v;
+                x[j + len] = u - v;
+            }
+        }
+        len <<= 1;
+    }
+}
+
+/// `dst = f(a)` element-wise (scale, square, square root, SiLU, GELU, tanh, ReLU).
 ///
 /// # Safety
 /// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape.

@@ -16,6 +16,7 @@
 
 pub(crate) mod aarch64;
 pub(crate) mod attn;
+pub(crate) mod attn_quant;
 pub(crate) mod dot_builds;
 pub(crate) mod elementwise;
 pub(crate) mod expf;
@@ -361,13 +362,18 @@ fn plan_op(
         }
         // Row ops that may need a converted/gathered source row (+ mask row) in scratch.
         Op::SoftMax { .. } => row_plan(2 * s0ne0 + 16),
-        Op::FlashAttnExt { kv_splits, .. } => attn::plan(
-            s0.expect("flash_attn_ext q"),
-            src[1].expect("flash_attn_ext k"),
-            src[2].expect("flash_attn_ext v"),
-            *kv_splits,
-            nth,
-        ),
+        Op::FlashAttnExt { kv_splits, .. } => {
+            let (q, k, v) = (
+                s0.expect("flash_attn_ext q"),
+                src[1].expect("flash_attn_ext k"),
+                src[2].expect("flash_attn_ext v"),
+            );
+            if attn_quant::applies(k.dtype, v.dtype) {
+                attn_quant::plan(q, k, v, nth)
+            } else {
+                attn::plan(q, k, v, *kv_splits, nth)
+            }
+        }
         Op::GetRows => row_plan(0),
         Op::SsmConv => TaskPlan {
             n_chunks: dst.ne[0].min(nth * 4).max(1),
@@ -444,6 +450,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
                 elementwise::unary(task, chunk, n, work)
             }
             Op::Sigmoid | Op::Softplus => ssm::unary(task, chunk, n, work),
+            Op::Hadamard { n: len } => elementwise::hadamard(task, len, chunk, n, work),
             Op::Swiglu => elementwise::swiglu(task, chunk, n, work),
             Op::Geglu => elementwise::geglu(task, chunk, n, work),
             Op::SwigluOai { .. } => elementwise::swiglu_oai(task, chunk, n, work),
@@ -464,6 +471,11 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::MulMatId => return matmul::compute_id(task, chunk, n, work),
             Op::DiagMaskInf { n_past } => nn::diag_mask_inf(task, n_past, chunk, n, work),
             Op::SoftMax { scale } => nn::soft_max(task, scale, chunk, n, work),
+            Op::FlashAttnExt { scale, softcap, .. }
+                if attn_quant::applies(task.s1().dtype, flash_attn_v_type(task)) =>
+            {
+                attn_quant::flash_attn_ext(task, scale, softcap, chunk, n, work)
+            }
             Op::FlashAttnExt {
                 scale,
                 softcap,
@@ -492,8 +504,18 @@ pub(crate) unsafe fn finalize(task: &Task, work: &mut Work) {
     unsafe {
         match task.op {
             Op::Sum => reduce::sum_finalize(task, work),
+            Op::FlashAttnExt { .. }
+                if attn_quant::applies(task.s1().dtype, flash_attn_v_type(task)) => {}
             Op::FlashAttnExt { kv_splits, .. } => attn::finalize(task, kv_splits, work),
             _ => {}
         }
     }
+}
+
+/// The value type of a `flash_attn_ext` node.
+fn flash_attn_v_type(task: &Task) -> DType {
+    task.src[2]
+        .as_ref()
+        .expect("the builder gives flash_attn_ext a value tensor")
+        .dtype
 }

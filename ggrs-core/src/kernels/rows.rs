@@ -61,9 +61,11 @@ pub(crate) unsafe fn set_rows(
 ) -> Result<()> {
     let d = &task.dst;
     let (src, ids) = (task.s1(), task.src[2].as_ref().expect("set_rows has ids"));
-    let from_f32 = crate::types::traits(d.dtype)
-        .from_f32
-        .expect("builder admits only float destinations");
+    // As ggml's CPU `from_float`: Q8_0 rows with its x86 rounding (halves to even), the other
+    // types with their reference conversion.
+    let from_f32 = crate::kernels::ggml_arith::activation_quantizer(d.dtype)
+        .or(crate::types::traits(d.dtype).from_f32)
+        .expect("builder admits only types with an f32 conversion");
     let row_bytes = d.dtype.row_size(d.ne[0]);
     for r in split_range(src.nrows(), n_chunks, chunk) {
         let (i, j, k) = src.unravel_row(r);

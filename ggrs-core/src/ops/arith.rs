@@ -100,6 +100,36 @@ impl Context {
         self.unary(Op::Relu, a)
     }
 
+    /// Walsh–Hadamard rotation of every run of `n` values along axis 0: each run `x`
+    /// becomes `H·x / √n`, `H` the natural-order (Sylvester) `n × n` Hadamard matrix (an
+    /// orthonormal rotation that is its own inverse). Computed as ggml's CPU `fwht` (what
+    /// `mul_mat` with a Hadamard matrix and `GGML_HINT_SRC0_IS_HADAMARD` runs): each value
+    /// times `1/sqrtf(n)`, then butterflies `(u + v, u − v)` over strides 1, 2, 4, …, n/2.
+    /// a: f32 `[ne0, …]` with `n` a power of two (at least 2) dividing `ne0`, rows dense →
+    /// the same shape, f32, contiguous.
+    pub fn hadamard(&mut self, a: Tensor, n: usize) -> Result<Tensor> {
+        let op = Op::Hadamard { n };
+        let m = self.expect_type(op.name(), "a", a, &[DType::F32])?;
+        let (ne, dense) = (m.ne, m.rows_contiguous());
+        if n < 2 || !n.is_power_of_two() || !ne[0].is_multiple_of(n) {
+            return Err(Error::InvalidArgument {
+                op: "HADAMARD",
+                detail: format!(
+                    "n = {n} must be a power of two of at least 2 dividing ne[0] = {}",
+                    ne[0]
+                ),
+            });
+        }
+        if !dense {
+            return Err(Error::Layout {
+                op: "HADAMARD",
+                name: self.display_name(a),
+                required: "row-contiguous",
+            });
+        }
+        self.new_tensor_with(DType::F32, ne, op, [Some(a), None, None])
+    }
+
     /// SwiGLU over a fused tensor: a: `[2n, r1, r2, r3]` f32 whose first half of each row is
     /// the gate g and second half the value u → `[n, r1, r2, r3]`, `silu(g) · u`.
     pub fn swiglu(&mut self, a: Tensor) -> Result<Tensor> {

@@ -7,6 +7,29 @@ use crate::op::{Op, RopeMode};
 use crate::ops::shape_err;
 use crate::tensor::Tensor;
 
+/// The block types [`Context::set_rows`] writes (llama.cpp's quantized KV-cache types).
+pub const SET_ROWS_BLOCK_TYPES: [DType; 6] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::IQ4NL,
+];
+
+/// The key and value types [`Context::flash_attn_ext`] reads: F16 and the block types of
+/// [`SET_ROWS_BLOCK_TYPES`] (llama.cpp's CPU flash attention reads these and F32/BF16, which
+/// take soft-max and two matrix products here).
+pub const FLASH_ATTN_KV_TYPES: [DType; 7] = {
+    let mut t = [DType::F16; 7];
+    let mut i = 0;
+    while i < SET_ROWS_BLOCK_TYPES.len() {
+        t[i + 1] = SET_ROWS_BLOCK_TYPES[i];
+        i += 1;
+    }
+    t
+};
+
 /// Parameters of [`Context::rope_ext`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RopeParams {
@@ -87,19 +110,30 @@ impl Context {
     }
 
     /// Writes rows into a tensor at given indices (the KV-cache write). dst: `[n0, rows, n2,
-    /// n3]` F32, F16 or BF16 in the arena, rows dense; src: `[n0, n, n2, n3]` f32;
+    /// n3]` F32, F16, BF16 or one of the block types of [`SET_ROWS_BLOCK_TYPES`] (`n0` a
+    /// multiple of the block size; each row is quantized as ggml's CPU `from_float` does:
+    /// Q8_0 with its x86 rounding, the others with their reference quantizers) in the arena,
+    /// rows dense; src: `[n0, n, n2, n3]` f32;
     /// ids: `[n]` or `[n, m2, m3]` i32 with `m2 | n2`, `m3 | n3` (broadcast) and values in
     /// `0..rows`. Sets `dst[:, ids[i, j % m2, k % m3], j, k] = src[:, i, j, k]` (converting)
     /// and returns a view of dst that depends on the write: expand it into the graph before
     /// the nodes that read dst.
     pub fn set_rows(&mut self, dst: Tensor, src: Tensor, ids: Tensor) -> Result<Tensor> {
-        let md = self.expect_type(
-            "SET_ROWS",
-            "dst",
-            dst,
-            &[DType::F32, DType::F16, DType::BF16],
-        )?;
+        let allowed: Vec<DType> = [DType::F32, DType::F16, DType::BF16]
+            .into_iter()
+            .chain(SET_ROWS_BLOCK_TYPES)
+            .collect();
+        let md = self.expect_type("SET_ROWS", "dst", dst, &allowed)?;
         let (nd, nbd, dense) = (md.ne, md.nb, md.rows_contiguous());
+        let block = md.dtype.block_size();
+        if !nd[0].is_multiple_of(block) {
+            return Err(shape_err(
+                "SET_ROWS",
+                nd,
+                nd,
+                "a block-quantized dst needs rows of a multiple of the block size",
+            ));
+        }
         if !dense {
             return Err(Error::Layout {
                 op: "SET_ROWS",
@@ -323,9 +357,11 @@ impl Context {
     ///
     /// Shapes (ggml's contract):
     /// - q: `[d_k, n_q, n_head, n3]` f32, rows dense (a permuted view is fine);
-    /// - k: `[d_k, n_kv, n_head_kv, k3]` F16, rows dense, `n_head_kv | n_head`, `k3 | n3`
-    ///   (grouped-query attention by broadcast: head h reads key head `h / (n_head/n_head_kv)`);
-    /// - v: `[d_v, n_kv, n_head_v, v3]` F16, rows dense, `n_head_v | n_head`, `v3 | n3`;
+    /// - k: `[d_k, n_kv, n_head_kv, k3]` of a type in [`FLASH_ATTN_KV_TYPES`], rows dense,
+    ///   `n_head_kv | n_head`, `k3 | n3` (grouped-query attention by broadcast: head h reads
+    ///   key head `h / (n_head/n_head_kv)`);
+    /// - v: `[d_v, n_kv, n_head_v, v3]` of a type in [`FLASH_ATTN_KV_TYPES`] (K's or
+    ///   another), rows dense, `n_head_v | n_head`, `v3 | n3`;
     /// - mask (optional): `[n_kv, m1 ≥ n_q, m2 | n_head, m3 | n3]` F16 or F32, rows dense,
     ///   added to the scaled scores (−∞ hides a key; query row i uses mask row i);
     /// - result: `[d_v, n_head, n_q, n3]` f32, contiguous — already in the
@@ -336,6 +372,11 @@ impl Context {
     /// queries run the one-row kernel (q rounded to f16, scores by an f16 dot product, online
     /// softmax with the value accumulator kept in f16); 64 or more run the tiled kernel
     /// (64 × 64 tiles, f32 accumulators, ggml's vectorised `exp`). See `kernels::attn`.
+    /// When K or V is not F16, every query runs ggml's one-row kernel over all keys (no
+    /// tiles, no key splits, as ggml): q is converted to K's dot-product type (Q8_0 or Q8_1
+    /// with ggml's x86 rounding, F16 for F16 keys) and scored with K's dot product in
+    /// ggml's order; quantized values are dequantized and accumulated in f32 (F16 values
+    /// in the f16 accumulator). See `kernels::attn_quant`.
     pub fn flash_attn_ext(
         &mut self,
         q: Tensor,
@@ -421,9 +462,9 @@ impl Context {
         }
         let mq = self.expect_type(OP, "q", q, &[DType::F32])?;
         let (nq, q_dense) = (mq.ne, mq.rows_contiguous());
-        let mk = self.expect_type(OP, "k (cast it to F16 first)", k, &[DType::F16])?;
+        let mk = self.expect_type(OP, "k", k, &FLASH_ATTN_KV_TYPES)?;
         let (nk, k_dense) = (mk.ne, mk.rows_contiguous());
-        let mv = self.expect_type(OP, "v (cast it to F16 first)", v, &[DType::F16])?;
+        let mv = self.expect_type(OP, "v", v, &FLASH_ATTN_KV_TYPES)?;
         let (nv, v_dense) = (mv.ne, mv.rows_contiguous());
         for (t, dense) in [(q, q_dense), (k, k_dense), (v, v_dense)] {
             if !dense {

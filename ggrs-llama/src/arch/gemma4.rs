@@ -450,7 +450,7 @@ impl ArchModel for Gemma4Model {
                 false => inp.global_layer(shape),
             };
             let attn = attend_cache(
-                ctx, kv.dtype, cache, at.mask, at.shape, dims, q, scores, None,
+                ctx, kv.types, cache, at.mask, at.shape, dims, q, scores, None,
             )?;
             let cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
             let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;

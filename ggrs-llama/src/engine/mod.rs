@@ -74,8 +74,11 @@ pub struct EngineParams {
     pub n_threads: usize,
     /// Requests that may wait for a slot; more are refused ([`SubmitError::QueueFull`]).
     pub queue_capacity: usize,
-    /// Element type of the KV cache.
+    /// Element type of the KV cache's keys, and of its values unless `kv_type_v` (see
+    /// [`SessionParams::kv_type`]).
     pub kv_type: DType,
+    /// Element type of the KV cache's values when it differs from the keys'.
+    pub kv_type_v: Option<DType>,
     /// Flash attention's split-key parts (see [`SessionParams::attn_kv_splits`]).
     pub attn_kv_splits: usize,
     /// Keep every cell for the sliding-window layers too (see [`SessionParams::swa_full`]);
@@ -99,6 +102,7 @@ impl Default for EngineParams {
             n_threads: 0,
             queue_capacity: 64,
             kv_type: s.kv_type,
+            kv_type_v: s.kv_type_v,
             attn_kv_splits: s.attn_kv_splits,
             swa_full: s.swa_full,
             spec: None,
@@ -440,6 +444,7 @@ impl Engine {
                 n_batch: params.n_batch.min(n_ctx_slot) + params.n_slots,
                 n_threads: params.n_threads,
                 kv_type: params.kv_type,
+                kv_type_v: params.kv_type_v,
                 logits_all: true,
                 attn_kv_splits: params.attn_kv_splits,
                 n_streams: params.n_slots,

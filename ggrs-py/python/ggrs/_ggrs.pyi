@@ -50,6 +50,8 @@ class NativeModel:
         n_threads: int = 0,
         logits_all: bool = False,
         kv_type: str = "f16",
+        type_k: Optional[str] = None,
+        type_v: Optional[str] = None,
         copy_weights: Optional[bool] = None,
         swa_full: bool = False,
         speculative: Optional[str] = None,

@@ -148,6 +148,21 @@ class Perplexity(_Record):
         return self.value
 
 
+# ggml's type ids of the KV cache types (llama-cpp-python passes `type_k`/`type_v` as these).
+_GGML_CACHE_TYPES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 20: "iq4_nl", 30: "bf16"}
+
+
+def _cache_type(t: Union[str, int, None]) -> Optional[str]:
+    """A `type_k`/`type_v` argument as a type name (None: as `kv_type`)."""
+    if t is None or isinstance(t, str):
+        return t
+    if isinstance(t, int) and not isinstance(t, bool) and t in _GGML_CACHE_TYPES:
+        return _GGML_CACHE_TYPES[t]
+    raise BadArgumentError(
+        f"a KV cache type must be a name such as 'q8_0' or one of ggml's ids {sorted(_GGML_CACHE_TYPES)}, not {t!r}"
+    )
+
+
 def _schema_text(schema: Any) -> Optional[str]:
     """A JSON Schema as the native layer takes it: JSON text (None: no schema)."""
     if schema is None:
@@ -186,6 +201,11 @@ class Model:
     step: faster where the output repeats its input (code edits), with the same tokens and
     log-probabilities as without it, greedy or seeded (``draft_min``: fewest drafted tokens
     worth a step).
+    ``kv_type`` is the KV cache's type (``"f16"``, ``"f32"`` or ``"bf16"``, or a quantized
+    one); ``type_k`` and ``type_v`` (llama-cpp-python's names) set the keys' and the values'
+    types apart: ``"f16"``, ``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``,
+    ``"iq4_nl"`` in any pair (or ggml's type ids, e.g. 8 for q8_0), as llama.cpp's
+    ``-ctk``/``-ctv`` with flash attention.
 
     One call runs at a time: calls from several Python threads wait for each other, without
     holding the GIL. For parallel requests, load one ``Model`` per thread or use
@@ -208,6 +228,8 @@ class Model:
         n_batch: int = 512,
         logits_all: bool = False,
         kv_type: str = "f16",
+        type_k: Union[str, int, None] = None,
+        type_v: Union[str, int, None] = None,
         copy_weights: bool = False,
         swa_full: bool = False,
         speculative: Optional[str] = None,
@@ -232,6 +254,8 @@ class Model:
             n_threads=n_threads or 0,
             logits_all=logits_all,
             kv_type=kv_type,
+            type_k=_cache_type(type_k),
+            type_v=_cache_type(type_v),
             copy_weights=copy_weights,
             swa_full=swa_full,
             speculative=speculative,
