@@ -40,9 +40,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/responses", post(responses::responses))
         .route("/responses", post(responses::responses))
+        // As llama-server: `/completion` and `/completions` are its own format,
+        // `/v1/completions` OpenAI's.
         .route("/completion", post(native::completion))
+        .route("/completions", post(native::completion))
         .route("/v1/completions", post(completions::completions))
-        .route("/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::v1_embeddings))
         .route("/embeddings", post(embeddings::embeddings))
         .route("/embedding", post(embeddings::embeddings))

@@ -619,4 +619,6 @@ fn llama_server_completion_endpoint() {
         s.post("/completion", &one).body["content"].clone()
     });
     assert_eq!(s.post("/completion", &json!({"n_predict": 2})).status, 400);
+    // `/completions` is llama-server's own format too (`/v1/completions` is OpenAI's).
+    assert_eq!(s.post("/completions", &ask).body["content"], v["content"]);
 }
