@@ -265,34 +265,68 @@ pub(crate) async fn completions(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let bytes = body_bytes(&st, bytes)?;
-        let l = ready(&st)?;
-        let (st2, l2) = (st.clone(), l.clone());
-        let (mut opts, prompts, spec) = off_thread(&st.prep, move |cancel| {
-            let (st, l) = (st2, l2);
-            let mut body = Body::parse(&bytes)?;
-            let spec = structured::spec(&mut body)?;
-            let opts = gen_options(
-                &body,
-                Endpoint::Completions,
-                st.n_predict,
-                l.model.hparams.n_vocab,
-            )?;
-            let encode = |text: &str| {
-                cancel.check()?;
-                l.model
-                    .encode_prompt(text)
-                    .map_err(|e| ApiError::invalid("prompt", e.to_string()))
-            };
-            let queue = l.handle.params().queue_capacity;
-            let prompts = prompts(&body, st.max_text_bytes, queue, opts.n, encode)?;
-            Ok((opts, prompts, spec))
-        })
-        .await?;
-        opts.params.constraint = structured::compile(l.model.tokenizer(), spec, None).await?;
-        Ok::<_, ApiError>(generate(st.clone(), l, prompts, opts, Endpoint::Completions).await)
+        let (l, req) = read_completion(&st, bytes, false).await?;
+        Ok::<_, ApiError>(
+            generate(st.clone(), l, req.prompts, req.opts, Endpoint::Completions).await,
+        )
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A completion request, read: its options (with its grammar compiled), its prompts
+/// (tokenized on the preparation pool) and llama-server's `return_tokens`.
+pub(crate) struct CompletionRequest {
+    pub opts: GenOptions,
+    pub prompts: Vec<Vec<u32>>,
+    pub return_tokens: bool,
+}
+
+/// Reads a completion request (`/v1/completions`; with `native`, llama-server's
+/// `/completion`: one answer per prompt, `return_tokens` read), once the model is loaded.
+pub(crate) async fn read_completion(
+    st: &Arc<AppState>,
+    bytes: Result<Bytes, BytesRejection>,
+    native: bool,
+) -> Result<(Arc<Loaded>, CompletionRequest), ApiError> {
+    let bytes = body_bytes(st, bytes)?;
+    let l = ready(st)?;
+    let (st2, l2) = (st.clone(), l.clone());
+    let (mut req, spec) = off_thread(&st.prep, move |cancel| {
+        let (st, l) = (st2, l2);
+        let mut body = Body::parse(&bytes)?;
+        let spec = structured::spec(&mut body)?;
+        let mut opts = gen_options(
+            &body,
+            Endpoint::Completions,
+            st.n_predict,
+            l.model.hparams.n_vocab,
+        )?;
+        let return_tokens = match native {
+            // llama-server's endpoint has no `n`.
+            true => {
+                opts.n = 1;
+                body.bool("return_tokens")?.unwrap_or(false)
+            }
+            false => false,
+        };
+        let encode = |text: &str| {
+            cancel.check()?;
+            l.model
+                .encode_prompt(text)
+                .map_err(|e| ApiError::invalid("prompt", e.to_string()))
+        };
+        let queue = l.handle.params().queue_capacity;
+        let prompts = prompts(&body, st.max_text_bytes, queue, opts.n, encode)?;
+        let req = CompletionRequest {
+            opts,
+            prompts,
+            return_tokens,
+        };
+        Ok((req, spec))
+    })
+    .await?;
+    req.opts.params.constraint = structured::compile(l.model.tokenizer(), spec, None).await?;
+    Ok((l, req))
 }
 
 /// `prompt`: a string, a list of token ids, or a list of those (one choice set each; with

@@ -20,13 +20,13 @@ use ggrs_llama::engine::{Completion, Event};
 use ggrs_llama::StopReason;
 use serde_json::{json, Value};
 
-use crate::completions::{chat_logprob, prompts, submit, timings, wait_all_timed, Running};
+use crate::completions::{
+    chat_logprob, read_completion, submit, timings, wait_all_timed, CompletionRequest, Running,
+};
 use crate::error::ApiError;
-use crate::handler::{body_bytes, ready, St};
-use crate::limits::off_thread;
-use crate::params::{gen_options, Body, Endpoint, GenOptions};
+use crate::handler::St;
+use crate::params::GenOptions;
 use crate::state::{AppState, Loaded};
-use crate::structured;
 
 /// `POST /completion`.
 pub(crate) async fn completion(
@@ -34,34 +34,12 @@ pub(crate) async fn completion(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
     let run = async {
-        let bytes = body_bytes(&st, bytes)?;
-        let l = ready(&st)?;
-        let (st2, l2) = (st.clone(), l.clone());
-        let (mut opts, prompts, spec, return_tokens) = off_thread(&st.prep, move |cancel| {
-            let (st, l) = (st2, l2);
-            let mut body = Body::parse(&bytes)?;
-            let spec = structured::spec(&mut body)?;
-            let mut opts = gen_options(
-                &body,
-                Endpoint::Completions,
-                st.n_predict,
-                l.model.hparams.n_vocab,
-            )?;
-            // One answer per prompt: llama-server's endpoint has no `n`.
-            opts.n = 1;
-            let return_tokens = body.bool("return_tokens")?.unwrap_or(false);
-            let encode = |text: &str| {
-                cancel.check()?;
-                l.model
-                    .encode_prompt(text)
-                    .map_err(|e| ApiError::invalid("prompt", e.to_string()))
-            };
-            let queue = l.handle.params().queue_capacity;
-            let prompts = prompts(&body, st.max_text_bytes, queue, 1, encode)?;
-            Ok((opts, prompts, spec, return_tokens))
-        })
-        .await?;
-        opts.params.constraint = structured::compile(l.model.tokenizer(), spec, None).await?;
+        let (l, req) = read_completion(&st, bytes, true).await?;
+        let CompletionRequest {
+            opts,
+            prompts,
+            return_tokens,
+        } = req;
         let many = prompts.len() > 1;
         let run = submit(&l.handle, prompts, &opts, "")?;
         let native = Native {
