@@ -182,6 +182,31 @@ pub(crate) fn dot_scales_mins(
     (lane_sums(codes, &y.qs, &scales, 32), sumi)
 }
 
+/// ggml's portable `vec_dot` of a block type with packed 6-bit scales and mins (Q4_K, Q5_K):
+/// `parts` gives a block's packed scales, codes in value order, `d` and `dmin`.
+pub(crate) fn vec_dot_scales_mins<B>(
+    a: &[B],
+    b: &[BlockQ8K],
+    parts: impl Fn(&B) -> (&[u8; K_SCALE_SIZE], [i8; QK_K], f16, f16),
+) -> f32 {
+    let mut sums = [0f32; 8];
+    let mut sumf = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        let (scales, codes, xd, xdmin) = parts(x);
+        let (aux32, sumi) = dot_scales_mins(scales, &codes, y);
+        let d = fp16(xd) * y.d;
+        for (s, &v) in sums.iter_mut().zip(&aux32) {
+            *s += d * v as f32;
+        }
+        let dmin = fp16(xdmin) * y.d;
+        sumf -= dmin * sumi as f32;
+    }
+    for s in sums {
+        sumf += s;
+    }
+    sumf
+}
+
 impl BlockQ4K {
     /// The codes (0..=15) of the super-block, in value order.
     pub(crate) fn codes(&self) -> [i8; QK_K] {
@@ -240,21 +265,7 @@ impl BlockQuant for BlockQ4K {
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sums = [0f32; 8];
-        let mut sumf = 0.0f32;
-        for (x, y) in a.iter().zip(b) {
-            let (aux32, sumi) = dot_scales_mins(&x.scales, &x.codes(), y);
-            let d = fp16(x.d) * y.d;
-            for (s, &v) in sums.iter_mut().zip(&aux32) {
-                *s += d * v as f32;
-            }
-            let dmin = fp16(x.dmin) * y.d;
-            sumf -= dmin * sumi as f32;
-        }
-        for s in sums {
-            sumf += s;
-        }
-        sumf
+        vec_dot_scales_mins(a, b, |x| (&x.scales, x.codes(), x.d, x.dmin))
     }
 }
 

@@ -8,7 +8,7 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::q4_k::{dot_scales_mins, quantize_scales_mins, weighted_rows, ScalesMins};
+use super::q4_k::{quantize_scales_mins, vec_dot_scales_mins, weighted_rows, ScalesMins};
 use super::q8_k::BlockQ8K;
 use super::{get_scale_min_k4, Qkx2, K_SCALE_SIZE, QK_K};
 use crate::dtype::DType;
@@ -96,21 +96,7 @@ impl BlockQuant for BlockQ5K {
     }
 
     fn vec_dot(a: &[Self], b: &[BlockQ8K]) -> f32 {
-        let mut sums = [0f32; 8];
-        let mut sumf = 0.0f32;
-        for (x, y) in a.iter().zip(b) {
-            let (aux32, sumi) = dot_scales_mins(&x.scales, &x.codes(), y);
-            let d = fp16(x.d) * y.d;
-            for (s, &v) in sums.iter_mut().zip(&aux32) {
-                *s += d * v as f32;
-            }
-            let dmin = fp16(x.dmin) * y.d;
-            sumf -= dmin * sumi as f32;
-        }
-        for s in sums {
-            sumf += s;
-        }
-        sumf
+        vec_dot_scales_mins(a, b, |x| (&x.scales, x.codes(), x.d, x.dmin))
     }
 }
 
