@@ -287,6 +287,28 @@ impl SimdVariants {
 /// assert!((ggrs_core::kernels::vec::log_sum_exp(&x) - want).abs() < 1e-6);
 /// ```
 pub fn log_sum_exp(x: &[f32]) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if isa() >= Isa::Avx2 {
+        // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2, FMA and F16C.
+        return unsafe { log_sum_exp_avx2(x) };
+    }
+    log_sum_exp_body(x)
+}
+
+/// [`log_sum_exp`] compiled for AVX2 and FMA: the same operations (`mul_add` is one fused
+/// step either way), with the FMA instruction instead of a call of the C library's `fmaf`
+/// per product, which had made it about 5% of a token's decoding time on qwen05b.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn log_sum_exp_avx2(x: &[f32]) -> f64 {
+    log_sum_exp_body(x)
+}
+
+#[inline(always)]
+fn log_sum_exp_body(x: &[f32]) -> f64 {
     use crate::kernels::ggml_arith::{v_expf, v_expf16};
     let m = x.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
     if !m.is_finite() {
@@ -388,5 +410,18 @@ mod tests {
         }
         assert!(log_sum_exp(&[]).is_nan());
         assert!(log_sum_exp(&[f32::NEG_INFINITY; 3]).is_nan());
+        // The AVX2+FMA build has the portable body's bits.
+        #[cfg(target_arch = "x86_64")]
+        if isa() >= Isa::Avx2 {
+            for n in [x.len(), 1, 15, 16, 17, 1000] {
+                // SAFETY: `isa()` is AVX2 or better only when the CPU has AVX2 and FMA.
+                let fast = unsafe { log_sum_exp_avx2(&x[..n]) };
+                assert_eq!(
+                    fast.to_bits(),
+                    log_sum_exp_body(&x[..n]).to_bits(),
+                    "n = {n}"
+                );
+            }
+        }
     }
 }
