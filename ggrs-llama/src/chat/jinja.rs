@@ -506,6 +506,26 @@ mod tests {
     }
 
     #[test]
+    fn a_sum_of_lists_is_a_list() {
+        // minijinja keeps `a + b` lazy; the bounds make it a list, as Jinja2 and llama.cpp's
+        // engine do: indexable from the end, and doubling it stays linear.
+        let out = render(
+            "{% set ns = namespace(l=[1]) %}{% for i in range(16) %}\
+             {% set ns.l = ns.l + ns.l %}{% endfor %}\
+             {{ ns.l|length }} {{ (ns.l + [7])[-1] }} {{ ([1, 2] + [3])[1:] }} \
+             {{ (ns.l + ns.l) is sequence }}",
+            &[Message::user("x")],
+            false,
+            ["", ""],
+            &TemplateVars::default(),
+            MAX_RENDERED_BYTES,
+            None,
+        )
+        .unwrap();
+        assert_eq!(out, "65536 7 [2, 3] True");
+    }
+
+    #[test]
     fn messages_carry_their_reasoning_to_templates() {
         let mut m = Message::assistant("done");
         m.reasoning_content = Some("think first".into());

@@ -238,14 +238,18 @@ impl ChatTemplate {
             enable_thinking,
             now_unix: 0,
         };
+        // A probe conversation renders in a few KiB; a template that builds more than
+        // PROBE_BYTES for it cannot think usefully, and the probe stays quick (64 MiB of a
+        // doubling list took 19 s to refuse).
+        const PROBE_BYTES: usize = 1 << 20;
+        let probe = |msgs: &[Message], add, on| {
+            self.render_limited(msgs, add, &vars(on), None, PROBE_BYTES)
+        };
         let history = [user.clone(), answer];
-        if self
-            .render_with(&history, false, &vars(true))
-            .is_ok_and(|t| t.contains(THOUGHT))
-        {
+        if probe(&history, false, true).is_ok_and(|t| t.contains(THOUGHT)) {
             return true;
         }
-        let prompt = |on| self.render_with(std::slice::from_ref(&user), true, &vars(on));
+        let prompt = |on| probe(std::slice::from_ref(&user), true, on);
         match (prompt(false), prompt(true)) {
             (Ok(off), Ok(on)) => thinking_switch_at_end(&off, &on),
             _ => false,
