@@ -4,7 +4,7 @@
 //! official prompt rule and tokenizer written plainly in `glm1_chat.rs`; `--no-think` on a
 //! copy of the tiny Llama 3 model carrying Qwen3's template.
 
-mod common;
+use crate::common;
 #[path = "../../ggrs-llama/tests/common/glm1_chat.rs"]
 mod glm1_chat;
 #[path = "../../ggrs-llama/tests/common/mod.rs"]

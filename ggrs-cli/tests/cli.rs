@@ -1,6 +1,6 @@
 //! The command line prints errors and exits non-zero on bad input.
 
-mod common;
+use crate::common;
 
 use common::ggrs;
 

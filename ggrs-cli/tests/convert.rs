@@ -1,7 +1,7 @@
 //! `ggrs convert`: converts the ChatGLM-6B v1 tiny checkpoint with progress and a note
 //! about the missing tokenizer, and fails cleanly on bad input.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! `ggrs run --grammar / --grammar-file / --json-schema`: the output follows it, and a
 //! grammar that does not compile is an error naming the problem.
 
-mod common;
+use crate::common;
 
 use common::ggrs;
 

@@ -2,7 +2,7 @@
 //! exit status 1 (as the README says), never a hang, a clap "unknown flag" (status 2) or a
 //! silently wrong setting.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

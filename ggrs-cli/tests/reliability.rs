@@ -2,7 +2,7 @@
 //! outputs that are the input under another name, files of a convert input directory,
 //! device outputs, oversized sessions, bad numeric options.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! `ggrs serve`: its flags, its errors, and a real start on the tiny model.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};

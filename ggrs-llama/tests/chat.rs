@@ -2,7 +2,7 @@
 //! written here and, when the cached model is there, Qwen2.5's own), the choice of format
 //! per model, and a multi-turn [`Chat`] that keeps its KV cache.
 
-mod common;
+use crate::common;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! tokens evaluated (turn 3 shares a first round with turn 2's prompt) and by a fresh
 //! session giving the same reply.
 
-mod common;
+use crate::common;
 #[path = "common/glm1_chat.rs"]
 mod glm1_chat;
 

@@ -8,7 +8,7 @@
 //! within 2e-2. Argmax and greedy tokens are compared only where the reference's top two
 //! are further apart than the tolerance (they are as close as 0.0024 at some steps).
 
-mod common;
+use crate::common;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! `<|user|>`…) parsed from text, and stopping on `<|user|>` / `<|observation|>`.
 //! The vocabularies are small ones built here; the expected ids are worked out by hand.
 
-mod common;
+use crate::common;
 
 use common::GLM3_SPECIALS;
 use ggrs_llama::tokenizer::{Tokenizer, Vocab, VocabParts};

@@ -3,7 +3,7 @@
 //! always give outputs that validate, and an end-of-generation token is allowed whenever
 //! (and only when) the grammar accepts the text so far.
 
-mod common;
+use crate::common;
 
 use ggrs_llama::constraint::{Constraint, ConstraintError, GrammarSpec, LazyTrigger};
 use ggrs_llama::sampling::Rng;

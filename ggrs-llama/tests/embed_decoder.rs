@@ -3,7 +3,7 @@
 //! (the output heads are tied, so the final hidden state gives them); and the error of a
 //! decoder asked for embeddings without a pooling.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

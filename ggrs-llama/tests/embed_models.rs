@@ -7,7 +7,7 @@
 //!
 //! And for both: a batch equals its inputs one by one, bit for bit, for every pooling.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

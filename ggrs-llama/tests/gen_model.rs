@@ -3,7 +3,7 @@
 //! carry every tensor name of its tiny source file, and give finite, non-constant logits on a
 //! prompt and a few greedy steps, in F16 and after `q4_0` quantization.
 
-mod common;
+use crate::common;
 
 #[path = "../examples/gen_model.rs"]
 #[allow(dead_code)]

@@ -4,7 +4,7 @@
 //! tiny MoE, the per-expert counts; GGUF and legacy round trips; and llama-imatrix's own
 //! matrix for Qwen2.5-Coder-0.5B read from both of its formats.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

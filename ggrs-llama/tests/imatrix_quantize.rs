@@ -5,7 +5,7 @@
 //! layer 23's `ffn_down` come out byte-identical (sha256). The whole files are compared
 //! by hand (README); this keeps the test to seconds. Skips without the f16 conversion.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

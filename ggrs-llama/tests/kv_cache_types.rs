@@ -8,7 +8,7 @@
 //! quantized key cache the figure is 6.8% off (7.2906), so the test tells the arithmetic
 //! apart, not only that a quantized cache runs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Asking for fewer outputs (the last token only) gives the same logits as asking for all.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

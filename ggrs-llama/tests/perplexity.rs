@@ -9,7 +9,7 @@
 //! llama.cpp's in seconds. Run them with
 //! `cargo test -p ggrs-llama --test perplexity -- --include-ignored`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -7,7 +7,7 @@
 //! types and bytes all count). Where llama-quantize aborts (`"error": true`: an explicit type
 //! whose blocks do not divide the rows), ggrs must return an error.
 
-mod common;
+use crate::common;
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::quantize::QuantizeOptions;

@@ -5,7 +5,7 @@
 //! the same for the TQ1_0 and TQ2_0 tensors of the ternary recipes
 //! (`qwen05b/tensor-sha256-lowbit.json`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 //! q3_k_m, q2_k, iq4_xs, iq4_nl, q4_1, q5_1, q5_0 (`llama-quantize f16.gguf OUT TYPE`), as
 //! `shared/reference/README.md` says they were made.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

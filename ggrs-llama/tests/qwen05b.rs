@@ -1,7 +1,7 @@
 //! Qwen2.5-Coder-0.5B (f16, q8_0, q4_0 made by our quantizer) against llama.cpp's outputs.
 //! Needs the fetched source model (scripts/fetch-model.sh); see `common::qwen05b`.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@
 //! the recipes' Q4_0 fallbacks use it): a missing file skips its check with the command that
 //! makes it, in `~/.cache/ggrs/models/derived/`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,7 +84,12 @@ fn again_scalar(test: &str) {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &common::test_name(module_path!(), test),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("GGRS_FORCE_SCALAR", "1")
         .output()
         .expect("run the test binary");

@@ -4,7 +4,7 @@
 //! as it was. And a deterministic mutation test: thousands of seeded byte mutations of the
 //! tiny models through load, tokenize and one decode step.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -194,7 +194,11 @@ fn a_killed_quantization_leaves_the_old_output() {
     let out = d.join("out.gguf");
     std::fs::write(&out, b"previous model").unwrap();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "killed_quantize_child", "--test-threads=1"])
+        .args([
+            "--exact",
+            &common::test_name(module_path!(), "killed_quantize_child"),
+            "--test-threads=1",
+        ])
         .env("GGRS_KILL_QUANT_IN", &f16)
         .env("GGRS_KILL_QUANT_OUT", &out)
         .stdout(std::process::Stdio::null())

@@ -2,7 +2,7 @@
 //! bit, greedy and sampled with every sampler option, on the tiny model of every generation
 //! architecture and on qwen05b; rejected drafts leave the cache as if they never ran.
 
-mod common;
+use crate::common;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;

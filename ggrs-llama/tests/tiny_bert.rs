@@ -2,7 +2,7 @@
 //! f16) against llama.cpp's embeddings (`reference/dump_embeddings`), and the embedder's
 //! batching, pooling and errors.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! fused gate|up, 2 KV heads, f16) against llama.cpp's outputs, and q8_0 / q4_0 copies made
 //! with ggrs's quantizer against the f16 file.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

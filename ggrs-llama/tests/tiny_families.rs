@@ -3,7 +3,7 @@
 //! batch/single-token noise of llama.cpp's own kernels; in practice far closer), every
 //! argmax and 16 greedy tokens equal, on 1 and 2 threads.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

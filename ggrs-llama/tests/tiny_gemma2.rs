@@ -2,7 +2,7 @@
 //! attention and logits, f16) against llama.cpp's outputs, and its sliding window in the
 //! batched multi-sequence path and across the steps of a chunked prompt.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

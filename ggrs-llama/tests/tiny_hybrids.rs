@@ -3,7 +3,7 @@
 //! printed digits, every argmax and 16 greedy tokens equal, on 1 and 2 threads; and the
 //! prompt evaluated in one batch, in pieces or token by token gives the same tokens.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

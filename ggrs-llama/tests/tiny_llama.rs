@@ -1,6 +1,6 @@
 //! The tiny random-weight LLaMA (GQA, 3 layers, f16) against llama.cpp's outputs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! The tiny random-weight Llama 3.1 (arch `llama`, rotary scaling by `rope_freqs.weight`,
 //! GQA, 3 layers, f16) against llama.cpp's outputs.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

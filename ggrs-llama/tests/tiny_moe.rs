@@ -2,7 +2,7 @@
 //! norms, f16) against llama.cpp's outputs, and a prompt evaluated in one batch against the
 //! same tokens one at a time (each token's experts are its own).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

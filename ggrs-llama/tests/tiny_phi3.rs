@@ -1,7 +1,7 @@
 //! The tiny random-weight Phi-3 (arch `phi3`: fused Q|K|V, fused gate|up, NEOX rotary, GQA,
 //! 3 layers, f16) against llama.cpp's outputs.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

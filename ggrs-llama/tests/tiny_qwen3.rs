@@ -2,7 +2,7 @@
 //! n_embd 64, per-head Q/K RMSNorm, NEOX rotary, qwen2 vocabulary, f16) against llama.cpp's
 //! outputs.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

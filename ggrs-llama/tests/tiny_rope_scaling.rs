@@ -5,7 +5,7 @@
 //! past the original context; the choice between LongRoPE's long and short factors; and a
 //! scaling type this build does not know, refused at load.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::Arc;

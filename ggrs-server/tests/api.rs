@@ -1,7 +1,7 @@
 //! The HTTP API against a server on a tiny model and a free loopback port: every endpoint,
 //! streaming and not, and the errors.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 

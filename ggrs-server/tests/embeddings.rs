@@ -2,7 +2,7 @@
 //! `dimensions`), llama-server's `/embedding(s)`, concurrent requests against lone ones, and
 //! bad input, on the tiny BERT (mean pooling) against the library's embedder.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

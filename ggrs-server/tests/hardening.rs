@@ -1,7 +1,7 @@
 //! Hostile clients and careless operators (issue 32): no request stalls the server, exhausts
 //! it or gets a misleading answer. Each test names the case of the issue it covers.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! largest text `/tokenize` takes (one 1 MiB word, with pieces), a 1 MiB prompt, a body at
 //! the 16 MiB limit, and a client that sends half a request line and waits.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! admission control, and a bounded load test whose answers equal the same requests run
 //! one at a time.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,7 @@
 //! Structured outputs over HTTP on the tiny model: `grammar`, `json_schema` and
 //! `response_format` constrain what comes out, streamed or not, on both endpoints.
 
-mod common;
+use crate::common;
 
 use common::{config, TestServer};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! Hermes-style template and with ChatML (the generic JSON format), and one call by the real
 //! Qwen2.5-Coder-0.5B through its own template.
 
-mod common;
+use crate::common;
 
 use common::{config, TestServer};
 use serde_json::{json, Value};

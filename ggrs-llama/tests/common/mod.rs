@@ -640,3 +640,13 @@ pub fn assert_batch_is_one_by_one(
         }
     }
 }
+
+/// The name the test harness gives the test `name` of the module `module` (its
+/// `module_path!()`): the path inside the test crate, for running that one test again in a
+/// child process (`<exe> --exact <name>`).
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}

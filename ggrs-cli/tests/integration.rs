@@ -1,0 +1,14 @@
+//! The integration tests of this crate, one module per file beside this one, built as one
+//! test binary (a binary per file cost a link and a copy of the generic code each: the
+//! build took more CPU than the tests). Run one file's tests with
+//! `cargo test -p ggrs-cli --test integration <file>::`.
+
+mod chat;
+mod cli;
+mod common;
+mod convert;
+mod grammar;
+mod hardening;
+mod python_clients;
+mod reliability;
+mod serve;
