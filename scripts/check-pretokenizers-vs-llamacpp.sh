@@ -132,4 +132,4 @@ PY
 
 cd "$here/.."
 GGRS_PRETOK_CHECK_DIR="$OUT" GGRS_VOCAB_DIR="$vocab" \
-    cargo test -p ggrs-llama --test tokenizer -- --ignored --nocapture pretokenizers_match_llama_cpp
+    cargo test -p ggrs-llama --test integration -- --ignored --nocapture tokenizer::pretokenizers_match_llama_cpp

@@ -7,7 +7,7 @@ use crate::common;
 
 #[path = "../examples/gen_model.rs"]
 #[allow(dead_code)]
-mod gen_model;
+mod generator;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -87,20 +87,20 @@ fn run_model(path: &Path) -> Vec<u32> {
 fn narrow_models_of_every_architecture_run() {
     let tiny_dir = common::reference_dir().join("tiny");
     let dir = TempDir::new("narrow");
-    for (arch, _) in gen_model::ARCHS {
+    for (arch, _) in generator::ARCHS {
         // The hybrids repeat their tiny model's pattern of 4 recurrent and attention layers:
         // 4 layers are the whole pattern (2 would leave LFM2 without attention).
         let hybrid = ["lfm2", "granitehybrid", "qwen35", "qwen35moe"].contains(&arch);
         let layers = if hybrid { 4 } else { 2 };
-        let opts = gen_model::GenOptions {
+        let opts = generator::GenOptions {
             width: 128,
             layers,
             context: 256,
             ..Default::default()
         };
-        let tiny = gen_model::tiny_file(&tiny_dir, arch).expect("a known arch");
+        let tiny = generator::tiny_file(&tiny_dir, arch).expect("a known arch");
         let f16 = dir.0.join(format!("{arch}-f16.gguf"));
-        let shape = gen_model::generate(&tiny, arch, &f16, &opts)
+        let shape = generator::generate(&tiny, arch, &f16, &opts)
             .unwrap_or_else(|e| panic!("generate {arch}: {e}"));
         eprintln!("{arch}: {shape:?}");
         assert_eq!(shape.arch, arch);
@@ -181,20 +181,20 @@ fn narrow_models_of_every_architecture_run() {
 #[test]
 fn same_seed_same_file_other_seed_other_values() {
     let tiny_dir = common::reference_dir().join("tiny");
-    let tiny = gen_model::tiny_file(&tiny_dir, "llama").expect("llama");
+    let tiny = generator::tiny_file(&tiny_dir, "llama").expect("llama");
     let dir = TempDir::new("seed");
-    let opts = gen_model::GenOptions {
+    let opts = generator::GenOptions {
         width: 128,
         layers: 1,
         ..Default::default()
     };
     let write = |name: &str, seed: u64| {
         let p = dir.0.join(name);
-        gen_model::generate(
+        generator::generate(
             &tiny,
             "llama",
             &p,
-            &gen_model::GenOptions {
+            &generator::GenOptions {
                 seed,
                 ..opts.clone()
             },
