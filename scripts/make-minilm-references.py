@@ -4,6 +4,8 @@
 
 - minilm-f16.llama-convert.json: name, type, shape (ne) and sha256 of every tensor of the F16
   GGUF that llama.cpp's `convert_hf_to_gguf.py --outtype f16` writes;
+- minilm-f16.llama-convert-tokenizer.json: every `tokenizer.*` key of that file, arrays as their
+  length and the sha256 of their items joined by newlines (numbers in decimal);
 - minilm-f16.llama-embedding.jsonl: `llama-embedding`'s embeddings, raw (`--embd-normalize -1`)
   and L2-normalised (`2`), of the six prompts of shared/reference/prompts.txt, each prompt run
   alone, on the F16 GGUF that `ggrs convert` writes;
@@ -54,6 +56,24 @@ def main():
                      "type": t.tensor_type.name}
                 rows.append(f"  {json.dumps(t.name)}: {json.dumps(v, sort_keys=True)}")
             f.write("{\n" + ",\n".join(rows) + "\n}\n")
+        keys = {}
+        for field in r.fields.values():
+            if not field.name.startswith("tokenizer."):
+                continue
+            t = field.types[0]
+            if t == gguf.GGUFValueType.ARRAY:
+                if field.types[-1] == gguf.GGUFValueType.STRING:
+                    items = [bytes(field.parts[i]).decode() for i in field.data]
+                else:
+                    items = [str(field.parts[i].tolist()[0]) for i in field.data]
+                keys[field.name] = {"len": len(items),
+                                    "sha256_lines": hashlib.sha256("\n".join(items).encode()).hexdigest()}
+            elif t == gguf.GGUFValueType.STRING:
+                keys[field.name] = bytes(field.parts[field.data[0]]).decode()
+            else:
+                keys[field.name] = field.parts[field.data[0]].tolist()[0]
+        with open(os.path.join(OUT, "minilm-f16.llama-convert-tokenizer.json"), "w") as f:
+            f.write(json.dumps(keys, indent=1, sort_keys=True) + "\n")
 
         ours = os.path.join(tmp, "ggrs.gguf")
         subprocess.run([ggrs, "convert", hf, ours, "--outtype", "f16"], check=True, capture_output=True)

@@ -286,6 +286,11 @@ fn compare_with_llama_cpp(out: &Path, jsonl: &str) -> common::Report {
 /// Every tensor of `orig` is in `conv` with the same type, shape and bytes; every metadata
 /// entry of `orig` is in `conv` with the same value.
 fn assert_same(orig: &GgufFile, conv: &GgufFile) {
+    assert_same_but(orig, conv, &[]);
+}
+
+/// As [`assert_same`], but for the metadata keys `except`.
+fn assert_same_but(orig: &GgufFile, conv: &GgufFile, except: &[&str]) {
     assert_eq!(orig.tensors().len(), conv.tensors().len());
     for t in orig.tensors() {
         let c = conv
@@ -303,7 +308,11 @@ fn assert_same(orig: &GgufFile, conv: &GgufFile) {
             t.name
         );
     }
-    for (k, v) in orig.metadata() {
+    for (k, v) in orig
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !except.contains(&k.as_str()))
+    {
         assert_eq!(conv.get(k), Some(v), "metadata key {k}");
     }
 }
@@ -1279,8 +1288,28 @@ fn bert_round_trip() {
     let conv = GgufFile::open(&out).unwrap();
     // Every tensor (position and token-type embeddings kept F32) and every key of the file
     // llama.cpp's tools made: architecture keys, pooling, WordPiece tokens and types, and the
-    // special ids ([UNK], [SEP], [PAD], [CLS], [MASK]).
-    assert_same(&g, &conv);
+    // special ids ([UNK], [SEP], [PAD], [MASK]) — but two keys, written as
+    // `convert_hf_to_gguf.py` writes them (the tiny file was made by other means): the
+    // pre-tokenizer name (`jina-v2-en`, whose hash test wins over `bert-bge`'s) and [CLS],
+    // which that converter writes as the BOS id (with [SEP] as EOS), not as `cls_token_id`.
+    assert_same_but(
+        &g,
+        &conv,
+        &["tokenizer.ggml.pre", "tokenizer.ggml.cls_token_id"],
+    );
+    assert_eq!(
+        conv.get("tokenizer.ggml.pre").and_then(Value::as_str),
+        Some("jina-v2-en")
+    );
+    let id = |k: &str| conv.get(k).and_then(Value::as_u32);
+    assert_eq!(
+        id("tokenizer.ggml.bos_token_id"),
+        g.get("tokenizer.ggml.cls_token_id").and_then(Value::as_u32)
+    );
+    assert_eq!(
+        id("tokenizer.ggml.eos_token_id"),
+        id("tokenizer.ggml.seperator_token_id")
+    );
     assert!(conv.tensor("pooler.dense.weight").is_none());
 
     // The same embeddings as the original file, bit for bit.
@@ -2241,6 +2270,46 @@ fn all_minilm_l6_v2_converts_as_llama_cpp_and_embeds_as_it() {
             "{}: data differs from llama.cpp's",
             t.name
         );
+    }
+
+    // The tokenizer keys llama.cpp's converter writes, arrays by the sha256 of their items.
+    let want: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(data.join("minilm-f16.llama-convert-tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    let got_keys: Vec<&str> = g
+        .metadata()
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| k.starts_with("tokenizer."))
+        .collect();
+    let mut want_keys: Vec<&str> = want.keys().map(String::as_str).collect();
+    let mut sorted = got_keys.clone();
+    sorted.sort_unstable();
+    want_keys.sort_unstable();
+    assert_eq!(sorted, want_keys, "the tokenizer keys llama.cpp writes");
+    for k in got_keys {
+        let v = g.get(k).unwrap();
+        let got = match v {
+            Value::Array(items) => {
+                let lines: Vec<String> = items
+                    .iter()
+                    .map(|x| match x {
+                        Value::String(s) => s.clone(),
+                        other => other.as_i64().map(|n| n.to_string()).unwrap_or_default(),
+                    })
+                    .collect();
+                let sha: String = Sha256::digest(lines.join("\n").as_bytes())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                json!({"len": items.len(), "sha256_lines": sha})
+            }
+            Value::String(s) => json!(s),
+            Value::Bool(b) => json!(b),
+            other => json!(other.as_i64()),
+        };
+        assert_eq!(got, want[k], "{k}");
     }
 
     let model = Arc::new(ggrs_llama::Model::load(&out).unwrap());

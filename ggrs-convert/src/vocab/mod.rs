@@ -93,6 +93,12 @@ pub struct Specials {
     pub add_bos: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`.
     pub add_eos: Option<bool>,
+    /// `tokenizer.ggml.add_sep_token`.
+    pub add_sep: Option<bool>,
+    /// `tokenizer.ggml.normalizer.lowercase` (a `tokenizer.json` normaliser's).
+    pub lowercase: Option<bool>,
+    /// `tokenizer.ggml.normalizer.strip_accents` (a `tokenizer.json` normaliser's).
+    pub strip_accents: Option<bool>,
 }
 
 /// What an architecture says about its vocabulary (see `arch::ArchConverter`): the
@@ -159,21 +165,21 @@ pub(crate) fn load(
 }
 
 /// The special ids of the directory: `tokenizer_config.json` strings looked up in `vocab`,
-/// then `config.json` ids, then the SentencePiece model's own.
+/// then `config.json` ids, then the SentencePiece model's own. A WordPiece (BERT) vocabulary
+/// read from `tokenizer.json` is completed as llama.cpp's converter (gguf-py's
+/// `SpecialVocab`) completes it: see [`wordpiece::complete_specials`].
 pub fn specials(dir: &Path, cfg: &Json, vocab: Option<&Vocab>) -> Result<Specials, ConvertError> {
     let mut s = Specials::default();
     let tc_path = dir.join("tokenizer_config.json");
-    if tc_path.is_file() {
-        let tc = read_json(&tc_path)?;
+    let tc = match tc_path.is_file() {
+        true => Some(read_json(&tc_path)?),
+        false => None,
+    };
+    if let Some(tc) = &tc {
         s.add_bos = tc.get("add_bos_token").and_then(Json::as_bool);
         s.add_eos = tc.get("add_eos_token").and_then(Json::as_bool);
         if let Some(v) = vocab {
-            let lookup = |key: &str| -> Option<u32> {
-                let e = tc.get(key)?;
-                let content = e.as_str().or_else(|| e.get("content")?.as_str())?;
-                let id = v.tokens.iter().position(|t| t == content)?;
-                u32::try_from(id).ok()
-            };
+            let lookup = |key: &str| token_of(tc, key, v);
             s.bos = lookup("bos_token");
             s.eos = lookup("eos_token");
             s.unk = lookup("unk_token");
@@ -182,6 +188,12 @@ pub fn specials(dir: &Path, cfg: &Json, vocab: Option<&Vocab>) -> Result<Special
             s.gmask = lookup("gmask_token");
             s.cls = lookup("cls_token");
             s.sep = lookup("sep_token");
+        }
+    }
+    let json = dir.join("tokenizer.json");
+    if let (Some(v), true) = (vocab, json.is_file()) {
+        if v.model == "bert" {
+            wordpiece::complete_specials(&mut s, &read_json(&json)?, tc.as_ref(), v);
         }
     }
     let c = Cfg(cfg);
@@ -198,6 +210,15 @@ pub fn specials(dir: &Path, cfg: &Json, vocab: Option<&Vocab>) -> Result<Special
         s.pad = s.pad.or(v.builtin.pad);
     }
     Ok(s)
+}
+
+/// The id in `v` of the token `tokenizer_config.json` (`tc`) names under `key` (a string or
+/// a `{"content": …}` object).
+pub(crate) fn token_of(tc: &Json, key: &str, v: &Vocab) -> Option<u32> {
+    let e = tc.get(key)?;
+    let content = e.as_str().or_else(|| e.get("content")?.as_str())?;
+    let id = v.tokens.iter().position(|t| t == content)?;
+    u32::try_from(id).ok()
 }
 
 /// The `tokenizer.ggml.*` entries of a vocabulary.
@@ -258,6 +279,18 @@ pub fn special_metadata(s: &Specials) -> Vec<(String, Value)> {
     }
     if let Some(b) = s.add_eos {
         md.push(("tokenizer.ggml.add_eos_token".into(), Value::Bool(b)));
+    }
+    if let Some(b) = s.add_sep {
+        md.push(("tokenizer.ggml.add_sep_token".into(), Value::Bool(b)));
+    }
+    if let Some(b) = s.lowercase {
+        md.push(("tokenizer.ggml.normalizer.lowercase".into(), Value::Bool(b)));
+    }
+    if let Some(b) = s.strip_accents {
+        md.push((
+            "tokenizer.ggml.normalizer.strip_accents".into(),
+            Value::Bool(b),
+        ));
     }
     md
 }

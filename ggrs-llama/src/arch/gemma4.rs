@@ -18,7 +18,8 @@
 //!     a = softmax(K·q + mask_l) · V               // scale 1; local: sliding window
 //!     x = x + rms_norm(Wo·a) · post_attention_norm
 //!     x = x + rms_norm(W_down·(gelu(W_gate·h') · W_up·h')) · post_ffw_norm,
-//!             h' = rms_norm(x) · ffn_norm
+//!             h' = rms_norm(x) · ffn_norm         // a layer with a router (26B-A4B) adds
+//!                                                  // routed experts: see [`super::gemma4_moe`]
 //!     x = x + rms_norm(proj · (gelu(inp_gate · x) ⊙ ple[l])) · post_norm   // with PLE
 //!     x = x · layer_output_scale                   // when present
 //! logits = c·tanh(output · (rms_norm(x) · output_norm) / c)   // c = final_logit_softcapping
@@ -29,15 +30,15 @@
 //! ```
 //!
 //! Every layer runs on every token; the logits' rows are picked after the output norm, as
-//! llama.cpp does for this architecture. Not covered: the mixture-of-experts layers of
-//! Gemma 4 26B-A4B (refused at load), per-layer feed-forward widths (double-wide MLP), the
-//! fused `attn_qkv` layout.
+//! llama.cpp does for this architecture. Not covered: per-layer feed-forward widths
+//! (double-wide MLP), the fused `attn_qkv` layout.
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::{Context, RopeMode, Tensor};
 
 use super::decoder::{blk, Rotary};
 use super::gemma2::{geglu_ffn, positive, sliding_window};
+use super::gemma4_moe::Gemma4Moe;
 use super::gpt_oss::swa_layers;
 use crate::architecture::{ArchModel, Architecture, SlidingWindowState, StepState, StepTensors};
 use crate::error::{LlamaError, Result};
@@ -232,6 +233,9 @@ pub struct Gemma4Layer {
     pub ple: Option<[WeightId; 3]>,
     /// The layer's output factor, `[1]` (`layer_output_scale.weight`).
     pub out_scale: Option<WeightId>,
+    /// The routed experts beside the feed-forward (Gemma 4 26B-A4B), when the layer has a
+    /// router.
+    pub moe: Option<Gemma4Moe>,
 }
 
 /// The per-layer token embeddings: table `[p · n_layer, n_vocab]`, projection
@@ -293,12 +297,6 @@ impl Architecture for Gemma4 {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for (i, s) in consts.layers.iter().enumerate() {
             let n = |x: &str| blk(i, x);
-            if l.file().tensor(&n("ffn_gate_inp.weight")).is_some() {
-                return Err(LlamaError::InvalidArgument(format!(
-                    "gemma4: layer {i} is a mixture of experts (Gemma 4 26B-A4B), which ggrs \
-                     does not run yet"
-                )));
-            }
             let (d, own) = (s.head_dim, s.kv_source == i);
             let kv = d * s.n_head_kv;
             let wq = l.matrix(&n("attn_q.weight"), &[e, d * nh])?;
@@ -338,6 +336,7 @@ impl Architecture for Gemma4 {
                     ]),
                 },
                 out_scale: l.opt_f32(&n("layer_output_scale.weight"), &[1])?,
+                moe: Gemma4Moe::load(hp, l, i)?,
             });
         }
         Ok(Box::new(Gemma4Model {
@@ -455,7 +454,10 @@ impl ArchModel for Gemma4Model {
             let cur = ctx.mul_mat(w[l.wo], attn)?; // [n_embd, n]
             let cur = ctx.rms_norm_mul(cur, w[l.attn_post_norm], hp.rms_eps)?;
             let attn_out = ctx.add(cur, x)?;
-            let mut cur = geglu_ffn(ctx, hp, w, l.ffn, attn_out)?;
+            let mut cur = match &l.moe {
+                Some(moe) => moe.build(ctx, hp, w, l.ffn, attn_out)?,
+                None => geglu_ffn(ctx, hp, w, l.ffn, attn_out)?,
+            };
             if let (Some([gate, proj, norm]), Some(ple)) = (l.ple, ple) {
                 let p = c.n_ple;
                 let g = ctx.mul_mat(w[gate], cur)?; // [p, n]

@@ -14,6 +14,7 @@ pub mod fused;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gemma4;
+pub mod gemma4_moe;
 pub mod gemma_embedding;
 pub mod gpt_oss;
 pub mod granite;

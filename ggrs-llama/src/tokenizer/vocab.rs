@@ -141,6 +141,11 @@ pub struct VocabParts {
     /// `tokenizer.ggml.remove_extra_whitespaces` (read, not used by these tokenizers, as in
     /// llama.cpp).
     pub remove_extra_whitespaces: Option<bool>,
+    /// `tokenizer.ggml.normalizer.lowercase` (WordPiece: lower-case the text; default true).
+    pub lowercase: Option<bool>,
+    /// `tokenizer.ggml.normalizer.strip_accents` (WordPiece: decompose and drop accent
+    /// marks; default: as `lowercase`).
+    pub strip_accents: Option<bool>,
 }
 
 // Keys.
@@ -155,6 +160,8 @@ const K_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 const K_ADD_SEP: &str = "tokenizer.ggml.add_sep_token";
 const K_ADD_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const K_REMOVE_WS: &str = "tokenizer.ggml.remove_extra_whitespaces";
+const K_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
+const K_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
 pub(crate) const K_BOS: &str = "tokenizer.ggml.bos_token_id";
 pub(crate) const K_EOS: &str = "tokenizer.ggml.eos_token_id";
 const K_EOT: &str = "tokenizer.ggml.eot_token_id";
@@ -328,6 +335,8 @@ impl VocabParts {
             add_sep: keys.bool(K_ADD_SEP)?,
             add_space_prefix: keys.bool(K_ADD_PREFIX)?,
             remove_extra_whitespaces: keys.bool(K_REMOVE_WS)?,
+            lowercase: keys.bool(K_LOWERCASE)?,
+            strip_accents: keys.bool(K_STRIP_ACCENTS)?,
         })
     }
 }
@@ -464,6 +473,8 @@ pub struct Vocab {
     pub(crate) special_by_length: Vec<u32>,
     /// WordPiece: the separator ([SEP]) ends an encoding with special tokens.
     pub(crate) add_sep: bool,
+    /// WordPiece: how the text is normalised before it is cut into words.
+    pub(crate) normalizer: super::wpm::Normalizer,
     /// Longest token text in bytes (WordPiece's longest match).
     pub(crate) max_token_len: usize,
 }
@@ -772,6 +783,7 @@ impl Vocab {
             newline_words_whole: pre_cfg.is_some_and(|c| c.gemma4),
             special_by_length,
             add_sep: parts.add_sep.unwrap_or(kind == VocabKind::Wpm),
+            normalizer: super::wpm::Normalizer::from_keys(parts.lowercase, parts.strip_accents),
             max_token_len,
         })
     }

@@ -1,12 +1,14 @@
 //! WordPiece (`tokenizer.ggml.model` = `bert`), as llama.cpp's WPM tokenizer.
 //!
-//! The text is split into words: every code point is replaced by the first code point of its
-//! canonical decomposition (NFD: `é` → `e`) and lower-cased; whitespace ends a word; NUL,
-//! U+FFFD and control/format/unassigned code points are dropped; punctuation, ASCII symbols
-//! and Han characters are words of their own. Each word, prefixed with `▁` (the converter
-//! writes word-initial pieces as `▁piece` and `##piece` continuations as `piece`), is cut
-//! greedily into the longest tokens from left to right; a word with a part no token covers
-//! becomes the unknown token.
+//! The text is split into words. With the normaliser's `strip_accents` (the default), every
+//! code point is first replaced by the first code point of its canonical decomposition (NFD:
+//! `é` → `e`, as llama.cpp's one-to-one table) and accent marks (`\p{M}`) are dropped; with
+//! `lowercase` (the default) it is lower-cased. Whitespace ends a word; NUL, U+FFFD and
+//! control/format/unassigned code points are dropped; punctuation, ASCII symbols and Han
+//! characters are words of their own. Each word, prefixed with `▁` (the converter writes
+//! word-initial pieces as `▁piece` and `##piece` continuations as `piece`), is cut greedily
+//! into the longest tokens from left to right; a word with a part no token covers becomes
+//! the unknown token.
 
 use unicode_general_category::{get_general_category, GeneralCategory as Gc};
 use unicode_normalization::char::decompose_canonical;
@@ -15,15 +17,47 @@ use super::error::TokenizerError;
 use super::unicode::{class_of, is_han};
 use super::vocab::Vocab;
 
-/// The words of `text` (see the [module docs](self)).
-pub(crate) fn words(text: &str) -> Vec<String> {
+/// llama.cpp's BertNormalizer options (`tokenizer.ggml.normalizer.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Normalizer {
+    /// Lower-case every code point.
+    pub lowercase: bool,
+    /// Decompose (NFD, first code point) and drop accent marks.
+    pub strip_accents: bool,
+}
+
+impl Normalizer {
+    /// The options of a file's keys, with llama.cpp's defaults: `lowercase` true,
+    /// `strip_accents` as `lowercase`.
+    pub fn from_keys(lowercase: Option<bool>, strip_accents: Option<bool>) -> Normalizer {
+        let lowercase = lowercase.unwrap_or(true);
+        Normalizer {
+            lowercase,
+            strip_accents: strip_accents.unwrap_or(lowercase),
+        }
+    }
+}
+
+impl Default for Normalizer {
+    fn default() -> Normalizer {
+        Normalizer::from_keys(None, None)
+    }
+}
+
+/// The words of `text` under `norm` (see the [module docs](self)).
+pub(crate) fn words(text: &str, norm: Normalizer) -> Vec<String> {
     let mut words: Vec<String> = vec![String::new()];
     for c in text.chars() {
-        let mut first = None;
-        decompose_canonical(c, |d| {
-            first.get_or_insert(d);
-        });
-        let c = first.unwrap_or(c);
+        let c = match norm.strip_accents {
+            true => {
+                let mut first = None;
+                decompose_canonical(c, |d| {
+                    first.get_or_insert(d);
+                });
+                first.unwrap_or(c)
+            }
+            false => c,
+        };
         let class = class_of(c);
         if class.whitespace() {
             if !words.last().is_some_and(|w| w.is_empty()) {
@@ -34,8 +68,14 @@ pub(crate) fn words(text: &str) -> Vec<String> {
         if c == '\0' || c == '\u{FFFD}' || is_other_category(c) {
             continue;
         }
+        if norm.strip_accents && class.mark() {
+            continue;
+        }
         // The first character of the lower case, as llama.cpp's one-to-one table.
-        let lower = c.to_lowercase().next().unwrap_or(c);
+        let lower = match norm.lowercase {
+            true => c.to_lowercase().next().unwrap_or(c),
+            false => c,
+        };
         if class.punctuation() || (c.is_ascii() && class.symbol()) || is_chinese(c) {
             if !words.last().is_some_and(|w| w.is_empty()) {
                 words.push(String::new());
@@ -81,7 +121,7 @@ pub(crate) fn tokenize(
             key: super::vocab::K_UNK,
         })?;
     let max_len = vocab.max_token_len;
-    for word in words(text) {
+    for word in words(text, vocab.normalizer) {
         let word = format!("▁{word}");
         let bytes = word.as_bytes();
         let n = bytes.len();
@@ -119,13 +159,34 @@ pub(crate) fn tokenize(
 
 #[cfg(test)]
 mod tests {
-    use super::words;
+    use super::{words, Normalizer};
 
     #[test]
     fn words_split_as_bert() {
-        assert_eq!(words("Héllo, WORLD!  x"), ["hello", ",", "world", "!", "x"]);
-        assert_eq!(words("a$b 中文"), ["a", "$", "b", "中", "文"]);
-        assert_eq!(words("tab\there\u{7}"), ["tab", "here"]);
-        assert!(words("   ").is_empty());
+        let w = |t| words(t, Normalizer::default());
+        assert_eq!(w("Héllo, WORLD!  x"), ["hello", ",", "world", "!", "x"]);
+        assert_eq!(w("a$b 中文"), ["a", "$", "b", "中", "文"]);
+        assert_eq!(w("tab\there\u{7}"), ["tab", "here"]);
+        assert!(w("   ").is_empty());
+        // Accent marks of any kind go with the accents (llama.cpp's `\p{M}`): a combining
+        // acute after its letter, a Devanagari vowel sign (Mc).
+        assert_eq!(w("e\u{301}te \u{915}\u{93e}"), ["ete", "\u{915}"]);
+    }
+
+    /// A cased vocabulary (`normalizer.lowercase` false, so `strip_accents` false unless
+    /// the file says otherwise) keeps case and accents, as llama.cpp 0c1e570 does.
+    #[test]
+    fn cased_vocabularies_keep_case_and_accents() {
+        let cased = Normalizer::from_keys(Some(false), None);
+        assert_eq!(
+            cased,
+            Normalizer {
+                lowercase: false,
+                strip_accents: false
+            }
+        );
+        assert_eq!(words("Héllo, WORLD", cased), ["Héllo", ",", "WORLD"]);
+        let strip = Normalizer::from_keys(Some(false), Some(true));
+        assert_eq!(words("Héllo", strip), ["Hello"]);
     }
 }

@@ -400,6 +400,36 @@ pub fn rewrite_gguf_adding(
     add: Vec<(String, ggrs_core::gguf::Value)>,
     add_f32: Vec<(String, Vec<f32>)>,
 ) {
+    let tensors = add_f32
+        .into_iter()
+        .map(|(name, v)| NewTensor {
+            name,
+            dtype: ggrs_core::DType::F32,
+            ne: vec![v.len()],
+            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        })
+        .collect();
+    rewrite_gguf_with(src, out, edit_kv, keep, add, tensors)
+}
+
+/// A tensor added to a rewritten GGUF file: its name, type, shape (ggml's `ne`) and bytes.
+pub struct NewTensor {
+    pub name: String,
+    pub dtype: ggrs_core::DType,
+    pub ne: Vec<usize>,
+    pub bytes: Vec<u8>,
+}
+
+/// As [`rewrite_gguf`], with the keys `add` appended to the metadata and the tensors
+/// `add_tensors` after the file's.
+pub fn rewrite_gguf_with(
+    src: &std::path::Path,
+    out: &std::path::Path,
+    edit_kv: impl Fn(&str, &ggrs_core::gguf::Value) -> Option<ggrs_core::gguf::Value>,
+    keep: impl Fn(&str, &[usize]) -> Option<Vec<usize>>,
+    add: Vec<(String, ggrs_core::gguf::Value)>,
+    add_tensors: Vec<NewTensor>,
+) {
     let src = ggrs_core::gguf::GgufFile::open(src).expect("open the source file");
     let mut w = ggrs_core::gguf::GgufWriter::new();
     for (k, v) in src.metadata() {
@@ -418,8 +448,8 @@ pub fn rewrite_gguf_adding(
             kept.push(t.clone());
         }
     }
-    for (name, v) in &add_f32 {
-        w.add_tensor_info(name.clone(), ggrs_core::DType::F32, &[v.len()])
+    for t in &add_tensors {
+        w.add_tensor_info(t.name.clone(), t.dtype, &t.ne)
             .expect("add a tensor");
     }
     let mut i = 0;
@@ -429,11 +459,7 @@ pub fn rewrite_gguf_adding(
                 let data = src.tensor_data(t);
                 data[..data.len().min(info.size)].to_vec()
             }
-            None => add_f32[i - kept.len()]
-                .1
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
+            None => add_tensors[i - kept.len()].bytes.clone(),
         };
         i += 1;
         bytes.resize(info.size, 0);
