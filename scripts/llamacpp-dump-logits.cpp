@@ -2,7 +2,7 @@
 // shared/reference (one JSON object per prompt: `tokens`, `prompt_topk` = the top-10
 // [id, logit] pairs at every prompt position with the whole prompt in one batch, `greedy` =
 // N greedy tokens decoded one per call, `greedy_topk` = the top-10 of the logits that chose
-// each of them). Used for tiny models made here (scripts/make-tiny-gemma4-moe.py), whose
+// each of them). Used for tiny models made here (ggrs-llama/tests/tiny_gemma4_moe.rs), whose
 // references are committed beside the tests.
 //
 // usage: llamacpp-dump-logits MODEL.gguf IDS N_GREEDY > OUT.jsonl
