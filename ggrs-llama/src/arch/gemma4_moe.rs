@@ -22,7 +22,7 @@
 use ggrs_core::{Context, Tensor};
 
 use super::decoder::blk;
-use super::qwen3moe::{count_key, sum_slots};
+use super::qwen3moe::{count_key, softmax_route, sum_slots};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
@@ -134,14 +134,7 @@ impl Gemma4Moe {
         let r = ctx.scale(r, 1.0 / (e as f32).sqrt())?;
         let r = ctx.mul(r, w[self.gate_inp_scale])?;
         let logits = ctx.mul_mat(w[self.gate_inp], r)?; // [nx, n]
-        let probs = ctx.soft_max(logits)?;
-        let ids = ctx.argsort_top_k(probs, nu)?; // [nu, n]
-        let probs = ctx.reshape_3d(probs, 1, nx, n)?;
-        let weights = ctx.get_rows(probs, ids)?; // [1, nu, n]
-        let weights = ctx.reshape_2d(weights, nu, n)?;
-        let sum = ctx.sum_rows(weights)?; // [1, n]
-        let weights = ctx.div(weights, sum)?;
-        let weights = ctx.reshape_3d(weights, 1, nu, n)?;
+        let (ids, weights) = softmax_route(ctx, logits, nu)?;
         // The chosen experts, every slot reading the token's one column.
         let x = ctx.reshape_3d(x_in, e, 1, n)?;
         let scaled = |ctx: &mut Context, y: Tensor, s: Option<WeightId>| match s {

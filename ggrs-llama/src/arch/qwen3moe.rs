@@ -100,18 +100,11 @@ impl FeedForward for MoeFfn {
         h: Tensor,
     ) -> Result<Tensor> {
         let (e, n) = (hp.n_embd, ctx.shape(h)?[1]);
-        let (nx, nu) = (self.n_expert, self.n_used);
+        let nu = self.n_used;
         // Routing, as llama.cpp orders it: softmax over all experts, the top n_used, their
         // probabilities renormalised.
         let logits = ctx.mul_mat(w[self.gate_inp], h)?; // [nx, n]
-        let probs = ctx.soft_max(logits)?;
-        let ids = ctx.argsort_top_k(probs, nu)?; // [nu, n]
-        let probs = ctx.reshape_3d(probs, 1, nx, n)?;
-        let weights = ctx.get_rows(probs, ids)?; // [1, nu, n]
-        let weights = ctx.reshape_2d(weights, nu, n)?;
-        let sum = ctx.sum_rows(weights)?; // [1, n]
-        let weights = ctx.div(weights, sum)?;
-        let weights = ctx.reshape_3d(weights, 1, nu, n)?;
+        let (ids, weights) = softmax_route(ctx, logits, nu)?;
         // The chosen experts, every slot reading the token's one column.
         let x = ctx.reshape_3d(h, e, 1, n)?;
         let up = ctx.mul_mat_id(w[self.up_exps], x, ids)?; // [f, nu, n]
@@ -121,6 +114,26 @@ impl FeedForward for MoeFfn {
         let experts = ctx.mul(experts, weights)?;
         sum_slots(ctx, experts)
     }
+}
+
+/// llama.cpp's softmax routing with normalised weights, from the router's `logits`
+/// (`[x, n]`): the `n_used` chosen experts per token, largest probability first (`ids`,
+/// `[n_used, n]`), and their probabilities divided by their sum (`weights`, `[1, n_used, n]`).
+pub(crate) fn softmax_route(
+    ctx: &mut Context,
+    logits: Tensor,
+    n_used: usize,
+) -> Result<(Tensor, Tensor)> {
+    let [nx, n, ..] = ctx.meta(logits)?.ne;
+    let probs = ctx.soft_max(logits)?;
+    let ids = ctx.argsort_top_k(probs, n_used)?; // [nu, n]
+    let probs = ctx.reshape_3d(probs, 1, nx, n)?;
+    let weights = ctx.get_rows(probs, ids)?; // [1, nu, n]
+    let weights = ctx.reshape_2d(weights, n_used, n)?;
+    let sum = ctx.sum_rows(weights)?; // [1, n]
+    let weights = ctx.div(weights, sum)?;
+    let weights = ctx.reshape_3d(weights, 1, n_used, n)?;
+    Ok((ids, weights))
 }
 
 /// The weighted outputs of the chosen experts (`[e, n_used, n]`) summed over the slots, in
