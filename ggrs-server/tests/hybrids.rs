@@ -77,8 +77,10 @@ fn hybrids_serve_batched_and_resume_chats_from_checkpoints() {
             assert_eq!(t, refs[i].1, "{model}: prompt {i} batched");
         }
 
-        // A chat's second turn shares the first turn's prompt and answer: it resumes from
-        // a checkpoint of the slot's recurrent state.
+        // A chat's second turn shares the first turn's prompt but not the reply the slot
+        // generated (the client sends the answer it kept, as a template that rewrites
+        // earlier replies does): the recurrent state cannot rewind, so the slot resumes
+        // from a checkpoint of it.
         let turn = |messages: &Value, cache: bool| {
             let b = json!({"messages": messages, "max_tokens": 8, "temperature": 0,
                            "cache_prompt": cache});
@@ -92,10 +94,12 @@ fn hybrids_serve_batched_and_resume_chats_from_checkpoints() {
         let first =
             json!([{"role": "user", "content": "Tell me a story about a dragon and a knight."}]);
         let reply = turn(&first, true);
+        assert!(!reply.is_empty(), "{model}");
         let hits0 = s.metric("ggrs_checkpoint_hits_total");
+        let cached0 = s.metric("ggrs_cached_prompt_tokens_total");
         let second = json!([
             {"role": "user", "content": "Tell me a story about a dragon and a knight."},
-            {"role": "assistant", "content": reply},
+            {"role": "assistant", "content": "Once upon a time, a dragon met a knight."},
             {"role": "user", "content": "And then?"}
         ]);
         let cached = turn(&second, true);
@@ -103,6 +107,10 @@ fn hybrids_serve_batched_and_resume_chats_from_checkpoints() {
             s.metric("ggrs_checkpoint_hits_total"),
             hits0 + 1.0,
             "{model}: the second turn resumed from a checkpoint"
+        );
+        assert!(
+            s.metric("ggrs_cached_prompt_tokens_total") > cached0,
+            "{model}: the shared prompt came from the cache"
         );
         assert_eq!(
             turn(&second, false),
