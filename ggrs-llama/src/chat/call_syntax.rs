@@ -13,7 +13,6 @@
 use serde_json::Value;
 
 use super::json_scan;
-use super::tools::Tool;
 
 /// Qwen3-Coder's marks around a call.
 pub(crate) const XML_OPEN: &str = "<tool_call>";
@@ -44,10 +43,10 @@ fn may_become(t: &str, mark: &str) -> bool {
 }
 
 /// The JSON text of a Qwen3-Coder parameter value: a string for string parameters (and
-/// for text that is no JSON), else the JSON value as written, compact.
-fn xml_value(tool: &Tool, key: &str, raw: &str) -> String {
-    let ty = tool
-        .parameters
+/// for text that is no JSON), else the JSON value as written, compact. `parameters`: the
+/// function's parameter schema.
+fn xml_value(parameters: &Value, key: &str, raw: &str) -> String {
+    let ty = parameters
         .get("properties")
         .and_then(|p| p.get(key))
         .and_then(|s| s.get("type"));
@@ -62,8 +61,9 @@ fn xml_value(tool: &Tool, key: &str, raw: &str) -> String {
     Value::String(raw.to_string()).to_string()
 }
 
-/// One Qwen3-Coder call in `text`, which follows `<tool_call>`.
-pub(crate) fn xml_call(text: &str, tools: &[Tool]) -> Step {
+/// One Qwen3-Coder call in `text`, which follows `<tool_call>`; `schema_of` gives a known
+/// function's parameter schema by its name.
+pub(crate) fn xml_call<'a>(text: &str, schema_of: impl Fn(&str) -> Option<&'a Value>) -> Step {
     let t = text.trim_start();
     let Some(after) = t.strip_prefix(FUNCTION) else {
         return if may_become(t, FUNCTION) {
@@ -76,7 +76,7 @@ pub(crate) fn xml_call(text: &str, tools: &[Tool]) -> Step {
         return Step::Open(None);
     };
     let name = &after[..gt];
-    let Some(tool) = tools.iter().find(|t| t.name == name) else {
+    let Some(tool) = schema_of(name) else {
         return Step::NotACall;
     };
     let open = || Step::Open(Some(name.to_string()));
@@ -322,20 +322,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn tool(name: &str, props: Value) -> Tool {
-        Tool {
-            name: name.into(),
-            parameters: json!({"type": "object", "properties": props}),
-        }
-    }
-
     #[test]
     fn xml_values_follow_their_schema() {
-        let t = tool(
-            "f",
-            json!({"n": {"type": "integer"}, "s": {"type": "string"}}),
-        );
-        let find = std::slice::from_ref(&t);
+        let t = json!({"type": "object",
+            "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}});
+        let find = |n: &str| (n == "f").then_some(&t);
         let text = "\n<function=f>\n<parameter=n>\n12\n</parameter>\n<parameter=s>\n12\n</parameter>\n</function>\n</tool_call>";
         assert_eq!(
             xml_call(text, find),

@@ -522,33 +522,25 @@ impl ToolSetup {
             ToolFormat::Qwen3Coder => {
                 // A string value runs to `\n</parameter>\n` (it holds no `</`); any other
                 // follows its schema as JSON.
-                let mut g = String::new();
-                let mut alts = Vec::new();
-                for (i, t) in self.allowed().iter().enumerate() {
-                    let mut params = Vec::new();
-                    let props = t.parameters.get("properties").and_then(Value::as_object);
-                    for (j, (key, schema)) in props.into_iter().flatten().enumerate() {
+                let head = |name: &str| quoted(&format!("\n<function={name}>\n"));
+                let tail = "\"</function>\\n\"";
+                let (g, alts) = self.call_rules(head, tail, "", |i, j, key, schema, g| {
                         let open = quoted(&format!("<parameter={key}>\n"));
                         if schema.get("type").and_then(Value::as_str) == Some("string") {
                             let text = match schema.get("maxLength").and_then(Value::as_u64) {
                                 Some(n) => format!("[^<]{{0,{n}}}"),
                                 None => r"([^<]|<[^\/])*".to_string(),
                             };
-                            g += &format!(r"p{i}_{j}: {open} /{text}\n<\/parameter>\n/");
+                            *g += &format!(r"p{i}_{j}: {open} /{text}\n<\/parameter>\n/");
                             g.push('\n');
                         } else {
                             let schema = with_json_options(schema);
-                            g += &format!(
+                            *g += &format!(
                                 "p{i}_{j}: {open} v{i}_{j} \"\\n</parameter>\\n\"\nv{i}_{j}: %json {schema}\n"
                             );
                         }
-                        params.push((key.as_str(), format!("p{i}_{j}")));
-                    }
-                    let args = arg_sequence(t, &params, "");
-                    let head = quoted(&format!("\n<function={}>\n", t.name));
-                    g += &format!("c{i}: {head} {args} \"</function>\\n\"\n");
-                    alts.push(format!("c{i}"));
-                }
+                        format!("p{i}_{j}")
+                });
                 let close = marker(XML_CLOSE);
                 let call = format!("({}) {close}", alts.join(" | "));
                 let open = marker(XML_OPEN);
@@ -567,30 +559,20 @@ impl ToolSetup {
             }
             ToolFormat::Lfm2 => {
                 // `name(key=value, …)`: strings double-quoted, other values JSON.
-                let mut g = String::new();
-                let mut alts = Vec::new();
-                for (i, t) in self.allowed().iter().enumerate() {
-                    let mut params = Vec::new();
-                    let props = t.parameters.get("properties").and_then(Value::as_object);
-                    for (j, (key, schema)) in props.into_iter().flatten().enumerate() {
-                        let value = if schema.get("type").and_then(Value::as_str) == Some("string")
-                        {
-                            let n = schema.get("maxLength").and_then(Value::as_u64);
-                            let n = n.map_or("*".to_string(), |n| format!("{{0,{n}}}"));
-                            g += &format!(r#"s{i}_{j}: /"([^"\\]|\\.){n}"/"#);
-                            g.push('\n');
-                            format!("s{i}_{j}")
-                        } else {
-                            g += &format!("v{i}_{j}: %json {}\n", with_json_options(schema));
-                            format!("v{i}_{j}")
-                        };
-                        let arg = format!("{} {value}", quoted(&format!("{key}=")));
-                        params.push((key.as_str(), arg));
-                    }
-                    let args = arg_sequence(t, &params, "\", \"");
-                    g += &format!("c{i}: {} {args} \")\"\n", quoted(&format!("{}(", t.name)));
-                    alts.push(format!("c{i}"));
-                }
+                let head = |name: &str| quoted(&format!("{name}("));
+                let (g, alts) = self.call_rules(head, "\")\"", "\", \"", |i, j, key, schema, g| {
+                    let value = if schema.get("type").and_then(Value::as_str) == Some("string") {
+                        let n = schema.get("maxLength").and_then(Value::as_u64);
+                        let n = n.map_or("*".to_string(), |n| format!("{{0,{n}}}"));
+                        *g += &format!(r#"s{i}_{j}: /"([^"\\]|\\.){n}"/"#);
+                        g.push('\n');
+                        format!("s{i}_{j}")
+                    } else {
+                        *g += &format!("v{i}_{j}: %json {}\n", with_json_options(schema));
+                        format!("v{i}_{j}")
+                    };
+                    format!("{} {value}", quoted(&format!("{key}=")))
+                });
                 let call = format!("({})", alts.join(" | "));
                 let calls = if self.parallel {
                     format!("\"[\" {call} (\", \" {call})* \"]\" {}", marker(LFM2_CLOSE))
@@ -665,6 +647,34 @@ impl ToolSetup {
                 ))
             }
         }
+    }
+
+    /// The Lark rules `c0`, `c1`, … of the allowed tools' calls, and their names: each
+    /// `head(name)`, its arguments (`param(i, j, key, schema, rules)` gives the rule of
+    /// tool `i`'s parameter `j`, adding what it needs to `rules`; `sep` between two, see
+    /// [`arg_sequence`]), then `tail`.
+    fn call_rules(
+        &self,
+        head: impl Fn(&str) -> String,
+        tail: &str,
+        sep: &str,
+        mut param: impl FnMut(usize, usize, &str, &Value, &mut String) -> String,
+    ) -> (String, Vec<String>) {
+        let mut g = String::new();
+        let mut alts = Vec::new();
+        for (i, t) in self.allowed().iter().enumerate() {
+            let props = t.parameters.get("properties").and_then(Value::as_object);
+            let params: Vec<(&str, String)> = props
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(j, (key, schema))| (key.as_str(), param(i, j, key, schema, &mut g)))
+                .collect();
+            let args = arg_sequence(t, &params, sep);
+            g += &format!("c{i}: {} {args} {tail}\n", head(&t.name));
+            alts.push(format!("c{i}"));
+        }
+        (g, alts)
     }
 
     /// Splits the generated `text` into the text for the user and the tool calls, as the
@@ -754,11 +764,7 @@ impl ToolSetup {
             // Text after the calls: not a reply this format writes.
             return None;
         }
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     fn parse_mistral(&self, text: &str) -> Option<ParsedReply> {
@@ -777,11 +783,7 @@ impl ToolSetup {
             o @ Value::Object(_) => vec![self.call_from(&o, raw)?],
             _ => return None,
         };
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// A reply that is one call object, or several separated by `;` (Llama 3.x), after an
@@ -858,13 +860,22 @@ impl ToolSetup {
         }
     }
 
+    /// The parameter schema of the tool named `name`.
+    fn schema_of(&self, name: &str) -> Option<&Value> {
+        self.tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| &t.parameters)
+    }
+
     /// Qwen3-Coder's calls, one `<tool_call>` block after another.
     fn parse_qwen3_coder(&self, text: &str) -> Option<ParsedReply> {
         let first = text.find(XML_OPEN)?;
         let mut calls = Vec::new();
         let mut rest = &text[first..];
         while let Some(after) = rest.strip_prefix(XML_OPEN) {
-            let Step::Call(name, arguments, used) = call_syntax::xml_call(after, &self.tools)
+            let Step::Call(name, arguments, used) =
+                call_syntax::xml_call(after, |n| self.schema_of(n))
             else {
                 return None;
             };
@@ -878,11 +889,7 @@ impl ToolSetup {
         if !rest.trim().is_empty() {
             return None;
         }
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// LFM2's list of calls after `<|tool_call_start|>`.
@@ -904,11 +911,7 @@ impl ToolSetup {
                 _ => None,
             })
             .collect();
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// Gemma 4's calls: `<|tool_call>call:NAME{…}<tool_call|>`, one after another.
@@ -924,11 +927,7 @@ impl ToolSetup {
         if !rest.trim().is_empty() {
             return None;
         }
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// One Gemma 4 call after its opening mark: the call (None while its arguments are
@@ -1056,7 +1055,7 @@ impl ToolSetup {
             ToolFormat::Qwen3Coder => {
                 let mut rest = text.trim_start();
                 while let Some(after) = rest.strip_prefix(XML_OPEN) {
-                    let step = call_syntax::xml_call(after, &self.tools);
+                    let step = call_syntax::xml_call(after, |n| self.schema_of(n));
                     let Some((call, used)) = partial_of(step) else {
                         break;
                     };
@@ -1177,6 +1176,16 @@ fn arg_sequence(t: &Tool, params: &[(&str, String)], sep: &str) -> String {
         (false, true) => req.join(&format!(" {sep} ")),
         (false, false) => format!("{} ({sep} {any_opt})*", req.join(&format!(" {sep} "))),
         (true, false) => format!("({any_opt} ({sep} {any_opt})*)?"),
+    }
+}
+
+/// A reply whose calls start at byte `first` of `text`: the text before them (trimmed at
+/// its end) is its content.
+fn reply_with_calls(text: &str, first: usize, calls: Vec<ToolCall>) -> ParsedReply {
+    ParsedReply {
+        content: text[..first].trim_end().to_string(),
+        tool_calls: calls,
+        reasoning: None,
     }
 }
 
