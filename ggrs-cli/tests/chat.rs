@@ -307,6 +307,7 @@ fn run_chat_with_a_named_format() {
 }
 
 /// `ggrs run --chat` on the 2026 families, each with its official template
+/// and the recurrent hybrids Qwen3.5, LFM2 and Granite 4.0-H with theirs
 /// (`--chat-template FILE`, the files of `ggrs-llama/tests/data/templates/`): the prompt
 /// tokens are those of llama-server's rendering of the same conversation
 /// (`llama-server-renderings.json`), encoded with special tokens parsed and the model's BOS,
@@ -331,6 +332,13 @@ fn run_chat_renders_the_2026_families_as_llama_server() {
         (
             "tiny-phi3-longrope-f16.gguf",
             "microsoft-Phi-4-mini-instruct.jinja",
+        ),
+        // The recurrent hybrids with their families' templates.
+        ("tiny-qwen35-f16.gguf", "Qwen-Qwen3.5-4B.jinja"),
+        ("tiny-lfm2-f16.gguf", "LiquidAI-LFM2-8B-A1B.jinja"),
+        (
+            "tiny-granite-hybrid-f16.gguf",
+            "ibm-granite-granite-4.0.jinja",
         ),
     ];
     for (model, template) in cases {

@@ -365,11 +365,13 @@ fn templates_cannot_grow_values_past_the_limit() {
 const NOV_29_2026: i64 = 1_795_953_600;
 
 /// The official templates of the 2026 families (llama.cpp's copies of SmolLM3, Granite 3.3
-/// and 4.0, Ministral 3 and Gemma 4; Gemma 3's and Phi-4-mini's from their Hugging Face
+/// and 4.0, Ministral 3, Gemma 4, and of the hybrids Qwen3.5, LFM2 and LFM2.5 — Granite
+/// 4.0-H uses Granite 4.0's; Gemma 3's and Phi-4-mini's from their Hugging Face
 /// `tokenizer_config.json`) render as llama-server renders them
 /// (`POST /apply-template` with `--jinja --chat-template-file`, its answers stored in
 /// `tests/data/templates/llama-server-renderings.json`): with and without a system message,
-/// with and without the generation prompt. llama.cpp drops a leading BOS text from the
+/// with and without the generation prompt, and for the hybrids' templates a tool call in the
+/// history (Qwen3.5's XML parameters, LFM2's `<|tool_response_start|>`) with the tools offered. llama.cpp drops a leading BOS text from the
 /// rendering (the tokenizer adds the BOS token), as ggrs's `encode_rendered` does; the
 /// comparison does the same.
 #[test]
@@ -379,9 +381,23 @@ fn new_families_render_as_llama_server() {
     let text = std::fs::read_to_string(&path).expect("renderings");
     let json: serde_json::Value = serde_json::from_str(&text).expect("json");
     let renderings = json["renderings"].as_object().expect("renderings");
-    assert_eq!(renderings.len(), 7);
+    assert_eq!(renderings.len(), 10);
     let with_system = conversation();
     let without = [Message::user("Hi")];
+    let call = ggrs_llama::chat::tools::ToolCall {
+        id: "call_1".into(),
+        name: "get_weather".into(),
+        arguments: r#"{"city": "Paris", "days": 2}"#.into(),
+    };
+    let with_call = [
+        Message::user("Weather in Paris?"),
+        Message::assistant_calls("", vec![call]),
+        Message::tool_result("sunny", Some("call_1".into()), None),
+    ];
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather of a city", "parameters": {"type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]}}}]);
     let vars = TemplateVars {
         enable_thinking: true,
         now_unix: NOV_29_2026,
@@ -393,17 +409,20 @@ fn new_families_render_as_llama_server() {
             let (conv, agp) = key
                 .split_once('/')
                 .expect("conversation/add_generation_prompt");
-            let msgs: &[Message] = match conv {
-                "basic" => &with_system,
-                _ => &without,
+            let (msgs, tools): (&[Message], _) = match conv {
+                "basic" => (&with_system, None),
+                "tools" => (&with_call, Some(&tools)),
+                _ => (&without, None),
             };
-            let got = t.render_with(msgs, agp == "True", &vars).expect("render");
+            let got = t
+                .render_tools(msgs, agp == "True", &vars, tools)
+                .expect("render");
             let got = got.strip_prefix("<s>").unwrap_or(&got);
             assert_eq!(Some(got), want.as_str(), "{file} {key}");
             checked += 1;
         }
     }
-    assert_eq!(checked, 28);
+    assert_eq!(checked, 48);
 }
 
 /// `+` with an undefined or none operand next to a string adds the empty string, as

@@ -7,6 +7,7 @@ mod api;
 mod common;
 mod embeddings;
 mod hardening;
+mod hybrids;
 mod responsive;
 mod serving;
 mod structured;

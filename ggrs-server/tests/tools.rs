@@ -783,3 +783,67 @@ fn tool_parameters_with_definitions() {
         assert!(args["city"]["name"].is_string(), "{args}");
     }
 }
+
+/// The hybrids' official templates on their tiny models: Qwen3.5's (Qwen3-Coder's XML
+/// calls), LFM2's (Python-style call lists) and Granite 4.0-H's (Hermes) force valid
+/// calls, and a stream sends the same call (its name first, then its arguments).
+#[test]
+fn hybrid_templates_force_calls() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../ggrs-llama/tests/data/templates/"
+    );
+    for (model, file) in [
+        ("tiny-qwen35-f16.gguf", "Qwen-Qwen3.5-4B.jinja"),
+        ("tiny-lfm2-f16.gguf", "LiquidAI-LFM2-8B-A1B.jinja"),
+        (
+            "tiny-granite-hybrid-f16.gguf",
+            "ibm-granite-granite-4.0.jinja",
+        ),
+    ] {
+        let mut c = config(1);
+        c.model_path = common::tiny(model);
+        c.chat_template = Some(std::fs::read_to_string(format!("{dir}{file}")).unwrap());
+        c.engine.n_ctx = 2048;
+        let s = TestServer::start(c);
+        for choice in [
+            json!("required"),
+            json!({"type": "function", "function": {"name": "add"}}),
+        ] {
+            let b = ask(json!({"tool_choice": choice, "max_tokens": 200}));
+            let a = s.post("/v1/chat/completions", &b);
+            assert_eq!(a.status, 200, "{}", a.body);
+            let ch = &a.body["choices"][0];
+            assert_eq!(ch["finish_reason"], "tool_calls", "{file}: {ch}");
+            let call = &ch["message"]["tool_calls"][0];
+            let name = check_call(call);
+            if choice.is_object() {
+                assert_eq!(name, "add");
+            }
+            let mut sb = b.clone();
+            sb["stream"] = json!(true);
+            let (events, done) = s.stream_all("/v1/chat/completions", &sb);
+            assert!(done);
+            let mut streamed_name = None;
+            let mut args = String::new();
+            for e in &events {
+                for tc in e["choices"][0]["delta"]["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(n) = tc["function"]["name"].as_str() {
+                        streamed_name = Some(n.to_string());
+                    }
+                    args += tc["function"]["arguments"].as_str().unwrap_or("");
+                }
+            }
+            assert_eq!(streamed_name.as_deref(), Some(name.as_str()), "{file}");
+            assert_eq!(
+                args,
+                call["function"]["arguments"].as_str().unwrap(),
+                "{file}"
+            );
+        }
+    }
+}

@@ -43,6 +43,7 @@
 //! ```
 
 mod bounds;
+mod call_syntax;
 pub mod harmony;
 pub mod jinja;
 mod json_scan;

@@ -209,6 +209,13 @@ impl ReplySyntax {
                 None => return (None, text, true),
             }
         };
+        // Qwen3.5 may open a call without closing its reasoning: as llama.cpp's
+        // Qwen3-Coder parser, `<tool_call>` ends the reasoning too.
+        if let Some(c) = self.call_ends_reasoning().and_then(|o| inner.find(o)) {
+            if inner.find(close).is_none_or(|e| c < e) {
+                return (Some(&inner[..c]), &inner[c..], true);
+            }
+        }
         match inner.find(close) {
             Some(e) => (
                 Some(&inner[..e]),
@@ -217,6 +224,13 @@ impl ReplySyntax {
             ),
             None => (Some(inner), "", false),
         }
+    }
+
+    /// The mark that opens a call and also ends the reasoning (Qwen3-Coder's `<tool_call>`).
+    fn call_ends_reasoning(&self) -> Option<&'static str> {
+        use super::tools::ToolFormat;
+        let t = self.active_tools()?;
+        (t.format == ToolFormat::Qwen3Coder).then_some("<tool_call>")
     }
 
     /// The whole reply, split.
@@ -309,7 +323,11 @@ impl ReplySyntax {
         let (reasoning, rest, closed) = self.split_reasoning(text);
         if !closed {
             let r = reasoning.unwrap_or("");
-            return none(&r[..r.len() - partial_suffix(r, close)], "");
+            let mut keep = partial_suffix(r, close);
+            if let Some(o) = self.call_ends_reasoning() {
+                keep = keep.max(partial_suffix(r, o));
+            }
+            return none(&r[..r.len() - keep], "");
         }
         let reasoning = reasoning.unwrap_or("");
         let Some(tools) = self.active_tools() else {
@@ -811,6 +829,16 @@ mod tests {
                 "<|tool_call>call:add{a:1,b:<|\"|>x, y<|\"|>,c:[1,{d:true}]}<tool_call|>",
                 1,
             ),
+            (
+                ToolFormat::Qwen3Coder,
+                "Sure.\n\n<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=echo>\n<parameter=t>\nhi <b>\n</parameter>\n</function>\n</tool_call>",
+                2,
+            ),
+            (
+                ToolFormat::Lfm2,
+                "Sure.<|tool_call_start|>[add(a=12, b=[1, 'x y']), echo(t=\"hi\")]<|tool_call_end|>",
+                2,
+            ),
         ];
         for (format, text, n) in cases {
             let syntax = ReplySyntax::new(ReasoningFormat::Deepseek, "", Some(setup(format, true)));
@@ -832,7 +860,9 @@ mod tests {
                 .position(|x| matches!(x, ReplyDelta::Arguments { index: 0, .. }))
                 .unwrap();
             assert!(start < first_piece, "{format:?}");
-            if format != ToolFormat::Gemma4 {
+            // Gemma 4's, Qwen3-Coder's and LFM2's calls are converted once complete.
+            let whole = [ToolFormat::Gemma4, ToolFormat::Qwen3Coder, ToolFormat::Lfm2];
+            if !whole.contains(&format) {
                 assert!(pieces > 3, "{format:?}: {pieces} pieces");
             }
         }
@@ -847,6 +877,32 @@ mod tests {
         let g = setup(ToolFormat::Gemma4, false)
             .parse("<|tool_call>call:add{a:1,b:<|\"|>x, \"y\"<|\"|>}<tool_call|>");
         assert_eq!(g.tool_calls[0].arguments, r#"{"a":1,"b":"x, \"y\""}"#);
+    }
+
+    /// Qwen3.5's prompt opens `<think>`; a call may start before the reasoning closes
+    /// (llama.cpp's Qwen3-Coder parser ends the reasoning at `<tool_call>` too).
+    #[test]
+    fn a_qwen3_coder_call_ends_the_reasoning() {
+        let prompt = "<|im_start|>assistant\n<think>\n";
+        let syntax = ReplySyntax::new(
+            ReasoningFormat::Deepseek,
+            prompt,
+            Some(setup(ToolFormat::Qwen3Coder, false)),
+        );
+        let call = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>";
+        for (text, reasoning) in [
+            (format!("I add.\n{call}"), "I add."),
+            (format!("I add.\n</think>\n\n{call}"), "I add."),
+        ] {
+            let r = stream_matches_parse(syntax.clone(), &text);
+            assert_eq!(r.reasoning.as_deref(), Some(reasoning), "{text}");
+            assert_eq!(r.tool_calls.len(), 1, "{text}");
+            assert_eq!(r.tool_calls[0].arguments, r#"{"a":1}"#);
+        }
+        // Without tools the mark is reasoning like any text.
+        let plain = ReplySyntax::new(ReasoningFormat::Deepseek, prompt, None);
+        let r = plain.parse(&format!("I add.\n{call}"));
+        assert!(r.reasoning.unwrap().ends_with("</tool_call>"));
     }
 
     #[test]

@@ -13,6 +13,12 @@
 //!   a JSON object `{"name": …, "parameters": {…}}` (after an optional `<|python_tag|>`);
 //! - [`ToolFormat::Mistral`] (Mistral Nemo and later, templates writing `[TOOL_CALLS]`):
 //!   `[TOOL_CALLS][{"name": …, "arguments": {…}, "id": …}, …]`;
+//! - [`ToolFormat::Qwen3Coder`] (Qwen3-Coder, Qwen3.5, Nemotron Nano 3: templates writing
+//!   `<function=` and `<parameter=` inside `<tool_call>`):
+//!   `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>`;
+//! - [`ToolFormat::Lfm2`] (LiquidAI's LFM2 and LFM2.5, templates writing
+//!   `<|tool_list_start|>` or `List of tools: [`):
+//!   `<|tool_call_start|>[name(key="value", n=1)]<|tool_call_end|>`;
 //! - [`ToolFormat::Generic`] (any template that does not know tools): the tools are
 //!   described in the system message and the whole reply is JSON, `{"tool_call": {"name",
 //!   "arguments"}}` (`{"tool_calls": […]}` when parallel calls are allowed) or
@@ -33,6 +39,7 @@
 
 use serde_json::{json, Value};
 
+use super::call_syntax::{self, Step, LFM2_CLOSE, LFM2_OPEN, XML_CLOSE, XML_OPEN};
 use super::json_scan;
 use super::message::Message;
 pub use super::message::ToolCall;
@@ -65,6 +72,11 @@ pub enum ToolFormat {
     /// Gemma 4: `<|tool_call>call:NAME{key:value,…}<tool_call|>`, strings between
     /// `<|"|>` marks.
     Gemma4,
+    /// Qwen3-Coder's XML blocks (Qwen3.5 too):
+    /// `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>`.
+    Qwen3Coder,
+    /// LFM2's Python-style lists: `<|tool_call_start|>[name(key="value")]<|tool_call_end|>`.
+    Lfm2,
 }
 
 impl ToolFormat {
@@ -79,6 +91,17 @@ impl ToolFormat {
             ToolFormat::Harmony
         } else if src.contains("<|tool_call>call:") {
             ToolFormat::Gemma4
+        } else if (src.contains("<|tool_list_start|>") && src.contains("<|tool_list_end|>"))
+            || src.contains("List of tools: [")
+        {
+            // llama.cpp's LFM2 and LFM2.5 detections.
+            ToolFormat::Lfm2
+        } else if src.contains("<tool_call>")
+            && src.contains("<function=")
+            && src.contains("<parameter=")
+            && !src.contains("'<tool_call><function=' ~ tool_call.name ~ '>'")
+        {
+            ToolFormat::Qwen3Coder
         } else if src.contains("<tool_call>") {
             ToolFormat::Hermes
         } else if src.contains("[TOOL_CALLS]") {
@@ -111,6 +134,8 @@ impl ToolFormat {
             ToolFormat::Generic => "Generic",
             ToolFormat::Harmony => "GPT-OSS",
             ToolFormat::Gemma4 => "Gemma 4",
+            ToolFormat::Qwen3Coder => "Qwen3 Coder",
+            ToolFormat::Lfm2 => "LFM2",
         }
     }
 }
@@ -494,6 +519,74 @@ impl ToolSetup {
                 }
             }
             ToolFormat::Generic => Some((GrammarSpec::JsonSchema(self.generic_schema()), None)),
+            ToolFormat::Qwen3Coder => {
+                // A string value runs to `\n</parameter>\n` (it holds no `</`); any other
+                // follows its schema as JSON.
+                let head = |name: &str| quoted(&format!("\n<function={name}>\n"));
+                let tail = "\"</function>\\n\"";
+                let (g, alts) = self.call_rules(head, tail, "", |i, j, key, schema, g| {
+                        let open = quoted(&format!("<parameter={key}>\n"));
+                        if schema.get("type").and_then(Value::as_str) == Some("string") {
+                            let text = match schema.get("maxLength").and_then(Value::as_u64) {
+                                Some(n) => format!("[^<]{{0,{n}}}"),
+                                None => r"([^<]|<[^\/])*".to_string(),
+                            };
+                            *g += &format!(r"p{i}_{j}: {open} /{text}\n<\/parameter>\n/");
+                            g.push('\n');
+                        } else {
+                            let schema = with_json_options(schema);
+                            *g += &format!(
+                                "p{i}_{j}: {open} v{i}_{j} \"\\n</parameter>\\n\"\nv{i}_{j}: %json {schema}\n"
+                            );
+                        }
+                        format!("p{i}_{j}")
+                });
+                let close = marker(XML_CLOSE);
+                let call = format!("({}) {close}", alts.join(" | "));
+                let open = marker(XML_OPEN);
+                let more = if self.parallel {
+                    format!("(\"\\n\" {open} {call})*")
+                } else {
+                    String::new()
+                };
+                Some(forced_or_lazy(
+                    forced,
+                    &format!("{open} {call} {more}"),
+                    &format!("{call} {more}"),
+                    &g,
+                    XML_OPEN,
+                ))
+            }
+            ToolFormat::Lfm2 => {
+                // `name(key=value, …)`: strings double-quoted, other values JSON.
+                let head = |name: &str| quoted(&format!("{name}("));
+                let (g, alts) = self.call_rules(head, "\")\"", "\", \"", |i, j, key, schema, g| {
+                    let value = if schema.get("type").and_then(Value::as_str) == Some("string") {
+                        let n = schema.get("maxLength").and_then(Value::as_u64);
+                        let n = n.map_or("*".to_string(), |n| format!("{{0,{n}}}"));
+                        *g += &format!(r#"s{i}_{j}: /"([^"\\]|\\.){n}"/"#);
+                        g.push('\n');
+                        format!("s{i}_{j}")
+                    } else {
+                        *g += &format!("v{i}_{j}: %json {}\n", with_json_options(schema));
+                        format!("v{i}_{j}")
+                    };
+                    format!("{} {value}", quoted(&format!("{key}=")))
+                });
+                let call = format!("({})", alts.join(" | "));
+                let calls = if self.parallel {
+                    format!("\"[\" {call} (\", \" {call})* \"]\" {}", marker(LFM2_CLOSE))
+                } else {
+                    format!("\"[\" {call} \"]\" {}", marker(LFM2_CLOSE))
+                };
+                Some(forced_or_lazy(
+                    forced,
+                    &format!("{} {calls}", marker(LFM2_OPEN)),
+                    &calls,
+                    &g,
+                    LFM2_OPEN,
+                ))
+            }
             ToolFormat::Harmony => {
                 // `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}`;
                 // the call ends the reply (`<|call|>`), so there is one.
@@ -556,6 +649,34 @@ impl ToolSetup {
         }
     }
 
+    /// The Lark rules `c0`, `c1`, … of the allowed tools' calls, and their names: each
+    /// `head(name)`, its arguments (`param(i, j, key, schema, rules)` gives the rule of
+    /// tool `i`'s parameter `j`, adding what it needs to `rules`; `sep` between two, see
+    /// [`arg_sequence`]), then `tail`.
+    fn call_rules(
+        &self,
+        head: impl Fn(&str) -> String,
+        tail: &str,
+        sep: &str,
+        mut param: impl FnMut(usize, usize, &str, &Value, &mut String) -> String,
+    ) -> (String, Vec<String>) {
+        let mut g = String::new();
+        let mut alts = Vec::new();
+        for (i, t) in self.allowed().iter().enumerate() {
+            let props = t.parameters.get("properties").and_then(Value::as_object);
+            let params: Vec<(&str, String)> = props
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(j, (key, schema))| (key.as_str(), param(i, j, key, schema, &mut g)))
+                .collect();
+            let args = arg_sequence(t, &params, sep);
+            g += &format!("c{i}: {} {args} {tail}\n", head(&t.name));
+            alts.push(format!("c{i}"));
+        }
+        (g, alts)
+    }
+
     /// Splits the generated `text` into the text for the user and the tool calls, as the
     /// format writes them. Text that does not parse as a call stays text; calls of
     /// functions that are not among the tools stay text too.
@@ -573,6 +694,8 @@ impl ToolSetup {
             ToolFormat::Llama3 => self.parse_bare_json(text),
             ToolFormat::Generic => self.parse_generic(text),
             ToolFormat::Gemma4 => self.parse_gemma4(text),
+            ToolFormat::Qwen3Coder => self.parse_qwen3_coder(text),
+            ToolFormat::Lfm2 => self.parse_lfm2(text),
             // Harmony calls are messages of the reply: `chat::harmony` reads them.
             ToolFormat::Harmony => None,
         };
@@ -641,11 +764,7 @@ impl ToolSetup {
             // Text after the calls: not a reply this format writes.
             return None;
         }
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     fn parse_mistral(&self, text: &str) -> Option<ParsedReply> {
@@ -664,11 +783,7 @@ impl ToolSetup {
             o @ Value::Object(_) => vec![self.call_from(&o, raw)?],
             _ => return None,
         };
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// A reply that is one call object, or several separated by `;` (Llama 3.x), after an
@@ -739,8 +854,64 @@ impl ToolSetup {
             ToolFormat::Hermes => &["<tool_call>"],
             ToolFormat::Mistral => &["[TOOL_CALLS]"],
             ToolFormat::Gemma4 => &[GEMMA_OPEN],
+            ToolFormat::Qwen3Coder => &[XML_OPEN],
+            ToolFormat::Lfm2 => &[LFM2_OPEN],
             ToolFormat::Llama3 | ToolFormat::Generic | ToolFormat::Harmony => &[],
         }
+    }
+
+    /// The parameter schema of the tool named `name`.
+    fn schema_of(&self, name: &str) -> Option<&Value> {
+        self.tools
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| &t.parameters)
+    }
+
+    /// Qwen3-Coder's calls, one `<tool_call>` block after another.
+    fn parse_qwen3_coder(&self, text: &str) -> Option<ParsedReply> {
+        let first = text.find(XML_OPEN)?;
+        let mut calls = Vec::new();
+        let mut rest = &text[first..];
+        while let Some(after) = rest.strip_prefix(XML_OPEN) {
+            let Step::Call(name, arguments, used) =
+                call_syntax::xml_call(after, |n| self.schema_of(n))
+            else {
+                return None;
+            };
+            calls.push(ToolCall {
+                id: new_call_id(),
+                name,
+                arguments,
+            });
+            rest = after[used..].trim_start();
+        }
+        if !rest.trim().is_empty() {
+            return None;
+        }
+        Some(reply_with_calls(text, first, calls))
+    }
+
+    /// LFM2's list of calls after `<|tool_call_start|>`.
+    fn parse_lfm2(&self, text: &str) -> Option<ParsedReply> {
+        let first = text.find(LFM2_OPEN)?;
+        let after = &text[first + LFM2_OPEN.len()..];
+        let (steps, used, closed) = call_syntax::lfm2_list(after, |n| self.knows(n))?;
+        if !closed || !after[used..].trim().is_empty() {
+            return None;
+        }
+        let calls = steps
+            .into_iter()
+            .filter_map(|s| match s {
+                Step::Call(name, arguments, _) => Some(ToolCall {
+                    id: new_call_id(),
+                    name,
+                    arguments,
+                }),
+                _ => None,
+            })
+            .collect();
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// Gemma 4's calls: `<|tool_call>call:NAME{…}<tool_call|>`, one after another.
@@ -756,11 +927,7 @@ impl ToolSetup {
         if !rest.trim().is_empty() {
             return None;
         }
-        Some(ParsedReply {
-            content: text[..first].trim_end().to_string(),
-            tool_calls: calls,
-            reasoning: None,
-        })
+        Some(reply_with_calls(text, first, calls))
     }
 
     /// One Gemma 4 call after its opening mark: the call (None while its arguments are
@@ -885,6 +1052,26 @@ impl ToolSetup {
                     }
                 }
             }
+            ToolFormat::Qwen3Coder => {
+                let mut rest = text.trim_start();
+                while let Some(after) = rest.strip_prefix(XML_OPEN) {
+                    let step = call_syntax::xml_call(after, |n| self.schema_of(n));
+                    let Some((call, used)) = partial_of(step) else {
+                        break;
+                    };
+                    out.push(call);
+                    let Some(used) = used else { break };
+                    rest = after[used..].trim_start();
+                }
+            }
+            ToolFormat::Lfm2 => {
+                let t = text.trim_start();
+                if let Some(after) = t.strip_prefix(LFM2_OPEN) {
+                    if let Some((steps, _, _)) = call_syntax::lfm2_list(after, |n| self.knows(n)) {
+                        out.extend(steps.into_iter().filter_map(|s| partial_of(s).map(|p| p.0)));
+                    }
+                }
+            }
             ToolFormat::Llama3 | ToolFormat::Harmony => {}
         }
         if out.is_empty() {
@@ -967,6 +1154,64 @@ fn forced_or_lazy(
         let words = vec![trigger.to_string()];
         let g = GrammarSpec::Lark(format!("start: {lazy_start}\n{rules}"));
         (g, Some(LazyTrigger { words }))
+    }
+}
+
+/// The grammar of a call's arguments, `params` (key, rule) in the schema's order: the
+/// required ones in that order, then any of the others, each once or more, `sep` between
+/// two (a Lark literal, or empty).
+fn arg_sequence(t: &Tool, params: &[(&str, String)], sep: &str) -> String {
+    let required: Vec<&str> = t
+        .parameters
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let (req, opt): (Vec<_>, Vec<_>) = params.iter().partition(|(k, _)| required.contains(k));
+    let req: Vec<&str> = req.iter().map(|(_, r)| r.as_str()).collect();
+    let opt: Vec<&str> = opt.iter().map(|(_, r)| r.as_str()).collect();
+    let any_opt = format!("({})", opt.join(" | "));
+    match (req.is_empty(), opt.is_empty()) {
+        (true, true) => String::new(),
+        (false, true) => req.join(&format!(" {sep} ")),
+        (false, false) => format!("{} ({sep} {any_opt})*", req.join(&format!(" {sep} "))),
+        (true, false) => format!("({any_opt} ({sep} {any_opt})*)?"),
+    }
+}
+
+/// A reply whose calls start at byte `first` of `text`: the text before them (trimmed at
+/// its end) is its content.
+fn reply_with_calls(text: &str, first: usize, calls: Vec<ToolCall>) -> ParsedReply {
+    ParsedReply {
+        content: text[..first].trim_end().to_string(),
+        tool_calls: calls,
+        reasoning: None,
+    }
+}
+
+/// A call read by [`call_syntax`] as a stream shows it: its name once known, its
+/// arguments once complete; and the bytes it used when complete.
+fn partial_of(step: Step) -> Option<(PartialCall, Option<usize>)> {
+    match step {
+        Step::NotACall | Step::Open(None) => None,
+        Step::Open(Some(name)) => Some((
+            PartialCall {
+                name,
+                id: None,
+                arguments: String::new(),
+                complete: false,
+            },
+            None,
+        )),
+        Step::Call(name, arguments, used) => Some((
+            PartialCall {
+                name,
+                id: None,
+                arguments,
+                complete: true,
+            },
+            Some(used),
+        )),
     }
 }
 
@@ -1196,6 +1441,138 @@ mod tests {
         );
         assert_eq!(ToolFormat::detect(Some("{{ x }}")), ToolFormat::Generic);
         assert_eq!(ToolFormat::detect(None), ToolFormat::Generic);
+    }
+
+    /// Qwen3.5's and LFM2's templates are detected as llama.cpp detects them, and their
+    /// replies parse as llama.cpp's `test-chat.cpp` expects (its cases, JSON compared).
+    #[test]
+    fn qwen3_coder_and_lfm2_calls() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/templates/");
+        let detect = |f: &str| {
+            let src = std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+            ToolFormat::detect(Some(&src))
+        };
+        assert_eq!(detect("Qwen-Qwen3.5-4B.jinja"), ToolFormat::Qwen3Coder);
+        assert_eq!(detect("LiquidAI-LFM2-8B-A1B.jinja"), ToolFormat::Lfm2);
+        assert_eq!(detect("LiquidAI-LFM2.5-Instruct.jinja"), ToolFormat::Lfm2);
+        assert_eq!(detect("ibm-granite-granite-4.0.jinja"), ToolFormat::Hermes);
+        assert_eq!(detect("Qwen-Qwen3-0.6B.jinja"), ToolFormat::Hermes);
+        let t = json!([
+            {"type": "function", "function": {"name": "special_function", "parameters": {"type": "object",
+                "properties": {"arg1": {"type": "integer"}}}}},
+            {"type": "function", "function": {"name": "special_function_with_opt", "parameters": {"type": "object",
+                "properties": {"arg1": {"type": "integer"}, "arg2": {"type": "integer"}}}}},
+            {"type": "function", "function": {"name": "python", "parameters": {"type": "object",
+                "properties": {"code": {"type": "string"}}}}},
+            {"type": "function", "function": {"name": "set_config", "parameters": {"type": "object",
+                "properties": {"config": {"type": "object"}}}}},
+            {"type": "function", "function": {"name": "Calendar.create_event", "parameters": {"type": "object",
+                "properties": {"title": {"type": "string"}, "participants": {"type": "array"}}}}},
+            {"type": "function", "function": {"name": "empty_args", "parameters": {"type": "object"}}}
+        ]);
+        let calls = |format, text: &str| {
+            let s = ToolSetup::new(format, &t, ToolChoice::Auto, true).unwrap();
+            let r = s.parse(text);
+            let c: Vec<(String, Value)> = r
+                .tool_calls
+                .iter()
+                .map(|c| (c.name.clone(), serde_json::from_str(&c.arguments).unwrap()))
+                .collect();
+            (r.content, c)
+        };
+        let one = |n: &str, a: Value| vec![(n.to_string(), a)];
+        let q = ToolFormat::Qwen3Coder;
+        assert_eq!(
+            calls(q, "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>"),
+            (String::new(), one("special_function", json!({"arg1": 1})))
+        );
+        assert_eq!(
+            calls(q, "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=special_function_with_opt>\n<parameter=arg1>\n1\n</parameter>\n<parameter=arg2>\n2\n</parameter>\n</function>\n</tool_call>").1.len(),
+            2
+        );
+        assert_eq!(
+            calls(q, "Let me run it.\n\n<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n    print(\"Hello, world!\")\n\nhello()\n</parameter>\n</function>\n</tool_call>"),
+            ("Let me run it.".to_string(), one("python", json!({"code": "def hello():\n    print(\"Hello, world!\")\n\nhello()"})))
+        );
+        // A string parameter keeps a value that looks like JSON as text.
+        assert_eq!(
+            calls(q, "<tool_call>\n<function=python>\n<parameter=code>\n12\n</parameter>\n</function>\n</tool_call>").1,
+            one("python", json!({"code": "12"}))
+        );
+        // Unknown functions stay text.
+        let text = "<tool_call>\n<function=nope>\n</function>\n</tool_call>";
+        assert_eq!(calls(q, text), (text.to_string(), vec![]));
+
+        let l = ToolFormat::Lfm2;
+        let lfm = |s: &str| format!("<|tool_call_start|>[{s}]<|tool_call_end|>");
+        for (text, name, args) in [
+            (
+                "special_function(arg1=1)",
+                "special_function",
+                json!({"arg1": 1}),
+            ),
+            (
+                "set_config(config={\"enabled\": True, \"count\": 3})",
+                "set_config",
+                json!({"config": {"enabled": true, "count": 3}}),
+            ),
+            (
+                "set_config(config={\"enabled\": true, \"note\": null})",
+                "set_config",
+                json!({"config": {"enabled": true, "note": null}}),
+            ),
+            (
+                "Calendar.create_event(title=\"demo\", participants=[\"Alice\", \"Bob\"])",
+                "Calendar.create_event",
+                json!({"title": "demo", "participants": ["Alice", "Bob"]}),
+            ),
+            (
+                "python(code=\"def hello():\\n    print('hey')\")",
+                "python",
+                json!({"code": "def hello():\n    print('hey')"}),
+            ),
+            (
+                "python(code=\"print(\\\"hi\\\")\")",
+                "python",
+                json!({"code": "print(\"hi\")"}),
+            ),
+            ("empty_args()", "empty_args", json!({})),
+        ] {
+            assert_eq!(
+                calls(l, &lfm(text)),
+                (String::new(), one(name, args)),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            calls(
+                l,
+                &format!(
+                    "Let me check.{}",
+                    lfm("special_function(arg1=1), special_function_with_opt(arg1=1, arg2=2)")
+                )
+            ),
+            (
+                "Let me check.".to_string(),
+                vec![
+                    ("special_function".to_string(), json!({"arg1": 1})),
+                    (
+                        "special_function_with_opt".to_string(),
+                        json!({"arg1": 1, "arg2": 2})
+                    ),
+                ]
+            )
+        );
+        let link =
+            "Use this format: [link text](url). Example: [Wikipedia](https://www.wikipedia.org).";
+        assert_eq!(calls(l, link), (link.to_string(), vec![]));
+        // A stream sees the name before the arguments are complete.
+        let s = ToolSetup::new(l, &t, ToolChoice::Auto, true).unwrap();
+        let p = s.partial_calls("<|tool_call_start|>[special_function(arg1=");
+        assert_eq!(
+            (p[0].name.as_str(), p[0].complete),
+            ("special_function", false)
+        );
     }
 
     #[test]
