@@ -173,6 +173,10 @@ fn iquant_writers_match_ggml() {
             DType::IQ3XXS,
             "4189c35c8e3b18ecba300470fbb87f0d3abb7e35a6a553e32355400a12f68073",
         ),
+        (
+            DType::IQ2XS,
+            "26799c01e51b9401920fabdda32d45cd58d19b4cfb7783d7ceb725a61e81472d",
+        ),
     ];
     let (x, w) = iq_inputs();
     let mut bad = Vec::new();

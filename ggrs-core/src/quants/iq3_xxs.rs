@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3XXS_GRID;
-use super::iq_search::{fold_signs, grid_search, odd_level, odd_level_sums, GridSearch, Lookup};
+use super::iq_search::{fold_signs, grid_search, search_on_grid, GridSearch};
 use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
@@ -108,62 +108,15 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
             let mut xval = [0f32; 32];
             let mut signs = fold_signs(xb, &weight, &mut xval);
             let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
-            let mut l = [0i8; 32];
             if max < 1e-8 {
                 continue;
             }
-            let mut best = 0f32;
-            let mut scale = max / (2 * MAX_LEVEL + 1) as f32;
-            let mut on_grid = [true; 8];
-            let mut laux = [0i8; 32];
-            let mut on_grid_aux = [true; 8];
-            for is in -15..=15 {
-                let id = (15.0 + is as f32 * 0.2) / max;
-                let this_scale = 1.0 / id;
-                for k in 0..8 {
-                    let g = 4 * k..4 * k + 4;
-                    for i in g.clone() {
-                        laux[i] = odd_level(id, xval[i], MAX_LEVEL);
-                    }
-                    let u = GridSearch::<4>::index_of(&laux[g.clone()], 3);
-                    on_grid_aux[k] = true;
-                    if let Lookup::Near(c) = grid.lookup(u) {
-                        on_grid_aux[k] = false;
-                        let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
-                        grid.best_neighbour(c, xv, wa, this_scale, &mut laux[g]);
-                    }
-                }
-                let (sumqx, sumq2) = odd_level_sums(&weight, &xval, &laux);
-                if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-                    scale = sumqx / sumq2;
-                    best = scale * sumqx;
-                    l = laux;
-                    on_grid = on_grid_aux;
-                }
-            }
-            if on_grid.contains(&false) && scale > 0.0 {
-                let id = 1.0 / scale;
-                for k in (0..8).filter(|&k| !on_grid[k]) {
-                    let g = 4 * k..4 * k + 4;
-                    let mut lk = [0i8; 4];
-                    for (lv, &xv) in lk.iter_mut().zip(&xval[g.clone()]) {
-                        *lv = odd_level(id, xv, MAX_LEVEL);
-                    }
-                    let u = GridSearch::<4>::index_of(&lk, 3);
-                    let gi = match grid.lookup(u) {
-                        Lookup::On(gi) => gi,
-                        Lookup::Near(c) => {
-                            let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
-                            grid.best_neighbour(c, xv, wa, scale, &mut l[g.clone()])
-                        }
-                    };
-                    grid.levels_into(gi, &mut l[g]);
-                }
-                let (sumqx, sumq2) = odd_level_sums(&weight, &xval, &l);
-                if sumq2 > 0.0 {
-                    scale = sumqx / sumq2;
-                }
-            }
+            let mut l = [0i8; 32];
+            let trials = (-15..=15).map(|is| (15.0 + is as f32 * 0.2) / max);
+            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
+            let mut scale = search_on_grid(
+                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, &mut l,
+            );
             if scale < 0.0 {
                 // ggml's guard for a negative least-squares scale: flip it and the signs.
                 scale = -scale;

@@ -201,13 +201,14 @@ pub(crate) fn grid_search<const D: usize>(
     })
 }
 
-/// The sign folding of a 32-value sub-block `xb` with weights `weight`: `xval` gets the
-/// magnitudes, and each group of 8 an even number of negatives — with an odd count, the
+/// The sign folding of a sub-block `xb` of 16 or 32 values with weights `weight`: `xval`
+/// gets the magnitudes, and each group of 8 an even number of negatives — with an odd count, the
 /// value of least `w·x²` (the first of equals) keeps its sign, i.e. enters `xval` negated.
-/// Returns the 7 stored sign bits of each group (bit `i` set where value `i` is negative).
+/// Returns the 7 stored sign bits of each group (bit `i` set where value `i` is negative;
+/// entries past the sub-block's groups 0).
 pub(crate) fn fold_signs(xb: &[f32], weight: &[f32], xval: &mut [f32]) -> [u8; 4] {
     let mut signs = [0u8; 4];
-    for k in 0..4 {
+    for k in 0..xb.len() / 8 {
         let mut nflip = 0;
         let mut s = 0u8;
         for i in 0..8 {
@@ -257,6 +258,83 @@ pub(crate) fn odd_level_sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f3
 pub(crate) fn odd_level(id: f32, x: f32, max: i32) -> i8 {
     let l = super::k_quants::nearest_int(0.5 * (id * x - 1.0));
     l.clamp(0, max) as i8
+}
+
+/// The scale search of one sub-block of `n = xval.len()` magnitudes in groups of `D` with
+/// "on grid" tracking (ggml's IQ2_XS and IQ3_XXS/IQ3_S searches): for each inverse scale
+/// `id` of `trials`, levels `nearest_int(0.5·(id·x − 1))` clamped to `0..=max_level`, off-grid
+/// groups replaced by their best neighbour at scale `1/id`; the trial of greatest
+/// `sumqx²/sumq2` (strictly greater, from `best = 0`) gives the scale `sumqx/sumq2` and the
+/// levels (else `scale0` and all-zero levels). Groups that were off the grid are then
+/// re-rounded at that scale (their neighbours searched again) and the scale refitted.
+/// Returns the scale; the levels are in `l`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn search_on_grid<const D: usize>(
+    grid: &GridSearch<D>,
+    bits: u32,
+    max_level: i32,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    scale0: f32,
+    trials: impl Iterator<Item = f32>,
+    l: &mut [i8],
+) -> f32 {
+    let n = xval.len();
+    let groups = n / D;
+    let mut best = 0f32;
+    let mut scale = scale0;
+    let mut on_grid = [true; 8];
+    let mut laux = [0i8; 32];
+    let mut on_grid_aux = [true; 8];
+    l[..n].fill(0);
+    for id in trials {
+        let this_scale = 1.0 / id;
+        for k in 0..groups {
+            let g = D * k..D * k + D;
+            for i in g.clone() {
+                laux[i] = odd_level(id, xval[i], max_level);
+            }
+            let u = GridSearch::<D>::index_of(&laux[g.clone()], bits);
+            on_grid_aux[k] = true;
+            if let Lookup::Near(c) = grid.lookup(u) {
+                on_grid_aux[k] = false;
+                let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
+                grid.best_neighbour(c, xv, wa, this_scale, &mut laux[g]);
+            }
+        }
+        let (sumqx, sumq2) = odd_level_sums(weight, xval, &laux[..n]);
+        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+            scale = sumqx / sumq2;
+            best = scale * sumqx;
+            l[..n].copy_from_slice(&laux[..n]);
+            on_grid = on_grid_aux;
+        }
+    }
+    if on_grid[..groups].contains(&false) && scale > 0.0 {
+        let id = 1.0 / scale;
+        for k in (0..groups).filter(|&k| !on_grid[k]) {
+            let g = D * k..D * k + D;
+            let mut lk = [0i8; D];
+            for (lv, &xv) in lk.iter_mut().zip(&xval[g.clone()]) {
+                *lv = odd_level(id, xv, max_level);
+            }
+            let u = GridSearch::<D>::index_of(&lk, bits);
+            let gi = match grid.lookup(u) {
+                Lookup::On(gi) => gi,
+                Lookup::Near(c) => {
+                    let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
+                    grid.best_neighbour(c, xv, wa, scale, &mut l[g.clone()])
+                }
+            };
+            grid.levels_into(gi, &mut l[g]);
+        }
+        let (sumqx, sumq2) = odd_level_sums(weight, xval, &l[..n]);
+        if sumq2 > 0.0 {
+            scale = sumqx / sumq2;
+        }
+    }
+    scale
 }
 
 #[cfg(test)]
