@@ -6,7 +6,7 @@
 //! by hand (README); this keeps the test to seconds. Skips without the f16 conversion.
 //!
 //! The i-quant recipes (IQ1_S … IQ3_M): every tensor's type for all ten; the bytes of the
-//! sampled tensors for those whose types ggrs writes (IQ2_XXS, IQ3_XXS); whole files
+//! sampled tensors for those whose types ggrs writes (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S); whole files
 //! against every tensor's sha256 in an ignored test (`whole_iq_files_match_llama_quantize`,
 //! minutes).
 
@@ -163,14 +163,20 @@ fn iq_recipes_choose_llama_quantize_types() {
     assert!(bad.is_empty(), "{bad:#?}");
 }
 
-/// The recipes whose every type ggrs writes: types and sampled bytes (IQ2_XXS in
-/// `blk.23.ffn_down`, Q2_K in `blk.0.ffn_down`, IQ3_XXS in both, IQ4_NL and Q5_0 in layer 0).
+/// The recipes whose every type ggrs writes: types and sampled bytes (IQ2_XXS and IQ2_XS
+/// in `blk.23.ffn_down`, Q2_K in `blk.0.ffn_down`, IQ3_XXS and IQ3_S in both, IQ4_NL and
+/// Q5_0 in layer 0).
 #[test]
-fn iq_xxs_recipes_with_imatrix_match_llama_quantize() {
-    let bad: Vec<String> = [("iq2_xxs", FileType::IQ2XXS), ("iq3_xxs", FileType::IQ3XXS)]
-        .into_iter()
-        .flat_map(|(k, ft)| check(k, ft))
-        .collect();
+fn iq_recipes_with_imatrix_match_llama_quantize() {
+    let bad: Vec<String> = [
+        ("iq2_xxs", FileType::IQ2XXS),
+        ("iq2_xs", FileType::IQ2XS),
+        ("iq3_xxs", FileType::IQ3XXS),
+        ("iq3_s", FileType::IQ3S),
+    ]
+    .into_iter()
+    .flat_map(|(k, ft)| check(k, ft))
+    .collect();
     assert!(bad.is_empty(), "{bad:#?}");
 }
 

@@ -174,6 +174,10 @@ fn iquant_writers_match_ggml() {
             "4189c35c8e3b18ecba300470fbb87f0d3abb7e35a6a553e32355400a12f68073",
         ),
         (
+            DType::IQ3S,
+            "9b7b9de33c7f6957c51a792ebad63aa1c3a6030f73c3ce039188e6ca00e82bce",
+        ),
+        (
             DType::IQ2XS,
             "26799c01e51b9401920fabdda32d45cd58d19b4cfb7783d7ceb725a61e81472d",
         ),

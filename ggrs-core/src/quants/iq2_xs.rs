@@ -106,7 +106,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
             let trials = (-9..=9).map(|is| (5.0 + is as f32 * 0.1) / max);
             let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
             let mut scale = search_on_grid(
-                grid, 2, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, &mut l,
+                grid, 2, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
             );
             if scale < 0.0 {
                 // ggml's guard for a negative least-squares scale: flip it and the signs.

@@ -115,7 +115,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
             let trials = (-15..=15).map(|is| (15.0 + is as f32 * 0.2) / max);
             let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
             let mut scale = search_on_grid(
-                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, &mut l,
+                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
             );
             if scale < 0.0 {
                 // ggml's guard for a negative least-squares scale: flip it and the signs.

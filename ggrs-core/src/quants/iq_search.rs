@@ -266,8 +266,9 @@ pub(crate) fn odd_level(id: f32, x: f32, max: i32) -> i8 {
 /// groups replaced by their best neighbour at scale `1/id`; the trial of greatest
 /// `sumqx²/sumq2` (strictly greater, from `best = 0`) gives the scale `sumqx/sumq2` and the
 /// levels (else `scale0` and all-zero levels). Groups that were off the grid are then
-/// re-rounded at that scale (their neighbours searched again) and the scale refitted.
-/// Returns the scale; the levels are in `l`.
+/// re-rounded at that scale (their neighbours searched again) and the scale refitted —
+/// with `all` (IQ3_S), every group once any was off the grid, a trial that never won
+/// counting as off the grid. Returns the scale; the levels are in `l`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn search_on_grid<const D: usize>(
     grid: &GridSearch<D>,
@@ -278,13 +279,14 @@ pub(crate) fn search_on_grid<const D: usize>(
     waux: &[f32],
     scale0: f32,
     trials: impl Iterator<Item = f32>,
+    all: bool,
     l: &mut [i8],
 ) -> f32 {
     let n = xval.len();
     let groups = n / D;
     let mut best = 0f32;
     let mut scale = scale0;
-    let mut on_grid = [true; 8];
+    let mut on_grid = [!all; 8];
     let mut laux = [0i8; 32];
     let mut on_grid_aux = [true; 8];
     l[..n].fill(0);
@@ -313,7 +315,7 @@ pub(crate) fn search_on_grid<const D: usize>(
     }
     if on_grid[..groups].contains(&false) && scale > 0.0 {
         let id = 1.0 / scale;
-        for k in (0..groups).filter(|&k| !on_grid[k]) {
+        for k in (0..groups).filter(|&k| all || !on_grid[k]) {
             let g = D * k..D * k + D;
             let mut lk = [0i8; D];
             for (lv, &xv) in lk.iter_mut().zip(&xval[g.clone()]) {
