@@ -131,8 +131,8 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
         let d = max_scale / 31.0;
         y.d = to_fp16(d);
         let id = 1.0 / d;
-        for ib in 0..QK_K / 16 {
-            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
+        for (ib, &sc) in scales.iter().enumerate() {
+            let l = nearest_int(0.5 * (id * sc - 1.0)).clamp(0, 15) as u8;
             y.scales[ib / 2] |= l << (4 * (ib % 2));
         }
         y.qs = q2;

@@ -292,15 +292,15 @@ pub(crate) fn search_on_grid<const D: usize>(
     l[..n].fill(0);
     for id in trials {
         let this_scale = 1.0 / id;
-        for k in 0..groups {
+        for (k, on) in on_grid_aux[..groups].iter_mut().enumerate() {
             let g = D * k..D * k + D;
             for i in g.clone() {
                 laux[i] = odd_level(id, xval[i], max_level);
             }
             let u = GridSearch::<D>::index_of(&laux[g.clone()], bits);
-            on_grid_aux[k] = true;
+            *on = true;
             if let Lookup::Near(c) = grid.lookup(u) {
-                on_grid_aux[k] = false;
+                *on = false;
                 let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
                 grid.best_neighbour(c, xv, wa, this_scale, &mut laux[g]);
             }

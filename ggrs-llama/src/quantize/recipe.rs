@@ -495,11 +495,7 @@ impl State<'_> {
             let more = use_more_bits(il, nl);
             match ft {
                 F::Q2K => new = Q::Q3K,
-                F::Q2KS => {
-                    if il < nl / 8 {
-                        new = Q::Q4K;
-                    }
-                }
+                F::Q2KS if il < nl / 8 => new = Q::Q4K,
                 F::IQ3XXS if !self.opts.has_imatrix() => {
                     new = if il < nl / 8 { Q::Q4K } else { Q::Q3K }
                 }
