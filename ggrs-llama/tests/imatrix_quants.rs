@@ -23,9 +23,15 @@ impl Lcg {
 }
 
 fn inputs() -> (Vec<f32>, Vec<f32>) {
+    rows_and_weights(NROW)
+}
+
+/// `nrow` seeded rows (the kinds below by index) and then the weights, as the C programs
+/// generate them.
+fn rows_and_weights(nrow: usize) -> (Vec<f32>, Vec<f32>) {
     let mut g = Lcg(12345);
-    let mut x = vec![0f32; N * NROW];
-    for r in 0..NROW {
+    let mut x = vec![0f32; N * nrow];
+    for r in 0..nrow {
         for j in 0..N {
             let mut v = 2.0 * g.next() - 1.0;
             match r {
@@ -34,6 +40,10 @@ fn inputs() -> (Vec<f32>, Vec<f32>) {
                 3 if (256..320).contains(&j) => v = 0.0,
                 4 => v = if v > 0.0 { v } else { 0.0 },
                 5 => v = if j % 2 == 1 { 0.5 } else { -0.25 },
+                6 if j < 256 => v = 0.0,
+                7 => v *= 1.0e4,
+                8 => v = if v < 0.0 { v } else { -v },
+                9 => v *= 1.0e-9,
                 _ => {}
             }
             x[r * N + j] = v;
@@ -126,37 +136,7 @@ fn weighted_quantizers_match_ggml() {
 const IQ_ROWS: usize = 10;
 
 fn iq_inputs() -> (Vec<f32>, Vec<f32>) {
-    let mut g = Lcg(12345);
-    let mut x = vec![0f32; N * IQ_ROWS];
-    for r in 0..IQ_ROWS {
-        for j in 0..N {
-            let mut v = 2.0 * g.next() - 1.0;
-            match r {
-                1 => v *= 0.001,
-                2 if j % 97 == 0 => v *= 40.0,
-                3 if (256..320).contains(&j) => v = 0.0,
-                4 => v = if v > 0.0 { v } else { 0.0 },
-                5 => v = if j % 2 == 1 { 0.5 } else { -0.25 },
-                6 if j < 256 => v = 0.0,
-                7 => v *= 1.0e4,
-                8 => v = if v < 0.0 { v } else { -v },
-                9 => v *= 1.0e-9,
-                _ => {}
-            }
-            x[r * N + j] = v;
-        }
-    }
-    let w = (0..N)
-        .map(|j| {
-            let u = g.next();
-            if j % 61 == 0 {
-                0.0
-            } else {
-                u * u * 8.0 + 1e-4
-            }
-        })
-        .collect();
-    (x, w)
+    rows_and_weights(IQ_ROWS)
 }
 
 /// The grid i-quants' writers (ggml's `quantize_row_iq*_impl` searches) against the bytes

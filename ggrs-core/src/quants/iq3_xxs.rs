@@ -15,8 +15,8 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3XXS_GRID;
-use super::iq_search::{fold_signs, grid_search, search_on_grid, GridSearch};
-use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
+use super::iq_search::{fold_signs, grid_search, search_on_grid, sub_block_weights, GridSearch};
+use super::k_quants::{nearest_int, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
 /// One IQ3_XXS block.
@@ -93,17 +93,8 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
         for ib in 0..QK_K / 32 {
             let xb = &xbl[32 * ib..32 * ib + 32];
             let mut weight = [0f32; 32];
-            match qw {
-                Some(qw) => {
-                    let q = &qw[QK_K * ibl + 32 * ib..QK_K * ibl + 32 * ib + 32];
-                    sigma_weights(q, xb, sigma2, &mut weight);
-                }
-                None => {
-                    for (w, &v) in weight.iter_mut().zip(xb) {
-                        *w = v * v;
-                    }
-                }
-            }
+            let w0 = QK_K * ibl + 32 * ib;
+            sub_block_weights(qw.map(|q| &q[w0..w0 + 32]), xb, sigma2, &mut weight);
             let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
             let mut signs = fold_signs(xb, &weight, &mut xval);

@@ -240,6 +240,19 @@ pub(crate) fn fold_signs(xb: &[f32], weight: &[f32], xval: &mut [f32]) -> [u8; 4
     signs
 }
 
+/// The search weights of a sub-block `xb`: `qw·√(σ² + x²)` with importance weights `qw`
+/// (the sub-block's own), else `x²`.
+pub(crate) fn sub_block_weights(qw: Option<&[f32]>, xb: &[f32], sigma2: f32, w: &mut [f32]) {
+    match qw {
+        Some(qw) => super::k_quants::sigma_weights(qw, xb, sigma2, w),
+        None => {
+            for (w, &v) in w.iter_mut().zip(xb) {
+                *w = v * v;
+            }
+        }
+    }
+}
+
 /// `Σ w·x·q` and `Σ w·q²` with `q = 2l + 1`, in value order (ggml's `sumqx`, `sumq2`).
 #[inline]
 pub(crate) fn odd_level_sums(weight: &[f32], xval: &[f32], l: &[i8]) -> (f32, f32) {
