@@ -19,7 +19,7 @@ use std::path::Path;
 
 use crate::dtype::DType;
 use crate::gguf::{GgufError, GgufFile, GgufWriter, TensorInfo, Value};
-use crate::quants::quantize_row_weighted_dyn;
+use crate::quants::{needs_weights, quantize_row_weighted_dyn};
 use crate::types::traits;
 
 /// How to convert (the per-tensor types come in a [`QuantizePlan`]).
@@ -113,6 +113,18 @@ pub enum QuantizeError {
         /// Its type.
         dtype: DType,
     },
+    /// The target type is written only with importance weights, and the plan gives the
+    /// tensor none.
+    #[error(
+        "tensor `{name}`: {to} is written only with importance weights, and none were given \
+         for it (pass an importance matrix with an entry for it: --imatrix FILE)"
+    )]
+    NeedsWeights {
+        /// Tensor name.
+        name: String,
+        /// The target type.
+        to: DType,
+    },
     /// A tensor is quantized already and requantizing was not allowed.
     #[error(
         "tensor `{name}` is {from} already; converting it to {to} loses precision twice \
@@ -169,6 +181,7 @@ pub enum QuantizeError {
 ///
 /// Fails before writing anything if the plan does not have one type per tensor, if a
 /// target type has no quantizer or a source type no dequantizer in this build, if a
+/// target type written only with importance weights gets a tensor without them, if a
 /// quantized tensor would be converted without [`QuantizeOptions::allow_requantize`], or if
 /// a tensor's rows do not divide into its target's blocks.
 pub fn quantize_file(
@@ -246,7 +259,14 @@ fn write_quantized(
     for &i in &order {
         let (t, new) = (&input.tensors()[i], plan.types[i]);
         if new != t.dtype {
-            if traits(new).from_f32.is_none() {
+            if needs_weights(new) {
+                if importance(i).is_none() {
+                    return Err(QuantizeError::NeedsWeights {
+                        name: t.name.clone(),
+                        to: new,
+                    });
+                }
+            } else if traits(new).from_f32.is_none() {
                 return Err(QuantizeError::NoQuantizer(new));
             }
             if t.dtype.is_quantized() && !opts.allow_requantize {
@@ -333,7 +353,9 @@ fn convert_rows(
     let in_row = src.dtype.row_size(ne0);
     let out_row = to.row_size(ne0);
     let to_f32 = traits(src.dtype).to_f32.expect("checked by quantize_file");
-    let from_f32 = traits(to).from_f32.expect("checked by quantize_file");
+    // `None` only for a type written with weights alone, which then has them (checked by
+    // `quantize_file`).
+    let from_f32 = traits(to).from_f32;
     let rows_per_piece = ((8 << 20) / out_row.max(1)).clamp(1, rows.max(1));
     let mut out = vec![0u8; rows_per_piece * out_row];
     let mut r0 = 0;
@@ -365,7 +387,11 @@ fn convert_rows(
                                 );
                                 debug_assert!(r.is_ok(), "{r:?}");
                             }
-                            None => from_f32(&tmp, d),
+                            None => {
+                                if let Some(f) = from_f32 {
+                                    f(&tmp, d)
+                                }
+                            }
                         }
                     }
                 });

@@ -134,7 +134,7 @@ fn dequantize_and_dots_as_llama_cpp() {
 }
 
 #[test]
-fn ids_names_sizes_orders_and_no_quantizer() {
+fn ids_names_sizes_orders_and_quantizers() {
     for (t, id, name, bytes) in TYPES {
         assert_eq!(DType::from_id(id), Some(t));
         assert_eq!(DType::from_name(&name.to_uppercase()), Some(t));
@@ -149,9 +149,18 @@ fn ids_names_sizes_orders_and_no_quantizer() {
             dispatch::ggml_sum_order(t, [4864, 896, 1, 1]),
             SumOrder::GgmlLanes
         );
-        let err = quants::quantize_row_dyn(t, &[0.5; QK], &mut vec![0u8; bytes])
-            .expect_err("ggrs does not write the grid i-quants yet");
-        assert!(err.to_string().contains("cannot quantize"), "{t}: {err}");
+        // Written with importance weights; without, only where ggml has a reference
+        // quantizer (IQ3_XXS, IQ3_S, IQ2_S); the others are refused.
+        match quants::quantize_row_dyn(t, &[0.5; QK], &mut vec![0u8; bytes]) {
+            Ok(()) => assert!(quants::quantizes_weighted(t) && !quants::needs_weights(t)),
+            Err(err) if quants::needs_weights(t) => {
+                assert!(err.to_string().contains("importance weights"), "{t}: {err}")
+            }
+            Err(err) => {
+                assert!(!quants::quantizes_weighted(t), "{t}: {err}");
+                assert!(err.to_string().contains("cannot quantize"), "{t}: {err}");
+            }
+        }
     }
 }
 

@@ -4,6 +4,11 @@
 //! `q4_k_m-imat`, `iq4_xs-imat`, `q2_k_s`), and layer 0's seven matrices and
 //! layer 23's `ffn_down` come out byte-identical (sha256). The whole files are compared
 //! by hand (README); this keeps the test to seconds. Skips without the f16 conversion.
+//!
+//! The i-quant recipes (IQ1_S … IQ3_M): every tensor's type for all ten; the bytes of the
+//! sampled tensors for those whose types ggrs writes (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S); whole files
+//! against every tensor's sha256 in an ignored test (`whole_iq_files_match_llama_quantize`,
+//! minutes).
 
 use crate::common;
 
@@ -12,7 +17,9 @@ use std::sync::Arc;
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::quants::{quantize_row_dyn, quantize_row_weighted_dyn};
 use ggrs_llama::imatrix::QuantWeights;
-use ggrs_llama::quantize::{plan, FileType, QuantizeError, RecipeOptions};
+use ggrs_llama::quantize::{
+    choose_types, plan, FileType, ModelFacts, QuantType, QuantizeError, RecipeOptions,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -114,4 +121,136 @@ fn q2_k_s_without_imatrix_is_refused() {
         matches!(err, QuantizeError::MissingImatrixEntry { .. }),
         "{err}"
     );
+}
+
+/// The i-quant recipes of `tensor-sha256-lowbit.json` (stem, file type).
+const IQ_RECIPES: [(&str, FileType); 10] = [
+    ("iq1_s", FileType::IQ1S),
+    ("iq1_m", FileType::IQ1M),
+    ("iq2_xxs", FileType::IQ2XXS),
+    ("iq2_xs", FileType::IQ2XS),
+    ("iq2_s", FileType::IQ2S),
+    ("iq2_m", FileType::IQ2M),
+    ("iq3_xxs", FileType::IQ3XXS),
+    ("iq3_xs", FileType::IQ3XS),
+    ("iq3_s", FileType::IQ3S),
+    ("iq3_m", FileType::IQ3M),
+];
+
+/// Every tensor's type under the i-quant recipes with the importance matrix, as
+/// llama-quantize chose it (whether or not this build writes the types).
+#[test]
+fn iq_recipes_choose_llama_quantize_types() {
+    let Some(f16) = common::qwen05b("f16") else {
+        return;
+    };
+    let input = GgufFile::open(&f16).expect("open f16");
+    let facts = ModelFacts::from_gguf(&input).expect("facts");
+    let mut bad = Vec::new();
+    for (kind, ft) in IQ_RECIPES {
+        let mut recipe = RecipeOptions::new(ft);
+        recipe.imatrix = Some(weights());
+        let choice = choose_types(input.tensors(), &facts, &recipe).expect("choose");
+        let want = listing(kind);
+        for (t, c) in input.tensors().iter().zip(&choice.types) {
+            let ours = c.map_or(t.dtype.name(), QuantType::name);
+            let wt = want[&t.name]["type"].as_str().expect("type");
+            if !wt.eq_ignore_ascii_case(ours) {
+                bad.push(format!("{kind}: {} is {ours}, llama.cpp's {wt}", t.name));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The recipes whose every type ggrs writes: types and sampled bytes (IQ2_XXS and IQ2_XS
+/// in `blk.23.ffn_down`, Q2_K in `blk.0.ffn_down`, IQ3_XXS and IQ3_S in both, IQ4_NL and
+/// Q5_0 in layer 0).
+#[test]
+fn iq_recipes_with_imatrix_match_llama_quantize() {
+    let bad: Vec<String> = [
+        ("iq2_xxs", FileType::IQ2XXS),
+        ("iq2_xs", FileType::IQ2XS),
+        ("iq3_xxs", FileType::IQ3XXS),
+        ("iq3_s", FileType::IQ3S),
+    ]
+    .into_iter()
+    .flat_map(|(k, ft)| check(k, ft))
+    .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// Without an importance matrix, the 1- and 2-bit i-quant recipes are refused, while
+/// IQ3_XXS changes its mixture as llama.cpp's does: `ffn_down` Q4_K in the first eighth of
+/// the layers and Q3_K after, so no tensor needs the matrix.
+#[test]
+fn iq_recipes_without_imatrix() {
+    let Some(f16) = common::qwen05b("f16") else {
+        return;
+    };
+    let input = GgufFile::open(&f16).expect("open f16");
+    for ft in [FileType::IQ2XXS, FileType::IQ2XS, FileType::IQ1S] {
+        let err = plan(&input, &RecipeOptions::new(ft)).unwrap_err();
+        assert!(matches!(err, QuantizeError::NeedsImatrix { .. }), "{err}");
+    }
+    let p = plan(&input, &RecipeOptions::new(FileType::IQ3XXS)).expect("IQ3_XXS plan");
+    for (t, ty) in input.tensors().iter().zip(&p.types) {
+        if t.name.contains("ffn_down") {
+            let early = ["blk.0.", "blk.1.", "blk.2."]
+                .iter()
+                .any(|b| t.name.starts_with(b));
+            let want = if early { "q4_K" } else { "q3_K" };
+            assert_eq!(ty.name(), want, "{}", t.name);
+        }
+    }
+}
+
+/// Whole files: `ggrs quantize --imatrix` of the f16 conversion with each i-quant recipe
+/// this build writes, every tensor against llama-quantize's sha256. Minutes per file (the
+/// grid searches of ~400 M values): run by hand with `--ignored`.
+#[test]
+#[ignore = "minutes: quantizes the whole 0.5B model per recipe"]
+fn whole_iq_files_match_llama_quantize() {
+    use ggrs_core::quantize::QuantizeOptions;
+    let Some(f16) = common::qwen05b("f16") else {
+        return;
+    };
+    let input = GgufFile::open(&f16).expect("open f16");
+    let dir = std::env::temp_dir().join(format!("ggrs-iq-whole-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut bad = Vec::new();
+    for (kind, ft) in IQ_RECIPES {
+        let mut recipe = RecipeOptions::new(ft);
+        recipe.imatrix = Some(weights());
+        if plan(&input, &recipe).is_err() {
+            eprintln!("{kind}: not written by this build yet");
+            continue;
+        }
+        let out = dir.join(format!("{kind}.gguf"));
+        let opts = QuantizeOptions {
+            allow_requantize: false,
+            n_threads: 0,
+        };
+        let t0 = std::time::Instant::now();
+        ggrs_llama::quantize::quantize(&input, &out, &recipe, &opts, |_| {}).expect("quantize");
+        let secs = t0.elapsed().as_secs_f64();
+        let file = GgufFile::open(&out).expect("open ours");
+        let want = listing(kind);
+        let mut n_bad = 0;
+        for t in file.tensors() {
+            let hex = format!("{:x}", Sha256::digest(file.tensor_data(t)));
+            if hex != want[&t.name]["sha256"].as_str().expect("sha") {
+                n_bad += 1;
+                bad.push(format!("{kind}: {} ({}) differs", t.name, t.dtype));
+            }
+        }
+        eprintln!(
+            "{kind}: {}/{} tensors equal llama.cpp's, quantized in {secs:.1} s",
+            file.tensors().len() - n_bad,
+            file.tensors().len()
+        );
+        std::fs::remove_file(&out).ok();
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(bad.is_empty(), "{bad:#?}");
 }

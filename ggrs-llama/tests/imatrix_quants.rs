@@ -23,9 +23,15 @@ impl Lcg {
 }
 
 fn inputs() -> (Vec<f32>, Vec<f32>) {
+    rows_and_weights(NROW)
+}
+
+/// `nrow` seeded rows (the kinds below by index) and then the weights, as the C programs
+/// generate them.
+fn rows_and_weights(nrow: usize) -> (Vec<f32>, Vec<f32>) {
     let mut g = Lcg(12345);
-    let mut x = vec![0f32; N * NROW];
-    for r in 0..NROW {
+    let mut x = vec![0f32; N * nrow];
+    for r in 0..nrow {
         for j in 0..N {
             let mut v = 2.0 * g.next() - 1.0;
             match r {
@@ -34,6 +40,10 @@ fn inputs() -> (Vec<f32>, Vec<f32>) {
                 3 if (256..320).contains(&j) => v = 0.0,
                 4 => v = if v > 0.0 { v } else { 0.0 },
                 5 => v = if j % 2 == 1 { 0.5 } else { -0.25 },
+                6 if j < 256 => v = 0.0,
+                7 => v *= 1.0e4,
+                8 => v = if v < 0.0 { v } else { -v },
+                9 => v *= 1.0e-9,
                 _ => {}
             }
             x[r * N + j] = v;
@@ -109,6 +119,54 @@ fn weighted_quantizers_match_ggml() {
     for (t, sha) in expected {
         let row = t.row_size(N);
         let mut out = vec![0u8; row * NROW];
+        for (xr, o) in x.chunks(N).zip(out.chunks_mut(row)) {
+            quantize_row_weighted_dyn(t, xr, &w, o).expect("quantize");
+        }
+        let got = format!("{:x}", Sha256::digest(&out));
+        if got != sha {
+            bad.push(format!("{t}: {got}"));
+        }
+    }
+    assert!(bad.is_empty(), "differ from llama.cpp: {bad:?}");
+}
+
+/// The i-quant writers' rows (`tests/data/iq-writers-ggml.c`, same generator): the six rows
+/// above, then a row whose first block is all zeros, one of large values (×10⁴), one
+/// all-negative, and one of values below the i-quants' zero thresholds (×10⁻⁹).
+const IQ_ROWS: usize = 10;
+
+fn iq_inputs() -> (Vec<f32>, Vec<f32>) {
+    rows_and_weights(IQ_ROWS)
+}
+
+/// The grid i-quants' writers (ggml's `quantize_row_iq*_impl` searches) against the bytes
+/// of `ggml_quantize_chunk` in llama.cpp 0c1e570's libggml-base, one row at a time with the
+/// same weights (`tests/data/iq-writers-ggml.c` prints them).
+#[test]
+fn iquant_writers_match_ggml() {
+    let expected = [
+        (
+            DType::IQ2XXS,
+            "73067c30faee3c2d47ce4c2b12e6e668dec4eb43bbb03acc5d67db2ddeb3bc76",
+        ),
+        (
+            DType::IQ3XXS,
+            "4189c35c8e3b18ecba300470fbb87f0d3abb7e35a6a553e32355400a12f68073",
+        ),
+        (
+            DType::IQ3S,
+            "9b7b9de33c7f6957c51a792ebad63aa1c3a6030f73c3ce039188e6ca00e82bce",
+        ),
+        (
+            DType::IQ2XS,
+            "26799c01e51b9401920fabdda32d45cd58d19b4cfb7783d7ceb725a61e81472d",
+        ),
+    ];
+    let (x, w) = iq_inputs();
+    let mut bad = Vec::new();
+    for (t, sha) in expected {
+        let row = t.row_size(N);
+        let mut out = vec![0u8; row * IQ_ROWS];
         for (xr, o) in x.chunks(N).zip(out.chunks_mut(row)) {
             quantize_row_weighted_dyn(t, xr, &w, o).expect("quantize");
         }

@@ -5,14 +5,19 @@
 //! values, low nibble for the first 16, high for the second). Value:
 //! `d·(0.5 + s)·0.25·grid·sign`. Its dot product pairs with Q8_K.
 //!
-//! ggrs reads and multiplies IQ2_XS but does not quantize to it (not written yet).
+//! Writing it is ggml's `quantize_row_iq2_xs_impl` ([`quantize_blocks`]), which needs
+//! importance weights (an imatrix): [`crate::quants::quantize_row`] refuses it without.
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use std::sync::OnceLock;
+
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2XS_GRID;
-use super::k_quants::QK_K;
+use super::iq_search::{fold_signs, grid_search, search_on_grid, GridSearch};
+use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
+use super::{c_max, to_fp16};
 
 /// One IQ2_XS block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -53,4 +58,83 @@ fn db(x: &BlockIQ2XS, d: f32, g: usize) -> f32 {
     d * (0.5 + x.nibble(g) as f32) * 0.25
 }
 
-iq_block!(BlockIQ2XS, IQ2XS, 0.125, codes, db);
+iq_block!(BlockIQ2XS, IQ2XS, 0.125, codes, db, quantize_blocks, true);
+
+/// The IQ2_XS grid's search (ggml's `iq2xs_init_impl(GGML_TYPE_IQ2_XS)`): levels 0–2 of
+/// magnitudes 8, 25, 43; two neighbour distances.
+fn search() -> &'static GridSearch<8> {
+    static CELL: OnceLock<GridSearch<8>> = OnceLock::new();
+    grid_search(
+        &CELL,
+        |k| IQ2XS_GRID[k],
+        512,
+        &[0x08, 0x19, 0x2b],
+        2,
+        43692,
+        2,
+    )
+}
+
+/// The largest level (ggml's `kMaxQ − 1`).
+const MAX_LEVEL: i32 = 2;
+
+/// ggml's `quantize_row_iq2_xs_impl` on the blocks of `x` (`out.len()` of them) with
+/// importance weights `qw` (unit weights when `None`, which ggml does not offer: the row
+/// functions refuse this type without weights). Sub-blocks of 16 values.
+pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2XS]) {
+    let grid = search();
+    let ones = [1f32; QK_K];
+    for (ibl, y) in out.iter_mut().enumerate() {
+        let xbl = &x[QK_K * ibl..QK_K * (ibl + 1)];
+        let qwb = qw.map_or(&ones[..], |w| &w[QK_K * ibl..QK_K * (ibl + 1)]);
+        let mut q2 = [0u16; QK_K / 8];
+        let mut scales = [0f32; QK_K / 16];
+        let mut max_scale = 0f32;
+        let sigma2 = sum_x2(xbl) / QK_K as f32;
+        for ib in 0..QK_K / 16 {
+            let xb = &xbl[16 * ib..16 * ib + 16];
+            let mut weight = [0f32; 16];
+            sigma_weights(&qwb[16 * ib..16 * ib + 16], xb, sigma2, &mut weight);
+            let waux = weight.map(f32::sqrt);
+            let mut xval = [0f32; 16];
+            let mut signs = fold_signs(xb, &weight, &mut xval);
+            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
+            if max < 1e-15 {
+                continue;
+            }
+            let mut l = [0i8; 16];
+            let trials = (-9..=9).map(|is| (5.0 + is as f32 * 0.1) / max);
+            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
+            let mut scale = search_on_grid(
+                grid, 2, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
+            );
+            if scale < 0.0 {
+                // ggml's guard for a negative least-squares scale: flip it and the signs.
+                scale = -scale;
+                for s in &mut signs[..2] {
+                    *s = !*s & 127;
+                }
+            }
+            for k in 0..2 {
+                let u = GridSearch::<8>::index_of(&l[8 * k..8 * k + 8], 2);
+                // Every level set above is a grid point's (ggml aborts otherwise).
+                let gi = grid.on_grid(u).unwrap_or(0) as u16;
+                q2[2 * ib + k] = gi | (signs[k] as u16) << 9;
+            }
+            scales[ib] = scale;
+            max_scale = c_max(max_scale, scale);
+        }
+        *y = BlockIQ2XS::zeroed();
+        if max_scale == 0.0 {
+            continue;
+        }
+        let d = max_scale / 31.0;
+        y.d = to_fp16(d);
+        let id = 1.0 / d;
+        for (ib, &sc) in scales.iter().enumerate() {
+            let l = nearest_int(0.5 * (id * sc - 1.0)).clamp(0, 15) as u8;
+            y.scales[ib / 2] |= l << (4 * (ib % 2));
+        }
+        y.qs = q2;
+    }
+}

@@ -5,14 +5,19 @@
 //! bit per value), `scales[4]` (per 64 values, low nibble for the first 32, high for the
 //! second). Value: `d·(1 + 2s)·grid·sign`. Its dot product pairs with Q8_K.
 //!
-//! ggrs reads and multiplies IQ3_S but does not quantize to it (not written yet).
+//! Writing it is ggml's `quantize_row_iq3_s_impl` ([`quantize_blocks`]), with importance
+//! weights (`llama-quantize --imatrix`) or without (`quantize_row_iq3_s_ref`).
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use std::sync::OnceLock;
+
 use super::iq_codes::{iq_block, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3S_GRID;
-use super::k_quants::QK_K;
+use super::iq_search::{grid_search, search_on_grid, sub_block_weights, GridSearch};
+use super::k_quants::{nearest_int, sum_x2, QK_K};
+use super::{c_max, to_fp16};
 
 /// One IQ3_S block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -63,4 +68,90 @@ fn db(x: &BlockIQ3S, d: f32, g: usize) -> f32 {
     d * (1 + 2 * x.nibble(g / 2) as i32) as f32
 }
 
-iq_block!(BlockIQ3S, IQ3S, 1.0, codes, db);
+iq_block!(BlockIQ3S, IQ3S, 1.0, codes, db, quantize_blocks, false);
+
+/// The IQ3_S grid's search (ggml's `iq3xs_init_impl(512)`): levels 0–7 of magnitudes
+/// 1, 3, …, 15; three neighbour distances.
+fn search() -> &'static GridSearch<4> {
+    static CELL: OnceLock<GridSearch<4>> = OnceLock::new();
+    let bytes = [1, 3, 5, 7, 9, 11, 13, 15];
+    grid_search(&CELL, |k| IQ3S_GRID[k] as u64, 512, &bytes, 3, 4096, 3)
+}
+
+/// The largest level (ggml's `kMaxQ − 1`).
+const MAX_LEVEL: i32 = 7;
+
+/// ggml's `quantize_row_iq3_s_impl(32, …)` on the blocks of `x` (`out.len()` of them), with
+/// importance weights `qw` (`w = qw·√(σ² + x²)`, `σ² = 2·Σx²/256`) or without (`w = x²`).
+/// Every sign is stored (no folding).
+pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3S]) {
+    let grid = search();
+    for (ibl, y) in out.iter_mut().enumerate() {
+        *y = BlockIQ3S::zeroed();
+        let xbl = &x[QK_K * ibl..QK_K * (ibl + 1)];
+        let mut scales = [0f32; QK_K / 32];
+        let mut max_scale = 0f32;
+        let sigma2 = 2.0 * sum_x2(xbl) / QK_K as f32;
+        // Where the next sub-block's indices and signs go: ggml advances its pointers only
+        // past sub-blocks that are not all zeros, so those after one move down (their high
+        // index bits stay in place).
+        let mut at = 0;
+        for ib in 0..QK_K / 32 {
+            let xb = &xbl[32 * ib..32 * ib + 32];
+            let mut weight = [0f32; 32];
+            let w0 = QK_K * ibl + 32 * ib;
+            sub_block_weights(qw.map(|q| &q[w0..w0 + 32]), xb, sigma2, &mut weight);
+            let waux = weight.map(f32::sqrt);
+            let mut xval = [0f32; 32];
+            let mut signs = [0u8; 4];
+            for (i, &v) in xb.iter().enumerate() {
+                if v >= 0.0 {
+                    xval[i] = v;
+                } else {
+                    xval[i] = -v;
+                    signs[i / 8] |= 1 << (i % 8);
+                }
+            }
+            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
+            if max == 0.0 {
+                continue;
+            }
+            let mut l = [0i8; 32];
+            let trials = (-9..=9).map(|is| (15.0 + is as f32 * 0.2) / max);
+            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
+            let mut scale = search_on_grid(
+                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, true, &mut l,
+            );
+            if scale < 0.0 {
+                // ggml's guard for a negative least-squares scale: flip it and the signs.
+                scale = -scale;
+                for s in &mut signs {
+                    *s = !*s;
+                }
+            }
+            for k in 0..8 {
+                let u = GridSearch::<4>::index_of(&l[4 * k..4 * k + 4], 3);
+                // Every level set above is a grid point's (ggml aborts otherwise).
+                let gi = grid.on_grid(u).unwrap_or(0);
+                y.qs[8 * at + k] = gi as u8;
+                y.qh[ib] |= ((gi >> 8) as u8) << k;
+            }
+            y.signs[4 * at..4 * at + 4].copy_from_slice(&signs);
+            at += 1;
+            scales[ib] = scale;
+            max_scale = c_max(max_scale, scale);
+        }
+        if max_scale == 0.0 {
+            continue;
+        }
+        let d = max_scale / 31.0;
+        // ggml's fudge factor on the stored scale only.
+        y.d = to_fp16(d * 1.033);
+        let id = 1.0 / d;
+        for ib in (0..QK_K / 32).step_by(2) {
+            let l1 = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
+            let l2 = nearest_int(0.5 * (id * scales[ib + 1] - 1.0)).clamp(0, 15) as u8;
+            y.scales[ib / 2] = l1 | (l2 << 4);
+        }
+    }
+}

@@ -5,14 +5,19 @@
 //! indices (`ksigns_iq2xs`, bits `7l..7l + 7` for values `8l..8l + 8`) and the 4-bit scale
 //! `s` in bits 28–31. Value: `d·(0.5 + s)·0.5·grid·sign`. Its dot product pairs with Q8_K.
 //!
-//! ggrs reads and multiplies IQ3_XXS but does not quantize to it (not written yet).
+//! Writing it is ggml's `quantize_row_iq3_xxs_impl` ([`quantize_blocks`]), with importance
+//! weights (`llama-quantize --imatrix`) or without (`quantize_row_iq3_xxs_ref`).
 
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use std::sync::OnceLock;
+
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3XXS_GRID;
-use super::k_quants::QK_K;
+use super::iq_search::{fold_signs, grid_search, search_on_grid, sub_block_weights, GridSearch};
+use super::k_quants::{nearest_int, sum_x2, QK_K};
+use super::{c_max, to_fp16};
 
 /// One IQ3_XXS block.
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
@@ -59,4 +64,84 @@ fn db(x: &BlockIQ3XXS, d: f32, g: usize) -> f32 {
     d * (0.5 + (x.aux(g / 2) >> 28) as f32) * 0.5
 }
 
-iq_block!(BlockIQ3XXS, IQ3XXS, 0.25, codes, db);
+iq_block!(BlockIQ3XXS, IQ3XXS, 0.25, codes, db, quantize_blocks, false);
+
+/// The IQ3_XXS grid's search (ggml's `iq3xs_init_impl(256)`): levels 0–7 of magnitudes
+/// 4, 12, …, 52, 62; two neighbour distances.
+fn search() -> &'static GridSearch<4> {
+    static CELL: OnceLock<GridSearch<4>> = OnceLock::new();
+    let bytes = [0x04, 0x0c, 0x14, 0x1c, 0x24, 0x2c, 0x34, 0x3e];
+    grid_search(&CELL, |k| IQ3XXS_GRID[k] as u64, 256, &bytes, 3, 4096, 2)
+}
+
+/// The largest level (ggml's `kMaxQ − 1`).
+const MAX_LEVEL: i32 = 7;
+
+/// ggml's `quantize_row_iq3_xxs_impl(256, …)` on the blocks of `x` (`out.len()` of them),
+/// with importance weights `qw` (`w = qw·√(σ² + x²)`, `σ² = 2·Σx²/256`) or without
+/// (`w = x²`).
+pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3XXS]) {
+    let grid = search();
+    for (ibl, y) in out.iter_mut().enumerate() {
+        let xbl = &x[QK_K * ibl..QK_K * (ibl + 1)];
+        // Grid indices (64 bytes), then the sign-and-scale words.
+        let mut q3 = [0u8; QK_K / 4];
+        let mut words = [0u32; QK_K / 32];
+        let mut scales = [0f32; QK_K / 32];
+        let mut max_scale = 0f32;
+        let sigma2 = 2.0 * sum_x2(xbl) / QK_K as f32;
+        for ib in 0..QK_K / 32 {
+            let xb = &xbl[32 * ib..32 * ib + 32];
+            let mut weight = [0f32; 32];
+            let w0 = QK_K * ibl + 32 * ib;
+            sub_block_weights(qw.map(|q| &q[w0..w0 + 32]), xb, sigma2, &mut weight);
+            let waux = weight.map(f32::sqrt);
+            let mut xval = [0f32; 32];
+            let mut signs = fold_signs(xb, &weight, &mut xval);
+            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
+            if max < 1e-8 {
+                continue;
+            }
+            let mut l = [0i8; 32];
+            let trials = (-15..=15).map(|is| (15.0 + is as f32 * 0.2) / max);
+            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
+            let mut scale = search_on_grid(
+                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
+            );
+            if scale < 0.0 {
+                // ggml's guard for a negative least-squares scale: flip it and the signs.
+                scale = -scale;
+                for s in &mut signs {
+                    *s = !*s & 127;
+                }
+            }
+            for k in 0..8 {
+                let u = GridSearch::<4>::index_of(&l[4 * k..4 * k + 4], 3);
+                // Every level set above is a grid point's (ggml aborts otherwise).
+                q3[8 * ib + k] = grid.on_grid(u).unwrap_or(0) as u8;
+            }
+            words[ib] = signs[0] as u32
+                | (signs[1] as u32) << 7
+                | (signs[2] as u32) << 14
+                | (signs[3] as u32) << 21;
+            scales[ib] = scale;
+            max_scale = c_max(max_scale, scale);
+        }
+        *y = BlockIQ3XXS::zeroed();
+        if max_scale == 0.0 {
+            continue;
+        }
+        let d = max_scale / 31.0;
+        // ggml's "small improvement via this fudge factor" on the stored scale only.
+        y.d = to_fp16(d * 1.0125);
+        let id = 1.0 / d;
+        for ib in 0..QK_K / 32 {
+            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15);
+            words[ib] |= (l as u32) << 28;
+        }
+        y.qs[..QK_K / 4].copy_from_slice(&q3);
+        for (b, w) in y.qs[QK_K / 4..].chunks_exact_mut(4).zip(&words) {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+    }
+}

@@ -64,10 +64,36 @@ pub(crate) struct IqCodes {
 
 /// The `IqBlock` and `BlockQuant` impls of an IQ2/IQ3 block type `$B` (with an f16 field
 /// `d`): its decoder `$codes(&B) -> IqCodes`, and `$db(&B, d, g)`, the float scale ggml's
-/// dequantizer gives group `g` of 16 values. ggrs does not write these types
-/// (`QUANTIZES = false`).
+/// dequantizer gives group `g` of 16 values. With `$quant, $needs`, the type is written by
+/// `$quant(x, Option<weights>, &mut [B])` (ggml's `quantize_row_*_impl`), and `$needs` says
+/// that it needs importance weights ([`BlockQuant::NEEDS_WEIGHTS`]); without them ggrs does
+/// not write it (`QUANTIZES = false`).
 macro_rules! iq_block {
     ($B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path) => {
+        $crate::quants::iq_codes::iq_block!(@impl $B, $dtype, $factor, $codes, $db,
+            quantizes: false, needs: false,
+            /// Not written yet (`QUANTIZES` is false): an all-zero block.
+            fn quantize(_x: &[f32]) -> Self {
+                <Self as bytemuck::Zeroable>::zeroed()
+            }
+        );
+    };
+    ($B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path, $quant:path, $needs:expr) => {
+        $crate::quants::iq_codes::iq_block!(@impl $B, $dtype, $factor, $codes, $db,
+            quantizes: true, needs: $needs,
+            fn quantize(x: &[f32]) -> Self {
+                let mut b = [<Self as bytemuck::Zeroable>::zeroed()];
+                $quant(x, None, &mut b);
+                b[0]
+            }
+
+            fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+                $quant(x, Some(qw), out)
+            }
+        );
+    };
+    (@impl $B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path,
+        quantizes: $q:expr, needs: $needs:expr, $($write:item)*) => {
         impl $crate::quants::iq_codes::IqBlock for $B {
             const FACTOR: f32 = $factor;
             fn codes(&self) -> $crate::quants::iq_codes::IqCodes {
@@ -84,7 +110,8 @@ macro_rules! iq_block {
             type VecDot = $crate::quants::BlockQ8K;
             const GGML_X86_DOT: Option<$crate::quants::VecDotKernel> =
                 Some($crate::quants::iq_codes::iq_dot_x86::<$B>);
-            const QUANTIZES: bool = false;
+            const QUANTIZES: bool = $q;
+            const NEEDS_WEIGHTS: bool = $needs;
 
             fn dequantize(&self, out: &mut [f32]) {
                 use $crate::quants::iq_codes::IqBlock;
@@ -92,10 +119,7 @@ macro_rules! iq_block {
                 $crate::quants::iq_codes::iq_dequantize(&self.codes(), |g| $db(self, d, g), out);
             }
 
-            /// Not written yet (`QUANTIZES` is false): an all-zero block.
-            fn quantize(_x: &[f32]) -> Self {
-                <Self as bytemuck::Zeroable>::zeroed()
-            }
+            $($write)*
 
             fn vec_dot(a: &[Self], b: &[$crate::quants::BlockQ8K]) -> f32 {
                 $crate::quants::iq_codes::iq_dot_generic(a, b)

@@ -54,6 +54,7 @@ pub mod iq3_xxs;
 pub mod iq4;
 pub(crate) mod iq_codes;
 pub(crate) mod iq_grids;
+pub(crate) mod iq_search;
 pub mod k_quants;
 pub mod mxfp4;
 pub mod nvfp4;
@@ -189,6 +190,13 @@ pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// IQ1_S … IQ3_S): [`quantize_row`] refuses it with [`Error::UnsupportedType`], its
     /// conversions have no `from_f32`, and its [`BlockQuant::quantize`] is not to be called.
     const QUANTIZES: bool = true;
+
+    /// True for a type ggml writes only with importance weights (IQ2_XXS, IQ2_XS, IQ1_S,
+    /// IQ1_M: `ggml_quantize_requires_imatrix` and the quantizers' asserts):
+    /// [`quantize_row`] refuses it with [`Error::UnsupportedType`] and its conversions have
+    /// no `from_f32`; [`quantize_row_weighted`] writes it. Its [`BlockQuant::quantize`]
+    /// (unit weights) is not what ggml would write.
+    const NEEDS_WEIGHTS: bool = false;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -296,6 +304,15 @@ pub fn dequantize_row<B: BlockQuant>(src: &[u8], dst: &mut [f32]) -> Result<()> 
 /// Encodes `src` (a multiple of the block size) into a row of `B` blocks in `dst` (exactly
 /// the row's size in bytes), bit-exact with ggml's `quantize_row_*_ref`.
 pub fn quantize_row<B: BlockQuant>(src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if B::QUANTIZES && B::NEEDS_WEIGHTS {
+        return Err(Error::UnsupportedType {
+            op: "quants::quantize_row",
+            dtype: B::DTYPE,
+            detail: "this type is written only with importance weights (an importance \
+                     matrix: ggrs quantize --imatrix FILE)"
+                .into(),
+        });
+    }
     if !B::QUANTIZES {
         return Err(Error::UnsupportedType {
             op: "quants::quantize_row",
@@ -435,7 +452,7 @@ pub(crate) struct QuantTraits {
 fn traits_of<B: BlockQuant>() -> QuantTraits {
     QuantTraits {
         to_f32: Some(to_f32_fn::<B>),
-        from_f32: if B::QUANTIZES {
+        from_f32: if B::QUANTIZES && !B::NEEDS_WEIGHTS {
             Some(from_f32_fn::<B>)
         } else {
             None
@@ -618,6 +635,19 @@ pub fn quantize_row_weighted_dyn(
 ) -> Result<()> {
     with_block!(dtype, B => quantize_row_weighted::<B>(src, weights, dst),
         _ => Err(not_a_block_type("quants::quantize_row_weighted_dyn", dtype)))
+}
+
+/// Whether ggrs writes block type `dtype` given importance weights: true for the types
+/// with a `from_f32` conversion and for those that need weights
+/// ([`BlockQuant::NEEDS_WEIGHTS`]); false for the others and for non-block types.
+pub fn quantizes_weighted(dtype: DType) -> bool {
+    with_block!(dtype, B => B::QUANTIZES, _ => false)
+}
+
+/// Whether block type `dtype` is written only with importance weights
+/// ([`BlockQuant::NEEDS_WEIGHTS`]).
+pub fn needs_weights(dtype: DType) -> bool {
+    with_block!(dtype, B => B::QUANTIZES && B::NEEDS_WEIGHTS, _ => false)
 }
 
 /// Scalar dot product for weight type `dtype` (see [`vec_dot_row`]).

@@ -105,11 +105,21 @@ pub enum QuantizeError {
     },
 }
 
-/// llama.cpp's `tensor_requires_imatrix`, for the types ggrs can choose: Q2_K tensors of a
-/// Q2_K_S file other than the embeddings and output.
+/// llama.cpp's `tensor_requires_imatrix`: the 1- to 3-bit grid i-quants (IQ3_S aside), and
+/// the Q2_K tensors of a Q2_K_S file, other than the embeddings and output.
 fn requires_imatrix(name: &str, ty: QuantType, file_type: FileType) -> bool {
     let embd_or_output = is_token_embd(name) || name == "output.weight";
-    !embd_or_output && ty == QuantType::Q2K && file_type == FileType::Q2KS
+    let needs = match ty {
+        QuantType::IQ3XXS
+        | QuantType::IQ2XXS
+        | QuantType::IQ2XS
+        | QuantType::IQ2S
+        | QuantType::IQ1M
+        | QuantType::IQ1S => true,
+        QuantType::Q2K => file_type == FileType::Q2KS,
+        _ => false,
+    };
+    !embd_or_output && needs
 }
 
 /// llama.cpp's `tensor_name_match_token_embd`.

@@ -312,7 +312,14 @@ pub fn fallback(ncols: usize, ty: QuantType) -> (QuantType, bool) {
         return (ty, false);
     }
     let f = match ty {
-        QuantType::IQ4XS => QuantType::IQ4NL,
+        QuantType::IQ4XS
+        | QuantType::IQ1S
+        | QuantType::IQ1M
+        | QuantType::IQ2XXS
+        | QuantType::IQ2XS
+        | QuantType::IQ2S
+        | QuantType::IQ3XXS
+        | QuantType::IQ3S => QuantType::IQ4NL,
         QuantType::Q2_0 | QuantType::Q2K | QuantType::Q3K | QuantType::TQ1_0 | QuantType::TQ2_0 => {
             QuantType::Q4_0
         }
@@ -386,6 +393,11 @@ impl State<'_> {
                 new = o;
             } else if ft == F::MXFP4Moe || falcon || !t.ne[0].is_multiple_of(new.block_size()) {
                 new = Q::Q8_0;
+            } else if matches!(
+                ft,
+                F::IQ2XXS | F::IQ2XS | F::IQ3XXS | F::IQ1S | F::IQ2S | F::IQ2M | F::IQ1M
+            ) {
+                new = Q::Q5K;
             } else if new != Q::Q8_0 {
                 new = Q::Q6K;
             }
@@ -395,8 +407,43 @@ impl State<'_> {
         } else if role == Role::TokenEmbd {
             if let Some(e) = self.opts.token_embedding_type {
                 new = e;
+            } else if matches!(ft, F::IQ2XXS | F::IQ2XS | F::IQ1S | F::IQ1M) {
+                new = Q::Q2K;
+            } else if matches!(ft, F::IQ2S | F::IQ2M | F::IQ3XXS) {
+                new = Q::IQ3S;
             } else if matches!(ft, F::TQ1_0 | F::TQ2_0 | F::Q2_0) {
                 new = Q::Q4K;
+            }
+        } else if matches!(
+            ft,
+            F::IQ2XXS | F::IQ2XS | F::IQ1S | F::IQ2S | F::IQ2M | F::IQ1M
+        ) {
+            // The 1- and 2-bit i-quant mixtures: their own rules for these roles only.
+            let iq2sm = matches!(ft, F::IQ2S | F::IQ2M);
+            if role.is_attn_v() {
+                new = if facts.n_gqa() >= 4 || n_expert >= 4 {
+                    Q::Q4K
+                } else if iq2sm {
+                    Q::IQ3S
+                } else {
+                    Q::Q2K
+                };
+                self.i_attention_wv += 1;
+            } else if n_expert == 8 && role == Role::AttnK {
+                new = Q::Q4K;
+            } else if role == Role::FfnDown {
+                if self.i_ffn_down < facts.n_layer / 8 {
+                    new = if iq2sm { Q::IQ3S } else { Q::Q2K };
+                }
+                self.i_ffn_down += 1;
+            } else if role == Role::AttnOutput {
+                if n_expert == 8 {
+                    new = Q::Q5K;
+                } else if matches!(ft, F::IQ1S | F::IQ1M) {
+                    new = Q::IQ2XXS;
+                } else if iq2sm {
+                    new = Q::IQ3S;
+                }
             }
         } else if role.is_attn_v() {
             let gqa4 = facts.n_gqa() >= 4;
@@ -404,6 +451,17 @@ impl State<'_> {
             match ft {
                 F::Q2K => new = if gqa4 { Q::Q4K } else { Q::Q3K },
                 F::Q2KS if gqa4 => new = Q::Q4K,
+                F::IQ3XXS => {
+                    new = if gqa4 {
+                        Q::Q4K
+                    } else if !self.opts.has_imatrix() {
+                        Q::IQ3S
+                    } else {
+                        Q::IQ3XXS
+                    }
+                }
+                F::IQ3XS | F::IQ3S if gqa4 => new = Q::Q4K,
+                F::IQ3M => new = Q::Q4K,
                 F::Q3KM => new = if i < 2 { Q::Q5K } else { Q::Q4K },
                 F::Q3KL => new = Q::Q5K,
                 F::IQ4NL | F::IQ4XS if gqa4 => new = Q::Q5K,
@@ -421,6 +479,16 @@ impl State<'_> {
         } else if role == Role::AttnK {
             if n_expert == 8 {
                 new = Q::Q8_0;
+            } else if ft == F::IQ3XS {
+                new = Q::IQ3XXS;
+            } else if ft == F::IQ3XXS {
+                new = Q::IQ2S;
+            }
+        } else if role == Role::AttnQ {
+            if ft == F::IQ3XS {
+                new = Q::IQ3XXS;
+            } else if ft == F::IQ3XXS {
+                new = Q::IQ2S;
             }
         } else if role == Role::FfnDown {
             let (il, nl) = self.layer_info(self.i_ffn_down, &t.name)?;
@@ -428,6 +496,9 @@ impl State<'_> {
             match ft {
                 F::Q2K => new = Q::Q3K,
                 F::Q2KS if il < nl / 8 => new = Q::Q4K,
+                F::IQ3XXS if !self.opts.has_imatrix() => {
+                    new = if il < nl / 8 { Q::Q4K } else { Q::Q3K }
+                }
                 F::Q3KM => {
                     new = if il < nl / 16 {
                         Q::Q5K
@@ -437,6 +508,7 @@ impl State<'_> {
                         Q::Q3K
                     }
                 }
+                F::IQ3M if il < nl / 8 || (n_expert == 8 && more) => new = Q::Q4K,
                 F::Q3KL => new = if falcon { Q::Q4K } else { Q::Q5K },
                 F::Q4KM => {
                     if falcon {
@@ -465,15 +537,27 @@ impl State<'_> {
                 if n_expert == 8 {
                     if matches!(
                         ft,
-                        F::Q2K | F::Q3KS | F::Q3KM | F::IQ4NL | F::Q4KS | F::Q4KM | F::IQ4XS
+                        F::Q2K
+                            | F::IQ3XS
+                            | F::IQ3XXS
+                            | F::Q3KS
+                            | F::Q3KM
+                            | F::IQ4NL
+                            | F::Q4KS
+                            | F::Q4KM
+                            | F::IQ3S
+                            | F::IQ3M
+                            | F::IQ4XS
                     ) {
                         new = Q::Q5K;
                     }
                 } else {
                     match ft {
                         F::Q2K => new = Q::Q3K,
+                        F::IQ3XXS => new = Q::IQ3S,
                         F::Q3KM => new = Q::Q4K,
                         F::Q3KL => new = Q::Q5K,
+                        F::IQ3M => new = Q::Q4K,
                         _ => {}
                     }
                 }
@@ -482,19 +566,26 @@ impl State<'_> {
             }
         } else if role == Role::AttnQkv {
             match ft {
-                F::Q3KM | F::Q3KL => new = Q::Q4K,
+                F::Q3KM | F::Q3KL | F::IQ3M => new = Q::Q4K,
                 F::Q4KM => new = Q::Q5K,
                 F::Q5KM => new = Q::Q6K,
                 _ => {}
             }
-        } else if role == Role::FfnGate {
-            // Only the IQ3_XS mixture (not offered) changes gate and up; the layer is still
-            // resolved, as llama.cpp does, so that a MoE name without a layer is an error.
-            self.layer_info(self.i_ffn_gate, &t.name)?;
-            self.i_ffn_gate += 1;
-        } else if role == Role::FfnUp {
-            self.layer_info(self.i_ffn_up, &t.name)?;
-            self.i_ffn_up += 1;
+        } else if role == Role::FfnGate || role == Role::FfnUp {
+            // Only the IQ3_XS mixture changes gate and up (the middle three quarters of the
+            // layers IQ3_XXS); the layer is resolved whatever the mixture, as llama.cpp does,
+            // so that a MoE name without a layer is an error.
+            let counter = if role == Role::FfnGate {
+                &mut self.i_ffn_gate
+            } else {
+                &mut self.i_ffn_up
+            };
+            let c = *counter;
+            *counter += 1;
+            let (il, nl) = self.layer_info(c, &t.name)?;
+            if ft == F::IQ3XS && il >= nl / 8 && il < 7 * nl / 8 {
+                new = Q::IQ3XXS;
+            }
         }
         Ok(new)
     }

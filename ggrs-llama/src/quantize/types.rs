@@ -52,11 +52,25 @@ pub enum QuantType {
     Q1_0,
     /// 2-bit codes `−1, 0, 1, 2` times the largest magnitude (64 values per block).
     Q2_0,
+    /// 2.06-bit grid i-quant (needs an importance matrix).
+    IQ2XXS,
+    /// 2.31-bit grid i-quant (needs an importance matrix).
+    IQ2XS,
+    /// 3.06-bit grid i-quant.
+    IQ3XXS,
+    /// 1.56-bit grid i-quant (needs an importance matrix).
+    IQ1S,
+    /// 3.44-bit grid i-quant.
+    IQ3S,
+    /// 2.5-bit grid i-quant.
+    IQ2S,
+    /// 1.75-bit grid i-quant (needs an importance matrix).
+    IQ1M,
 }
 
 impl QuantType {
     /// Every type, in ggml id order.
-    pub const ALL: [QuantType; 21] = [
+    pub const ALL: [QuantType; 28] = [
         QuantType::F32,
         QuantType::F16,
         QuantType::Q4_0,
@@ -69,8 +83,15 @@ impl QuantType {
         QuantType::Q4K,
         QuantType::Q5K,
         QuantType::Q6K,
+        QuantType::IQ2XXS,
+        QuantType::IQ2XS,
+        QuantType::IQ3XXS,
+        QuantType::IQ1S,
         QuantType::IQ4NL,
+        QuantType::IQ3S,
+        QuantType::IQ2S,
         QuantType::IQ4XS,
+        QuantType::IQ1M,
         QuantType::BF16,
         QuantType::TQ1_0,
         QuantType::TQ2_0,
@@ -95,8 +116,15 @@ impl QuantType {
             QuantType::Q4K => 12,
             QuantType::Q5K => 13,
             QuantType::Q6K => 14,
+            QuantType::IQ2XXS => 16,
+            QuantType::IQ2XS => 17,
+            QuantType::IQ3XXS => 18,
+            QuantType::IQ1S => 19,
             QuantType::IQ4NL => 20,
+            QuantType::IQ3S => 21,
+            QuantType::IQ2S => 22,
             QuantType::IQ4XS => 23,
+            QuantType::IQ1M => 29,
             QuantType::BF16 => 30,
             QuantType::TQ1_0 => 34,
             QuantType::TQ2_0 => 35,
@@ -125,6 +153,13 @@ impl QuantType {
             QuantType::Q6K => "q6_K",
             QuantType::IQ4NL => "iq4_nl",
             QuantType::IQ4XS => "iq4_xs",
+            QuantType::IQ2XXS => "iq2_xxs",
+            QuantType::IQ2XS => "iq2_xs",
+            QuantType::IQ3XXS => "iq3_xxs",
+            QuantType::IQ1S => "iq1_s",
+            QuantType::IQ3S => "iq3_s",
+            QuantType::IQ2S => "iq2_s",
+            QuantType::IQ1M => "iq1_m",
             QuantType::TQ1_0 => "tq1_0",
             QuantType::TQ2_0 => "tq2_0",
             QuantType::MXFP4 => "mxfp4",
@@ -163,7 +198,14 @@ impl QuantType {
             | QuantType::Q6K
             | QuantType::IQ4XS
             | QuantType::TQ1_0
-            | QuantType::TQ2_0 => 256,
+            | QuantType::TQ2_0
+            | QuantType::IQ2XXS
+            | QuantType::IQ2XS
+            | QuantType::IQ3XXS
+            | QuantType::IQ1S
+            | QuantType::IQ3S
+            | QuantType::IQ2S
+            | QuantType::IQ1M => 256,
         }
     }
 
@@ -172,9 +214,12 @@ impl QuantType {
         !matches!(self, QuantType::F32 | QuantType::F16 | QuantType::BF16)
     }
 
-    /// The element type of this build with the same id, if it has one.
+    /// The element type of this build with the same id, if this build can write it (with
+    /// importance weights where the type needs them): `None` for a type it reads but does
+    /// not write yet.
     pub fn dtype(self) -> Option<DType> {
         DType::from_id(self.id())
+            .filter(|&d| !self.is_quantized() || ggrs_core::quants::quantizes_weighted(d))
     }
 
     /// The recipe type of a build's element type, if recipes know it.
@@ -243,17 +288,47 @@ pub enum FileType {
     Q1_0,
     /// Q2_0 (token embedding Q4_K).
     Q2_0,
+    /// IQ2_XXS mixture (needs an importance matrix).
+    IQ2XXS,
+    /// IQ2_XS mixture (needs an importance matrix).
+    IQ2XS,
+    /// IQ2_S mixture (IQ2_XS weights, IQ3_S in places; needs an importance matrix).
+    IQ2S,
+    /// IQ2_M mixture (IQ2_S weights, IQ3_S in places; needs an importance matrix).
+    IQ2M,
+    /// IQ3_XXS mixture (needs an importance matrix).
+    IQ3XXS,
+    /// IQ3_XS mixture (IQ3_S and IQ3_XXS).
+    IQ3XS,
+    /// IQ3_S mixture.
+    IQ3S,
+    /// IQ3_M mixture (IQ3_S, Q4_K in places).
+    IQ3M,
+    /// IQ1_S mixture (needs an importance matrix).
+    IQ1S,
+    /// IQ1_M mixture (needs an importance matrix).
+    IQ1M,
 }
 
 impl FileType {
     /// Every file type, with the names llama-quantize accepts (upper case).
-    pub const ALL: [(FileType, &'static str); 25] = [
+    pub const ALL: [(FileType, &'static str); 35] = [
         (FileType::Q4_0, "Q4_0"),
         (FileType::Q4_1, "Q4_1"),
         (FileType::Q5_0, "Q5_0"),
         (FileType::Q5_1, "Q5_1"),
         (FileType::Q2K, "Q2_K"),
         (FileType::Q2KS, "Q2_K_S"),
+        (FileType::IQ3XS, "IQ3_XS"),
+        (FileType::IQ3XXS, "IQ3_XXS"),
+        (FileType::IQ3S, "IQ3_S"),
+        (FileType::IQ3M, "IQ3_M"),
+        (FileType::IQ2XXS, "IQ2_XXS"),
+        (FileType::IQ2XS, "IQ2_XS"),
+        (FileType::IQ2S, "IQ2_S"),
+        (FileType::IQ2M, "IQ2_M"),
+        (FileType::IQ1S, "IQ1_S"),
+        (FileType::IQ1M, "IQ1_M"),
         (FileType::Q3KS, "Q3_K_S"),
         (FileType::Q3KM, "Q3_K_M"),
         (FileType::Q3KL, "Q3_K_L"),
@@ -328,8 +403,18 @@ impl FileType {
             FileType::Q5KS => 16,
             FileType::Q5KM => 17,
             FileType::Q6K => 18,
+            FileType::IQ2XXS => 19,
+            FileType::IQ2XS => 20,
             FileType::Q2KS => 21,
+            FileType::IQ3XS => 22,
+            FileType::IQ3XXS => 23,
+            FileType::IQ1S => 24,
             FileType::IQ4NL => 25,
+            FileType::IQ3S => 26,
+            FileType::IQ3M => 27,
+            FileType::IQ2S => 28,
+            FileType::IQ2M => 29,
+            FileType::IQ1M => 31,
             FileType::IQ4XS => 30,
             FileType::BF16 => 32,
             FileType::TQ1_0 => 36,
@@ -363,6 +448,13 @@ impl FileType {
             FileType::MXFP4Moe => QuantType::MXFP4,
             FileType::Q1_0 => QuantType::Q1_0,
             FileType::Q2_0 => QuantType::Q2_0,
+            FileType::IQ2XXS => QuantType::IQ2XXS,
+            FileType::IQ2XS | FileType::IQ2S => QuantType::IQ2XS,
+            FileType::IQ2M => QuantType::IQ2S,
+            FileType::IQ3XXS => QuantType::IQ3XXS,
+            FileType::IQ3XS | FileType::IQ3S | FileType::IQ3M => QuantType::IQ3S,
+            FileType::IQ1S => QuantType::IQ1S,
+            FileType::IQ1M => QuantType::IQ1M,
         }
     }
 }
