@@ -9,5 +9,6 @@ mod embeddings;
 mod hardening;
 mod responsive;
 mod serving;
+mod speculative;
 mod structured;
 mod tools;
