@@ -10,5 +10,6 @@ mod hardening;
 mod hybrids;
 mod responsive;
 mod serving;
+mod speculative;
 mod structured;
 mod tools;

@@ -325,7 +325,8 @@ pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
     let wide = crate::cpu::features().runs(Isa::Avx512Vnni) && kind.has_vnni_build();
     match (kind, wide) {
         (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[8, 4],
-        (Kind::Q4_0Chain | Kind::IQ4NLChain, false) => &[4],
+        (Kind::Q4_0Chain, false) => &[4, 3, 2],
+        (Kind::IQ4NLChain, false) => &[4],
         (Kind::Q8_0Lanes, true) => &[2],
         // AVX2 has 16 vector registers: two columns' sixteen accumulators plus the eight
         // weight quads spill, and how much they spill moves with unrelated code changes;

@@ -775,6 +775,7 @@ mod panels {
         // The packed copy holds the panels of every matrix of a stack (3-D weights), one
         // matrix after the other.
         let plane = (a3 * a.ne[2] + a2) * np;
+        let dense = d.nb[0] == 4;
         for p in split_range(np, nrb, pos) {
             let i0 = p * ROWS;
             let buf = match task.packed.is_null() {
@@ -799,6 +800,13 @@ mod panels {
                     y,
                     aux,
                     |j, col| {
+                        let at = d.data.add(d.offset(i0, j, i2, i3)) as *mut f32;
+                        if dense {
+                            // SAFETY: the panel's sixteen adjacent elements of column j,
+                            // inside dst (rows i0..i0 + 16 < n).
+                            std::ptr::copy_nonoverlapping(col.as_ptr(), at, ROWS);
+                            return;
+                        }
                         for (r, &v) in col.iter().enumerate() {
                             // SAFETY: an element of this chunk's panel, inside dst.
                             *(d.data.add(d.offset(i0 + r, j, i2, i3)) as *mut f32) = v;
@@ -857,6 +865,7 @@ mod panels {
                 match g {
                     8 => columns!(8),
                     4 => columns!(4),
+                    3 => columns!(3),
                     2 => columns!(2),
                     _ => {}
                 }
@@ -1221,6 +1230,46 @@ mod tests {
                     want.to_bits(),
                     "batch {batch} row {i}"
                 );
+            }
+        }
+    }
+
+    /// Q4_0 per-column products whose columns the panel kernel takes several per pass (the
+    /// groups of `select::panel_column_groups`: 4, 3, 2, then one at a time) give every
+    /// column the bits of a one-column product: odd block counts (the last block of a panel
+    /// is a lone half of a packed pair), rows past the last whole panel, 1 to 11 columns
+    /// (every mix of groups), packed ahead or packed per chunk, on 1 and 2 threads.
+    #[test]
+    fn q4_0_column_groups_keep_one_column_bits() {
+        let mut seed = 91u64;
+        for (k, n) in [(32 * 17, 40usize), (32 * 28, 35), (32 * 3, 16)] {
+            let w = Arc::new(weights(DType::Q4_0, k, n, &mut seed));
+            let packed = PackedWeight::pack(DType::Q4_0, [k, n, 1, 1], &w);
+            let m = 11;
+            let b: Vec<f32> = (0..k * m)
+                .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
+                .collect();
+            let alone: Vec<Vec<f32>> = (0..m)
+                .map(|j| product(DType::Q4_0, k, n, &w, &b[j * k..(j + 1) * k], 1))
+                .collect();
+            for cols in 1..=m {
+                for nth in [1, 2] {
+                    for pk in [packed.as_ref(), None] {
+                        let got =
+                            product_with(DType::Q4_0, k, n, &w, &b[..cols * k], nth, true, pk);
+                        for j in 0..cols {
+                            for i in 0..n {
+                                assert_eq!(
+                                    got[i + n * j].to_bits(),
+                                    alone[j][i].to_bits(),
+                                    "k {k}, n {n}: row {i} of column {j} of {cols} on {nth} \
+                                     threads (packed ahead: {})",
+                                    pk.is_some()
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }

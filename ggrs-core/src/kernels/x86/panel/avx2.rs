@@ -93,47 +93,46 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); 2]; C];
-        for i in 0..nb {
-            let (sc, vec) = q4_0_at(i);
-            // Exact: every f16 is an f32.
-            let h = _mm256_loadu_si256(panel.add(sc).cast());
-            let dx = [
-                _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
-                _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h)),
-            ];
-            let p = panel.add(vec);
-            for (half, &dxh) in dx.iter().enumerate() {
-                let mut lo = [_mm256_setzero_si256(); 4];
-                let mut hi = [_mm256_setzero_si256(); 4];
+        // One half panel (eight rows) at a time, and within a block one quad group of codes
+        // at a time against every column: the group's two code vectors, the columns' 16-bit
+        // sums and their accumulators stay in registers for up to four columns (the second
+        // half re-reads the panel from L1). Measured on AMD EPYC (AVX2, one L1-resident
+        // panel, four columns): 6.4 ns a block and column, against 7.5 ns for the
+        // block-outer loop with both halves' accumulators, which spilled. The 16-bit sums
+        // are exact integers in any order of addition; the f32 steps are the one-column
+        // kernel's, in its order.
+        for half in 0..2 {
+            let mut acc = [_mm256_setzero_ps(); C];
+            for i in 0..nb {
+                let (sc, vec) = q4_0_at(i);
+                // Exact: every f16 is an f32.
+                let dxh = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
+                let p = panel.add(vec + 32 * half);
+                let mut s16 = [_mm256_setzero_si256(); C];
                 for g in 0..4 {
-                    let v = _mm256_loadu_si256(p.add(64 * g + 32 * half).cast());
-                    lo[g] = _mm256_and_si256(v, low);
-                    hi[g] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    let v = _mm256_loadu_si256(p.add(64 * g).cast());
+                    let lo = _mm256_and_si256(v, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                    for (c, s) in s16.iter_mut().enumerate() {
+                        let yq = y[c].add(i * Q8_0_BYTES + 2 + 4 * g);
+                        let m = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(lo, quad(yq)),
+                            _mm256_maddubs_epi16(hi, quad(yq.add(16))),
+                        );
+                        *s = _mm256_add_epi16(*s, m);
+                    }
                 }
-                for c in 0..C {
-                    let yq = y[c].add(i * Q8_0_BYTES + 2);
+                for (c, a) in acc.iter_mut().enumerate() {
                     let ax = aux[c].add(i * AUX_BYTES);
-                    let m = |g: usize| {
-                        _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo[g], quad(yq.add(4 * g))),
-                            _mm256_maddubs_epi16(hi[g], quad(yq.add(16 + 4 * g))),
-                        )
-                    };
-                    let s16 = _mm256_add_epi16(
-                        _mm256_add_epi16(m(0), m(1)),
-                        _mm256_add_epi16(m(2), m(3)),
-                    );
                     let seed = _mm256_set1_epi32(read_u32(ax.add(4)) as i32);
-                    let s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), seed);
+                    let s = _mm256_add_epi32(_mm256_madd_epi16(s16[c], ones), seed);
                     let d = _mm256_mul_ps(dxh, _mm256_set1_ps(read_f32(ax)));
-                    acc[c][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[c][half]);
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *a);
                 }
             }
-        }
-        for (o, a) in out.iter_mut().zip(&acc) {
-            _mm256_storeu_ps(o.as_mut_ptr(), a[0]);
-            _mm256_storeu_ps(o.as_mut_ptr().add(8), a[1]);
+            for (o, a) in out.iter_mut().zip(&acc) {
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * half), *a);
+            }
         }
     }
 }
