@@ -24,6 +24,7 @@ use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
+use crate::kv_shift::{KeyRotary, KeyShift};
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{
     add_opt, cached_attention_sinks, AttnDims, AttnScores, AttnTemperature, LayerView, StepInputs,
@@ -424,6 +425,26 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
     ) -> Result<Option<StepTensors>> {
         self.forward(ctx, hp, w, kv, shape, false).map(Some)
     }
+
+    fn key_shift(
+        &self,
+        hp: &HParams,
+        w: &ImportedWeights,
+        _kv: &KvCache,
+    ) -> std::result::Result<KeyShift, String> {
+        let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
+        let nope = self.options.nope_period;
+        Ok(KeyShift {
+            layers: (0..self.layers.len())
+                .map(|il| match nope.is_some_and(|p| (il + 1) % p == 0) {
+                    true => None,
+                    false => Some(rope.for_keys()),
+                })
+                .collect(),
+            head_dim: hp.head_dim,
+            n_head_kv: hp.n_head_kv,
+        })
+    }
 }
 
 /// The rotary embedding of a step: its parameters, YaRN's blend and magnitude factor when
@@ -470,10 +491,16 @@ impl Rotary {
 
     /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
     pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
-        Ok(match self.yarn {
-            None => ctx.rope_ext_factors(x, pos, self.freqs, self.params)?,
-            Some(y) => ctx.rope_yarn(x, pos, self.freqs, self.params, y)?,
-        })
+        self.for_keys().apply(ctx, x, pos)
+    }
+
+    /// The same rotary, as the context shift re-applies it to cached keys.
+    pub fn for_keys(&self) -> KeyRotary {
+        KeyRotary {
+            params: self.params,
+            yarn: self.yarn,
+            freqs: self.freqs,
+        }
     }
 }
 
