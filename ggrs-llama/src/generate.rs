@@ -428,6 +428,7 @@ impl Session {
                 n_ctx,
             });
         }
+        self.shifts.clear();
         let model = self.model().clone();
         let mut picker = Picker::new(model.tokenizer(), params, context);
         let mut timings = Timings {

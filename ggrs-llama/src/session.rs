@@ -134,6 +134,9 @@ pub struct Session {
     /// Whether generation shifts the context when it reaches its end, and the prompt
     /// tokens it keeps ([`Session::set_context_shift`]).
     pub(crate) context_shift: Option<i32>,
+    /// The context shifts made since the last generation began (`(kept, dropped)` cells,
+    /// in order), so that a record of the cached tokens can drop the same ones.
+    pub(crate) shifts: Vec<(usize, usize)>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -504,6 +507,7 @@ impl Session {
             prompt_state: None,
             speculation: None,
             context_shift: None,
+            shifts: Vec::new(),
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -562,6 +566,13 @@ impl Session {
         }
         self.context_shift = keep;
         Ok(())
+    }
+
+    /// The context shifts ([`Session::context_shift`]) made since the last generation began,
+    /// in order: `(kept, dropped)` cells each. A record of the cached tokens drops
+    /// `kept..kept + dropped` of its tokens for each, in turn.
+    pub fn shifts(&self) -> &[(usize, usize)] {
+        &self.shifts
     }
 
     /// The context shift generation makes ([`Session::set_context_shift`]).
@@ -767,6 +778,7 @@ impl Session {
         self.kv.remove_range(0, keep, end);
         self.kv
             .shift_positions(0, end, n_past as i32, -(n_discard as i32))?;
+        self.shifts.push((n_keep, n_discard));
         Ok(n_discard)
     }
 

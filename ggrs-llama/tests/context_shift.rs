@@ -71,10 +71,6 @@ fn generation_past_the_context_gives_llama_servers_tokens() {
     }
 }
 
-fn params_of(s: &Session) -> SessionParams {
-    *s.params()
-}
-
 /// The largest difference between two logit rows.
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -192,4 +188,35 @@ fn a_context_shift_is_refused_where_positions_cannot_move() {
     let mut ok = Session::new(tiny("tiny-llama-f16.gguf"), small).unwrap();
     ok.set_context_shift(Some(4)).unwrap();
     assert_eq!(ok.context_shift_keep(), Some(4));
+}
+
+/// The prompt cache's record of the cached tokens drops what a shift dropped, so that the
+/// next prompt reuses exactly the prefix the cache holds.
+#[test]
+fn the_prompt_cache_record_follows_a_shift() {
+    let model = tiny("tiny-llama-f16.gguf");
+    let params = SessionParams {
+        n_ctx: 64,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let mut s = Session::new(model.clone(), params).unwrap();
+    s.set_context_shift(Some(2)).unwrap();
+    let prompt = model.encode_prompt("Rust is a language").unwrap();
+    let mut gen = common::greedy(100);
+    gen.ignore_eos = true;
+    let mut cache = ggrs_llama::PromptCache::new();
+    let g = cache
+        .generate(&mut s, &prompt, &gen, |_| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(g.tokens.len(), 100);
+    assert!(!s.shifts().is_empty());
+    let mut all: Vec<u32> = prompt.iter().chain(&g.tokens[..99]).copied().collect();
+    for &(kept, dropped) in s.shifts() {
+        all.drain(kept..kept + dropped);
+    }
+    assert_eq!(cache.tokens(), &all[..]);
+    assert_eq!(cache.tokens().len(), s.n_past());
 }
