@@ -455,8 +455,12 @@ impl Session {
             size = size.max(m.used_mem());
         }
         // The graph that rotates the keys again after positions move (context shift), for
-        // an architecture that can.
-        if let Ok(shift) = model.arch().key_shift(hp, &w, &kv) {
+        // an architecture and a cache that can (see `Session::supports_shift`).
+        let movable = params.n_streams <= 1 && window_cells.is_none() && kv.recurrent.is_none();
+        if let Some(shift) = movable
+            .then(|| model.arch().key_shift(hp, &w, &kv).ok())
+            .flatten()
+        {
             m.rewind(before)?;
             let (_, graph) = crate::kv_shift::build_key_shift(&mut m, &kv, &shift)?;
             m.alloc_graph(&graph)?;
