@@ -71,15 +71,6 @@ fn generation_past_the_context_gives_llama_servers_tokens() {
     }
 }
 
-/// The largest difference between two logit rows.
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 /// Attention sees only position differences: tokens evaluated at positions 20.. and then
 /// moved down by 20 (their keys rotated back, [`Session::shift_positions`]) give the next
 /// token the logits of the same tokens evaluated at 0.. (up to rounding the rotated keys to
@@ -111,7 +102,7 @@ fn moved_keys_are_rotated_by_the_delta() {
         let mut direct = Session::new(model.clone(), params).unwrap();
         direct.decode(&batch(&tokens[..40], 0)).unwrap();
         direct.decode(&batch(&tokens[40..], 40)).unwrap();
-        let d = max_diff(moved.logits(), direct.logits());
+        let d = common::max_diff(moved.logits(), direct.logits());
         let scale = direct.logits().iter().fold(0f32, |m, x| m.max(x.abs()));
         eprintln!("K {k}, V {v}: largest logit difference {d} (largest logit {scale})");
         assert!(d < tol, "K {k}, V {v}: logits differ by {d}");

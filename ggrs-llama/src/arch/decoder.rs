@@ -18,7 +18,7 @@
 
 use std::fmt::Debug;
 
-use ggrs_core::{Context, RopeMode, RopeParams, RopeYarn, Tensor};
+use ggrs_core::{Context, RopeMode, Tensor};
 
 use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
@@ -438,7 +438,7 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
             layers: (0..self.layers.len())
                 .map(|il| match nope.is_some_and(|p| (il + 1) % p == 0) {
                     true => None,
-                    false => Some(rope.for_keys()),
+                    false => Some(rope),
                 })
                 .collect(),
             head_dim: hp.head_dim,
@@ -449,16 +449,9 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
 
 /// The rotary embedding of a step: its parameters, YaRN's blend and magnitude factor when
 /// the file asks for them, and per-pair frequency factors (Llama 3.1's `rope_freqs`,
-/// LongRoPE's long or short factors): `pos·base^(−2i/n_rot) / freqs[i]`.
-#[derive(Debug, Clone, Copy)]
-pub struct Rotary {
-    /// Dimensions rotated, pairing, frequency base and scale.
-    pub params: RopeParams,
-    /// YaRN's blend and the magnitude factor ([`HParams::rotary_with`]), or none.
-    pub yarn: Option<RopeYarn>,
-    /// `[n_rot / 2]` factors, or none.
-    pub freqs: Option<Tensor>,
-}
+/// LongRoPE's long or short factors): `pos·base^(−2i/n_rot) / freqs[i]`. The same type as
+/// the context shift re-applies to cached keys ([`KeyRotary`]).
+pub type Rotary = KeyRotary;
 
 impl Rotary {
     /// The model's rotary over `hp.n_rot` dimensions at its base and scale, in `mode`,
@@ -486,20 +479,6 @@ impl Rotary {
             params,
             yarn,
             freqs,
-        }
-    }
-
-    /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
-    pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
-        self.for_keys().apply(ctx, x, pos)
-    }
-
-    /// The same rotary, as the context shift re-applies it to cached keys.
-    pub fn for_keys(&self) -> KeyRotary {
-        KeyRotary {
-            params: self.params,
-            yarn: self.yarn,
-            freqs: self.freqs,
         }
     }
 }
