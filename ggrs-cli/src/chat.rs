@@ -20,6 +20,8 @@ pub struct Args {
     #[command(flatten)]
     spec: crate::common::SpecArgs,
     #[command(flatten)]
+    shift: crate::common::ShiftArgs,
+    #[command(flatten)]
     grammar: crate::grammar::GrammarArgs,
     /// A system message that opens the conversation.
     #[arg(long)]
@@ -88,7 +90,8 @@ pub fn check_system(template: &ChatTemplate, system: Option<&str>) -> CliResult 
 pub fn run(a: Args) -> CliResult {
     let path = a.model.path()?;
     let model = a.model.load(true)?;
-    let session = a.model.session_with_spec(model, &a.spec)?;
+    let mut session = a.model.session_with_spec(model, &a.spec)?;
+    a.shift.apply(&mut session)?;
     let template = crate::common::resolve_template(session.model(), a.chat_template.as_deref())?;
     let mut chat = Chat::with_template(session, template);
     check_system(chat.template(), a.system.as_deref())?;

@@ -265,6 +265,38 @@ pub enum SpecKind {
     Draft,
 }
 
+/// Context shift options (llama.cpp's `--context-shift`, `--keep`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ShiftArgs {
+    /// Go on generating past the end of the context: keep the first --keep prompt tokens,
+    /// drop half of the tokens after them and move the rest down (their keys rotated
+    /// again), as llama.cpp's --context-shift. Without it generation stops when the
+    /// context is full. A prompt longer than the context is still an error.
+    #[arg(long = "context-shift")]
+    pub context_shift: bool,
+    /// With --context-shift: prompt tokens kept at every shift (after BOS, which is always
+    /// kept); -1: the whole prompt.
+    #[arg(
+        long = "keep",
+        value_name = "N",
+        default_value_t = 0,
+        allow_hyphen_values = true,
+        requires = "context_shift"
+    )]
+    pub keep: i32,
+}
+
+impl ShiftArgs {
+    /// Sets the session's context shift as asked (a typed error where the model or the
+    /// cache cannot move positions).
+    pub fn apply(&self, session: &mut Session) -> Result<(), Box<dyn std::error::Error>> {
+        if self.context_shift {
+            session.set_context_shift(Some(self.keep))?;
+        }
+        Ok(())
+    }
+}
+
 /// Speculative decoding options: faster, with the output of plain decoding (same tokens and
 /// log-probabilities, greedy or seeded).
 #[derive(clap::Args, Debug, Clone)]

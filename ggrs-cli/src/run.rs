@@ -68,6 +68,8 @@ pub struct Args {
         conflicts_with = "chat"
     )]
     prompt_ids: Option<Vec<u32>>,
+    #[command(flatten)]
+    shift: crate::common::ShiftArgs,
     /// Print one JSON object (token ids, text, timings) instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -106,6 +108,7 @@ pub fn run(a: Args) -> CliResult {
         (prompt, ids)
     };
     let mut session = a.model.session_with_spec(model.clone(), &a.spec)?;
+    a.shift.apply(&mut session)?;
     let params = GenerateParams {
         max_tokens: crate::common::n_predict(a.n_predict)?,
         sampling: a.sampling.params()?,

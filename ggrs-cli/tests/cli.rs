@@ -418,3 +418,57 @@ fn cache_types_run_and_bad_ones_are_errors() {
         "{out}"
     );
 }
+
+/// `--context-shift --keep N` lets `ggrs run` generate past the end of the context (llama.cpp's
+/// flags); without it generation stops there; a model that cannot move positions (a recurrent
+/// hybrid) is an error naming the flag.
+#[test]
+fn context_shift_runs_past_the_context_and_refuses_what_cannot_shift() {
+    let base = [
+        "run",
+        "-m",
+        &tiny(),
+        "-p",
+        "Rust is a language",
+        "-n",
+        "150",
+        "--temp",
+        "0",
+        "-c",
+        "64",
+        "--ignore-eos",
+        "--json",
+    ];
+    let run = |extra: &[&str]| ggrs(&[&base[..], extra].concat());
+    let json = |out: &str| -> serde_json::Value { serde_json::from_str(out).unwrap() };
+    let (ok, out, err) = run(&["--context-shift", "--keep", "4"]);
+    assert!(ok, "{err}");
+    let shifted = json(&out);
+    assert_eq!(shifted["tokens"].as_array().unwrap().len(), 150, "{out}");
+    let (ok, out, err) = run(&[]);
+    assert!(ok, "{err}");
+    let plain = json(&out);
+    assert_eq!(plain["stop"]["type"], "context_full", "{out}");
+    let n = plain["tokens"].as_array().unwrap().len();
+    // The same tokens until the context is full (the last one was sampled over a full cache).
+    assert_eq!(
+        plain["tokens"].as_array().unwrap()[..n - 1],
+        shifted["tokens"].as_array().unwrap()[..n - 1]
+    );
+    let (ok, _, err) = ggrs(&[
+        "run",
+        "-m",
+        &common::reference("tiny/tiny-granite-hybrid-f16.gguf"),
+        "-p",
+        "a b",
+        "-n",
+        "2",
+        "--context-shift",
+    ]);
+    assert!(
+        !ok && err.contains("context shift is not supported"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["--keep", "4"]);
+    assert!(!ok && err.contains("--context-shift"), "{err}");
+}

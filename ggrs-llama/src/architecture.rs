@@ -81,6 +81,7 @@ use crate::chat::template::{encode_rendered, ChatError, ChatTemplate};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
+use crate::kv_shift::KeyShift;
 use crate::loader::{ImportedWeights, WeightLoader};
 use crate::step::{StepInputs, StepShape};
 use crate::tokenizer::Tokenizer;
@@ -216,6 +217,21 @@ pub trait ArchModel: Any + Send + Sync + Debug {
     /// bidirectionally).
     fn reuses_cached_prefix(&self) -> bool {
         true
+    }
+
+    /// How the keys in `kv` are rotated, so that a session can rotate them again when a
+    /// sequence's positions move (a context shift, [`crate::kv_shift`]). `w` holds the
+    /// weights (frequency-factor tensors) as the step graph sees them. `Err(why)` (the
+    /// default): the architecture cannot move cached positions, and a context shift is
+    /// refused with `why` ([`crate::LlamaError::ContextShiftUnsupported`]).
+    fn key_shift(
+        &self,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+    ) -> std::result::Result<KeyShift, String> {
+        let _ = (hp, w, kv);
+        Err("its cached keys cannot be moved to other positions".into())
     }
 }
 

@@ -103,6 +103,17 @@ pub enum LlamaError {
         /// Context size.
         n_ctx: usize,
     },
+    /// A context shift (moving cached tokens to other positions) is not possible here.
+    #[error(
+        "context shift is not supported for `{arch}`: {reason} (run without --context-shift, \
+         or use a larger context)"
+    )]
+    ContextShiftUnsupported {
+        /// The model's architecture.
+        arch: String,
+        /// Why.
+        reason: String,
+    },
     /// A token id outside the vocabulary.
     #[error("token id {id} is out of range (the vocabulary has {n_vocab} tokens)")]
     TokenOutOfRange {

@@ -428,6 +428,7 @@ impl Session {
                 n_ctx,
             });
         }
+        self.shifts.clear();
         let model = self.model().clone();
         let mut picker = Picker::new(model.tokenizer(), params, context);
         let mut timings = Timings {
@@ -501,7 +502,20 @@ impl Session {
         let n_ctx = self.params().n_ctx;
         let nv = model.hparams.n_vocab;
         let max_tokens = picker.max_tokens();
-        let full = self.kv_cache().used() >= n_ctx;
+        // With a context shift, the cells kept (llama.cpp's n_keep: the prompt tokens asked
+        // for after BOS, at most the prompt, at most n_ctx − 4), and the last cell is never
+        // taken: the shift comes when the next token would take it.
+        let keep = self.context_shift.map(|k| {
+            let bos = usize::from(context.first().is_some_and(|&t| Some(t) == tok.bos()));
+            let kept = match usize::try_from(k) {
+                Ok(k) if k + bos <= context.len() => k + bos,
+                _ => context.len(),
+            };
+            kept.min(n_ctx.saturating_sub(4))
+        });
+        let n_ctx_gen = n_ctx - usize::from(keep.is_some());
+        let full_at = |used: usize| keep.is_none() && used >= n_ctx;
+        let full = full_at(self.kv_cache().used());
         let listen = |e: TokenEvent| on_token(&e).is_continue();
         let mut next = match picker.pick(self.logits(), tok, conventions, full, listen)? {
             Pick::Next(id) => id,
@@ -517,7 +531,7 @@ impl Session {
                 Some(s) => {
                     // Drafts the context has room for, and that could be kept before the
                     // token limit (the token sampled from the last row is never evaluated).
-                    let room = n_ctx.saturating_sub(used + 1);
+                    let room = n_ctx_gen.saturating_sub(used + 1);
                     let left = max_tokens.saturating_sub(picker.tokens.len() + 1);
                     let mut cap = s.params.draft_max.min(room).min(left);
                     if s.params.adaptive {
@@ -537,9 +551,14 @@ impl Session {
             };
             let t0 = Instant::now();
             if drafts.is_empty() {
+                if let Some(k) = keep.filter(|_| used + 1 >= n_ctx) {
+                    if self.context_shift(k)? == 0 {
+                        return Ok(StopReason::ContextFull);
+                    }
+                }
                 self.eval(&[next], false)?;
                 control.plain_step(t0.elapsed().as_secs_f64());
-                let full = self.kv_cache().used() >= n_ctx;
+                let full = full_at(self.kv_cache().used());
                 let listen = |e: TokenEvent| on_token(&e).is_continue();
                 match picker.pick(self.logits(), tok, conventions, full, listen)? {
                     Pick::Next(id) => {
@@ -564,7 +583,7 @@ impl Session {
             let mut j = 0;
             let outcome = loop {
                 let row = &self.all_logits()[j * nv..(j + 1) * nv];
-                let full = used + 1 + j >= n_ctx;
+                let full = full_at(used + 1 + j);
                 let listen = |e: TokenEvent| on_token(&e).is_continue();
                 match picker.pick(row, tok, conventions, full, listen)? {
                     Pick::Stop(stop) => break Err(stop),

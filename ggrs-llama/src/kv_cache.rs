@@ -55,6 +55,9 @@ pub struct KvCache {
     /// The recurrent layers' states, for a model that has such layers
     /// ([`KvCache::add_recurrent`]).
     pub recurrent: Option<RecurrentCache>,
+    /// Per cell, how far its position moved since its key was rotated
+    /// ([`KvCache::shift_positions`]); empty when no cell moved.
+    shifts: Vec<i32>,
 }
 
 /// The cells of the sliding-window layers of a trimmed cache (llama.cpp's SWA cache): a
@@ -241,6 +244,7 @@ impl KvCache {
                 None => Vec::new(),
             },
             recurrent: None,
+            shifts: Vec::new(),
             window: trimmed.map(|(n, window)| WindowCells {
                 window,
                 cells: vec![Cell::default(); n],
@@ -343,6 +347,7 @@ impl KvCache {
     /// Frees every cell.
     pub fn clear(&mut self) {
         self.cells.fill(Cell::default());
+        self.shifts.clear();
         if let Some(rs) = &mut self.recurrent {
             rs.clear();
         }
@@ -371,6 +376,13 @@ impl KvCache {
                     .map_or(0, |i| i + 1);
             }
         }
+    }
+
+    /// Frees the cells of `seq` at positions `p0..p1` (llama.cpp's `llama_memory_seq_rm`
+    /// with an end), in a cache without regions, window cells or recurrent layers (callers
+    /// check: [`KvCache::shift_positions`]).
+    pub fn remove_range(&mut self, seq: SeqId, p0: i32, p1: i32) {
+        remove_between(&mut self.cells, seq, p0, p1);
     }
 
     /// How many of the first `len` positions of `seq` a following step can build on: `len`,
@@ -402,6 +414,72 @@ impl KvCache {
             true => len,
             false => 0,
         }
+    }
+
+    /// Adds `delta` to the positions `p0..p1` of `seq` (llama.cpp's `llama_memory_seq_add`);
+    /// a cell whose position would fall below 0 is freed. The keys of the moved cells must
+    /// then be rotated by their deltas ([`KvCache::pending_shift`], which
+    /// [`crate::Session`] applies before its next step). Refused (nothing changes) for a
+    /// cache whose cells stand for positions (regions: [`KvCache::set_streams`]), whose
+    /// sliding-window layers keep cells of their own, or with recurrent layers (a state
+    /// cannot move).
+    pub fn shift_positions(&mut self, seq: SeqId, p0: i32, p1: i32, delta: i32) -> Result<()> {
+        let refuse = |why: &str| Err(LlamaError::InvalidArgument(why.to_string()));
+        if self.streams > 1 {
+            return refuse(
+                "positions cannot move in a cache split into per-sequence regions \
+                 (n_streams > 1), where a token's cell is its position",
+            );
+        }
+        if self.window.is_some() {
+            return refuse(
+                "positions cannot move in a trimmed sliding-window cache \
+                 (create the session with swa_full / --swa-full)",
+            );
+        }
+        if self.recurrent.is_some() {
+            return refuse("positions cannot move in a model with recurrent layers");
+        }
+        if delta == 0 || p0 >= p1 {
+            return Ok(());
+        }
+        let size = self.cells.len();
+        for (i, c) in self.cells.iter_mut().enumerate() {
+            let Some(p) = c.pos.filter(|&p| p >= p0 && p < p1 && c.has(seq)) else {
+                continue;
+            };
+            if self.shifts.is_empty() {
+                self.shifts = vec![0; size];
+            }
+            self.shifts[i] += delta;
+            let moved = p + delta;
+            match moved < 0 {
+                // As llama.cpp: a cell pushed before position 0 is freed.
+                true => *c = Cell::default(),
+                false => c.pos = Some(moved),
+            }
+        }
+        Ok(())
+    }
+
+    /// Each cell's position delta its key has not been rotated by yet (0 for free cells),
+    /// or `None` when no key awaits rotation.
+    pub fn pending_shift(&self) -> Option<Vec<i32>> {
+        if self.shifts.is_empty() {
+            return None;
+        }
+        Some(
+            self.cells
+                .iter()
+                .zip(&self.shifts)
+                .map(|(c, &d)| if c.pos.is_some() { d } else { 0 })
+                .collect(),
+        )
+    }
+
+    /// The keys were rotated by [`KvCache::pending_shift`]'s deltas.
+    pub fn shift_applied(&mut self) {
+        self.shifts.clear();
     }
 
     /// Highest position held for `seq`, if any.
@@ -887,8 +965,13 @@ fn mask_rows<'a>(
 
 /// Frees the cells of `seq` at positions `from..` among `cells`.
 fn remove_from(cells: &mut [Cell], seq: SeqId, from: i32) {
+    remove_between(cells, seq, from, i32::MAX);
+}
+
+/// Frees the cells of `seq` at positions `p0..p1` among `cells`.
+fn remove_between(cells: &mut [Cell], seq: SeqId, p0: i32, p1: i32) {
     for c in cells {
-        if c.has(seq) && c.pos.is_some_and(|p| p >= from) {
+        if c.has(seq) && c.pos.is_some_and(|p| p >= p0 && p < p1) {
             c.seqs &= !(1u64 << seq);
             if c.seqs == 0 {
                 c.pos = None;

@@ -61,6 +61,7 @@ pub mod generate;
 pub mod hparams;
 pub mod imatrix;
 pub mod kv_cache;
+pub mod kv_shift;
 pub mod kv_types;
 pub mod loader;
 pub mod model;

@@ -101,6 +101,11 @@ impl PromptCache {
                 self.tokens.extend_from_slice(&prompt[keep..]);
                 let evaluated = g.tokens.len().saturating_sub(1);
                 self.tokens.extend_from_slice(&g.tokens[..evaluated]);
+                // The tokens a context shift dropped from the cache.
+                for &(kept, dropped) in session.shifts() {
+                    let end = (kept + dropped).min(self.tokens.len());
+                    self.tokens.drain(kept.min(end)..end);
+                }
                 self.tokens.truncate(session.n_past());
                 Ok(g)
             }

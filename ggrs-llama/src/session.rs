@@ -131,6 +131,12 @@ pub struct Session {
     prompt_state: Option<SavedState>,
     /// The drafter generation uses, if any ([`Session::set_speculation`]).
     pub(crate) speculation: Option<crate::speculative::drafting::Speculation>,
+    /// Whether generation shifts the context when it reaches its end, and the prompt
+    /// tokens it keeps ([`Session::set_context_shift`]).
+    pub(crate) context_shift: Option<i32>,
+    /// The context shifts made since the last generation began (`(kept, dropped)` cells,
+    /// in order), so that a record of the cached tokens can drop the same ones.
+    pub(crate) shifts: Vec<(usize, usize)>,
 }
 
 /// A step's graph, its inputs and its logits tensor, for [`StepShape`] `shape`.
@@ -448,6 +454,18 @@ impl Session {
             build_step(&mut m, &model, &w, &kv, shape)?;
             size = size.max(m.used_mem());
         }
+        // The graph that rotates the keys again after positions move (context shift), for
+        // an architecture and a cache that can (see `Session::supports_shift`).
+        let movable = params.n_streams <= 1 && window_cells.is_none() && kv.recurrent.is_none();
+        if let Some(shift) = movable
+            .then(|| model.arch().key_shift(hp, &w, &kv).ok())
+            .flatten()
+        {
+            m.rewind(before)?;
+            let (_, graph) = crate::kv_shift::build_key_shift(&mut m, &kv, &shift)?;
+            m.alloc_graph(&graph)?;
+            size = size.max(m.used_mem());
+        }
         let compute = Some(size.saturating_sub(kv_used) as u64);
         if let Some(a) = available {
             if (size as u64).saturating_add(cell_bytes) > a {
@@ -492,6 +510,8 @@ impl Session {
             columns_independent,
             prompt_state: None,
             speculation: None,
+            context_shift: None,
+            shifts: Vec::new(),
         })
         .map(|mut s: Session| {
             if std::env::var_os("GGRS_PROFILE").is_some() {
@@ -534,6 +554,34 @@ impl Session {
     /// sequence's results do not depend on the others.
     pub fn batches_sequences(&self) -> bool {
         self.columns_independent
+    }
+
+    /// Makes generation ([`Session::generate_tokens`] and what calls it) go on past the end
+    /// of the context (`Some(keep)`) as llama.cpp's `--context-shift --keep N` does: when
+    /// the next token would take the last cell, the first `keep` prompt tokens after BOS stay
+    /// (the whole prompt when `keep` is negative or longer than it; BOS always), half of the
+    /// positions after them are dropped and the rest move down ([`Session::context_shift`]).
+    /// `None` (the default): generation stops when the context is full. Fails with
+    /// [`LlamaError::ContextShiftUnsupported`] where positions cannot move
+    /// ([`Session::supports_shift`]).
+    pub fn set_context_shift(&mut self, keep: Option<i32>) -> Result<()> {
+        if keep.is_some() {
+            self.supports_shift()?;
+        }
+        self.context_shift = keep;
+        Ok(())
+    }
+
+    /// The context shifts ([`Session::context_shift`]) made since the last generation began,
+    /// in order: `(kept, dropped)` cells each. A record of the cached tokens drops
+    /// `kept..kept + dropped` of its tokens for each, in turn.
+    pub fn shifts(&self) -> &[(usize, usize)] {
+        &self.shifts
+    }
+
+    /// The context shift generation makes ([`Session::set_context_shift`]).
+    pub fn context_shift_keep(&self) -> Option<i32> {
+        self.context_shift
     }
 
     /// Makes generation ([`Session::generate_tokens`] and what calls it) speculative with
@@ -666,6 +714,110 @@ impl Session {
         self.state.remove(seq, from);
     }
 
+    /// Whether this session can move cached positions ([`Session::shift_positions`]); if
+    /// not, why (a typed error).
+    pub fn supports_shift(&self) -> Result<()> {
+        let unsupported = |reason: String| LlamaError::ContextShiftUnsupported {
+            arch: self.model.arch_name().to_string(),
+            reason,
+        };
+        let hp = &self.model.hparams;
+        let shift = self
+            .model
+            .arch()
+            .key_shift(hp, &self.weights, &self.kv)
+            .map_err(unsupported)?;
+        if self.kv.types.rot_k(shift.head_dim).is_some()
+            && shift
+                .layers
+                .iter()
+                .flatten()
+                .any(|r| r.params.n_dims != shift.head_dim)
+        {
+            return Err(unsupported(
+                "a quantized key cache of partly rotated heads cannot be re-rotated".into(),
+            ));
+        }
+        if self.kv.streams() > 1 {
+            return Err(unsupported(
+                "the cache is split into per-sequence regions (n_streams > 1)".into(),
+            ));
+        }
+        if self.kv.window_size().is_some() {
+            return Err(unsupported(
+                "its sliding-window layers keep only their window (use swa_full / --swa-full)"
+                    .into(),
+            ));
+        }
+        if self.kv.recurrent.is_some() {
+            return Err(unsupported(
+                "it keeps a recurrent state, which cannot move to other positions".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds `delta` to the cached positions `p0..p1` of `seq` (llama.cpp's
+    /// `llama_memory_seq_add`); the moved keys are rotated by `delta` before the next step
+    /// (see [`crate::kv_shift`]). A typed error, and nothing changed, where the model or the
+    /// cache cannot ([`Session::supports_shift`]).
+    pub fn shift_positions(&mut self, seq: SeqId, p0: i32, p1: i32, delta: i32) -> Result<()> {
+        self.supports_shift()?;
+        self.kv.shift_positions(seq, p0, p1, delta)
+    }
+
+    /// The context shift of sequence 0, as llama.cpp's `llama-completion` and
+    /// `llama-server` make it when generation reaches the end of the context: keeps the
+    /// first `n_keep` positions, drops half of the ones after them
+    /// ([`crate::kv_shift::discarded`]) and moves the rest down. Returns how many were
+    /// dropped (0: nothing could be, the cache is unchanged).
+    pub fn context_shift(&mut self, n_keep: usize) -> Result<usize> {
+        self.supports_shift()?;
+        let n_past = self.n_past();
+        let n_discard = crate::kv_shift::discarded(n_past, n_keep);
+        if n_discard == 0 {
+            return Ok(0);
+        }
+        let (keep, end) = (n_keep as i32, (n_keep + n_discard) as i32);
+        self.kv.remove_range(0, keep, end);
+        self.kv
+            .shift_positions(0, end, n_past as i32, -(n_discard as i32))?;
+        self.shifts.push((n_keep, n_discard));
+        Ok(n_discard)
+    }
+
+    /// Rotates the keys whose positions moved ([`KvCache::pending_shift`]) by their deltas,
+    /// before a step reads them.
+    fn apply_shift(&mut self) -> Result<()> {
+        let Some(deltas) = self.kv.pending_shift() else {
+            return Ok(());
+        };
+        let hp = &self.model.hparams;
+        let shift = self
+            .model
+            .arch()
+            .key_shift(hp, &self.weights, &self.kv)
+            .map_err(|reason| LlamaError::ContextShiftUnsupported {
+                arch: self.model.arch_name().to_string(),
+                reason,
+            })?;
+        self.built = None;
+        self.ctx.rewind(self.base)?;
+        let done = (|| {
+            let (inp, graph) = crate::kv_shift::build_key_shift(&mut self.ctx, &self.kv, &shift)?;
+            self.ctx.alloc_graph(&graph)?;
+            let rows: Vec<i32> = (0..self.kv.size() as i32).collect();
+            self.ctx.set_i32(inp.rows, &rows)?;
+            self.ctx.set_i32(inp.delta, &deltas)?;
+            self.exec.compute(&mut self.ctx, &graph)?;
+            Ok::<(), LlamaError>(())
+        })();
+        self.ctx.rewind(self.base)?;
+        done?;
+        self.kv.shift_applied();
+        Ok(())
+    }
+
     /// Turns per-node timing of the executor on or off.
     /// (`GGRS_PROFILE=1` in the environment turns it on at creation and prints the
     /// per-op table when the session is dropped.)
@@ -766,8 +918,10 @@ impl Session {
         self.run_placed(batch, &placed, per_column)
     }
 
-    /// Checks that `n` more tokens fit in the cache and forgets the last step's logits.
+    /// Checks that `n` more tokens fit in the cache, rotates moved keys and forgets the last
+    /// step's logits.
     fn start_step(&mut self, n: usize) -> Result<()> {
+        self.apply_shift()?;
         if n > self.kv.size() - self.kv.used() {
             return Err(LlamaError::ContextFull {
                 n_tokens: n,

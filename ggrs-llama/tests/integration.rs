@@ -10,6 +10,7 @@ mod chatglm1;
 mod chatglm_tokenizer;
 mod common;
 mod constraint;
+mod context_shift;
 mod embed_decoder;
 mod embed_models;
 mod engine;

@@ -34,6 +34,7 @@ fn class_of(e: &LlamaError) -> &'static str {
         | LlamaError::UnsupportedRopeScaling { .. }
         | LlamaError::NotGenerative { .. } => "ModelError",
         LlamaError::ContextFull { .. } => "ContextFullError",
+        LlamaError::ContextShiftUnsupported { .. } => "BadArgumentError",
         LlamaError::TokenOutOfRange { .. }
         | LlamaError::EmptyPrompt
         | LlamaError::InvalidArgument(_)

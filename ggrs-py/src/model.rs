@@ -100,7 +100,7 @@ impl NativeModel {
     /// Loads `path` and makes a session (see `ggrs.Model` for the arguments).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", type_k=None, type_v=None, copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1))]
+    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", type_k=None, type_v=None, copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1, context_shift=false, n_keep=0))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -116,6 +116,8 @@ impl NativeModel {
         speculative: Option<&str>,
         draft_max: usize,
         draft_min: usize,
+        context_shift: bool,
+        n_keep: i32,
     ) -> PyResult<NativeModel> {
         if n_batch == 0 {
             return Err(bad_argument(py, "n_batch must be at least 1"));
@@ -176,6 +178,9 @@ impl NativeModel {
                                 Box::new(ggrs_llama::speculative::NgramDrafter::default()),
                             ),
                         ))?;
+                    }
+                    if context_shift {
+                        session.set_context_shift(Some(n_keep))?;
                     }
                     // Embedding inputs as long as the session's context (not a decoder's
                     // whole training context).

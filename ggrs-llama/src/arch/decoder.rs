@@ -18,12 +18,13 @@
 
 use std::fmt::Debug;
 
-use ggrs_core::{Context, RopeMode, RopeParams, RopeYarn, Tensor};
+use ggrs_core::{Context, RopeMode, Tensor};
 
 use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
+use crate::kv_shift::{KeyRotary, KeyShift};
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{
     add_opt, cached_attention_sinks, AttnDims, AttnScores, AttnTemperature, LayerView, StepInputs,
@@ -424,20 +425,33 @@ impl<F: FeedForward> ArchModel for Decoder<F> {
     ) -> Result<Option<StepTensors>> {
         self.forward(ctx, hp, w, kv, shape, false).map(Some)
     }
+
+    fn key_shift(
+        &self,
+        hp: &HParams,
+        w: &ImportedWeights,
+        _kv: &KvCache,
+    ) -> std::result::Result<KeyShift, String> {
+        let rope = Rotary::new(hp, self.rope_mode, w.opt(self.head.rope_freqs));
+        let nope = self.options.nope_period;
+        Ok(KeyShift {
+            layers: (0..self.layers.len())
+                .map(|il| match nope.is_some_and(|p| (il + 1) % p == 0) {
+                    true => None,
+                    false => Some(rope),
+                })
+                .collect(),
+            head_dim: hp.head_dim,
+            n_head_kv: hp.n_head_kv,
+        })
+    }
 }
 
 /// The rotary embedding of a step: its parameters, YaRN's blend and magnitude factor when
 /// the file asks for them, and per-pair frequency factors (Llama 3.1's `rope_freqs`,
-/// LongRoPE's long or short factors): `pos·base^(−2i/n_rot) / freqs[i]`.
-#[derive(Debug, Clone, Copy)]
-pub struct Rotary {
-    /// Dimensions rotated, pairing, frequency base and scale.
-    pub params: RopeParams,
-    /// YaRN's blend and the magnitude factor ([`HParams::rotary_with`]), or none.
-    pub yarn: Option<RopeYarn>,
-    /// `[n_rot / 2]` factors, or none.
-    pub freqs: Option<Tensor>,
-}
+/// LongRoPE's long or short factors): `pos·base^(−2i/n_rot) / freqs[i]`. The same type as
+/// the context shift re-applies to cached keys ([`KeyRotary`]).
+pub type Rotary = KeyRotary;
 
 impl Rotary {
     /// The model's rotary over `hp.n_rot` dimensions at its base and scale, in `mode`,
@@ -466,14 +480,6 @@ impl Rotary {
             yarn,
             freqs,
         }
-    }
-
-    /// `x` (`[head_dim, n_heads, n_tokens]`) rotated by the positions `pos`.
-    pub fn apply(&self, ctx: &mut Context, x: Tensor, pos: Tensor) -> Result<Tensor> {
-        Ok(match self.yarn {
-            None => ctx.rope_ext_factors(x, pos, self.freqs, self.params)?,
-            Some(y) => ctx.rope_yarn(x, pos, self.freqs, self.params, y)?,
-        })
     }
 }
 

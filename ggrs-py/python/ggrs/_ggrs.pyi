@@ -57,6 +57,8 @@ class NativeModel:
         speculative: Optional[str] = None,
         draft_max: int = 16,
         draft_min: int = 1,
+        context_shift: bool = False,
+        n_keep: int = 0,
     ) -> None: ...
     path: str
     arch: str

@@ -201,6 +201,11 @@ class Model:
     step: faster where the output repeats its input (code edits), with the same tokens and
     log-probabilities as without it, greedy or seeded (``draft_min``: fewest drafted tokens
     worth a step).
+    ``context_shift=True`` goes on generating past the end of the context as llama.cpp's
+    ``--context-shift`` does: the first ``n_keep`` prompt tokens (after BOS; ``-1``: the whole
+    prompt) stay, half of the tokens after them are dropped and the rest move down; without
+    it a generation stops when the context is full (``finish_reason`` ``"length"``). A
+    prompt longer than the context is still an error.
     ``kv_type`` is the KV cache's type (``"f16"``, ``"f32"`` or ``"bf16"``, or a quantized
     one); ``type_k`` and ``type_v`` (llama-cpp-python's names) set the keys' and the values'
     types apart: ``"f16"``, ``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"q5_0"``, ``"q5_1"``,
@@ -235,6 +240,8 @@ class Model:
         speculative: Optional[str] = None,
         draft_max: int = 16,
         draft_min: int = 1,
+        context_shift: bool = False,
+        n_keep: int = 0,
         seed: Optional[int] = None,
         chat_format: Optional[str] = None,
         cache_prompt: bool = True,
@@ -261,6 +268,8 @@ class Model:
             speculative=speculative,
             draft_max=draft_max,
             draft_min=draft_min,
+            context_shift=context_shift,
+            n_keep=n_keep,
         )
         self.model_path: str = file
         self.seed = seed

@@ -1,0 +1,213 @@
+//! Context shift (`Session::set_context_shift`, `Session::context_shift`): generation past
+//! the end of the context drops the oldest tokens after a kept prefix and rotates the
+//! remaining keys again, as llama.cpp does.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use ggrs_core::DType;
+use ggrs_llama::{LlamaError, Model, Session, SessionParams, StopReason};
+use serde_json::Value;
+
+fn tiny(name: &str) -> Arc<Model> {
+    let path = common::reference_dir().join("tiny").join(name);
+    Arc::new(Model::load(&path).unwrap_or_else(|e| panic!("load {name}: {e}")))
+}
+
+/// `ggrs-llama/tests/data/context-shift-tiny-llama.llama-server.json`: llama-server's greedy
+/// tokens on the tiny LLaMA with a context of 256, `--context-shift` and `n_keep` 4 (the
+/// command is in the file), two prompts of 400 tokens each, two shifts of 125 cells in each.
+/// ggrs gives the same tokens.
+#[test]
+fn generation_past_the_context_gives_llama_servers_tokens() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/context-shift-tiny-llama.llama-server.json"
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let model = tiny(r["model"].as_str().unwrap().trim_start_matches("tiny/"));
+    let params = SessionParams {
+        n_ctx: r["n_ctx"].as_u64().unwrap() as usize,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let keep = r["n_keep"].as_i64().unwrap() as i32;
+    for run in r["runs"].as_array().unwrap() {
+        let want: Vec<u32> = run["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        let mut s = Session::new(model.clone(), params).unwrap();
+        s.set_context_shift(Some(keep)).unwrap();
+        let prompt = model
+            .encode_prompt(run["prompt"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(prompt.len() as u64, run["prompt_tokens"].as_u64().unwrap());
+        let mut gen = common::greedy(want.len());
+        gen.ignore_eos = true;
+        let g = s
+            .generate_tokens(&prompt, &gen, |_| std::ops::ControlFlow::Continue(()))
+            .unwrap();
+        assert_eq!(g.stop, StopReason::MaxTokens);
+        let first_diff = g.tokens.iter().zip(&want).position(|(a, b)| a != b);
+        assert_eq!(first_diff, None, "{run:?}: first difference");
+        assert_eq!(g.tokens, want);
+        // Two shifts of 125 cells: the positions held after the prompt and 399 evaluated
+        // tokens.
+        assert_eq!(s.n_past(), prompt.len() + 399 - 2 * 125);
+
+        // Without the shift the same generation stops when the context is full.
+        let mut plain = Session::new(model.clone(), params).unwrap();
+        let g = plain
+            .generate_tokens(&prompt, &gen, |_| std::ops::ControlFlow::Continue(()))
+            .unwrap();
+        assert_eq!(g.stop, StopReason::ContextFull);
+        // Its last token was sampled over a full cache, where llama.cpp had shifted.
+        let before = g.tokens.len() - 1;
+        assert_eq!(g.tokens[..before], want[..before]);
+    }
+}
+
+/// Attention sees only position differences: tokens evaluated at positions 20.. and then
+/// moved down by 20 (their keys rotated back, [`Session::shift_positions`]) give the next
+/// token the logits of the same tokens evaluated at 0.. (up to rounding the rotated keys to
+/// f16 or q8_0 again), with an f16 cache and with q8_0 keys (rotated back and forth
+/// around the Walsh–Hadamard rotation of a quantized cache too). `context_shift` then drops
+/// the right cells.
+#[test]
+fn moved_keys_are_rotated_by_the_delta() {
+    let model = tiny("tiny-llama-f16.gguf");
+    let tokens: Vec<u32> = (0..41).map(|i| 100 + 37 * i).collect();
+    let batch = |t: &[u32], pos: i32| ggrs_llama::Batch::from_tokens(t, pos, 0, false);
+    for (k, v, tol) in [
+        (DType::F16, DType::F16, 0.01),
+        (DType::Q8_0, DType::F16, 0.05),
+        (DType::Q8_0, DType::Q8_0, 0.05),
+    ] {
+        let params = SessionParams {
+            n_ctx: 64,
+            n_threads: 2,
+            kv_type: k,
+            kv_type_v: Some(v),
+            ..Default::default()
+        };
+        let mut moved = Session::new(model.clone(), params).unwrap();
+        moved.decode(&batch(&tokens[..40], 20)).unwrap();
+        moved.shift_positions(0, 20, 60, -20).unwrap();
+        assert_eq!(moved.n_past(), 40);
+        moved.decode(&batch(&tokens[40..], 40)).unwrap();
+        let mut direct = Session::new(model.clone(), params).unwrap();
+        direct.decode(&batch(&tokens[..40], 0)).unwrap();
+        direct.decode(&batch(&tokens[40..], 40)).unwrap();
+        let d = common::max_diff(moved.logits(), direct.logits());
+        let scale = direct.logits().iter().fold(0f32, |m, x| m.max(x.abs()));
+        eprintln!("K {k}, V {v}: largest logit difference {d} (largest logit {scale})");
+        assert!(d < tol, "K {k}, V {v}: logits differ by {d}");
+
+        // The shift of generation: keep 4, drop half of the rest, move the others down.
+        let mut s = Session::new(model.clone(), params).unwrap();
+        s.eval(&tokens[..40], false).unwrap();
+        assert_eq!(s.context_shift(4).unwrap(), 18);
+        let held: Vec<Option<i32>> = s.kv_cache().cells[..40].iter().map(|c| c.pos).collect();
+        let want: Vec<Option<i32>> = (0..40)
+            .map(|c| match c {
+                0..4 => Some(c),
+                4..22 => None,
+                _ => Some(c - 18),
+            })
+            .collect();
+        assert_eq!(held, want);
+        s.eval(&tokens[40..], false).unwrap();
+        assert_eq!(
+            s.kv_cache().cells[4].pos,
+            Some(22),
+            "the next token takes the first free cell"
+        );
+    }
+}
+
+/// Where positions cannot move, asking for a context shift is a typed error and changes
+/// nothing: a recurrent hybrid, a cache split into per-sequence regions, a trimmed
+/// sliding-window cache, an architecture without a key rotation it can re-apply.
+#[test]
+fn a_context_shift_is_refused_where_positions_cannot_move() {
+    let refused = |s: &mut Session| {
+        let e = s.set_context_shift(Some(4)).unwrap_err();
+        assert!(
+            matches!(e, LlamaError::ContextShiftUnsupported { .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("context shift"), "{e}");
+        assert!(s.context_shift_keep().is_none());
+        assert!(matches!(
+            s.context_shift(4),
+            Err(LlamaError::ContextShiftUnsupported { .. })
+        ));
+        assert!(matches!(
+            s.shift_positions(0, 4, 8, -2),
+            Err(LlamaError::ContextShiftUnsupported { .. })
+        ));
+        e.to_string()
+    };
+    let small = SessionParams {
+        n_ctx: 64,
+        n_threads: 1,
+        ..Default::default()
+    };
+    let mut hybrid = Session::new(tiny("tiny-granite-hybrid-f16.gguf"), small).unwrap();
+    let why = refused(&mut hybrid);
+    assert!(
+        why.contains("recurrent") || why.contains("cannot be moved"),
+        "{why}"
+    );
+
+    let regions = SessionParams {
+        n_streams: 2,
+        ..small
+    };
+    let mut split = Session::new(tiny("tiny-llama-f16.gguf"), regions).unwrap();
+    let why = refused(&mut split);
+    assert!(why.contains("regions"), "{why}");
+
+    let mut glm = Session::new(tiny("tiny-chatglm-f16.gguf"), small).unwrap();
+    refused(&mut glm);
+
+    // A plain decoder with one shared cache takes it.
+    let mut ok = Session::new(tiny("tiny-llama-f16.gguf"), small).unwrap();
+    ok.set_context_shift(Some(4)).unwrap();
+    assert_eq!(ok.context_shift_keep(), Some(4));
+}
+
+/// The prompt cache's record of the cached tokens drops what a shift dropped, so that the
+/// next prompt reuses exactly the prefix the cache holds.
+#[test]
+fn the_prompt_cache_record_follows_a_shift() {
+    let model = tiny("tiny-llama-f16.gguf");
+    let params = SessionParams {
+        n_ctx: 64,
+        n_threads: 2,
+        ..Default::default()
+    };
+    let mut s = Session::new(model.clone(), params).unwrap();
+    s.set_context_shift(Some(2)).unwrap();
+    let prompt = model.encode_prompt("Rust is a language").unwrap();
+    let mut gen = common::greedy(100);
+    gen.ignore_eos = true;
+    let mut cache = ggrs_llama::PromptCache::new();
+    let g = cache
+        .generate(&mut s, &prompt, &gen, |_| {
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(g.tokens.len(), 100);
+    assert!(!s.shifts().is_empty());
+    let mut all: Vec<u32> = prompt.iter().chain(&g.tokens[..99]).copied().collect();
+    for &(kept, dropped) in s.shifts() {
+        all.drain(kept..kept + dropped);
+    }
+    assert_eq!(cache.tokens(), &all[..]);
+    assert_eq!(cache.tokens().len(), s.n_past());
+}
