@@ -341,6 +341,33 @@ impl VocabParts {
     }
 }
 
+/// WordPiece's normaliser: llama.cpp's BertNormalizer options (`tokenizer.ggml.normalizer.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Normalizer {
+    /// Lower-case every code point.
+    pub lowercase: bool,
+    /// Decompose (NFD, first code point) and drop accent marks.
+    pub strip_accents: bool,
+}
+
+impl Normalizer {
+    /// The options of a file's keys, with llama.cpp's defaults: `lowercase` true,
+    /// `strip_accents` as `lowercase`.
+    pub fn from_keys(lowercase: Option<bool>, strip_accents: Option<bool>) -> Normalizer {
+        let lowercase = lowercase.unwrap_or(true);
+        Normalizer {
+            lowercase,
+            strip_accents: strip_accents.unwrap_or(lowercase),
+        }
+    }
+}
+
+impl Default for Normalizer {
+    fn default() -> Normalizer {
+        Normalizer::from_keys(None, None)
+    }
+}
+
 /// What a `tokenizer.ggml.model` llama.cpp knows but this crate does not implement is.
 fn unsupported_model_kind(model: &str) -> Option<&'static str> {
     Some(match model {
@@ -474,7 +501,7 @@ pub struct Vocab {
     /// WordPiece: the separator ([SEP]) ends an encoding with special tokens.
     pub(crate) add_sep: bool,
     /// WordPiece: how the text is normalised before it is cut into words.
-    pub(crate) normalizer: super::wpm::Normalizer,
+    pub(crate) normalizer: Normalizer,
     /// Longest token text in bytes (WordPiece's longest match).
     pub(crate) max_token_len: usize,
 }
@@ -783,7 +810,7 @@ impl Vocab {
             newline_words_whole: pre_cfg.is_some_and(|c| c.gemma4),
             special_by_length,
             add_sep: parts.add_sep.unwrap_or(kind == VocabKind::Wpm),
-            normalizer: super::wpm::Normalizer::from_keys(parts.lowercase, parts.strip_accents),
+            normalizer: Normalizer::from_keys(parts.lowercase, parts.strip_accents),
             max_token_len,
         })
     }

@@ -15,34 +15,7 @@ use unicode_normalization::char::decompose_canonical;
 
 use super::error::TokenizerError;
 use super::unicode::{class_of, is_han};
-use super::vocab::Vocab;
-
-/// llama.cpp's BertNormalizer options (`tokenizer.ggml.normalizer.*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Normalizer {
-    /// Lower-case every code point.
-    pub lowercase: bool,
-    /// Decompose (NFD, first code point) and drop accent marks.
-    pub strip_accents: bool,
-}
-
-impl Normalizer {
-    /// The options of a file's keys, with llama.cpp's defaults: `lowercase` true,
-    /// `strip_accents` as `lowercase`.
-    pub fn from_keys(lowercase: Option<bool>, strip_accents: Option<bool>) -> Normalizer {
-        let lowercase = lowercase.unwrap_or(true);
-        Normalizer {
-            lowercase,
-            strip_accents: strip_accents.unwrap_or(lowercase),
-        }
-    }
-}
-
-impl Default for Normalizer {
-    fn default() -> Normalizer {
-        Normalizer::from_keys(None, None)
-    }
-}
+use super::vocab::{Normalizer, Vocab};
 
 /// The words of `text` under `norm` (see the [module docs](self)).
 pub(crate) fn words(text: &str, norm: Normalizer) -> Vec<String> {
@@ -159,7 +132,8 @@ pub(crate) fn tokenize(
 
 #[cfg(test)]
 mod tests {
-    use super::{words, Normalizer};
+    use super::words;
+    use crate::tokenizer::vocab::Normalizer;
 
     #[test]
     fn words_split_as_bert() {
