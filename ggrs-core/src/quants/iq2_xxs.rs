@@ -15,7 +15,9 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2XXS_GRID;
-use super::iq_search::{fold_signs, grid_search, odd_level, odd_level_sums, GridSearch, Lookup};
+use super::iq_search::{
+    fold_signs, grid_search, odd_level, odd_level_sums, round_group, GridSearch, Lookup,
+};
 use super::k_quants::{make_qp_quants, nearest_int, sigma_weights, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
@@ -138,19 +140,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                 let id = 1.0 / scale;
                 for k in 0..4 {
                     let g = 8 * k..8 * k + 8;
-                    let mut lk = [0i8; 8];
-                    for (lv, &xv) in lk.iter_mut().zip(&xval[g.clone()]) {
-                        *lv = odd_level(id, xv, MAX_LEVEL);
-                    }
-                    let u = GridSearch::<8>::index_of(&lk, 2);
-                    let gi = match grid.lookup(u) {
-                        Lookup::On(gi) => gi,
-                        Lookup::Near(c) => {
-                            let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
-                            grid.best_neighbour(c, xv, wa, scale, &mut l[g.clone()])
-                        }
-                    };
-                    grid.levels_into(gi, &mut l[g]);
+                    round_group(grid, (id, scale), MAX_LEVEL, 2, g, &xval, &waux, &mut l);
                 }
                 let (sumqx, sumq2) = odd_level_sums(&weight, &xval, &l);
                 if sumq2 > 0.0 {

@@ -273,6 +273,35 @@ pub(crate) fn odd_level(id: f32, x: f32, max: i32) -> i8 {
     l.clamp(0, max) as i8
 }
 
+/// Group `g` of `l` re-rounded at `scale` (`id` = 1 / `scale`): the odd levels of `xval`
+/// when they are a grid point, else the grid point nearest to them (ggml's final pass after
+/// the scale search), written as levels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn round_group<const D: usize>(
+    grid: &GridSearch<D>,
+    (id, scale): (f32, f32),
+    max_level: i32,
+    bits: u32,
+    g: std::ops::Range<usize>,
+    xval: &[f32],
+    waux: &[f32],
+    l: &mut [i8],
+) {
+    let mut lk = [0i8; D];
+    for (lv, &xv) in lk.iter_mut().zip(&xval[g.clone()]) {
+        *lv = odd_level(id, xv, max_level);
+    }
+    let u = GridSearch::<D>::index_of(&lk, bits);
+    let gi = match grid.lookup(u) {
+        Lookup::On(gi) => gi,
+        Lookup::Near(c) => {
+            let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
+            grid.best_neighbour(c, xv, wa, scale, &mut l[g.clone()])
+        }
+    };
+    grid.levels_into(gi, &mut l[g]);
+}
+
 /// The scale search of one sub-block of `n = xval.len()` magnitudes in groups of `D` with
 /// "on grid" tracking (ggml's IQ2_XS and IQ3_XXS/IQ3_S searches): for each inverse scale
 /// `id` of `trials`, levels `nearest_int(0.5·(id·x − 1))` clamped to `0..=max_level`, off-grid
@@ -330,19 +359,7 @@ pub(crate) fn search_on_grid<const D: usize>(
         let id = 1.0 / scale;
         for k in (0..groups).filter(|&k| all || !on_grid[k]) {
             let g = D * k..D * k + D;
-            let mut lk = [0i8; D];
-            for (lv, &xv) in lk.iter_mut().zip(&xval[g.clone()]) {
-                *lv = odd_level(id, xv, max_level);
-            }
-            let u = GridSearch::<D>::index_of(&lk, bits);
-            let gi = match grid.lookup(u) {
-                Lookup::On(gi) => gi,
-                Lookup::Near(c) => {
-                    let (xv, wa) = (&xval[g.clone()], &waux[g.clone()]);
-                    grid.best_neighbour(c, xv, wa, scale, &mut l[g.clone()])
-                }
-            };
-            grid.levels_into(gi, &mut l[g]);
+            round_group(grid, (id, scale), max_level, bits, g, xval, waux, l);
         }
         let (sumqx, sumq2) = odd_level_sums(weight, xval, &l[..n]);
         if sumq2 > 0.0 {
