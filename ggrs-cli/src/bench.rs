@@ -17,14 +17,14 @@
 //! `--profile` also times every node of every measured step and prints, after the table,
 //! the time per op type and the most expensive nodes of each test.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ggrs_llama::sampling::Rng;
 use serde_json::json;
 
 use crate::common::ModelArgs;
+use crate::profile::Profile;
 use crate::CliResult;
 
 /// Arguments of `ggrs bench`.
@@ -71,83 +71,6 @@ pub struct Args {
     /// own: the speeds measured with it are a little lower.
     #[arg(long)]
     profile: bool,
-}
-
-/// Node times summed over the measured steps of one test.
-#[derive(Default)]
-struct Profile {
-    steps: usize,
-    /// Per op name: nodes run and total time.
-    ops: BTreeMap<&'static str, (usize, Duration)>,
-    /// Per graph node (index, op, shape): times run and total time.
-    nodes: BTreeMap<(usize, &'static str, [usize; 4]), (usize, Duration)>,
-    /// Per matrix-product weight type and output shape: nodes run and total time.
-    weights: BTreeMap<(String, [usize; 4]), (usize, Duration)>,
-}
-
-impl Profile {
-    /// Adds the per-node times of the step the session just computed.
-    fn add(&mut self, s: &ggrs_llama::Session) {
-        self.steps += 1;
-        for t in s.profile() {
-            let o = self.ops.entry(t.op).or_default();
-            o.0 += 1;
-            o.1 += t.time;
-            let n = self.nodes.entry((t.node, t.op, t.ne)).or_default();
-            n.0 += 1;
-            n.1 += t.time;
-            if let Some(w) = t.weight {
-                let e = self.weights.entry((w.to_string(), t.ne)).or_default();
-                e.0 += 1;
-                e.1 += t.time;
-            }
-        }
-    }
-
-    /// Per-op table, then the `top` most expensive nodes.
-    fn table(&self, title: &str, top: usize) -> String {
-        let total: Duration = self.ops.values().map(|v| v.1).sum();
-        let share = |t: Duration| 100.0 * t.as_secs_f64() / total.as_secs_f64().max(1e-12);
-        let mut out = format!(
-            "\nprofile of {title}: {} steps, {:.2} ms in nodes\n\n| op | nodes | ms | share |\n| --- | ---: | ---: | ---: |\n",
-            self.steps,
-            total.as_secs_f64() * 1e3
-        );
-        let mut ops: Vec<_> = self.ops.iter().collect();
-        ops.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
-        for (op, (n, t)) in ops {
-            out += &format!(
-                "| {op} | {n} | {:.2} | {:.1}% |\n",
-                t.as_secs_f64() * 1e3,
-                share(*t)
-            );
-        }
-        if !self.weights.is_empty() {
-            out +=
-                "\n| weight | shape | nodes | ms | share |\n| --- | --- | ---: | ---: | ---: |\n";
-            let mut ws: Vec<_> = self.weights.iter().collect();
-            ws.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
-            for ((w, ne), (n, t)) in ws {
-                out += &format!(
-                    "| {w} | {ne:?} | {n} | {:.2} | {:.1}% |\n",
-                    t.as_secs_f64() * 1e3,
-                    share(*t)
-                );
-            }
-        }
-        out += "\n| node | op | shape | runs | µs per run | share |\n";
-        out += "| ---: | --- | --- | ---: | ---: | ---: |\n";
-        let mut nodes: Vec<_> = self.nodes.iter().collect();
-        nodes.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
-        for ((i, op, ne), (n, t)) in nodes.into_iter().take(top) {
-            out += &format!(
-                "| {i} | {op} | {ne:?} | {n} | {:.1} | {:.1}% |\n",
-                t.as_secs_f64() * 1e6 / *n as f64,
-                share(*t)
-            );
-        }
-        out
-    }
 }
 
 struct Stats {
@@ -240,7 +163,7 @@ fn time_test(
         s.eval(toks, false)?;
         secs = t0.elapsed().as_secs_f64();
         if let Some(p) = prof.as_deref_mut() {
-            p.add(s);
+            p.add(s.profile());
         }
     } else {
         for &tok in toks {
@@ -248,7 +171,7 @@ fn time_test(
             s.eval(&[tok], false)?;
             secs += t0.elapsed().as_secs_f64();
             if let Some(p) = prof.as_deref_mut() {
-                p.add(s);
+                p.add(s.profile());
             }
         }
     }

@@ -7,6 +7,7 @@ use std::io::Write;
 use ggrs_llama::embed::{EmbedParams, Embedder, Pooling};
 
 use crate::common::{checked_threads, ModelArgs};
+use crate::profile::Profile;
 use crate::CliResult;
 
 /// How `ggrs embed` prints.
@@ -45,6 +46,10 @@ pub struct Args {
     /// Output format.
     #[arg(long = "format", value_enum, default_value_t = Format::Plain)]
     format: Format,
+    /// Time every node of every step and print a per-op profile to stderr at the end (as
+    /// `ggrs bench --profile`).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Runs `ggrs embed`.
@@ -76,6 +81,7 @@ pub fn run(a: Args) -> CliResult {
         n_threads: checked_threads(a.model.threads),
     };
     let mut emb = Embedder::new(model, params)?;
+    emb.set_profiling(a.profile);
     let t0 = std::time::Instant::now();
     let out = emb.embed(&inputs)?;
     let secs = t0.elapsed().as_secs_f64();
@@ -107,5 +113,12 @@ pub fn run(a: Args) -> CliResult {
         secs * 1e3,
         out.len() as f64 / secs.max(1e-9)
     );
+    if a.profile {
+        let mut p = Profile::default();
+        for step in emb.take_profile() {
+            p.add(&step);
+        }
+        eprint!("{}", p.table(&format!("{} inputs", out.len()), 25));
+    }
     Ok(())
 }

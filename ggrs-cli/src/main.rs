@@ -10,6 +10,7 @@ mod grammar;
 mod imatrix;
 mod inspect;
 mod perplexity;
+mod profile;
 mod quantize;
 mod run;
 mod serve;

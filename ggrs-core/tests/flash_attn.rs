@@ -406,3 +406,119 @@ fn flash_attn_rejects_bad_operands() {
     let ok = ctx.flash_attn_ext(q, k, v, None, 0.125).unwrap();
     assert_eq!(ctx.shape(ok).unwrap(), [64, 4, 5, 1]);
 }
+
+// -------------------------------------------------------------------------------------------
+// Heads narrower than 64: queries in lockstep
+// -------------------------------------------------------------------------------------------
+
+/// Flash attention of `q_rows` (each `d·n_head` values: query `i`'s heads) over keys and
+/// values of `n_kv` rows under F16 mask rows `mask_rows` (`n_kv` each; none: no mask), on
+/// `n_threads`; returns `[d, n_head, n_q]` as a flat vector.
+#[allow(clippy::too_many_arguments)]
+fn attend_rows(
+    d: usize,
+    n_head: usize,
+    q_rows: &[Vec<f32>],
+    k: &[f32],
+    v: &[f32],
+    mask_rows: Option<&[Vec<f32>]>,
+    softcap: f32,
+    n_threads: usize,
+) -> Vec<f32> {
+    let (n_q, n_kv) = (q_rows.len(), k.len() / (d * n_head));
+    let mut ctx = Context::with_mem_size(16 << 20);
+    // q as [d, n_q, n_head]: the builder's layout of a step's queries.
+    let qt = ctx.new_tensor(DType::F32, &[d, n_head, n_q, 1]).unwrap();
+    ctx.set_f32(qt, &q_rows.concat()).unwrap();
+    let q = ctx.permute(qt, [0, 2, 1, 3]).unwrap();
+    let kt = ctx.new_tensor(DType::F16, &[d, n_kv, n_head, 1]).unwrap();
+    ctx.set_f32(kt, k).unwrap();
+    let vt = ctx.new_tensor(DType::F16, &[d, n_kv, n_head, 1]).unwrap();
+    ctx.set_f32(vt, v).unwrap();
+    let mask = mask_rows.map(|rows| {
+        let m = ctx.new_tensor(DType::F16, &[n_kv, n_q]).unwrap();
+        ctx.set_f32(m, &rows.concat()).unwrap();
+        m
+    });
+    let scale = 1.0 / (d as f32).sqrt();
+    let out = ctx
+        .flash_attn_ext_sinks(q, kt, vt, mask, None, scale, softcap, 1)
+        .unwrap();
+    let mut g = Graph::new();
+    g.build_forward_expand(&ctx, out).unwrap();
+    Executor::new(n_threads).compute(&mut ctx, &g).unwrap();
+    ctx.to_f32_vec(out).unwrap()
+}
+
+/// With heads narrower than 64 and one key head per query head (BERT-style encoders), the
+/// one-row kernel runs four queries of a head side by side; each query must keep the bits
+/// it has alone (a step of one query), with and without a mask (rows that differ per query,
+/// one that hides every key) and a soft-cap, on 1–3 threads.
+#[test]
+fn narrow_heads_give_each_querys_bits_alone() {
+    let wave = |n: usize, a: f64, b: f64, s: f64| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((a * i as f64 + b).sin() * s) as f32)
+            .collect()
+    };
+    for (d, n_q, n_kv, n_head) in [
+        (32, 13, 13, 3),
+        (16, 9, 20, 2),
+        (40, 26, 26, 1),
+        (32, 4, 7, 2),
+    ] {
+        let q_rows: Vec<Vec<f32>> = (0..n_q)
+            .map(|i| wave(d * n_head, 0.37, 0.1 + i as f64, 2.0))
+            .collect();
+        let k = wave(d * n_kv * n_head, 0.21, 0.5, 1.5);
+        let v = wave(d * n_kv * n_head, 0.13, 1.0, 2.0);
+        let mask_rows: Vec<Vec<f32>> = (0..n_q)
+            .map(|i| {
+                (0..n_kv)
+                    .map(|j| {
+                        let hidden = j + n_q > i + n_kv || (j * 7 + i * 3) % 11 == 5 || i == 2;
+                        if hidden {
+                            f32::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        for (masked, softcap) in [(false, 0.0), (true, 0.0), (true, 30.0)] {
+            let masks = masked.then_some(&mask_rows[..]);
+            let all = attend_rows(d, n_head, &q_rows, &k, &v, masks, softcap, 1);
+            for n_threads in [2, 3] {
+                let again = attend_rows(d, n_head, &q_rows, &k, &v, masks, softcap, n_threads);
+                assert_eq!(
+                    all.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    again.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "d={d} n_q={n_q}: {n_threads} threads"
+                );
+            }
+            for i in 0..n_q {
+                let one_mask = masks.map(|m| vec![m[i].clone()]);
+                let alone = attend_rows(
+                    d,
+                    n_head,
+                    &q_rows[i..i + 1],
+                    &k,
+                    &v,
+                    one_mask.as_deref(),
+                    softcap,
+                    1,
+                );
+                let row = &all[i * d * n_head..(i + 1) * d * n_head];
+                for (x, (a, b)) in row.iter().zip(&alone).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "d={d} n_q={n_q} query {i} value {x} (masked {masked}, softcap \
+                         {softcap}): {a} in the step, {b} alone"
+                    );
+                }
+            }
+        }
+    }
+}

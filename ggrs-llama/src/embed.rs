@@ -227,6 +227,8 @@ pub struct Embedder {
     pooling: Pooling,
     exec: Executor,
     arena: Option<Arena>,
+    /// The per-node times of every step since profiling was turned on.
+    profile: Option<Vec<Vec<ggrs_core::NodeTiming>>>,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -277,6 +279,7 @@ impl Embedder {
             params,
             pooling,
             arena: None,
+            profile: None,
         };
         // Check at once that the model has an embedding graph (and a head for `rank`).
         e.measure(&[1])?;
@@ -301,6 +304,22 @@ impl Embedder {
     /// Compute threads (the parameter's 0 resolved).
     pub fn n_threads(&self) -> usize {
         self.exec.n_threads()
+    }
+
+    /// Turns per-node timing of every step on (collected until [`Embedder::take_profile`])
+    /// or off. Timing costs a little: leave it off outside measurements.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.exec.set_profiling(on);
+        self.profile = on.then(Vec::new);
+    }
+
+    /// The per-node times of each step computed since profiling was turned on (or since the
+    /// last call), one list per step; empty when profiling is off.
+    pub fn take_profile(&mut self) -> Vec<Vec<ggrs_core::NodeTiming>> {
+        self.profile
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Width of one embedding (`n_embd`; for `rank`, the number of scores per input).
@@ -649,6 +668,9 @@ impl Embedder {
             ctx.set_f32(wts, &w)?;
         }
         self.exec.compute(ctx, &built.graph)?;
+        if let Some(p) = self.profile.as_mut() {
+            p.push(self.exec.profile().to_vec());
+        }
         let mut raw = Vec::new();
         ctx.append_f32(built.out, &mut raw)?;
         let per = raw.len() / inputs.len().max(1);

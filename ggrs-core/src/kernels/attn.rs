@@ -131,7 +131,12 @@ pub(crate) fn plan(
     let (units, scratch) = if use_tiled(n_q) {
         (heads * n_q.div_ceil(TILE_Q), tile_scratch(dk, dv))
     } else {
-        (heads / gs * n_q, gs * row_scratch(dk, dv))
+        let slots = if use_query_groups(dk, gs) {
+            QUERY_GROUP
+        } else {
+            gs
+        };
+        (heads / gs * n_q, slots * row_scratch(dk, dv))
     };
     TaskPlan {
         n_chunks: units.min(nth * 4).max(1),
@@ -371,7 +376,30 @@ pub(crate) unsafe fn flash_attn_ext(
         }
     } else {
         let n_groups = n_head / gs;
-        for r in split_range(n_q * n_groups * n3, n_chunks, chunk) {
+        let mut rows = split_range(n_q * n_groups * n3, n_chunks, chunk);
+        if use_query_groups(a.dk(), gs) {
+            // Runs of QUERY_GROUP consecutive queries of one head together; the rest one
+            // by one below.
+            while rows.len() >= QUERY_GROUP {
+                let r = rows.start;
+                let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+                if iq1 + QUERY_GROUP > n_q {
+                    break;
+                }
+                let qs: [usize; QUERY_GROUP] = std::array::from_fn(|j| iq1 + j);
+                // SAFETY: indices in range; the scratch holds QUERY_GROUP row scratches
+                // (plan); K and V are F16 on this path.
+                let results = unsafe { query_group_keys(&a, qs, iq2, iq3, work.scratch) };
+                for (j, (max, sum)) in results.into_iter().enumerate() {
+                    // SAFETY: indices in range; this chunk owns these rows.
+                    let out = unsafe { a.out_row(qs[j], iq2, iq3) };
+                    let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
+                    finish_row(&a, acc, out, iq2, max, sum);
+                }
+                rows.start += QUERY_GROUP;
+            }
+        }
+        for r in rows {
             let (iq1, g, iq3) = (r % n_q, (r / n_q) % n_groups, r / (n_q * n_groups));
             let heads = g * gs..(g + 1) * gs;
             // SAFETY: indices in range; the scratch holds gs row scratches (plan).
@@ -381,17 +409,23 @@ pub(crate) unsafe fn flash_attn_ext(
                 // SAFETY: indices in range; this chunk owns the group's rows.
                 let out = unsafe { a.out_row(iq1, iq2, iq3) };
                 let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
-                f16_to_f32(acc, out, a.fast);
-                let sum = match a.sink(iq2) {
-                    Some(s) => add_sink(s, max, sum, out).1,
-                    None => sum,
-                };
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                for o in out.iter_mut() {
-                    *o *= inv;
-                }
+                finish_row(&a, acc, out, iq2, max, sum);
             }
         }
+    }
+}
+
+/// A one-row result into its output row: the f16 accumulator widened, the sink of head
+/// `iq2` joined (if any), divided by the sum `S`.
+fn finish_row(a: &Attn, acc: &[u16], out: &mut [f32], iq2: usize, max: f32, sum: f32) {
+    f16_to_f32(acc, out, a.fast);
+    let sum = match a.sink(iq2) {
+        Some(s) => add_sink(s, max, sum, out).1,
+        None => sum,
+    };
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for o in out.iter_mut() {
+        *o *= inv;
     }
 }
 
@@ -543,6 +577,132 @@ unsafe fn one_row_keys(
         sum = sum.mul_add(ms, vs);
     }
     (max, sum)
+}
+
+/// Queries of one head that [`query_group_keys`] runs in lockstep.
+const QUERY_GROUP: usize = 4;
+
+/// Whether the one-row path runs [`query_group_keys`]: heads narrower than 64 (ggml's
+/// `ggml_vec_dot_f16` then adds every product in f64, one long dependency chain per
+/// (query, key) that the lockstep hides) and no grouped-query sharing to exploit instead.
+fn use_query_groups(dk: usize, gs: usize) -> bool {
+    dk < 64 && gs == 1
+}
+
+/// The one-row kernel of [`one_row_keys`] for `G` queries `iq1` of head `(iq2, iq3)` at
+/// once, over all keys: the dot products of a key with the `G` queries run side by side
+/// (lane `j` of each f64 step is query `j`'s chain), then each query's softmax and value
+/// update exactly as [`one_row_keys`] does them. Query `j` leaves its f16 accumulator in
+/// the `j`-th [`row_scratch`] part of `sc` and gets its `(M, S)`. Bits: each query's, alone.
+/// Needs `dk < 64` (the dot is then only its f64 tail).
+///
+/// # Safety
+/// Indices in range; `sc` holds `G` row scratches; K and V are F16.
+#[inline(always)]
+unsafe fn query_group_keys_body<const G: usize>(
+    a: &Attn,
+    iq1: [usize; G],
+    iq2: usize,
+    iq3: usize,
+    sc: &mut [f32],
+) -> [(f32, f32); G] {
+    let (dk, dv) = (a.dk(), a.dv());
+    assert!(dk < 64, "query_group_keys: heads narrower than 64");
+    let rs = row_scratch(dk, dv);
+    // The queries rounded to f16, transposed: qt[i][j] is value i of query j.
+    let mut qt = [[0f32; G]; 64];
+    for (j, &i1) in iq1.iter().enumerate() {
+        // SAFETY: indices in range (caller).
+        let q = unsafe { a.q_row(i1, iq2, iq3) };
+        for (i, &x) in q[..dk].iter().enumerate() {
+            qt[i][j] = h2f(f2h(x));
+        }
+    }
+    let qt = &qt[..dk];
+    // SAFETY: indices in range (caller).
+    let rows: [HeadRows; G] = std::array::from_fn(|j| unsafe { a.head_rows(iq1[j], iq2, iq3) });
+    let (k0, v0, knb, vnb) = (rows[0].k0, rows[0].v0, rows[0].knb, rows[0].vnb);
+    let mut parts = sc.chunks_mut(rs);
+    let mut accs: [&mut [u16]; G] = std::array::from_fn(|_| {
+        let part = parts.next().expect("the plan gives G row scratches");
+        row_acc(part, dk, dv)
+    });
+    for acc in accs.iter_mut() {
+        acc.fill(0);
+    }
+    let mut kr = [0f32; 64];
+    let kr = &mut kr[..dk];
+    let mut max = [f32::NEG_INFINITY; G];
+    let mut sum = [0f32; G];
+    for ic in 0..a.n_kv() {
+        // SAFETY: ic < n_kv.
+        let mv: [f32; G] = std::array::from_fn(|j| unsafe { mask_value(rows[j].mask, ic) });
+        if mv.iter().all(|&m| m == f32::NEG_INFINITY) {
+            continue;
+        }
+        // SAFETY: ic < n_kv: row ic of this head's keys and values lies in its tensor;
+        // F16 rows are dense and 2-byte aligned (every query of the group shares them).
+        let (kr16, vr16) = unsafe {
+            (
+                std::slice::from_raw_parts(k0.add(ic * knb) as *const u16, dk),
+                std::slice::from_raw_parts(v0.add(ic * vnb) as *const u16, dv),
+            )
+        };
+        f16_to_f32(kr16, kr, a.fast);
+        // `dot_f16_vec_f32_body` below 64 values: 0, then each product added in f64.
+        let mut dot = [0f64; G];
+        for (q, &k) in qt.iter().zip(kr.iter()) {
+            for j in 0..G {
+                dot[j] += (k * q[j]) as f64;
+            }
+        }
+        for j in 0..G {
+            if mv[j] == f32::NEG_INFINITY {
+                continue;
+            }
+            let mut s = dot[j] as f32;
+            s *= a.scale;
+            if a.softcap != 0.0 {
+                s = a.softcap * s.tanh();
+            }
+            s += mv[j];
+            let (ms, vs);
+            if s > max[j] {
+                let old = max[j];
+                max[j] = s;
+                ms = (old - max[j]).exp();
+                vs = 1.0;
+                scale_f16(accs[j], ms, a.fast);
+            } else {
+                ms = 1.0;
+                vs = (s - max[j]).exp();
+            }
+            mad_f16(accs[j], vr16, vs, a.fast);
+            sum[j] = sum[j].mul_add(ms, vs);
+        }
+    }
+    std::array::from_fn(|j| (max[j], sum[j]))
+}
+
+/// [`query_group_keys_body`] for [`QUERY_GROUP`] queries, built for AVX2 + FMA + F16C
+/// when the CPU has them (`a.fast`).
+///
+/// # Safety
+/// As [`query_group_keys_body`].
+unsafe fn query_group_keys(
+    a: &Attn,
+    iq1: [usize; QUERY_GROUP],
+    iq2: usize,
+    iq3: usize,
+    sc: &mut [f32],
+) -> [(f32, f32); QUERY_GROUP] {
+    #[cfg(target_arch = "x86_64")]
+    if a.fast {
+        // SAFETY: `fast` means AVX2, FMA and F16C; the rest forwarded.
+        return unsafe { query_group_keys_fast(a, iq1, iq2, iq3, sc) };
+    }
+    // SAFETY: forwarded.
+    unsafe { query_group_keys_body(a, iq1, iq2, iq3, sc) }
 }
 
 /// Joins the sink logit `s` to a row's softmax as ggml does after the keys (the sink has
@@ -1010,6 +1170,14 @@ crate::kernels::x86::target_features!("avx2,fma,f16c":
     fn tile_fast(a: &Attn, q0: usize, iq2: usize, iq3: usize, sc: &mut [f32]) = tile_body::<true>;
     /// [`dot_f16_vec_f32_body`] compiled for AVX2 + FMA + F16C.
     fn dot_f16_ggml_fast(x: &[f32], y: &[f32]) -> f32 = dot_f16_vec_f32_body;
+    /// [`query_group_keys_body`] compiled for AVX2 + FMA + F16C.
+    fn query_group_keys_fast(
+        a: &Attn,
+        iq1: [usize; QUERY_GROUP],
+        iq2: usize,
+        iq3: usize,
+        sc: &mut [f32],
+    ) -> [(f32, f32); QUERY_GROUP] = query_group_keys_body::<QUERY_GROUP>;
 );
 
 /// The score tiles of `kernels::x86::attn` are this module's.

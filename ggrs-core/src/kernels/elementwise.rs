@@ -58,26 +58,32 @@ pub(crate) fn gelu(x: f32) -> f32 {
 /// `h`), times `u`.
 #[inline(always)]
 pub(crate) fn geglu_ggml(g: f32, u: f32) -> f32 {
+    geglu_ggml_with(g, u, gelu_f16_table())
+}
+
+/// [`geglu_ggml`] with the table given (`gelu_f16_table()`).
+#[inline(always)]
+pub(crate) fn geglu_ggml_with(g: f32, u: f32, table: &[u16]) -> f32 {
     if g <= -10.0 {
         0.0
     } else if g >= 10.0 {
         g * u
     } else {
         let h = half::f16::from_f32(g).to_bits();
-        gelu_f16_table()[h as usize].to_f32() * u
+        half::f16::from_bits(table[h as usize]).to_f32() * u
     }
 }
 
-/// ggml's GELU table: `f16(gelu(h))` for every f16 `h` (by its bits), computed once, on first
-/// use (65,536 evaluations of [`gelu_table_entry`], about a millisecond), so that GeGLU and
-/// ggml's GELU cost a lookup per element rather than a `tanh`.
-fn gelu_f16_table() -> &'static [half::f16] {
-    static TABLE: std::sync::OnceLock<Box<[half::f16]>> = std::sync::OnceLock::new();
+/// ggml's GELU table: the bits of `f16(gelu(h))` for every f16 `h` (by its bits), computed
+/// once, on first use (65,536 evaluations of [`gelu_table_entry`], about a millisecond), so
+/// that GeGLU and ggml's GELU cost a lookup per element rather than a `tanh`.
+pub(crate) fn gelu_f16_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Box<[u16]>> = std::sync::OnceLock::new();
     TABLE.get_or_init(|| {
         (0..=u16::MAX)
             .map(|bits| {
                 let h = half::f16::from_bits(bits).to_f32();
-                half::f16::from_f32(gelu_table_entry(h))
+                half::f16::from_f32(gelu_table_entry(h)).to_bits()
             })
             .collect()
     })
@@ -223,6 +229,16 @@ pub(crate) unsafe fn swiglu(task: &Task, chunk: usize, n_chunks: usize, work: &m
 /// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of the sources'
 /// shape.
 pub(crate) unsafe fn geglu(task: &Task, chunk: usize, n_chunks: usize, work: &mut Work) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::isa() >= crate::cpu::Isa::Avx2 {
+        let table = gelu_f16_table();
+        // SAFETY: forwarded; the CPU has AVX2 and F16C (`isa()`), the table one entry per f16.
+        return unsafe {
+            glu_rows_with(task, chunk, n_chunks, work, |out, g, u| {
+                crate::kernels::x86::f16::geglu_table(out, g, u, table)
+            })
+        };
+    }
     // SAFETY: forwarded.
     unsafe { glu_rows(task, chunk, n_chunks, work, geglu_ggml) }
 }
@@ -255,6 +271,27 @@ unsafe fn glu_rows(
     work: &mut Work,
     f: impl Fn(f32, f32) -> f32,
 ) {
+    // SAFETY: forwarded.
+    unsafe {
+        glu_rows_with(task, chunk, n_chunks, work, |out, g, u| {
+            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
+                *o = f(g, u);
+            }
+        })
+    }
+}
+
+/// [`glu_rows`] with a function of whole rows: `f(out, gate, up)`.
+///
+/// # Safety
+/// As [`glu_rows`].
+unsafe fn glu_rows_with(
+    task: &Task,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+    f: impl Fn(&mut [f32], &[f32], &[f32]),
+) {
     let d = &task.dst;
     let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
     let b = task.src[1]
@@ -267,9 +304,7 @@ unsafe fn glu_rows(
             let out = d.row_f32_mut(i1, i2, i3);
             let g = task.s0().load_row(i1, i2, i3, s0);
             let u = b.load_row(i1, i2, i3, s1);
-            for ((o, &g), &u) in out.iter_mut().zip(g).zip(u) {
-                *o = f(g, u);
-            }
+            f(out, g, u);
         }
     }
 }
@@ -452,6 +487,57 @@ pub(crate) unsafe fn copy(task: &Task, chunk: usize, n_chunks: usize, work: &mut
         unsafe {
             let v = read_f32(s.data.add(unravel(s, k)), s.dtype);
             write_f32(d.data.add(unravel(d, k)), d.dtype, v);
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The AVX2 table GeGLU has the scalar function's bits for every f16 gate value, the
+    /// values around the ±10 cut-offs, infinities and NaN, against several up values, and
+    /// for a row length that leaves a scalar tail.
+    #[test]
+    fn geglu_rows_have_the_scalar_bits() {
+        if crate::cpu::isa() < crate::cpu::Isa::Avx2 {
+            eprintln!("SKIPPED: no AVX2");
+            return;
+        }
+        let mut g: Vec<f32> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f32())
+            .collect();
+        for x in [
+            -10.0f32,
+            10.0,
+            -9.999_999,
+            9.999_999,
+            -10.000_001,
+            10.000_001,
+        ] {
+            g.extend([x, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -0.0]);
+        }
+        g.extend((0..4001).map(|i| (i as f32 - 2000.0) * 0.006_123_7));
+        let table = gelu_f16_table();
+        for u0 in [1.0f32, -0.37, 3.5e4, 0.0] {
+            let u: Vec<f32> = (0..g.len())
+                .map(|i| u0 * (1.0 + (i % 7) as f32 * 0.1))
+                .collect();
+            let mut out = vec![0f32; g.len()];
+            // SAFETY: AVX2 (and F16C) checked above; the table has one entry per f16.
+            unsafe { crate::kernels::x86::f16::geglu_table(&mut out, &g, &u, table) };
+            for i in 0..g.len() {
+                let want = geglu_ggml(g[i], u[i]);
+                assert_eq!(
+                    out[i].to_bits(),
+                    want.to_bits(),
+                    "g {} u {}: {} against {}",
+                    g[i],
+                    u[i],
+                    out[i],
+                    want
+                );
+            }
         }
     }
 }

@@ -106,7 +106,8 @@ pub(crate) unsafe fn f16_lanes16_tile_f32<const R: usize, const C: usize>(
 /// `ggml_arith::f16_lanes16_tile_f32` on AVX2: each pair's sixteen FMA lanes in two
 /// registers (lanes 0–7 and 8–15, as [`dot_f16_lanes16`]), the lower halves of a step for
 /// the whole tile before the upper halves so that `2·R·C` accumulators, `R` weight
-/// registers and one activation register are live; then [`reduce16`] per pair.
+/// registers and one activation register are live; then [`reduce16`]'s tree per pair, in
+/// registers.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `2n` bytes readable at every `a[r]`, `n` f32 at
@@ -117,7 +118,7 @@ pub(crate) unsafe fn f16_lanes16_tile_f32_avx2<const R: usize, const C: usize>(
     a: [*const u8; R],
     b: [*const f32; C],
 ) -> [[f32; C]; R] {
-    use std::arch::x86_64::_mm256_loadu_ps;
+    use std::arch::x86_64::{_mm256_add_ps, _mm256_loadu_ps};
     let mut lo = [[_mm256_setzero_ps(); C]; R];
     let mut hi = [[_mm256_setzero_ps(); C]; R];
     for i in (0..n).step_by(16) {
@@ -142,16 +143,13 @@ pub(crate) unsafe fn f16_lanes16_tile_f32_avx2<const R: usize, const C: usize>(
     }
     // Plain loops, not closures: a closure does not inherit this function's features, so
     // the accumulators it read would live in memory and be stored after every FMA.
+    // `reduce16` of the sixteen lanes (lo, hi) in registers: its first level is `hi + lo`
+    // lane by lane, the rest is `hsum256`'s tree.
     let mut out = [[0f32; C]; R];
     for r in 0..R {
         for c in 0..C {
-            let mut lanes = [0f32; 16];
-            // SAFETY: `lanes` holds 16 f32; unaligned stores.
-            unsafe {
-                _mm256_storeu_ps(lanes.as_mut_ptr(), lo[r][c]);
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8), hi[r][c]);
-            }
-            out[r][c] = reduce16(&lanes);
+            // SAFETY: the CPU supports AVX (caller); register-only operations.
+            out[r][c] = unsafe { super::util::hsum256(_mm256_add_ps(hi[r][c], lo[r][c])) };
         }
     }
     out
@@ -295,5 +293,50 @@ pub(crate) unsafe fn f16_to_f32_block_f16c(src: &[half::f16], dst: &mut [f32]) {
     }
     for j in i..n {
         dst[j] = src[j].to_f32();
+    }
+}
+
+/// ggml's table GeGLU (`elementwise::geglu_ggml`) over whole rows, eight values at a time:
+/// `out[i] = 0` for `g[i] ≤ −10`, `g[i]·u[i]` for `g[i] ≥ 10`, otherwise
+/// `table[f16(g[i])]·u[i]` (the entry widened to f32); the same bits as the scalar
+/// function (one f16 rounding, one lookup, one product per value).
+///
+/// # Safety
+/// The CPU supports AVX2 and F16C; `table` holds 65,536 entries.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn geglu_table(out: &mut [f32], g: &[f32], u: &[f32], table: &[u16]) {
+    use std::arch::x86_64::{
+        _mm256_blendv_ps, _mm256_cmp_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_mul_ps,
+        _mm256_set1_ps, _mm_loadu_si128, _mm_storeu_si128, _CMP_GE_OQ, _CMP_LE_OQ,
+        _MM_FROUND_TO_NEAREST_INT,
+    };
+    assert!(table.len() == 1 << 16, "geglu_table: one entry per f16");
+    let n = out.len().min(g.len()).min(u.len());
+    let mut i = 0;
+    let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n: eight values of each slice; unaligned loads and stores; the
+        // table index is a u16, below its 65,536 entries.
+        unsafe {
+            let gv = _mm256_loadu_ps(g.as_ptr().add(i));
+            let uv = _mm256_loadu_ps(u.as_ptr().add(i));
+            let mut h = [0u16; 8];
+            _mm_storeu_si128(
+                h.as_mut_ptr() as *mut __m128i,
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(gv),
+            );
+            let t = h.map(|b| *table.get_unchecked(b as usize));
+            let tv = _mm256_cvtph_ps(_mm_loadu_si128(t.as_ptr() as *const __m128i));
+            let looked = _mm256_mul_ps(tv, uv);
+            let big = _mm256_cmp_ps::<_CMP_GE_OQ>(gv, hi);
+            let r = _mm256_blendv_ps(looked, _mm256_mul_ps(gv, uv), big);
+            let low = _mm256_cmp_ps::<_CMP_LE_OQ>(gv, lo);
+            let r = _mm256_blendv_ps(r, _mm256_setzero_ps(), low);
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), r);
+        }
+        i += 8;
+    }
+    for j in i..n {
+        out[j] = crate::kernels::elementwise::geglu_ggml_with(g[j], u[j], table);
     }
 }
