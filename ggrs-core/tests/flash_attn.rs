@@ -425,15 +425,52 @@ fn attend_rows(
     softcap: f32,
     n_threads: usize,
 ) -> Vec<f32> {
-    let (n_q, n_kv) = (q_rows.len(), k.len() / (d * n_head));
+    attend_rows_threads(
+        d, n_head, n_head, q_rows, k, v, mask_rows, softcap, n_threads,
+    )
+}
+
+/// [`attend_rows`] on one thread with `n_head_kv` key and value heads.
+#[allow(clippy::too_many_arguments)]
+fn attend_rows_kv(
+    d: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    q_rows: &[Vec<f32>],
+    k: &[f32],
+    v: &[f32],
+    mask_rows: Option<&[Vec<f32>]>,
+    softcap: f32,
+) -> Vec<f32> {
+    attend_rows_threads(d, n_head, n_head_kv, q_rows, k, v, mask_rows, softcap, 1)
+}
+
+/// [`attend_rows`] with `n_head_kv` key and value heads.
+#[allow(clippy::too_many_arguments)]
+fn attend_rows_threads(
+    d: usize,
+    n_head: usize,
+    n_head_kv: usize,
+    q_rows: &[Vec<f32>],
+    k: &[f32],
+    v: &[f32],
+    mask_rows: Option<&[Vec<f32>]>,
+    softcap: f32,
+    n_threads: usize,
+) -> Vec<f32> {
+    let (n_q, n_kv) = (q_rows.len(), k.len() / (d * n_head_kv));
     let mut ctx = Context::with_mem_size(16 << 20);
     // q as [d, n_q, n_head]: the builder's layout of a step's queries.
     let qt = ctx.new_tensor(DType::F32, &[d, n_head, n_q, 1]).unwrap();
     ctx.set_f32(qt, &q_rows.concat()).unwrap();
     let q = ctx.permute(qt, [0, 2, 1, 3]).unwrap();
-    let kt = ctx.new_tensor(DType::F16, &[d, n_kv, n_head, 1]).unwrap();
+    let kt = ctx
+        .new_tensor(DType::F16, &[d, n_kv, n_head_kv, 1])
+        .unwrap();
     ctx.set_f32(kt, k).unwrap();
-    let vt = ctx.new_tensor(DType::F16, &[d, n_kv, n_head, 1]).unwrap();
+    let vt = ctx
+        .new_tensor(DType::F16, &[d, n_kv, n_head_kv, 1])
+        .unwrap();
     ctx.set_f32(vt, v).unwrap();
     let mask = mask_rows.map(|rows| {
         let m = ctx.new_tensor(DType::F16, &[n_kv, n_q]).unwrap();
@@ -496,6 +533,35 @@ fn narrow_heads_give_each_querys_bits_alone() {
                     again.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                     "d={d} n_q={n_q}: {n_threads} threads"
                 );
+            }
+            // Against the one-row kernel (pinned to ggml's bits by the recorded d = 32
+            // cases above): every query head doubled, so that two share a key head and the
+            // lockstep path is not taken; each copy must give the step's bits.
+            let doubled: Vec<Vec<f32>> = q_rows
+                .iter()
+                .map(|r| {
+                    r.chunks(d)
+                        .flat_map(|h| h.iter().chain(h))
+                        .copied()
+                        .collect()
+                })
+                .collect();
+            let (kd, vd) = (k.clone(), v.clone());
+            let wide = attend_rows_kv(d, 2 * n_head, n_head, &doubled, &kd, &vd, masks, softcap);
+            for i in 0..n_q {
+                for h in 0..n_head {
+                    for copy in 0..2 {
+                        let at = (i * 2 * n_head + 2 * h + copy) * d;
+                        let want = &wide[at..at + d];
+                        let got = &all[(i * n_head + h) * d..(i * n_head + h + 1) * d];
+                        assert_eq!(
+                            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                            "d={d} n_q={n_q} query {i} head {h} (masked {masked}, softcap \
+                             {softcap}): lockstep against the one-row kernel"
+                        );
+                    }
+                }
             }
             for i in 0..n_q {
                 let one_mask = masks.map(|m| vec![m[i].clone()]);

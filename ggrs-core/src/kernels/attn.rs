@@ -378,25 +378,23 @@ pub(crate) unsafe fn flash_attn_ext(
         let n_groups = n_head / gs;
         let mut rows = split_range(n_q * n_groups * n3, n_chunks, chunk);
         if use_query_groups(a.dk(), gs) {
-            // Runs of QUERY_GROUP consecutive queries of one head together; the rest one
-            // by one below.
-            while rows.len() >= QUERY_GROUP {
+            // Runs of up to QUERY_GROUP consecutive queries of one head together.
+            while !rows.is_empty() {
                 let r = rows.start;
                 let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
-                if iq1 + QUERY_GROUP > n_q {
-                    break;
-                }
-                let qs: [usize; QUERY_GROUP] = std::array::from_fn(|j| iq1 + j);
+                let live = QUERY_GROUP.min(n_q - iq1).min(rows.len());
+                let qs: [usize; QUERY_GROUP] =
+                    std::array::from_fn(|j| if j < live { iq1 + j } else { iq1 });
                 // SAFETY: indices in range; the scratch holds QUERY_GROUP row scratches
                 // (plan); K and V are F16 on this path.
-                let results = unsafe { query_group_keys(&a, qs, iq2, iq3, work.scratch) };
-                for (j, (max, sum)) in results.into_iter().enumerate() {
+                let results = unsafe { query_group_keys(&a, qs, live, iq2, iq3, work.scratch) };
+                for (j, (max, sum)) in results.into_iter().enumerate().take(live) {
                     // SAFETY: indices in range; this chunk owns these rows.
                     let out = unsafe { a.out_row(qs[j], iq2, iq3) };
                     let acc = row_acc(&mut work.scratch[j * rs..(j + 1) * rs], a.dk(), a.dv());
                     finish_row(&a, acc, out, iq2, max, sum);
                 }
-                rows.start += QUERY_GROUP;
+                rows.start += live;
             }
         }
         for r in rows {
@@ -594,7 +592,9 @@ fn use_query_groups(dk: usize, gs: usize) -> bool {
 /// (lane `j` of each f64 step is query `j`'s chain), then each query's softmax and value
 /// update exactly as [`one_row_keys`] does them. Query `j` leaves its f16 accumulator in
 /// the `j`-th [`row_scratch`] part of `sc` and gets its `(M, S)`. Bits: each query's, alone.
-/// Needs `dk < 64` (the dot is then only its f64 tail).
+/// Only the first `live` queries count (a shorter run fills the rest of the group with its
+/// first query, whose lanes are then skipped). Needs `dk < 64` (the dot is then only its
+/// f64 tail).
 ///
 /// # Safety
 /// Indices in range; `sc` holds `G` row scratches; K and V are F16.
@@ -602,6 +602,7 @@ fn use_query_groups(dk: usize, gs: usize) -> bool {
 unsafe fn query_group_keys_body<const G: usize>(
     a: &Attn,
     iq1: [usize; G],
+    live: usize,
     iq2: usize,
     iq3: usize,
     sc: &mut [f32],
@@ -636,7 +637,13 @@ unsafe fn query_group_keys_body<const G: usize>(
     let mut sum = [0f32; G];
     for ic in 0..a.n_kv() {
         // SAFETY: ic < n_kv.
-        let mv: [f32; G] = std::array::from_fn(|j| unsafe { mask_value(rows[j].mask, ic) });
+        let mv: [f32; G] = std::array::from_fn(|j| {
+            if j < live {
+                unsafe { mask_value(rows[j].mask, ic) }
+            } else {
+                f32::NEG_INFINITY
+            }
+        });
         if mv.iter().all(|&m| m == f32::NEG_INFINITY) {
             continue;
         }
@@ -656,6 +663,10 @@ unsafe fn query_group_keys_body<const G: usize>(
                 dot[j] += (k * q[j]) as f64;
             }
         }
+        // Each live query's score and the argument of its one exponential (a new maximum:
+        // `M_old − M`; else `s − M`), then the exponentials of the group at once.
+        let mut arg = [0f32; G];
+        let mut grew = [false; G];
         for j in 0..G {
             if mv[j] == f32::NEG_INFINITY {
                 continue;
@@ -666,22 +677,57 @@ unsafe fn query_group_keys_body<const G: usize>(
                 s = a.softcap * s.tanh();
             }
             s += mv[j];
-            let (ms, vs);
             if s > max[j] {
-                let old = max[j];
+                arg[j] = max[j] - s;
                 max[j] = s;
-                ms = (old - max[j]).exp();
-                vs = 1.0;
-                scale_f16(accs[j], ms, a.fast);
+                grew[j] = true;
             } else {
-                ms = 1.0;
-                vs = (s - max[j]).exp();
+                arg[j] = s - max[j];
             }
+        }
+        let e = exp_group(arg, a.fast);
+        for j in 0..G {
+            if mv[j] == f32::NEG_INFINITY {
+                continue;
+            }
+            let (ms, vs) = if grew[j] {
+                scale_f16(accs[j], e[j], a.fast);
+                (e[j], 1.0)
+            } else {
+                (1.0, e[j])
+            };
             mad_f16(accs[j], vr16, vs, a.fast);
             sum[j] = sum[j].mul_add(ms, vs);
         }
     }
     std::array::from_fn(|j| (max[j], sum[j]))
+}
+
+/// glibc's `expf` of each value (`x86::exp::expf4`, four lanes at a time, where the CPU
+/// has AVX2 and FMA: `fast`).
+#[inline(always)]
+fn exp_group<const G: usize>(x: [f32; G], fast: bool) -> [f32; G] {
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        use std::arch::x86_64::{_mm_loadu_ps, _mm_storeu_ps};
+        let mut y = [0f32; G];
+        for (xs, ys) in x.chunks(4).zip(y.chunks_mut(4)) {
+            let mut l = [0f32; 4];
+            l[..xs.len()].copy_from_slice(xs);
+            let mut o = [0f32; 4];
+            // SAFETY: `fast` means AVX2 and FMA; four f32 readable and writable in `l`, `o`.
+            unsafe {
+                _mm_storeu_ps(
+                    o.as_mut_ptr(),
+                    crate::kernels::x86::exp::expf4(_mm_loadu_ps(l.as_ptr())),
+                )
+            };
+            ys.copy_from_slice(&o[..ys.len()]);
+        }
+        return y;
+    }
+    let _ = fast;
+    x.map(f32::exp)
 }
 
 /// [`query_group_keys_body`] for [`QUERY_GROUP`] queries, built for AVX2 + FMA + F16C
@@ -692,6 +738,7 @@ unsafe fn query_group_keys_body<const G: usize>(
 unsafe fn query_group_keys(
     a: &Attn,
     iq1: [usize; QUERY_GROUP],
+    live: usize,
     iq2: usize,
     iq3: usize,
     sc: &mut [f32],
@@ -699,10 +746,10 @@ unsafe fn query_group_keys(
     #[cfg(target_arch = "x86_64")]
     if a.fast {
         // SAFETY: `fast` means AVX2, FMA and F16C; the rest forwarded.
-        return unsafe { query_group_keys_fast(a, iq1, iq2, iq3, sc) };
+        return unsafe { query_group_keys_fast(a, iq1, live, iq2, iq3, sc) };
     }
     // SAFETY: forwarded.
-    unsafe { query_group_keys_body(a, iq1, iq2, iq3, sc) }
+    unsafe { query_group_keys_body(a, iq1, live, iq2, iq3, sc) }
 }
 
 /// Joins the sink logit `s` to a row's softmax as ggml does after the keys (the sink has
@@ -1174,6 +1221,7 @@ crate::kernels::x86::target_features!("avx2,fma,f16c":
     fn query_group_keys_fast(
         a: &Attn,
         iq1: [usize; QUERY_GROUP],
+        live: usize,
         iq2: usize,
         iq3: usize,
         sc: &mut [f32],
