@@ -42,6 +42,10 @@ pub(super) struct Job {
     pub accepted: usize,
     /// How much to draft (see [`crate::speculative::drafting::DraftControl`]).
     pub control: crate::speculative::drafting::DraftControl,
+    /// Context shifts made for it.
+    pub shifts: usize,
+    /// Cells its context shifts kept (its first tokens, which no shift moved).
+    pub kept: usize,
 }
 
 /// What became of a job after a sampled token.
@@ -80,6 +84,8 @@ impl Job {
             drafted: 0,
             accepted: 0,
             control: Default::default(),
+            shifts: 0,
+            kept: 0,
         }
     }
 
@@ -180,10 +186,13 @@ impl Job {
             drafted: self.drafted,
             accepted: self.accepted,
         };
+        let truncated = self.pending.cut || self.shifts > 0 || stop == StopReason::ContextFull;
         let done = Completion {
             tokens,
             text,
             tail,
+            truncated,
+            shifts: self.shifts,
             stop,
             logprobs,
             prompt_tokens: self.pending.request.prompt.len(),
