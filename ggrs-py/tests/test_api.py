@@ -42,15 +42,19 @@ def test_tokenize_round_trip(model):
     assert b"".join(model.token_to_piece(t) for t in ids[1:]).decode() == " Hello world, héllo!"
 
 
+# Greedy and seeded sampling with every sampler: speculation must not change either.
+SPEC_KWARGS = (
+    dict(max_tokens=24, temperature=0, logprobs=2, ignore_eos=True),
+    dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
+         repeat_penalty=1.1, seed=7, logprobs=2, ignore_eos=True),
+)
+
+
 def test_speculative_ngram_keeps_the_output(tiny_llama_path):
     """Prompt-lookup speculation gives the tokens and log-probabilities of plain decoding,
     greedy and seeded."""
     prompt = "def add(a, b):\n    return a + b\n\n" * 6
-    for kw in (
-        dict(max_tokens=24, temperature=0, logprobs=2, ignore_eos=True),
-        dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
-             repeat_penalty=1.1, seed=7, logprobs=2, ignore_eos=True),
-    ):
+    for kw in SPEC_KWARGS:
         with ggrs.Model(tiny_llama_path, n_ctx=512, n_threads=1) as plain:
             a = plain.generate(prompt, **kw)
         with ggrs.Model(tiny_llama_path, n_ctx=512, n_threads=1, speculative="ngram",
@@ -69,11 +73,7 @@ def test_draft_model_keeps_the_output(tiny_llama_path, ref_dir):
     the tokens and log-probabilities of plain decoding, greedy and seeded, and drafts."""
     prompt = "Once upon a time there was a little"
     other = str(ref_dir / "tiny" / "tiny-llama-yarn-f16.gguf")
-    for kw in (
-        dict(max_tokens=24, temperature=0, logprobs=2, ignore_eos=True),
-        dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
-             repeat_penalty=1.1, seed=7, logprobs=2, ignore_eos=True),
-    ):
+    for kw in SPEC_KWARGS:
         with ggrs.Model(tiny_llama_path, n_ctx=256, n_threads=1) as plain:
             a = plain.generate(prompt, **kw)
         for draft in (tiny_llama_path, other):
