@@ -276,6 +276,16 @@ impl Scheduler {
         }
     }
 
+    /// After slot `i`'s job `j`: if a context shift moved its cells, forgets all but the
+    /// kept ones (their keys were computed next to tokens that are gone, so they serve no
+    /// later prompt).
+    fn forget_moved(&mut self, i: usize, j: &Job) {
+        if j.shifts > 0 {
+            self.slots[i].cached.truncate(j.kept);
+            self.session.remove(i as SeqId, j.kept as i32);
+        }
+    }
+
     /// Cells in use at which a slot's generation stops: its context, or never with the
     /// context shift (the shift makes room first).
     fn stop_at(&self) -> usize {
@@ -446,6 +456,7 @@ impl Scheduler {
             Err(e) => {
                 if let Some(j) = self.slots[i].job.take() {
                     self.order.retain(|&o| o != i);
+                    self.forget_moved(i, &j);
                     self.metrics(|m| m.requests_failed += 1);
                     j.fail(e.to_string());
                 }
@@ -606,12 +617,7 @@ impl Scheduler {
             return;
         };
         self.order.retain(|&o| o != i);
-        if j.shifts > 0 {
-            // The cells after the kept ones moved: their keys were computed next to tokens
-            // that are gone, so they serve no later prompt.
-            self.slots[i].cached.truncate(j.kept);
-            self.session.remove(i as SeqId, j.kept as i32);
-        }
+        self.forget_moved(i, &j);
         // The counters and the slot's state first: a listener that reads them on `Done`
         // sees the request ended.
         let cancelled = stop == StopReason::Callback;
