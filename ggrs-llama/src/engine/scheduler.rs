@@ -56,6 +56,7 @@ impl Scheduler {
         let slots = (0..params.n_slots)
             .map(|id| Slot {
                 checkpoints: Default::default(),
+                control: Default::default(),
                 id,
                 cached: Vec::new(),
                 job: None,
@@ -211,7 +212,8 @@ impl Scheduler {
                 }
             });
             let tok = self.session.model().tokenizer();
-            self.slots[i].job = Some(Job::new(pending, reuse, tok));
+            let control = self.slots[i].control.for_next_request();
+            self.slots[i].job = Some(Job::new(pending, reuse, tok, control));
             self.order.push_back(i);
         }
     }
@@ -276,10 +278,12 @@ impl Scheduler {
         }
     }
 
-    /// After slot `i`'s job `j`: if a context shift moved its cells, forgets all but the
-    /// kept ones (their keys were computed next to tokens that are gone, so they serve no
-    /// later prompt).
-    fn forget_moved(&mut self, i: usize, j: &Job) {
+    /// After slot `i`'s job `j`: keeps its draft control's measurements for the slot's next
+    /// request, and, if a context shift moved its cells, forgets all but the kept ones
+    /// (their keys were computed next to tokens that are gone, so they serve no later
+    /// prompt).
+    fn after_job(&mut self, i: usize, j: &Job) {
+        self.slots[i].control = j.control;
         if j.shifts > 0 {
             self.slots[i].cached.truncate(j.kept);
             self.session.remove(i as SeqId, j.kept as i32);
@@ -456,7 +460,7 @@ impl Scheduler {
             Err(e) => {
                 if let Some(j) = self.slots[i].job.take() {
                     self.order.retain(|&o| o != i);
-                    self.forget_moved(i, &j);
+                    self.after_job(i, &j);
                     self.metrics(|m| m.requests_failed += 1);
                     j.fail(e.to_string());
                 }
@@ -617,7 +621,7 @@ impl Scheduler {
             return;
         };
         self.order.retain(|&o| o != i);
-        self.forget_moved(i, &j);
+        self.after_job(i, &j);
         // The counters and the slot's state first: a listener that reads them on `Done`
         // sees the request ended.
         let cancelled = stop == StopReason::Callback;

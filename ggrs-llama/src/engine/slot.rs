@@ -20,6 +20,9 @@ pub(super) struct Slot {
     /// Recurrent states at the end of its last prompts, for a model with recurrent layers
     /// (see [`crate::recurrent_cache::Checkpoints`]).
     pub checkpoints: crate::recurrent_cache::Checkpoints,
+    /// The draft control its last request ended with: the next starts from its measured
+    /// step costs ([`crate::speculative::DraftControl::for_next_request`]).
+    pub control: crate::speculative::drafting::DraftControl,
 }
 
 /// A request in a slot.
@@ -68,8 +71,14 @@ impl Slot {
 }
 
 impl Job {
-    /// Starts `pending` in a slot whose cache holds its first `reuse` prompt tokens.
-    pub fn new(pending: Pending, reuse: usize, tok: &Tokenizer) -> Job {
+    /// Starts `pending` in a slot whose cache holds its first `reuse` prompt tokens, with
+    /// the draft control `control`.
+    pub fn new(
+        pending: Pending,
+        reuse: usize,
+        tok: &Tokenizer,
+        control: crate::speculative::drafting::DraftControl,
+    ) -> Job {
         let picker = Picker::new(tok, &pending.request.params, &pending.request.prompt);
         let queue_secs = pending.queued_at.elapsed().as_secs_f64();
         Job {
@@ -83,7 +92,7 @@ impl Job {
             queue_secs,
             drafted: 0,
             accepted: 0,
-            control: Default::default(),
+            control,
             shifts: 0,
             kept: 0,
         }
