@@ -38,17 +38,44 @@ pub struct Args {
     /// Slots: requests generating at once (`-np N` works too, as llama-server's).
     #[arg(long = "parallel", default_value_t = 4, value_name = "N")]
     parallel: usize,
-    /// Speculative decoding in every slot: `ngram` (prompt lookup). The output of every
-    /// request stays that of plain decoding; a request turns it off with
+    /// Speculative decoding in every slot by prompt lookup (n-gram drafts). `auto` (the
+    /// default): on where it pays, i.e. for weights whose products verify a drafted token for
+    /// about half a step (q4_0, q8_0, q4_1, q5_0, q5_1) on a model that takes exact steps
+    /// without --swa-full, and each slot drafts only while its drafts are accepted; `ngram`:
+    /// on for any model (implies --swa-full); `none`: off. The output of every request is
+    /// that of plain decoding either way; a request turns it off with
     /// `"speculative": false`.
-    #[arg(long = "spec", value_enum, value_name = "ngram")]
-    spec: Option<ServeSpec>,
+    #[arg(
+        long = "spec",
+        value_enum,
+        default_value = "auto",
+        value_name = "auto|ngram|none"
+    )]
+    spec: ServeSpec,
     /// With --spec: most tokens drafted per slot and step.
     #[arg(long = "draft-max", default_value_t = 16, value_name = "N")]
     draft_max: usize,
     /// With --spec: fewest drafted tokens worth a speculative step.
     #[arg(long = "draft-min", default_value_t = 1, value_name = "N")]
     draft_min: usize,
+    /// Context shift, as llama-server's (default: off): a request that generates up to the
+    /// end of its slot's context keeps its first `n_keep` tokens (request field, or --keep),
+    /// drops half of the others (or the request's `n_discard`) and goes on. Off: generation
+    /// stops when the slot is full.
+    #[arg(long = "context-shift", overrides_with = "no_context_shift")]
+    context_shift: bool,
+    /// Turns --context-shift off (the default).
+    #[arg(long = "no-context-shift")]
+    no_context_shift: bool,
+    /// Prompt tokens a context shift (or a request's `"truncate": true`) keeps when the
+    /// request gives no `n_keep` (-1: the whole prompt), BOS not counted.
+    #[arg(
+        long = "keep",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_name = "N"
+    )]
+    keep: i32,
     /// Most prompt tokens evaluated in one step.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     batch_size: usize,
@@ -213,15 +240,20 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
         n_batch: a.batch_size,
         n_threads: checked_threads(a.threads),
         queue_capacity: a.queue,
-        swa_full: a.swa_full || a.spec.is_some(),
-        spec: a.spec.map(|_| ggrs_llama::speculative::SpecParams {
+        swa_full: a.swa_full || a.spec == ServeSpec::Ngram,
+        context_shift: a.context_shift && !a.no_context_shift,
+        n_keep: a.keep.max(-1),
+        spec: (a.spec != ServeSpec::None).then_some(ggrs_llama::speculative::SpecParams {
             draft_max: a.draft_max,
             draft_min: a.draft_min,
             adaptive: true,
         }),
+        spec_auto: a.spec == ServeSpec::Auto,
         ..EngineParams::default()
     };
-    if a.spec.is_some() && (a.draft_max == 0 || a.draft_max > 63 || a.draft_min > a.draft_max) {
+    if a.spec != ServeSpec::None
+        && (a.draft_max == 0 || a.draft_max > 63 || a.draft_min > a.draft_max)
+    {
         return Err(format!(
             "--draft-max must be in 1..=63 and --draft-min at most --draft-max (got {} and {})",
             a.draft_max, a.draft_min
@@ -295,6 +327,10 @@ pub fn run(a: Args) -> CliResult {
 /// Drafters `ggrs serve --spec` offers.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServeSpec {
-    /// Prompt lookup (no second model).
+    /// Prompt lookup where it pays (see `--spec`).
+    Auto,
+    /// Prompt lookup (no second model), for any model.
     Ngram,
+    /// No speculation.
+    None,
 }

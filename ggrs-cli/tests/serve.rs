@@ -30,9 +30,30 @@ fn help_lists_llama_servers_flags() {
         "--timeout",
         "--queue",
         "--reasoning",
+        "--context-shift",
+        "--keep",
+        "--spec",
     ] {
         assert!(out.contains(flag), "{flag} missing from\n{out}");
     }
+}
+
+/// `--context-shift` on a model whose positions cannot move (a recurrent hybrid) stops the
+/// server with the reason.
+#[test]
+fn context_shift_on_a_model_that_cannot_shift_is_an_error() {
+    let model = common::reference("tiny/tiny-granite-hybrid-f16.gguf");
+    let (ok, _, err) = ggrs(&[
+        "serve",
+        "-m",
+        &model,
+        "--port",
+        "0",
+        "-t",
+        "1",
+        "--context-shift",
+    ]);
+    assert!(!ok && err.contains("context shift"), "{err}");
 }
 
 #[test]

@@ -44,7 +44,7 @@ pub struct KvCache {
     /// Element types of keys and values.
     pub types: KvTypes,
     /// Regions: 1, one cache all sequences share; n, sequence s owns cells
-    /// `s·size/n .. (s+1)·size/n` and its token at position p sits in cell `s·size/n + p`
+    /// `s·size/n .. (s+1)·size/n`, which it fills as a lone cache of `size/n` cells would
     /// ([`KvCache::set_streams`]).
     streams: usize,
     /// The cells of the sliding-window layers when they keep only their window
@@ -274,9 +274,11 @@ impl KvCache {
     }
 
     /// Splits the cache into `n` equal regions, one per sequence id `0..n` (llama.cpp's
-    /// per-sequence streams, `kv_unified = false`): sequence s's token at position p then
-    /// sits in cell `s·size/n + p`, and each sequence attends over its own region only, as
-    /// a lone cache of `size/n` cells would. 1: one shared cache. Frees every cell.
+    /// per-sequence streams, `kv_unified = false`): sequence s's tokens then take cells of
+    /// `s·size/n .. (s+1)·size/n` as a lone cache of `size/n` cells would place them (the
+    /// first run of free cells; position p in cell `s·size/n + p` until a context shift
+    /// moves positions), and each sequence attends over its own region only, as that lone
+    /// cache would. 1: one shared cache. Frees every cell.
     pub fn set_streams(&mut self, n: usize) -> Result<()> {
         let window_ok = self
             .window
@@ -379,8 +381,8 @@ impl KvCache {
     }
 
     /// Frees the cells of `seq` at positions `p0..p1` (llama.cpp's `llama_memory_seq_rm`
-    /// with an end), in a cache without regions, window cells or recurrent layers (callers
-    /// check: [`KvCache::shift_positions`]).
+    /// with an end), in a cache without window cells or recurrent layers (callers check:
+    /// [`KvCache::shift_positions`]).
     pub fn remove_range(&mut self, seq: SeqId, p0: i32, p1: i32) {
         remove_between(&mut self.cells, seq, p0, p1);
     }
@@ -419,18 +421,12 @@ impl KvCache {
     /// Adds `delta` to the positions `p0..p1` of `seq` (llama.cpp's `llama_memory_seq_add`);
     /// a cell whose position would fall below 0 is freed. The keys of the moved cells must
     /// then be rotated by their deltas ([`KvCache::pending_shift`], which
-    /// [`crate::Session`] applies before its next step). Refused (nothing changes) for a
-    /// cache whose cells stand for positions (regions: [`KvCache::set_streams`]), whose
-    /// sliding-window layers keep cells of their own, or with recurrent layers (a state
-    /// cannot move).
+    /// [`crate::Session`] applies before its next step). In a cache with regions
+    /// ([`KvCache::set_streams`]) only `seq`'s region changes. Refused (nothing changes) for
+    /// a cache whose sliding-window layers keep cells of their own, or with recurrent layers
+    /// (a state cannot move).
     pub fn shift_positions(&mut self, seq: SeqId, p0: i32, p1: i32, delta: i32) -> Result<()> {
         let refuse = |why: &str| Err(LlamaError::InvalidArgument(why.to_string()));
-        if self.streams > 1 {
-            return refuse(
-                "positions cannot move in a cache split into per-sequence regions \
-                 (n_streams > 1), where a token's cell is its position",
-            );
-        }
         if self.window.is_some() {
             return refuse(
                 "positions cannot move in a trimmed sliding-window cache \
@@ -495,7 +491,7 @@ impl KvCache {
     /// marks them used and returns the placement. Fails when the cache is full.
     pub fn place(&mut self, batch: &Batch) -> Result<Placement> {
         let mut placed = match self.streams > 1 {
-            true => self.place_in_regions(batch)?,
+            true => self.place_in_regions(batch, false)?,
             false => self.place_shared(batch)?,
         };
         if self.window.is_some() {
@@ -547,10 +543,10 @@ impl KvCache {
             .map(|r| extent(&self.cells[r * per..(r + 1) * per]))
             .collect();
         let mut placed = if self.streams > 1 {
-            self.place_in_regions(batch)?
+            self.place_in_regions(batch, true)?
         } else {
             let n = batch.len();
-            let free = self.free_cells(n);
+            let free = free_in(&self.cells, n);
             if free.len() < n {
                 return Err(LlamaError::ContextFull {
                     n_tokens: n,
@@ -593,17 +589,6 @@ impl KvCache {
             .max()
             .unwrap_or(KV_PAD.min(per));
         Ok(placed)
-    }
-
-    /// The first `n` free cells (fewer when there are not so many), in order.
-    fn free_cells(&self, n: usize) -> Vec<usize> {
-        self.cells
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.pos.is_none())
-            .map(|(i, _)| i)
-            .take(n)
-            .collect()
     }
 
     /// Frees the cells of `placed` (a step that failed).
@@ -794,22 +779,9 @@ impl KvCache {
             });
         }
         // First run of n free cells; else any free cells in order.
-        let mut start = None;
-        let mut run = 0;
-        for (i, c) in self.cells.iter().enumerate() {
-            if c.pos.is_none() {
-                run += 1;
-                if run == n {
-                    start = Some(i + 1 - n);
-                    break;
-                }
-            } else {
-                run = 0;
-            }
-        }
-        let cells: Vec<usize> = match start {
+        let cells: Vec<usize> = match first_free_run(&self.cells, n) {
             Some(s) => (s..s + n).collect(),
-            None => self.free_cells(n),
+            None => free_in(&self.cells, n),
         };
         for (t, &c) in cells.iter().enumerate() {
             self.cells[c] = Cell {
@@ -834,37 +806,22 @@ impl KvCache {
         })
     }
 
-    /// [`KvCache::place`] with regions: every token at its cell, then one span per run of
-    /// one sequence's tokens (a sequence's tokens must be next to each other in the batch).
-    fn place_in_regions(&mut self, batch: &Batch) -> Result<Placement> {
+    /// [`KvCache::place`] with regions: each sequence's run of tokens (a sequence's tokens
+    /// must be next to each other in the batch) takes cells of its region as
+    /// [`KvCache::place`] takes them in a lone cache of the region's size (`exact`: the
+    /// first free cells in order, as one-token steps would take them), then one span per
+    /// run.
+    fn place_in_regions(&mut self, batch: &Batch, exact: bool) -> Result<Placement> {
         let per = self.stream_size();
-        let mut cells = Vec::with_capacity(batch.len());
+        let mut spans: Vec<SeqSpan> = Vec::new();
         for t in 0..batch.len() {
-            let (s, p) = (batch.seq[t] as usize, batch.pos[t] as usize);
-            if s >= self.streams {
+            let s = batch.seq[t];
+            if s as usize >= self.streams {
                 return Err(LlamaError::InvalidArgument(format!(
                     "sequence id {s} has no region (the cache has {} regions)",
                     self.streams
                 )));
             }
-            if p >= per {
-                return Err(LlamaError::ContextFull {
-                    n_tokens: 1,
-                    n_past: p,
-                    n_ctx: per,
-                });
-            }
-            let c = s * per + p;
-            if self.cells[c].pos.is_some() || cells.contains(&c) {
-                return Err(LlamaError::InvalidArgument(format!(
-                    "sequence {s} already holds position {p}; remove it first"
-                )));
-            }
-            cells.push(c);
-        }
-        let mut spans: Vec<SeqSpan> = Vec::new();
-        for t in 0..batch.len() {
-            let s = batch.seq[t];
             match spans.last_mut() {
                 Some(sp) if batch.seq[sp.first_token as usize] == s => sp.n_tokens += 1,
                 _ => {
@@ -883,6 +840,47 @@ impl KvCache {
                         n_kv: 0,
                     });
                 }
+            }
+        }
+        // Cells of every span first: nothing is marked until the whole batch fits.
+        let mut cells = Vec::with_capacity(batch.len());
+        for sp in &spans {
+            let (base, t0, n) = (
+                sp.first_cell as usize,
+                sp.first_token as usize,
+                sp.n_tokens as usize,
+            );
+            let region = &self.cells[base..base + per];
+            let s = batch.seq[t0];
+            let held = region.iter().filter(|c| c.pos.is_some()).count();
+            if n > per - held {
+                return Err(LlamaError::ContextFull {
+                    n_tokens: n,
+                    n_past: held,
+                    n_ctx: per,
+                });
+            }
+            let top = region
+                .iter()
+                .filter(|c| c.has(s))
+                .filter_map(|c| c.pos)
+                .max();
+            for &p in &batch.pos[t0..t0 + n] {
+                if top.is_some_and(|m| p <= m)
+                    && region.iter().any(|c| c.has(s) && c.pos == Some(p))
+                {
+                    return Err(LlamaError::InvalidArgument(format!(
+                        "sequence {s} already holds position {p}; remove it first"
+                    )));
+                }
+            }
+            let run = match exact {
+                true => None,
+                false => first_free_run(region, n),
+            };
+            match run {
+                Some(r) => cells.extend((r..r + n).map(|c| base + c)),
+                None => cells.extend(free_in(region, n).into_iter().map(|c| base + c)),
             }
         }
         for (t, &c) in cells.iter().enumerate() {
@@ -961,6 +959,33 @@ fn mask_rows<'a>(
         }
     }
     m
+}
+
+/// The first of the first run of `n` free cells among `cells`, if there is one.
+fn first_free_run(cells: &[Cell], n: usize) -> Option<usize> {
+    let mut run = 0;
+    for (i, c) in cells.iter().enumerate() {
+        if c.pos.is_none() {
+            run += 1;
+            if run == n {
+                return Some(i + 1 - n);
+            }
+        } else {
+            run = 0;
+        }
+    }
+    None
+}
+
+/// The first `n` free cells among `cells` (fewer when there are not so many), in order.
+fn free_in(cells: &[Cell], n: usize) -> Vec<usize> {
+    cells
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.pos.is_none())
+        .map(|(i, _)| i)
+        .take(n)
+        .collect()
 }
 
 /// Frees the cells of `seq` at positions `from..` among `cells`.

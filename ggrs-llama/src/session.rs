@@ -456,13 +456,14 @@ impl Session {
         }
         // The graph that rotates the keys again after positions move (context shift), for
         // an architecture and a cache that can (see `Session::supports_shift`).
-        let movable = params.n_streams <= 1 && window_cells.is_none() && kv.recurrent.is_none();
+        // (At most every cell moves: in a cache of regions, every slot's at once.)
+        let movable = window_cells.is_none() && kv.recurrent.is_none();
         if let Some(shift) = movable
             .then(|| model.arch().key_shift(hp, &w, &kv).ok())
             .flatten()
         {
             m.rewind(before)?;
-            let (_, graph) = crate::kv_shift::build_key_shift(&mut m, &kv, &shift)?;
+            let (_, graph) = crate::kv_shift::build_key_shift(&mut m, &kv, &shift, kv.size())?;
             m.alloc_graph(&graph)?;
             size = size.max(m.used_mem());
         }
@@ -563,10 +564,11 @@ impl Session {
     /// positions after them are dropped and the rest move down ([`Session::context_shift`]).
     /// `None` (the default): generation stops when the context is full. Fails with
     /// [`LlamaError::ContextShiftUnsupported`] where positions cannot move
-    /// ([`Session::supports_shift`]).
+    /// ([`Session::supports_shift`]) or the cache is split into regions (the engine shifts
+    /// each slot's region itself: [`Session::shift_out`]).
     pub fn set_context_shift(&mut self, keep: Option<i32>) -> Result<()> {
         if keep.is_some() {
-            self.supports_shift()?;
+            self.supports_whole_context_shift()?;
         }
         self.context_shift = keep;
         Ok(())
@@ -738,11 +740,6 @@ impl Session {
                 "a quantized key cache of partly rotated heads cannot be re-rotated".into(),
             ));
         }
-        if self.kv.streams() > 1 {
-            return Err(unsupported(
-                "the cache is split into per-sequence regions (n_streams > 1)".into(),
-            ));
-        }
         if self.kv.window_size().is_some() {
             return Err(unsupported(
                 "its sliding-window layers keep only their window (use swa_full / --swa-full)"
@@ -772,26 +769,65 @@ impl Session {
     /// ([`crate::kv_shift::discarded`]) and moves the rest down. Returns how many were
     /// dropped (0: nothing could be, the cache is unchanged).
     pub fn context_shift(&mut self, n_keep: usize) -> Result<usize> {
-        self.supports_shift()?;
-        let n_past = self.n_past();
-        let n_discard = crate::kv_shift::discarded(n_past, n_keep);
-        if n_discard == 0 {
-            return Ok(0);
+        self.supports_whole_context_shift()?;
+        let n_discard = crate::kv_shift::discarded(self.n_past(), n_keep);
+        self.shift_out(0, n_keep, n_discard)?;
+        if n_discard > 0 {
+            self.shifts.push((n_keep, n_discard));
         }
-        let (keep, end) = (n_keep as i32, (n_keep + n_discard) as i32);
-        self.kv.remove_range(0, keep, end);
-        self.kv
-            .shift_positions(0, end, n_past as i32, -(n_discard as i32))?;
-        self.shifts.push((n_keep, n_discard));
         Ok(n_discard)
     }
 
+    /// The context shift of one sequence (llama-server's, per slot): frees the positions
+    /// `n_keep..n_keep + n_discard` of `seq` and moves the ones after them down by
+    /// `n_discard` (their keys are rotated before the next step). In a cache split into
+    /// regions only `seq`'s region changes. A typed error, and nothing changed, where the
+    /// model or the cache cannot ([`Session::supports_shift`]).
+    pub fn shift_out(&mut self, seq: SeqId, n_keep: usize, n_discard: usize) -> Result<()> {
+        self.supports_shift()?;
+        if n_discard == 0 {
+            return Ok(());
+        }
+        let n_past = self.kv.max_pos(seq).map_or(0, |p| p + 1);
+        let (keep, end) = (n_keep as i32, (n_keep + n_discard) as i32);
+        self.kv.remove_range(seq, keep, end);
+        self.kv
+            .shift_positions(seq, end, n_past.max(end), -(n_discard as i32))
+    }
+
+    /// [`Session::supports_shift`], and a cache of one region (the context generation of
+    /// sequence 0 shifts is the whole cache).
+    fn supports_whole_context_shift(&self) -> Result<()> {
+        self.supports_shift()?;
+        if self.kv.streams() > 1 {
+            return Err(LlamaError::ContextShiftUnsupported {
+                arch: self.model.arch_name().to_string(),
+                reason: "the cache is split into per-sequence regions (n_streams > 1): \
+                         the serving engine shifts each slot's region"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Rotates the keys whose positions moved ([`KvCache::pending_shift`]) by their deltas,
-    /// before a step reads them.
+    /// before a step reads them; the other keys are not touched.
     fn apply_shift(&mut self) -> Result<()> {
         let Some(deltas) = self.kv.pending_shift() else {
             return Ok(());
         };
+        // Only the moved keys: the others (another slot's, the kept prefix) keep their bits,
+        // which re-rounding a quantized cache would not.
+        let (rows, deltas): (Vec<i32>, Vec<i32>) = deltas
+            .iter()
+            .enumerate()
+            .filter(|(_, &d)| d != 0)
+            .map(|(c, &d)| (c as i32, d))
+            .unzip();
+        if rows.is_empty() {
+            self.kv.shift_applied();
+            return Ok(());
+        }
         let hp = &self.model.hparams;
         let shift = self
             .model
@@ -804,9 +840,9 @@ impl Session {
         self.built = None;
         self.ctx.rewind(self.base)?;
         let done = (|| {
-            let (inp, graph) = crate::kv_shift::build_key_shift(&mut self.ctx, &self.kv, &shift)?;
+            let (inp, graph) =
+                crate::kv_shift::build_key_shift(&mut self.ctx, &self.kv, &shift, rows.len())?;
             self.ctx.alloc_graph(&graph)?;
-            let rows: Vec<i32> = (0..self.kv.size() as i32).collect();
             self.ctx.set_i32(inp.rows, &rows)?;
             self.ctx.set_i32(inp.delta, &deltas)?;
             self.exec.compute(&mut self.ctx, &graph)?;

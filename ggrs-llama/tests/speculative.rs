@@ -604,3 +604,31 @@ fn draft_model_speculates_exactly() {
     let err = ModelDrafter::new(other, SessionParams::default(), &target).unwrap_err();
     assert!(err.to_string().contains("vocabulary"), "{err}");
 }
+
+/// `EngineParams::spec_auto` (`ggrs serve`'s default `--spec auto`): speculation stays on
+/// where a verified column is cheap (Q8_0 weights, whose many-column products read each
+/// weight once) and is dropped where it would cost about a step per column (F16 weights).
+#[test]
+fn spec_auto_speculates_only_where_it_pays() {
+    use ggrs_llama::engine::{Engine, EngineParams};
+    let sp = SpecParams::default();
+    let params = EngineParams {
+        n_slots: 1,
+        n_ctx: 256,
+        n_threads: 1,
+        spec: Some(sp),
+        spec_auto: true,
+        ..Default::default()
+    };
+    let spec_of =
+        |m: Arc<Model>, p: EngineParams| Engine::start(m, p).unwrap().handle().params().spec;
+    let q8 = Arc::new(Model::load(common::tiny_llama_q8_0()).unwrap());
+    assert_eq!(spec_of(q8.clone(), params), Some(sp));
+    assert_eq!(spec_of(load("tiny-llama-f16"), params), None);
+    // Without spec_auto the engine speculates wherever it can.
+    let forced = EngineParams {
+        spec_auto: false,
+        ..params
+    };
+    assert_eq!(spec_of(load("tiny-llama-f16"), forced), Some(sp));
+}

@@ -100,7 +100,7 @@ impl NativeModel {
     /// Loads `path` and makes a session (see `ggrs.Model` for the arguments).
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", type_k=None, type_v=None, copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1, context_shift=false, n_keep=0))]
+    #[pyo3(signature = (path, n_ctx=0, n_batch=512, n_threads=0, logits_all=false, kv_type="f16", type_k=None, type_v=None, copy_weights=None, swa_full=false, speculative=None, draft_max=16, draft_min=1, context_shift=false, n_keep=0, draft_model=None, draft_p_min=0.75))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -118,13 +118,17 @@ impl NativeModel {
         draft_min: usize,
         context_shift: bool,
         n_keep: i32,
+        draft_model: Option<PathBuf>,
+        draft_p_min: f32,
     ) -> PyResult<NativeModel> {
         if n_batch == 0 {
             return Err(bad_argument(py, "n_batch must be at least 1"));
         }
-        let spec = match speculative {
+        // A draft model makes the drafter "draft" unless another is named.
+        let kind = speculative.or(draft_model.as_ref().map(|_| "draft"));
+        let spec = match kind {
             None => None,
-            Some("ngram") => Some(ggrs_llama::speculative::SpecParams {
+            Some("ngram" | "draft") => Some(ggrs_llama::speculative::SpecParams {
                 draft_max,
                 draft_min,
                 adaptive: true,
@@ -132,10 +136,26 @@ impl NativeModel {
             Some(other) => {
                 return Err(bad_argument(
                     py,
-                    format!("speculative must be None or \"ngram\", not {other:?}"),
+                    format!("speculative must be None, \"ngram\" or \"draft\", not {other:?}"),
                 ))
             }
         };
+        match (kind, &draft_model) {
+            (Some("draft"), None) => {
+                return Err(bad_argument(
+                    py,
+                    "speculative=\"draft\" needs draft_model: the path of a smaller model \
+                     with the same vocabulary",
+                ))
+            }
+            (Some("ngram"), Some(_)) => {
+                return Err(bad_argument(
+                    py,
+                    "draft_model is for speculative=\"draft\" (or None), not \"ngram\"",
+                ))
+            }
+            _ => {}
+        }
         let base = self::kv_type(py, "kv_type", kv_type)?;
         let types = ggrs_llama::kv_types::KvTypes::new(
             type_k.map_or(Ok(base), |t| self::kv_type(py, "type_k", t))?,
@@ -172,11 +192,27 @@ impl NativeModel {
             match Session::new(model.clone(), params) {
                 Ok(mut session) => {
                     if let Some(sp) = spec {
+                        let drafter: Box<dyn ggrs_llama::speculative::Drafter> = match &draft_model
+                        {
+                            None => Box::new(ggrs_llama::speculative::NgramDrafter::default()),
+                            Some(path) => {
+                                let draft = Arc::new(Model::load_with(path, opts)?);
+                                let params = SessionParams {
+                                    n_ctx: session.params().n_ctx,
+                                    n_batch,
+                                    n_threads,
+                                    swa_full: true,
+                                    ..SessionParams::default()
+                                };
+                                let mut d = ggrs_llama::speculative::ModelDrafter::new(
+                                    draft, params, &model,
+                                )?;
+                                d.p_min = draft_p_min;
+                                Box::new(d)
+                            }
+                        };
                         session.set_speculation(Some(
-                            ggrs_llama::speculative::Speculation::new(
-                                sp,
-                                Box::new(ggrs_llama::speculative::NgramDrafter::default()),
-                            ),
+                            ggrs_llama::speculative::Speculation::new(sp, drafter),
                         ))?;
                     }
                     if context_shift {

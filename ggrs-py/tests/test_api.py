@@ -42,15 +42,19 @@ def test_tokenize_round_trip(model):
     assert b"".join(model.token_to_piece(t) for t in ids[1:]).decode() == " Hello world, héllo!"
 
 
+# Greedy and seeded sampling with every sampler: speculation must not change either.
+SPEC_KWARGS = (
+    dict(max_tokens=24, temperature=0, logprobs=2, ignore_eos=True),
+    dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
+         repeat_penalty=1.1, seed=7, logprobs=2, ignore_eos=True),
+)
+
+
 def test_speculative_ngram_keeps_the_output(tiny_llama_path):
     """Prompt-lookup speculation gives the tokens and log-probabilities of plain decoding,
     greedy and seeded."""
     prompt = "def add(a, b):\n    return a + b\n\n" * 6
-    for kw in (
-        dict(max_tokens=24, temperature=0, logprobs=2, ignore_eos=True),
-        dict(max_tokens=24, temperature=0.9, top_k=40, top_p=0.9, min_p=0.02,
-             repeat_penalty=1.1, seed=7, logprobs=2, ignore_eos=True),
-    ):
+    for kw in SPEC_KWARGS:
         with ggrs.Model(tiny_llama_path, n_ctx=512, n_threads=1) as plain:
             a = plain.generate(prompt, **kw)
         with ggrs.Model(tiny_llama_path, n_ctx=512, n_threads=1, speculative="ngram",
@@ -62,6 +66,32 @@ def test_speculative_ngram_keeps_the_output(tiny_llama_path):
         assert b.timings["draft_accepted"] <= b.timings["draft_tokens"]
     with pytest.raises(ggrs.BadArgumentError):
         ggrs.Model(tiny_llama_path, speculative="medusa")
+
+
+def test_draft_model_keeps_the_output(tiny_llama_path, ref_dir):
+    """A draft model (the target itself, and another tiny model with its vocabulary) gives
+    the tokens and log-probabilities of plain decoding, greedy and seeded, and drafts."""
+    prompt = "Once upon a time there was a little"
+    other = str(ref_dir / "tiny" / "tiny-llama-yarn-f16.gguf")
+    for kw in SPEC_KWARGS:
+        with ggrs.Model(tiny_llama_path, n_ctx=256, n_threads=1) as plain:
+            a = plain.generate(prompt, **kw)
+        for draft in (tiny_llama_path, other):
+            # Random weights are never confident: draft whatever the draft model likes best.
+            with ggrs.Model(tiny_llama_path, n_ctx=256, n_threads=1, draft_model=draft,
+                            draft_max=4, draft_p_min=0.0) as fast:
+                b = fast.generate(prompt, **kw)
+            assert a.tokens == b.tokens, draft
+            assert a.logprobs == b.logprobs and a.top_logprobs == b.top_logprobs, draft
+            assert b.timings["draft_tokens"] > 0, draft
+            assert b.timings["draft_accepted"] <= b.timings["draft_tokens"]
+            if draft == tiny_llama_path and kw["temperature"] == 0:
+                # The target drafting for itself, greedy: its drafts are its own tokens.
+                assert b.timings["draft_accepted"] > 0
+    with pytest.raises(ggrs.BadArgumentError):
+        ggrs.Model(tiny_llama_path, speculative="draft")
+    with pytest.raises(ggrs.BadArgumentError, match="vocabulary"):
+        ggrs.Model(tiny_llama_path, draft_model=str(ref_dir / "tiny" / "tiny-qwen3-f16.gguf"))
 
 
 def test_stream_equals_generate(model):

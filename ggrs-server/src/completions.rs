@@ -443,6 +443,9 @@ pub(crate) fn submit(
                 params,
                 cache_prompt: opts.cache_prompt,
                 speculative: opts.speculative,
+                n_keep: opts.n_keep,
+                n_discard: opts.n_discard,
+                truncate: opts.truncate,
             };
             let tx = tx.clone();
             let idx = index;

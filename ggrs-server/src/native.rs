@@ -122,7 +122,7 @@ impl Native {
             "tokens_evaluated": c.prompt_tokens,
             "generation_settings": self.settings(),
             "has_new_line": c.text.contains('\n'),
-            "truncated": false,
+            "truncated": c.truncated,
             "stop_type": stop_type,
             "stopping_word": word,
             "tokens_cached": c.prompt_tokens + c.tokens.len(),

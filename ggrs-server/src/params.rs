@@ -180,6 +180,13 @@ pub(crate) struct GenOptions {
     /// Draft and verify tokens when the server speculates (`"speculative"`, default true;
     /// the output is the same either way).
     pub speculative: bool,
+    /// Prompt tokens a context shift keeps (`"n_keep"`, llama-server's; -1: the whole
+    /// prompt; none: the server's `--keep`).
+    pub n_keep: Option<i32>,
+    /// Tokens a context shift drops (`"n_discard"`, llama-server's; 0: half).
+    pub n_discard: usize,
+    /// Cut a prompt that does not fit in a slot instead of refusing it (`"truncate"`).
+    pub truncate: bool,
     /// Report log-probabilities (with `params.top_logprobs` alternatives).
     pub logprobs: bool,
     /// How to split a chat reply into reasoning, text and tool calls (none: as it is).
@@ -442,6 +449,11 @@ pub(crate) fn gen_options(
         include_usage,
         cache_prompt: body.bool("cache_prompt")?.unwrap_or(true),
         speculative: body.bool("speculative")?.unwrap_or(true),
+        n_keep: body
+            .int("n_keep")?
+            .map(|k| k.clamp(-1, i32::MAX as i64) as i32),
+        n_discard: body.count("n_discard", u32::MAX as u64)?.unwrap_or(0),
+        truncate: body.bool("truncate")?.unwrap_or(false),
         logprobs,
         reply: None,
     })

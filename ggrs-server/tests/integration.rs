@@ -5,6 +5,7 @@
 
 mod api;
 mod common;
+mod context_shift;
 mod embeddings;
 mod hardening;
 mod hybrids;

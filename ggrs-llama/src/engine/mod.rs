@@ -90,6 +90,26 @@ pub struct EngineParams {
     /// request can turn it off for itself ([`Request::speculative`]). Needs `swa_full` for
     /// models with sliding-window layers.
     pub spec: Option<crate::speculative::drafting::SpecParams>,
+    /// With [`EngineParams::spec`]: speculate only where it pays, and run plain decoding
+    /// elsewhere: speculation stays on when a step's many-column products read each weight
+    /// once for all its columns ([`Session::batches_sequences`]: q4_0, q8_0, q4_1, q5_0 and
+    /// q5_1 weights on x86-64, where a verified column costs about half a one-token step)
+    /// and the model takes exact steps with these settings ([`Session::supports_exact_steps`],
+    /// e.g. no trimmed sliding-window cache); otherwise a verified column would cost about a
+    /// step of its own, and the engine starts without it ([`EngineHandle::params`] then shows
+    /// `spec: None`). Where it stays on, each slot still drafts only while its drafts are
+    /// accepted often enough to pay ([`crate::speculative::DraftControl`]). False: speculate
+    /// wherever `spec` is set.
+    pub spec_auto: bool,
+    /// Context shift (llama-server's `--context-shift`; default off): a request that
+    /// generates up to the end of its slot's context keeps its first tokens
+    /// ([`Request::n_keep`]), drops half of the rest (or [`Request::n_discard`]) and goes
+    /// on, the kept keys re-rotated to their new positions ([`crate::kv_shift`]); only that
+    /// slot's region of the cache changes. Off: generation stops when the slot is full.
+    /// Needs a model whose keys can be re-rotated ([`Session::supports_shift`]).
+    pub context_shift: bool,
+    /// The `n_keep` of a request that gives none (llama-server's `--keep`; default 0).
+    pub n_keep: i32,
 }
 
 impl Default for EngineParams {
@@ -106,6 +126,9 @@ impl Default for EngineParams {
             attn_kv_splits: s.attn_kv_splits,
             swa_full: s.swa_full,
             spec: None,
+            spec_auto: false,
+            context_shift: false,
+            n_keep: 0,
         }
     }
 }
@@ -130,17 +153,33 @@ pub struct Request {
     /// true). The output is the same either way; false only saves the verification work
     /// when drafts are unlikely to be accepted.
     pub speculative: bool,
+    /// With [`EngineParams::context_shift`] (and for [`Request::truncate`]): the prompt
+    /// tokens a context shift keeps, BOS not counted (llama-server's `n_keep`: negative,
+    /// the whole prompt; BOS is kept too when the vocabulary adds one; at most the slot's
+    /// context − 4). `None`: [`EngineParams::n_keep`].
+    pub n_keep: Option<i32>,
+    /// Tokens a context shift drops after the kept ones (llama-server's `n_discard`; 0:
+    /// half of them).
+    pub n_discard: usize,
+    /// A prompt that does not fit in a slot's context is cut instead of refused, as
+    /// llama-server cut prompts while it could ([`crate::kv_shift::truncated_prompt`]):
+    /// the first [`Request::n_keep`] tokens stay, whole blocks of half the remaining
+    /// context are dropped after them. Default false: [`SubmitError::PromptTooLong`].
+    pub truncate: bool,
 }
 
 impl Request {
     /// A request for `prompt` with `params` (prompt cache on, speculative where the engine
-    /// is).
+    /// is, the engine's `n_keep`, no truncation).
     pub fn new(prompt: Vec<u32>, params: GenerateParams) -> Request {
         Request {
             prompt,
             params,
             cache_prompt: true,
             speculative: true,
+            n_keep: None,
+            n_discard: 0,
+            truncate: false,
         }
     }
 }
@@ -171,8 +210,13 @@ pub struct Completion {
     pub stop: StopReason,
     /// Per generated token: its log-probability and the most likely alternatives.
     pub logprobs: Vec<(f32, Vec<(u32, f32)>)>,
-    /// Prompt tokens.
+    /// Prompt tokens (after truncation, [`Request::truncate`]).
     pub prompt_tokens: usize,
+    /// The context was exceeded (llama-server's `truncated`): the prompt was cut, a context
+    /// shift dropped tokens, or generation stopped at the end of the slot's context.
+    pub truncated: bool,
+    /// Context shifts made for this request.
+    pub shifts: usize,
     /// Prompt tokens whose keys and values came from the slot's cache (not evaluated).
     pub cached_tokens: usize,
     /// Speeds: prompt time is from the request's start in a slot to its first token.
@@ -197,8 +241,8 @@ pub enum SubmitError {
     /// The prompt does not fit in a slot's context.
     #[error(
         "the prompt has {n_prompt} tokens but a slot's context holds {n_ctx_slot} (prompt and \
-         generated tokens together); shorten the prompt or start the server with a larger \
-         context per slot"
+         generated tokens together); shorten the prompt, ask for truncation (\"truncate\": \
+         true) or start the server with a larger context per slot"
     )]
     PromptTooLong {
         /// Prompt tokens.
@@ -290,6 +334,8 @@ struct Pending {
     sink: EventSink,
     cancel: Arc<AtomicBool>,
     queued_at: std::time::Instant,
+    /// The prompt was cut to fit ([`Request::truncate`]).
+    cut: bool,
 }
 
 /// State shared by the handles and the engine thread.
@@ -452,6 +498,15 @@ impl Engine {
                 n_draft: params.spec.map_or(0, |s| s.draft_max),
             },
         )?;
+        if params.context_shift {
+            session.supports_shift()?;
+        }
+        let mut params = params;
+        if params.spec_auto
+            && !(session.batches_sequences() && session.supports_exact_steps().is_ok())
+        {
+            params.spec = None;
+        }
         if params.spec.is_some() {
             if let Err(why) = session.supports_exact_steps() {
                 return Err(LlamaError::InvalidArgument(format!(
@@ -519,6 +574,19 @@ impl EngineHandle {
         self.n_ctx_slot
     }
 
+    /// The cells a context shift (or a truncation) of `r` keeps, by llama-server's rule:
+    /// [`Request::n_keep`] (negative: the whole prompt), plus BOS when the vocabulary adds
+    /// one, at most the slot's context − 4.
+    pub fn n_keep(&self, r: &Request) -> usize {
+        let add_bos = self.model.tokenizer().vocab().add_bos;
+        crate::kv_shift::kept(
+            r.n_keep.unwrap_or(self.params.n_keep),
+            r.prompt.len(),
+            add_bos,
+            self.n_ctx_slot,
+        )
+    }
+
     /// Queues `request`; `sink` receives its events on the engine thread. Fails at once
     /// when the queue is full, the prompt cannot fit in a slot or a parameter is invalid.
     pub fn submit(
@@ -529,7 +597,8 @@ impl EngineHandle {
         if self.shared.stopped.load(Ordering::Relaxed) {
             return Err(SubmitError::Stopped);
         }
-        self.check(&request)?;
+        let mut request = request;
+        let cut = self.check(&mut request)?;
         let waiting = self.shared.queued.fetch_add(1, Ordering::AcqRel);
         if waiting >= self.params.queue_capacity {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
@@ -546,6 +615,7 @@ impl EngineHandle {
             sink,
             cancel: cancel.clone(),
             queued_at: std::time::Instant::now(),
+            cut,
         };
         if self.tx.send(Command::Submit(Box::new(pending))).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
@@ -588,7 +658,9 @@ impl EngineHandle {
             .clone()
     }
 
-    fn check(&self, r: &Request) -> std::result::Result<(), SubmitError> {
+    /// Checks `r`, and cuts its prompt when it asks for truncation and does not fit;
+    /// returns whether it was cut.
+    fn check(&self, r: &mut Request) -> std::result::Result<bool, SubmitError> {
         if r.prompt.is_empty() {
             return Err(SubmitError::Invalid("the prompt is empty".into()));
         }
@@ -599,12 +671,17 @@ impl EngineHandle {
             )));
         }
         r.params.sampling.validate().map_err(SubmitError::Invalid)?;
+        let cut = r.truncate && r.prompt.len() >= self.n_ctx_slot;
+        if cut {
+            let keep = self.n_keep(r);
+            r.prompt = crate::kv_shift::truncated_prompt(&r.prompt, keep, self.n_ctx_slot);
+        }
         if r.prompt.len() > self.n_ctx_slot {
             return Err(SubmitError::PromptTooLong {
                 n_prompt: r.prompt.len(),
                 n_ctx_slot: self.n_ctx_slot,
             });
         }
-        Ok(())
+        Ok(cut)
     }
 }

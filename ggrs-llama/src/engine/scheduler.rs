@@ -56,6 +56,7 @@ impl Scheduler {
         let slots = (0..params.n_slots)
             .map(|id| Slot {
                 checkpoints: Default::default(),
+                control: Default::default(),
                 id,
                 cached: Vec::new(),
                 job: None,
@@ -211,7 +212,8 @@ impl Scheduler {
                 }
             });
             let tok = self.session.model().tokenizer();
-            self.slots[i].job = Some(Job::new(pending, reuse, tok));
+            let control = self.slots[i].control.for_next_request();
+            self.slots[i].job = Some(Job::new(pending, reuse, tok, control));
             self.order.push_back(i);
         }
     }
@@ -221,6 +223,9 @@ impl Scheduler {
     /// has drafted tokens, the generating slots take an exact step of their own first
     /// ([`Scheduler::speculative_step`]), then the prompt pieces one.
     fn step(&mut self) {
+        if self.params.context_shift {
+            self.shift_full_slots();
+        }
         let drafts = self.drafts();
         let generating = drafts.iter().any(|d| d.is_some());
         if drafts.iter().flatten().any(|d| !d.is_empty()) {
@@ -228,6 +233,69 @@ impl Scheduler {
             self.prompt_step(false, generating);
         } else {
             self.prompt_step(true, generating);
+        }
+    }
+
+    /// The context shift of every generating slot whose next token would take its region's
+    /// last cell, as llama-server shifts a slot (see [`EngineParams::context_shift`]): keeps
+    /// the request's first cells, drops the next ones and moves the rest down. A slot that
+    /// has nothing left to drop ends ([`StopReason::ContextFull`]).
+    fn shift_full_slots(&mut self) {
+        let n_ctx = self.n_ctx_slot;
+        let add_bos = self.session.model().tokenizer().vocab().add_bos;
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            let Some(j) = s.job.as_ref().filter(|j| j.next.is_some()) else {
+                continue;
+            };
+            if s.cached.len() + 1 < n_ctx {
+                continue;
+            }
+            let r = &j.pending.request;
+            let keep = crate::kv_shift::kept(
+                r.n_keep.unwrap_or(self.params.n_keep),
+                r.prompt.len(),
+                add_bos,
+                n_ctx,
+            );
+            let n_discard = crate::kv_shift::discarded_by_server(s.cached.len(), keep, r.n_discard);
+            if n_discard == 0 {
+                self.end(i, StopReason::ContextFull);
+                continue;
+            }
+            if let Err(e) = self.session.shift_out(i as SeqId, keep, n_discard) {
+                self.fail_slots(&[i], &e.to_string());
+                continue;
+            }
+            let s = &mut self.slots[i];
+            s.cached.drain(keep..keep + n_discard);
+            let j = s
+                .job
+                .as_mut()
+                .expect("a shifted slot has a job (checked above)");
+            j.shifts += 1;
+            j.kept = keep;
+        }
+    }
+
+    /// After slot `i`'s job `j`: keeps its draft control's measurements for the slot's next
+    /// request, and, if a context shift moved its cells, forgets all but the kept ones
+    /// (their keys were computed next to tokens that are gone, so they serve no later
+    /// prompt).
+    fn after_job(&mut self, i: usize, j: &Job) {
+        self.slots[i].control = j.control;
+        if j.shifts > 0 {
+            self.slots[i].cached.truncate(j.kept);
+            self.session.remove(i as SeqId, j.kept as i32);
+        }
+    }
+
+    /// Cells in use at which a slot's generation stops: its context, or never with the
+    /// context shift (the shift makes room first).
+    fn stop_at(&self) -> usize {
+        match self.params.context_shift {
+            true => usize::MAX,
+            false => self.n_ctx_slot,
         }
     }
 
@@ -244,7 +312,9 @@ impl Scheduler {
             .min(self.session.params().n_batch)
             .saturating_sub(generating);
         let spec = self.params.spec;
-        let n_ctx = self.n_ctx_slot;
+        // With the context shift, the last cell stays free (the shift comes before it), so
+        // that drafting does not move the shifts.
+        let n_ctx = self.n_ctx_slot - usize::from(self.params.context_shift);
         let drafter = &mut self.drafter;
         self.slots
             .iter()
@@ -311,8 +381,8 @@ impl Scheduler {
         let model = self.session.model().clone();
         let (tok, conventions) = (model.tokenizer(), model.text());
         let nv = model.hparams.n_vocab;
+        let n_ctx = self.stop_at();
         let logits = self.session.all_logits();
-        let n_ctx = self.n_ctx_slot;
         // (slot, its drafts, its rows, (kept drafts, outcome) once verified)
         type Item<'a> = (
             &'a mut Slot,
@@ -390,6 +460,7 @@ impl Scheduler {
             Err(e) => {
                 if let Some(j) = self.slots[i].job.take() {
                     self.order.retain(|&o| o != i);
+                    self.after_job(i, &j);
                     self.metrics(|m| m.requests_failed += 1);
                     j.fail(e.to_string());
                 }
@@ -514,8 +585,8 @@ impl Scheduler {
         let n_vocab = self.session.model().hparams.n_vocab;
         let model = self.session.model().clone();
         let (tok, conventions) = (model.tokenizer(), model.text());
+        let n_ctx = self.stop_at();
         let logits = self.session.all_logits();
-        let n_ctx = self.n_ctx_slot;
         // (slot, its row of logits, its outcome once sampled)
         type Item<'a> = (
             &'a mut Slot,
@@ -550,6 +621,7 @@ impl Scheduler {
             return;
         };
         self.order.retain(|&o| o != i);
+        self.after_job(i, &j);
         // The counters and the slot's state first: a listener that reads them on `Done`
         // sees the request ended.
         let cancelled = stop == StopReason::Callback;

@@ -20,6 +20,9 @@ pub(super) struct Slot {
     /// Recurrent states at the end of its last prompts, for a model with recurrent layers
     /// (see [`crate::recurrent_cache::Checkpoints`]).
     pub checkpoints: crate::recurrent_cache::Checkpoints,
+    /// The draft control its last request ended with: the next starts from its measured
+    /// step costs ([`crate::speculative::DraftControl::for_next_request`]).
+    pub control: crate::speculative::drafting::DraftControl,
 }
 
 /// A request in a slot.
@@ -42,6 +45,10 @@ pub(super) struct Job {
     pub accepted: usize,
     /// How much to draft (see [`crate::speculative::drafting::DraftControl`]).
     pub control: crate::speculative::drafting::DraftControl,
+    /// Context shifts made for it.
+    pub shifts: usize,
+    /// Cells its context shifts kept (its first tokens, which no shift moved).
+    pub kept: usize,
 }
 
 /// What became of a job after a sampled token.
@@ -64,8 +71,14 @@ impl Slot {
 }
 
 impl Job {
-    /// Starts `pending` in a slot whose cache holds its first `reuse` prompt tokens.
-    pub fn new(pending: Pending, reuse: usize, tok: &Tokenizer) -> Job {
+    /// Starts `pending` in a slot whose cache holds its first `reuse` prompt tokens, with
+    /// the draft control `control`.
+    pub fn new(
+        pending: Pending,
+        reuse: usize,
+        tok: &Tokenizer,
+        control: crate::speculative::drafting::DraftControl,
+    ) -> Job {
         let picker = Picker::new(tok, &pending.request.params, &pending.request.prompt);
         let queue_secs = pending.queued_at.elapsed().as_secs_f64();
         Job {
@@ -79,7 +92,9 @@ impl Job {
             queue_secs,
             drafted: 0,
             accepted: 0,
-            control: Default::default(),
+            control,
+            shifts: 0,
+            kept: 0,
         }
     }
 
@@ -180,10 +195,13 @@ impl Job {
             drafted: self.drafted,
             accepted: self.accepted,
         };
+        let truncated = self.pending.cut || self.shifts > 0 || stop == StopReason::ContextFull;
         let done = Completion {
             tokens,
             text,
             tail,
+            truncated,
+            shifts: self.shifts,
             stop,
             logprobs,
             prompt_tokens: self.pending.request.prompt.len(),

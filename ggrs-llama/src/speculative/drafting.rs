@@ -114,6 +114,16 @@ impl DraftControl {
         best
     }
 
+    /// The control for the next request of the same slot: what was measured of the steps'
+    /// cost carries over (it belongs to the machine and the model, not to the request), the
+    /// acceptance estimate starts again from its prior.
+    pub fn for_next_request(&self) -> DraftControl {
+        DraftControl {
+            accept: Self::PRIOR,
+            ..*self
+        }
+    }
+
     /// A plain (one-token) step took `secs`.
     pub fn plain_step(&mut self, secs: f64) {
         self.step_secs = match self.step_secs {
@@ -276,5 +286,24 @@ mod tests {
             c.spec_step(8, 8, 0.1 + 8.0 * 0.01);
         }
         assert!(c.limit(16) >= 8, "{c:?}");
+    }
+
+    #[test]
+    fn the_next_request_keeps_the_measured_costs() {
+        let mut c = DraftControl::default();
+        c.plain_step(0.1);
+        // Columns as dear as whole steps, drafts rejected: no drafting.
+        for _ in 0..20 {
+            c.spec_step(4, 0, 0.1 + 4.0 * 0.1);
+        }
+        let next = c.for_next_request();
+        assert_eq!(next.accept, DraftControl::default().accept);
+        assert_eq!(
+            (next.column_cost, next.step_secs),
+            (c.column_cost, c.step_secs)
+        );
+        // Even with the acceptance prior, a column that costs a step does not pay.
+        assert_eq!(next.limit(16), 0, "{next:?}");
+        assert!(DraftControl::default().limit(16) > 0);
     }
 }

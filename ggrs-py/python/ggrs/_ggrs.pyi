@@ -59,6 +59,8 @@ class NativeModel:
         draft_min: int = 1,
         context_shift: bool = False,
         n_keep: int = 0,
+        draft_model: Optional[str] = None,
+        draft_p_min: float = 0.75,
     ) -> None: ...
     path: str
     arch: str

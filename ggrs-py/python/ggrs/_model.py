@@ -200,7 +200,12 @@ class Model:
     continuation of the longest earlier match of the last tokens) and verifies them in one
     step: faster where the output repeats its input (code edits), with the same tokens and
     log-probabilities as without it, greedy or seeded (``draft_min``: fewest drafted tokens
-    worth a step).
+    worth a step). ``draft_model="small.gguf"`` (or ``speculative="draft"`` with it) drafts
+    with a smaller model of the same vocabulary instead (llama.cpp's ``-md``): its greedy
+    continuation while its most likely token has at least ``draft_p_min`` probability
+    (llama.cpp's ``--draft-p-min``), in a session of its own; the output is again exactly
+    that of plain
+    decoding. Speculation backs off by itself while drafts are rejected.
     ``context_shift=True`` goes on generating past the end of the context as llama.cpp's
     ``--context-shift`` does: the first ``n_keep`` prompt tokens (after BOS; ``-1``: the whole
     prompt) stay, half of the tokens after them are dropped and the rest move down; without
@@ -242,6 +247,8 @@ class Model:
         draft_min: int = 1,
         context_shift: bool = False,
         n_keep: int = 0,
+        draft_model: Union[str, "os.PathLike[str]", None] = None,
+        draft_p_min: float = 0.75,
         seed: Optional[int] = None,
         chat_format: Optional[str] = None,
         cache_prompt: bool = True,
@@ -270,6 +277,8 @@ class Model:
             draft_min=draft_min,
             context_shift=context_shift,
             n_keep=n_keep,
+            draft_model=None if draft_model is None else os.fspath(draft_model),
+            draft_p_min=draft_p_min,
         )
         self.model_path: str = file
         self.seed = seed
