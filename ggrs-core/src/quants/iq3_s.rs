@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3S_GRID;
-use super::iq_search::{grid_search, search_on_grid, sub_block_weights, GridSearch};
+use super::iq_search::{grid_search, search_on_grid, split_signs, sub_block_weights, GridSearch};
 use super::k_quants::{nearest_int, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
@@ -103,15 +103,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
             sub_block_weights(qw.map(|q| &q[w0..w0 + 32]), xb, sigma2, &mut weight);
             let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
-            let mut signs = [0u8; 4];
-            for (i, &v) in xb.iter().enumerate() {
-                if v >= 0.0 {
-                    xval[i] = v;
-                } else {
-                    xval[i] = -v;
-                    signs[i / 8] |= 1 << (i % 8);
-                }
-            }
+            let mut signs = split_signs(xb, &mut xval);
             let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
             if max == 0.0 {
                 continue;

@@ -126,13 +126,27 @@ impl<const D: usize> GridSearch<D> {
     }
 
     /// ggml's `iq*_find_best_neighbour`: the candidate minimising `Σ w·(scale·q − x)²` (the
-    /// first of equals), its levels written to `l`.
+    /// first of equals), `q` the grid point's coordinate, its levels written to `l`.
     pub(crate) fn best_neighbour(
         &self,
         candidates: &[u16],
         xval: &[f32],
         weight: &[f32],
         scale: f32,
+        l: &mut [i8],
+    ) -> usize {
+        self.best_neighbour_by(candidates, xval, weight, scale, |p| p as f32, l)
+    }
+
+    /// [`GridSearch::best_neighbour`] with `q = value(coordinate)` (IQ1's
+    /// `iq1_find_best_neighbour2` reads the shifted level values).
+    pub(crate) fn best_neighbour_by(
+        &self,
+        candidates: &[u16],
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        value: impl Fn(i8) -> f32,
         l: &mut [i8],
     ) -> usize {
         let mut best_d2 = f32::MAX;
@@ -143,7 +157,7 @@ impl<const D: usize> GridSearch<D> {
             let pg = self.point(c as usize);
             let mut d2 = 0f32;
             for i in 0..D {
-                let diff = scale * pg[i] as f32 - xval[i];
+                let diff = scale * value(pg[i]) - xval[i];
                 d2 += weight[i] * diff * diff;
             }
             if d2 < best_d2 {
@@ -236,6 +250,22 @@ pub(crate) fn fold_signs(xb: &[f32], weight: &[f32], xval: &mut [f32]) -> [u8; 4
             s ^= 1 << imin;
         }
         signs[k] = s & 127;
+    }
+    signs
+}
+
+/// The magnitudes of a sub-block `xb` of up to 32 values into `xval`, and its sign bits (bit
+/// `i % 8` of byte `i / 8` set where value `i` is negative), as ggml's unfolded writers
+/// (IQ2_S, IQ3_S) split them: `x ≥ 0` keeps `x` (−0 too).
+pub(crate) fn split_signs(xb: &[f32], xval: &mut [f32]) -> [u8; 4] {
+    let mut signs = [0u8; 4];
+    for (i, &v) in xb.iter().enumerate() {
+        if v >= 0.0 {
+            xval[i] = v;
+        } else {
+            xval[i] = -v;
+            signs[i / 8] |= 1 << (i % 8);
+        }
     }
     signs
 }
