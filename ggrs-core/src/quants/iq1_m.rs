@@ -17,8 +17,8 @@ use super::iq_codes::{
     byte_at, iq1_block, iq1_grid_sum, iq1_x86_lanes, wrap_neg, Iq1Block, Iq1Codes, SIGN_BYTES,
 };
 use super::iq_grids::IQ1S_GRID;
-use super::iq_search::sub_block_weights;
-use super::k_quants::{nearest_int, sum_x2, QK_K};
+use super::iq_search::{sub_block_scales, sub_block_weights};
+use super::k_quants::{sum_x2, QK_K};
 use super::{c_max, to_fp16, BlockQ8K};
 use crate::kernels::ggml_arith::lanes::hsum8;
 
@@ -206,16 +206,12 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ1
             }
             let mut order = [0usize; BS];
             ascending(xb, &mut order);
-            let Some((split, mut shift, mut scale)) = best_split(xb, &weight, &order, max) else {
+            let Some((split, mut shift, scale)) = best_split(xb, &weight, &order, max) else {
                 continue;
             };
             let mut l = [0i8; BS];
-            split_levels(&order, split, &mut l);
-            if scale < 0.0 {
-                for v in &mut l {
-                    *v = 2 - *v;
-                }
-                scale = -scale;
+            let (scale, flipped) = split_levels(&order, split, scale, &mut l);
+            if flipped {
                 shift = 3 - shift;
             }
             let mut index = [0u16; BS / 8];
@@ -228,15 +224,12 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ1
             shifts[ib] = shift;
             max_scale = c_max(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some((mut d, ls)) = sub_block_scales(&scales, max_scale, 8) else {
             continue;
-        }
+        };
         let mut sc = [0u16; 4];
-        let mut d = max_scale / 15.0;
-        let id = 1.0 / d;
         let (mut sumqx, mut sumq2) = (0f32, 0f32);
-        for ib in 0..QK_K / BS {
-            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 7);
+        for (ib, l) in ls.into_iter().enumerate() {
             sc[ib / 4] |= (l as u16) << (3 * (ib % 4));
             // ggml's masks {0x00, 0x80, 0x08, 0x88}: the shift sign of each half.
             y.qh[ib] |= [0x00, 0x80, 0x08, 0x88][shifts[ib] as usize];
@@ -250,7 +243,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ1
                 let pg = grid.point(y.qs[2 * ib + k] as usize + hi);
                 for (j, &p) in pg.iter().enumerate() {
                     let w = weight[8 * k + j];
-                    let q = v[((p - 1) / 2) as usize] * (2 * l + 1) as f32;
+                    let q = v[((p - 1) / 2) as usize] * (2 * l as i32 + 1) as f32;
                     sumqx += w * q * xb[8 * k + j];
                     sumq2 += w * q * q;
                 }

@@ -15,7 +15,8 @@ use half::f16;
 use super::iq1_search::{ascending, fit_to_grid, split_levels, X_M, X_P};
 use super::iq_codes::{iq1_block, iq1_grid_sum, iq1_x86_lanes, Iq1Block, Iq1Codes, SIGN_BYTES};
 use super::iq_grids::IQ1S_GRID;
-use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
+use super::iq_search::sub_block_scales;
+use super::k_quants::{sigma_weights, sum_x2, QK_K};
 use super::{c_max, fp16, to_fp16, BlockQ8K};
 use crate::kernels::ggml_arith::lanes::hsum8;
 
@@ -149,12 +150,8 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ1
                 continue;
             };
             let mut l = [0i8; BS];
-            split_levels(&order, split, &mut l);
-            if scale < 0.0 {
-                for v in &mut l {
-                    *v = 2 - *v;
-                }
-                scale = -scale;
+            let (scale, flipped) = split_levels(&order, split, scale, &mut l);
+            if flipped {
                 shift = -shift;
             }
             let xx = if shift == 1 { &X_P } else { &X_M };
@@ -170,19 +167,14 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ1
             shifts[ib] = shift;
             max_scale = c_max(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some((d, ls)) = sub_block_scales(&scales, max_scale, 8) else {
             continue;
-        }
-        let d = max_scale / 15.0;
+        };
         // ggml's fudge factor on the stored scale only.
         y.d = to_fp16(d * 1.125);
-        let id = 1.0 / d;
-        for (ib, (&sc, &shift)) in scales.iter().zip(&shifts).enumerate() {
-            let mut l = nearest_int(0.5 * (id * sc - 1.0)).clamp(0, 7) as u16;
-            if shift == -1 {
-                l |= 8;
-            }
-            y.qh[ib] |= l << 12;
+        for (ib, (l, &shift)) in ls.into_iter().zip(&shifts).enumerate() {
+            let sign = if shift == -1 { 8 } else { 0 };
+            y.qh[ib] |= ((l | sign) as u16) << 12;
         }
     }
 }

@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use super::iq_grids::IQ1S_GRID;
-use super::iq_search::{grid_search, GridSearch, Lookup};
+use super::iq_search::{grid8_search, GridSearch, Lookup};
 
 /// ggml's `IQ1S_DELTA` / `IQ1M_DELTA`: the shift of the three levels.
 const DELTA: f32 = 0.125;
@@ -23,15 +23,7 @@ pub(crate) const X_M: [f32; 3] = [-1.0 - DELTA, -DELTA, 1.0 - DELTA];
 /// The IQ1 grid's search, built once.
 pub(crate) fn search() -> &'static GridSearch<8> {
     static CELL: OnceLock<GridSearch<8>> = OnceLock::new();
-    grid_search(
-        &CELL,
-        |k| IQ1S_GRID[k],
-        IQ1S_GRID.len(),
-        &[0xff, 0x00, 0x01],
-        2,
-        43692,
-        3,
-    )
+    grid8_search(&CELL, &IQ1S_GRID, &[0xff, 0x00, 0x01], 3)
 }
 
 /// The positions of `xb` in ascending order of value, equal values in position order (ggml
@@ -47,18 +39,27 @@ pub(crate) fn ascending(xb: &[f32], order: &mut [usize]) {
     });
 }
 
-/// The levels of a split of the sorted values: level 0 below sorted position `i1`, 1 from
-/// `i1` to `i2`, 2 from `i2` on.
-pub(crate) fn split_levels(order: &[usize], (i1, i2): (usize, usize), l: &mut [i8]) {
+/// The levels of a split of the sorted values — level 0 below sorted position `i1`, 1 from
+/// `i1` to `i2`, 2 from `i2` on — and its scale made positive: with a negative `scale` the
+/// levels are mirrored (`2 − l`) and the returned flag asks the caller to flip its shift.
+pub(crate) fn split_levels(
+    order: &[usize],
+    (i1, i2): (usize, usize),
+    scale: f32,
+    l: &mut [i8],
+) -> (f32, bool) {
+    let flip = scale < 0.0;
     for (j, &i) in order.iter().enumerate() {
-        l[i] = if j < i1 {
+        let v = if j < i1 {
             0
         } else if j < i2 {
             1
         } else {
             2
         };
+        l[i] = if flip { 2 - v } else { v };
     }
+    (if flip { -scale } else { scale }, flip)
 }
 
 /// Fits the levels `l` of a sub-block `xb` (weights `weight`) to the grid, group of 8 by
@@ -118,7 +119,9 @@ mod tests {
         ascending(&[0.5, -1.0, 0.5, 0.0, -0.0, -1.0], &mut order);
         assert_eq!(order, [1, 5, 3, 4, 0, 2]);
         let mut l = [9i8; 6];
-        split_levels(&order, (2, 4), &mut l);
+        assert_eq!(split_levels(&order, (2, 4), 0.5, &mut l), (0.5, false));
         assert_eq!(l, [2, 0, 2, 1, 1, 0]);
+        assert_eq!(split_levels(&order, (2, 4), -0.5, &mut l), (0.5, true));
+        assert_eq!(l, [0, 2, 0, 1, 1, 2]);
     }
 }

@@ -16,8 +16,11 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2S_GRID;
-use super::iq_search::{grid_search, search_on_grid, split_signs, GridSearch};
-use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
+use super::iq_search::{
+    fit_sub_block, grid8_search, split_signs, sub_block_scales, GridSearch, IQ2_BYTES,
+    IQ2_MAX_LEVEL,
+};
+use super::k_quants::{sigma_weights, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
 /// One IQ2_S block.
@@ -68,19 +71,8 @@ iq_block!(BlockIQ2S, IQ2S, 0.125, codes, db, quantize_blocks, false);
 /// magnitudes 8, 25, 43; one neighbour distance.
 fn search() -> &'static GridSearch<8> {
     static CELL: OnceLock<GridSearch<8>> = OnceLock::new();
-    grid_search(
-        &CELL,
-        |k| IQ2S_GRID[k],
-        1024,
-        &[0x08, 0x19, 0x2b],
-        2,
-        43692,
-        1,
-    )
+    grid8_search(&CELL, &IQ2S_GRID, &IQ2_BYTES, 1)
 }
-
-/// The largest level (ggml's `kMaxQ − 1`).
-const MAX_LEVEL: i32 = 2;
 
 /// ggml's `GROUP_MAX_EPS_IQ2_S`: sub-blocks whose largest magnitude is below it stay zero.
 const GROUP_MAX_EPS: f32 = 1e-8;
@@ -110,47 +102,34 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                     }
                 }
             }
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 16];
             let mut signs = split_signs(xb, &mut xval);
-            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
-            if max < GROUP_MAX_EPS {
+            let trials = (9, 0.1);
+            let eps = GROUP_MAX_EPS;
+            let fit = fit_sub_block(grid, 2, IQ2_MAX_LEVEL, &xval, &weight, eps, trials, false);
+            let Some(fit) = fit else {
                 continue;
-            }
-            let mut l = [0i8; 16];
-            let trials = (-9..=9).map(|is| (5.0 + is as f32 * 0.1) / max);
-            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
-            let mut scale = search_on_grid(
-                grid, 2, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
-            );
-            if scale < 0.0 {
-                // ggml's guard for a negative least-squares scale: flip it and the signs.
-                scale = -scale;
+            };
+            if fit.flipped {
                 for s in &mut signs {
                     *s = !*s;
                 }
             }
             for k in 0..2 {
-                let u = GridSearch::<8>::index_of(&l[8 * k..8 * k + 8], 2);
-                // Every level set above is a grid point's (ggml aborts otherwise).
-                let gi = grid.on_grid(u).unwrap_or(0);
-                let i8 = 2 * ib + k;
+                let (gi, i8) = (fit.index[k], 2 * ib + k);
                 y.qs[i8] = gi as u8;
                 y.qh[i8 / 4] |= ((gi >> 8) as u8) << (2 * (i8 % 4));
                 y.qs[QK_K / 8 + i8] = signs[k];
             }
-            scales[ib] = scale;
-            max_scale = c_max(max_scale, scale);
+            scales[ib] = fit.scale;
+            max_scale = c_max(max_scale, fit.scale);
         }
-        if max_scale == 0.0 {
+        let Some((d, ls)) = sub_block_scales(&scales, max_scale, 16) else {
             continue;
-        }
-        let d = max_scale / 31.0;
+        };
         // ggml's fudge factor on the stored scale only.
         y.d = to_fp16(d * 0.9875);
-        let id = 1.0 / d;
-        for (ib, &sc) in scales.iter().enumerate() {
-            let l = nearest_int(0.5 * (id * sc - 1.0)).clamp(0, 15) as u8;
+        for (ib, l) in ls.into_iter().enumerate() {
             y.scales[ib / 2] |= l << (4 * (ib % 2));
         }
     }
