@@ -43,6 +43,16 @@ fn with_imatrix(ft: FileType) -> RecipeOptions {
     recipe
 }
 
+/// Recipe `ft` with the importance matrix and the `--tensor-type` rules `rules`.
+fn with_rules(ft: FileType, rules: &[&str]) -> RecipeOptions {
+    let mut recipe = with_imatrix(ft);
+    for rule in rules {
+        let rule = TensorTypeOverride::parse(rule).expect("rule");
+        recipe.overrides.push(rule);
+    }
+    recipe
+}
+
 /// [`check_sampled`] on layer 0 and `blk.23.ffn_down`.
 fn check(kind: &str, ft: FileType) -> Vec<String> {
     check_sampled(kind, &with_imatrix(ft), |n| {
@@ -219,17 +229,41 @@ fn iq_recipes_with_imatrix_match_llama_quantize() {
 /// (IQ4_XS → IQ4_NL) and `blk.23.ffn_down`.
 #[test]
 fn mix_ud_rules_match_llama_quantize() {
-    let mut recipe = with_imatrix(FileType::IQ2M);
-    for rule in MIX_UD {
-        recipe
-            .overrides
-            .push(TensorTypeOverride::parse(rule).expect("rule"));
-    }
+    let recipe = with_rules(FileType::IQ2M, &MIX_UD);
     let bad = check_sampled("mix-ud", &recipe, |n| {
         n == "blk.0.attn_v.weight" || n == "blk.23.ffn_down.weight"
     });
     assert!(bad.is_empty(), "{bad:#?}");
 }
+
+/// A per-layer mixture in the style of Unsloth's "UD" files (README, "Mixtures per
+/// tensor"): `ffn_down` IQ1_S, IQ2_XXS, IQ3_XXS and IQ3_S by layer over the Q4_K_M recipe,
+/// `attn_q`/`attn_k` IQ3_XXS (IQ4_NL by the shape fallback), `output` Q6_K (Q8_0). The other
+/// `ffn_down` take Q4_K or Q6_K by llama.cpp's layer counter, which the matched tensors do
+/// not advance: layers 19 and 22 get Q6_K, 20, 21 and 23 Q4_K. `tests/data/qwen05b-mix-udk.json`
+/// lists llama-quantize's file made with these rules (type and sha256 per tensor); the
+/// bytes of `blk.5.ffn_down` (IQ1_S) and `blk.19.ffn_down` (Q6_K) are compared.
+#[test]
+fn per_layer_mixture_matches_llama_quantize() {
+    let recipe = with_rules(FileType::Q4KM, &MIX_UDK);
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/qwen05b-mix-udk.json");
+    let want = serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
+    let bad = check_against(&want, "mix-udk", &recipe, |n| {
+        n == "blk.5.ffn_down.weight" || n == "blk.19.ffn_down.weight"
+    });
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The per-layer mixture's `--tensor-type` rules, in order (README).
+const MIX_UDK: [&str; 6] = [
+    r"blk\.[4-9]\.ffn_down=iq1_s",
+    r"blk\.1[0-3]\.ffn_down=iq2_xxs",
+    r"blk\.1[45]\.ffn_down=iq3_xxs",
+    r"blk\.1[67]\.ffn_down=iq3_s",
+    "attn_(q|k)=iq3_xxs",
+    r"^output\.weight$=q6_k",
+];
 
 /// `mix-ud`'s `--tensor-type` rules (README-lowbit.md), in order.
 const MIX_UD: [&str; 7] = [

@@ -115,11 +115,11 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                     *s = !*s;
                 }
             }
-            for k in 0..2 {
-                let (gi, i8) = (fit.index[k], 2 * ib + k);
+            for (k, (&gi, &s)) in fit.index.iter().zip(&signs).take(2).enumerate() {
+                let i8 = 2 * ib + k;
                 y.qs[i8] = gi as u8;
                 y.qh[i8 / 4] |= ((gi >> 8) as u8) << (2 * (i8 % 4));
-                y.qs[QK_K / 8 + i8] = signs[k];
+                y.qs[QK_K / 8 + i8] = s;
             }
             scales[ib] = fit.scale;
             max_scale = c_max(max_scale, fit.scale);

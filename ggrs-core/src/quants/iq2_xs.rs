@@ -98,8 +98,8 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                     *s = !*s & 127;
                 }
             }
-            for k in 0..2 {
-                q2[2 * ib + k] = fit.index[k] | (signs[k] as u16) << 9;
+            for (k, (&gi, &s)) in fit.index.iter().zip(&signs).take(2).enumerate() {
+                q2[2 * ib + k] = gi | (s as u16) << 9;
             }
             scales[ib] = fit.scale;
             max_scale = c_max(max_scale, fit.scale);
