@@ -149,8 +149,8 @@ fn ids_names_sizes_orders_and_quantizers() {
             dispatch::ggml_sum_order(t, [4864, 896, 1, 1]),
             SumOrder::GgmlLanes
         );
-        // Written with importance weights; without, only where ggml has a reference
-        // quantizer (IQ3_XXS, IQ3_S, IQ2_S); the others are refused.
+        // Written with importance weights; without, only where ggml writes them without
+        // (IQ3_XXS, IQ3_S, IQ2_S, IQ1_M); the others are refused.
         match quants::quantize_row_dyn(t, &[0.5; QK], &mut vec![0u8; bytes]) {
             Ok(()) => assert!(quants::quantizes_weighted(t) && !quants::needs_weights(t)),
             Err(err) if quants::needs_weights(t) => {

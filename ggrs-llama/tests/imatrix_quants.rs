@@ -5,7 +5,7 @@
 //! `ggml_quantize_chunk(type, x, dst, 0, 6, 512, weights)` of llama.cpp 0c1e570's
 //! libggml-base, fed the same numbers by a small C program (same generator).
 
-use ggrs_core::quants::quantize_row_weighted_dyn;
+use ggrs_core::quants::{quantize_row_dyn, quantize_row_weighted_dyn};
 use ggrs_core::DType;
 use sha2::{Digest, Sha256};
 
@@ -149,20 +149,68 @@ fn iquant_writers_match_ggml() {
             DType::IQ2XS,
             "26799c01e51b9401920fabdda32d45cd58d19b4cfb7783d7ceb725a61e81472d",
         ),
+        (
+            DType::IQ2S,
+            "d7e9fbce717ff1b4b3a3fc82d8df9c78dbf43f41eee49d6e949451a077125447",
+        ),
+        (
+            DType::IQ1S,
+            "ad443a7fc1e375dc097d6064b04eff7a37d4c1b0d022912852efb479b66b4a9c",
+        ),
+        (
+            DType::IQ1M,
+            "719642189a1b90b1c55874555c31e8f95285ac8aa51a12c7edd46135c0d1e5dc",
+        ),
     ];
     let (x, w) = iq_inputs();
     assert_rows_hash(&expected, &x, &w);
 }
 
+/// The same rows without weights, for the grid i-quants ggml writes without an importance
+/// matrix (`quantize_row_iq*_ref`, `ggml_quantize_chunk(…, NULL)`: the C program's
+/// `NAME-noimat.bin`).
+#[test]
+fn iquant_writers_without_weights_match_ggml() {
+    let expected = [
+        (
+            DType::IQ2S,
+            "e03a91e978aca07839216cfdb051932e8561c6d01c7f4f7fa1e257a51dd19c53",
+        ),
+        (
+            DType::IQ1M,
+            "20e85d041e303b061e5a0f8f42c30e0ad90d163377b334c1f8ac792081f37ff0",
+        ),
+        (
+            DType::IQ3XXS,
+            "e11b4f7bdff7694e78ddaad7b255bc8a4a620196786fe71d21686585563a2194",
+        ),
+        (
+            DType::IQ3S,
+            "29742ab4554780cc50c8b6739ed0e548e2e58bb1285e9fa80e3c7a70f1e68783",
+        ),
+    ];
+    let (x, _) = iq_inputs();
+    assert_rows_hash_with(&expected, &x, None);
+}
+
 /// Each type's rows of `x` quantized with the weights `w`, one row at a time, hash to the
 /// expected sha256 (the types that do not are listed in the failure).
 fn assert_rows_hash(expected: &[(DType, &str)], x: &[f32], w: &[f32]) {
+    assert_rows_hash_with(expected, x, Some(w))
+}
+
+/// [`assert_rows_hash`] with optional weights (`None`: the unweighted writers).
+fn assert_rows_hash_with(expected: &[(DType, &str)], x: &[f32], w: Option<&[f32]>) {
     let mut bad = Vec::new();
     for &(t, sha) in expected {
         let row = t.row_size(N);
         let mut out = vec![0u8; row * (x.len() / N)];
         for (xr, o) in x.chunks(N).zip(out.chunks_mut(row)) {
-            quantize_row_weighted_dyn(t, xr, w, o).expect("quantize");
+            match w {
+                Some(w) => quantize_row_weighted_dyn(t, xr, w, o),
+                None => quantize_row_dyn(t, xr, o),
+            }
+            .expect("quantize");
         }
         let got = format!("{:x}", Sha256::digest(&out));
         if got != sha {

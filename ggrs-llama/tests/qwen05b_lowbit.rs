@@ -4,9 +4,9 @@
 //! printed, on the prompts and on all 24 greedy steps, and every greedy run equal — with the
 //! SIMD kernels and again in a child process with `GGRS_FORCE_SCALAR=1`.
 //!
-//! The files are not made here (ggrs does not quantize with an importance matrix yet, and
-//! the recipes' Q4_0 fallbacks use it): a missing file skips its check with the command that
-//! makes it, in `~/.cache/ggrs/models/derived/`.
+//! The files are llama-quantize's and are not made here (`ggrs quantize --imatrix` writes the
+//! same bytes: `imatrix_quantize.rs`, README): a missing file skips its check with the
+//! command that makes it, in `~/.cache/ggrs/models/derived/`.
 
 use crate::common;
 
@@ -176,4 +176,19 @@ iq_recipes! {
     qwen05b_iq3_s_equals_llama_cpp_digits: "iq3_s", "IQ3_S";
     qwen05b_iq3_m_equals_llama_cpp_digits: "iq3_m", "IQ3_M";
     qwen05b_q2_k_s_equals_llama_cpp_digits: "q2_k_s", "Q2_K_S";
+}
+
+/// README-lowbit.md's Unsloth-style mixture `mix-ud` (`--tensor-type` rules over IQ2_M): on
+/// this model `ffn_down` IQ3_S, the other matrices IQ4_NL (the shape fallback), `output`
+/// Q8_0. With `GGRS_FORCE_SCALAR=1` the first prompt only.
+#[test]
+fn qwen05b_mix_ud_equals_llama_cpp_digits() {
+    check_prompts(
+        "mix-ud",
+        "--tensor-type ffn_down=iq3_s --tensor-type ffn_gate=iq2_xxs --tensor-type \
+         ffn_up=iq2_xxs --tensor-type attn_v=iq4_xs --tensor-type attn_q=iq3_xxs \
+         --tensor-type attn_k=iq3_xxs --tensor-type '^output\\.weight$=q6_k' IQ2_M",
+        1,
+    );
+    again_scalar("qwen05b_mix_ud_equals_llama_cpp_digits");
 }

@@ -15,8 +15,10 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2XS_GRID;
-use super::iq_search::{fold_signs, grid_search, search_on_grid, GridSearch};
-use super::k_quants::{nearest_int, sigma_weights, sum_x2, QK_K};
+use super::iq_search::{
+    fit_sub_block, fold_signs, grid8_search, sub_block_scales, GridSearch, IQ2_BYTES, IQ2_MAX_LEVEL,
+};
+use super::k_quants::{sigma_weights, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
 /// One IQ2_XS block.
@@ -64,19 +66,8 @@ iq_block!(BlockIQ2XS, IQ2XS, 0.125, codes, db, quantize_blocks, true);
 /// magnitudes 8, 25, 43; two neighbour distances.
 fn search() -> &'static GridSearch<8> {
     static CELL: OnceLock<GridSearch<8>> = OnceLock::new();
-    grid_search(
-        &CELL,
-        |k| IQ2XS_GRID[k],
-        512,
-        &[0x08, 0x19, 0x2b],
-        2,
-        43692,
-        2,
-    )
+    grid8_search(&CELL, &IQ2XS_GRID, &IQ2_BYTES, 2)
 }
-
-/// The largest level (ggml's `kMaxQ − 1`).
-const MAX_LEVEL: i32 = 2;
 
 /// ggml's `quantize_row_iq2_xs_impl` on the blocks of `x` (`out.len()` of them) with
 /// importance weights `qw` (unit weights when `None`, which ggml does not offer: the row
@@ -95,44 +86,30 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
             let xb = &xbl[16 * ib..16 * ib + 16];
             let mut weight = [0f32; 16];
             sigma_weights(&qwb[16 * ib..16 * ib + 16], xb, sigma2, &mut weight);
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 16];
             let mut signs = fold_signs(xb, &weight, &mut xval);
-            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
-            if max < 1e-15 {
+            let trials = (9, 0.1);
+            let fit = fit_sub_block(grid, 2, IQ2_MAX_LEVEL, &xval, &weight, 1e-15, trials, false);
+            let Some(fit) = fit else {
                 continue;
-            }
-            let mut l = [0i8; 16];
-            let trials = (-9..=9).map(|is| (5.0 + is as f32 * 0.1) / max);
-            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
-            let mut scale = search_on_grid(
-                grid, 2, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
-            );
-            if scale < 0.0 {
-                // ggml's guard for a negative least-squares scale: flip it and the signs.
-                scale = -scale;
+            };
+            if fit.flipped {
                 for s in &mut signs[..2] {
                     *s = !*s & 127;
                 }
             }
-            for k in 0..2 {
-                let u = GridSearch::<8>::index_of(&l[8 * k..8 * k + 8], 2);
-                // Every level set above is a grid point's (ggml aborts otherwise).
-                let gi = grid.on_grid(u).unwrap_or(0) as u16;
-                q2[2 * ib + k] = gi | (signs[k] as u16) << 9;
+            for (k, (&gi, &s)) in fit.index.iter().zip(&signs).take(2).enumerate() {
+                q2[2 * ib + k] = gi | (s as u16) << 9;
             }
-            scales[ib] = scale;
-            max_scale = c_max(max_scale, scale);
+            scales[ib] = fit.scale;
+            max_scale = c_max(max_scale, fit.scale);
         }
         *y = BlockIQ2XS::zeroed();
-        if max_scale == 0.0 {
+        let Some((d, ls)) = sub_block_scales(&scales, max_scale, 16) else {
             continue;
-        }
-        let d = max_scale / 31.0;
+        };
         y.d = to_fp16(d);
-        let id = 1.0 / d;
-        for (ib, &sc) in scales.iter().enumerate() {
-            let l = nearest_int(0.5 * (id * sc - 1.0)).clamp(0, 15) as u8;
+        for (ib, l) in ls.into_iter().enumerate() {
             y.scales[ib / 2] |= l << (4 * (ib % 2));
         }
         y.qs = q2;

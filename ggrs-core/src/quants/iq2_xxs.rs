@@ -16,9 +16,10 @@ use std::sync::OnceLock;
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ2XXS_GRID;
 use super::iq_search::{
-    fold_signs, grid_search, odd_level, odd_level_sums, round_group, GridSearch, Lookup,
+    fold_signs, grid8_search, odd_level, odd_level_sums, round_group, sub_block_scales, GridSearch,
+    Lookup, IQ2_BYTES, IQ2_MAX_LEVEL,
 };
-use super::k_quants::{make_qp_quants, nearest_int, sigma_weights, sum_x2, QK_K};
+use super::k_quants::{make_qp_quants, sigma_weights, sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
 /// One IQ2_XXS block.
@@ -68,19 +69,8 @@ iq_block!(BlockIQ2XXS, IQ2XXS, 0.125, codes, db, quantize_blocks, true);
 /// magnitudes 8, 25, 43; two neighbour distances.
 fn search() -> &'static GridSearch<8> {
     static CELL: OnceLock<GridSearch<8>> = OnceLock::new();
-    grid_search(
-        &CELL,
-        |k| IQ2XXS_GRID[k],
-        256,
-        &[0x08, 0x19, 0x2b],
-        2,
-        43692,
-        2,
-    )
+    grid8_search(&CELL, &IQ2XXS_GRID, &IQ2_BYTES, 2)
 }
-
-/// The largest level (ggml's `kMaxQ − 1`).
-const MAX_LEVEL: i32 = 2;
 
 /// ggml's `quantize_row_iq2_xxs_impl` on the blocks of `x` (`out.len()` of them) with
 /// importance weights `qw` (unit weights when `None`, which ggml does not offer: the row
@@ -107,9 +97,9 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                 continue;
             }
             let mut lq = [0u8; 32];
-            let mut scale = make_qp_quants(MAX_LEVEL + 2, &xval, &mut lq, &weight);
+            let mut scale = make_qp_quants(IQ2_MAX_LEVEL + 2, &xval, &mut lq, &weight);
             let mut l = lq.map(|v| v as i8);
-            let eff_max = scale * (MAX_LEVEL + 1) as f32;
+            let eff_max = scale * (IQ2_MAX_LEVEL + 1) as f32;
             if eff_max <= 0.0 {
                 continue;
             }
@@ -121,7 +111,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                 for k in 0..4 {
                     let g = 8 * k..8 * k + 8;
                     for i in g.clone() {
-                        laux[i] = odd_level(id, xval[i], MAX_LEVEL);
+                        laux[i] = odd_level(id, xval[i], IQ2_MAX_LEVEL);
                     }
                     let u = GridSearch::<8>::index_of(&laux[g.clone()], 2);
                     if let Lookup::Near(c) = grid.lookup(u) {
@@ -140,7 +130,7 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
                 let id = 1.0 / scale;
                 for k in 0..4 {
                     let g = 8 * k..8 * k + 8;
-                    round_group(grid, (id, scale), MAX_LEVEL, 2, g, &xval, &waux, &mut l);
+                    round_group(grid, (id, scale), IQ2_MAX_LEVEL, 2, g, &xval, &waux, &mut l);
                 }
                 let (sumqx, sumq2) = odd_level_sums(&weight, &xval, &l);
                 if sumq2 > 0.0 {
@@ -165,14 +155,11 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ2
             max_scale = c_max(max_scale, scale);
         }
         *y = BlockIQ2XXS::zeroed();
-        if max_scale == 0.0 {
+        let Some((d, ls)) = sub_block_scales(&scales, max_scale, 16) else {
             continue;
-        }
-        let d = max_scale / 31.0;
+        };
         y.d = to_fp16(d);
-        let id = 1.0 / d;
-        for ib in 0..QK_K / 32 {
-            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15);
+        for (ib, l) in ls.into_iter().enumerate() {
             q2[2 * ib + 1] |= (l as u32) << 28;
         }
         for (b, w) in y.qs.chunks_exact_mut(4).zip(&q2) {

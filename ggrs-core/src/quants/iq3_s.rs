@@ -15,8 +15,10 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3S_GRID;
-use super::iq_search::{grid_search, search_on_grid, sub_block_weights, GridSearch};
-use super::k_quants::{nearest_int, sum_x2, QK_K};
+use super::iq_search::{
+    fit_sub_block, grid_search, split_signs, sub_block_scales, sub_block_weights, GridSearch,
+};
+use super::k_quants::{sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
 /// One IQ3_S block.
@@ -101,57 +103,35 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
             let mut weight = [0f32; 32];
             let w0 = QK_K * ibl + 32 * ib;
             sub_block_weights(qw.map(|q| &q[w0..w0 + 32]), xb, sigma2, &mut weight);
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
-            let mut signs = [0u8; 4];
-            for (i, &v) in xb.iter().enumerate() {
-                if v >= 0.0 {
-                    xval[i] = v;
-                } else {
-                    xval[i] = -v;
-                    signs[i / 8] |= 1 << (i % 8);
-                }
-            }
-            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
-            if max == 0.0 {
+            let mut signs = split_signs(xb, &mut xval);
+            // ggml skips only all-zero sub-blocks here (`!max`).
+            let fit = fit_sub_block(grid, 3, MAX_LEVEL, &xval, &weight, 0.0, (9, 0.2), true);
+            let Some(fit) = fit else {
                 continue;
-            }
-            let mut l = [0i8; 32];
-            let trials = (-9..=9).map(|is| (15.0 + is as f32 * 0.2) / max);
-            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
-            let mut scale = search_on_grid(
-                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, true, &mut l,
-            );
-            if scale < 0.0 {
-                // ggml's guard for a negative least-squares scale: flip it and the signs.
-                scale = -scale;
+            };
+            if fit.flipped {
                 for s in &mut signs {
                     *s = !*s;
                 }
             }
-            for k in 0..8 {
-                let u = GridSearch::<4>::index_of(&l[4 * k..4 * k + 4], 3);
-                // Every level set above is a grid point's (ggml aborts otherwise).
-                let gi = grid.on_grid(u).unwrap_or(0);
+            for (k, &gi) in fit.index.iter().enumerate() {
                 y.qs[8 * at + k] = gi as u8;
                 y.qh[ib] |= ((gi >> 8) as u8) << k;
             }
+            let scale = fit.scale;
             y.signs[4 * at..4 * at + 4].copy_from_slice(&signs);
             at += 1;
             scales[ib] = scale;
             max_scale = c_max(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some((d, ls)) = sub_block_scales(&scales, max_scale, 16) else {
             continue;
-        }
-        let d = max_scale / 31.0;
+        };
         // ggml's fudge factor on the stored scale only.
         y.d = to_fp16(d * 1.033);
-        let id = 1.0 / d;
-        for ib in (0..QK_K / 32).step_by(2) {
-            let l1 = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15) as u8;
-            let l2 = nearest_int(0.5 * (id * scales[ib + 1] - 1.0)).clamp(0, 15) as u8;
-            y.scales[ib / 2] = l1 | (l2 << 4);
+        for (ib, l) in ls.into_iter().enumerate() {
+            y.scales[ib / 2] |= l << (4 * (ib % 2));
         }
     }
 }

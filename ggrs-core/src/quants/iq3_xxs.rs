@@ -15,8 +15,10 @@ use std::sync::OnceLock;
 
 use super::iq_codes::{iq_block, ksigns, IqCodes, SIGN_BYTES};
 use super::iq_grids::IQ3XXS_GRID;
-use super::iq_search::{fold_signs, grid_search, search_on_grid, sub_block_weights, GridSearch};
-use super::k_quants::{nearest_int, sum_x2, QK_K};
+use super::iq_search::{
+    fit_sub_block, fold_signs, grid_search, sub_block_scales, sub_block_weights, GridSearch,
+};
+use super::k_quants::{sum_x2, QK_K};
 use super::{c_max, to_fp16};
 
 /// One IQ3_XXS block.
@@ -95,31 +97,22 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
             let mut weight = [0f32; 32];
             let w0 = QK_K * ibl + 32 * ib;
             sub_block_weights(qw.map(|q| &q[w0..w0 + 32]), xb, sigma2, &mut weight);
-            let waux = weight.map(f32::sqrt);
             let mut xval = [0f32; 32];
             let mut signs = fold_signs(xb, &weight, &mut xval);
-            let max = xval[1..].iter().fold(xval[0], |m, &v| c_max(m, v));
-            if max < 1e-8 {
+            let trials = (15, 0.2);
+            let fit = fit_sub_block(grid, 3, MAX_LEVEL, &xval, &weight, 1e-8, trials, false);
+            let Some(fit) = fit else {
                 continue;
-            }
-            let mut l = [0i8; 32];
-            let trials = (-15..=15).map(|is| (15.0 + is as f32 * 0.2) / max);
-            let scale0 = max / (2 * MAX_LEVEL + 1) as f32;
-            let mut scale = search_on_grid(
-                grid, 3, MAX_LEVEL, &xval, &weight, &waux, scale0, trials, false, &mut l,
-            );
-            if scale < 0.0 {
-                // ggml's guard for a negative least-squares scale: flip it and the signs.
-                scale = -scale;
+            };
+            if fit.flipped {
                 for s in &mut signs {
                     *s = !*s & 127;
                 }
             }
-            for k in 0..8 {
-                let u = GridSearch::<4>::index_of(&l[4 * k..4 * k + 4], 3);
-                // Every level set above is a grid point's (ggml aborts otherwise).
-                q3[8 * ib + k] = grid.on_grid(u).unwrap_or(0) as u8;
+            for (q, &gi) in q3[8 * ib..8 * ib + 8].iter_mut().zip(&fit.index) {
+                *q = gi as u8;
             }
+            let scale = fit.scale;
             words[ib] = signs[0] as u32
                 | (signs[1] as u32) << 7
                 | (signs[2] as u32) << 14
@@ -128,16 +121,13 @@ pub(crate) fn quantize_blocks(x: &[f32], qw: Option<&[f32]>, out: &mut [BlockIQ3
             max_scale = c_max(max_scale, scale);
         }
         *y = BlockIQ3XXS::zeroed();
-        if max_scale == 0.0 {
+        let Some((d, ls)) = sub_block_scales(&scales, max_scale, 16) else {
             continue;
-        }
-        let d = max_scale / 31.0;
+        };
         // ggml's "small improvement via this fudge factor" on the stored scale only.
         y.d = to_fp16(d * 1.0125);
-        let id = 1.0 / d;
-        for ib in 0..QK_K / 32 {
-            let l = nearest_int(0.5 * (id * scales[ib] - 1.0)).clamp(0, 15);
-            words[ib] |= (l as u32) << 28;
+        for (w, l) in words.iter_mut().zip(ls) {
+            *w |= (l as u32) << 28;
         }
         y.qs[..QK_K / 4].copy_from_slice(&q3);
         for (b, w) in y.qs[QK_K / 4..].chunks_exact_mut(4).zip(&words) {

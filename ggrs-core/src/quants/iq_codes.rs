@@ -62,38 +62,33 @@ pub(crate) struct IqCodes {
     pub ls: [i16; 16],
 }
 
-/// The `IqBlock` and `BlockQuant` impls of an IQ2/IQ3 block type `$B` (with an f16 field
-/// `d`): its decoder `$codes(&B) -> IqCodes`, and `$db(&B, d, g)`, the float scale ggml's
-/// dequantizer gives group `g` of 16 values. With `$quant, $needs`, the type is written by
-/// `$quant(x, Option<weights>, &mut [B])` (ggml's `quantize_row_*_impl`), and `$needs` says
-/// that it needs importance weights ([`BlockQuant::NEEDS_WEIGHTS`]); without them ggrs does
-/// not write it (`QUANTIZES = false`).
-macro_rules! iq_block {
-    ($B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path) => {
-        $crate::quants::iq_codes::iq_block!(@impl $B, $dtype, $factor, $codes, $db,
-            quantizes: false, needs: false,
-            /// Not written yet (`QUANTIZES` is false): an all-zero block.
-            fn quantize(_x: &[f32]) -> Self {
-                <Self as bytemuck::Zeroable>::zeroed()
-            }
-        );
-    };
-    ($B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path, $quant:path, $needs:expr) => {
-        $crate::quants::iq_codes::iq_block!(@impl $B, $dtype, $factor, $codes, $db,
-            quantizes: true, needs: $needs,
-            fn quantize(x: &[f32]) -> Self {
-                let mut b = [<Self as bytemuck::Zeroable>::zeroed()];
-                $quant(x, None, &mut b);
-                b[0]
-            }
+/// The writer items of a grid i-quant's `BlockQuant` impl: `$quant(x, Option<weights>,
+/// &mut [B])` (ggml's `quantize_row_*_impl`) with unit weights for
+/// [`BlockQuant::quantize`] and with the importance weights for
+/// [`BlockQuant::quantize_row_weighted`]; `$needs` is [`BlockQuant::NEEDS_WEIGHTS`].
+macro_rules! iq_writer {
+    ($quant:path, $needs:expr) => {
+        const NEEDS_WEIGHTS: bool = $needs;
 
-            fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
-                $quant(x, Some(qw), out)
-            }
-        );
+        fn quantize(x: &[f32]) -> Self {
+            let mut b = [<Self as bytemuck::Zeroable>::zeroed()];
+            $quant(x, None, &mut b);
+            b[0]
+        }
+
+        fn quantize_row_weighted(x: &[f32], qw: &[f32], out: &mut [Self]) {
+            $quant(x, Some(qw), out)
+        }
     };
-    (@impl $B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path,
-        quantizes: $q:expr, needs: $needs:expr, $($write:item)*) => {
+}
+pub(crate) use iq_writer;
+
+/// The `IqBlock` and `BlockQuant` impls of an IQ2/IQ3 block type `$B` (with an f16 field
+/// `d`): its decoder `$codes(&B) -> IqCodes`, `$db(&B, d, g)`, the float scale ggml's
+/// dequantizer gives group `g` of 16 values, and its writer `$quant`, `$needs` (see
+/// `iq_writer`).
+macro_rules! iq_block {
+    ($B:ty, $dtype:ident, $factor:expr, $codes:path, $db:path, $quant:path, $needs:expr) => {
         impl $crate::quants::iq_codes::IqBlock for $B {
             const FACTOR: f32 = $factor;
             fn codes(&self) -> $crate::quants::iq_codes::IqCodes {
@@ -110,8 +105,6 @@ macro_rules! iq_block {
             type VecDot = $crate::quants::BlockQ8K;
             const GGML_X86_DOT: Option<$crate::quants::VecDotKernel> =
                 Some($crate::quants::iq_codes::iq_dot_x86::<$B>);
-            const QUANTIZES: bool = $q;
-            const NEEDS_WEIGHTS: bool = $needs;
 
             fn dequantize(&self, out: &mut [f32]) {
                 use $crate::quants::iq_codes::IqBlock;
@@ -119,7 +112,7 @@ macro_rules! iq_block {
                 $crate::quants::iq_codes::iq_dequantize(&self.codes(), |g| $db(self, d, g), out);
             }
 
-            $($write)*
+            $crate::quants::iq_codes::iq_writer!($quant, $needs);
 
             fn vec_dot(a: &[Self], b: &[$crate::quants::BlockQ8K]) -> f32 {
                 $crate::quants::iq_codes::iq_dot_generic(a, b)
@@ -129,26 +122,22 @@ macro_rules! iq_block {
 }
 pub(crate) use iq_block;
 
-/// The `BlockQuant` impl of an IQ1 block type `$B`: its x86-order and generic dots (ggrs
-/// does not write these types).
+/// The `BlockQuant` impl of an IQ1 block type `$B`: its x86-order and generic dots and its
+/// writer `$quant`, `$needs` (see `iq_writer`).
 macro_rules! iq1_block {
-    ($B:ty, $dtype:ident, $x86:path, $generic:path) => {
+    ($B:ty, $dtype:ident, $x86:path, $generic:path, $quant:path, $needs:expr) => {
         impl $crate::quants::BlockQuant for $B {
             const DTYPE: $crate::dtype::DType = $crate::dtype::DType::$dtype;
             const BLOCK_SIZE: usize = $crate::quants::QK_K;
             type VecDot = $crate::quants::BlockQ8K;
             const GGML_X86_DOT: Option<$crate::quants::VecDotKernel> = Some($x86);
-            const QUANTIZES: bool = false;
 
             fn dequantize(&self, out: &mut [f32]) {
                 use $crate::quants::iq_codes::Iq1Block;
                 $crate::quants::iq_codes::iq1_dequantize(&self.codes(), out);
             }
 
-            /// Not written yet (`QUANTIZES` is false): an all-zero block.
-            fn quantize(_x: &[f32]) -> Self {
-                <Self as bytemuck::Zeroable>::zeroed()
-            }
+            $crate::quants::iq_codes::iq_writer!($quant, $needs);
 
             fn vec_dot(a: &[Self], b: &[$crate::quants::BlockQ8K]) -> f32 {
                 $generic(a, b)

@@ -126,13 +126,27 @@ impl<const D: usize> GridSearch<D> {
     }
 
     /// ggml's `iq*_find_best_neighbour`: the candidate minimising `Σ w·(scale·q − x)²` (the
-    /// first of equals), its levels written to `l`.
+    /// first of equals), `q` the grid point's coordinate, its levels written to `l`.
     pub(crate) fn best_neighbour(
         &self,
         candidates: &[u16],
         xval: &[f32],
         weight: &[f32],
         scale: f32,
+        l: &mut [i8],
+    ) -> usize {
+        self.best_neighbour_by(candidates, xval, weight, scale, |p| p as f32, l)
+    }
+
+    /// [`GridSearch::best_neighbour`] with `q = value(coordinate)` (IQ1's
+    /// `iq1_find_best_neighbour2` reads the shifted level values).
+    pub(crate) fn best_neighbour_by(
+        &self,
+        candidates: &[u16],
+        xval: &[f32],
+        weight: &[f32],
+        scale: f32,
+        value: impl Fn(i8) -> f32,
         l: &mut [i8],
     ) -> usize {
         let mut best_d2 = f32::MAX;
@@ -143,7 +157,7 @@ impl<const D: usize> GridSearch<D> {
             let pg = self.point(c as usize);
             let mut d2 = 0f32;
             for i in 0..D {
-                let diff = scale * pg[i] as f32 - xval[i];
+                let diff = scale * value(pg[i]) - xval[i];
                 d2 += weight[i] * diff * diff;
             }
             if d2 < best_d2 {
@@ -201,6 +215,42 @@ pub(crate) fn grid_search<const D: usize>(
     })
 }
 
+/// The search of a grid of 8-value points with 2-bit levels (the IQ2 and IQ1 grids: ggml's
+/// `iq2xs_init_impl`, map size 43692), `bytes` the grid's byte per level, `nwant` neighbour
+/// distances.
+pub(crate) fn grid8_search(
+    cell: &'static OnceLock<GridSearch<8>>,
+    grid: &'static [u64],
+    bytes: &[u8],
+    nwant: usize,
+) -> &'static GridSearch<8> {
+    grid_search(cell, |k| grid[k], grid.len(), bytes, 2, 43692, nwant)
+}
+
+/// The block scale of ggml's grid writers, `d = max_scale / (2n − 1)`, and each sub-block
+/// scale `s` as a level on it, `nearest_int(0.5·(s/d − 1))` clamped to `0..n`; `None` when
+/// `max_scale` is 0 (every sub-block zero: the block stays as it is).
+pub(crate) fn sub_block_scales<const N: usize>(
+    scales: &[f32; N],
+    max_scale: f32,
+    n: i32,
+) -> Option<(f32, [u8; N])> {
+    if max_scale == 0.0 {
+        return None;
+    }
+    let d = max_scale / (2 * n - 1) as f32;
+    let id = 1.0 / d;
+    let levels =
+        scales.map(|s| super::k_quants::nearest_int(0.5 * (id * s - 1.0)).clamp(0, n - 1) as u8);
+    Some((d, levels))
+}
+
+/// The IQ2 grids' magnitudes 8, 25, 43 (levels 0–2).
+pub(crate) const IQ2_BYTES: [u8; 3] = [0x08, 0x19, 0x2b];
+
+/// The IQ2 grids' largest level (ggml's `kMaxQ − 1`).
+pub(crate) const IQ2_MAX_LEVEL: i32 = 2;
+
 /// The sign folding of a sub-block `xb` of 16 or 32 values with weights `weight`: `xval`
 /// gets the magnitudes, and each group of 8 an even number of negatives — with an odd count, the
 /// value of least `w·x²` (the first of equals) keeps its sign, i.e. enters `xval` negated.
@@ -236,6 +286,22 @@ pub(crate) fn fold_signs(xb: &[f32], weight: &[f32], xval: &mut [f32]) -> [u8; 4
             s ^= 1 << imin;
         }
         signs[k] = s & 127;
+    }
+    signs
+}
+
+/// The magnitudes of a sub-block `xb` of up to 32 values into `xval`, and its sign bits (bit
+/// `i % 8` of byte `i / 8` set where value `i` is negative), as ggml's unfolded writers
+/// (IQ2_S, IQ3_S) split them: `x ≥ 0` keeps `x` (−0 too).
+pub(crate) fn split_signs(xb: &[f32], xval: &mut [f32]) -> [u8; 4] {
+    let mut signs = [0u8; 4];
+    for (i, &v) in xb.iter().enumerate() {
+        if v >= 0.0 {
+            xval[i] = v;
+        } else {
+            xval[i] = -v;
+            signs[i / 8] |= 1 << (i % 8);
+        }
     }
     signs
 }
@@ -302,6 +368,71 @@ pub(crate) fn round_group<const D: usize>(
     grid.levels_into(gi, &mut l[g]);
 }
 
+/// What [`fit_sub_block`] found for a sub-block.
+pub(crate) struct SubBlockFit {
+    /// The sub-block's scale (not negative).
+    pub scale: f32,
+    /// Whether the least-squares scale came out negative: ggml's guard then negates it, and
+    /// the caller flips the sub-block's signs.
+    pub flipped: bool,
+    /// The grid index of each group of `D` values.
+    pub index: [u16; 8],
+}
+
+/// One sub-block of the IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S writers (magnitudes `xval`,
+/// weights `weight`): `None` when its largest magnitude is below `eps` or zero (the
+/// sub-block stays zero); else [`search_on_grid`] over the inverse scales
+/// `(2·max_level + 1 + is·step) / max`, `is` in `-n..=n`, from the scale
+/// `max / (2·max_level + 1)`, and each group's grid point.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fit_sub_block<const D: usize>(
+    grid: &GridSearch<D>,
+    bits: u32,
+    max_level: i32,
+    xval: &[f32],
+    weight: &[f32],
+    eps: f32,
+    (n, step): (i32, f32),
+    all: bool,
+) -> Option<SubBlockFit> {
+    let max = xval[1..].iter().fold(xval[0], |m, &v| super::c_max(m, v));
+    if max < eps || max == 0.0 {
+        return None;
+    }
+    let len = xval.len();
+    let mut waux = [0f32; 32];
+    for (a, &w) in waux.iter_mut().zip(weight) {
+        *a = w.sqrt();
+    }
+    let top = (2 * max_level + 1) as f32;
+    let trials = (-n..=n).map(|is| (top + is as f32 * step) / max);
+    let mut l = [0i8; 32];
+    let scale = search_on_grid(
+        grid,
+        bits,
+        max_level,
+        xval,
+        weight,
+        &waux[..len],
+        max / top,
+        trials,
+        all,
+        &mut l,
+    );
+    let mut index = [0u16; 8];
+    for (k, ix) in index[..len / D].iter_mut().enumerate() {
+        let u = GridSearch::<D>::index_of(&l[D * k..D * (k + 1)], bits);
+        // Every level set the search leaves is a grid point's (ggml aborts otherwise).
+        *ix = grid.on_grid(u).unwrap_or(0) as u16;
+    }
+    let flipped = scale < 0.0;
+    Some(SubBlockFit {
+        scale: if flipped { -scale } else { scale },
+        flipped,
+        index,
+    })
+}
+
 /// The scale search of one sub-block of `n = xval.len()` magnitudes in groups of `D` with
 /// "on grid" tracking (ggml's IQ2_XS and IQ3_XXS/IQ3_S searches): for each inverse scale
 /// `id` of `trials`, levels `nearest_int(0.5·(id·x − 1))` clamped to `0..=max_level`, off-grid
@@ -312,7 +443,7 @@ pub(crate) fn round_group<const D: usize>(
 /// with `all` (IQ3_S), every group once any was off the grid, a trial that never won
 /// counting as off the grid. Returns the scale; the levels are in `l`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn search_on_grid<const D: usize>(
+fn search_on_grid<const D: usize>(
     grid: &GridSearch<D>,
     bits: u32,
     max_level: i32,

@@ -46,6 +46,7 @@ use crate::error::{Error, Result};
 pub mod dispatch;
 pub mod iq1_m;
 pub mod iq1_s;
+pub(crate) mod iq1_search;
 pub mod iq2_s;
 pub mod iq2_xs;
 pub mod iq2_xxs;
@@ -186,13 +187,15 @@ pub trait BlockQuant: Pod + std::fmt::Debug + Send + Sync + 'static {
     /// the contract of the other shapes.
     const GGML_X86_REPACKED_DOT: Option<VecDotKernel> = None;
 
-    /// False for a type ggrs reads and multiplies but cannot write yet (the grid i-quants
-    /// IQ1_S … IQ3_S): [`quantize_row`] refuses it with [`Error::UnsupportedType`], its
-    /// conversions have no `from_f32`, and its [`BlockQuant::quantize`] is not to be called.
+    /// False for a type ggrs would read and multiply but not write (every block type of
+    /// this build is written; a new type may start without its writer):
+    /// [`quantize_row`] refuses it with [`Error::UnsupportedType`], its conversions have no
+    /// `from_f32`, and its [`BlockQuant::quantize`] is not to be called.
     const QUANTIZES: bool = true;
 
-    /// True for a type ggml writes only with importance weights (IQ2_XXS, IQ2_XS, IQ1_S,
-    /// IQ1_M: `ggml_quantize_requires_imatrix` and the quantizers' asserts):
+    /// True for a type ggml writes only with importance weights (IQ2_XXS, IQ2_XS, IQ1_S:
+    /// `ggml_quantize_requires_imatrix` and the quantizers' asserts; IQ1_M is written
+    /// without them, though `llama-quantize`'s IQ1_M recipe asks for an imatrix):
     /// [`quantize_row`] refuses it with [`Error::UnsupportedType`] and its conversions have
     /// no `from_f32`; [`quantize_row_weighted`] writes it. Its [`BlockQuant::quantize`]
     /// (unit weights) is not what ggml would write.

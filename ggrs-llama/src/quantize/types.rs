@@ -7,7 +7,7 @@ use ggrs_core::DType;
 /// A tensor type a recipe can choose, numbered as ggml numbers it (`ggml_type`).
 ///
 /// This is the recipes' own list rather than [`DType`], because a recipe may choose a type
-/// that this build cannot write yet (the i-quants); [`QuantType::dtype`] says whether it can.
+/// that a build cannot write; [`QuantType::dtype`] says whether this one can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuantType {
     /// 32-bit float.

@@ -1,7 +1,8 @@
 // Reference bytes for ggrs's i-quant writers (`ggrs-llama/tests/imatrix_quants.rs`):
 // seeded rows and importance weights (the test's generator), quantized with llama.cpp
 // 0c1e570's `ggml_quantize_chunk` (libggml-base), printed as sha256 input: the raw bytes go
-// to files NAME.bin, one per type. Build from llama.cpp's build/bin (BIN):
+// to files NAME.bin, one per type, and without weights to NAME-noimat.bin for the types that
+// ggml writes without them. Build from llama.cpp's build/bin (BIN):
 //   gcc -O2 iq-writers-ggml.c -I../../ggml/include -L$BIN -lggml-base -Wl,-rpath,$BIN
 #include <stdio.h>
 #include <stdint.h>
@@ -45,14 +46,19 @@ int main(void) {
         size_t row = ggml_row_size(types[t], N);
         uint8_t *out = calloc(row, NROW);
         ggml_quantize_init(types[t]);
-        // Row by row, each with the same weights, as the Rust test does.
-        for (int r = 0; r < NROW; r++)
-            ggml_quantize_chunk(types[t], x + r * N, out + r * row, 0, 1, N, w);
-        char name[64];
-        snprintf(name, sizeof name, "%s.bin", ggml_type_name(types[t]));
-        FILE *f = fopen(name, "wb");
-        fwrite(out, row, NROW, f);
-        fclose(f);
+        // Row by row, each with the same weights, as the Rust test does; then, for the
+        // types ggml writes without an importance matrix, the same rows without weights
+        // (NAME-noimat.bin).
+        for (int weighted = 1; weighted >= 0; weighted--) {
+            if (!weighted && ggml_quantize_requires_imatrix(types[t])) break;
+            for (int r = 0; r < NROW; r++)
+                ggml_quantize_chunk(types[t], x + r * N, out + r * row, 0, 1, N, weighted ? w : NULL);
+            char name[64];
+            snprintf(name, sizeof name, weighted ? "%s.bin" : "%s-noimat.bin", ggml_type_name(types[t]));
+            FILE *f = fopen(name, "wb");
+            fwrite(out, row, NROW, f);
+            fclose(f);
+        }
         free(out);
     }
     return 0;
