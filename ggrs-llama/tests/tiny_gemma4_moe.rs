@@ -28,8 +28,8 @@ const N_EXPERT: usize = 4;
 const N_USED: u32 = 2;
 const N_FF_EXP: usize = 32;
 
-/// splitmix64: the seeded values of the added tensors.
-struct Rng(u64);
+/// splitmix64: the seeded values of the added tensors (also `tiny_ffn_widths`').
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     /// Uniform in `[-1, 1)`.
@@ -42,13 +42,13 @@ impl Rng {
         ((z >> 40) as f32 / (1u64 << 23) as f32) - 1.0
     }
 
-    fn f32s(&mut self, n: usize, center: f32, spread: f32) -> Vec<u8> {
+    pub(crate) fn f32s(&mut self, n: usize, center: f32, spread: f32) -> Vec<u8> {
         (0..n)
             .flat_map(|_| (center + spread * self.next()).to_le_bytes())
             .collect()
     }
 
-    fn f16s(&mut self, n: usize, spread: f32) -> Vec<u8> {
+    pub(crate) fn f16s(&mut self, n: usize, spread: f32) -> Vec<u8> {
         (0..n)
             .flat_map(|_| half::f16::from_f32(spread * self.next()).to_le_bytes())
             .collect()
@@ -124,7 +124,13 @@ fn write_model(out: &Path) {
 }
 
 fn model() -> Arc<Model> {
-    let path = common::ScratchFile::new("gemma4-moe", "tiny.gguf");
+    model_in("tiny.gguf")
+}
+
+/// The tiny Gemma 4 with experts, written to the scratch file `name` (one per test: tests
+/// run in parallel) and loaded; also used by the engine's test.
+pub(crate) fn model_in(name: &str) -> Arc<Model> {
+    let path = common::ScratchFile::new("gemma4-moe", name);
     write_model(&path);
     Arc::new(Model::load(&*path).expect("load the tiny Gemma 4 MoE"))
 }

@@ -219,7 +219,7 @@ pub struct SwiGlu {
 impl SwiGlu {
     /// Reads block `i`'s `ffn_gate`, `ffn_up` and `ffn_down`.
     pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<SwiGlu> {
-        let (e, f) = (hp.n_embd, hp.n_ff);
+        let (e, f) = (hp.n_embd, hp.n_ff_at(i));
         Ok(SwiGlu {
             gate: l.matrix(&blk(i, "ffn_gate.weight"), &[e, f])?,
             up: l.matrix(&blk(i, "ffn_up.weight"), &[e, f])?,

@@ -140,7 +140,7 @@ impl FusedModel {
     /// Reads the weights (Q/K/V fused when `attn_qkv` exists, separate otherwise, as
     /// llama.cpp loads them) for a model of `style`.
     pub fn load(style: FusedStyle, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<FusedModel> {
-        let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
+        let (e, v) = (hp.n_embd, hp.n_vocab);
         let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
         let tok_embd = l.rows("token_embd.weight", &[e, v])?;
         let output_norm = l.f32("output_norm.weight", &[e])?;
@@ -154,6 +154,7 @@ impl FusedModel {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
+            let f = hp.n_ff_at(i);
             let qkv = QkvWeights::load(l, i, [e, q, kv])?;
             layers.push(FusedLayer {
                 attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
