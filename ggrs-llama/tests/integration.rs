@@ -35,6 +35,7 @@ mod tiny_bert;
 mod tiny_chatglm;
 mod tiny_families;
 mod tiny_ffn_widths;
+mod tiny_fused_qkv;
 mod tiny_gemma2;
 mod tiny_gemma4_moe;
 mod tiny_hybrids;
