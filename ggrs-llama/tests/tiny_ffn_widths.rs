@@ -22,7 +22,7 @@ use ggrs_core::DType;
 use ggrs_llama::Model;
 
 use crate::common::{self, NewTensor};
-use crate::tiny_gemma4_moe::Rng;
+use crate::tiny_gemma4_moe::{assert_matches_reference_and_not_the_dense_one, Rng};
 
 /// Each layer's feed-forward width: the tiny model's 96, doubled in the shared-cache layers.
 const WIDTHS: [usize; 4] = [96, 96, 192, 192];
@@ -84,21 +84,7 @@ fn gemma4_per_layer_ffn_widths_match_llama_cpp() {
     let m = model();
     assert_eq!(m.hparams.n_ff_layers, WIDTHS);
     assert_eq!(m.hparams.n_ff, 192);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let refs = common::read_jsonl(&dir.join("tiny-gemma4-wide-f16.llama.jsonl"));
-    assert_eq!(refs.len(), 6);
-    for nth in [1, 2] {
-        let rep = common::compare(&m, &refs, 0.02, nth, 16);
-        eprintln!("tiny-gemma4-wide, {nth} threads: {rep:?}");
-        assert_eq!(rep.over_tol, 0, "logits beyond 0.02: {rep:?}");
-        assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
-        assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
-    }
-    // The wide layers matter: the tiny model's own logits are elsewhere.
-    let dense =
-        common::read_jsonl(&common::reference_dir().join("tiny/tiny-gemma4-f16.public.jsonl"));
-    let rep = common::compare(&m, &dense, 0.01, 2, 16);
-    assert!(rep.over_tol > 0, "{rep:?}");
+    assert_matches_reference_and_not_the_dense_one(&m, "tiny-gemma4-wide-f16.llama.jsonl");
 }
 
 /// A width array of the wrong length is an error naming the key.
