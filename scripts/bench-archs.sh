@@ -8,7 +8,8 @@
 #   MODEL_DIR: where the generated models are kept (default
 #              ${XDG_CACHE_HOME:-$HOME/.cache}/ggrs/models/gen); a model already there is reused.
 #   env: ARCHS ("llama qwen2 qwen3 gemma2 phi3 qwen3moe chatglm lfm2 granitehybrid
-#        qwen35 qwen35moe"), WIDTH (1024), LAYERS (8),
+#        qwen35 qwen35moe gemma3 gemma4 gpt-oss mistral3 smollm3 granite phi3-longrope"),
+#        WIDTH (1024), LAYERS (8),
 #        SEED (1), GEN_ONLY (1: generate the models, print their paths and stop);
 #        THREADS, P, N, R, ROUNDS, GGRS, OUT are bench-vs-llamacpp.sh's and passed through.
 #   The tiny models are found through GGRS_REFERENCE_DIR or shared/reference above the
@@ -16,7 +17,7 @@
 set -euo pipefail
 llama_bench=${1:?usage: $0 LLAMA_BENCH [MODEL_DIR]}
 dir=${2:-${XDG_CACHE_HOME:-$HOME/.cache}/ggrs/models/gen}
-ARCHS=${ARCHS:-llama qwen2 qwen3 gemma2 phi3 qwen3moe chatglm lfm2 granitehybrid qwen35 qwen35moe}
+ARCHS=${ARCHS:-llama qwen2 qwen3 gemma2 phi3 qwen3moe chatglm lfm2 granitehybrid qwen35 qwen35moe gemma3 gemma4 gpt-oss mistral3 smollm3 granite phi3-longrope}
 WIDTH=${WIDTH:-1024} LAYERS=${LAYERS:-8} SEED=${SEED:-1}
 # Paths given relative to the caller's directory stay valid after the cd below (a bare
 # command name is left to PATH).

@@ -20,6 +20,20 @@
 //! `context_length` 4096. Gemma 2's sliding window becomes its real 4096 (the tiny model's 8
 //! is a test device); Phi-3's `rope.scaling.original_context_length` follows the context.
 //!
+//! The 2026 families take their real models' proportions (see `family`): Gemma 3 (270M/1B:
+//! 4 heads of 256 over one KV head, windows of 512, five local layers per global one),
+//! Gemma 4 (E2B/E4B-like: local heads of 256, global ones of 512 with a quarter of their
+//! pairs rotating, the tiny model's K=V globals and KV heads, per-layer embeddings of 256,
+//! the second half of the layers sharing the first half's caches, in each half every fourth
+//! layer and the last one global), gpt-oss (20B-like: heads of 64, 8 per KV head, sinks,
+//! windows of 128 on every other layer, 32 experts of the width, 4 used, YaRN from 4096),
+//! Ministral 3 (heads of 128, 4 per KV head, queries twice the width, YaRN and the attention
+//! temperature), SmolLM3 (heads of 128, every fourth layer without rotary), Granite 3 (heads
+//! of 64; the attention multiplier follows the head size) and Phi-4-mini's LongRoPE
+//! (`phi3-longrope`: heads of 128, 3/4 of them rotating, the tiny factors resampled
+//! geometrically, an original context of 1/32 of the context and the converter's attention
+//! factor for that ratio).
+//!
 //! Hybrids (LFM2, Granite-4.0-H, Qwen3.5 and its MoE) repeat the tiny model's pattern of
 //! recurrent and attention layers (new layer `l` is tiny layer `l mod n`; per-layer keys
 //! likewise). LFM2's short convolution keeps its kernel; Granite-H's Mamba-2 gets Granite's
@@ -31,8 +45,9 @@
 //!        [--width 1024] [--layers 8] [--seed 1] [--head-dim N] [--context 4096]
 //!        [--tiny FILE]
 //!   ARCH: llama (Llama 3.1 rotary), qwen2 (from the tiny qwen3: its vocabulary and layout,
-//!   Q/K/V biases instead of Q/K norms), qwen3, gemma2, phi3, qwen3moe, chatglm, and the
-//!   hybrids lfm2, granitehybrid, qwen35, qwen35moe.
+//!   Q/K/V biases instead of Q/K norms), qwen3, gemma2, phi3, qwen3moe, chatglm, the
+//!   hybrids lfm2, granitehybrid, qwen35, qwen35moe, and the 2026 families gemma3, gemma4,
+//!   gpt-oss, mistral3, smollm3, granite, phi3-longrope.
 //!   The tiny file is found in `$GGRS_REFERENCE_DIR/tiny` or `shared/reference/tiny` above
 //!   this crate unless `--tiny` names it. Quantize the result with
 //!   `target/release/ggrs quantize FILE OUT q4_0`.
@@ -46,7 +61,7 @@ use ggrs_core::DType;
 
 /// The architectures this generator makes, each with the tiny reference file it starts from
 /// (qwen2 has none of its own: it is derived from the tiny Qwen3, see [`derive`]).
-pub const ARCHS: [(&str, &str); 11] = [
+pub const ARCHS: [(&str, &str); 18] = [
     ("llama", "tiny-llama3-f16.gguf"),
     ("qwen2", "tiny-qwen3-f16.gguf"),
     ("qwen3", "tiny-qwen3-f16.gguf"),
@@ -58,7 +73,103 @@ pub const ARCHS: [(&str, &str); 11] = [
     ("granitehybrid", "tiny-granite-hybrid-f16.gguf"),
     ("qwen35", "tiny-qwen35-f16.gguf"),
     ("qwen35moe", "tiny-qwen35moe-f16.gguf"),
+    ("gemma3", "tiny-gemma3-f16.gguf"),
+    ("gemma4", "tiny-gemma4-f16.gguf"),
+    ("gpt-oss", "tiny-gpt-oss-f16.gguf"),
+    ("mistral3", "tiny-mistral3-f16.gguf"),
+    ("smollm3", "tiny-smollm3-f16.gguf"),
+    ("granite", "tiny-granite-f16.gguf"),
+    ("phi3-longrope", "tiny-phi3-longrope-f16.gguf"),
 ];
+
+/// The `general.architecture` of the model `name` makes: `name` itself, but for
+/// `phi3-longrope` (a `phi3` with LongRoPE factors).
+pub fn gguf_arch(name: &str) -> &str {
+    match name {
+        "phi3-longrope" => "phi3",
+        other => other,
+    }
+}
+
+/// A 2026 family's own proportions, where the tiny model's are test devices (its heads of
+/// 16 or 32, its windows of 4 to 8 tokens, its 8 small experts).
+#[derive(Debug, Clone, Copy)]
+struct Family {
+    /// Head size (`attention.key_length`; Gemma 4: its global layers', the local ones get
+    /// the tiny model's share of it).
+    head_dim: usize,
+    /// Query width (heads × head size) over the width.
+    q_ratio: f64,
+    /// Query heads per KV head (`None`: the tiny model's).
+    group: Option<usize>,
+    /// `feed_forward_length` over the width (`None`: 2.75).
+    ff_ratio: Option<f64>,
+    /// `expert_count` and `expert_used_count` (`None`: the tiny model's).
+    experts: Option<(usize, usize)>,
+    /// `attention.sliding_window` (`None`: 4096, Gemma 2's).
+    window: Option<usize>,
+}
+
+/// The family of the model `name` makes, if it is one of the 2026 set.
+fn family(name: &str) -> Option<Family> {
+    let f = Family {
+        head_dim: 128,
+        q_ratio: 1.0,
+        group: None,
+        ff_ratio: None,
+        experts: None,
+        window: None,
+    };
+    Some(match name {
+        // Gemma 3 270M / 1B: 4 heads of 256 over one KV head; windows of 512.
+        "gemma3" => Family {
+            head_dim: 256,
+            group: Some(4),
+            window: Some(512),
+            ..f
+        },
+        // Gemma 4 E2B/E4B: local heads of 256, global ones of 512 (4 of them: twice the width),
+        // the tiny model's KV heads (2 local, 1 global); windows of 512.
+        "gemma4" => Family {
+            head_dim: 512,
+            q_ratio: 2.0,
+            window: Some(512),
+            ..f
+        },
+        // gpt-oss 20B: heads of 64, 8 per KV head, 32 experts of the width, 4 used; windows of
+        // 128 tokens.
+        "gpt-oss" => Family {
+            head_dim: 64,
+            group: Some(8),
+            ff_ratio: Some(1.0),
+            experts: Some((32, 4)),
+            window: Some(128),
+            ..f
+        },
+        // Ministral 3: heads of 128, 4 per KV head, queries wider than the width (3B: 4096
+        // over 3072; the tiny model's twice).
+        "mistral3" => Family {
+            q_ratio: 2.0,
+            group: Some(4),
+            ..f
+        },
+        // SmolLM3-3B: heads of 128, 4 per KV head.
+        "smollm3" => Family {
+            group: Some(4),
+            ..f
+        },
+        // Granite 3.x: heads of 64, 4 per KV head.
+        "granite" => Family {
+            head_dim: 64,
+            group: Some(4),
+            ..f
+        },
+        // Phi-4-mini: heads of 128 (its 3 per KV head do not divide 8 heads: the tiny
+        // model's 2).
+        "phi3-longrope" => f,
+        _ => return None,
+    })
+}
 
 /// What went wrong while generating a model.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +197,8 @@ pub struct GenOptions {
     pub width: usize,
     /// `block_count`.
     pub layers: usize,
-    /// Head dimension; `None`: 128 for families with `attention.key_length`, else 64.
+    /// Head dimension; `None`: the 2026 families' own (see [`family`]), else 128 for
+    /// families with `attention.key_length` and 64 for the others.
     pub head_dim: Option<usize>,
     /// `context_length` (and Phi-3's `rope.scaling.original_context_length`).
     pub context: usize,
@@ -125,6 +237,8 @@ pub struct GenShape {
     pub n_ff: usize,
     /// `expert_feed_forward_length` (MoE only).
     pub n_ff_exp: Option<usize>,
+    /// `expert_count` (0: no experts).
+    pub n_expert: usize,
     /// Tensors written.
     pub n_tensors: usize,
 }
@@ -156,8 +270,12 @@ fn round_dim(x: f64) -> usize {
     ((x / m).round().max(1.0) * m) as usize
 }
 
-/// A tiny tensor and its values' mean and standard deviation.
-type SourceTensor = (TensorInfo, (f64, f64));
+/// A tiny tensor, its values' mean and standard deviation, and its values themselves when
+/// it is a short F32 vector (rotary factors, which are resampled rather than drawn).
+type SourceTensor = (TensorInfo, (f64, f64), Vec<f64>);
+
+/// The longest vector whose values [`SourceTensor`] keeps.
+const KEPT_VALUES: usize = 256;
 
 /// What the generator takes from a tiny file: its metadata, and its tensor table with each
 /// tensor's mean and standard deviation.
@@ -183,8 +301,11 @@ impl Source {
             .ok_or_else(|| src.bad("no general.architecture".into()))?
             .to_owned();
         for t in file.tensors() {
-            let st = stats(&file, t).map_err(|d| src.bad(d))?;
-            src.tensors.push((t.clone(), st));
+            let vals = values(&file, t).map_err(|d| src.bad(d))?;
+            let st = stats(&vals);
+            let keep = t.dtype == DType::F32 && t.n_dims == 1 && vals.len() <= KEPT_VALUES;
+            src.tensors
+                .push((t.clone(), st, if keep { vals } else { Vec::new() }));
         }
         Ok(src)
     }
@@ -226,7 +347,7 @@ fn derive(src: &mut Source, arch: &str) -> Result<(), GenError> {
         }
     }
     let tensors = std::mem::take(&mut src.tensors);
-    for (t, st) in tensors {
+    for (t, st, vals) in tensors {
         if t.name.ends_with(".attn_q_norm.weight") || t.name.ends_with(".attn_k_norm.weight") {
             continue;
         }
@@ -241,9 +362,9 @@ fn derive(src: &mut Source, arch: &str) -> Result<(), GenError> {
                 offset: 0,
                 size: 0,
             });
-        src.tensors.push((t, st));
+        src.tensors.push((t, st, vals));
         if let Some(b) = bias {
-            src.tensors.push((b, (0.0, 0.02)));
+            src.tensors.push((b, (0.0, 0.02), Vec::new()));
         }
     }
     src.arch = arch.to_owned();
@@ -252,6 +373,8 @@ fn derive(src: &mut Source, arch: &str) -> Result<(), GenError> {
 
 /// The tiny file's hyperparameters and the new ones derived from them.
 struct Plan {
+    /// The generator's name of the model (`phi3-longrope`), `arch` its architecture.
+    name: String,
     arch: String,
     tiny_width: usize,
     tiny_ff: usize,
@@ -266,6 +389,92 @@ struct Plan {
     n_ff_shexp: Option<usize>,
     /// The recurrent mixer's sizes (hybrids only).
     ssm: Option<Ssm>,
+    /// The 2026 family's proportions, if the model is one of them.
+    family: Option<Family>,
+    /// The tiny layer each new layer copies (its tensor table, its per-layer keys).
+    templates: Vec<usize>,
+    /// Head size and KV heads of each tiny layer's new copy (Gemma 4's local and global
+    /// layers differ; the other models' are all `(head_dim, n_head_kv)`).
+    attn: Vec<(usize, usize)>,
+    /// Gemma 4's sizes (`None` for the other models).
+    gemma4: Option<Gemma4Plan>,
+}
+
+/// Gemma 4's own sizes.
+#[derive(Debug, Clone)]
+struct Gemma4Plan {
+    /// `attention.key_length_swa` (the local layers' head size).
+    head_dim_swa: usize,
+    /// `rope.dimension_count_swa`.
+    rope_dim_swa: usize,
+    /// `embedding_length_per_layer_input`: 256 as E2B and E4B (at most a quarter of the width).
+    n_ple: usize,
+    /// `attention.shared_kv_layers`: the second half of the layers.
+    shared: usize,
+}
+
+/// Gemma 4's layers at `n` layers, from the tiny model's: the first `n − n/2` have caches of
+/// their own, the others share them (`attention.shared_kv_layers`, as E2B shares 20 of 35);
+/// in each half every fourth layer and the last are global, the others local (E2B has 4
+/// local layers per global one; a shared layer reads the last cache of its kind, so the last
+/// layer with a cache must be global and the one before it local). Returns the plan and the
+/// tiny layer each new layer copies (the first tiny layer of the same kind, local or global,
+/// with or without a cache of its own).
+fn gemma4_plan(
+    src: &Source,
+    n: usize,
+    hd: usize,
+    hd0: usize,
+    width: usize,
+) -> Result<(Gemma4Plan, Vec<usize>), GenError> {
+    let key = |k: &str| src.get(&format!("gemma4.{k}"));
+    let num = |k: &str| key(k).and_then(Value::as_u64).map(|v| v as usize);
+    let flags: Vec<bool> = key("attention.sliding_window_pattern")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|v| matches!(v, Value::Bool(true))).collect())
+        .unwrap_or_default();
+    let n0 = flags.len();
+    let shared0 = num("attention.shared_kv_layers").unwrap_or(0);
+    let (Some(hd_swa0), Some(rot_swa0)) = (
+        num("attention.key_length_swa"),
+        num("rope.dimension_count_swa"),
+    ) else {
+        return Err(src.bad("no key_length_swa / rope.dimension_count_swa".into()));
+    };
+    if n < 4 {
+        return Err(GenError::BadShape(format!(
+            "gemma4 needs at least 4 layers (local and global, with and without caches), not {n}"
+        )));
+    }
+    let shared = n / 2;
+    let part = |i: usize, len: usize| i + 1 != len && i % 4 != 3;
+    let local: Vec<bool> = (0..n)
+        .map(|l| match l < n - shared {
+            true => part(l, n - shared),
+            false => part(l - (n - shared), shared),
+        })
+        .collect();
+    let templates = (0..n)
+        .map(|l| {
+            let kind = (local[l], l >= n - shared);
+            (0..n0)
+                .find(|&t| (flags[t], t >= n0 - shared0) == kind)
+                .ok_or_else(|| {
+                    src.bad(format!(
+                        "no tiny layer is {} and {}",
+                        if kind.0 { "local" } else { "global" },
+                        if kind.1 { "shared" } else { "unshared" }
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let plan = Gemma4Plan {
+        head_dim_swa: hd_swa0 * hd / hd0,
+        rope_dim_swa: rot_swa0 * hd / hd0,
+        n_ple: 256.min(width / 4),
+        shared,
+    };
+    Ok((plan, templates))
 }
 
 /// The `ssm.*` sizes of a hybrid: Mamba-2 (Granite-H) or gated delta-net (Qwen3.5).
@@ -319,9 +528,19 @@ fn ssm_plan(src: &Source, arch: &str, d: usize) -> Result<Option<Ssm>, GenError>
     Ok(Some(ssm))
 }
 
-fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
+/// The roles (names without `blk.N.`) of tiny layer `il`'s tensors, in the file's order.
+fn layer_roles(src: &Source, il: usize) -> Vec<&str> {
+    let prefix = format!("blk.{il}.");
+    src.tensors
+        .iter()
+        .filter_map(|t| t.0.name.strip_prefix(prefix.as_str()))
+        .collect()
+}
+
+fn plan(src: &Source, name: &str, o: &GenOptions) -> Result<Plan, GenError> {
     let bad = |detail: String| src.bad(detail);
     let arch = src.arch.clone();
+    let fam = family(name);
     let num = |k: &str| {
         src.get(&format!("{arch}.{k}"))
             .and_then(Value::as_u64)
@@ -352,18 +571,20 @@ fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
     let explicit_hd = num("attention.key_length");
     let hd0 = explicit_hd.unwrap_or(d0 / h0);
     let d = o.width;
-    let hd = o
-        .head_dim
-        .unwrap_or(if explicit_hd.is_some() { 128 } else { 64 });
+    let hd = o.head_dim.unwrap_or(match (fam, explicit_hd) {
+        (Some(f), _) => f.head_dim,
+        (None, Some(_)) => 128,
+        (None, None) => 64,
+    });
     if d == 0 || hd == 0 || !d.is_multiple_of(32) || !hd.is_multiple_of(2) || o.layers == 0 {
         return Err(GenError::BadShape(format!(
             "width {d} (a multiple of 32), head_dim {hd} (even) and layers {} must be positive",
             o.layers
         )));
     }
-    // Keep the tiny model's Q width / width and heads per KV head.
-    let group = h0 / hkv0;
-    let q_ratio = (h0 * hd0) as f64 / d0 as f64;
+    // Keep the tiny model's Q width / width and heads per KV head (or the family's).
+    let group = fam.and_then(|f| f.group).unwrap_or(h0 / hkv0);
+    let q_ratio = fam.map_or((h0 * hd0) as f64 / d0 as f64, |f| f.q_ratio);
     let wanted = ((q_ratio * d as f64 / (hd * group) as f64).round() as usize).max(1);
     // ggrs takes only head counts that divide the width: the nearest such count of groups.
     let n_head = (0..wanted)
@@ -377,7 +598,7 @@ fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
              head_dim {hd} × {group} (the heads per KV head)"
         )));
     }
-    let n_ff = round_dim(d as f64 * 2.75);
+    let n_ff = round_dim(d as f64 * fam.and_then(|f| f.ff_ratio).unwrap_or(2.75));
     let n_ff_exp =
         num("expert_feed_forward_length").map(|e0| round_dim(n_ff as f64 * e0 as f64 / ff0 as f64));
     let n_ff_shexp = num("expert_shared_feed_forward_length")
@@ -385,16 +606,69 @@ fn plan(src: &Source, o: &GenOptions) -> Result<Plan, GenError> {
     let ssm = ssm_plan(src, &arch, d)?;
     // A rotary part narrower than the head (ChatGLM: half of it) keeps its share.
     let rope_dim = num("rope.dimension_count").map_or(hd, |r0| r0 * hd / hd0);
+    let n_expert = match fam.and_then(|f| f.experts) {
+        Some((n, _)) => n,
+        None => num("expert_count").unwrap_or(0),
+    };
+    let n_head_kv = n_head / group;
+    // New layer `l` copies tiny layer `l mod n` where the tiny layers differ (the hybrids),
+    // layer 0 where they are alike (whose statistics the older models were made from),
+    // Gemma 4's of its kind.
+    let uniform = (1..n0).all(|il| layer_roles(src, il) == layer_roles(src, 0));
+    let (gemma4, templates) = if arch == "gemma4" {
+        let (g, t) = gemma4_plan(src, o.layers, hd, hd0, d)?;
+        (Some(g), t)
+    } else {
+        let t = (0..o.layers)
+            .map(|l| if uniform { 0 } else { l % n0 })
+            .collect();
+        (None, t)
+    };
+    // Each tiny layer's head size and KV heads, in its new copy.
+    let kv_per_layer = src
+        .get(&format!("{arch}.attention.head_count_kv"))
+        .and_then(Value::as_array)
+        .filter(|a| a.len() == n0);
+    let attn = (0..n0)
+        .map(|il| {
+            // A layer without KV heads (a hybrid's recurrent one) keeps none.
+            let kv = kv_per_layer
+                .and_then(|a| a[il].as_u64())
+                .map_or(n_head_kv, |k| match k as usize {
+                    0 => 0,
+                    k => (k * n_head / h0).max(1),
+                });
+            match &gemma4 {
+                Some(g)
+                    if !matches!(
+                        src.get("gemma4.attention.sliding_window_pattern")
+                            .and_then(Value::as_array)
+                            .and_then(|a| a.get(il)),
+                        Some(Value::Bool(false))
+                    ) =>
+                {
+                    (g.head_dim_swa, kv)
+                }
+                _ => (hd, kv),
+            }
+        })
+        .collect();
     Ok(Plan {
+        name: name.to_owned(),
+        family: fam,
+        templates,
+        attn,
+        gemma4,
         new: GenShape {
             arch: arch.clone(),
             width: d,
             layers: o.layers,
             n_head,
-            n_head_kv: n_head / group,
+            n_head_kv,
             head_dim: hd,
             n_ff,
             n_ff_exp,
+            n_expert,
             n_tensors: 0,
         },
         arch,
@@ -414,7 +688,17 @@ fn metadata(src: &Source, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
     let s = &p.new;
     let u32v = |n: usize| Value::U32(n as u32);
     let key = |k: &str| format!("{}.{k}", p.arch);
-    let shaped: Vec<(String, Value)> = [
+    // Phi-4-mini's LongRoPE stretches an original context of 1/32 of its own; the
+    // converter's attention factor follows from that ratio.
+    let longrope = p.name == "phi3-longrope";
+    let n_ctx_orig = if longrope {
+        (o.context / 32).max(1)
+    } else {
+        o.context
+    };
+    let g4 = p.gemma4.as_ref();
+    let fam = p.family;
+    let mut shaped: Vec<(&str, Value)> = vec![
         ("context_length", u32v(o.context)),
         ("embedding_length", u32v(s.width)),
         ("block_count", u32v(s.layers)),
@@ -451,27 +735,68 @@ fn metadata(src: &Source, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
                     .collect(),
             ),
         ),
-        ("rope.scaling.original_context_length", u32v(o.context)),
-        // The tiny Gemma 2's window of 8 tokens is a test device: Gemma 2's own is 4096.
-        ("attention.sliding_window", u32v(4096)),
-    ]
-    .into_iter()
-    .map(|(k, v)| (key(k), v))
-    .collect();
-    // Per-layer arrays (hybrids' `head_count_kv`, Qwen3.5's `recurrent_layers`) repeat the
-    // tiny model's layer pattern, as the tensors do (see [`plan_tensors`]).
+        ("rope.scaling.original_context_length", u32v(n_ctx_orig)),
+        // The tiny models' windows of 4 to 8 tokens are test devices: Gemma 2's own is 4096,
+        // the 2026 families' their own.
+        (
+            "attention.sliding_window",
+            u32v(fam.and_then(|f| f.window).unwrap_or(4096)),
+        ),
+        (
+            "attention.key_length_swa",
+            u32v(g4.map_or(0, |g| g.head_dim_swa)),
+        ),
+        (
+            "attention.value_length_swa",
+            u32v(g4.map_or(0, |g| g.head_dim_swa)),
+        ),
+        (
+            "rope.dimension_count_swa",
+            u32v(g4.map_or(0, |g| g.rope_dim_swa)),
+        ),
+        (
+            "embedding_length_per_layer_input",
+            u32v(g4.map_or(0, |g| g.n_ple)),
+        ),
+        (
+            "attention.shared_kv_layers",
+            u32v(g4.map_or(0, |g| g.shared)),
+        ),
+    ];
+    if let Some((n, used)) = fam.and_then(|f| f.experts) {
+        shaped.push(("expert_count", u32v(n)));
+        shaped.push(("expert_used_count", u32v(used)));
+    }
+    if p.name == "gemma3" {
+        // Gemma 3's five local layers per global one (the tiny model's 2 are a test device).
+        shaped.push(("attention.sliding_window_pattern", u32v(6)));
+    }
+    if longrope {
+        let ratio = o.context as f64 / n_ctx_orig as f64;
+        let factor = (1.0 + ratio.ln() / (n_ctx_orig as f64).ln()).sqrt();
+        shaped.push(("rope.scaling.attn_factor", Value::F32(factor as f32)));
+    }
+    let shaped: Vec<(String, Value)> = shaped.into_iter().map(|(k, v)| (key(k), v)).collect();
+    // Per-layer arrays (hybrids' `head_count_kv`, Qwen3.5's `recurrent_layers`, Gemma 4's
+    // `sliding_window_pattern`) follow the layers' templates, as the tensors do (see
+    // [`Plan::templates`]).
     let per_layer = |k: &str, v: &Value| -> Option<Value> {
         let a = v.as_array().filter(|a| a.len() == p.tiny_layers)?;
         let kv = k.ends_with(".attention.head_count_kv");
-        if !kv && !k.ends_with(".attention.recurrent_layers") {
+        let known = [
+            ".attention.recurrent_layers",
+            ".attention.sliding_window_pattern",
+        ];
+        if !kv && !known.iter().any(|e| k.ends_with(e)) {
             return None;
         }
         Some(Value::Array(
-            (0..s.layers)
-                .map(|l| match &a[l % p.tiny_layers] {
+            p.templates
+                .iter()
+                .map(|&t| match &a[t] {
                     x if kv && x.as_u64().is_some_and(|n| n > 0) => match x {
-                        Value::I32(_) => Value::I32(s.n_head_kv as i32),
-                        _ => u32v(s.n_head_kv),
+                        Value::I32(_) => Value::I32(p.attn[t].1 as i32),
+                        _ => u32v(p.attn[t].1),
                     },
                     x => x.clone(),
                 })
@@ -508,20 +833,36 @@ fn metadata(src: &Source, p: &Plan, o: &GenOptions) -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The new shape of a tiny tensor (`role`: its name without `blk.N.`).
-fn new_shape(p: &Plan, role: &str, t: &TensorInfo) -> Result<Vec<usize>, String> {
+/// The new shape of a tiny tensor (`role`: its name without `blk.N.`; `(hd, n_kv)`: the
+/// head size and KV heads of its layer).
+fn new_shape(
+    p: &Plan,
+    role: &str,
+    t: &TensorInfo,
+    (hd, n_kv): (usize, usize),
+) -> Result<Vec<usize>, String> {
     let s = &p.new;
-    let (d, hd) = (s.width, s.head_dim);
-    let (q, kv) = (s.n_head * hd, s.n_head_kv * hd);
+    let d = s.width;
+    let (q, kv) = (s.n_head * hd, n_kv * hd);
     let fused_ff = |ne1: usize| ne1 / p.tiny_ff * s.n_ff;
     let expert_ff = s.n_ff_exp.unwrap_or(0);
-    let n_expert = t.ne[2];
+    let n_expert = s.n_expert;
     if let Some(shape) = hybrid_shape(p, role, t) {
         return Ok(shape);
     }
+    // Gemma 4's per-layer embeddings: `n_ple` values per layer and token.
+    let ple = p.gemma4.as_ref().map_or(0, |g| g.n_ple);
     Ok(match role {
         "token_embd.weight" | "output.weight" => vec![d, t.ne[1]],
-        "rope_freqs.weight" => vec![p.rope_dim / 2],
+        "per_layer_token_embd.weight" => vec![ple * s.layers, t.ne[1]],
+        "per_layer_model_proj.weight" => vec![d, ple * s.layers],
+        "per_layer_proj_norm.weight" => vec![ple],
+        "inp_gate.weight" => vec![d, ple],
+        "proj.weight" => vec![ple, d],
+        "layer_output_scale.weight" => vec![1],
+        "rope_freqs.weight" | "rope_factors_long.weight" | "rope_factors_short.weight" => {
+            vec![p.rope_dim / 2]
+        }
         "attn_q_norm.weight" | "attn_k_norm.weight" => vec![hd],
         r if r.ends_with("norm.weight") && t.ne[0] == p.tiny_width => vec![d],
         // Qwen3.5's full attention projects Q and its output gate together.
@@ -535,14 +876,19 @@ fn new_shape(p: &Plan, role: &str, t: &TensorInfo) -> Result<Vec<usize>, String>
         "attn_qkv.weight" => vec![d, q + 2 * kv],
         "attn_qkv.bias" => vec![q + 2 * kv],
         "attn_output.weight" => vec![q, d],
+        "attn_output.bias" => vec![d],
+        "attn_sinks.weight" => vec![s.n_head],
         // Phi-3 and ChatGLM fuse gate and up into one `ffn_up` twice as wide.
         "ffn_gate.weight" | "ffn_up.weight" if t.ne[1].is_multiple_of(p.tiny_ff) => {
             vec![d, fused_ff(t.ne[1])]
         }
         "ffn_down.weight" => vec![s.n_ff, d],
-        "ffn_gate_inp.weight" => vec![d, t.ne[1]],
+        "ffn_gate_inp.weight" => vec![d, n_expert],
+        "ffn_gate_inp.bias" => vec![n_expert],
         "ffn_gate_exps.weight" | "ffn_up_exps.weight" => vec![d, expert_ff, n_expert],
         "ffn_down_exps.weight" => vec![expert_ff, d, n_expert],
+        "ffn_gate_exps.bias" | "ffn_up_exps.bias" => vec![expert_ff, n_expert],
+        "ffn_down_exps.bias" => vec![d, n_expert],
         _ => return Err(format!("no rule for tensor `{}` ({:?})", t.name, t.shape())),
     })
 }
@@ -597,7 +943,7 @@ struct Planned {
 }
 
 /// How a tensor's values are made.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Fill {
     /// Gaussian noise with this mean and standard deviation.
     Normal { mean: f64, std: f64 },
@@ -606,12 +952,33 @@ enum Fill {
     NegativeNormal { mean: f64, std: f64 },
     /// Llama 3.1's rotary frequency factors.
     Llama3RopeFactors { base: f64 },
+    /// These values (a tiny vector resampled: see [`resample`]).
+    Values(Vec<f32>),
 }
 
-/// Mean and standard deviation of a tiny tensor's values.
-fn stats(src: &GgufFile, t: &TensorInfo) -> Result<(f64, f64), String> {
+/// The tiny vector `v` stretched to `n` values: Gemma 4's `rope_freqs` (1 for the rotated
+/// pairs, 1e30 for the others) by nearest index, so the same share of pairs rotates;
+/// LongRoPE's factors (increasing, positive) interpolated geometrically, so they keep their
+/// ends and their curve.
+fn resample(v: &[f64], n: usize, geometric: bool) -> Vec<f32> {
+    let m = v.len();
+    (0..n)
+        .map(|i| {
+            if !geometric || m < 2 || n < 2 {
+                return v[(i * m / n.max(1)).min(m - 1)] as f32;
+            }
+            let x = i as f64 * (m - 1) as f64 / (n - 1) as f64;
+            let j = (x.floor() as usize).min(m - 2);
+            let f = x - j as f64;
+            (v[j].ln() * (1.0 - f) + v[j + 1].ln() * f).exp() as f32
+        })
+        .collect()
+}
+
+/// A tiny tensor's values.
+fn values(src: &GgufFile, t: &TensorInfo) -> Result<Vec<f64>, String> {
     let bytes = src.tensor_data(t);
-    let vals: Vec<f64> = match t.dtype {
+    Ok(match t.dtype {
         DType::F32 => bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
@@ -621,11 +988,15 @@ fn stats(src: &GgufFile, t: &TensorInfo) -> Result<(f64, f64), String> {
             .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
             .collect(),
         other => return Err(format!("tensor `{}` is {other:?}, not F16/F32", t.name)),
-    };
+    })
+}
+
+/// Mean and standard deviation of `vals`.
+fn stats(vals: &[f64]) -> (f64, f64) {
     let n = vals.len().max(1) as f64;
     let mean = vals.iter().sum::<f64>() / n;
     let var = vals.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
-    Ok((mean, var.sqrt()))
+    (mean, var.sqrt())
 }
 
 fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
@@ -634,11 +1005,16 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
         .get(&format!("{}.rope.freq_base", p.arch))
         .and_then(Value::as_f32)
         .unwrap_or(10000.0) as f64;
-    let one = |role: &str, name: String, tensor: &SourceTensor| {
-        let (t, (mean, std)) = (&tensor.0, tensor.1);
-        let ne = new_shape(p, role, t).map_err(bad)?;
-        let fill = if role == "rope_freqs.weight" {
+    let tied = !src.tensors.iter().any(|t| t.0.name == "output.weight");
+    let one = |role: &str, name: String, tensor: &SourceTensor, attn: (usize, usize)| {
+        let (t, (mean, std), vals) = (&tensor.0, tensor.1, &tensor.2);
+        let ne = new_shape(p, role, t, attn).map_err(bad)?;
+        let factors = role.starts_with("rope_factors_");
+        let fill = if role == "rope_freqs.weight" && p.arch == "llama" {
             Fill::Llama3RopeFactors { base }
+        } else if (role == "rope_freqs.weight" || factors) && !vals.is_empty() {
+            let geometric = factors && vals.iter().all(|v| *v > 0.0);
+            Fill::Values(resample(vals, ne[0], geometric))
         } else if role == "ssm_a" {
             Fill::NegativeNormal { mean, std }
         } else if t.n_dims == 1
@@ -647,7 +1023,24 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
             || role.ends_with(".bias")
         {
             Fill::Normal { mean, std }
-        } else if role == "token_embd.weight" || role == "output.weight" {
+        } else if [
+            "token_embd.weight",
+            "output.weight",
+            "per_layer_token_embd.weight",
+        ]
+        .contains(&role)
+        {
+            // Embeddings keep their spread (the tiny model's activations' size), but for
+            // Gemma 3/4's tied embeddings: their input is scaled by √width, so at width 1024
+            // a token's own embedding dominates the last hidden state and every position
+            // predicts its input token again (the tied output's product with it grows with
+            // the width, with a random row only as its square root). √(tiny width / width)
+            // keeps the tiny model's balance.
+            let own_echo = p.family.is_some() && p.arch.starts_with("gemma") && tied;
+            let std = match own_echo && role == "token_embd.weight" {
+                true => std * (p.tiny_width as f64 / p.new.width as f64).sqrt(),
+                false => std,
+            };
             Fill::Normal { mean: 0.0, std }
         } else {
             let scale = (t.ne[0] as f64 / ne[0] as f64).sqrt();
@@ -663,9 +1056,8 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
             fill,
         })
     };
-    // The tiny model's layers, as (role, tensor) lists. Where they differ (the hybrids mix
-    // recurrent and attention layers) new layer `l` copies tiny layer `l mod n`; where they
-    // are alike every layer copies layer 0 (whose statistics the older models were made from).
+    // The tiny model's layers, as (role, tensor) lists; new layer `l` copies tiny layer
+    // `p.templates[l]`.
     let layers: Vec<Vec<(&str, &SourceTensor)>> = (0..p.tiny_layers)
         .map(|il| {
             let prefix = format!("blk.{il}.");
@@ -678,21 +1070,19 @@ fn plan_tensors(src: &Source, p: &Plan) -> Result<Vec<Planned>, GenError> {
     if layers.iter().any(Vec::is_empty) || p.tiny_layers == 0 {
         return Err(bad("a layer without tensors".into()));
     }
-    let uniform = layers
-        .iter()
-        .all(|l| l.iter().map(|x| x.0).eq(layers[0].iter().map(|x| x.0)));
+    let model_wide = (p.new.head_dim, p.new.n_head_kv);
     let mut out = Vec::new();
     let mut layers_done = false;
     for t in &src.tensors {
         let name = &t.0.name;
         if !name.starts_with("blk.") {
-            out.push(one(name, name.clone(), t)?);
+            out.push(one(name, name.clone(), t, model_wide)?);
         } else if !layers_done {
             layers_done = true;
-            for l in 0..p.new.layers {
-                let template = if uniform { 0 } else { l % p.tiny_layers };
+            for (l, &template) in p.templates.iter().enumerate() {
                 for (role, t0) in &layers[template] {
-                    out.push(one(role, format!("blk.{l}.{role}"), t0)?);
+                    let name = format!("blk.{l}.{role}");
+                    out.push(one(role, name, t0, p.attn[template])?);
                 }
             }
         }
@@ -752,7 +1142,7 @@ fn write_values(
     out: &mut dyn Write,
     dtype: DType,
     n: usize,
-    fill: Fill,
+    fill: &Fill,
     rng: &mut Rng,
 ) -> std::io::Result<()> {
     const CHUNK: usize = 1 << 16;
@@ -763,7 +1153,7 @@ fn write_values(
         let k = CHUNK.min(n - done);
         vals.clear();
         match fill {
-            Fill::Normal { mean, std } => {
+            &Fill::Normal { mean, std } => {
                 while vals.len() < k {
                     let (a, b) = rng.normal_pair();
                     vals.push((mean + std * a) as f32);
@@ -771,7 +1161,7 @@ fn write_values(
                 }
                 vals.truncate(k);
             }
-            Fill::NegativeNormal { mean, std } => {
+            &Fill::NegativeNormal { mean, std } => {
                 while vals.len() < k {
                     let (a, b) = rng.normal_pair();
                     vals.push(-(mean + std * a).abs() as f32);
@@ -779,9 +1169,10 @@ fn write_values(
                 }
                 vals.truncate(k);
             }
-            Fill::Llama3RopeFactors { base } => {
+            &Fill::Llama3RopeFactors { base } => {
                 vals.extend((done..done + k).map(|i| llama3_rope_factor(i, n, base)));
             }
+            Fill::Values(v) => vals.extend_from_slice(&v[done..done + k]),
         }
         bytes.clear();
         match dtype {
@@ -802,8 +1193,18 @@ fn write_values(
     Ok(())
 }
 
-/// Generates a model of architecture `arch` and `opts`' shape from the tiny file `tiny` (of
-/// that architecture, or one it derives from: see [`ARCHS`]) and writes it to `out`.
+/// The shape [`generate`] gives the model `arch` (a name of [`ARCHS`]) from `tiny`, without
+/// writing it.
+pub fn plan_shape(tiny: &Path, arch: &str, opts: &GenOptions) -> Result<GenShape, GenError> {
+    let mut src = Source::read(tiny)?;
+    derive(&mut src, gguf_arch(arch))?;
+    let p = plan(&src, arch, opts)?;
+    let n_tensors = plan_tensors(&src, &p)?.len();
+    Ok(GenShape { n_tensors, ..p.new })
+}
+
+/// Generates the model `arch` (a name of [`ARCHS`]) of `opts`' shape from the tiny file `tiny`
+/// (of that architecture, or one it derives from) and writes it to `out`.
 pub fn generate(
     tiny: &Path,
     arch: &str,
@@ -811,8 +1212,8 @@ pub fn generate(
     opts: &GenOptions,
 ) -> Result<GenShape, GenError> {
     let mut src = Source::read(tiny)?;
-    derive(&mut src, arch)?;
-    let p = plan(&src, opts)?;
+    derive(&mut src, gguf_arch(arch))?;
+    let p = plan(&src, arch, opts)?;
     let tensors = plan_tensors(&src, &p)?;
     let mut w = GgufWriter::new();
     for (k, v) in metadata(&src, &p, opts) {
@@ -827,7 +1228,7 @@ pub fn generate(
             return Err(std::io::Error::other("more tensor infos than planned"));
         };
         let mut rng = Rng(tensor_seed(opts.seed, &t.name));
-        write_values(sink, t.dtype, info.nelements(), t.fill, &mut rng)
+        write_values(sink, t.dtype, info.nelements(), &t.fill, &mut rng)
     })?;
     Ok(GenShape {
         n_tensors: tensors.len(),

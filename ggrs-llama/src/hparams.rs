@@ -18,8 +18,12 @@ pub struct HParams {
     pub n_embd: usize,
     /// Transformer blocks.
     pub n_layer: usize,
-    /// Feed-forward inner width.
+    /// Feed-forward inner width: the widest layer's when `feed_forward_length` is one
+    /// number per layer (see [`HParams::n_ff_layers`]).
     pub n_ff: usize,
+    /// Each layer's feed-forward inner width (`feed_forward_length`, a number or one per
+    /// layer as Gemma 4's double-wide MLP and OpenELM write it; llama.cpp's `n_ff(il)`).
+    pub n_ff_layers: Vec<usize>,
     /// Query heads.
     pub n_head: usize,
     /// Key/value heads (grouped-query attention when fewer than `n_head`).
@@ -287,10 +291,11 @@ impl HParams {
                 ),
             });
         }
-        let n_ff = require(
-            get_usize(f, &k("feed_forward_length"))?,
+        let n_ff_layers = require(
+            get_usize_or_layers(f, &k("feed_forward_length"), n_layer)?,
             &k("feed_forward_length"),
         )?;
+        let n_ff = n_ff_layers.iter().copied().max().unwrap_or(0);
         let n_head = require(
             get_usize(f, &k("attention.head_count"))?,
             &k("attention.head_count"),
@@ -434,6 +439,7 @@ impl HParams {
             n_embd,
             n_layer,
             n_ff,
+            n_ff_layers,
             n_head,
             n_head_kv,
             head_dim,
@@ -527,6 +533,11 @@ impl HParams {
                 *w = window(il);
             }
         }
+    }
+
+    /// Layer `il`'s feed-forward inner width ([`HParams::n_ff_layers`]).
+    pub fn n_ff_at(&self, il: usize) -> usize {
+        self.n_ff_layers.get(il).copied().unwrap_or(self.n_ff)
     }
 
     /// Width of the keys (and values) of all KV heads together.

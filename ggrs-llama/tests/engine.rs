@@ -196,8 +196,8 @@ fn tiny_f16_requests_equal_a_lone_session() {
 /// Sliding-window attention and soft-capping (Gemma 2), experts (mul_mat_id), gpt-oss's
 /// sinks, alternating windows and biased experts, ChatGLM's own positions and mask, Gemma 3's
 /// local/global bases and Gemma 4's shared caches and per-layer embeddings through the
-/// engine's regions: still a lone session's bits. (SmolLM3, Granite and Mistral 3 run the
-/// LLaMA decoder's graph, which `tiny_f16_requests_equal_a_lone_session` covers.)
+/// engine's regions: still a lone session's bits. (The LLaMA decoder's variants of the 2026
+/// families: see `llama_variants_through_the_engine_equal_a_lone_session`.)
 #[test]
 fn other_architectures_through_the_engine_equal_a_lone_session() {
     for name in [
@@ -212,6 +212,33 @@ fn other_architectures_through_the_engine_equal_a_lone_session() {
         eprintln!("{name}");
         check_invariance(&tiny(name), &PROMPTS[..4], 12, false);
     }
+}
+
+/// The 2026 families that run the LLaMA decoder's graph with options of their own, and
+/// Gemma 4's experts: SmolLM3's layers without rotary, Granite's four multipliers, Mistral 3's
+/// YaRN and its attention temperature (queries scaled by position, so a slot's positions
+/// must be its own), Phi-4-mini's LongRoPE (factors chosen by the slot's context, which the
+/// lone session is given), Llama with YaRN, and Gemma 4's routed experts beside the shared
+/// one: through the engine's regions, still a lone session's bits.
+#[test]
+fn llama_variants_through_the_engine_equal_a_lone_session() {
+    for name in [
+        "tiny-smollm3-f16.gguf",
+        "tiny-granite-f16.gguf",
+        "tiny-mistral3-f16.gguf",
+        "tiny-phi3-longrope-f16.gguf",
+        "tiny-llama-yarn-f16.gguf",
+    ] {
+        eprintln!("{name}");
+        check_invariance(&tiny(name), &PROMPTS[..4], 12, false);
+    }
+    eprintln!("tiny Gemma 4 with experts");
+    check_invariance(
+        &crate::tiny_gemma4_moe::model_in("engine.gguf"),
+        &PROMPTS[..4],
+        12,
+        false,
+    );
 }
 
 /// The recurrent hybrids (short convolutions, Mamba-2, the gated delta-net, with experts):

@@ -89,13 +89,23 @@ fn narrow_models_of_every_architecture_run() {
     let dir = TempDir::new("narrow");
     for (arch, _) in generator::ARCHS {
         // The hybrids repeat their tiny model's pattern of 4 recurrent and attention layers:
-        // 4 layers are the whole pattern (2 would leave LFM2 without attention).
-        let hybrid = ["lfm2", "granitehybrid", "qwen35", "qwen35moe"].contains(&arch);
+        // 4 layers are the whole pattern (2 would leave LFM2 without attention). Gemma 4's 4
+        // layers are its tiny model's (local and global, with caches and sharing them).
+        let hybrid = ["lfm2", "granitehybrid", "qwen35", "qwen35moe", "gemma4"].contains(&arch);
         let layers = if hybrid { 4 } else { 2 };
+        // The 2026 families' heads of 128 to 512 are too wide for a width of 128 where
+        // heads × head size must be the width, or where Gemma 4's global heads would be 4
+        // times it: narrower heads.
+        let head_dim = match arch {
+            "smollm3" | "granite" | "phi3-longrope" => Some(32),
+            "gemma4" => Some(64),
+            _ => None,
+        };
         let opts = generator::GenOptions {
             width: 128,
             layers,
             context: 256,
+            head_dim,
             ..Default::default()
         };
         let tiny = generator::tiny_file(&tiny_dir, arch).expect("a known arch");
@@ -103,7 +113,7 @@ fn narrow_models_of_every_architecture_run() {
         let shape = generator::generate(&tiny, arch, &f16, &opts)
             .unwrap_or_else(|e| panic!("generate {arch}: {e}"));
         eprintln!("{arch}: {shape:?}");
-        assert_eq!(shape.arch, arch);
+        assert_eq!(shape.arch, generator::gguf_arch(arch));
 
         // The shape asked for, as the loader reads it.
         let model = Model::load(&f16).unwrap_or_else(|e| panic!("load {arch}: {e}"));
@@ -114,7 +124,11 @@ fn narrow_models_of_every_architecture_run() {
             (shape.n_head, shape.n_head_kv, shape.head_dim, shape.n_ff),
             "{arch}"
         );
-        assert!(shape.head_dim == 64 || shape.head_dim == 128, "{shape:?}");
+        assert_eq!(
+            Some(shape.head_dim),
+            head_dim.or(Some(shape.head_dim).filter(|h| [64, 128, 256].contains(h))),
+            "{shape:?}"
+        );
         drop(model);
 
         // Every tensor of the tiny file's table, in each of the new layers (qwen2, derived from
@@ -206,4 +220,38 @@ fn same_seed_same_file_other_seed_other_values() {
     assert_eq!(a, b, "the same seed must give the same bytes");
     assert_eq!(a.len(), c.len());
     assert_ne!(a, c, "another seed must give other values");
+}
+
+/// At the benchmark's shape (width 1024, 8 layers) the 2026 families get their own
+/// proportions rather than the tiny models' test devices: Gemma's heads of 256 (Gemma 4's
+/// global ones 512), gpt-oss's heads of 64 over 8 per KV head and its 32 experts of the
+/// width, heads of 128 for Ministral 3, SmolLM3 and Phi-4-mini, Granite's of 64.
+#[test]
+fn the_2026_families_get_their_own_shapes_at_width_1024() {
+    let tiny_dir = common::reference_dir().join("tiny");
+    let opts = generator::GenOptions::default();
+    // arch: (heads, KV heads, head size, feed-forward, experts, expert width)
+    let want = [
+        ("gemma3", (4, 1, 256, 2816, 0, None)),
+        ("gemma4", (4, 2, 512, 2816, 0, None)),
+        ("gpt-oss", (16, 2, 64, 1024, 32, Some(1024))),
+        ("mistral3", (16, 4, 128, 2816, 0, None)),
+        ("smollm3", (8, 2, 128, 2816, 0, None)),
+        ("granite", (16, 4, 64, 2816, 0, None)),
+        ("phi3-longrope", (8, 4, 128, 2816, 0, None)),
+    ];
+    for (arch, w) in want {
+        let tiny = generator::tiny_file(&tiny_dir, arch).expect("a known arch");
+        let s = generator::plan_shape(&tiny, arch, &opts).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert_eq!((s.width, s.layers), (1024, 8), "{arch}");
+        let got = (
+            s.n_head,
+            s.n_head_kv,
+            s.head_dim,
+            s.n_ff,
+            s.n_expert,
+            s.n_ff_exp,
+        );
+        assert_eq!(got, w, "{arch}: {s:?}");
+    }
 }

@@ -34,6 +34,8 @@ mod speculative;
 mod tiny_bert;
 mod tiny_chatglm;
 mod tiny_families;
+mod tiny_ffn_widths;
+mod tiny_fused_qkv;
 mod tiny_gemma2;
 mod tiny_gemma4_moe;
 mod tiny_hybrids;

@@ -28,8 +28,8 @@ const N_EXPERT: usize = 4;
 const N_USED: u32 = 2;
 const N_FF_EXP: usize = 32;
 
-/// splitmix64: the seeded values of the added tensors.
-struct Rng(u64);
+/// splitmix64: the seeded values of the added tensors (also `tiny_ffn_widths`').
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     /// Uniform in `[-1, 1)`.
@@ -42,13 +42,13 @@ impl Rng {
         ((z >> 40) as f32 / (1u64 << 23) as f32) - 1.0
     }
 
-    fn f32s(&mut self, n: usize, center: f32, spread: f32) -> Vec<u8> {
+    pub(crate) fn f32s(&mut self, n: usize, center: f32, spread: f32) -> Vec<u8> {
         (0..n)
             .flat_map(|_| (center + spread * self.next()).to_le_bytes())
             .collect()
     }
 
-    fn f16s(&mut self, n: usize, spread: f32) -> Vec<u8> {
+    pub(crate) fn f16s(&mut self, n: usize, spread: f32) -> Vec<u8> {
         (0..n)
             .flat_map(|_| half::f16::from_f32(spread * self.next()).to_le_bytes())
             .collect()
@@ -124,14 +124,15 @@ fn write_model(out: &Path) {
 }
 
 fn model() -> Arc<Model> {
-    let path = common::ScratchFile::new("gemma4-moe", "tiny.gguf");
-    write_model(&path);
-    Arc::new(Model::load(&*path).expect("load the tiny Gemma 4 MoE"))
+    model_in("tiny.gguf")
 }
 
-fn refs() -> Vec<common::RefPrompt> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    common::read_jsonl(&dir.join("tiny-gemma4-moe-f16.llama.jsonl"))
+/// The tiny Gemma 4 with experts, written to the scratch file `name` (one per test: tests
+/// run in parallel) and loaded; also used by the engine's test.
+pub(crate) fn model_in(name: &str) -> Arc<Model> {
+    let path = common::ScratchFile::new("gemma4-moe", name);
+    write_model(&path);
+    Arc::new(Model::load(&*path).expect("load the tiny Gemma 4 MoE"))
 }
 
 /// Prompt logits within 0.02 of llama.cpp's AVX2 build, every argmax and greedy run equal,
@@ -140,20 +141,27 @@ fn refs() -> Vec<common::RefPrompt> {
 /// reference on the dense file, and ggrs up to 0.0118 from it on this one (measured).
 #[test]
 fn gemma4_moe_matches_llama_cpp() {
-    let m = model();
-    let refs = refs();
+    assert_matches_reference_and_not_the_dense_one(&model(), "tiny-gemma4-moe-f16.llama.jsonl");
+}
+
+/// The check of the rewritten tiny Gemma 4 files (also `tiny_ffn_widths`'): against
+/// llama.cpp's output `data/<reference>` (6 prompts), prompt logits within 0.02 and every
+/// argmax and greedy run equal on 1 and 2 threads; and the change matters: the dense tiny
+/// model's own logits are elsewhere.
+pub(crate) fn assert_matches_reference_and_not_the_dense_one(m: &Arc<Model>, reference: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let refs = common::read_jsonl(&dir.join(reference));
     assert_eq!(refs.len(), 6);
     for nth in [1, 2] {
-        let rep = common::compare(&m, &refs, 0.02, nth, 16);
-        eprintln!("tiny-gemma4-moe, {nth} threads: {rep:?}");
+        let rep = common::compare(m, &refs, 0.02, nth, 16);
+        eprintln!("{reference}, {nth} threads: {rep:?}");
         assert_eq!(rep.over_tol, 0, "logits beyond 0.02: {rep:?}");
         assert_eq!(rep.argmax_equal, rep.argmax_checked, "{rep:?}");
         assert!(rep.greedy_failures.is_empty(), "{:?}", rep.greedy_failures);
     }
-    // The experts matter: the dense model's logits are elsewhere.
     let dense =
         common::read_jsonl(&common::reference_dir().join("tiny/tiny-gemma4-f16.public.jsonl"));
-    let rep = common::compare(&m, &dense, 0.01, 2, 16);
+    let rep = common::compare(m, &dense, 0.01, 2, 16);
     assert!(rep.over_tol > 0, "{rep:?}");
 }
 

@@ -6,6 +6,7 @@ use crate::common;
 
 use std::sync::Arc;
 
+use ggrs_llama::arch::decoder::QkvWeights;
 use ggrs_llama::arch::qwen3::Qwen3Model;
 use ggrs_llama::Model;
 
@@ -30,7 +31,13 @@ fn hyperparameters_and_qk_norms() {
                 .expect("weight of this model");
             assert_eq!(w.ne[..2], [32, 1], "{}", w.name);
         }
-        assert!(l.attn.bq.is_none() && l.attn.bk.is_none() && l.attn.bv.is_none());
+        assert!(matches!(
+            l.attn.qkv,
+            QkvWeights::Split {
+                b: [None, None, None],
+                ..
+            }
+        ));
     }
     assert!(!m.tokenizer().vocab().add_bos());
 }

@@ -25,7 +25,7 @@
 use ggrs_core::{Context, DType, RopeMode, Tensor};
 
 use super::decoder::{blk, Rotary};
-use super::fused::{project_qkv, QkvViews, QkvWeights};
+use super::decoder::{project_qkv, QkvViews, QkvWeights};
 use crate::architecture::{ArchModel, Architecture, StepTensors};
 use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;

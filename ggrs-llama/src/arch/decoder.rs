@@ -7,7 +7,8 @@
 //! x = token_embd[tokens]                                   // [n_embd, n_tokens]
 //! for each layer:
 //!     h = rms_norm(x) · attn_norm
-//!     q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)          // heads × head_dim
+//!     q, k, v = Wq·h (+bq), Wk·h (+bk), Wv·h (+bv)          // heads × head_dim; or views
+//!                                                           // of one fused Wqkv·h (+bqkv)
 //!     q, k = rms_norm(q) · q_norm, rms_norm(k) · k_norm     // per head, when present
 //!     q, k = rope(q, pos), rope(k, pos)
 //!     a = attention over the cache (see step::cached_attention)
@@ -18,10 +19,10 @@
 
 use std::fmt::Debug;
 
-use ggrs_core::{Context, RopeMode, Tensor};
+use ggrs_core::{Context, DType, RopeMode, Tensor};
 
 use crate::architecture::{ArchModel, StepTensors};
-use crate::error::Result;
+use crate::error::{LlamaError, Result};
 use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::kv_shift::{KeyRotary, KeyShift};
@@ -76,22 +77,113 @@ pub enum QkvBias {
     Absent,
 }
 
+/// The attention projections of a block: fused or separate.
+#[derive(Debug, Clone)]
+pub enum QkvWeights {
+    /// `attn_qkv.weight` `[n_embd, q + 2·kv]` and its optional bias `[q + 2·kv]`.
+    Fused {
+        /// The fused matrix.
+        w: WeightId,
+        /// Its bias.
+        b: Option<WeightId>,
+    },
+    /// `attn_q/k/v.weight` `[n_embd, q]`, `[n_embd, kv]`, `[n_embd, kv]` with optional
+    /// biases.
+    Split {
+        /// Query, key and value projections.
+        w: [WeightId; 3],
+        /// Their biases.
+        b: [Option<WeightId>; 3],
+    },
+}
+
+impl QkvWeights {
+    /// Reads block `i`'s Q/K/V projections (`[e, q, kv]`: `n_embd`, query and key/value
+    /// widths): fused when `attn_qkv` exists, separate otherwise, as llama.cpp loads them;
+    /// biases where the file has them.
+    pub fn load(l: &mut WeightLoader<'_>, i: usize, [e, q, kv]: [usize; 3]) -> Result<QkvWeights> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        Ok(
+            match l.opt_matrix(&n("attn_qkv.weight"), &[e, q + 2 * kv])? {
+                Some(w) => QkvWeights::Fused {
+                    w,
+                    b: l.opt_f32(&n("attn_qkv.bias"), &[q + 2 * kv])?,
+                },
+                None => QkvWeights::Split {
+                    w: [
+                        l.matrix(&n("attn_q.weight"), &[e, q])?,
+                        l.matrix(&n("attn_k.weight"), &[e, kv])?,
+                        l.matrix(&n("attn_v.weight"), &[e, kv])?,
+                    ],
+                    b: [
+                        l.opt_f32(&n("attn_q.bias"), &[q])?,
+                        l.opt_f32(&n("attn_k.bias"), &[kv])?,
+                        l.opt_f32(&n("attn_v.bias"), &[kv])?,
+                    ],
+                },
+            },
+        )
+    }
+}
+
+/// Q, K and V of one layer: q `[hd, nh, n]`, k `[hd, nhkv, n]`, v `[nhkv·hd, n]` (any of
+/// them may be a strided view).
+pub(crate) struct QkvViews {
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+}
+
+/// The attention projections of `h` (`[n_embd, n]`): one fused product split by views, or
+/// (files converted without fusing) three products.
+pub(crate) fn project_qkv(
+    ctx: &mut Context,
+    hp: &HParams,
+    w: &ImportedWeights,
+    qkv: &QkvWeights,
+    h: Tensor,
+    n: usize,
+) -> Result<QkvViews> {
+    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
+    let (e_q, e_kv) = (hd * nh, hp.n_embd_kv());
+    let f = DType::F32.type_size();
+    match *qkv {
+        QkvWeights::Fused { w: wqkv, b } => {
+            let cur = ctx.mul_mat(w[wqkv], h)?; // [e_q + 2·e_kv, n]
+            let cur = add_opt(ctx, cur, w.opt(b))?;
+            let row = (e_q + 2 * e_kv) * f; // bytes from one token's row to the next
+            let q = ctx.view_3d(cur, hd, nh, n, hd * f, row, 0)?; // [hd, nh, n]
+            let k = ctx.view_3d(cur, hd, nhkv, n, hd * f, row, e_q * f)?; // [hd, nhkv, n]
+            let v = ctx.view_2d(cur, e_kv, n, row, (e_q + e_kv) * f)?; // [e_kv, n]
+            Ok(QkvViews { q, k, v })
+        }
+        QkvWeights::Split {
+            w: [wq, wk, wv],
+            b: [bq, bk, bv],
+        } => {
+            let q = ctx.mul_mat(w[wq], h)?;
+            let q = add_opt(ctx, q, w.opt(bq))?;
+            let k = ctx.mul_mat(w[wk], h)?;
+            let k = add_opt(ctx, k, w.opt(bk))?;
+            let v = ctx.mul_mat(w[wv], h)?;
+            let v = add_opt(ctx, v, w.opt(bv))?;
+            Ok(QkvViews {
+                q: ctx.reshape_3d(q, hd, nh, n)?,
+                k: ctx.reshape_3d(k, hd, nhkv, n)?,
+                v,
+            })
+        }
+    }
+}
+
 /// The query, key, value and output projections of one attention block and their biases
 /// (shapes with `e` = `n_embd`, `q` = `n_head·head_dim`, `kv` = `n_head_kv·head_dim`).
 #[derive(Debug, Clone)]
 pub struct QkvoWeights {
-    /// Query projection, `[e, q]`.
-    pub wq: WeightId,
-    /// Key projection, `[e, kv]`.
-    pub wk: WeightId,
-    /// Value projection, `[e, kv]`.
-    pub wv: WeightId,
-    /// Query bias, `[q]`.
-    pub bq: Option<WeightId>,
-    /// Key bias, `[kv]`.
-    pub bk: Option<WeightId>,
-    /// Value bias, `[kv]`.
-    pub bv: Option<WeightId>,
+    /// Q, K and V: separate `attn_q/k/v` (`[e, q]`, `[e, kv]`, `[e, kv]`), or one fused
+    /// `attn_qkv` (`[e, q + 2·kv]`), which llama.cpp accepts for every architecture of
+    /// this decoder (`create_tensor_qkv`).
+    pub qkv: QkvWeights,
     /// Output projection, `[q, e]`.
     pub wo: WeightId,
     /// Output bias, `[e]`.
@@ -99,10 +191,11 @@ pub struct QkvoWeights {
 }
 
 impl QkvoWeights {
-    /// Reads block `i`'s `attn_q`, `attn_k`, `attn_v` and `attn_output` (`[e, q, kv]` as
-    /// above), biases as `bias` says (the output bias taken where the file has it unless
-    /// `Absent`); `between` reads what an architecture keeps between the Q/K/V matrices and
-    /// the output matrix in its weight table (the decoders' `attn_norm`).
+    /// Reads block `i`'s `attn_q`, `attn_k`, `attn_v` (or `attn_qkv`) and `attn_output`
+    /// (`[e, q, kv]` as above), biases as `bias` says (a fused matrix takes only a fused
+    /// bias; the output bias is taken where the file has it unless `Absent`); `between`
+    /// reads what an architecture keeps between the Q/K/V matrices and the output matrix in
+    /// its weight table (the decoders' `attn_norm`).
     pub fn load<T>(
         l: &mut WeightLoader<'_>,
         i: usize,
@@ -117,31 +210,57 @@ impl QkvoWeights {
             QkvBias::Absent => Ok(None),
         };
         // Read in the order of the original loader (the weight table's order).
-        let (wq, wk, wv) = (
-            l.matrix(&n("attn_q.weight"), &[e, q])?,
-            l.matrix(&n("attn_k.weight"), &[e, kv])?,
-            l.matrix(&n("attn_v.weight"), &[e, kv])?,
-        );
-        let t = between(l)?;
-        let w = QkvoWeights {
-            wq,
-            wk,
-            wv,
-            wo: l.matrix(&n("attn_output.weight"), &[q, e])?,
-            bq: b(l, "attn_q.bias", q)?,
-            bk: b(l, "attn_k.bias", kv)?,
-            bv: b(l, "attn_v.bias", kv)?,
-            bo: match bias {
-                QkvBias::Absent => None,
-                _ => l.opt_f32(&n("attn_output.bias"), &[e])?,
+        let mut qkv = match l.opt_matrix(&n("attn_qkv.weight"), &[e, q + 2 * kv])? {
+            Some(w) => QkvWeights::Fused { w, b: None },
+            None => QkvWeights::Split {
+                w: [
+                    l.matrix(&n("attn_q.weight"), &[e, q])?,
+                    l.matrix(&n("attn_k.weight"), &[e, kv])?,
+                    l.matrix(&n("attn_v.weight"), &[e, kv])?,
+                ],
+                b: [None; 3],
             },
         };
-        Ok((w, t))
+        let t = between(l)?;
+        let wo = l.matrix(&n("attn_output.weight"), &[q, e])?;
+        match &mut qkv {
+            QkvWeights::Fused { b: fused_b, .. } => {
+                // llama.cpp also takes separate Q/K/V biases beside a fused matrix (legacy
+                // files); this graph adds one bias to the fused product.
+                if let Some(s) = ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
+                    .into_iter()
+                    .find(|s| l.has(&n(s)))
+                {
+                    return Err(LlamaError::UnsupportedTensor {
+                        name: n(s),
+                        detail: "separate Q/K/V biases beside a fused attn_qkv matrix; \
+                                 fuse them into attn_qkv.bias"
+                            .into(),
+                    });
+                }
+                *fused_b = match bias {
+                    QkvBias::Absent => None,
+                    _ => l.opt_f32(&n("attn_qkv.bias"), &[q + 2 * kv])?,
+                };
+            }
+            QkvWeights::Split { b: split_b, .. } => {
+                *split_b = [
+                    b(l, "attn_q.bias", q)?,
+                    b(l, "attn_k.bias", kv)?,
+                    b(l, "attn_v.bias", kv)?,
+                ];
+            }
+        }
+        let bo = match bias {
+            QkvBias::Absent => None,
+            _ => l.opt_f32(&n("attn_output.bias"), &[e])?,
+        };
+        Ok((QkvoWeights { qkv, wo, bo }, t))
     }
 }
 
 /// The attention weights of one block: the projections ([`QkvoWeights`], whose fields
-/// `attn.wq`… reach through `Deref`), the norm before them and the optional per-head Q/K
+/// `attn.qkv`… reach through `Deref`), the norm before them and the optional per-head Q/K
 /// norms (`d` = `head_dim`).
 #[derive(Debug, Clone)]
 pub struct AttnWeights {
@@ -219,7 +338,7 @@ pub struct SwiGlu {
 impl SwiGlu {
     /// Reads block `i`'s `ffn_gate`, `ffn_up` and `ffn_down`.
     pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<SwiGlu> {
-        let (e, f) = (hp.n_embd, hp.n_ff);
+        let (e, f) = (hp.n_embd, hp.n_ff_at(i));
         Ok(SwiGlu {
             gate: l.matrix(&blk(i, "ffn_gate.weight"), &[e, f])?,
             up: l.matrix(&blk(i, "ffn_up.weight"), &[e, f])?,
@@ -595,14 +714,16 @@ pub fn attention_masked(
     let e_kv = hp.n_embd_kv();
     let h = ctx.rms_norm_mul(x, w[a.attn_norm], hp.rms_eps)?; // fused: same bits as rms_norm · w
 
-    let q = ctx.mul_mat(w[a.wq], h)?; // [nh·hd, n]
-    let q = add_opt(ctx, q, w.opt(a.bq))?;
-    let k = ctx.mul_mat(w[a.wk], h)?; // [nhkv·hd, n]
-    let k = add_opt(ctx, k, w.opt(a.bk))?;
-    let v = ctx.mul_mat(w[a.wv], h)?; // [nhkv·hd, n]
-    let v = add_opt(ctx, v, w.opt(a.bv))?;
-
-    let mut q = ctx.reshape_3d(q, hd, nh, n)?;
+    // q [hd, nh, n], k [hd, nhkv, n], v [nhkv·hd, n]: views of one product when fused,
+    // made contiguous where a norm or the cache's reshape reads them (the rotary reads
+    // views as they are).
+    let QkvViews { q, k, v } = project_qkv(ctx, hp, w, &a.qkv, h, n)?;
+    let fused = matches!(a.qkv, QkvWeights::Fused { .. });
+    let cont = |ctx: &mut Context, t: Tensor, needed: bool| match fused && needed {
+        true => ctx.cont(t),
+        false => Ok(t),
+    };
+    let mut q = cont(ctx, q, a.q_norm.is_some() || rope.is_none())?;
     if let Some(qn) = w.opt(a.q_norm) {
         q = ctx.rms_norm_mul(q, qn, hp.rms_eps)?; // each head's row of hd values
     }
@@ -613,7 +734,7 @@ pub fn attention_masked(
     if let Some((t, _)) = inp.q_scale {
         q = ctx.mul(q, t)?; // each token's queries by its temperature factor
     }
-    let mut k = ctx.reshape_3d(k, hd, nhkv, n)?;
+    let mut k = cont(ctx, k, a.k_norm.is_some() || rope.is_none())?;
     if let Some(kn) = w.opt(a.k_norm) {
         k = ctx.rms_norm_mul(k, kn, hp.rms_eps)?;
     }
@@ -624,7 +745,7 @@ pub fn attention_masked(
 
     // Write this step's keys and values into the cache, then attend over cells 0..n_kv.
     let k2 = ctx.reshape_2d(k, e_kv, n)?;
-    let v2 = ctx.reshape_2d(v, e_kv, n)?;
+    let v2 = v; // [e_kv, n], possibly a strided view, which the cache write reads as it is
     let dims = AttnDims {
         head_dim: hd,
         n_head: nh,

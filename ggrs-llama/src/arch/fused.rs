@@ -28,9 +28,10 @@
 //! first `n_ff` outputs are the gate, the last `n_ff` the up projection, which is exactly the
 //! layout of ggrs's fused [`Context::swiglu`].
 
-use ggrs_core::{Context, DType, RopeMode, Tensor};
+use ggrs_core::{Context, RopeMode};
 
-use super::decoder::{LongRopeFactors, Rotary};
+pub use super::decoder::QkvWeights;
+use super::decoder::{project_qkv, LongRopeFactors, QkvViews, Rotary};
 
 use crate::architecture::{ArchModel, StepTensors};
 use crate::error::Result;
@@ -38,55 +39,6 @@ use crate::hparams::HParams;
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::step::{add_opt, cached_attention_scaled, AttnDims, StepInputs, StepShape};
-
-/// The attention projections of a block: fused or separate.
-#[derive(Debug, Clone)]
-pub enum QkvWeights {
-    /// `attn_qkv.weight` `[n_embd, q + 2·kv]` and its optional bias `[q + 2·kv]`.
-    Fused {
-        /// The fused matrix.
-        w: WeightId,
-        /// Its bias.
-        b: Option<WeightId>,
-    },
-    /// `attn_q/k/v.weight` `[n_embd, q]`, `[n_embd, kv]`, `[n_embd, kv]` with optional
-    /// biases.
-    Split {
-        /// Query, key and value projections.
-        w: [WeightId; 3],
-        /// Their biases.
-        b: [Option<WeightId>; 3],
-    },
-}
-
-impl QkvWeights {
-    /// Reads block `i`'s Q/K/V projections (`[e, q, kv]`: `n_embd`, query and key/value
-    /// widths): fused when `attn_qkv` exists, separate otherwise, as llama.cpp loads them;
-    /// biases where the file has them.
-    pub fn load(l: &mut WeightLoader<'_>, i: usize, [e, q, kv]: [usize; 3]) -> Result<QkvWeights> {
-        let n = |s: &str| format!("blk.{i}.{s}");
-        Ok(
-            match l.opt_matrix(&n("attn_qkv.weight"), &[e, q + 2 * kv])? {
-                Some(w) => QkvWeights::Fused {
-                    w,
-                    b: l.opt_f32(&n("attn_qkv.bias"), &[q + 2 * kv])?,
-                },
-                None => QkvWeights::Split {
-                    w: [
-                        l.matrix(&n("attn_q.weight"), &[e, q])?,
-                        l.matrix(&n("attn_k.weight"), &[e, kv])?,
-                        l.matrix(&n("attn_v.weight"), &[e, kv])?,
-                    ],
-                    b: [
-                        l.opt_f32(&n("attn_q.bias"), &[q])?,
-                        l.opt_f32(&n("attn_k.bias"), &[kv])?,
-                        l.opt_f32(&n("attn_v.bias"), &[kv])?,
-                    ],
-                },
-            },
-        )
-    }
-}
 
 /// The weights of one block (`e` = `n_embd`, `q` = `n_head·head_dim`, `f` = `n_ff`).
 #[derive(Debug, Clone)]
@@ -140,7 +92,7 @@ impl FusedModel {
     /// Reads the weights (Q/K/V fused when `attn_qkv` exists, separate otherwise, as
     /// llama.cpp loads them) for a model of `style`.
     pub fn load(style: FusedStyle, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<FusedModel> {
-        let (e, v, f) = (hp.n_embd, hp.n_vocab, hp.n_ff);
+        let (e, v) = (hp.n_embd, hp.n_vocab);
         let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
         let tok_embd = l.rows("token_embd.weight", &[e, v])?;
         let output_norm = l.f32("output_norm.weight", &[e])?;
@@ -154,6 +106,7 @@ impl FusedModel {
         let mut layers = Vec::with_capacity(hp.n_layer);
         for i in 0..hp.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}");
+            let f = hp.n_ff_at(i);
             let qkv = QkvWeights::load(l, i, [e, q, kv])?;
             layers.push(FusedLayer {
                 attn_norm: l.f32(&n("attn_norm.weight"), &[e])?,
@@ -174,56 +127,6 @@ impl FusedModel {
             layers,
             rope_factors,
         })
-    }
-}
-
-/// Q, K and V of one layer: q `[hd, nh, n]`, k `[hd, nhkv, n]`, v `[nhkv·hd, n]` (any of
-/// them may be a strided view).
-pub(crate) struct QkvViews {
-    pub q: Tensor,
-    pub k: Tensor,
-    pub v: Tensor,
-}
-
-/// The attention projections of `h` (`[n_embd, n]`): one fused product split by views, or
-/// (files converted without fusing) three products.
-pub(crate) fn project_qkv(
-    ctx: &mut Context,
-    hp: &HParams,
-    w: &ImportedWeights,
-    qkv: &QkvWeights,
-    h: Tensor,
-    n: usize,
-) -> Result<QkvViews> {
-    let (hd, nh, nhkv) = (hp.head_dim, hp.n_head, hp.n_head_kv);
-    let (e_q, e_kv) = (hd * nh, hp.n_embd_kv());
-    let f = DType::F32.type_size();
-    match *qkv {
-        QkvWeights::Fused { w: wqkv, b } => {
-            let cur = ctx.mul_mat(w[wqkv], h)?; // [e_q + 2·e_kv, n]
-            let cur = add_opt(ctx, cur, w.opt(b))?;
-            let row = (e_q + 2 * e_kv) * f; // bytes from one token's row to the next
-            let q = ctx.view_3d(cur, hd, nh, n, hd * f, row, 0)?; // [hd, nh, n]
-            let k = ctx.view_3d(cur, hd, nhkv, n, hd * f, row, e_q * f)?; // [hd, nhkv, n]
-            let v = ctx.view_2d(cur, e_kv, n, row, (e_q + e_kv) * f)?; // [e_kv, n]
-            Ok(QkvViews { q, k, v })
-        }
-        QkvWeights::Split {
-            w: [wq, wk, wv],
-            b: [bq, bk, bv],
-        } => {
-            let q = ctx.mul_mat(w[wq], h)?;
-            let q = add_opt(ctx, q, w.opt(bq))?;
-            let k = ctx.mul_mat(w[wk], h)?;
-            let k = add_opt(ctx, k, w.opt(bk))?;
-            let v = ctx.mul_mat(w[wv], h)?;
-            let v = add_opt(ctx, v, w.opt(bv))?;
-            Ok(QkvViews {
-                q: ctx.reshape_3d(q, hd, nh, n)?,
-                k: ctx.reshape_3d(k, hd, nhkv, n)?,
-                v,
-            })
-        }
     }
 }
 

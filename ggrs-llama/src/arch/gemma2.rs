@@ -68,7 +68,7 @@ pub struct Gemma2Layer {
 impl Gemma2Layer {
     /// Reads block `i`'s weights.
     pub fn load(hp: &HParams, l: &mut WeightLoader<'_>, i: usize) -> Result<Gemma2Layer> {
-        let (e, f) = (hp.n_embd, hp.n_ff);
+        let (e, f) = (hp.n_embd, hp.n_ff_at(i));
         let (q, kv) = (hp.n_head * hp.head_dim, hp.n_embd_kv());
         let n = |s: &str| format!("blk.{i}.{s}");
         Ok(Gemma2Layer {

@@ -30,8 +30,9 @@
 //! ```
 //!
 //! Every layer runs on every token; the logits' rows are picked after the output norm, as
-//! llama.cpp does for this architecture. Not covered: per-layer feed-forward widths
-//! (double-wide MLP), the fused `attn_qkv` layout.
+//! llama.cpp does for this architecture. Feed-forward widths may differ per layer (a
+//! `feed_forward_length` array: E2B/E4B's double-wide MLP in the shared-cache layers). Not
+//! covered: the fused `attn_qkv` layout.
 
 use ggrs_core::gguf::GgufFile;
 use ggrs_core::{Context, RopeMode, Tensor};
@@ -282,7 +283,7 @@ impl Architecture for Gemma4 {
 
     fn load(&self, hp: &HParams, l: &mut WeightLoader<'_>) -> Result<Box<dyn ArchModel>> {
         let consts = Gemma4Consts::from_gguf(l.file(), hp)?;
-        let (e, f, nh, p) = (hp.n_embd, hp.n_ff, hp.n_head, consts.n_ple);
+        let (e, nh, p) = (hp.n_embd, hp.n_head, consts.n_ple);
         let (tok_embd, output_norm, output) = l.embeddings_and_output()?;
         let pl = p * hp.n_layer;
         let ple = match p {
@@ -298,7 +299,9 @@ impl Architecture for Gemma4 {
         for (i, s) in consts.layers.iter().enumerate() {
             let n = |x: &str| blk(i, x);
             let (d, own) = (s.head_dim, s.kv_source == i);
-            let kv = d * s.n_head_kv;
+            // Per-layer widths: the E2B/E4B files give the shared-cache layers a double-wide
+            // MLP through a `feed_forward_length` array.
+            let (kv, f) = (d * s.n_head_kv, hp.n_ff_at(i));
             let wq = l.matrix(&n("attn_q.weight"), &[e, d * nh])?;
             let (wk, wv) = match own {
                 true => (
