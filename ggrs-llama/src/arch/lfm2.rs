@@ -189,14 +189,14 @@ impl Lfm2Model {
     }
 }
 
-impl ArchModel for Lfm2Model {
-    fn build(
+impl Lfm2Model {
+    /// The step graph: the logits, or with `hidden` the final hidden states (after the
+    /// output norm, every token) as [`ArchModel::build_embeddings`] gives them.
+    fn forward(
         &self,
         ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        hidden: bool,
     ) -> Result<StepTensors> {
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let rs = match kv.recurrent.is_some() {
@@ -229,12 +229,41 @@ impl ArchModel for Lfm2Model {
             x = ctx.add(ffn_inp, out)?;
         }
         let h = ctx.rms_norm_mul(x, w[self.output_norm], hp.rms_eps)?;
-        let logits = ctx.mul_mat(w[self.output], h)?; // [n_vocab, n_outputs]
-        ctx.set_name(logits, "logits")?;
+        let logits = match hidden {
+            true => h,                                // [n_embd, n_tokens]
+            false => ctx.mul_mat(w[self.output], h)?, // [n_vocab, n_outputs]
+        };
+        ctx.set_name(logits, if hidden { "embd" } else { "logits" })?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
             inputs: inp,
             logits,
         })
+    }
+}
+
+impl ArchModel for Lfm2Model {
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<StepTensors> {
+        self.forward(ctx, (hp, w, kv, shape), false)
+    }
+
+    /// Each input's hidden states from a zero recurrent state (the embedder gives every
+    /// input its own step and an empty state).
+    fn build_embeddings(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<Option<StepTensors>> {
+        self.forward(ctx, (hp, w, kv, shape), true).map(Some)
     }
 }

@@ -437,14 +437,14 @@ impl<F: FeedForward> Qwen35Model<F> {
     }
 }
 
-impl<F: FeedForward> ArchModel for Qwen35Model<F> {
-    fn build(
+impl<F: FeedForward> Qwen35Model<F> {
+    /// The step graph: the logits, or with `hidden` the final hidden states (after the
+    /// output norm, every token) as [`ArchModel::build_embeddings`] gives them.
+    fn forward(
         &self,
         ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        hidden: bool,
     ) -> Result<StepTensors> {
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let rs = match kv.recurrent.is_some() {
@@ -474,13 +474,42 @@ impl<F: FeedForward> ArchModel for Qwen35Model<F> {
         if let Some(ids) = inp.out_ids {
             h = ctx.get_rows(h, ids)?;
         }
-        let logits = ctx.mul_mat(w[self.output], h)?; // [n_vocab, n_outputs]
-        ctx.set_name(logits, "logits")?;
+        let logits = match hidden {
+            true => h,                                // [n_embd, n_tokens]
+            false => ctx.mul_mat(w[self.output], h)?, // [n_vocab, n_outputs]
+        };
+        ctx.set_name(logits, if hidden { "embd" } else { "logits" })?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
             inputs: inp,
             logits,
         })
+    }
+}
+
+impl<F: FeedForward> ArchModel for Qwen35Model<F> {
+    fn build(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<StepTensors> {
+        self.forward(ctx, (hp, w, kv, shape), false)
+    }
+
+    /// Each input's hidden states from a zero recurrent state (the embedder gives every
+    /// input its own step and an empty state).
+    fn build_embeddings(
+        &self,
+        ctx: &mut Context,
+        hp: &HParams,
+        w: &ImportedWeights,
+        kv: &KvCache,
+        shape: StepShape,
+    ) -> Result<Option<StepTensors>> {
+        self.forward(ctx, (hp, w, kv, shape), true).map(Some)
     }
 }
 
