@@ -64,7 +64,10 @@ fn pooled_embeddings_match_llama_cpp(file: &str) -> f32 {
                 .find(|o| o["prompt"] == r["prompt"] && o["pooling"] != r["pooling"])
                 .expect("both poolings recorded");
             let far = relative_error(v, &common::floats(&other["embedding"]));
-            assert!(far > 20.0 * TOL, "{file} {p:?}: {far} from the other pooling");
+            assert!(
+                far > 20.0 * TOL,
+                "{file} {p:?}: {far} from the other pooling"
+            );
         }
     }
     worst
