@@ -569,7 +569,7 @@ pub(crate) unsafe fn keys_group<const G: usize, const D: usize, const N: usize>(
     keys: std::ops::Range<usize>,
     scale: f32,
 ) -> [(f32, f32); G] {
-    const { assert!(D == 8 * N && D % 64 == 0) };
+    const { assert!(D == 8 * N && D.is_multiple_of(64)) };
     let zero = _mm256_setzero_ps();
     let mut acc = [[_mm_setzero_si128(); N]; G];
     for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
