@@ -411,28 +411,4 @@ impl GraniteHybridModel {
     }
 }
 
-impl ArchModel for GraniteHybridModel {
-    fn build(
-        &self,
-        ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
-    ) -> Result<StepTensors> {
-        self.forward(ctx, (hp, w, kv, shape), false)
-    }
-
-    /// Each input's hidden states from a zero recurrent state (the embedder gives every
-    /// input its own step and an empty state).
-    fn build_embeddings(
-        &self,
-        ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
-    ) -> Result<Option<StepTensors>> {
-        self.forward(ctx, (hp, w, kv, shape), true).map(Some)
-    }
-}
+arch_model_with_forward!(GraniteHybridModel);

@@ -487,31 +487,7 @@ impl<F: FeedForward> Qwen35Model<F> {
     }
 }
 
-impl<F: FeedForward> ArchModel for Qwen35Model<F> {
-    fn build(
-        &self,
-        ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
-    ) -> Result<StepTensors> {
-        self.forward(ctx, (hp, w, kv, shape), false)
-    }
-
-    /// Each input's hidden states from a zero recurrent state (the embedder gives every
-    /// input its own step and an empty state).
-    fn build_embeddings(
-        &self,
-        ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
-    ) -> Result<Option<StepTensors>> {
-        self.forward(ctx, (hp, w, kv, shape), true).map(Some)
-    }
-}
+arch_model_with_forward!(Qwen35Model<F> where F: FeedForward);
 
 impl Architecture for Qwen35 {
     fn name(&self) -> &'static str {
