@@ -170,6 +170,10 @@ fn flash_attn_matches_the_naive_reference() {
         (64, 64, 70, 150, 2, 1, 1, shared(2)),
         (40, 56, 66, 100, 4, 2, 1, per_head),
         (32, 32, 130, 130, 3, 3, 2, shared(0)),
+        // Head sizes of the x86 decoding loops beyond 64 (Qwen3, Llama 3, Gemma 3).
+        (128, 128, 1, 300, 8, 2, 1, shared(0)),
+        (128, 128, 3, 40, 4, 1, 1, per_head),
+        (256, 256, 2, 50, 4, 2, 1, shared(1)),
     ]
     .map(|(dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask)| {
         (dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask, 1)
@@ -180,6 +184,7 @@ fn flash_attn_matches_the_naive_reference() {
         (64, 64, 1, 777, 14, 2, 1, per_head, 3),
         (32, 48, 1, 513, 2, 1, 1, None, 2),
         (64, 64, 1, 513, 2, 2, 1, None, 200),
+        (128, 128, 1, 700, 16, 2, 1, shared(0), 2),
     ];
     let cases = cases.into_iter().chain(split).map(
         |(dk, dv, n_q, n_kv, n_head, n_head_kv, n3, mask, kv_splits)| Case {
@@ -343,6 +348,70 @@ fn flash_attn_gives_ggmls_bits() {
             assert_eq!(got[got.len() - 1].to_bits(), last, "{what}: last value");
             assert_eq!(fnv1a(&got), hash, "{what}: output bits differ from ggml's");
         }
+    }
+}
+
+/// The outputs of ggml-formula inputs ([`ggml_inputs`]) for few queries (the one-row and
+/// split-key paths, where x86 runs specialised loops for head sizes 64, 128 and 256) on
+/// head sizes from 32 to 256, as `(case, FNV-1a of the output bits)` lines.
+fn one_row_hashes() -> Vec<String> {
+    let mut lines = Vec::new();
+    for d in [32, 64, 96, 128, 256] {
+        // (n_q, n_kv, heads, kv heads, mask, kv splits)
+        for (n_q, n_kv, nh, nhkv, m, gt) in [
+            (1, 37, 8, 2, true, 1),
+            (3, 90, 4, 4, true, 1),
+            (1, 530, 6, 2, true, 2),
+            (2, 20, 6, 1, false, 1),
+        ] {
+            let mut ctx = Context::with_mem_size(64 << 20);
+            let out = ggml_inputs(&mut ctx, (d, n_q, n_kv, nh, nhkv, m, gt)).expect("build");
+            let mut g = Graph::new();
+            g.build_forward_expand(&ctx, out).expect("graph");
+            Executor::new(2).compute(&mut ctx, &g).expect("compute");
+            let got = ctx.to_f32_vec(out).expect("read");
+            lines.push(format!(
+                "d={d} n_q={n_q} n_kv={n_kv} heads={nh}/{nhkv} mask={m} splits={gt} {:016x}",
+                fnv1a(&got)
+            ));
+        }
+    }
+    lines
+}
+
+/// Decoding attention gives the portable kernel's bits on every head size: this process's
+/// kernels (on x86 with AVX2, the specialised key loops for 64, 128 and 256) against the
+/// same test run again with `GGRS_FORCE_SCALAR=1` (the portable loop).
+#[test]
+fn one_row_attention_gives_the_portable_bits_on_every_head_size() {
+    let lines = one_row_hashes();
+    let forced = std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| !v.is_empty() && v != "0");
+    if forced {
+        for l in &lines {
+            println!("HASH {l}");
+        }
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "one_row_attention_gives_the_portable_bits_on_every_head_size",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("GGRS_FORCE_SCALAR", "1")
+        .output()
+        .expect("the test binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child run:\n{text}");
+    let portable: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("HASH ").map(|(_, h)| h))
+        .collect();
+    assert_eq!(portable.len(), lines.len(), "child run:\n{text}");
+    for (simd, scalar) in lines.iter().zip(portable) {
+        assert_eq!(simd, scalar, "this build against the portable one");
     }
 }
 

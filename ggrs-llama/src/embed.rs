@@ -10,6 +10,10 @@
 //! the column count: f16 from two columns on, q8_0, q4_0; a k-quant model's input of fewer
 //! than 8 tokens can differ in the last bits).
 //!
+//! A model with recurrent layers (the hybrids: Qwen3.5, LFM2, Granite 4.0-H) evaluates each
+//! input in a step of its own, from a zero recurrent state (as llama.cpp starts each
+//! sequence), so its embedding is the same alone or among others.
+//!
 //! ```no_run
 //! use std::sync::Arc;
 //! use ggrs_llama::embed::{EmbedParams, Embedder};
@@ -33,6 +37,7 @@ use crate::error::{LlamaError, Result};
 use crate::kv_cache::KvCache;
 use crate::loader::ImportedWeights;
 use crate::model::Model;
+use crate::recurrent_cache::SeqRun;
 use crate::step::{SeqSpan, SeqSpans, StepInputs, StepShape};
 
 /// How the hidden states of an input's tokens become its embedding (llama.cpp's
@@ -229,6 +234,8 @@ pub struct Embedder {
     arena: Option<Arena>,
     /// The per-node times of every step since profiling was turned on.
     profile: Option<Vec<Vec<ggrs_core::NodeTiming>>>,
+    /// The model has recurrent layers: one input per step, each from a zero state.
+    recurrent: bool,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -273,6 +280,7 @@ impl Embedder {
             params.n_ctx = hp.n_ctx_train.max(1);
         }
         params.n_batch = params.n_batch.max(params.n_ctx);
+        let recurrent = hp.recurrent.iter().any(Option::is_some);
         let mut e = Embedder {
             exec: Executor::new(params.n_threads),
             model,
@@ -280,6 +288,7 @@ impl Embedder {
             pooling,
             arena: None,
             profile: None,
+            recurrent,
         };
         // Check at once that the model has an embedding graph (and a head for `rank`).
         e.measure(&[1])?;
@@ -380,10 +389,12 @@ impl Embedder {
         let mut out = Vec::with_capacity(inputs.len());
         let mut start = 0;
         while start < inputs.len() {
-            // Inputs packed whole into a step of at most n_batch tokens and MAX_SEQ inputs.
+            // Inputs packed whole into a step of at most n_batch tokens and MAX_SEQ inputs
+            // (one input per step with recurrent layers).
+            let per_step = if self.recurrent { 1 } else { MAX_SEQ };
             let mut end = start;
             let mut n = 0;
-            while end < inputs.len() && end - start < MAX_SEQ {
+            while end < inputs.len() && end - start < per_step {
                 if n + inputs[end].len() > self.params.n_batch && end > start {
                     break;
                 }
@@ -459,7 +470,7 @@ impl Embedder {
             return Err(LlamaError::Embedding(format!(
                 "the `{arch}` architecture has no embedding graph in ggrs (embedding models: \
                  bert, nomic-bert, gemma-embedding, and the decoders llama, qwen2, qwen3, \
-                 qwen3moe, gemma3 with --pooling)"
+                 qwen3moe, gemma3, qwen35, qwen35moe, lfm2, granitehybrid with --pooling)"
             )));
         };
         let e = m.hparams.n_embd;
@@ -557,7 +568,8 @@ impl Embedder {
         let cells = self.params.n_batch;
         let mut m = Context::measure();
         let w = self.model.import_weights(&mut m)?;
-        let kv = KvCache::new(&mut m, hp, cells, DType::F16)?;
+        let mut kv = KvCache::new(&mut m, hp, cells, DType::F16)?;
+        kv.add_recurrent(&mut m, hp, 1)?;
         m.set_deferred_alloc(true);
         self.build(&mut m, &w, &kv, shape)?;
         let size = m.used_mem();
@@ -571,7 +583,8 @@ impl Embedder {
         self.arena = None;
         let mut ctx = Context::try_with_mem_size(size)?;
         let weights = self.model.import_weights(&mut ctx)?;
-        let kv = KvCache::new(&mut ctx, hp, cells, DType::F16)?;
+        let mut kv = KvCache::new(&mut ctx, hp, cells, DType::F16)?;
+        kv.add_recurrent(&mut ctx, hp, 1)?;
         ctx.set_deferred_alloc(true);
         let base = ctx.checkpoint();
         self.arena = Some(Arena {
@@ -659,6 +672,16 @@ impl Embedder {
                 at += input.len() as i32;
             }
             ctx.set_i32(ids, &first)?;
+        }
+        if let (Some(rs), Some(rows)) = (&a.kv.recurrent, built.inp.rs_rows) {
+            // The step's one input (sequence 0) starts from a zero state.
+            let run = SeqRun {
+                seq: 0,
+                end: n as i32,
+                fresh: true,
+            };
+            ctx.set_i32(rows, &rs.rows(&[run]))?;
+            ctx.data_mut(rs.states)?.fill(0);
         }
         if let Some(wts) = built.mean_w {
             let w: Vec<f32> = inputs

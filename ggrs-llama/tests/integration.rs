@@ -12,6 +12,7 @@ mod common;
 mod constraint;
 mod context_shift;
 mod embed_decoder;
+mod embed_hybrids;
 mod embed_models;
 mod engine;
 mod errors;

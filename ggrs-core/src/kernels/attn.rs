@@ -431,10 +431,10 @@ fn finish_row(a: &Attn, acc: &[u16], out: &mut [f32], iq2: usize, max: f32, sum:
 /// share their key and value heads ([`group_size`]), over keys `keys`: head `heads.start + j`
 /// leaves its f16 accumulator in the `j`-th [`row_scratch`] part of `sc` ([`row_acc`]);
 /// returns each head's `(M, S)`. Every head gets the arithmetic of [`one_row_keys`] in the
-/// same order; on x86-64 with `dk = dv = 64` and one mask row for all heads, up to eight
-/// heads run in lockstep over the keys, so that each key and value row is loaded once for
-/// them and their dependency chains overlap (with AVX-512, sixteen keys at a time: see
-/// `x86::keys_block_512`).
+/// same order; on x86-64 with `dk = dv` one of `x86::HEAD_DIMS` (64, 128, 256) and one mask
+/// row for all heads, up to eight heads run in lockstep over the keys, so that each key and
+/// value row is loaded once for them and their dependency chains overlap (with AVX-512 and
+/// `dk = 64`, sixteen keys at a time: see `x86::keys_block_512`).
 ///
 /// # Safety
 /// Indices in range, `keys` within `0..n_kv`; `sc` holds `heads.len()` row scratches.
@@ -451,8 +451,8 @@ unsafe fn group_row_keys(
     #[cfg(target_arch = "x86_64")]
     if a.fast
         && a.softcap == 0.0
-        && dk == x86::D
-        && dv == x86::D
+        && dk == dv
+        && x86::HEAD_DIMS.contains(&dk)
         && a.mask.is_none_or(|m| m.ne[2] == 1)
     {
         let mut out = Vec::with_capacity(heads.len());
@@ -525,17 +525,28 @@ unsafe fn one_row_keys(
         mask,
     } = unsafe { a.head_rows(iq1, iq2, iq3) };
     #[cfg(target_arch = "x86_64")]
-    if a.fast && a.softcap == 0.0 && dk == x86::D && dv == x86::D {
-        let qh: &[f32; x86::D] = (&*qh).try_into().expect("dk == D was checked just above");
-        let acc: &mut [u16; x86::D] = acc.try_into().expect("dv == D was checked just above");
-        // SAFETY: `fast` means AVX2, FMA and F16C; rows `keys` of this head's keys and values
-        // (dense F16 rows of D elements, strides knb / vnb from k0 / v0) and the mask row's
-        // elements `keys` lie in their tensors (the builder checked the shapes).
-        return unsafe {
-            x86::row_keys_d(
-                qh, acc, k0, knb, v0, vnb, mask, keys.start, keys.end, a.scale,
-            )
-        };
+    if a.fast && a.softcap == 0.0 && dk == dv && x86::HEAD_DIMS.contains(&dk) {
+        macro_rules! run {
+            ($($d:literal $n:literal)*) => {
+                match dk {
+                    $($d => {
+                        let qh: &[f32; $d] = (&*qh).try_into().expect("dk was matched");
+                        let acc: &mut [u16; $d] = acc.try_into().expect("dv = dk");
+                        // SAFETY: `fast` means AVX2, FMA and F16C; rows `keys` of this head's
+                        // keys and values (dense F16 rows of dk elements, strides knb / vnb
+                        // from k0 / v0) and the mask row's elements `keys` lie in their
+                        // tensors (the builder checked the shapes).
+                        return unsafe {
+                            x86::row_keys_d::<$d, $n>(
+                                qh, acc, k0, knb, v0, vnb, mask, keys.start, keys.end, a.scale,
+                            )
+                        };
+                    })*
+                    d => unreachable!("head size {d} is not one of x86::HEAD_DIMS"),
+                }
+            };
+        }
+        run!(64 8 128 16 256 32)
     }
     let mut sum = 0f32; // S
     let mut max = f32::NEG_INFINITY; // M
@@ -1121,9 +1132,9 @@ fn soft_max_sum(x: &mut [f32], max: f32) -> f64 {
 }
 
 #[cfg(target_arch = "x86_64")]
-/// [`group_row_keys`] for at most [`x86::MAX_GROUP`] heads with `dk = dv = D` and one
-/// mask row for all of them: appends each head's `(M, S)` to `out` and leaves its
-/// accumulator in part `j` (of `rs` values) of `sc`.
+/// [`group_row_keys`] for at most [`x86::MAX_GROUP`] heads with `dk = dv` one of
+/// `x86::HEAD_DIMS` and one mask row for all of them: appends each head's `(M, S)` to `out`
+/// and leaves its accumulator in part `j` (of `rs` values) of `sc`.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; indices in range, `keys` within `0..n_kv`; `sc`
@@ -1140,12 +1151,42 @@ unsafe fn group_keys_d(
     rs: usize,
     out: &mut Vec<(f32, f32)>,
 ) {
+    match a.dk() {
+        // SAFETY: forwarded.
+        64 => unsafe { group_keys_dn::<64, 8>(a, iq1, heads, iq3, keys, sc, rs, out) },
+        // SAFETY: forwarded.
+        128 => unsafe { group_keys_dn::<128, 16>(a, iq1, heads, iq3, keys, sc, rs, out) },
+        // SAFETY: forwarded.
+        256 => unsafe { group_keys_dn::<256, 32>(a, iq1, heads, iq3, keys, sc, rs, out) },
+        d => unreachable!("head size {d} is not one of x86::HEAD_DIMS"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+/// [`group_keys_d`] for heads of size `D` (`N = D / 8` vectors).
+///
+/// # Safety
+/// As [`group_keys_d`]; `dk = dv = D`.
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+unsafe fn group_keys_dn<const D: usize, const N: usize>(
+    a: &Attn,
+    iq1: usize,
+    heads: std::ops::Range<usize>,
+    iq3: usize,
+    keys: std::ops::Range<usize>,
+    sc: &mut [f32],
+    rs: usize,
+    out: &mut Vec<(f32, f32)>,
+) {
     macro_rules! run {
         ($($g:literal)*) => {
             match heads.len() {
                 $($g => {
                     // SAFETY: forwarded.
-                    unsafe { group_n::<$g>(a, iq1, heads.start, iq3, keys, sc, rs, out) }
+                    unsafe {
+                        group_n::<$g, D, N>(a, iq1, heads.start, iq3, keys, sc, rs, out)
+                    }
                 })*
                 n => unreachable!("groups hold 1 to {} heads, not {n}", x86::MAX_GROUP),
             }
@@ -1155,13 +1196,13 @@ unsafe fn group_keys_d(
 }
 
 #[cfg(target_arch = "x86_64")]
-/// [`group_keys_d`] for `G` heads from `h0`.
+/// [`group_keys_d`] for `G` heads from `h0`, of size `D` (`N = D / 8` vectors).
 ///
 /// # Safety
 /// As [`group_keys_d`].
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
-unsafe fn group_n<const G: usize>(
+unsafe fn group_n<const G: usize, const D: usize, const N: usize>(
     a: &Attn,
     iq1: usize,
     h0: usize,
@@ -1172,7 +1213,7 @@ unsafe fn group_n<const G: usize>(
     out: &mut Vec<(f32, f32)>,
 ) {
     let (k, v, qt) = (a.k, a.v, a.q);
-    let mut q = [[0f32; x86::D]; G];
+    let mut q = [[0f32; D]; G];
     for (j, qh) in q.iter_mut().enumerate() {
         // SAFETY: head h0 + j in range (caller).
         let row = unsafe { a.q_row(iq1, h0 + j, iq3) };
@@ -1196,18 +1237,25 @@ unsafe fn group_n<const G: usize>(
             }),
         }
     };
-    let mut acc = [[0u16; x86::D]; G];
+    let mut acc = [[0u16; D]; G];
     // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
     // their tensors (the builder checked the shapes).
     let res = unsafe {
-        if crate::cpu::isa() >= crate::cpu::Isa::Avx512 {
-            x86::keys_block_512::<G>(&q, &mut acc, &rows, keys, a.scale)
+        if D == x86::D512 && crate::cpu::isa() >= crate::cpu::Isa::Avx512 {
+            let q: [[f32; x86::D512]; G] =
+                std::array::from_fn(|g| q[g][..].try_into().expect("D = D512"));
+            let mut acc512 = [[0u16; x86::D512]; G];
+            let r = x86::keys_block_512::<G>(&q, &mut acc512, &rows, keys, a.scale);
+            for (y, x) in acc.iter_mut().zip(&acc512) {
+                y.copy_from_slice(x);
+            }
+            r
         } else {
-            x86::keys_group::<G>(&mut q, &mut acc, &rows, keys, a.scale)
+            x86::keys_group::<G, D, N>(&mut q, &mut acc, &rows, keys, a.scale)
         }
     };
     for (j, (acc, r)) in acc.iter().zip(res).enumerate() {
-        row_acc(&mut sc[j * rs..(j + 1) * rs], x86::D, x86::D).copy_from_slice(acc);
+        row_acc(&mut sc[j * rs..(j + 1) * rs], D, D).copy_from_slice(acc);
         out.push(r);
     }
 }
@@ -1239,7 +1287,7 @@ mod x86_tests {
     use crate::kernels::x86::attn::*;
 
     /// Keys and values of one head as the cache holds them (rows `stride` u16 apart,
-    /// this head's `D` values first) and a mask row in either element type.
+    /// this head's `d` values first) and a mask row in either element type.
     struct Case {
         k: Vec<u16>,
         v: Vec<u16>,
@@ -1257,13 +1305,13 @@ mod x86_tests {
 
     /// `n` keys; `spiky`: some keys' rows ×40 (scores jumping by far more than 88, so
     /// that exponentials leave the table's range), one NaN in a key row.
-    fn case(n: usize, spiky: bool, seed: u64) -> Case {
+    fn case(d: usize, n: usize, spiky: bool, seed: u64) -> Case {
         let mut s = seed | 1;
-        let stride = 2 * D;
+        let stride = 2 * d;
         let mut row = |i: usize, scale: f32| -> Vec<u16> {
             let mut r: Vec<u16> = (0..stride).map(|_| f2h(rng(&mut s) * scale)).collect();
             if spiky && i % 37 == 5 {
-                r.iter_mut().take(D).for_each(|x| *x = f2h(h2f(*x) * 40.0));
+                r.iter_mut().take(d).for_each(|x| *x = f2h(h2f(*x) * 40.0));
             }
             r
         };
@@ -1298,7 +1346,7 @@ mod x86_tests {
     }
 
     /// The one-key loop of `one_row_keys` with the portable primitives.
-    fn reference(
+    fn reference<const D: usize>(
         q: &[f32; D],
         c: &Case,
         mask: Option<&[f32]>,
@@ -1337,10 +1385,10 @@ mod x86_tests {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
     }
 
-    fn check<const G: usize>() {
-        let scale = 0.125;
+    fn check<const G: usize, const D: usize, const N: usize>() {
+        let scale = 1.0 / (D as f32).sqrt();
         for (n, spiky) in [(0, false), (1, false), (16, false), (33, true), (600, true)] {
-            let c = case(n, spiky, 7 + n as u64);
+            let c = case(D, n, spiky, 7 + n as u64);
             let mut seed = 99 + G as u64;
             let q: [[f32; D]; G] =
                 std::array::from_fn(|_| std::array::from_fn(|_| h2f(f2h(rng(&mut seed)))));
@@ -1364,22 +1412,34 @@ mod x86_tests {
                         .iter()
                         .map(|qh| reference(qh, &c, mref, keys.clone(), scale))
                         .collect();
-                    let what = format!("G={G} n={n} keys={keys:?} mask={which}");
+                    let what = format!("G={G} D={D} n={n} keys={keys:?} mask={which}");
                     let mut runs = Vec::new();
-                    if isa() >= Isa::Avx512 {
-                        let mut acc = [[0u16; D]; G];
+                    if isa() >= Isa::Avx512 && D == D512 {
+                        let q5: [[f32; D512]; G] =
+                            std::array::from_fn(|g| q[g][..].try_into().expect("D = D512"));
+                        let mut acc5 = [[0u16; D512]; G];
                         // SAFETY: the CPU has the features (checked); the rows and the
                         // mask cover every key of `keys`.
                         let r = unsafe {
-                            keys_block_512::<G>(&q, &mut acc, &rows, keys.clone(), scale)
+                            keys_block_512::<G>(&q5, &mut acc5, &rows, keys.clone(), scale)
                         };
+                        let mut acc = [[0u16; D]; G];
+                        for (y, x) in acc.iter_mut().zip(&acc5) {
+                            y.copy_from_slice(x);
+                        }
                         runs.push(("block", acc, r));
                     }
                     if isa() >= Isa::Avx2 {
                         let mut acc = [[0u16; D]; G];
                         // SAFETY: as above (AVX2, FMA, F16C).
                         let r = unsafe {
-                            keys_group::<G>(&mut q.clone(), &mut acc, &rows, keys.clone(), scale)
+                            keys_group::<G, D, N>(
+                                &mut q.clone(),
+                                &mut acc,
+                                &rows,
+                                keys.clone(),
+                                scale,
+                            )
                         };
                         runs.push(("group", acc, r));
                     }
@@ -1427,16 +1487,27 @@ mod x86_tests {
         }
     }
 
-    /// The blocked AVX-512 loop and the AVX2 one give the one-key loop's bits, with
-    /// masked keys (whole masked blocks too), partial blocks, NaN scores and
-    /// exponentials outside the table's range.
+    /// The blocked AVX-512 loop (head size 64) and the AVX2 one (every head size of
+    /// `HEAD_DIMS`) give the one-key loop's bits, with masked keys (whole masked blocks
+    /// too), partial blocks, NaN scores and exponentials outside the table's range.
     #[test]
     fn key_loops_equal_the_one_key_loop() {
-        check::<1>();
-        check::<2>();
-        check::<3>();
-        check::<7>();
-        check::<8>();
+        check::<1, 64, 8>();
+        check::<2, 64, 8>();
+        check::<3, 64, 8>();
+        check::<7, 64, 8>();
+        check::<8, 64, 8>();
+        check::<1, 128, 16>();
+        check::<2, 128, 16>();
+        check::<5, 128, 16>();
+        check::<8, 128, 16>();
+        check::<1, 256, 32>();
+        check::<4, 256, 32>();
+        assert_eq!(
+            HEAD_DIMS,
+            [64, 128, 256],
+            "every head size is checked above"
+        );
     }
 }
 

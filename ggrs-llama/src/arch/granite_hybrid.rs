@@ -347,14 +347,15 @@ impl GraniteHybridModel {
     }
 }
 
-impl ArchModel for GraniteHybridModel {
-    fn build(
+impl GraniteHybridModel {
+    /// The step graph: the logits, or with `hidden` the final hidden states (after the
+    /// output norm, every token, before the logit scale) as [`ArchModel::build_embeddings`]
+    /// gives them.
+    fn forward(
         &self,
         ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        hidden: bool,
     ) -> Result<StepTensors> {
         let s = self.scales;
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
@@ -394,9 +395,14 @@ impl ArchModel for GraniteHybridModel {
             x = ctx.add(out, ffn_inp)?;
         }
         let h = ctx.rms_norm_mul(x, w[self.output_norm], hp.rms_eps)?;
-        let logits = ctx.mul_mat(w[self.output], h)?; // [n_vocab, n_outputs]
-        let logits = scale_opt(ctx, logits, s.logit.map(|v| 1.0 / v))?;
-        ctx.set_name(logits, "logits")?;
+        let logits = match hidden {
+            true => h, // [n_embd, n_tokens]
+            false => {
+                let logits = ctx.mul_mat(w[self.output], h)?; // [n_vocab, n_outputs]
+                scale_opt(ctx, logits, s.logit.map(|v| 1.0 / v))?
+            }
+        };
+        ctx.set_name(logits, if hidden { "embd" } else { "logits" })?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
             inputs: inp,
@@ -404,3 +410,5 @@ impl ArchModel for GraniteHybridModel {
         })
     }
 }
+
+arch_model_with_forward!(GraniteHybridModel);

@@ -189,14 +189,14 @@ impl Lfm2Model {
     }
 }
 
-impl ArchModel for Lfm2Model {
-    fn build(
+impl Lfm2Model {
+    /// The step graph: the logits, or with `hidden` the final hidden states (after the
+    /// output norm, every token) as [`ArchModel::build_embeddings`] gives them.
+    fn forward(
         &self,
         ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        hidden: bool,
     ) -> Result<StepTensors> {
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let rs = match kv.recurrent.is_some() {
@@ -229,8 +229,11 @@ impl ArchModel for Lfm2Model {
             x = ctx.add(ffn_inp, out)?;
         }
         let h = ctx.rms_norm_mul(x, w[self.output_norm], hp.rms_eps)?;
-        let logits = ctx.mul_mat(w[self.output], h)?; // [n_vocab, n_outputs]
-        ctx.set_name(logits, "logits")?;
+        let logits = match hidden {
+            true => h,                                // [n_embd, n_tokens]
+            false => ctx.mul_mat(w[self.output], h)?, // [n_vocab, n_outputs]
+        };
+        ctx.set_name(logits, if hidden { "embd" } else { "logits" })?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
             inputs: inp,
@@ -238,3 +241,5 @@ impl ArchModel for Lfm2Model {
         })
     }
 }
+
+arch_model_with_forward!(Lfm2Model);

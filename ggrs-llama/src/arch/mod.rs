@@ -6,6 +6,43 @@
 //! infrastructure ([`crate::loader`], [`crate::step`], [`crate::kv_cache`]); nothing else in
 //! the crate names them. Adding one is its file plus one line in [`Registry::builtin`].
 
+/// Implements [`crate::architecture::ArchModel`] for a model type (optionally generic:
+/// `Type<F> where F: Bound`) whose inherent `forward(ctx, (hp, w, kv, shape), hidden)` builds
+/// the step graph: the logits (`hidden` false, [`ArchModel::build`]) or the final hidden
+/// states of every token ([`ArchModel::build_embeddings`]).
+///
+/// [`ArchModel::build`]: crate::architecture::ArchModel::build
+/// [`ArchModel::build_embeddings`]: crate::architecture::ArchModel::build_embeddings
+macro_rules! arch_model_with_forward {
+    ($ty:ty $(where $g:ident: $b:path)?) => {
+        impl$(<$g: $b>)? crate::architecture::ArchModel for $ty {
+            fn build(
+                &self,
+                ctx: &mut ggrs_core::Context,
+                hp: &crate::hparams::HParams,
+                w: &crate::loader::ImportedWeights,
+                kv: &crate::kv_cache::KvCache,
+                shape: crate::step::StepShape,
+            ) -> crate::error::Result<crate::architecture::StepTensors> {
+                self.forward(ctx, (hp, w, kv, shape), false)
+            }
+
+            /// Each input's hidden states from a zero recurrent state (the embedder gives
+            /// every input of a model with recurrent layers its own step and an empty state).
+            fn build_embeddings(
+                &self,
+                ctx: &mut ggrs_core::Context,
+                hp: &crate::hparams::HParams,
+                w: &crate::loader::ImportedWeights,
+                kv: &crate::kv_cache::KvCache,
+                shape: crate::step::StepShape,
+            ) -> crate::error::Result<Option<crate::architecture::StepTensors>> {
+                self.forward(ctx, (hp, w, kv, shape), true).map(Some)
+            }
+        }
+    };
+}
+
 pub mod bert;
 pub mod chatglm;
 pub mod chatglm1;

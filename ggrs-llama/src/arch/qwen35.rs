@@ -437,14 +437,14 @@ impl<F: FeedForward> Qwen35Model<F> {
     }
 }
 
-impl<F: FeedForward> ArchModel for Qwen35Model<F> {
-    fn build(
+impl<F: FeedForward> Qwen35Model<F> {
+    /// The step graph: the logits, or with `hidden` the final hidden states (after the
+    /// output norm, every token) as [`ArchModel::build_embeddings`] gives them.
+    fn forward(
         &self,
         ctx: &mut Context,
-        hp: &HParams,
-        w: &ImportedWeights,
-        kv: &KvCache,
-        shape: StepShape,
+        (hp, w, kv, shape): (&HParams, &ImportedWeights, &KvCache, StepShape),
+        hidden: bool,
     ) -> Result<StepTensors> {
         let mut inp = StepInputs::new(ctx, shape, 1, false)?;
         let rs = match kv.recurrent.is_some() {
@@ -474,8 +474,11 @@ impl<F: FeedForward> ArchModel for Qwen35Model<F> {
         if let Some(ids) = inp.out_ids {
             h = ctx.get_rows(h, ids)?;
         }
-        let logits = ctx.mul_mat(w[self.output], h)?; // [n_vocab, n_outputs]
-        ctx.set_name(logits, "logits")?;
+        let logits = match hidden {
+            true => h,                                // [n_embd, n_tokens]
+            false => ctx.mul_mat(w[self.output], h)?, // [n_vocab, n_outputs]
+        };
+        ctx.set_name(logits, if hidden { "embd" } else { "logits" })?;
         ctx.set_output(logits)?;
         Ok(StepTensors {
             inputs: inp,
@@ -483,6 +486,8 @@ impl<F: FeedForward> ArchModel for Qwen35Model<F> {
         })
     }
 }
+
+arch_model_with_forward!(Qwen35Model<F> where F: FeedForward);
 
 impl Architecture for Qwen35 {
     fn name(&self) -> &'static str {

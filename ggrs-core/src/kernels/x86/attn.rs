@@ -1,7 +1,8 @@
 //! Flash attention's kernels written with intrinsics (`kernels::attn` runs them): the f16
 //! rows (`ggml_vec_scale_f16`, `ggml_vec_mad_f16`), the key loops of one row or a group of
-//! heads sharing a key/value head with `dk = dv = D` (AVX2 + FMA + F16C, and AVX-512), and
-//! the AVX-512 score and value tiles of the tiled path.
+//! heads sharing a key/value head with `dk = dv = D`, `D` one of [`HEAD_DIMS`] (AVX2 + FMA +
+//! F16C for every `D`, and AVX-512 for `D = 64`), and the AVX-512 score and value tiles of
+//! the tiled path.
 
 use std::arch::x86_64::{
     __m128i, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_cvtps_ph,
@@ -89,23 +90,27 @@ pub(crate) unsafe fn round_to_f16(src: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// Head size of the specialised one-row loop ([`row_keys_d`]).
-pub(crate) const D: usize = 64;
+/// Head sizes of the specialised key loops ([`row_keys_d`], [`keys_group`]): multiples of
+/// 64, so that ggml's dot product has no tail (its 64 lanes each chain `D / 64` FMAs).
+pub(crate) const HEAD_DIMS: [usize; 3] = [64, 128, 256];
+
+/// Head size of the AVX-512 key loop ([`keys_block_512`]).
+pub(crate) const D512: usize = 64;
 
 /// The most heads [`group_keys_d`] runs in lockstep.
 pub(crate) const MAX_GROUP: usize = 8;
 
-/// The one-row key loop of `kernels::attn`'s `one_row_keys` for `dk = dv = D`, with the query and
-/// the f16 accumulator held in registers: per key the same operations in the same order
-/// (ggml's 64-lane dot product and its reduction tree, `scale`, mask, `expf`, the f16
-/// rescale and mad), without the scratch round trips and per-key calls. Returns `(M, S)`
-/// and leaves the accumulator in `acc_out`.
+/// The one-row key loop of `kernels::attn`'s `one_row_keys` for `dk = dv = D` (`N = D / 8`
+/// vectors), with the query and the f16 accumulator held in registers: per key the same
+/// operations in the same order (ggml's 64-lane dot product and its reduction tree, `scale`,
+/// mask, `expf`, the f16 rescale and mad), without the scratch round trips and per-key calls.
+/// Returns `(M, S)` and leaves the accumulator in `acc_out`.
 ///
 /// # Safety
 /// As [`keys_group`].
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn row_keys_d(
+pub(crate) unsafe fn row_keys_d<const D: usize, const N: usize>(
     qh: &[f32; D],
     acc_out: &mut [u16; D],
     k0: *const u8,
@@ -126,13 +131,14 @@ pub(crate) unsafe fn row_keys_d(
         mask,
     };
     // SAFETY: forwarded.
-    let [r] = unsafe { keys_group::<1>(&mut q, &mut acc, &rows, start..end, scale) };
+    let [r] = unsafe { keys_group::<1, D, N>(&mut q, &mut acc, &rows, start..end, scale) };
     *acc_out = acc[0];
     r
 }
 
 /// The key and value rows of one key/value head and the mask row of one query: for every
-/// key `ic`, `D` f16 values at `k0 + ic·knb` and at `v0 + ic·vnb`, and with a mask
+/// key `ic`, `D` f16 values (the head size of the loop that reads them) at `k0 + ic·knb`
+/// and at `v0 + ic·vnb`, and with a mask
 /// `(p, nb0, f16)` one element (f16 if `f16`, else f32, aligned) at `p + ic·nb0`.
 pub(crate) struct KeyRows {
     pub(crate) k0: *const u8,
@@ -170,8 +176,8 @@ impl KeyRows {
         unsafe { (self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) }
     }
 
-    /// Asks for key `ic`'s key and value rows (`D` f16 values each: 128 bytes, two cache
-    /// lines when aligned) to be brought into the L2 cache.
+    /// Asks for key `ic`'s key and value rows ([`D512`] f16 values each: 128 bytes, two
+    /// cache lines when aligned) to be brought into the L2 cache.
     ///
     /// [`keys_block_512`] loads a block's rows in a burst and then computes for a while,
     /// and a block of key rows (a row per key, `nb[1]` apart) spans a 4 KiB page, which
@@ -300,8 +306,8 @@ const PASS: usize = 4;
 /// `keys`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 pub(crate) unsafe fn keys_block_512<const G: usize>(
-    q: &[[f32; D]; G],
-    acc_out: &mut [[u16; D]; G],
+    q: &[[f32; D512]; G],
+    acc_out: &mut [[u16; D512]; G],
     rows: &KeyRows,
     keys: std::ops::Range<usize>,
     scale: f32,
@@ -313,17 +319,17 @@ pub(crate) unsafe fn keys_block_512<const G: usize>(
         _mm512_mask_blend_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_set1_ps, _mm512_setzero_ps,
         _mm512_storeu_ps, _mm512_sub_ps, _CMP_GT_OQ, _CMP_ORD_Q,
     };
-    const N: usize = D / 16;
+    const N: usize = D512 / 16;
     let zero = _mm512_setzero_ps();
     let (one, neg_inf) = (_mm512_set1_ps(1.0), _mm512_set1_ps(f32::NEG_INFINITY));
     let (scale_v, widen) = (_mm512_set1_ps(scale), |p: *const u8, i: usize| {
-        // SAFETY: callers pass a row pointer with D f16 values; i < N.
+        // SAFETY: callers pass a row pointer with D512 f16 values; i < N.
         _mm512_cvtph_ps(unsafe { _mm256_loadu_si256((p as *const __m256i).add(i)) })
     });
     let mut acc = [[_mm256_setzero_si256(); N]; G];
     for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
         for (i, y) in a.iter_mut().enumerate() {
-            // SAFETY: 16 u16 readable at o[16i] (i < D / 16).
+            // SAFETY: 16 u16 readable at o[16i] (i < D512 / 16).
             *y = unsafe { _mm256_loadu_si256(o.as_ptr().add(16 * i) as *const __m256i) };
         }
     }
@@ -361,7 +367,7 @@ pub(crate) unsafe fn keys_block_512<const G: usize>(
             let mvv = unsafe { _mm512_loadu_ps(mv.as_ptr()) };
             let mut scores = [zero; G];
             for g in 0..G {
-                // SAFETY: 16 f32 readable at q[g][16i] (i < D / 16).
+                // SAFETY: 16 f32 readable at q[g][16i] (i < D512 / 16).
                 let qg: [__m512; N] =
                     std::array::from_fn(|i| unsafe { _mm512_loadu_ps(q[g].as_ptr().add(16 * i)) });
                 let r: [__m512; BLOCK] = std::array::from_fn(|j| {
@@ -435,7 +441,7 @@ pub(crate) unsafe fn keys_block_512<const G: usize>(
     }
     for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
         for (i, y) in a.iter().enumerate() {
-            // SAFETY: 16 u16 writable at o[16i] (i < D / 16).
+            // SAFETY: 16 u16 writable at o[16i] (i < D512 / 16).
             unsafe { _mm256_storeu_si256(o.as_mut_ptr().add(16 * i) as *mut __m256i, *y) };
         }
     }
@@ -448,7 +454,7 @@ struct Factors<'a> {
     ms: &'a [[f32; BLOCK]],
     vs: &'a [[f32; BLOCK]],
     grew: &'a [u16],
-    values: &'a [[std::arch::x86_64::__m512; D / 16]; BLOCK],
+    values: &'a [[std::arch::x86_64::__m512; D512 / 16]; BLOCK],
     live: u16,
 }
 
@@ -466,7 +472,7 @@ struct Factors<'a> {
 /// The CPU supports AVX-512 F/VL and F16C; `f` holds at least `H` heads.
 #[inline(always)]
 unsafe fn accumulate<const H: usize>(
-    acc: &mut [[std::arch::x86_64::__m256i; D / 16]; H],
+    acc: &mut [[std::arch::x86_64::__m256i; D512 / 16]; H],
     sum: &mut [f32],
     f: &Factors,
 ) {
@@ -549,25 +555,26 @@ unsafe fn last_lane(x: std::arch::x86_64::__m512) -> f32 {
 
 /// The key loop for `G` query heads `q` (rounded to f16) sharing `rows`, in lockstep: per
 /// key, every head gets exactly the operations of the one-head loop (see
-/// [`row_keys_d`]); the key and value rows are widened once for all of them. Returns each
-/// head's `(M, S)`, its accumulator in `acc_out`.
+/// [`row_keys_d`]); the key and value rows are widened once for all of them. `D` (the head
+/// size) is a multiple of 64 and `N = D / 8` (its vectors). Returns each head's `(M, S)`,
+/// its accumulator in `acc_out`.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `rows` valid for every key in `keys`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn keys_group<const G: usize>(
+pub(crate) unsafe fn keys_group<const G: usize, const D: usize, const N: usize>(
     q: &mut [[f32; D]; G],
     acc_out: &mut [[u16; D]; G],
     rows: &KeyRows,
     keys: std::ops::Range<usize>,
     scale: f32,
 ) -> [(f32, f32); G] {
-    const N: usize = D / 8;
+    const { assert!(D == 8 * N && D.is_multiple_of(64)) };
     let zero = _mm256_setzero_ps();
     let mut acc = [[_mm_setzero_si128(); N]; G];
     for (a, o) in acc.iter_mut().zip(acc_out.iter()) {
         for (i, y) in a.iter_mut().enumerate() {
-            // SAFETY: 8 u16 readable at o[8i] (i < D / 8).
+            // SAFETY: 8 u16 readable at o[8i] (i < N = D / 8).
             *y = unsafe { _mm_loadu_si128(o.as_ptr().add(8 * i) as *const __m128i) };
         }
     }
@@ -581,18 +588,22 @@ pub(crate) unsafe fn keys_group<const G: usize>(
         let (kp, vp) = (kp as *const __m128i, vp as *const __m128i);
         let mut kr = [zero; N];
         for (i, x) in kr.iter_mut().enumerate() {
-            // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
+            // SAFETY: 8 u16 readable at row offset 8i (i < N = D / 8).
             *x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(kp.add(i)) });
         }
         let mut s = [0f32; G];
         for (g, sg) in s.iter_mut().enumerate() {
-            // ggml's dot: lane t = fma(k_t, q_t, 0); lanes t + 32 then t + 16 folded
-            // in, then `reduce16`.
-            let mut l = [zero; N];
-            for i in 0..N {
-                // SAFETY: 8 f32 readable at q[g][8i] (i < D / 8).
-                let qv = unsafe { _mm256_loadu_ps(q[g].as_ptr().add(8 * i)) };
-                l[i] = _mm256_fmadd_ps(kr[i], qv, zero);
+            // ggml's dot: lane t (of 64) = the FMA chain over t, t + 64, … from 0 (lane t
+            // is vector t / 8 of each block of 64); lanes t + 32 then t + 16 folded in,
+            // then `reduce16`.
+            let mut l = [zero; 8];
+            for b in 0..D / 64 {
+                for (i, li) in l.iter_mut().enumerate() {
+                    let v = 8 * b + i;
+                    // SAFETY: 8 f32 readable at q[g][8v] (v < N = D / 8).
+                    let qv = unsafe { _mm256_loadu_ps(q[g].as_ptr().add(8 * v)) };
+                    *li = _mm256_fmadd_ps(kr[v], qv, *li);
+                }
             }
             let r0 = _mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6]));
             let r1 = _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]));
@@ -613,7 +624,7 @@ pub(crate) unsafe fn keys_group<const G: usize>(
         let vs: [f32; G] = std::array::from_fn(|g| if grew[g] { 1.0 } else { e[g] });
         let mut vr = [zero; N];
         for (i, x) in vr.iter_mut().enumerate() {
-            // SAFETY: 8 u16 readable at row offset 8i (i < D / 8).
+            // SAFETY: 8 u16 readable at row offset 8i (i < N = D / 8).
             *x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(vp.add(i)) });
         }
         for g in 0..G {
@@ -632,7 +643,7 @@ pub(crate) unsafe fn keys_group<const G: usize>(
     }
     for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
         for (i, y) in a.iter().enumerate() {
-            // SAFETY: 8 u16 writable at o[8i] (i < D / 8).
+            // SAFETY: 8 u16 writable at o[8i] (i < N = D / 8).
             unsafe { _mm_storeu_si128(o.as_mut_ptr().add(8 * i) as *mut __m128i, *y) };
         }
     }
