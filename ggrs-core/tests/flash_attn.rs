@@ -481,42 +481,10 @@ fn flash_attn_rejects_bad_operands() {
 // -------------------------------------------------------------------------------------------
 
 /// Flash attention of `q_rows` (each `d·n_head` values: query `i`'s heads) over keys and
-/// values of `n_kv` rows under F16 mask rows `mask_rows` (`n_kv` each; none: no mask), on
-/// `n_threads`; returns `[d, n_head, n_q]` as a flat vector.
+/// values of `n_kv` rows and `n_head_kv` heads under F16 mask rows `mask_rows` (`n_kv` each;
+/// none: no mask), on `n_threads`; returns `[d, n_head, n_q]` as a flat vector.
 #[allow(clippy::too_many_arguments)]
 fn attend_rows(
-    d: usize,
-    n_head: usize,
-    q_rows: &[Vec<f32>],
-    k: &[f32],
-    v: &[f32],
-    mask_rows: Option<&[Vec<f32>]>,
-    softcap: f32,
-    n_threads: usize,
-) -> Vec<f32> {
-    attend_rows_threads(
-        d, n_head, n_head, q_rows, k, v, mask_rows, softcap, n_threads,
-    )
-}
-
-/// [`attend_rows`] on one thread with `n_head_kv` key and value heads.
-#[allow(clippy::too_many_arguments)]
-fn attend_rows_kv(
-    d: usize,
-    n_head: usize,
-    n_head_kv: usize,
-    q_rows: &[Vec<f32>],
-    k: &[f32],
-    v: &[f32],
-    mask_rows: Option<&[Vec<f32>]>,
-    softcap: f32,
-) -> Vec<f32> {
-    attend_rows_threads(d, n_head, n_head_kv, q_rows, k, v, mask_rows, softcap, 1)
-}
-
-/// [`attend_rows`] with `n_head_kv` key and value heads.
-#[allow(clippy::too_many_arguments)]
-fn attend_rows_threads(
     d: usize,
     n_head: usize,
     n_head_kv: usize,
@@ -594,9 +562,11 @@ fn narrow_heads_give_each_querys_bits_alone() {
             .collect();
         for (masked, softcap) in [(false, 0.0), (true, 0.0), (true, 30.0)] {
             let masks = masked.then_some(&mask_rows[..]);
-            let all = attend_rows(d, n_head, &q_rows, &k, &v, masks, softcap, 1);
+            let all = attend_rows(d, n_head, n_head, &q_rows, &k, &v, masks, softcap, 1);
             for n_threads in [2, 3] {
-                let again = attend_rows(d, n_head, &q_rows, &k, &v, masks, softcap, n_threads);
+                let again = attend_rows(
+                    d, n_head, n_head, &q_rows, &k, &v, masks, softcap, n_threads,
+                );
                 assert_eq!(
                     all.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                     again.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
@@ -616,7 +586,7 @@ fn narrow_heads_give_each_querys_bits_alone() {
                 })
                 .collect();
             let (kd, vd) = (k.clone(), v.clone());
-            let wide = attend_rows_kv(d, 2 * n_head, n_head, &doubled, &kd, &vd, masks, softcap);
+            let wide = attend_rows(d, 2 * n_head, n_head, &doubled, &kd, &vd, masks, softcap, 1);
             for i in 0..n_q {
                 for h in 0..n_head {
                     for copy in 0..2 {
@@ -636,6 +606,7 @@ fn narrow_heads_give_each_querys_bits_alone() {
                 let one_mask = masks.map(|m| vec![m[i].clone()]);
                 let alone = attend_rows(
                     d,
+                    n_head,
                     n_head,
                     &q_rows[i..i + 1],
                     &k,

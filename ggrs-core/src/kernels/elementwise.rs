@@ -235,7 +235,10 @@ pub(crate) unsafe fn geglu(task: &Task, chunk: usize, n_chunks: usize, work: &mu
         // SAFETY: forwarded; the CPU has AVX2 and F16C (`isa()`), the table one entry per f16.
         return unsafe {
             glu_rows_with(task, chunk, n_chunks, work, |out, g, u| {
-                crate::kernels::x86::f16::geglu_table(out, g, u, table)
+                let done = crate::kernels::x86::f16::geglu_table(out, g, u, table);
+                for ((o, &g), &u) in out[done..].iter_mut().zip(&g[done..]).zip(&u[done..]) {
+                    *o = geglu_ggml_with(g, u, table);
+                }
             })
         };
     }
@@ -525,8 +528,9 @@ mod tests {
                 .collect();
             let mut out = vec![0f32; g.len()];
             // SAFETY: AVX2 (and F16C) checked above; the table has one entry per f16.
-            unsafe { crate::kernels::x86::f16::geglu_table(&mut out, &g, &u, table) };
-            for i in 0..g.len() {
+            let done = unsafe { crate::kernels::x86::f16::geglu_table(&mut out, &g, &u, table) };
+            assert_eq!(done, g.len() / 8 * 8);
+            for i in 0..done {
                 let want = geglu_ggml(g[i], u[i]);
                 assert_eq!(
                     out[i].to_bits(),

@@ -296,15 +296,16 @@ pub(crate) unsafe fn f16_to_f32_block_f16c(src: &[half::f16], dst: &mut [f32]) {
     }
 }
 
-/// ggml's table GeGLU (`elementwise::geglu_ggml`) over whole rows, eight values at a time:
-/// `out[i] = 0` for `g[i] ≤ −10`, `g[i]·u[i]` for `g[i] ≥ 10`, otherwise
-/// `table[f16(g[i])]·u[i]` (the entry widened to f32); the same bits as the scalar
-/// function (one f16 rounding, one lookup, one product per value).
+/// ggml's table GeGLU (`elementwise::geglu_ggml`) eight values at a time: `out[i] = 0` for
+/// `g[i] ≤ −10`, `g[i]·u[i]` for `g[i] ≥ 10`, otherwise `table[f16(g[i])]·u[i]` (the entry
+/// widened to f32); the same bits as the scalar function (one f16 rounding, one lookup, one
+/// product per value). Returns how many values it wrote (the whole groups of eight); the
+/// caller does the rest.
 ///
 /// # Safety
 /// The CPU supports AVX2 and F16C; `table` holds 65,536 entries.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn geglu_table(out: &mut [f32], g: &[f32], u: &[f32], table: &[u16]) {
+pub(crate) unsafe fn geglu_table(out: &mut [f32], g: &[f32], u: &[f32], table: &[u16]) -> usize {
     use std::arch::x86_64::{
         _mm256_blendv_ps, _mm256_cmp_ps, _mm256_cvtps_ph, _mm256_loadu_ps, _mm256_mul_ps,
         _mm256_set1_ps, _mm_loadu_si128, _mm_storeu_si128, _CMP_GE_OQ, _CMP_LE_OQ,
@@ -336,7 +337,5 @@ pub(crate) unsafe fn geglu_table(out: &mut [f32], g: &[f32], u: &[f32], table: &
         }
         i += 8;
     }
-    for j in i..n {
-        out[j] = crate::kernels::elementwise::geglu_ggml_with(g[j], u[j], table);
-    }
+    i
 }
