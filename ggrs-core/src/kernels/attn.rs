@@ -647,9 +647,9 @@ unsafe fn query_group_keys_body<const G: usize>(
     let mut max = [f32::NEG_INFINITY; G];
     let mut sum = [0f32; G];
     for ic in 0..a.n_kv() {
-        // SAFETY: ic < n_kv.
         let mv: [f32; G] = std::array::from_fn(|j| {
             if j < live {
+                // SAFETY: ic < n_kv.
                 unsafe { mask_value(rows[j].mask, ic) }
             } else {
                 f32::NEG_INFINITY
