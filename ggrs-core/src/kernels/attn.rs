@@ -381,7 +381,8 @@ pub(crate) unsafe fn flash_attn_ext(
             // Runs of up to QUERY_GROUP consecutive queries of one head together.
             while !rows.is_empty() {
                 let r = rows.start;
-                let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+                // (gs = 1: one group per head.)
+                let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_groups, r / (n_q * n_groups));
                 let live = QUERY_GROUP.min(n_q - iq1).min(rows.len());
                 let qs: [usize; QUERY_GROUP] =
                     std::array::from_fn(|j| if j < live { iq1 + j } else { iq1 });
