@@ -685,7 +685,7 @@ impl Context {
             ne,
             nb,
             op,
-            src: [Some(src), None, None, None, None, None],
+            src: [Some(src), None, None, None, None, None, None],
             view_src: Some(root),
             view_offs: total,
             name: String::new(),

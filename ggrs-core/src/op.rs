@@ -184,12 +184,22 @@ pub enum Op {
     /// `Context::ssm_conv`).
     SsmConv,
     /// Mamba-2's selective scan: `src0` states, `src1` x, `src2` dt, `src3` A, `src4` B,
-    /// `src5` C; the outputs followed by the new states (see `Context::ssm_scan`).
-    SsmScan,
+    /// `src5` C; the outputs followed by the new states (see `Context::ssm_scan`), or, with
+    /// `in_place`, the outputs only, the new states written over the rows of `src0` that
+    /// `src6` names (see `Context::ssm_scan_in_place`).
+    SsmScan {
+        /// Whether the states are updated where they lie (rows `src6` of `src0`).
+        in_place: bool,
+    },
     /// The gated delta rule of Qwen3.5 / Qwen3-Next: `src0` q, `src1` k, `src2` v, `src3`
     /// the log decays g, `src4` β, `src5` the states; the outputs followed by the new
-    /// states (see `Context::gated_delta_net`).
-    GatedDeltaNet,
+    /// states (see `Context::gated_delta_net`), or, with `in_place`, the outputs only, the
+    /// new states written over the rows of `src5` that `src6` names (see
+    /// `Context::gated_delta_net_in_place`).
+    GatedDeltaNet {
+        /// Whether the states are updated where they lie (rows `src6` of `src5`).
+        in_place: bool,
+    },
     /// `1 / (1 + e^−x)` element-wise (the C library's `expf`).
     Sigmoid,
     /// `ln(1 + eˣ)` element-wise, `x` itself above 20 (ggml's softplus).
@@ -251,8 +261,8 @@ impl Op {
             Op::RopeYarn { .. } => "ROPE_YARN",
             Op::RopeFreqs { .. } => "ROPE_FREQS",
             Op::SsmConv => "SSM_CONV",
-            Op::SsmScan => "SSM_SCAN",
-            Op::GatedDeltaNet => "GATED_DELTA_NET",
+            Op::SsmScan { .. } => "SSM_SCAN",
+            Op::GatedDeltaNet { .. } => "GATED_DELTA_NET",
             Op::Sigmoid => "SIGMOID",
             Op::Softplus => "SOFTPLUS",
             Op::View => "VIEW",

@@ -8,8 +8,9 @@
 use crate::dtype::DType;
 use crate::op::Op;
 
-/// Most sources an op reads (flash attention: q, k, v, mask, sinks).
-pub const MAX_SRC: usize = 6;
+/// Most sources an op reads (the in-place selective scan: states, x, dt, A, B, C and the
+/// states' rows).
+pub const MAX_SRC: usize = 7;
 /// Most dimensions a tensor has.
 pub const MAX_DIMS: usize = 4;
 

@@ -5,6 +5,9 @@
 //! - `gated_delta_net`, the delta rule of Qwen3.5, against the recurrence over a state
 //!   matrix `S` (below 64 values per head ggml's dot products are plain in-order sums, so
 //!   the loop gives the same bits), and decoding token by token equal to the whole prompt;
+//! - `ssm_scan_in_place` and `gated_delta_net_in_place` (the states updated where they lie,
+//!   in rows of a cache picked by ids) against the copying ops, bit for bit, the other rows
+//!   untouched, and their refusals (repeated or out-of-range rows, overlapping operands);
 //! - `sigmoid` and `softplus` against their formulas.
 
 mod common;
@@ -394,6 +397,195 @@ fn gated_delta_net_checks_shapes() {
         ctx.gated_delta_net(q2, q2, v, g16, g, s).is_err(),
         "per-channel decays"
     );
+}
+
+/// A cache of `n_rows` rows of `pad + per_seq` values (`pad` standing for the conv values
+/// before a layer's ssm values) with `states` (`per_seq` values per sequence) at rows
+/// `ids`, and distinct values elsewhere.
+fn cache_with(states: &[f32], per_seq: usize, pad: usize, n_rows: usize, ids: &[i32]) -> Vec<f32> {
+    let width = pad + per_seq;
+    let mut cache = values(77, width * n_rows);
+    for (s, &id) in ids.iter().enumerate() {
+        let at = id as usize * width + pad;
+        cache[at..at + per_seq].copy_from_slice(&states[s * per_seq..(s + 1) * per_seq]);
+    }
+    cache
+}
+
+/// The in-place scan on rows `ids` of a cache against `ssm_scan` on those states: the same
+/// outputs, the same new states where they lay, every other value of the cache unchanged.
+#[test]
+fn ssm_scan_in_place_is_ssm_scan() {
+    // (d_state, head_dim, n_head, n_group, n_t, n_s), ids, cache rows, conv values per row.
+    for (dims, ids, n_rows, pad) in [
+        ([128, 4, 4, 1, 1, 1], vec![2], 3, 12),
+        ([16, 4, 6, 3, 3, 2], vec![3, 0], 5, 5),
+        ([80, 3, 2, 2, 1, 3], vec![1, 4, 2], 6, 0),
+    ] {
+        let [d_state, head_dim, n_head, n_group, n_t, n_s] = dims;
+        let per_seq = d_state * head_dim * n_head;
+        let s = values(1, per_seq * n_s);
+        let x = values(2, head_dim * n_head * n_t * n_s);
+        let dt: Vec<f32> = values(3, n_head * n_t * n_s)
+            .iter()
+            .map(|v| 13.5 + 16.5 * v)
+            .collect();
+        let a: Vec<f32> = (0..n_head).map(|h| -1.0 - h as f32).collect();
+        let b = values(5, d_state * n_group * n_t * n_s);
+        let c = values(6, d_state * n_group * n_t * n_s);
+        let want = ssm_scan_ref(&s, &x, &dt, &a, &b, &c, dims);
+        let y_len = head_dim * n_head * n_t * n_s;
+        let cache0 = cache_with(&s, per_seq, pad, n_rows, &ids);
+        let mut cache_want = cache0.clone();
+        for (j, &id) in ids.iter().enumerate() {
+            let at = id as usize * (pad + per_seq) + pad;
+            let new = &want[y_len + j * per_seq..y_len + (j + 1) * per_seq];
+            cache_want[at..at + per_seq].copy_from_slice(new);
+        }
+        for threads in [1, 2, 3] {
+            let mut ctx = Context::with_mem_size(1 << 22);
+            let width = pad + per_seq;
+            let (cache, _) = leaf(&mut ctx, DType::F32, [width, n_rows, 1, 1], &cache0).unwrap();
+            let ts = ctx
+                .view_4d(
+                    cache,
+                    [d_state, head_dim, n_head, n_rows],
+                    4 * d_state,
+                    4 * d_state * head_dim,
+                    4 * width,
+                    4 * pad,
+                )
+                .unwrap();
+            let tids = ctx.new_tensor_1d(DType::I32, n_s).unwrap();
+            ctx.set_i32(tids, &ids).unwrap();
+            let (tx, _) = leaf(&mut ctx, DType::F32, [head_dim, n_head, n_t, n_s], &x).unwrap();
+            let (tdt, _) = leaf(&mut ctx, DType::F32, [n_head, n_t, n_s, 1], &dt).unwrap();
+            let (ta, _) = leaf(&mut ctx, DType::F32, [1, n_head, 1, 1], &a).unwrap();
+            let (tb, _) = leaf(&mut ctx, DType::F32, [d_state, n_group, n_t, n_s], &b).unwrap();
+            let (tc, _) = leaf(&mut ctx, DType::F32, [d_state, n_group, n_t, n_s], &c).unwrap();
+            let y = ctx
+                .ssm_scan_in_place(ts, tids, tx, tdt, ta, tb, tc)
+                .unwrap();
+            assert_eq!(ctx.meta(y).unwrap().ne, [head_dim, n_head, n_t, n_s]);
+            let got = compute(&mut ctx, y, threads).unwrap();
+            assert!(
+                same_bits(&got, &want[..y_len]),
+                "{dims:?} on {threads} threads"
+            );
+            let after = ctx.to_f32_vec(cache).unwrap();
+            assert!(
+                same_bits(&after, &cache_want),
+                "{dims:?}: the cache after the step"
+            );
+        }
+    }
+}
+
+/// The in-place delta rule on rows `ids` of a cache against `gated_delta_net` on those
+/// states, at Qwen3.5's head width (128: ggml's sums through SIMD lanes) and a small one.
+#[test]
+fn gated_delta_net_in_place_is_gated_delta_net() {
+    for (dims, ids, n_rows, pad) in [
+        ([128, 1, 2, 1, 1], vec![1], 2, 24),
+        ([16, 2, 4, 3, 2], vec![2, 0], 4, 7),
+        ([8, 1, 3, 1, 3], vec![4, 1, 3], 5, 0),
+    ] {
+        let [sv, h_k, h_v, n_t, n_s] = dims;
+        let inp = delta_inputs(dims);
+        let want = delta_rule_op(&inp, dims, 2);
+        let per_seq = sv * sv * h_v;
+        let o_len = sv * h_v * n_t * n_s;
+        let cache0 = cache_with(&inp[5], per_seq, pad, n_rows, &ids);
+        let mut cache_want = cache0.clone();
+        for (j, &id) in ids.iter().enumerate() {
+            let at = id as usize * (pad + per_seq) + pad;
+            let new = &want[o_len + j * per_seq..o_len + (j + 1) * per_seq];
+            cache_want[at..at + per_seq].copy_from_slice(new);
+        }
+        for threads in [1, 2, 3] {
+            let [q, k, v, g, beta, _] = &inp;
+            let mut ctx = Context::with_mem_size(1 << 22);
+            let width = pad + per_seq;
+            let (cache, _) = leaf(&mut ctx, DType::F32, [width, n_rows, 1, 1], &cache0).unwrap();
+            let ts = ctx
+                .view_4d(
+                    cache,
+                    [sv, sv, h_v, n_rows],
+                    4 * sv,
+                    4 * sv * sv,
+                    4 * width,
+                    4 * pad,
+                )
+                .unwrap();
+            let tids = ctx.new_tensor_1d(DType::I32, n_s).unwrap();
+            ctx.set_i32(tids, &ids).unwrap();
+            let (tq, _) = leaf(&mut ctx, DType::F32, [sv, h_k, n_t, n_s], q).unwrap();
+            let (tk, _) = leaf(&mut ctx, DType::F32, [sv, h_k, n_t, n_s], k).unwrap();
+            let (tv, _) = leaf(&mut ctx, DType::F32, [sv, h_v, n_t, n_s], v).unwrap();
+            let (tg, _) = leaf(&mut ctx, DType::F32, [1, h_v, n_t, n_s], g).unwrap();
+            let (tb, _) = leaf(&mut ctx, DType::F32, [1, h_v, n_t, n_s], beta).unwrap();
+            let o = ctx
+                .gated_delta_net_in_place(tq, tk, tv, tg, tb, ts, tids)
+                .unwrap();
+            assert_eq!(ctx.meta(o).unwrap().ne, [sv, h_v, n_t, n_s]);
+            let got = compute(&mut ctx, o, threads).unwrap();
+            assert!(
+                same_bits(&got, &want[..o_len]),
+                "{dims:?} on {threads} threads"
+            );
+            let after = ctx.to_f32_vec(cache).unwrap();
+            assert!(
+                same_bits(&after, &cache_want),
+                "{dims:?}: the cache after the step"
+            );
+        }
+    }
+}
+
+/// Two sequences may not update one row (their threads would race), a row must exist, and
+/// the states may not share storage with an input.
+#[test]
+fn in_place_states_refuse_bad_rows_and_overlaps() {
+    let (sv, h_v, n_s) = (8, 2, 2);
+    let mut ctx = Context::with_mem_size(1 << 20);
+    let t = |ctx: &mut Context, ne: &[usize]| {
+        let t = ctx.new_tensor(DType::F32, ne).unwrap();
+        ctx.set_f32(t, &values(9, ne.iter().product())).unwrap();
+        t
+    };
+    let q = t(&mut ctx, &[sv, 1, 1, n_s]);
+    let v = t(&mut ctx, &[sv, h_v, 1, n_s]);
+    let g = t(&mut ctx, &[1, h_v, 1, n_s]);
+    let s = t(&mut ctx, &[sv, sv, h_v, 3]);
+    let ids = ctx.new_tensor_1d(DType::I32, n_s).unwrap();
+    for (rows, what) in [([1, 1], "a repeated row"), ([0, 3], "a row past the cache")] {
+        ctx.set_i32(ids, &rows).unwrap();
+        let o = ctx.gated_delta_net_in_place(q, q, v, g, g, s, ids).unwrap();
+        let mut graph = Graph::new();
+        graph.build_forward_expand(&ctx, o).unwrap();
+        let run = Executor::new(2).compute(&mut ctx, &graph);
+        assert!(run.is_err(), "{what}");
+    }
+    ctx.set_i32(ids, &[2, 0]).unwrap();
+    let o = ctx.gated_delta_net_in_place(q, q, v, g, g, s, ids).unwrap();
+    assert!(compute(&mut ctx, o, 2).is_ok());
+    // v read out of the states themselves.
+    let sv_view = ctx.view_4d(s, [sv, h_v, 1, n_s], 4 * sv, 4 * sv * h_v, 4 * sv * h_v, 0);
+    let sv_view = sv_view.unwrap();
+    assert!(ctx
+        .gated_delta_net_in_place(q, q, sv_view, g, g, s, ids)
+        .is_err());
+    // The scan: ids must be one i32 per sequence.
+    let x = t(&mut ctx, &[4, 2, 1, n_s]);
+    let dt = t(&mut ctx, &[2, 1, n_s, 1]);
+    let a = t(&mut ctx, &[1, 2]);
+    let b = t(&mut ctx, &[16, 1, 1, n_s]);
+    let ss = t(&mut ctx, &[16, 4, 2, 5]);
+    assert!(ctx.ssm_scan_in_place(ss, ids, x, dt, a, b, b).is_ok());
+    let ids3 = ctx.new_tensor_1d(DType::I32, 3).unwrap();
+    assert!(ctx.ssm_scan_in_place(ss, ids3, x, dt, a, b, b).is_err());
+    let fids = ctx.new_tensor_1d(DType::F32, n_s).unwrap();
+    assert!(ctx.ssm_scan_in_place(ss, fids, x, dt, a, b, b).is_err());
 }
 
 #[test]

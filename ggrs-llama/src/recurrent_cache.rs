@@ -9,9 +9,12 @@
 //! (set by the architecture); a session with such layers keeps one row per (layer, slot) in
 //! one f32 tensor, [`RecurrentCache::states`], where slot `s` is sequence id `s`.
 //!
-//! A step graph reads a layer's rows of its sequences with [`crate::step::read_state`] and
-//! writes the new ones with [`crate::step::write_state`]; the session fills the rows to read
-//! ([`crate::step::StepInputs::rs_rows`]),
+//! A step graph reads a layer's conv values of its sequences with
+//! [`crate::step::read_conv_state`] and writes the new ones with
+//! [`crate::step::write_conv_state`]; the ssm values are read and updated where they lie by
+//! the ops that compute them (ggrs-core's `ssm_scan_in_place`, `gated_delta_net_in_place`
+//! on [`crate::step::ssm_states`]), so that a decoding step copies no state. The session
+//! fills the rows of the step's sequences ([`crate::step::StepInputs::rs_rows`]),
 //! zeroes the state of a sequence that starts at position 0, and checks that every other
 //! step continues its sequence where the state stands: a recurrent state cannot be rewound,
 //! so forgetting the tail of a sequence ([`RecurrentCache::remove`]) forgets its state, and
@@ -344,29 +347,22 @@ pub fn layer_state(rs: Option<&RecurrentCache>, il: usize) -> Result<(usize, Rec
     })
 }
 
-/// The input of recurrent layer `r`'s causal convolution and the convolution's next carried
+/// The input of a recurrent layer's causal convolution and the convolution's next carried
 /// inputs: `x` (`[channels, n_t, n_s]`, this step's inputs of each sequence, any strides)
-/// after the `d_conv − 1` inputs each sequence carries (the first values of its state row,
-/// read with [`crate::step::read_state`] as `state`, `[width, n_s]`). Returns `[d_conv − 1 + n_t,
-/// channels, n_s]` (what `ssm_conv` takes) and the last `d_conv − 1` columns of it as rows
-/// `[(d_conv − 1)·channels, n_s]` (what the state keeps next).
+/// after the `d_conv − 1` inputs each sequence carries (its conv values, read with
+/// [`crate::step::read_conv_state`] as `state`, `[(d_conv − 1)·channels, n_s]` or wider,
+/// rows dense). Returns `[d_conv − 1 + n_t, channels, n_s]` (what `ssm_conv` takes) and the
+/// last `d_conv − 1` columns of it as rows `[(d_conv − 1)·channels, n_s]` (what the state
+/// keeps next, for [`crate::step::write_conv_state`]).
 pub fn conv_input(
     ctx: &mut Context,
-    rs: &RecurrentCache,
     state: Tensor,
     x: Tensor,
     d_conv: usize,
 ) -> Result<(Tensor, Tensor)> {
     let [channels, n_t, n_s, _] = ctx.meta(x)?.ne;
-    let carried = ctx.view_3d(
-        state,
-        d_conv - 1,
-        channels,
-        n_s,
-        4 * (d_conv - 1),
-        4 * rs.width,
-        0,
-    )?;
+    let row = ctx.meta(state)?.nb[1];
+    let carried = ctx.view_3d(state, d_conv - 1, channels, n_s, 4 * (d_conv - 1), row, 0)?;
     let x_t = ctx.transpose(x)?; // [n_t, channels, n_s]
     let conv_x = ctx.concat(carried, x_t, 0)?;
     let nb = ctx.meta(conv_x)?.nb;

@@ -59,8 +59,9 @@ pub struct StepInputs {
     /// n_recurrent_layers]` i32, when the model has recurrent layers
     /// ([`StepInputs::add_recurrent`]; see [`crate::recurrent_cache`]).
     pub rs_rows: Option<Tensor>,
-    /// The recurrent states as the last write of the graph leaves them
-    /// ([`write_state`]); the session computes it with the logits.
+    /// The recurrent states as the last conv-state write of the graph leaves them
+    /// ([`write_conv_state`]); the session computes it with the logits. (The ssm values are
+    /// updated in place by the ops that compute them: see [`ssm_states`].)
     pub state_out: Option<Tensor>,
 }
 
@@ -518,42 +519,67 @@ pub struct LayerView {
     pub shape: StepShape,
 }
 
-/// The states of recurrent layer `r` for the step's sequences, `[width, n_seqs]` f32 (each
-/// sequence's row: conv values, then ssm values; see
-/// [`RecurrentLayer`](crate::recurrent_cache::RecurrentLayer)), read after the
-/// writes of the layers before it.
-pub fn read_state(
+/// The carried convolution inputs of recurrent layer `r` for the step's sequences: the
+/// first `len` values of each sequence's row (its conv values, see
+/// [`RecurrentLayer`](crate::recurrent_cache::RecurrentLayer)), `[len, n_seqs]` f32, read
+/// after the writes of the layers before it.
+pub fn read_conv_state(
     ctx: &mut Context,
     rs: &RecurrentCache,
     inp: &StepInputs,
     r: usize,
+    len: usize,
 ) -> Result<Tensor> {
-    let (rows, states) = layer_rows(ctx, rs, inp, r)?;
-    Ok(ctx.get_rows(states, rows)?)
+    let rows = state_rows(ctx, inp, r)?;
+    let conv = conv_columns(ctx, rs, inp, len)?;
+    Ok(ctx.get_rows(conv, rows)?)
 }
 
-/// Writes `new` (`[width, n_seqs]` f32) as recurrent layer `r`'s states of the step's
-/// sequences; the write runs before any later layer reads ([`StepInputs::state_out`]).
-pub fn write_state(
+/// Writes `new` (`[len, n_seqs]` f32) as the first `len` values (the conv values) of
+/// recurrent layer `r`'s rows of the step's sequences; the write runs before any later
+/// layer reads ([`StepInputs::state_out`]).
+pub fn write_conv_state(
     ctx: &mut Context,
     rs: &RecurrentCache,
     inp: &mut StepInputs,
     r: usize,
     new: Tensor,
 ) -> Result<()> {
-    let (rows, states) = layer_rows(ctx, rs, inp, r)?;
-    inp.state_out = Some(ctx.set_rows(states, new, rows)?);
+    let len = ctx.meta(new)?.ne[0];
+    let rows = state_rows(ctx, inp, r)?;
+    let conv = conv_columns(ctx, rs, inp, len)?;
+    let written = ctx.set_rows(conv, new, rows)?;
+    // The whole states again, as the write leaves them.
+    let n_rows = ctx.meta(rs.states)?.ne[1];
+    let states = ctx.view_2d(written, rs.width, n_rows, 4 * rs.width, 0)?;
+    inp.state_out = Some(states);
     Ok(())
 }
 
-/// The rows of layer `r` (`[n_seqs]` i32, a view of the step's input) and the states tensor
-/// as the writes so far left it.
-fn layer_rows(
+/// Every row of the recurrent states from value `offset` on (the ssm values of a layer that
+/// keeps `offset` conv values), as `ne` (`[a, b, c, n_rows]` with `a·b·c` values per row):
+/// what the in-place recurrent ops (`ssm_scan_in_place`, `gated_delta_net_in_place`) update,
+/// at the rows [`state_rows`] gives.
+pub fn ssm_states(
     ctx: &mut Context,
     rs: &RecurrentCache,
-    inp: &StepInputs,
-    r: usize,
-) -> Result<(Tensor, Tensor)> {
+    offset: usize,
+    [a, b, c]: [usize; 3],
+) -> Result<Tensor> {
+    let n_rows = ctx.meta(rs.states)?.ne[1];
+    Ok(ctx.view_4d(
+        rs.states,
+        [a, b, c, n_rows],
+        4 * a,
+        4 * a * b,
+        4 * rs.width,
+        4 * offset,
+    )?)
+}
+
+/// The rows of recurrent layer `r`'s states that the step's sequences own, `[n_seqs]` i32
+/// (a view of the step's input [`StepInputs::rs_rows`]).
+pub fn state_rows(ctx: &mut Context, inp: &StepInputs, r: usize) -> Result<Tensor> {
     let all = inp.rs_rows.ok_or_else(|| {
         LlamaError::InvalidArgument(
             "the step graph reads recurrent states but has no rs_rows input \
@@ -562,6 +588,18 @@ fn layer_rows(
         )
     })?;
     let n_seqs = ctx.meta(all)?.ne[0];
-    let rows = ctx.view_1d(all, n_seqs, r * n_seqs * 4)?;
-    Ok((rows, inp.state_out.unwrap_or(rs.states)))
+    Ok(ctx.view_1d(all, n_seqs, r * n_seqs * 4)?)
+}
+
+/// The first `len` values of every row of the states, `[len, n_rows]`, as the writes so far
+/// left them.
+fn conv_columns(
+    ctx: &mut Context,
+    rs: &RecurrentCache,
+    inp: &StepInputs,
+    len: usize,
+) -> Result<Tensor> {
+    let states = inp.state_out.unwrap_or(rs.states);
+    let n_rows = ctx.meta(rs.states)?.ne[1];
+    Ok(ctx.view_2d(states, len, n_rows, 4 * rs.width, 0)?)
 }

@@ -61,7 +61,19 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
 /// What a node of the current epoch touches.
 struct Access {
     reads: [(usize, usize); MAX_SRC],
-    write: (usize, usize),
+    /// Its result, and the states an in-place op updates (empty for the others).
+    writes: [(usize, usize); 2],
+}
+
+/// The span of the source an op updates in place besides writing its result (the states of
+/// the in-place recurrent ops), or an empty span.
+fn in_place_write(t: &Task) -> (usize, usize) {
+    let states = match t.op {
+        Op::SsmScan { in_place: true } => t.src[0],
+        Op::GatedDeltaNet { in_place: true } => t.src[5],
+        _ => None,
+    };
+    states.map_or((0, 0), |s| span(&s))
 }
 
 /// The identity of a `mul_mat` INIT's output: the activations' place, shape and strides,
@@ -130,14 +142,17 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
             _ => None,
         };
         let uses_shared = reuse.is_none() && t.plan.work_shared > 0;
-        let write = span(&t.dst);
+        let writes = [span(&t.dst), in_place_write(t)];
         let reads = t.src.map(|r| r.map_or((0, 0), |r| span(&r)));
         let conflict = serial
             || (uses_shared && shared_busy)
             || cur.iter().any(|a| {
-                overlaps(write, a.write)
-                    || a.reads.iter().any(|&r| overlaps(write, r))
-                    || reads.iter().any(|&r| overlaps(r, a.write))
+                writes.iter().any(|&w| {
+                    a.writes.iter().any(|&aw| overlaps(w, aw))
+                        || a.reads.iter().any(|&r| overlaps(w, r))
+                }) || reads
+                    .iter()
+                    .any(|&r| a.writes.iter().any(|&aw| overlaps(r, aw)))
             });
         if conflict && !cur.is_empty() {
             s.epochs.push(epoch_start..s.nodes.len());
@@ -167,7 +182,8 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
         // Writing the converted activations' source (or a grouping's ids) makes the
         // conversion stale.
         if let Some(o) = owner {
-            if overlaps(write, o.src) || (o.group.is_some() && overlaps(write, o.ids)) {
+            let stale = |w| overlaps(w, o.src) || (o.group.is_some() && overlaps(w, o.ids));
+            if writes.iter().any(|&w| stale(w)) {
                 owner = None;
             }
         }
@@ -176,7 +192,7 @@ pub(super) fn schedule(tasks: &[Task], n_threads: usize, serial: bool) -> Schedu
             n_init,
             init_from,
         });
-        cur.push(Access { reads, write });
+        cur.push(Access { reads, writes });
     }
     if s.nodes.len() > epoch_start {
         s.epochs.push(epoch_start..s.nodes.len());

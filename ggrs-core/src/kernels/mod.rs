@@ -379,11 +379,11 @@ fn plan_op(
             n_chunks: dst.ne[0].min(nth * 4).max(1),
             ..TaskPlan::default()
         },
-        Op::SsmScan => TaskPlan {
+        Op::SsmScan { .. } => TaskPlan {
             n_chunks: src[1].map_or(1, |x| x.ne[1]).min(nth * 4).max(1),
             ..TaskPlan::default()
         },
-        Op::GatedDeltaNet => TaskPlan {
+        Op::GatedDeltaNet { .. } => TaskPlan {
             // One piece per (head, sequence) at most.
             n_chunks: src[2].map_or(1, |v| v.ne[1] * v.ne[3]).min(nth * 4).max(1),
             ..TaskPlan::default()
@@ -487,8 +487,10 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
                 rope_freqs::rope_freqs(task, offset, mode, chunk, n, work)
             }
             Op::SsmConv => ssm::ssm_conv(task, chunk, n),
-            Op::SsmScan => ssm::ssm_scan(task, chunk, n),
-            Op::GatedDeltaNet => ssm::gated_delta_net(task, chunk, n),
+            Op::SsmScan { in_place } => return ssm::ssm_scan(task, in_place, chunk, n),
+            Op::GatedDeltaNet { in_place } => {
+                return ssm::gated_delta_net(task, in_place, chunk, n)
+            }
             Op::None | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {}
         }
     }

@@ -1,6 +1,8 @@
 //! Kernels of the recurrent layers' ops (see `ops::ssm`).
 
+use crate::error::{Error, Result};
 use crate::kernels::ggml_arith::{dot_f32_vec, reduce16};
+use crate::kernels::rows::check_id;
 use crate::kernels::{split_range, RawTensor, Task, Work};
 use crate::op::Op;
 
@@ -228,34 +230,91 @@ unsafe fn at(t: &RawTensor, i0: usize, i1: usize, i2: usize, i3: usize) -> f32 {
     unsafe { *(t.data.add(t.offset(i0, i1, i2, i3)) as *const f32) }
 }
 
-/// `ssm_scan`: chunk `chunk` of `n_chunks` over the heads (each head's scan is independent
-/// of the others', so the split does not change any bit).
+/// The states rows of an in-place recurrent op (`src[6]`, `[n_s]` i32), each checked to be
+/// in `0..n_rows` and unlike the others: one thread may then update a row while another
+/// updates another.
 ///
 /// # Safety
-/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides.
-pub(crate) unsafe fn ssm_scan(task: &Task, chunk: usize, n_chunks: usize) {
+/// `ids` is the op's ids source as the builder checked it (`[n_s]` i32, contiguous).
+unsafe fn state_rows(op: &'static str, ids: &RawTensor, n_rows: usize) -> Result<Vec<usize>> {
+    let n_s = ids.ne[0];
+    // SAFETY: `n_s` contiguous i32 (the caller's contract); nobody writes them meanwhile.
+    let raw = unsafe { std::slice::from_raw_parts(ids.data as *const i32, n_s) };
+    let mut rows = Vec::with_capacity(n_s);
+    for &id in raw {
+        let row = check_id(op, id, n_rows)?;
+        if rows.contains(&row) {
+            return Err(Error::InvalidArgument {
+                op,
+                detail: format!("two sequences of the step update the same states row {row}"),
+            });
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// `len` f32 at element `(0, 0, i2, i3)` of `t` (a dense run of its states), writable.
+///
+/// # Safety
+/// The run lies within `t`, and no other thread touches it meanwhile.
+#[inline]
+unsafe fn states_mut<'a>(t: &RawTensor, i2: usize, i3: usize, len: usize) -> &'a mut [f32] {
+    // SAFETY: forwarded from the caller.
+    unsafe { std::slice::from_raw_parts_mut(t.data.add(t.offset(0, 0, i2, i3)) as *mut f32, len) }
+}
+
+/// `ssm_scan` (and, `in_place`, `ssm_scan_in_place`): chunk `chunk` of `n_chunks` over the
+/// heads (each head's scan is independent of the others', so the split does not change any
+/// bit). The states of a head are updated in `dst` after the outputs, from a copy of `src0`'s,
+/// or, in place, where they lie in row `ids[s]` of `src0`.
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides, and that
+/// in place the states share no storage with the other operands.
+pub(crate) unsafe fn ssm_scan(
+    task: &Task,
+    in_place: bool,
+    chunk: usize,
+    n_chunks: usize,
+) -> Result<()> {
     let d = &task.dst;
-    let src = |i: usize| task.src[i].as_ref().expect("ssm_scan has six sources");
+    let src = |i: usize| task.src[i].as_ref().expect("ssm_scan has its sources");
     let (s_in, x, dt, a, b, c) = (src(0), src(1), src(2), src(3), src(4), src(5));
     let [head_dim, n_head, n_t, n_s] = x.ne;
     let (d_state, n_group) = (s_in.ne[0], b.ne[1]);
     let per_group = n_head / n_group;
     let y_len = head_dim * n_head * n_t * n_s;
     let out = d.data as *mut f32;
+    let rows = match in_place {
+        // SAFETY: in place, src6 is the ids the builder checked.
+        true => Some(unsafe { state_rows("SSM_SCAN", src(6), s_in.ne[3])? }),
+        false => None,
+    };
     for h in split_range(n_head, n_chunks, chunk) {
         let g = h / per_group;
         // SAFETY: indices within the shapes the builder checked; inputs are not written.
         let a_h = unsafe { at(a, 0, h, 0, 0) };
         for s in 0..n_s {
-            let state0 = y_len + (s * n_head + h) * head_dim * d_state;
-            // SAFETY: this head's states of sequence s lie in dst (the builder sized it) and
-            // belong to this chunk only; the input states are another tensor.
-            let state =
-                unsafe { std::slice::from_raw_parts_mut(out.add(state0), head_dim * d_state) };
-            for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
-                // SAFETY: indices within the shapes the builder checked; inputs are not written.
-                st.copy_from_slice(unsafe { row(s_in, i1, h, s) });
-            }
+            let state: &mut [f32] = match &rows {
+                // SAFETY: head h of row rows[s] is dense (checked by the builder), in src0;
+                // the rows are distinct and head h belongs to this chunk only.
+                Some(rows) => unsafe { states_mut(s_in, h, rows[s], head_dim * d_state) },
+                None => {
+                    let state0 = y_len + (s * n_head + h) * head_dim * d_state;
+                    // SAFETY: this head's states of sequence s lie in dst (the builder sized
+                    // it) and belong to this chunk only; the input states are another tensor.
+                    let state = unsafe {
+                        std::slice::from_raw_parts_mut(out.add(state0), head_dim * d_state)
+                    };
+                    for (i1, st) in state.chunks_exact_mut(d_state).enumerate() {
+                        // SAFETY: indices within the shapes the builder checked; inputs are
+                        // not written.
+                        st.copy_from_slice(unsafe { row(s_in, i1, h, s) });
+                    }
+                    state
+                }
+            };
             for t in 0..n_t {
                 // SAFETY: indices within the shapes the builder checked; inputs are not written.
                 let dt_sp = softplus(unsafe { at(dt, h, t, s, 0) });
@@ -273,6 +332,7 @@ pub(crate) unsafe fn ssm_scan(task: &Task, chunk: usize, n_chunks: usize) {
             }
         }
     }
+    Ok(())
 }
 
 /// `sigmoid` and `softplus` rows (ggml's scalar loops over the C library's `expf`/`logf`).
@@ -303,19 +363,27 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_f32_vec(a.len(), bytemuck::cast_slice(a), bytemuck::cast_slice(b))
 }
 
-/// `gated_delta_net`: chunk `chunk` of `n_chunks` over the (value head, sequence) pairs, each
-/// a scan of its own (the split does not change any bit). ggml's CPU arithmetic: the state
-/// `M` (row `j` = column `j` of S) scaled by `expf(g)`, `δ_j = (v_j − M_j·k)·β` with
-/// `ggml_vec_dot_f32`, `M_j += k·δ_j` fused, `o_j = (M_j·q)·scale`.
+/// `gated_delta_net` (and, `in_place`, `gated_delta_net_in_place`): chunk `chunk` of
+/// `n_chunks` over the (value head, sequence) pairs, each a scan of its own (the split does
+/// not change any bit). ggml's CPU arithmetic: the state `M` (row `j` = column `j` of S)
+/// scaled by `expf(g)`, `δ_j = (v_j − M_j·k)·β` with `ggml_vec_dot_f32`, `M_j += k·δ_j`
+/// fused, `o_j = (M_j·q)·scale`. The states are updated in `dst` after the outputs, from a
+/// copy of `src5`'s, or, in place, where they lie in row `ids[s]` of `src5`.
 ///
 /// # Safety
-/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides.
-pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize) {
+/// See [`crate::kernels::compute_chunk`]; the builder checked shapes and strides, and that
+/// in place the states share no storage with the other operands.
+pub(crate) unsafe fn gated_delta_net(
+    task: &Task,
+    in_place: bool,
+    chunk: usize,
+    n_chunks: usize,
+) -> Result<()> {
     let d = &task.dst;
     let src = |i: usize| {
         task.src[i]
             .as_ref()
-            .expect("gated_delta_net has six sources")
+            .expect("gated_delta_net has its sources")
     };
     let (q, k, v, g, beta, s_in) = (src(0), src(1), src(2), src(3), src(4), src(5));
     let [sv, h_v, n_t, n_s] = v.ne;
@@ -324,19 +392,36 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize)
     let scale = 1.0 / (sv as f32).sqrt();
     let out = d.data as *mut f32;
     let o_len = sv * h_v * n_t * n_s;
+    let rows = match in_place {
+        // SAFETY: in place, src6 is the ids the builder checked.
+        true => Some(unsafe { state_rows("GATED_DELTA_NET", src(6), s_in.ne[3])? }),
+        false => None,
+    };
     for ir in split_range(h_v * n_s, n_chunks, chunk) {
         let (iv1, iv3) = (ir % h_v, ir / h_v);
         let (iq1, ik1) = (iv1 % h_q, iv1 % h_k);
         let (iq3, ik3) = (iv3 / rq3, iv3 / rk3);
-        // SAFETY: this pair's states lie in dst after the outputs (the builder sized it) and
-        // belong to this chunk only.
-        let m = unsafe {
-            std::slice::from_raw_parts_mut(out.add(o_len + (iv3 * h_v + iv1) * sv * sv), sv * sv)
+        let m: &mut [f32] = match &rows {
+            // SAFETY: head iv1 of row rows[iv3] is dense (checked by the builder), in src5;
+            // the rows are distinct and the pair (iv1, iv3) belongs to this chunk only.
+            Some(rows) => unsafe { states_mut(s_in, iv1, rows[iv3], sv * sv) },
+            None => {
+                // SAFETY: this pair's states lie in dst after the outputs (the builder sized
+                // it) and belong to this chunk only.
+                let m = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        out.add(o_len + (iv3 * h_v + iv1) * sv * sv),
+                        sv * sv,
+                    )
+                };
+                for j in 0..sv {
+                    // SAFETY: indices within the shapes the builder checked; inputs are not
+                    // written.
+                    m[j * sv..(j + 1) * sv].copy_from_slice(unsafe { row(s_in, j, iv1, iv3) });
+                }
+                m
+            }
         };
-        for j in 0..sv {
-            // SAFETY: indices within the shapes the builder checked; inputs are not written.
-            m[j * sv..(j + 1) * sv].copy_from_slice(unsafe { row(s_in, j, iv1, iv3) });
-        }
         for t in 0..n_t {
             // SAFETY: indices within the shapes the builder checked; inputs are not written.
             let (qd, kd, vd) = unsafe {
@@ -364,4 +449,5 @@ pub(crate) unsafe fn gated_delta_net(task: &Task, chunk: usize, n_chunks: usize)
             }
         }
     }
+    Ok(())
 }

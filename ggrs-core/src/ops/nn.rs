@@ -170,7 +170,7 @@ impl Context {
             }
         }
         let t = self.new_view(dst, Op::SetRows, nd, nbd, 0)?;
-        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids), None, None, None];
+        self.meta_mut(t)?.src = [Some(dst), Some(src), Some(ids), None, None, None, None];
         Ok(t)
     }
 

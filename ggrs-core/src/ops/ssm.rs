@@ -85,6 +85,71 @@ impl Context {
         b: Tensor,
         c: Tensor,
     ) -> Result<Tensor> {
+        let [head_dim, n_head, n_t, n_s] = self.check_ssm_scan(s, x, dt, a, b, c, None)?;
+        let d_state = self.meta(s)?.ne[0];
+        let len = head_dim * n_head * n_t * n_s + d_state * head_dim * n_head * n_s;
+        self.new_tensor_with(
+            DType::F32,
+            [len, 1, 1, 1],
+            Op::SsmScan { in_place: false },
+            [Some(s), Some(x), Some(dt), Some(a), Some(b), Some(c)],
+        )
+    }
+
+    /// [`Context::ssm_scan`] on states kept where they lie (ggml's `ggml_ssm_scan` with its
+    /// `ids`, and the write-back of the new states without a copy): sequence `j` reads the
+    /// states of row `ids[j]` of `s` and the scan updates them there, as it goes. The same
+    /// arithmetic, so the same bits, as [`Context::ssm_scan`] on those rows.
+    ///
+    /// - `s`: `[d_state, head_dim, n_head, n_rows]` f32 in the arena (writable), each row
+    ///   dense (`nb[3]` free: rows of a cache);
+    /// - `ids`: `[n_s]` i32, distinct, in `0..n_rows` (checked when the graph runs);
+    /// - `x`, `dt`, `a`, `b`, `c`: as [`Context::ssm_scan`]'s, not sharing storage with `s`;
+    /// - result: `y`, `[head_dim, n_head, n_t, n_s]` f32; rows `ids` of `s` hold the states
+    ///   after the step once it ran (an error while running may leave them half updated).
+    #[allow(clippy::too_many_arguments)]
+    pub fn ssm_scan_in_place(
+        &mut self,
+        s: Tensor,
+        ids: Tensor,
+        x: Tensor,
+        dt: Tensor,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor,
+    ) -> Result<Tensor> {
+        let ne = self.check_ssm_scan(s, x, dt, a, b, c, Some(ids))?;
+        self.check_in_place_states("SSM_SCAN", s, ids, ne[3], &[x, dt, a, b, c])?;
+        self.new_tensor_with(
+            DType::F32,
+            ne,
+            Op::SsmScan { in_place: true },
+            [
+                Some(s),
+                Some(x),
+                Some(dt),
+                Some(a),
+                Some(b),
+                Some(c),
+                Some(ids),
+            ],
+        )
+    }
+
+    /// The operand checks of [`Context::ssm_scan`] (with `ids`: of
+    /// [`Context::ssm_scan_in_place`], whose states may have any number of rows); returns
+    /// `x`'s shape `[head_dim, n_head, n_t, n_s]`.
+    #[allow(clippy::too_many_arguments)]
+    fn check_ssm_scan(
+        &self,
+        s: Tensor,
+        x: Tensor,
+        dt: Tensor,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor,
+        ids: Option<Tensor>,
+    ) -> Result<[usize; 4]> {
         const OP: &str = "SSM_SCAN";
         let ms = self.expect_type(OP, "s", s, &[DType::F32])?;
         let (ns, sb) = (ms.ne, ms.nb);
@@ -103,7 +168,9 @@ impl Context {
         let [head_dim, n_head, n_t, n_s] = nx;
         let d_state = ns[0];
         let n_group = nbb[1];
-        let shapes_ok = ns == [d_state, head_dim, n_head, n_s]
+        // In place, the states are every row of a cache, the step's picked by `ids`.
+        let s_rows = if ids.is_some() { ns[3] } else { n_s };
+        let shapes_ok = ns == [d_state, head_dim, n_head, s_rows]
             && ndt == [n_head, n_t, n_s, 1]
             && na == [1, n_head, 1, 1]
             && nbb == [d_state, n_group, n_t, n_s]
@@ -111,13 +178,14 @@ impl Context {
             && n_group > 0
             && n_head.is_multiple_of(n_group);
         if !shapes_ok {
+            let rows = if ids.is_some() { "n_rows" } else { "n_s" };
             return Err(shape_err(
                 OP,
                 nx,
                 nbb,
                 format!(
                     "x [head_dim, n_head, n_t, n_s] = {nx:?} needs s [d_state, head_dim, \
-                     n_head, n_s] (is {ns:?}), dt [n_head, n_t, n_s] (is {ndt:?}), A [1, \
+                     n_head, {rows}] (is {ns:?}), dt [n_head, n_t, n_s] (is {ndt:?}), A [1, \
                      n_head] (is {na:?}), B and C [d_state, n_group, n_t, n_s] with n_group \
                      dividing n_head (are {nbb:?}, {ncc:?})"
                 ),
@@ -133,13 +201,39 @@ impl Context {
                     .into(),
             });
         }
-        let len = head_dim * n_head * n_t * n_s + d_state * head_dim * n_head * n_s;
-        self.new_tensor_with(
-            DType::F32,
-            [len, 1, 1, 1],
-            Op::SsmScan,
-            [Some(s), Some(x), Some(dt), Some(a), Some(b), Some(c)],
-        )
+        Ok(nx)
+    }
+
+    /// What an op that updates recurrent states in place needs of them: `states` writable
+    /// and sharing storage with none of `inputs` nor `ids`, which is `[n_s]` i32, contiguous.
+    fn check_in_place_states(
+        &self,
+        op: &'static str,
+        states: Tensor,
+        ids: Tensor,
+        n_s: usize,
+        inputs: &[Tensor],
+    ) -> Result<()> {
+        let mi = self.expect_type(op, "ids", ids, &[DType::I32])?;
+        if mi.ne != [n_s, 1, 1, 1] || !mi.is_contiguous() {
+            return Err(shape_err(
+                op,
+                mi.ne,
+                [n_s, 1, 1, 1],
+                "ids must be [n_s] i32, contiguous: one states row per sequence",
+            ));
+        }
+        self.expect_writable(op, states)?;
+        for &t in inputs.iter().chain([&ids]) {
+            if self.shares_storage(states, t)? {
+                return Err(Error::Overlap {
+                    op,
+                    a: self.display_name(states),
+                    b: self.display_name(t),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// `1 / (1 + e^−a)` element-wise (ggml's `ggml_sigmoid`, the C library's `expf`). Any
@@ -180,16 +274,67 @@ impl Context {
         beta: Tensor,
         state: Tensor,
     ) -> Result<Tensor> {
+        let [s_v, h_v, n_t, n_s] = self.check_gated_delta_net([q, k, v, g, beta, state], false)?;
+        let len = s_v * h_v * n_t * n_s + s_v * s_v * h_v * n_s;
+        self.new_tensor_with(
+            DType::F32,
+            [len, 1, 1, 1],
+            Op::GatedDeltaNet { in_place: false },
+            [Some(q), Some(k), Some(v), Some(g), Some(beta), Some(state)],
+        )
+    }
+
+    /// [`Context::gated_delta_net`] on states kept where they lie: sequence `j` reads the
+    /// state of row `ids[j]` of `state` and the rule updates it there, token by token. The
+    /// same arithmetic, so the same bits, as [`Context::gated_delta_net`] on those rows.
+    ///
+    /// - `state`: `[S_v, S_v, H_v, n_rows]` f32 in the arena (writable), each row dense
+    ///   (`nb[3]` free: rows of a cache);
+    /// - `ids`: `[n_s]` i32, distinct, in `0..n_rows` (checked when the graph runs);
+    /// - `q`, `k`, `v`, `g`, `beta`: as [`Context::gated_delta_net`]'s, not sharing storage
+    ///   with `state`;
+    /// - result: the outputs `[S_v, H_v, n_t, n_s]` f32; rows `ids` of `state` hold the
+    ///   states after the step once it ran (an error while running may leave them half
+    ///   updated).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gated_delta_net_in_place(
+        &mut self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        g: Tensor,
+        beta: Tensor,
+        state: Tensor,
+        ids: Tensor,
+    ) -> Result<Tensor> {
+        let ne = self.check_gated_delta_net([q, k, v, g, beta, state], true)?;
+        self.check_in_place_states("GATED_DELTA_NET", state, ids, ne[3], &[q, k, v, g, beta])?;
+        self.new_tensor_with(
+            DType::F32,
+            ne,
+            Op::GatedDeltaNet { in_place: true },
+            [
+                Some(q),
+                Some(k),
+                Some(v),
+                Some(g),
+                Some(beta),
+                Some(state),
+                Some(ids),
+            ],
+        )
+    }
+
+    /// The operand checks of [`Context::gated_delta_net`] (`in_place`: of
+    /// [`Context::gated_delta_net_in_place`], whose states may have any number of rows);
+    /// returns `v`'s shape `[S_v, H_v, n_t, n_s]`.
+    fn check_gated_delta_net(&self, operands: [Tensor; 6], in_place: bool) -> Result<[usize; 4]> {
         const OP: &str = "GATED_DELTA_NET";
         let mut metas = Vec::with_capacity(6);
-        for (what, t) in [
-            ("q", q),
-            ("k", k),
-            ("v", v),
-            ("g", g),
-            ("beta", beta),
-            ("state", state),
-        ] {
+        for (what, t) in ["q", "k", "v", "g", "beta", "state"]
+            .into_iter()
+            .zip(operands)
+        {
             let m = self.expect_type(OP, what, t, &[DType::F32])?;
             metas.push((m.ne, m.nb));
         }
@@ -198,14 +343,16 @@ impl Context {
         };
         let [s_v, h_v, n_t, n_s] = nv;
         let h_k = nq[1];
+        let s_rows = if in_place { ns[3] } else { n_s };
         let shapes_ok = nq == [s_v, h_k, n_t, n_s]
             && nk == nq
             && h_k > 0
             && h_v.is_multiple_of(h_k)
             && ng == [1, h_v, n_t, n_s]
             && nbt == ng
-            && ns == [s_v, s_v, h_v, n_s];
+            && ns == [s_v, s_v, h_v, s_rows];
         if !shapes_ok {
+            let rows = if in_place { "n_rows" } else { "n_s" };
             return Err(shape_err(
                 OP,
                 nv,
@@ -214,7 +361,7 @@ impl Context {
                     "v [S_v, H_v, n_t, n_s] = {nv:?} needs q and k [S_v, H_k, n_t, n_s] with \
                      H_k dividing H_v (are {nq:?}, {nk:?}), g and beta [1, H_v, n_t, n_s] \
                      (are {ng:?}, {nbt:?}; per-channel decays are not supported), state \
-                     [S_v, S_v, H_v, n_s] (is {ns:?})"
+                     [S_v, S_v, H_v, {rows}] (is {ns:?})"
                 ),
             ));
         }
@@ -230,12 +377,6 @@ impl Context {
                     .into(),
             });
         }
-        let len = s_v * h_v * n_t * n_s + s_v * s_v * h_v * n_s;
-        self.new_tensor_with(
-            DType::F32,
-            [len, 1, 1, 1],
-            Op::GatedDeltaNet,
-            [Some(q), Some(k), Some(v), Some(g), Some(beta), Some(state)],
-        )
+        Ok(nv)
     }
 }

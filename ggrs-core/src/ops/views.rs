@@ -269,7 +269,7 @@ impl Context {
             });
         }
         let t = self.new_view(b, Op::Cpy, nbe, nbb, 0)?;
-        self.meta_mut(t)?.src = [Some(a), Some(b), None, None, None, None];
+        self.meta_mut(t)?.src = [Some(a), Some(b), None, None, None, None, None];
         Ok(t)
     }
 }

@@ -26,7 +26,9 @@ use crate::hparams::{HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::recurrent_cache::{conv_input, layer_state, ssm_key, RecurrentCache};
-use crate::step::{read_state, write_state, StepInputs, StepShape};
+use crate::step::{
+    read_conv_state, ssm_states, state_rows, write_conv_state, StepInputs, StepShape,
+};
 
 /// The `granitehybrid` architecture.
 #[derive(Debug, Clone, Copy, Default)]
@@ -289,7 +291,7 @@ impl GraniteHybridModel {
         } = self.dims;
         let (n, n_s) = (shape.n_tokens, shape.n_seqs);
         let n_t = n / n_s;
-        let (conv_dim, head_dim, width) = (self.dims.conv_dim(), d_inner / n_head, rs.width);
+        let (conv_dim, head_dim) = (self.dims.conv_dim(), d_inner / n_head);
         let zxbcdt = ctx.mul_mat(w[m.ssm_in], h)?; // [d_in_proj, n]
         let row = ctx.meta(zxbcdt)?.nb[1];
         let z = ctx.view_2d(zxbcdt, d_inner, n, row, 0)?;
@@ -298,8 +300,9 @@ impl GraniteHybridModel {
         let dt = ctx.view_2d(zxbcdt, n_head, n, row, 4 * (d_inner + conv_dim))?;
 
         // The convolution over the carried inputs and this step's.
-        let state = read_state(ctx, rs, inp, r)?; // [width, n_s]
-        let (conv_x, new_conv) = conv_input(ctx, rs, state, xbc, d_conv)?;
+        let state = read_conv_state(ctx, rs, inp, r, keeps.conv)?; // [conv, n_s]
+        let (conv_x, new_conv) = conv_input(ctx, state, xbc, d_conv)?;
+        write_conv_state(ctx, rs, inp, r, new_conv)?;
         let xbc = ctx.ssm_conv(conv_x, w[m.conv1d])?; // [conv_dim, n_t, n_s]
         let xbc = ctx.add(xbc, w[m.conv1d_b])?;
         let xbc = ctx.silu(xbc)?;
@@ -320,22 +323,10 @@ impl GraniteHybridModel {
         let dt = ctx.cont(dt)?;
         let dt = ctx.add(dt, w[m.dt_b])?;
         let dt = ctx.reshape_3d(dt, n_head, n_t, n_s)?;
-        let ssm = ctx.view_4d(
-            state,
-            [d_state, head_dim, n_head, n_s],
-            4 * d_state,
-            4 * d_state * head_dim,
-            4 * width,
-            4 * keeps.conv,
-        )?;
-        let y_ssm = ctx.ssm_scan(ssm, x, dt, w[m.a], bx, cx)?;
-        let y_len = d_inner * n;
-        let new_ssm = ctx.view_2d(y_ssm, keeps.ssm, n_s, 4 * keeps.ssm, 4 * y_len)?;
-        let new_state = ctx.concat(new_conv, new_ssm, 0)?;
-        write_state(ctx, rs, inp, r, new_state)?;
-
-        let y = ctx.view_1d(y_ssm, y_len, 0)?;
-        let y = ctx.reshape_4d(y, head_dim, n_head, n_t, n_s)?;
+        // Every sequence's states updated where they lie in the cache (no copy in or out).
+        let ssm = ssm_states(ctx, rs, keeps.conv, [d_state, head_dim, n_head])?;
+        let rows = state_rows(ctx, inp, r)?;
+        let y = ctx.ssm_scan_in_place(ssm, rows, x, dt, w[m.a], bx, cx)?; // [head_dim, n_head, n_t, n_s]
         let xd = ctx.mul(x, w[m.d])?;
         let y = ctx.add(y, xd)?;
         let y = ctx.reshape_2d(y, d_inner, n)?;

@@ -30,7 +30,7 @@ use crate::hparams::{get_usize, HParams, RecurrentLayer};
 use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::recurrent_cache::{conv_input, layer_state, RecurrentCache};
-use crate::step::{read_state, write_state, StepInputs, StepShape};
+use crate::step::{read_conv_state, write_conv_state, StepInputs, StepShape};
 
 /// The `lfm2` architecture.
 #[derive(Debug, Clone, Copy, Default)]
@@ -169,7 +169,7 @@ impl Lfm2Model {
         sc: &ShortConv,
         h: Tensor,
     ) -> Result<Tensor> {
-        let (r, _) = layer_state(Some(rs), il)?;
+        let (r, keeps) = layer_state(Some(rs), il)?;
         let (e, n, n_s) = (hp.n_embd, shape.n_tokens, shape.n_seqs);
         let n_t = n / n_s;
         let bcu = ctx.mul_mat(w[sc.in_proj], h)?; // [3e, n]
@@ -179,9 +179,9 @@ impl Lfm2Model {
         let u = ctx.view_2d(bcu, e, n, row, 8 * e)?;
         let bu = ctx.mul(b, u)?; // [e, n]
         let bu = ctx.reshape_3d(bu, e, n_t, n_s)?;
-        let state = read_state(ctx, rs, inp, r)?; // [width, n_s]
-        let (sx, new_state) = conv_input(ctx, rs, state, bu, self.l_cache)?;
-        write_state(ctx, rs, inp, r, new_state)?;
+        let state = read_conv_state(ctx, rs, inp, r, keeps.conv)?; // [conv, n_s]
+        let (sx, new_state) = conv_input(ctx, state, bu, self.l_cache)?;
+        write_conv_state(ctx, rs, inp, r, new_state)?;
         let conv = ctx.ssm_conv(sx, w[sc.conv])?; // [e, n_t, n_s]
         let conv = ctx.reshape_2d(conv, e, n)?;
         let y = ctx.mul(c, conv)?;

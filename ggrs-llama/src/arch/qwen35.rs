@@ -34,7 +34,8 @@ use crate::kv_cache::KvCache;
 use crate::loader::{ImportedWeights, WeightId, WeightLoader};
 use crate::recurrent_cache::{conv_input, layer_state, ssm_key, RecurrentCache};
 use crate::step::{
-    cached_attention_scaled, read_state, write_state, AttnDims, StepInputs, StepShape,
+    cached_attention_scaled, read_conv_state, ssm_states, state_rows, write_conv_state, AttnDims,
+    StepInputs, StepShape,
 };
 
 /// The `qwen35` architecture.
@@ -339,7 +340,7 @@ impl<F: FeedForward> Qwen35Model<F> {
         } = self.dims;
         let (n, n_s) = (shape.n_tokens, shape.n_seqs);
         let n_t = n / n_s;
-        let (conv_dim, width) = (self.dims.conv_dim(), rs.width);
+        let conv_dim = self.dims.conv_dim();
         let qkv = ctx.mul_mat(w[m.qkv], h)?; // [conv_dim, n]
         let z = ctx.mul_mat(w[m.gate], h)?; // [nv·d, n]
         let beta = ctx.mul_mat(w[m.beta], h)?; // [nv, n]
@@ -352,9 +353,10 @@ impl<F: FeedForward> Qwen35Model<F> {
         let g = ctx.reshape_4d(g, 1, nv, n_t, n_s)?;
 
         // The convolution over the carried inputs and this step's.
-        let state = read_state(ctx, rs, inp, r)?; // [width, n_s]
+        let state = read_conv_state(ctx, rs, inp, r, keeps.conv)?; // [conv, n_s]
         let qkv = ctx.reshape_3d(qkv, conv_dim, n_t, n_s)?;
-        let (conv_x, new_conv) = conv_input(ctx, rs, state, qkv, d_conv)?;
+        let (conv_x, new_conv) = conv_input(ctx, state, qkv, d_conv)?;
+        write_conv_state(ctx, rs, inp, r, new_conv)?;
         let conv = ctx.ssm_conv(conv_x, w[m.conv1d])?; // [conv_dim, n_t, n_s]
         let conv = ctx.silu(conv)?;
 
@@ -369,23 +371,12 @@ impl<F: FeedForward> Qwen35Model<F> {
         let k = ctx.rms_norm(k, eps)?;
         let k = ctx.scale(k, inv)?;
 
-        let s = ctx.view_4d(
-            state,
-            [d, d, nv, n_s],
-            4 * d,
-            4 * d * d,
-            4 * width,
-            4 * keeps.conv,
-        )?;
-        let out = ctx.gated_delta_net(q, k, v, g, beta, s)?;
-        let o_len = d * nv * n;
-        let new_ssm = ctx.view_2d(out, keeps.ssm, n_s, 4 * keeps.ssm, 4 * o_len)?;
-        let new_state = ctx.concat(new_conv, new_ssm, 0)?;
-        write_state(ctx, rs, inp, r, new_state)?;
+        // Every sequence's state updated where it lies in the cache (no copy in or out).
+        let s = ssm_states(ctx, rs, keeps.conv, [d, d, nv])?;
+        let rows = state_rows(ctx, inp, r)?;
+        let o = ctx.gated_delta_net_in_place(q, k, v, g, beta, s, rows)?; // [d, nv, n_t, n_s]
 
         // Gated RMSNorm per head, then the output projection.
-        let o = ctx.view_1d(out, o_len, 0)?;
-        let o = ctx.reshape_4d(o, d, nv, n_t, n_s)?;
         let o = ctx.rms_norm_mul(o, w[m.norm], hp.rms_eps)?;
         let z = ctx.reshape_4d(z, d, nv, n_t, n_s)?;
         let z = ctx.silu(z)?;
