@@ -266,6 +266,26 @@ mod tests {
     }
 
     #[test]
+    fn an_in_place_state_update_is_not_in_an_epoch_with_a_reader_of_the_states() {
+        let mut c = ctx();
+        // Delta-rule states of 2 rows (8 × 8 per head, 1 head), one sequence.
+        let states = c.new_tensor_4d(DType::F32, 8, 8, 1, 2).unwrap();
+        let q = c.new_tensor_4d(DType::F32, 8, 1, 1, 1).unwrap();
+        let g = c.new_tensor_4d(DType::F32, 1, 1, 1, 1).unwrap();
+        let ids = c.new_tensor_1d(DType::I32, 1).unwrap();
+        let other = c.new_tensor_1d(DType::F32, 8).unwrap();
+        // The update writes the states but its result is elsewhere: a node reading the
+        // states, and one independent of them, come after it.
+        let o = c
+            .gated_delta_net_in_place(q, q, q, g, g, states, ids)
+            .unwrap();
+        let r = c.scale(states, 2.0).unwrap();
+        let free = c.scale(other, 2.0).unwrap();
+        let (s, nodes) = sched_of(&mut c, &[o, free, r]);
+        assert_eq!(epochs(&s, &nodes), vec![vec![o, free], vec![r]]);
+    }
+
+    #[test]
     fn mul_mats_of_the_same_activations_share_one_conversion() {
         let mut c = ctx();
         let h = c.new_tensor_2d(DType::F32, 64, 1).unwrap();
