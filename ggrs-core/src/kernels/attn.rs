@@ -922,10 +922,15 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
             }
         }
         #[cfg(target_arch = "x86_64")]
-        let blocked = FAST && x86_512 && {
-            // SAFETY: AVX-512 F (checked); the q tile holds TILE_Q rows of dk, the key tile
-            // dk rows of TILE_KV, the scores TILE_Q rows of TILE_KV.
-            unsafe { x86::scores_512(qt, kt, kq, rows, dk) };
+        let blocked = FAST && {
+            if x86_512 {
+                // SAFETY: AVX-512 F (checked); the q tile holds TILE_Q rows of dk, the key
+                // tile dk rows of TILE_KV, the scores TILE_Q rows of TILE_KV.
+                unsafe { x86::scores_512(qt, kt, kq, rows, dk) };
+            } else {
+                // SAFETY: FAST: the CPU has AVX2 and FMA; the tiles as above.
+                unsafe { x86::scores_avx2(qt, kt, kq, rows, dk) };
+            }
             true
         };
         #[cfg(not(target_arch = "x86_64"))]
@@ -993,6 +998,19 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
             // SAFETY: AVX-512 F (checked); rows `active` of the weights (TILE_KV each) and
             // of the accumulators (dv each), TILE_KV value rows of dv.
             unsafe { x86::weighted_values_512(kq, vt, acc, &active[..n_active], dv) };
+            continue;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if FAST && dv % 32 == 0 {
+            let mut active = [0usize; TILE_Q];
+            let mut n_active = 0;
+            for r in (0..rows).filter(|&r| !skip[r]) {
+                active[n_active] = r;
+                n_active += 1;
+            }
+            // SAFETY: FAST: the CPU has AVX2 and FMA; rows `active` of the weights (TILE_KV
+            // each) and of the accumulators (dv each), TILE_KV value rows of dv.
+            unsafe { x86::weighted_values_avx2(kq, vt, acc, &active[..n_active], dv) };
             continue;
         }
         for r in 0..rows {
@@ -1483,6 +1501,65 @@ mod x86_tests {
                 assert!(
                     same(y, want),
                     "round_to_f16({x:e}) = {y:e}, portable {want:e}"
+                );
+            }
+        }
+    }
+
+    /// The AVX2 score and value tiles of the tiled kernel give the portable loops' bits
+    /// (the same FMA chains), for partial row blocks, skipped rows and several head sizes.
+    #[test]
+    fn avx2_tiles_equal_the_portable_loops() {
+        if isa() < Isa::Avx2 {
+            return;
+        }
+        let (tq, tkv) = (super::TILE_Q, super::TILE_KV);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for dk in [32, 64, 96, 128, 256] {
+            for rows in [1, 2, 3, 37, tq] {
+                let qt: Vec<f32> = (0..tq * dk).map(|_| rng(&mut seed) * 3.0).collect();
+                let kt: Vec<f32> = (0..dk * tkv).map(|_| rng(&mut seed)).collect();
+                let mut got = vec![7.0f32; tq * tkv];
+                // SAFETY: AVX2 (checked; this level implies FMA); tiles of the sizes asked.
+                unsafe { scores_avx2(&qt, &kt, &mut got, rows, dk) };
+                for r in 0..rows {
+                    let mut want = vec![0f32; tkv];
+                    for d in 0..dk {
+                        super::fma_into_body(
+                            &mut want,
+                            qt[r * dk + d],
+                            &kt[d * tkv..(d + 1) * tkv],
+                        );
+                    }
+                    let g = &got[r * tkv..(r + 1) * tkv];
+                    assert!(
+                        g.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "scores dk={dk} rows={rows} r={r}"
+                    );
+                }
+                let dv = dk;
+                let kq: Vec<f32> = (0..tq * tkv).map(|_| rng(&mut seed).abs()).collect();
+                let vt: Vec<f32> = (0..tkv * dv).map(|_| rng(&mut seed)).collect();
+                let acc0: Vec<f32> = (0..tq * dv).map(|_| rng(&mut seed)).collect();
+                let active: Vec<usize> = (0..rows).filter(|r| r % 5 != 3).collect();
+                let mut got = acc0.clone();
+                // SAFETY: as above; dv is a multiple of 32, rows below TILE_Q.
+                unsafe { weighted_values_avx2(&kq, &vt, &mut got, &active, dv) };
+                let mut want = acc0.clone();
+                for &r in &active {
+                    for c in 0..tkv {
+                        super::fma_into_body(
+                            &mut want[r * dv..(r + 1) * dv],
+                            kq[r * tkv + c],
+                            &vt[c * dv..(c + 1) * dv],
+                        );
+                    }
+                }
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "values dv={dv} rows={rows}"
                 );
             }
         }

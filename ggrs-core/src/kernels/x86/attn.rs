@@ -753,3 +753,101 @@ pub(crate) unsafe fn weighted_values_512(
         }
     }
 }
+
+/// Query rows per register block of [`scores_avx2`] and [`weighted_values_avx2`].
+const RB2: usize = 2;
+/// Eight-lane registers per row of those blocks (32 columns or values).
+const W2: usize = 4;
+
+/// [`scores_512`] for AVX2 + FMA: the same FMA chains (each score `s = fma(q[r][d], k[d][c],
+/// s)` over `d` in order from 0), two rows by thirty-two columns held in registers.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `qt` holds `TILE_Q · dk` values, `kt` `dk · TILE_KV`,
+/// `kq` `TILE_Q · TILE_KV`; `rows ≤ TILE_Q`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn scores_avx2(qt: &[f32], kt: &[f32], kq: &mut [f32], rows: usize, dk: usize) {
+    use std::arch::x86_64::__m256;
+    const COLS: usize = 8 * W2;
+    const _: () = assert!(TILE_KV.is_multiple_of(COLS) && TILE_Q.is_multiple_of(RB2));
+    assert!(qt.len() >= TILE_Q * dk && kt.len() >= dk * TILE_KV);
+    assert!(kq.len() >= TILE_Q * TILE_KV && rows <= TILE_Q);
+    for r0 in (0..rows).step_by(RB2) {
+        for c0 in (0..TILE_KV).step_by(COLS) {
+            // Rows past `rows` (still inside the tile) are computed and dropped.
+            let mut s = [[_mm256_setzero_ps(); W2]; RB2];
+            for d in 0..dk {
+                // SAFETY: d < dk, c0 + COLS ≤ TILE_KV: inside row d of the key tile.
+                let k: [__m256; W2] = std::array::from_fn(|j| unsafe {
+                    _mm256_loadu_ps(kt.as_ptr().add(d * TILE_KV + c0 + 8 * j))
+                });
+                for (i, si) in s.iter_mut().enumerate() {
+                    // r0 + i < TILE_Q (r0 is a multiple of RB2 below rows ≤ TILE_Q).
+                    let q = _mm256_set1_ps(qt[(r0 + i) * dk + d]);
+                    for (x, &kj) in si.iter_mut().zip(&k) {
+                        *x = _mm256_fmadd_ps(q, kj, *x);
+                    }
+                }
+            }
+            for (i, si) in s.iter().enumerate().take(rows - r0) {
+                for (j, &x) in si.iter().enumerate() {
+                    let o = (r0 + i) * TILE_KV + c0 + 8 * j;
+                    // SAFETY: o + 8 ≤ TILE_Q · TILE_KV ≤ kq.len().
+                    unsafe { _mm256_storeu_ps(kq.as_mut_ptr().add(o), x) };
+                }
+            }
+        }
+    }
+}
+
+/// [`weighted_values_512`] for AVX2 + FMA: the same FMA chains (`y = fma(w[r][c], v[c][e],
+/// y)` over the tile's keys in order), two rows by thirty-two values held in registers.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `dv` is a multiple of 32; `kq` holds `TILE_Q · TILE_KV`
+/// values, `vt` `TILE_KV · dv`, `acc` `TILE_Q · dv`; every row in `active` is below
+/// `TILE_Q`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn weighted_values_avx2(
+    kq: &[f32],
+    vt: &[f32],
+    acc: &mut [f32],
+    active: &[usize],
+    dv: usize,
+) {
+    use std::arch::x86_64::__m256;
+    const KV: usize = TILE_KV;
+    assert!(dv.is_multiple_of(8 * W2) && kq.len() >= TILE_Q * KV);
+    assert!(vt.len() >= KV * dv && acc.len() >= TILE_Q * dv);
+    assert!(active.iter().all(|&r| r < TILE_Q));
+    for rows in active.chunks(RB2) {
+        // A short block repeats its first row in the spare lanes (computed, not stored).
+        let row: [usize; RB2] = std::array::from_fn(|i| rows.get(i).copied().unwrap_or(rows[0]));
+        for e0 in (0..dv).step_by(8 * W2) {
+            let mut y: [[__m256; W2]; RB2] = std::array::from_fn(|i| {
+                std::array::from_fn(|j| {
+                    // SAFETY: row[i] < TILE_Q and e0 + 8·(j + 1) ≤ dv, inside `acc`.
+                    unsafe { _mm256_loadu_ps(acc.as_ptr().add(row[i] * dv + e0 + 8 * j)) }
+                })
+            });
+            for c in 0..KV {
+                let v: [__m256; W2] = std::array::from_fn(|j| {
+                    // SAFETY: c < KV and e0 + 8·(j + 1) ≤ dv, inside `vt`.
+                    unsafe { _mm256_loadu_ps(vt.as_ptr().add(c * dv + e0 + 8 * j)) }
+                });
+                for (i, yi) in y.iter_mut().enumerate() {
+                    let w = _mm256_set1_ps(kq[row[i] * KV + c]);
+                    for (x, &vj) in yi.iter_mut().zip(&v) {
+                        *x = _mm256_fmadd_ps(w, vj, *x);
+                    }
+                }
+            }
+            for (i, yi) in y.iter().enumerate().take(rows.len()) {
+                for (j, &x) in yi.iter().enumerate() {
+                    // SAFETY: as the loads (row[i] < TILE_Q, e0 + 8·W2 ≤ dv).
+                    unsafe { _mm256_storeu_ps(acc.as_mut_ptr().add(row[i] * dv + e0 + 8 * j), x) };
+                }
+            }
+        }
+    }
+}
