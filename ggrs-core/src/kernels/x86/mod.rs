@@ -102,6 +102,8 @@ pub(crate) use target_features;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod attn;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod attn_quant;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
