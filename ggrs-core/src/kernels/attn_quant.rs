@@ -508,7 +508,7 @@ mod tests {
         for &kt in &types {
             for &vt in &types {
                 case += 1;
-                let d = if case % 3 == 0 { 128 } else { 64 };
+                let d = if case.is_multiple_of(3) { 128 } else { 64 };
                 let gs = [1, 3, 9][case % 3];
                 let (hkv, n_q, n_kv) = (2, 2, 37 + case % 5);
                 let h = gs * hkv;

@@ -108,7 +108,7 @@ unsafe fn codes(t: Block, p: *const u8) -> (__m128i, __m128i, f32, f32) {
             _mm_and_si128(_mm_srli_epi16::<4>(x), low),
         )
     };
-    // SAFETY (every load below): the block's bytes lie at p (caller); each 16-byte load
+    // SAFETY: every load below reads the block's bytes at p (caller): each 16-byte load
     // ends at or before the block's end.
     unsafe {
         let d = half(p);
