@@ -20,7 +20,8 @@ while (($#)); do
     shift
     case $a in
         --port | --host | --ctx-size | -c | --parallel | -np | --n-predict | -n | --batch-size | -b | \
-            --threads | -t | --alias | --api-key | --pooling | --reasoning-format | --reasoning | -rea)
+            --threads | -t | --alias | --api-key | --pooling | --reasoning-format | --reasoning | -rea | \
+            --keep)
             args+=("$a" "$1")
             shift
             ;;
@@ -41,6 +42,7 @@ while (($#)); do
         --embedding | --embeddings) args+=(--embeddings) ;;
         --reranking | --rerank) args+=(--reranking) ;;
         --metrics) args+=(--metrics) ;;
+        --context-shift | --no-context-shift) args+=("$a") ;;
         --no-ui | --no-webui) args+=(--no-webui) ;;
         *) ;; # --jinja, --no-jinja, --slots, --no-slots, --cont-batching, --offline, …
     esac

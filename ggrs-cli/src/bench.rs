@@ -6,7 +6,9 @@
 //! runs once to warm up, then `--reps` times; the table gives mean ± standard deviation
 //! and the median.
 //!
-//! `-d 0,1024` runs every test at each depth. The repetitions of a test at its depths are
+//! `-d 0,1024` runs every test at each depth. A single depth's context is evaluated once
+//! (random tokens) and kept for every repetition, as llama-bench keeps it; with several
+//! depths each repetition evaluates its depth again. The repetitions of a test at its depths are
 //! interleaved (rep 1 at every depth, then rep 2, …), so that a drift of the machine's speed
 //! during the run (memory bandwidth on shared hosts) hits every depth alike; each depth after
 //! the first also gets its speed relative to the first depth, as the median of the per-rep
@@ -293,6 +295,8 @@ pub fn run(a: Args) -> CliResult {
             let mut speeds = vec![Vec::with_capacity(a.reps); nd];
             let mut profs: Vec<Profile> = (0..nd).map(|_| Profile::default()).collect();
             let mut read = Vec::new();
+            // (depth index, recurrent state) of the context the session holds.
+            let mut held = None;
             for rep in 0..=a.reps {
                 if progress {
                     // Rep 0 is the warm-up.
@@ -307,9 +311,23 @@ pub fn run(a: Args) -> CliResult {
                     read.push(read_rate(&probe, t));
                 }
                 for (di, &depth) in a.depth.iter().enumerate() {
-                    s.clear();
-                    if depth > 0 {
-                        s.eval(&random_tokens(depth), false)?;
+                    // The depth's context is evaluated once and kept for the next reps at
+                    // that depth (as llama-bench keeps it): only the test's tokens go.
+                    let reuse = depth > 0
+                        && held.as_ref().is_some_and(|(d, _)| *d == di)
+                        && s.reusable_prefix(0, depth) == depth;
+                    if reuse {
+                        s.remove(0, depth as i32);
+                        if let Some((_, Some(state))) = &held {
+                            s.restore_state(0, state)?;
+                        }
+                    } else {
+                        s.clear();
+                        held = None;
+                        if depth > 0 {
+                            s.eval(&random_tokens(depth), false)?;
+                            held = Some((di, s.save_state(0)?));
+                        }
                     }
                     let toks = random_tokens(n);
                     let prof = (a.profile && rep > 0).then_some(&mut profs[di]);

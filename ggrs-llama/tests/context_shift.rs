@@ -442,6 +442,9 @@ fn the_engine_shifts_a_slot_as_llama_server_does_and_leaves_the_others_alone() {
         .unwrap();
     assert_eq!(c.stop, StopReason::ContextFull);
     assert!(c.truncated && c.shifts == 0);
+    // As llama-server: the token sampled with 255 cells in use is the last (prompt and
+    // output hold the slot's 256 tokens; the last token is never evaluated).
+    assert_eq!(reqs[0].prompt.len() + c.tokens.len(), 256);
     let want = ids(&runs[0]["tokens"]);
     assert_eq!(c.tokens[..c.tokens.len() - 1], want[..c.tokens.len() - 1]);
     // Too long without truncation: refused.

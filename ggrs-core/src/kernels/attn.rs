@@ -81,7 +81,7 @@ fn use_split(q_ne: [usize; 4], n_kv: usize, kv_splits: usize) -> bool {
 /// Query heads per group of the one-row kernel: the heads that share one key head and one
 /// value head (grouped-query attention), which it runs together so that each key and value
 /// row is read once per group; 1 when keys and values are broadcast differently.
-fn group_size(q_ne: [usize; 4], k_ne: [usize; 4], v_ne: [usize; 4]) -> usize {
+pub(super) fn group_size(q_ne: [usize; 4], k_ne: [usize; 4], v_ne: [usize; 4]) -> usize {
     if k_ne[2] == v_ne[2] && k_ne[3] == q_ne[3] && v_ne[3] == q_ne[3] && k_ne[2] > 0 {
         q_ne[2] / k_ne[2]
     } else {
@@ -152,8 +152,9 @@ pub(super) struct Attn<'a> {
     pub(super) v: &'a RawTensor,
     pub(super) mask: Option<&'a RawTensor>,
     /// Per-head sink logits, `[n_head]` f32.
-    sinks: Option<&'a RawTensor>,
-    dst: &'a RawTensor,
+    pub(super) sinks: Option<&'a RawTensor>,
+    /// The output.
+    pub(super) dst: &'a RawTensor,
     /// The op's scale, divided by `softcap` when there is one (as ggml does).
     pub(super) scale: f32,
     /// Soft-cap `c` (scores become `c·tanh(s·scale/c)`), 0 for none.

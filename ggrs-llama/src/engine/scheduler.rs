@@ -290,12 +290,15 @@ impl Scheduler {
         }
     }
 
-    /// Cells in use at which a slot's generation stops: its context, or never with the
-    /// context shift (the shift makes room first).
+    /// Cells in use at which a slot's generation stops: one below its context, or never
+    /// with the context shift (the shift makes room first). As llama-server does
+    /// (`prompt.n_tokens() + 1 >= n_ctx` after a token is sampled), the token sampled when
+    /// the slot holds `n_ctx − 1` cells is the last one, and is not evaluated: prompt and
+    /// output together hold `n_ctx` tokens, the point at which the shift would have run.
     fn stop_at(&self) -> usize {
         match self.params.context_shift {
             true => usize::MAX,
-            false => self.n_ctx_slot,
+            false => self.n_ctx_slot.saturating_sub(1),
         }
     }
 

@@ -171,7 +171,7 @@ impl KeyRows {
     /// # Safety
     /// `ic` is a key the rows are valid for.
     #[inline]
-    unsafe fn rows(&self, ic: usize) -> (*const u8, *const u8) {
+    pub(super) unsafe fn rows(&self, ic: usize) -> (*const u8, *const u8) {
         // SAFETY: rows ic of keys and values lie in their tensors (caller).
         unsafe { (self.k0.add(ic * self.knb), self.v0.add(ic * self.vnb)) }
     }
@@ -207,7 +207,7 @@ impl KeyRows {
     /// As [`KeyRows::key`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn mask_value(&self, ic: usize) -> f32 {
+    pub(super) unsafe fn mask_value(&self, ic: usize) -> f32 {
         match self.mask {
             None => 0.0,
             // SAFETY: the element lies in the mask row (caller); aligned; f16 → f32 is
@@ -234,7 +234,10 @@ impl KeyRows {
 /// The CPU supports AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn softmax_step<const G: usize>(s: &[f32; G], max: &mut [f32; G]) -> ([f32; G], [bool; G]) {
+pub(super) unsafe fn softmax_step<const G: usize>(
+    s: &[f32; G],
+    max: &mut [f32; G],
+) -> ([f32; G], [bool; G]) {
     let (mut arg, mut grew) = ([0f32; G], [false; G]);
     for g in 0..G {
         if s[g] > max[g] {

@@ -13,6 +13,7 @@
 //! | `f16.rs` | f16 widening, F16 / F32 dots in ggml's orders, f16 tiles | F16C, AVX2, AVX-512 |
 //! | `exp.rs` | vectorised `expf` (glibc's and ggml's), SwiGLU groups | AVX2 + FMA, AVX-512 F |
 //! | `attn.rs` | flash attention's f16 rows, key loops and score tiles | AVX2 + FMA + F16C, AVX-512 |
+//! | `attn_quant.rs` | flash attention's key loop over quantized caches (groups of heads) | AVX2 + FMA + F16C |
 //! | `util.rs` | unaligned reads and lane sums shared by the kernels (inlined) | any |
 //!
 //! Portable code that only needs to be *compiled* with more features (LLVM vectorises it,
@@ -101,6 +102,8 @@ pub(crate) use target_features;
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod attn;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod attn_quant;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
