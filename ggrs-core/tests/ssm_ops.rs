@@ -7,7 +7,7 @@
 //!   the loop gives the same bits), and decoding token by token equal to the whole prompt;
 //! - `sigmoid` and `softplus` against their formulas.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Executor, Graph, Result, Tensor};
