@@ -2,7 +2,7 @@
 //! handle validation, every class of bad input (each must be a typed error, never a
 //! panic), external data, abort, profiling, and graph construction.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

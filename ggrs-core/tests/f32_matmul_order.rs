@@ -6,7 +6,7 @@
 //! strided activations or other row counts. A MoE router (F32) multiplied in another order may round a
 //! probability differently from llama.cpp's and, near a tie, choose another expert.
 
-mod common;
+use crate::common;
 
 use common::values;
 use ggrs_core::{Context, DType, Executor, Graph};

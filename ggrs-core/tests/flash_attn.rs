@@ -8,7 +8,7 @@
 //!   the first and last values. This pins the arithmetic (rounding, order, the f16
 //!   accumulator, ggml's vectorised exp), not only the result to a tolerance.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};
@@ -396,7 +396,7 @@ fn one_row_attention_gives_the_portable_bits_on_every_head_size() {
     let out = std::process::Command::new(exe)
         .args([
             "--exact",
-            "one_row_attention_gives_the_portable_bits_on_every_head_size",
+            "flash_attn::one_row_attention_gives_the_portable_bits_on_every_head_size",
             "--test-threads=1",
             "--nocapture",
         ])

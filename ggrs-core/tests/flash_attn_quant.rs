@@ -4,7 +4,7 @@
 //! product (quantized to Q8_0 / Q8_1 for block keys, rounded to f16 for F16 keys). Also the
 //! Walsh–Hadamard op that llama.cpp wraps around a quantized cache.
 
-mod common;
+use crate::common;
 
 use common::values;
 use ggrs_core::{quants, Context, DType, Executor, Graph, Result, Tensor};

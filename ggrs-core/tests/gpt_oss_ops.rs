@@ -7,7 +7,7 @@
 //!
 //! each on 1–4 threads (same bits), and their shape contracts.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};

@@ -4,7 +4,7 @@
 //! Every column of a `mul_mat_id` must be, bit for bit, what `mul_mat` gives for the chosen
 //! matrix (as a 2-D tensor of its own) times that one column, on 1 and 2 threads.
 
-mod common;
+use crate::common;
 
 use common::values;
 use ggrs_core::{Context, DType, Error, Executor, Graph, Tensor};

@@ -8,7 +8,7 @@
 //!
 //! See `common/cases.rs` for the harness, the input layouts and the bounds.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Executor, Graph, Result, RopeMode, RopeParams, Tensor};

@@ -4,7 +4,7 @@
 //! Inputs come in several layouts (dense, permuted, transposed, padded views) and odd or
 //! broadcast shapes; each case runs on 1, 2, 3 and 4 threads (see `common/cases.rs`).
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Error, Executor, Graph, Result, Tensor};

@@ -10,7 +10,7 @@
 //!
 //! Every case runs on 1–4 threads (same bits) via `common::run_case`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Error, Result, RopeMode, Tensor};

@@ -257,7 +257,7 @@ fn a_killed_writer_leaves_the_old_file() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "killed_writer_child",
+            "outfile::killed_writer_child",
             "--nocapture",
             "--test-threads=1",
         ])

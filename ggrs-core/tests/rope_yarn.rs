@@ -2,7 +2,7 @@
 //! direct f64 evaluation of ggml's formula; without blend or factor it gives `rope_ext`'s
 //! bits; the correction range as ggml computes it.
 
-mod common;
+use crate::common;
 
 use ggrs_core::{Context, DType, Executor, Graph, RopeMode, RopeParams, RopeYarn, Tensor};
 

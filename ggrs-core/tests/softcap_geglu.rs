@@ -1,7 +1,7 @@
 //! `tanh`, `soft_cap` and `geglu_split` (Gemma 2's soft-capping and GeGLU) against their
 //! formulas, computed directly here, on 1 and 2 threads and on strided (transposed) inputs.
 
-mod common;
+use crate::common;
 
 use ggrs_core::{Context, DType, Executor, Graph, Tensor};
 use half::f16;

@@ -10,7 +10,7 @@
 //!   untouched, and their refusals (repeated or out-of-range rows, overlapping operands);
 //! - `sigmoid` and `softplus` against their formulas.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggrs_core::{Context, DType, Executor, Graph, Result, Tensor};

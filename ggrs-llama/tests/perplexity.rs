@@ -7,7 +7,7 @@
 //! 7,168 positions goes through the output head), most of a CI run, while
 //! `tests/qwen05b.rs` compares their logits with
 //! llama.cpp's in seconds. Run them with
-//! `cargo test -p ggrs-llama --test perplexity -- --include-ignored`.
+//! `cargo test -p ggrs-llama --test integration perplexity:: -- --include-ignored`.
 
 use crate::common;
 
