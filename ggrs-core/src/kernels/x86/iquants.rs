@@ -19,10 +19,12 @@
 use std::arch::x86_64::*;
 use std::mem::offset_of;
 
+use super::iq_decode::{chunk_scales, IqSimd};
 use super::ternary::load;
+use super::tiled_avx2::{accumulate8, padded, sums8, GROUP, PANEL_COLS};
 use super::util::{finish, hsum256, hsum_i32, read_f32};
 use crate::quants::iq1_s::iq1s_shift_sum;
-use crate::quants::iq_codes::{Iq1Block, Iq1Codes, IqBlock, IqTiled};
+use crate::quants::iq_codes::{Iq1Block, Iq1Codes, IqTiled};
 use crate::quants::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K,
     BlockQuant,
@@ -67,12 +69,13 @@ unsafe fn scale_vectors(ls: &[i16; 16]) -> [__m256i; 8] {
     }
 }
 
-/// An IQ2/IQ3 type · Q8_K as ggml's AVX2 kernels.
+/// An IQ2/IQ3 type · Q8_K as ggml's AVX2 kernels: per row and block, each 32-value chunk
+/// decoded into registers once ([`IqSimd::chunk`]) and multiplied with the `C` columns.
 ///
 /// # Safety
 /// See the module docs.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn iq_q8_k<B: IqBlock, const R: usize, const C: usize>(
+unsafe fn iq_q8_k<B: IqSimd, const R: usize, const C: usize>(
     nb: usize,
     x: [*const u8; R],
     y: [*const u8; C],
@@ -82,24 +85,26 @@ unsafe fn iq_q8_k<B: IqBlock, const R: usize, const C: usize>(
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         for i in 0..nb {
+            let yb: [*const u8; C] = y.map(|p| p.add(i * Q8K));
+            let dy: [f32; C] = yb.map(|p| read_f32(p.add(offset_of!(BlockQ8K, d))));
             for r in 0..R {
-                let xb = block_at::<B>(x[r].add(i * B::BYTES));
-                let codes = xb.codes();
-                let dx = xb.scale();
-                let sc = scale_vectors(&codes.ls);
-                for c in 0..C {
-                    let yb = y[c].add(i * Q8K);
-                    let yq = yb.add(offset_of!(BlockQ8K, qs));
-                    let mut s = _mm256_setzero_si256();
-                    for (k, sck) in sc.iter().enumerate() {
-                        let neg = words(&codes.neg, k);
-                        let q = load(yq.add(32 * k));
+                let xb = x[r].add(i * B::BYTES);
+                let ls = B::ls_bytes(xb);
+                let mut s = [_mm256_setzero_si256(); C];
+                for k in 0..8 {
+                    let (mag, neg) = B::chunk(xb, k);
+                    let sck = chunk_scales(ls, k);
+                    for c in 0..C {
+                        let q = load(yb[c].add(offset_of!(BlockQ8K, qs) + 32 * k));
                         let q = _mm256_sub_epi8(_mm256_xor_si256(q, neg), neg);
-                        let dot = _mm256_maddubs_epi16(words(&codes.mag, k), q);
-                        s = _mm256_add_epi32(s, _mm256_madd_epi16(dot, *sck));
+                        let dot = _mm256_maddubs_epi16(mag, q);
+                        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(dot, sck));
                     }
-                    let d = _mm256_set1_ps(dx * read_f32(yb.add(offset_of!(BlockQ8K, d))));
-                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][c]);
+                }
+                let dx = B::d(xb);
+                for c in 0..C {
+                    let d = _mm256_set1_ps(dx * dy[c]);
+                    acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s[c]), acc[r][c]);
                 }
             }
         }
@@ -257,6 +262,173 @@ unsafe fn iq_tiled<B: IqTiled, const R: usize, const C: usize>(
     }
 }
 
+/// One IQ2/IQ3 block as ggml's tiled matmul multiplies it: the signed weights
+/// `(mag ^ neg) − neg` of the eight chunks, their i16 multipliers, and the bias correction
+/// `128·Σ ls·Σ w` (the activations enter `vpmaddubsw` as the unsigned `y + 128`).
+///
+/// # Safety
+/// One block readable at `xb`; the CPU supports AVX2.
+#[inline(always)]
+unsafe fn tiled_block<B: IqSimd>(xb: *const u8) -> ([__m256i; 8], [__m256i; 8], i32) {
+    // SAFETY: forwarded to the decoders (caller: a readable block, AVX2).
+    unsafe {
+        let ones = _mm256_set1_epi8(1);
+        let ls = B::ls_bytes(xb);
+        let mut w = [_mm256_setzero_si256(); 8];
+        let mut sc = [_mm256_setzero_si256(); 8];
+        let mut wsum = _mm256_setzero_si256();
+        for k in 0..8 {
+            let (mag, neg) = B::chunk(xb, k);
+            w[k] = _mm256_sub_epi8(_mm256_xor_si256(mag, neg), neg);
+            sc[k] = chunk_scales(ls, k);
+            let dot = _mm256_maddubs_epi16(ones, w[k]);
+            wsum = _mm256_add_epi32(wsum, _mm256_madd_epi16(dot, sc[k]));
+        }
+        (w, sc, 128 * hsum_i32(wsum))
+    }
+}
+
+/// `Σ ls·Σ (y + 128)·w` of a block decoded by [`tiled_block`] against the Q8_K codes at
+/// `yq`, in eight i32 lanes (exact: pair sums of at most 255·62·2).
+///
+/// # Safety
+/// 256 bytes readable at `yq`; the CPU supports AVX2.
+#[inline(always)]
+unsafe fn biased_lanes(w: &[__m256i; 8], sc: &[__m256i; 8], yq: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees the bytes and AVX2.
+    unsafe {
+        let bias = _mm256_set1_epi8(-128);
+        let mut s = _mm256_setzero_si256();
+        for k in 0..8 {
+            let q = _mm256_xor_si256(load(yq.add(32 * k)), bias);
+            let dot = _mm256_maddubs_epi16(q, w[k]);
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(dot, sc[k]));
+        }
+        s
+    }
+}
+
+/// An IQ2/IQ3 type · Q8_K in the order of ggml's tiled matmul ([`iq_tiled`]'s, with the
+/// block decoded into registers).
+///
+/// # Safety
+/// See the module docs.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq23_tiled<B: IqSimd, const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
+    // features are the caller's guarantee.
+    unsafe {
+        let mut acc = [[0f32; C]; R];
+        for i in 0..nb {
+            for r in 0..R {
+                let xb = x[r].add(i * B::BYTES);
+                let (w, sc, corr) = tiled_block::<B>(xb);
+                let d = B::d(xb) * B::FACTOR;
+                for c in 0..C {
+                    let yb = y[c].add(i * Q8K);
+                    let s = biased_lanes(&w, &sc, yb.add(offset_of!(BlockQ8K, qs)));
+                    let s1 = hsum_i32(s) - corr;
+                    let dy = read_f32(yb.add(offset_of!(BlockQ8K, d)));
+                    acc[r][c] = (d * s1 as f32).mul_add(dy, acc[r][c]);
+                }
+            }
+        }
+        acc
+    }
+}
+
+/// IQ2/IQ3 panels in ggml's tiled order (`tiled_avx2::PanelFn`'s contract): per
+/// super-block, each row's block decoded once ([`tiled_block`]) and dotted with the columns
+/// eight at a time, with [`iq23_tiled`]'s bits for every element.
+///
+/// # Safety
+/// As `tiled_avx2::PanelFn`.
+#[inline(always)]
+unsafe fn iq23_panel<B: IqSimd>(nb: usize, x: &[*const u8], y: &[*const u8], out: &mut [f32]) {
+    debug_assert!(!y.is_empty() && y.len() <= PANEL_COLS);
+    debug_assert!(out.len() >= x.len() * PANEL_COLS);
+    // SAFETY: block i < nb of every row and column is readable (caller); unaligned loads;
+    // `out` has room for every row (checked above); the CPU features are the caller's.
+    unsafe {
+        let groups = y.len().div_ceil(GROUP);
+        let y = padded(y);
+        out[..x.len() * PANEL_COLS].fill(0.0);
+        for i in 0..nb {
+            let yb: [*const u8; PANEL_COLS] = y.map(|p| p.add(i * Q8K));
+            let dy: [f32; PANEL_COLS] = yb.map(|p| read_f32(p.add(offset_of!(BlockQ8K, d))));
+            for (r, &xr) in x.iter().enumerate() {
+                let xb = xr.add(i * B::BYTES);
+                if i + 1 < nb {
+                    // The row's next block, while this one is computed.
+                    let next = xb.add(B::BYTES);
+                    let mut o = 0;
+                    while o < B::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(next.add(o).cast());
+                        o += 64;
+                    }
+                }
+                let (w, sc, corr) = tiled_block::<B>(xb);
+                let corr = _mm256_set1_epi32(corr);
+                let d = B::d(xb) * B::FACTOR;
+                for grp in 0..groups {
+                    let s: [__m256i; GROUP] = std::array::from_fn(|c| {
+                        biased_lanes(&w, &sc, yb[GROUP * grp + c].add(offset_of!(BlockQ8K, qs)))
+                    });
+                    accumulate8(
+                        false,
+                        out.as_mut_ptr().add(r * PANEL_COLS + GROUP * grp),
+                        d,
+                        0.0,
+                        _mm256_sub_epi32(sums8(&s), corr),
+                        _mm256_setzero_si256(),
+                        dy.as_ptr().add(GROUP * grp),
+                    );
+                }
+            }
+        }
+    }
+}
+
+macro_rules! iq_panels {
+    ($($(#[doc = $doc:expr])+ $name:ident => $B:ty;)+) => {
+        $(
+            $(#[doc = $doc])+
+            ///
+            /// # Safety
+            /// A CPU with AVX2, FMA and F16C; `nb` whole blocks readable at every row and
+            /// column pointer; `1 ≤ y.len() ≤ PANEL_COLS`; `out` holds `x.len()·PANEL_COLS`
+            /// values.
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(crate) unsafe fn $name(
+                nb: usize,
+                x: &[*const u8],
+                y: &[*const u8],
+                out: &mut [f32],
+            ) {
+                // SAFETY: forwarded from the caller.
+                unsafe { iq23_panel::<$B>(nb, x, y, out) }
+            }
+        )+
+    };
+}
+
+iq_panels! {
+    /// IQ2_XXS panels in ggml's tiled order.
+    iq2_xxs_panel => BlockIQ2XXS;
+    /// IQ2_XS panels in ggml's tiled order.
+    iq2_xs_panel => BlockIQ2XS;
+    /// IQ2_S panels in ggml's tiled order.
+    iq2_s_panel => BlockIQ2S;
+    /// IQ3_XXS panels in ggml's tiled order.
+    iq3_xxs_panel => BlockIQ3XXS;
+    /// IQ3_S panels in ggml's tiled order.
+    iq3_s_panel => BlockIQ3S;
+}
+
 macro_rules! iq_kernels {
     ($($(#[doc = $doc:expr])+ $name:ident => $body:expr;)+) => {
         $(
@@ -293,15 +465,15 @@ iq_kernels! {
     /// IQ1_M · Q8_K as ggml's AVX2 `ggml_vec_dot_iq1_m_q8_K`.
     iq1_m_q8_k => iq1_q8_k::<BlockIQ1M, true, R, C>;
     /// IQ2_XXS · Q8_K in the order of ggml's tiled matmul.
-    iq2_xxs_tiled => iq_tiled::<BlockIQ2XXS, R, C>;
+    iq2_xxs_tiled => iq23_tiled::<BlockIQ2XXS, R, C>;
     /// IQ2_XS · Q8_K in the order of ggml's tiled matmul.
-    iq2_xs_tiled => iq_tiled::<BlockIQ2XS, R, C>;
+    iq2_xs_tiled => iq23_tiled::<BlockIQ2XS, R, C>;
     /// IQ2_S · Q8_K in the order of ggml's tiled matmul.
-    iq2_s_tiled => iq_tiled::<BlockIQ2S, R, C>;
+    iq2_s_tiled => iq23_tiled::<BlockIQ2S, R, C>;
     /// IQ3_XXS · Q8_K in the order of ggml's tiled matmul.
-    iq3_xxs_tiled => iq_tiled::<BlockIQ3XXS, R, C>;
+    iq3_xxs_tiled => iq23_tiled::<BlockIQ3XXS, R, C>;
     /// IQ3_S · Q8_K in the order of ggml's tiled matmul.
-    iq3_s_tiled => iq_tiled::<BlockIQ3S, R, C>;
+    iq3_s_tiled => iq23_tiled::<BlockIQ3S, R, C>;
     /// IQ1_S · Q8_K in the order of ggml's tiled matmul.
     iq1_s_tiled => iq_tiled::<BlockIQ1S, R, C>;
     /// IQ1_M · Q8_K in the order of ggml's tiled matmul.

@@ -629,14 +629,14 @@ pub(crate) unsafe fn iq4_xs_tiled<const R: usize, const C: usize>(
 pub(crate) const PANEL_COLS: usize = 16;
 
 /// Columns of one accumulator group of the panel kernels.
-const GROUP: usize = 8;
+pub(super) const GROUP: usize = 8;
 
 /// The eight 32-bit sums of `a[0..8]` (one per column), lane `c` for column `c`.
 ///
 /// # Safety
 /// The CPU supports AVX2.
 #[inline(always)]
-unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
+pub(super) unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
     // SAFETY: register-only AVX2 operations.
     unsafe {
         let h01 = _mm256_hadd_epi32(a[0], a[1]);
@@ -659,7 +659,7 @@ unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
 /// # Safety
 /// Eight f32 readable and writable at `acc`, eight readable at `dy`; AVX2 and FMA.
 #[inline(always)]
-unsafe fn accumulate8(
+pub(super) unsafe fn accumulate8(
     min: bool,
     acc: *mut f32,
     d: f32,
@@ -681,7 +681,7 @@ unsafe fn accumulate8(
 
 /// The column pointers of a panel, padded to [`PANEL_COLS`] with the first one (padded
 /// columns compute into lanes nobody reads).
-fn padded(y: &[*const u8]) -> [*const u8; PANEL_COLS] {
+pub(super) fn padded(y: &[*const u8]) -> [*const u8; PANEL_COLS] {
     std::array::from_fn(|c| if c < y.len() { y[c] } else { y[0] })
 }
 
@@ -914,6 +914,11 @@ pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<PanelFn> {
         DType::Q5K => q5_k_panel,
         DType::Q6K => q6_k_panel,
         DType::IQ4XS => iq4_xs_panel,
+        DType::IQ2XXS => super::iquants::iq2_xxs_panel,
+        DType::IQ2XS => super::iquants::iq2_xs_panel,
+        DType::IQ2S => super::iquants::iq2_s_panel,
+        DType::IQ3XXS => super::iquants::iq3_xxs_panel,
+        DType::IQ3S => super::iquants::iq3_s_panel,
         _ => return None,
     })
 }
