@@ -1,7 +1,7 @@
-//! The IQ2/IQ3 grid i-quant blocks (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) decoded straight
-//! into AVX2 registers, 32 values at a time, for the kernels of `iquants.rs`.
+//! The grid i-quant blocks (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) decoded
+//! straight into AVX2 registers, 32 values at a time, for the kernels of `iquants.rs`.
 //!
-//! A block decodes to what the portable decoder (`IqBlock::codes`) writes to memory: per
+//! A block decodes to what the portable decoder (`IqBlock::codes`, `Iq1Block::codes`) writes to memory: per
 //! 32-value chunk `k` the grid magnitudes (bytes) and a mask of 0xFF bytes where the value
 //! is negative, and the odd multiplier `2s + 1` of each 16 values. Building the vectors
 //! from the table rows with inserts (as ggml's AVX2 kernels do with `_mm256_set_epi64x`)
@@ -17,8 +17,10 @@ use std::mem::offset_of;
 
 use super::util::{f16_at, read_u16, read_u32};
 use crate::quants::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
-use crate::quants::iq_codes::IqBlock;
-use crate::quants::{BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS};
+use crate::quants::iq_grids::IQ1S_GRID;
+use crate::quants::{
+    BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQuant,
+};
 
 /// `KSIGN_MASK[i]`: byte `j` is 0xFF where bit `j` of ggml's `ksigns_iq2xs[i]` is set (seven
 /// stored sign bits, the eighth making their count even).
@@ -40,7 +42,14 @@ static KSIGN_MASK: [u64; 128] = {
 };
 
 /// A grid i-quant block of the IQ2/IQ3 kind as the AVX2 kernels read it.
-pub(super) trait IqSimd: IqBlock {
+pub(super) trait IqSimd: BlockQuant {
+    /// True for IQ1_S/IQ1_M: [`IqSimd::chunk`] gives grid values −1, 0, 1 and a mask of the
+    /// negative shifts instead of magnitudes and negative values.
+    const GRID1: bool;
+    /// The factor of ggml's tiled order's block scale (`IqBlock::FACTOR` for IQ2/IQ3, 1/8
+    /// for IQ1); the IQ2/IQ3 vec_dot kernels end with it too.
+    const FACTOR: f32;
+
     /// The block scale `d` (f16) as f32.
     ///
     /// # Safety
@@ -127,6 +136,9 @@ unsafe fn sign_bytes(p: *const u8) -> __m256i {
 }
 
 impl IqSimd for BlockIQ2XXS {
+    const GRID1: bool = false;
+    const FACTOR: f32 = 0.125;
+
     #[inline(always)]
     unsafe fn ls_bytes(xb: *const u8) -> __m128i {
         // SAFETY: word k of the block's `qs` sits at 8k + 4 (caller: a readable block).
@@ -146,6 +158,9 @@ impl IqSimd for BlockIQ2XXS {
 }
 
 impl IqSimd for BlockIQ3XXS {
+    const GRID1: bool = false;
+    const FACTOR: f32 = 0.25;
+
     #[inline(always)]
     unsafe fn ls_bytes(xb: *const u8) -> __m128i {
         // SAFETY: the eight words follow the 64 grid bytes (caller: a readable block).
@@ -165,6 +180,9 @@ impl IqSimd for BlockIQ3XXS {
 }
 
 impl IqSimd for BlockIQ2XS {
+    const GRID1: bool = false;
+    const FACTOR: f32 = 0.125;
+
     #[inline(always)]
     unsafe fn ls_bytes(xb: *const u8) -> __m128i {
         // SAFETY: the eight scale bytes (caller: a readable block).
@@ -190,6 +208,9 @@ impl IqSimd for BlockIQ2XS {
 }
 
 impl IqSimd for BlockIQ2S {
+    const GRID1: bool = false;
+    const FACTOR: f32 = 0.125;
+
     #[inline(always)]
     unsafe fn ls_bytes(xb: *const u8) -> __m128i {
         // SAFETY: the eight scale bytes (caller: a readable block).
@@ -214,6 +235,9 @@ impl IqSimd for BlockIQ2S {
 }
 
 impl IqSimd for BlockIQ3S {
+    const GRID1: bool = false;
+    const FACTOR: f32 = 1.0;
+
     #[inline(always)]
     unsafe fn ls_bytes(xb: *const u8) -> __m128i {
         // SAFETY: the four scale bytes (caller: a readable block).
@@ -234,6 +258,100 @@ impl IqSimd for BlockIQ3S {
             let g = |l: usize| IQ3S_GRID[*q.add(l) as usize | (((qh >> l) & 1) << 8)] as i32;
             let mag = _mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0));
             (mag, sign_bytes(xb.add(offset_of!(BlockIQ3S, signs) + 4 * k)))
+        }
+    }
+}
+
+/// A byte of 0xFF (all of it set) where `neg`, else 0, in every byte of a 64-bit word.
+#[inline(always)]
+fn all_or_none(neg: bool) -> i64 {
+    -(neg as i64)
+}
+
+impl IqSimd for BlockIQ1S {
+    const GRID1: bool = true;
+    const FACTOR: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn ls_bytes(xb: *const u8) -> __m128i {
+        // SAFETY: the eight `qh` words (caller: a readable block).
+        unsafe {
+            let qh = xb.add(offset_of!(BlockIQ1S, qh));
+            let mut n = 0u64;
+            for k in 0..8 {
+                n |= (((read_u16(qh.add(2 * k)) >> 12) & 7) as u64) << (8 * k);
+            }
+            let v = _mm_cvtsi64_si128(n as i64);
+            odd(_mm_unpacklo_epi8(v, v))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn chunk(xb: *const u8, k: usize) -> (__m256i, __m256i) {
+        // SAFETY: bytes 4k..4k + 4 of `qs` and word k of `qh` (caller: k < 8, a readable
+        // block); AVX.
+        unsafe {
+            let q = xb.add(offset_of!(BlockIQ1S, qs) + 4 * k);
+            let qh = read_u16(xb.add(offset_of!(BlockIQ1S, qh) + 2 * k)) as usize;
+            let g = |l: usize| IQ1S_GRID[*q.add(l) as usize | (((qh >> (3 * l)) & 7) << 8)] as i64;
+            let grid = _mm256_set_epi64x(g(3), g(2), g(1), g(0));
+            (grid, _mm256_set1_epi64x(all_or_none(qh & 0x8000 != 0)))
+        }
+    }
+}
+
+/// Scale word `i` (`i < 4`) of an IQ1_M block.
+///
+/// # Safety
+/// One IQ1_M block readable at `xb`.
+#[inline(always)]
+unsafe fn iq1m_sc(xb: *const u8, i: usize) -> u16 {
+    // SAFETY: the four words are inside the block (caller).
+    unsafe { read_u16(xb.add(offset_of!(BlockIQ1M, scales) + 2 * i)) }
+}
+
+impl IqSimd for BlockIQ1M {
+    const GRID1: bool = true;
+    const FACTOR: f32 = 0.125;
+
+    #[inline(always)]
+    unsafe fn d(xb: *const u8) -> f32 {
+        // SAFETY: the top nibbles of the four scale words make the f16 scale; F16C (caller).
+        unsafe {
+            let mut h = 0u16;
+            for i in 0..4 {
+                h |= (iq1m_sc(xb, i) >> 12) << (4 * i);
+            }
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn ls_bytes(xb: *const u8) -> __m128i {
+        // SAFETY: the four scale words (caller: a readable block).
+        unsafe {
+            // Group g (16 values) of sub-block ib = g / 2: bits 6(ib % 2) + 3(g % 2) of
+            // word ib / 2, so four 3-bit fields per word, in order.
+            let mut n = [0u8; 16];
+            for (g, b) in n.iter_mut().enumerate() {
+                *b = ((iq1m_sc(xb, g / 4) >> (3 * (g % 4))) & 7) as u8;
+            }
+            odd(_mm_loadu_si128(n.as_ptr().cast()))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn chunk(xb: *const u8, k: usize) -> (__m256i, __m256i) {
+        // SAFETY: bytes 4k..4k + 4 of `qs` and 2k, 2k + 1 of `qh` (caller: k < 8, a readable
+        // block); AVX.
+        unsafe {
+            let q = xb.add(offset_of!(BlockIQ1M, qs) + 4 * k);
+            let qh = read_u16(xb.add(offset_of!(BlockIQ1M, qh) + 2 * k)) as usize;
+            let h = |l: usize| (qh >> (4 * l)) & 15;
+            let g = |l: usize| IQ1S_GRID[*q.add(l) as usize | ((h(l) & 7) << 8)] as i64;
+            let s = |l: usize| all_or_none(h(l) & 8 != 0);
+            let grid = _mm256_set_epi64x(g(3), g(2), g(1), g(0));
+            (grid, _mm256_set_epi64x(s(3), s(2), s(1), s(0)))
         }
     }
 }

@@ -919,6 +919,8 @@ pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<PanelFn> {
         DType::IQ2S => super::iquants::iq2_s_panel,
         DType::IQ3XXS => super::iquants::iq3_xxs_panel,
         DType::IQ3S => super::iquants::iq3_s_panel,
+        DType::IQ1S => super::iquants::iq1_s_panel,
+        DType::IQ1M => super::iquants::iq1_m_panel,
         _ => return None,
     })
 }
