@@ -962,6 +962,9 @@ mod tests {
             crate::dtype::DType::Q4K => &[offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)],
             crate::dtype::DType::Q5K => &[offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)],
             crate::dtype::DType::Q6K => &[offset_of!(BlockQ6K, d)],
+            // IQ1_M's scale is the top nibbles of its four scale words (set below).
+            crate::dtype::DType::IQ1M => &[],
+            // IQ4_XS and the other grid i-quants start with their f16 scale.
             _ => &[offset_of!(BlockIQ4XS, d)],
         };
         let mut out = vec![0u8; nb * B::BYTES];
@@ -975,6 +978,13 @@ mod tests {
             }
             for &o in halves {
                 blk[o..o + 2].copy_from_slice(&f16_bytes(r));
+            }
+            if B::DTYPE == crate::dtype::DType::IQ1M {
+                let d = u16::from_le_bytes(f16_bytes(r));
+                for k in 0..4 {
+                    let b = &mut blk[48 + 2 * k + 1];
+                    *b = (*b & 0x0F) | ((((d >> (4 * k)) & 15) as u8) << 4);
+                }
             }
         }
         out
@@ -1116,8 +1126,9 @@ mod tests {
         }
     }
 
-    /// Every panel kernel gives `dot_tiled`'s bits for every element, for any number of
-    /// rows and 1..=16 columns (partial groups of eight included), random and extreme blocks.
+    /// Every panel kernel (k-quants, IQ4_XS, grid i-quants) gives `dot_tiled`'s bits for every
+    /// element, for any number of rows and 1..=16 columns (partial groups of eight included),
+    /// random and extreme blocks (−128 activations included).
     #[test]
     fn panel_kernels_equal_dot_tiled() {
         if !avx2() {
@@ -1129,6 +1140,17 @@ mod tests {
         panels::<BlockQ5K>(q5_k_panel);
         panels::<BlockQ6K>(q6_k_panel);
         panels::<BlockIQ4XS>(iq4_xs_panel);
+        use super::super::iquants as iq;
+        use crate::quants::{
+            BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
+        };
+        panels::<BlockIQ2XXS>(iq::iq2_xxs_panel);
+        panels::<BlockIQ2XS>(iq::iq2_xs_panel);
+        panels::<BlockIQ2S>(iq::iq2_s_panel);
+        panels::<BlockIQ3XXS>(iq::iq3_xxs_panel);
+        panels::<BlockIQ3S>(iq::iq3_s_panel);
+        panels::<BlockIQ1S>(iq::iq1_s_panel);
+        panels::<BlockIQ1M>(iq::iq1_m_panel);
     }
 
     fn avx2() -> bool {
