@@ -293,9 +293,13 @@ unsafe fn grid_panel<B: IqSimd>(nb: usize, x: &[*const u8], y: &[*const u8], out
                 let corr = _mm256_set1_epi32(corr);
                 let d = B::d(xb) * B::FACTOR;
                 for grp in 0..groups {
-                    let s: [__m256i; GROUP] = std::array::from_fn(|c| {
-                        biased_lanes(&w, &sc, yb[GROUP * grp + c].add(offset_of!(BlockQ8K, qs)))
-                    });
+                    // (A loop, not a closure: a closure would not get the AVX2 features of
+                    // the kernel this body is inlined into.)
+                    let mut s = [_mm256_setzero_si256(); GROUP];
+                    for (c, sc_c) in s.iter_mut().enumerate() {
+                        let yq = yb[GROUP * grp + c].add(offset_of!(BlockQ8K, qs));
+                        *sc_c = biased_lanes(&w, &sc, yq);
+                    }
                     accumulate8(
                         false,
                         out.as_mut_ptr().add(r * PANEL_COLS + GROUP * grp),
