@@ -16,8 +16,8 @@ use std::arch::x86_64::*;
 use std::mem::offset_of;
 
 use super::util::{f16_at, read_u16, read_u32};
-use crate::quants::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use crate::quants::iq_grids::IQ1S_GRID;
+use crate::quants::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 use crate::quants::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQuant,
 };
@@ -128,7 +128,12 @@ unsafe fn sign_bytes(p: *const u8) -> __m256i {
     unsafe {
         let s = _mm256_set1_epi32(read_u32(p) as i32);
         // Byte l of the word into bytes 8l..8l + 8 (bytes 2, 3 from the upper 128-bit half).
-        let spread = _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303);
+        let spread = _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        );
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let b = _mm256_and_si256(_mm256_shuffle_epi8(s, spread), bit);
         _mm256_cmpeq_epi8(b, bit)
@@ -257,7 +262,10 @@ impl IqSimd for BlockIQ3S {
             let qh = *xb.add(offset_of!(BlockIQ3S, qh) + k) as usize;
             let g = |l: usize| IQ3S_GRID[*q.add(l) as usize | (((qh >> l) & 1) << 8)] as i32;
             let mag = _mm256_set_epi32(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0));
-            (mag, sign_bytes(xb.add(offset_of!(BlockIQ3S, signs) + 4 * k)))
+            (
+                mag,
+                sign_bytes(xb.add(offset_of!(BlockIQ3S, signs) + 4 * k)),
+            )
         }
     }
 }
@@ -332,11 +340,12 @@ impl IqSimd for BlockIQ1M {
         unsafe {
             // Group g (16 values) of sub-block ib = g / 2: bits 6(ib % 2) + 3(g % 2) of
             // word ib / 2, so four 3-bit fields per word, in order.
-            let mut n = [0u8; 16];
-            for (g, b) in n.iter_mut().enumerate() {
-                *b = ((iq1m_sc(xb, g / 4) >> (3 * (g % 4))) & 7) as u8;
+            let mut n = [0u64; 2];
+            for g in 0..16 {
+                let v = (iq1m_sc(xb, g / 4) >> (3 * (g % 4))) & 7;
+                n[g / 8] |= (v as u64) << (8 * (g % 8));
             }
-            odd(_mm_loadu_si128(n.as_ptr().cast()))
+            odd(_mm_set_epi64x(n[1] as i64, n[0] as i64))
         }
     }
 
