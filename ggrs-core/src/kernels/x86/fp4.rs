@@ -154,25 +154,7 @@ pub(crate) unsafe fn mxfp4_q8_0<const R: usize, const C: usize>(
     }
 }
 
-/// The four i32 totals of `q[0..4]` (each vector's eight lanes), lane `r` for `q[r]`.
-///
-/// # Safety
-/// The CPU supports AVX2.
-#[inline(always)]
-unsafe fn totals4(q: [__m256i; 4]) -> __m128i {
-    // SAFETY: register-only AVX2 operations.
-    unsafe {
-        let h01 = _mm256_hadd_epi32(q[0], q[1]);
-        let h23 = _mm256_hadd_epi32(q[2], q[3]);
-        let h = _mm256_hadd_epi32(h01, h23);
-        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
-    }
-}
-
-/// MXFP4 · Q8_0 as ggml's repacked `mxfp4_8x8` GEMV/GEMM (one row of its eight): per block
-/// the exact total of the products, `acc = fma(f32(total), dx·dy, acc)`. Four rows at a time
-/// (`R = 4`) share one horizontal reduction and do their f32 steps in the lanes of one
-/// vector, with the same roundings per element.
+/// MXFP4 · Q8_0 as ggml's repacked `mxfp4_8x8` GEMV/GEMM (one row of its eight).
 ///
 /// # Safety
 /// See the module docs.
@@ -186,38 +168,6 @@ pub(crate) unsafe fn mxfp4_q8_0_chain<const R: usize, const C: usize>(
     unsafe {
         let table = levels_table();
         let mut acc = [[0f32; C]; R];
-        if R == 4 {
-            let mut acc4 = [_mm_setzero_ps(); C];
-            for i in 0..nb {
-                let xb: [*const u8; R] = x.map(|p| p.add(i * MX));
-                let mut l = [_mm256_setzero_si256(); 4];
-                let mut dx = [0f32; 4];
-                for r in 0..4 {
-                    l[r] = mxfp4_levels(xb[r], table);
-                    dx[r] = e8m0_half(*xb[r]);
-                }
-                let dx = _mm_loadu_ps(dx.as_ptr());
-                for c in 0..C {
-                    let yb = y[c].add(i * Q8);
-                    let q = q8_codes(yb);
-                    let mut p = [_mm256_setzero_si256(); 4];
-                    for r in 0..4 {
-                        p[r] = quads(l[r], q);
-                    }
-                    let s = _mm_cvtepi32_ps(totals4(p));
-                    let d = _mm_mul_ps(dx, _mm_set1_ps(f16_at(yb)));
-                    acc4[c] = _mm_fmadd_ps(s, d, acc4[c]);
-                }
-            }
-            for c in 0..C {
-                let mut v = [0f32; 4];
-                _mm_storeu_ps(v.as_mut_ptr(), acc4[c]);
-                for r in 0..R {
-                    acc[r][c] = v[r];
-                }
-            }
-            return acc;
-        }
         for i in 0..nb {
             for r in 0..R {
                 let xb = x[r].add(i * MX);
