@@ -328,9 +328,6 @@ impl TiledCodes {
 
 /// A grid i-quant in ggml's tiled matmul.
 pub(crate) trait IqTiled: BlockQuant<VecDot = BlockQ8K> {
-    /// True for IQ1_S/IQ1_M (weights `8·grid ± 1`). Read by the x86 tiled build only.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    const GRID1: bool;
     /// The block's tiled codes.
     fn tiled_codes(&self) -> TiledCodes;
 }
@@ -358,7 +355,6 @@ fn iq1_tiled_codes<B: Iq1Block>(x: &B) -> TiledCodes {
 macro_rules! tiled_blocks {
     ($f:ident, $grid1:expr; $($B:ty),+) => {$(
         impl IqTiled for $B {
-            const GRID1: bool = $grid1;
             fn tiled_codes(&self) -> TiledCodes {
                 $f(self)
             }

@@ -35,8 +35,26 @@ pub struct BlockNVFP4 {
 const _: () = assert!(std::mem::size_of::<BlockNVFP4>() == 36);
 
 /// A UE4M3 byte as f32, halved for the doubled levels (ggml's `ggml_ue4m3_to_fp32`): 0 for
-/// `0x00` and `0x7F`; the top bit is ignored.
+/// `0x00` and `0x7F`; the top bit is ignored. Read from a table of all 256 bytes
+/// ([`ue4m3_half_calc`]'s values), so the kernels pay one load per scale.
+#[inline(always)]
 pub(crate) fn ue4m3_half(x: u8) -> f32 {
+    UE4M3_HALF[x as usize]
+}
+
+/// [`ue4m3_half`] of every byte.
+static UE4M3_HALF: [f32; 256] = {
+    let mut t = [0f32; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = ue4m3_half_calc(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// [`ue4m3_half`] computed.
+const fn ue4m3_half_calc(x: u8) -> f32 {
     if x == 0 || x == 0x7F {
         return 0.0;
     }
@@ -51,7 +69,7 @@ pub(crate) fn ue4m3_half(x: u8) -> f32 {
 }
 
 /// `2^k` for a normal exponent `k` (ggml's `ldexpf` of these scales is exact).
-fn exp2i(k: i32) -> f32 {
+const fn exp2i(k: i32) -> f32 {
     f32::from_bits(((k + 127) as u32) << 23)
 }
 

@@ -8,6 +8,7 @@
 //! | `lowbit.rs` | Q1_0 / Q2_0 dots in the orders of ggml's AVX2 / generic `ggml_vec_dot_q*_0_q8_0` | AVX2 |
 //! | `tiled_avx2.rs` | k-quant and IQ4_XS dots in ggml's tiled order, and their panels | AVX2 |
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
+//! | `iq_decode.rs` | IQ2/IQ3 grid i-quant blocks decoded into registers (for `iquants.rs`) | AVX2 |
 //! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
 //! | `quantize.rs` | activation quantizers (f32 → Q8_0, Q8_1, Q8_K) | AVX2 |
 //! | `f16.rs` | f16 widening, F16 / F32 dots in ggml's orders, f16 tiles | F16C, AVX2, AVX-512 |
@@ -114,6 +115,8 @@ pub(crate) mod exp;
 pub(crate) mod f16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod fp4;
+#[cfg(target_arch = "x86_64")]
+mod iq_decode;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod iquants;
 #[cfg(target_arch = "x86_64")]

@@ -629,14 +629,14 @@ pub(crate) unsafe fn iq4_xs_tiled<const R: usize, const C: usize>(
 pub(crate) const PANEL_COLS: usize = 16;
 
 /// Columns of one accumulator group of the panel kernels.
-const GROUP: usize = 8;
+pub(super) const GROUP: usize = 8;
 
 /// The eight 32-bit sums of `a[0..8]` (one per column), lane `c` for column `c`.
 ///
 /// # Safety
 /// The CPU supports AVX2.
 #[inline(always)]
-unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
+pub(super) unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
     // SAFETY: register-only AVX2 operations.
     unsafe {
         let h01 = _mm256_hadd_epi32(a[0], a[1]);
@@ -659,7 +659,7 @@ unsafe fn sums8(a: &[__m256i; GROUP]) -> __m256i {
 /// # Safety
 /// Eight f32 readable and writable at `acc`, eight readable at `dy`; AVX2 and FMA.
 #[inline(always)]
-unsafe fn accumulate8(
+pub(super) unsafe fn accumulate8(
     min: bool,
     acc: *mut f32,
     d: f32,
@@ -681,7 +681,7 @@ unsafe fn accumulate8(
 
 /// The column pointers of a panel, padded to [`PANEL_COLS`] with the first one (padded
 /// columns compute into lanes nobody reads).
-fn padded(y: &[*const u8]) -> [*const u8; PANEL_COLS] {
+pub(super) fn padded(y: &[*const u8]) -> [*const u8; PANEL_COLS] {
     std::array::from_fn(|c| if c < y.len() { y[c] } else { y[0] })
 }
 
@@ -914,6 +914,13 @@ pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<PanelFn> {
         DType::Q5K => q5_k_panel,
         DType::Q6K => q6_k_panel,
         DType::IQ4XS => iq4_xs_panel,
+        DType::IQ2XXS => super::iquants::iq2_xxs_panel,
+        DType::IQ2XS => super::iquants::iq2_xs_panel,
+        DType::IQ2S => super::iquants::iq2_s_panel,
+        DType::IQ3XXS => super::iquants::iq3_xxs_panel,
+        DType::IQ3S => super::iquants::iq3_s_panel,
+        DType::IQ1S => super::iquants::iq1_s_panel,
+        DType::IQ1M => super::iquants::iq1_m_panel,
         _ => return None,
     })
 }
@@ -955,6 +962,9 @@ mod tests {
             crate::dtype::DType::Q4K => &[offset_of!(BlockQ4K, d), offset_of!(BlockQ4K, dmin)],
             crate::dtype::DType::Q5K => &[offset_of!(BlockQ5K, d), offset_of!(BlockQ5K, dmin)],
             crate::dtype::DType::Q6K => &[offset_of!(BlockQ6K, d)],
+            // IQ1_M's scale is the top nibbles of its four scale words (set below).
+            crate::dtype::DType::IQ1M => &[],
+            // IQ4_XS and the other grid i-quants start with their f16 scale.
             _ => &[offset_of!(BlockIQ4XS, d)],
         };
         let mut out = vec![0u8; nb * B::BYTES];
@@ -968,6 +978,13 @@ mod tests {
             }
             for &o in halves {
                 blk[o..o + 2].copy_from_slice(&f16_bytes(r));
+            }
+            if B::DTYPE == crate::dtype::DType::IQ1M {
+                let d = u16::from_le_bytes(f16_bytes(r));
+                for k in 0..4 {
+                    let b = &mut blk[48 + 2 * k + 1];
+                    *b = (*b & 0x0F) | ((((d >> (4 * k)) & 15) as u8) << 4);
+                }
             }
         }
         out
@@ -1109,8 +1126,9 @@ mod tests {
         }
     }
 
-    /// Every panel kernel gives `dot_tiled`'s bits for every element, for any number of
-    /// rows and 1..=16 columns (partial groups of eight included), random and extreme blocks.
+    /// Every panel kernel (k-quants, IQ4_XS, grid i-quants) gives `dot_tiled`'s bits for every
+    /// element, for any number of rows and 1..=16 columns (partial groups of eight included),
+    /// random and extreme blocks (−128 activations included).
     #[test]
     fn panel_kernels_equal_dot_tiled() {
         if !avx2() {
@@ -1122,6 +1140,17 @@ mod tests {
         panels::<BlockQ5K>(q5_k_panel);
         panels::<BlockQ6K>(q6_k_panel);
         panels::<BlockIQ4XS>(iq4_xs_panel);
+        use super::super::iquants as iq;
+        use crate::quants::{
+            BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
+        };
+        panels::<BlockIQ2XXS>(iq::iq2_xxs_panel);
+        panels::<BlockIQ2XS>(iq::iq2_xs_panel);
+        panels::<BlockIQ2S>(iq::iq2_s_panel);
+        panels::<BlockIQ3XXS>(iq::iq3_xxs_panel);
+        panels::<BlockIQ3S>(iq::iq3_s_panel);
+        panels::<BlockIQ1S>(iq::iq1_s_panel);
+        panels::<BlockIQ1M>(iq::iq1_m_panel);
     }
 
     fn avx2() -> bool {
