@@ -340,7 +340,7 @@ pub(crate) fn tiled_panel(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option
     {
         return None;
     }
-    crate::kernels::x86::tiled_avx2::panel_kernel(dtype)
+    crate::kernels::x86::panel_kernel(dtype)
 }
 
 /// The panel kernels of ggml's tiled order (see [`tiled_panel`]).

@@ -133,3 +133,28 @@ pub(crate) mod ternary;
 pub(crate) mod tiled_avx2;
 #[cfg(target_arch = "x86_64")]
 mod util;
+
+/// The panel kernel of weight type `dtype` in ggml's tiled order, if there is one (the
+/// caller checks the CPU): the K-quants' and IQ4_XS's from `tiled_avx2`, the grid
+/// i-quants' from `iquants`. Kept here, above both, because `iquants` builds on
+/// `tiled_avx2`'s accumulators.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<tiled_avx2::PanelFn> {
+    use crate::dtype::DType;
+    Some(match dtype {
+        DType::Q2K => tiled_avx2::q2_k_panel,
+        DType::Q3K => tiled_avx2::q3_k_panel,
+        DType::Q4K => tiled_avx2::q4_k_panel,
+        DType::Q5K => tiled_avx2::q5_k_panel,
+        DType::Q6K => tiled_avx2::q6_k_panel,
+        DType::IQ4XS => tiled_avx2::iq4_xs_panel,
+        DType::IQ2XXS => iquants::iq2_xxs_panel,
+        DType::IQ2XS => iquants::iq2_xs_panel,
+        DType::IQ2S => iquants::iq2_s_panel,
+        DType::IQ3XXS => iquants::iq3_xxs_panel,
+        DType::IQ3S => iquants::iq3_s_panel,
+        DType::IQ1S => iquants::iq1_s_panel,
+        DType::IQ1M => iquants::iq1_m_panel,
+        _ => return None,
+    })
+}

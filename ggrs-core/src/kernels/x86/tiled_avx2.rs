@@ -904,27 +904,6 @@ panel_kernel!(
     panel_iq4_xs
 );
 
-/// The panel kernel of weight type `dtype`, if there is one (the caller checks the CPU).
-pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<PanelFn> {
-    use crate::dtype::DType;
-    Some(match dtype {
-        DType::Q2K => q2_k_panel,
-        DType::Q3K => q3_k_panel,
-        DType::Q4K => q4_k_panel,
-        DType::Q5K => q5_k_panel,
-        DType::Q6K => q6_k_panel,
-        DType::IQ4XS => iq4_xs_panel,
-        DType::IQ2XXS => super::iquants::iq2_xxs_panel,
-        DType::IQ2XS => super::iquants::iq2_xs_panel,
-        DType::IQ2S => super::iquants::iq2_s_panel,
-        DType::IQ3XXS => super::iquants::iq3_xxs_panel,
-        DType::IQ3S => super::iquants::iq3_s_panel,
-        DType::IQ1S => super::iquants::iq1_s_panel,
-        DType::IQ1M => super::iquants::iq1_m_panel,
-        _ => return None,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
