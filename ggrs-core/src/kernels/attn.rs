@@ -299,6 +299,33 @@ impl Attn<'_> {
         unsafe { self.q.row_f32(iq1, iq2, iq3) }
     }
 
+    /// The key, value and mask rows that query `iq1` of the heads from `h0` (batch `iq3`)
+    /// reads, those heads sharing one key/value head (`group_size`), as the x86 key loops
+    /// take them.
+    ///
+    /// # Safety
+    /// Head and batch indices in range (the broadcast rule is checked by the builder); the
+    /// mask, if any, has `ne[2] == 1`.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) unsafe fn group_key_rows(&self, iq1: usize, h0: usize, iq3: usize) -> x86::KeyRows {
+        let (k, v, qt) = (self.k, self.v, self.q);
+        let (k2, k3) = (h0 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
+        let (v2, v3) = (h0 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
+        // SAFETY: indices in range (caller); the mask row of query iq1 (its ne[2] is 1).
+        unsafe {
+            x86::KeyRows {
+                k0: k.row_ptr(0, k2, k3),
+                knb: k.nb[1],
+                v0: v.row_ptr(0, v2, v3),
+                vnb: v.nb[1],
+                mask: self.mask.map(|m| {
+                    let p = m.data.add(m.offset(0, iq1, 0, iq3 % m.ne[3]));
+                    (p as *const u8, m.nb[0], m.dtype == DType::F16)
+                }),
+            }
+        }
+    }
+
     /// Output row of query `iq1`, head `iq2` (the result is `[d_v, n_head, n_q, n3]`).
     ///
     /// # Safety
@@ -989,19 +1016,6 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
         }
         vt[n_t * dv..].fill(0.0);
         #[cfg(target_arch = "x86_64")]
-        if FAST && x86_512 && dv % 64 == 0 {
-            let mut active = [0usize; TILE_Q];
-            let mut n_active = 0;
-            for r in (0..rows).filter(|&r| !skip[r]) {
-                active[n_active] = r;
-                n_active += 1;
-            }
-            // SAFETY: AVX-512 F (checked); rows `active` of the weights (TILE_KV each) and
-            // of the accumulators (dv each), TILE_KV value rows of dv.
-            unsafe { x86::weighted_values_512(kq, vt, acc, &active[..n_active], dv) };
-            continue;
-        }
-        #[cfg(target_arch = "x86_64")]
         if FAST && dv % 32 == 0 {
             let mut active = [0usize; TILE_Q];
             let mut n_active = 0;
@@ -1009,9 +1023,15 @@ unsafe fn tile_body<const FAST: bool>(a: &Attn, q0: usize, iq2: usize, iq3: usiz
                 active[n_active] = r;
                 n_active += 1;
             }
-            // SAFETY: FAST: the CPU has AVX2 and FMA; rows `active` of the weights (TILE_KV
-            // each) and of the accumulators (dv each), TILE_KV value rows of dv.
-            unsafe { x86::weighted_values_avx2(kq, vt, acc, &active[..n_active], dv) };
+            let active = &active[..n_active];
+            if x86_512 && dv % 64 == 0 {
+                // SAFETY: AVX-512 F (checked); rows `active` of the weights (TILE_KV each)
+                // and of the accumulators (dv each), TILE_KV value rows of dv.
+                unsafe { x86::weighted_values_512(kq, vt, acc, active, dv) };
+            } else {
+                // SAFETY: FAST: the CPU has AVX2 and FMA; the rows as above.
+                unsafe { x86::weighted_values_avx2(kq, vt, acc, active, dv) };
+            }
             continue;
         }
         for r in 0..rows {
@@ -1232,7 +1252,6 @@ unsafe fn group_n<const G: usize, const D: usize, const N: usize>(
     rs: usize,
     out: &mut Vec<(f32, f32)>,
 ) {
-    let (k, v, qt) = (a.k, a.v, a.q);
     let mut q = [[0f32; D]; G];
     for (j, qh) in q.iter_mut().enumerate() {
         // SAFETY: head h0 + j in range (caller).
@@ -1241,22 +1260,8 @@ unsafe fn group_n<const G: usize, const D: usize, const N: usize>(
         unsafe { x86::round_to_f16(row, qh) };
     }
     // The heads share their key and value head (`group_size`).
-    let (k2, k3) = (h0 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
-    let (v2, v3) = (h0 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
-    // SAFETY: head indices in range (caller, broadcast rule checked by the builder); the
-    // mask row of query iq1 (its ne[2] is 1, caller).
-    let rows = unsafe {
-        x86::KeyRows {
-            k0: k.row_ptr(0, k2, k3),
-            knb: k.nb[1],
-            v0: v.row_ptr(0, v2, v3),
-            vnb: v.nb[1],
-            mask: a.mask.map(|m| {
-                let p = m.data.add(m.offset(0, iq1, 0, iq3 % m.ne[3]));
-                (p as *const u8, m.nb[0], m.dtype == crate::dtype::DType::F16)
-            }),
-        }
-    };
+    // SAFETY: head indices in range (caller); the mask's ne[2] is 1 (caller).
+    let rows = unsafe { a.group_key_rows(iq1, h0, iq3) };
     let mut acc = [[0u16; D]; G];
     // SAFETY: `fast` (checked by the caller) means AVX2, FMA and F16C; the rows lie in
     // their tensors (the builder checked the shapes).

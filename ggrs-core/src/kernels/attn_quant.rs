@@ -255,7 +255,7 @@ unsafe fn group_n<const G: usize, const NB: usize, const N: usize>(
     h0: usize,
     iq3: usize,
 ) {
-    use crate::kernels::x86::{attn as x86, attn_quant as xq};
+    use crate::kernels::x86::attn_quant as xq;
     let KeyDot::Block {
         quantize,
         row_bytes,
@@ -274,24 +274,9 @@ unsafe fn group_n<const G: usize, const NB: usize, const N: usize>(
         // blocks.
         unsafe { xq::query_blocks::<NB>(&bytes[..row_bytes], f.q8_1) }
     });
-    let (k, v, qt) = (a.k, a.v, a.q);
     // The heads share their key and value head (`group_size`).
-    let (k2, k3) = (h0 / (qt.ne[2] / k.ne[2]), iq3 / (qt.ne[3] / k.ne[3]));
-    let (v2, v3) = (h0 / (qt.ne[2] / v.ne[2]), iq3 / (qt.ne[3] / v.ne[3]));
-    // SAFETY: head indices in range (caller, broadcast rule checked by the builder); the
-    // mask row of query iq1 (its ne[2] is 1: `fast_path`).
-    let rows = unsafe {
-        x86::KeyRows {
-            k0: k.row_ptr(0, k2, k3),
-            knb: k.nb[1],
-            v0: v.row_ptr(0, v2, v3),
-            vnb: v.nb[1],
-            mask: a.mask.map(|m| {
-                let p = m.data.add(m.offset(0, iq1, 0, iq3 % m.ne[3]));
-                (p as *const u8, m.nb[0], m.dtype == DType::F16)
-            }),
-        }
-    };
+    // SAFETY: head indices in range (caller); the mask's ne[2] is 1 (caller).
+    let rows = unsafe { a.group_key_rows(iq1, h0, iq3) };
     let mut acc = [[0f32; 256]; G];
     // SAFETY: the CPU has AVX2, FMA and F16C (`fast_path`); rows 0..n_kv of this head's
     // keys and values (NB blocks each) and the mask row's elements lie in their tensors.
