@@ -7,6 +7,7 @@ mod chat;
 mod cli;
 mod common;
 mod convert;
+mod gemma3_270m;
 mod grammar;
 mod hardening;
 mod python_clients;

@@ -2,11 +2,7 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use common::ggrs;
+use common::{get, ggrs, post};
 
 #[test]
 fn help_lists_llama_servers_flags() {
@@ -107,34 +103,6 @@ fn a_bad_reasoning_format_is_an_error_listing_the_names() {
     }
 }
 
-/// `POST path` of the JSON `body` on `addr`: the whole answer (head and body).
-fn post(addr: &str, path: &str, body: &str) -> String {
-    let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        tcp,
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut s = String::new();
-    tcp.read_to_string(&mut s).expect("read");
-    s
-}
-
-/// `GET path` on `addr`: the whole answer (head and body).
-fn get(addr: &str, path: &str) -> String {
-    let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut s = String::new();
-    tcp.read_to_string(&mut s).expect("read");
-    s
-}
-
 #[test]
 fn serve_prints_its_address_and_answers() {
     let model = common::reference("tiny/tiny-llama-f16.gguf");
@@ -146,38 +114,24 @@ fn serve_prints_its_address_and_answers() {
          {% if not enable_thinking %}[no thinking]{% endif %}",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ggrs"))
-        .args(["serve", "-m", &model, "--port", "0", "-np", "2", "-t", "1"])
-        .args([
-            "--alias",
-            "tiny",
-            "-c",
-            "1024",
-            "-rea",
-            "off",
-            "--chat-template",
-        ])
-        .arg(&template)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start ggrs serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let first = lines.next().expect("a line").expect("text");
-    let addr = first
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
-    let t0 = Instant::now();
-    let health = loop {
-        let h = get(&addr, "/health");
-        if h.starts_with("HTTP/1.1 200") || t0.elapsed() > Duration::from_secs(20) {
-            break h;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let tpl = template.display().to_string();
+    let server = common::Server::start(&[
+        "-m",
+        &model,
+        "-np",
+        "2",
+        "-t",
+        "1",
+        "--alias",
+        "tiny",
+        "-c",
+        "1024",
+        "-rea",
+        "off",
+        "--chat-template",
+        &tpl,
+    ]);
+    let (addr, health) = (server.addr.clone(), server.health.clone());
     let models = get(&addr, "/v1/models");
     let props = get(&addr, "/props");
     let rendered = post(
@@ -185,8 +139,7 @@ fn serve_prints_its_address_and_answers() {
         "/apply-template",
         r#"{"messages": [{"role": "user", "content": "hi"}]}"#,
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     let _ = std::fs::remove_file(&template);
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(models.contains("\"id\":\"tiny\""), "{models}");

@@ -8,36 +8,10 @@ use crate::common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::gemma3_270m;
+
 use ggrs_llama::arch::gemma3::Gemma3Model;
 use ggrs_llama::{Model, Session};
-
-/// The cached model, fetched when missing; `None` (after saying why) when it cannot be had.
-fn gemma3_270m() -> Option<PathBuf> {
-    if std::env::var("GGRS_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
-        eprintln!("SKIPPED: GGRS_SKIP_MODEL_TESTS=1");
-        return None;
-    }
-    let path = common::model_dir().join("gemma-3-270m-q4_k_m.gguf");
-    if path.exists() {
-        return Some(path);
-    }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-gemma3-270m.sh");
-    eprintln!(
-        "{} is missing: fetching it with {}",
-        path.display(),
-        script.display()
-    );
-    let ok = std::process::Command::new("bash")
-        .arg(&script)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok || !path.exists() {
-        eprintln!("SKIPPED: Gemma 3 270M could not be fetched (see the messages above)");
-        return None;
-    }
-    Some(path)
-}
 
 /// The file's constants, the tokenizer on every reference prompt, and the logits of
 /// position 0 of every prompt (the BOS token: embeddings, all 18 layers' quantized products,

