@@ -8,6 +8,9 @@
 // usage: llamacpp-dump-logits MODEL.gguf IDS N_GREEDY > OUT.jsonl
 // IDS holds one prompt per line, its token ids separated by spaces. 2 threads, context
 // n_prompt + N_GREEDY + 8, as the reference dumper of shared/reference/tiny.
+// To reproduce another tool's settings: DUMP_N_CTX=N (the context; the KV cache's size changes
+// ggml's sums over it), DUMP_FA=0|1 (flash attention off/on; default: llama.cpp's auto),
+// DUMP_REPACK=0 (no repacked weight layouts).
 //
 // Build (llama.cpp's tree at $LLAMA, built in $LLAMA/build):
 //   c++ -O1 -std=c++17 scripts/llamacpp-dump-logits.cpp -I$LLAMA/include -I$LLAMA/ggml/include \
@@ -15,6 +18,7 @@
 #include "llama.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -52,7 +56,12 @@ int main(int argc, char ** argv) {
     const int n_greedy = std::stoi(argv[3]);
     llama_backend_init();
     llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
-    llama_model * model = llama_model_load_from_file(argv[1], llama_model_default_params());
+    llama_model_params mp = llama_model_default_params();
+    // DUMP_REPACK=0: no repacked weight layouts (llama-cli's --no-repack).
+    if (const char * r = getenv("DUMP_REPACK")) {
+        mp.use_extra_bufts = atoi(r) != 0;
+    }
+    llama_model * model = llama_model_load_from_file(argv[1], mp);
     if (model == nullptr) {
         fprintf(stderr, "cannot load %s\n", argv[1]);
         return 1;
@@ -72,6 +81,14 @@ int main(int argc, char ** argv) {
         const int n = (int) ids.size();
         llama_context_params cp = llama_context_default_params();
         cp.n_ctx = n + n_greedy + 8;
+        // DUMP_N_CTX / DUMP_FA (0 or 1) reproduce another tool's settings: the KV cache's
+        // size changes ggml's sums over it (llama-server's -c, flash attention on or off).
+        if (const char * c = getenv("DUMP_N_CTX")) {
+            cp.n_ctx = (uint32_t) atoi(c);
+        }
+        if (const char * f = getenv("DUMP_FA")) {
+            cp.flash_attn_type = atoi(f) ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        }
         cp.n_batch = std::max(n, 64);
         cp.n_ubatch = cp.n_batch;
         cp.n_threads = 2;
