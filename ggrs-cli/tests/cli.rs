@@ -450,10 +450,16 @@ fn context_shift_runs_past_the_context_and_refuses_what_cannot_shift() {
     let plain = json(&out);
     assert_eq!(plain["stop"]["type"], "context_full", "{out}");
     let n = plain["tokens"].as_array().unwrap().len();
-    // The same tokens until the context is full (the last one was sampled over a full cache).
+    // The same tokens until the context is full, where llama-completion stops: prompt and
+    // output hold the 64 cells (the last token is never evaluated).
     assert_eq!(
-        plain["tokens"].as_array().unwrap()[..n - 1],
-        shifted["tokens"].as_array().unwrap()[..n - 1]
+        plain["prompt_tokens"].as_array().unwrap().len() + n,
+        64,
+        "{out}"
+    );
+    assert_eq!(
+        plain["tokens"].as_array().unwrap()[..],
+        shifted["tokens"].as_array().unwrap()[..n]
     );
     let (ok, _, err) = ggrs(&[
         "run",

@@ -513,8 +513,11 @@ impl Session {
             };
             kept.min(n_ctx.saturating_sub(4))
         });
-        let n_ctx_gen = n_ctx - usize::from(keep.is_some());
-        let full_at = |used: usize| keep.is_none() && used >= n_ctx;
+        // The last cell is never taken without a shift either: generation stops when the
+        // next token would take it, with prompt + output = n_ctx, as llama-completion and
+        // llama-server stop ("context full and context shift is disabled").
+        let n_ctx_gen = n_ctx - 1;
+        let full_at = |used: usize| keep.is_none() && used + 1 >= n_ctx;
         let full = full_at(self.kv_cache().used());
         let listen = |e: TokenEvent| on_token(&e).is_continue();
         let mut next = match picker.pick(self.logits(), tok, conventions, full, listen)? {

@@ -65,9 +65,11 @@ fn generation_past_the_context_gives_llama_servers_tokens() {
             .generate_tokens(&prompt, &gen, |_| std::ops::ControlFlow::Continue(()))
             .unwrap();
         assert_eq!(g.stop, StopReason::ContextFull);
-        // Its last token was sampled over a full cache, where llama.cpp had shifted.
-        let before = g.tokens.len() - 1;
-        assert_eq!(g.tokens[..before], want[..before]);
+        // As llama-completion stops ("context full and context shift is disabled"): the
+        // token sampled with n_ctx − 1 cells in use is the last, so prompt and output hold
+        // n_ctx tokens, each the one llama.cpp gave before its first shift.
+        assert_eq!(prompt.len() + g.tokens.len(), params.n_ctx);
+        assert_eq!(g.tokens[..], want[..g.tokens.len()]);
     }
 }
 
