@@ -11,12 +11,12 @@
 //! for those ids (`scripts/llamacpp-dump-logits.cpp`, 2 threads, AVX-512, as the
 //! every-position test of `ggrs-llama/tests/gemma3_270m.rs`).
 //!
-//! llama-server itself is not the oracle for the tokens: it sizes its KV cache from `-c`
-//! (2048 cells here, flash attention on), which changes ggml's sums over the cache, and in
-//! this base model's ramblings a near-tie flips (conversation 2, token 11: −7.148 for 217716
-//! against −7.212 for 148178 in libllama's logits; llama-server picks 148178, with or without
-//! flash attention, and with it off differs on conversation 3 too). The prompt it renders
-//! is the oracle for the template.
+//! llama-server itself is not the oracle for the tokens: its cache has `-c` cells (2048
+//! here), and the cache's size changes ggml's sums over it (libllama with a 2048-cell
+//! context and flash attention off gives llama-server's `-fa off` tokens exactly); in this
+//! base model's ramblings a near-tie then flips (conversation 2, token 11: −7.148 for 217716
+//! against −7.212 for 148178 in libllama's logits; llama-server picks 148178). The prompt it
+//! renders is the oracle for the template.
 
 use crate::common;
 #[path = "../../ggrs-llama/tests/common/mod.rs"]
