@@ -9,7 +9,7 @@
 # `scripts/default-model.sh`). scripts/run-llama-server-tests.sh maps the harness's Hugging Face
 # ids to local files and gives the same file to llama-server for a comparison. Flags ggrs does not have and that change nothing it does
 # (`--no-slots`, `--jinja`, `--cont-batching`, `-fa`, …) are dropped; `--temp` and `--seed`
-# (server-wide sampling defaults) are dropped too.
+# (server-wide sampling defaults) are dropped too. `-ctk`/`-ctv` (KV cache types) are passed on.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin=${GGRS_BIN:-$here/../target/release/ggrs}
@@ -21,7 +21,7 @@ while (($#)); do
     case $a in
         --port | --host | --ctx-size | -c | --parallel | -np | --n-predict | -n | --batch-size | -b | \
             --threads | -t | --alias | --api-key | --pooling | --reasoning-format | --reasoning | -rea | \
-            --keep)
+            --keep | -ctk | --cache-type-k | -ctv | --cache-type-v)
             args+=("$a" "$1")
             shift
             ;;
@@ -34,7 +34,7 @@ while (($#)); do
             shift
             ;;
         --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
-            --ubatch-size | -ub | --n-gpu-layers | -ngl | -ctk | -ctv | -fa | --pooling-type | \
+            --ubatch-size | -ub | --n-gpu-layers | -ngl | -fa | --pooling-type | \
             --cors-origins | --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
             --grp-attn-w | --media-path | --reasoning-budget)
             shift

@@ -343,6 +343,23 @@ pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
     }
 }
 
+/// The widest pass of a panel kernel that takes every column count from one to it in one
+/// pass on this CPU (the AVX-512 VNNI Q4_0 and IQ4_NL chains: one accumulator per column,
+/// eight at most), or `None` where only [`panel_column_groups`]' widths exist. Such a kernel
+/// splits its columns into passes of near-equal width (nine columns: five and four, not
+/// eight and one), each pass unpacking the panel's weights once for all its columns. On
+/// qwen05b q4_0 (one thread, this EPYC, `ggrs-llama/examples/spec_step_cost`), a step of
+/// five columns took 28.8 ms as four and one, 18.9 ms as one pass; nine 46.9 ms as eight
+/// and one, 40 ms as five and four. Each column's bits do not depend on the split.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn panel_even_width(kind: Kind) -> Option<usize> {
+    let wide = crate::cpu::features().runs(Isa::Avx512Vnni) && kind.has_vnni_build();
+    match (kind, wide) {
+        (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => Some(8),
+        _ => None,
+    }
+}
+
 /// The column count whose arithmetic a `mul_mat` with `n_cols` columns per batch takes: 1
 /// for a per-column product ([`crate::Context::set_per_column_products`]), else `n_cols`.
 pub(crate) fn arith_cols(per_column: bool, n_cols: usize) -> usize {

@@ -846,20 +846,43 @@ mod panels {
     ) {
         let mut j = 0;
         for (kind, end) in [(first.0, first.1.min(m)), (kind, m)] {
+            // One pass of `$c` columns from `j` on.
+            macro_rules! one_pass {
+                ($c:literal) => {{
+                    let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
+                    let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
+                    let mut out = [[0f32; ROWS]; $c];
+                    // SAFETY: the caller's guarantees (j + $c ≤ end ≤ m).
+                    unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
+                    for (c, col) in out.iter().enumerate() {
+                        put(j + c, col);
+                    }
+                    j += $c;
+                }};
+            }
             macro_rules! columns {
                 ($c:literal) => {
                     while end - j >= $c {
-                        let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
-                        let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
-                        let mut out = [[0f32; ROWS]; $c];
-                        // SAFETY: the caller's guarantees.
-                        unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
-                        for (c, col) in out.iter().enumerate() {
-                            put(j + c, col);
-                        }
-                        j += $c;
+                        one_pass!($c);
                     }
                 };
+            }
+            if let Some(widest) = select::panel_even_width(kind) {
+                // Passes of near-equal width, at most `widest` (the kernel takes them all).
+                while j < end {
+                    let width = (end - j).div_ceil((end - j).div_ceil(widest));
+                    match width {
+                        8 => one_pass!(8),
+                        7 => one_pass!(7),
+                        6 => one_pass!(6),
+                        5 => one_pass!(5),
+                        4 => one_pass!(4),
+                        3 => one_pass!(3),
+                        2 => one_pass!(2),
+                        _ => one_pass!(1),
+                    }
+                }
+                continue;
             }
             for &g in select::panel_column_groups(kind) {
                 match g {
@@ -1235,17 +1258,19 @@ mod tests {
     }
 
     /// Q4_0 per-column products whose columns the panel kernel takes several per pass (the
-    /// groups of `select::panel_column_groups`: 4, 3, 2, then one at a time) give every
-    /// column the bits of a one-column product: odd block counts (the last block of a panel
-    /// is a lone half of a packed pair), rows past the last whole panel, 1 to 11 columns
-    /// (every mix of groups), packed ahead or packed per chunk, on 1 and 2 threads.
+    /// groups of `select::panel_column_groups`: 4, 3, 2, then one at a time; with AVX-512
+    /// VNNI, `select::panel_even_width`'s passes of one to eight) give every column the bits
+    /// of a one-column product: odd block counts (the last block of a panel is a lone half
+    /// of a packed pair), rows past the last whole panel, 1 to 17 columns (every mix of
+    /// groups, up to three even passes), packed ahead or packed per chunk, on 1 and 2
+    /// threads.
     #[test]
     fn q4_0_column_groups_keep_one_column_bits() {
         let mut seed = 91u64;
         for (k, n) in [(32 * 17, 40usize), (32 * 28, 35), (32 * 3, 16)] {
             let w = Arc::new(weights(DType::Q4_0, k, n, &mut seed));
             let packed = PackedWeight::pack(DType::Q4_0, [k, n, 1, 1], &w);
-            let m = 11;
+            let m = 17;
             let b: Vec<f32> = (0..k * m)
                 .map(|_| (rng(&mut seed) % 20001) as f32 / 1000.0 - 10.0)
                 .collect();
