@@ -5,8 +5,10 @@
 //! does. Prints the median time per graph and the weight bytes (file layout) read per second.
 //!
 //! `cargo run --release -p ggrs-core --example kquant_decode_rate -- [TYPE] [ROWS] [K] [L]
-//! [THREADS] [REPS]` (defaults `q4_k 896 4864 24 2 100`; TYPE one of q4_0, q4_1, q5_0, q5_1,
-//! q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs).
+//! [THREADS] [REPS] [COLS]` (defaults `q4_k 896 4864 24 2 100 1`; TYPE one of q4_0, q4_1,
+//! q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, iq1_s, iq1_m, iq2_xxs,
+//! iq2_xs, iq2_s, iq3_xxs, iq3_s). With COLS > 1 the activations are COLS columns (a
+//! prompt's products) instead of one.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,16 +51,24 @@ fn main() -> ggrs_core::Result<()> {
         "q6_k" => DType::Q6K,
         "iq4_nl" => DType::IQ4NL,
         "iq4_xs" => DType::IQ4XS,
+        "iq2_xxs" => DType::IQ2XXS,
+        "iq2_xs" => DType::IQ2XS,
+        "iq2_s" => DType::IQ2S,
+        "iq3_xxs" => DType::IQ3XXS,
+        "iq3_s" => DType::IQ3S,
+        "iq1_s" => DType::IQ1S,
+        "iq1_m" => DType::IQ1M,
         other => {
             eprintln!(
                 "unknown type {other}: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, \
-                 iq4_nl or iq4_xs"
+                 iq4_nl, iq4_xs, iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs or iq3_s"
             );
             std::process::exit(2)
         }
     };
     let (rows, k, layers) = (count(1, "896"), count(2, "4864"), count(3, "24"));
     let (threads, reps) = (count(4, "2"), count(5, "100").max(1));
+    let cols = count(6, "1").max(1);
     let quantize = ggrs_core::types::traits(dtype)
         .from_f32
         .expect("the listed types quantize from f32");
@@ -90,9 +100,9 @@ fn main() -> ggrs_core::Result<()> {
             .collect::<Vec<_>>(),
         |_| (),
     );
-    let mut ctx = Context::with_mem_size(64 << 20);
-    let x = ctx.new_tensor_1d(DType::F32, k)?;
-    ctx.set_f32(x, &values(k, &mut seed))?;
+    let mut ctx = Context::with_mem_size(256 << 20);
+    let x = ctx.new_tensor_2d(DType::F32, k, cols)?;
+    ctx.set_f32(x, &values(k * cols, &mut seed))?;
     let mut graph = Graph::new();
     let mut outs = Vec::new();
     for (d, p) in datas.iter().zip(&packed) {
@@ -121,7 +131,7 @@ fn main() -> ggrs_core::Result<()> {
         check += ctx.to_f32_vec(y)?.iter().map(|&v| v as f64).sum::<f64>();
     }
     println!(
-        "{dtype} {layers} x {rows}x{k} t={threads} packed={}: median {:.3} ms, {:.1} GB/s \
+        "{dtype} {layers} x {rows}x{k} cols={cols} t={threads} packed={}: median {:.3} ms, {:.1} GB/s \
          (fastest {:.3} ms, {:.1} GB/s) check {check:.6e}",
         packed.iter().all(Option::is_some),
         median * 1e3,

@@ -9,7 +9,9 @@ use crate::dtype::DType;
 #[cfg(target_arch = "aarch64")]
 use crate::kernels::aarch64::neon;
 #[cfg(target_arch = "x86_64")]
-use crate::kernels::x86::{avx2, avx512, fp4, iquants, lowbit, quantize, ternary, tiled_avx2};
+use crate::kernels::x86::{
+    avx2, avx512, fp4, iquants, iquants512, lowbit, quantize, ternary, tiled_avx2,
+};
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
 };
@@ -130,6 +132,13 @@ mod forms {
     wrappers!(iq3_s_avx2, BlockIQ3S, iquants::iq3_s_q8_k);
     wrappers!(iq1_s_avx2, BlockIQ1S, iquants::iq1_s_q8_k);
     wrappers!(iq1_m_avx2, BlockIQ1M, iquants::iq1_m_q8_k);
+    wrappers!(iq2_xxs_vnni, BlockIQ2XXS, iquants512::iq2_xxs_q8_k_vnni);
+    wrappers!(iq2_xs_vnni, BlockIQ2XS, iquants512::iq2_xs_q8_k_vnni);
+    wrappers!(iq2_s_vnni, BlockIQ2S, iquants512::iq2_s_q8_k_vnni);
+    wrappers!(iq3_xxs_vnni, BlockIQ3XXS, iquants512::iq3_xxs_q8_k_vnni);
+    wrappers!(iq3_s_vnni, BlockIQ3S, iquants512::iq3_s_q8_k_vnni);
+    wrappers!(iq1_s_vnni, BlockIQ1S, iquants512::iq1_s_q8_k_vnni);
+    wrappers!(iq1_m_vnni, BlockIQ1M, iquants512::iq1_m_q8_k_vnni);
 
     wrappers!(q4_k_avx512, BlockQ4K, avx512::q4_k_q8_k);
     wrappers!(q6_k_avx512, BlockQ6K, avx512::q6_k_q8_k);
@@ -215,6 +224,13 @@ mod forms {
             (Isa::Avx512Vnni, DType::Q8_0) => q8_0_vnni,
             (Isa::Avx512Vnni, DType::Q4K) => q4_k_vnni,
             (Isa::Avx512Vnni, DType::Q6K) => q6_k_vnni,
+            (Isa::Avx512Vnni, DType::IQ2XXS) => iq2_xxs_vnni,
+            (Isa::Avx512Vnni, DType::IQ2XS) => iq2_xs_vnni,
+            (Isa::Avx512Vnni, DType::IQ2S) => iq2_s_vnni,
+            (Isa::Avx512Vnni, DType::IQ3XXS) => iq3_xxs_vnni,
+            (Isa::Avx512Vnni, DType::IQ3S) => iq3_s_vnni,
+            (Isa::Avx512Vnni, DType::IQ1S) => iq1_s_vnni,
+            (Isa::Avx512Vnni, DType::IQ1M) => iq1_m_vnni,
             _ => return None,
         };
         Some(forms)

@@ -87,7 +87,7 @@ unsafe fn iq_q8_k<B: IqSimd, const R: usize, const C: usize>(
 /// # Safety
 /// One IQ1_S block readable at `xb`, one Q8_K block at `yb`.
 #[inline(always)]
-unsafe fn iq1s_shift(xb: *const u8, yb: *const u8) -> i32 {
+pub(super) unsafe fn iq1s_shift(xb: *const u8, yb: *const u8) -> i32 {
     // SAFETY: the caller guarantees both blocks; unaligned reads.
     unsafe {
         let mut sum = 0i32;
@@ -179,7 +179,7 @@ unsafe fn iq1_q8_k<B: IqSimd, const M: bool, const R: usize, const C: usize>(
 /// # Safety
 /// One block readable at `xb`; the CPU supports AVX2.
 #[inline(always)]
-unsafe fn tiled_block<B: IqSimd>(xb: *const u8) -> ([__m256i; 8], [__m256i; 8], i32) {
+pub(super) unsafe fn tiled_block<B: IqSimd>(xb: *const u8) -> ([__m256i; 8], [__m256i; 8], i32) {
     // SAFETY: forwarded to the decoders (caller: a readable block, AVX2).
     unsafe {
         let ones = _mm256_set1_epi8(1);

@@ -9,6 +9,7 @@
 //! | `tiled_avx2.rs` | k-quant and IQ4_XS dots in ggml's tiled order, and their panels | AVX2 |
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
 //! | `iq_decode.rs` | IQ2/IQ3 grid i-quant blocks decoded into registers (for `iquants.rs`) | AVX2 |
+//! | `iquants512.rs`, `iq_decode512.rs` | the grid i-quants' dots and panels of `iquants.rs`, 64 values per instruction | AVX-512 VNNI |
 //! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
 //! | `quantize.rs` | activation quantizers (f32 → Q8_0, Q8_1, Q8_K) | AVX2 |
 //! | `f16.rs` | f16 widening, F16 / F32 dots in ggml's orders, f16 tiles | F16C, AVX2, AVX-512 |
@@ -118,7 +119,11 @@ pub(crate) mod fp4;
 #[cfg(target_arch = "x86_64")]
 mod iq_decode;
 #[cfg(target_arch = "x86_64")]
+mod iq_decode512;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod iquants;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod iquants512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod lowbit;
 #[cfg(target_arch = "x86_64")]
@@ -141,6 +146,10 @@ mod util;
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn panel_kernel(dtype: crate::dtype::DType) -> Option<tiled_avx2::PanelFn> {
     use crate::dtype::DType;
+    // The grid i-quants' AVX-512 VNNI panels where the CPU runs them (same bits).
+    if let Some(p) = iquants512::panel_vnni(dtype).filter(|_| panel::vnni()) {
+        return Some(p);
+    }
     Some(match dtype {
         DType::Q2K => tiled_avx2::q2_k_panel,
         DType::Q3K => tiled_avx2::q3_k_panel,

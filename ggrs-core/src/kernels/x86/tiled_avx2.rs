@@ -1137,6 +1137,42 @@ mod tests {
         has!("avx2") && has!("fma") && has!("f16c")
     }
 
+    /// The AVX-512 VNNI panels of the grid i-quants (`iquants512`) give `dot_tiled`'s bits
+    /// as their AVX2 twins do: the shapes of [`panel_kernels_equal_dot_tiled`], then every
+    /// column count 1..=16 on random and extreme blocks (−128 activations included).
+    #[test]
+    fn vnni_iq_panels_equal_dot_tiled() {
+        if !crate::cpu::features().runs(crate::cpu::Isa::Avx512Vnni) {
+            return;
+        }
+        use super::super::iquants512 as iq;
+        use crate::quants::{
+            BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
+        };
+        fn all_columns<B: TiledBlock>(p: PanelFn) {
+            panels::<B>(p);
+            let mut r = Rng(0xc0de ^ B::BYTES as u64);
+            for cols in 1..=PANEL_COLS {
+                for rep in 0..2u64 {
+                    let xs: Vec<Vec<u8>> = (0..3)
+                        .map(|i| weight_row::<B>(2, (i + rep) % 3, &mut r))
+                        .collect();
+                    let ys: Vec<Vec<u8>> = (0..cols as u64)
+                        .map(|i| q8k_row(2, (i + rep) % 3, &mut r))
+                        .collect();
+                    check_panel::<B>(p, 2, &xs, &ys);
+                }
+            }
+        }
+        all_columns::<BlockIQ2XXS>(iq::iq2_xxs_panel_vnni);
+        all_columns::<BlockIQ2XS>(iq::iq2_xs_panel_vnni);
+        all_columns::<BlockIQ2S>(iq::iq2_s_panel_vnni);
+        all_columns::<BlockIQ3XXS>(iq::iq3_xxs_panel_vnni);
+        all_columns::<BlockIQ3S>(iq::iq3_s_panel_vnni);
+        all_columns::<BlockIQ1S>(iq::iq1_s_panel_vnni);
+        all_columns::<BlockIQ1M>(iq::iq1_m_panel_vnni);
+    }
+
     /// Every kernel, every tile shape, gives `dot_tiled`'s bits, for random blocks and for
     /// codes, scales and activations at the ends of their ranges (−128 included).
     #[test]
