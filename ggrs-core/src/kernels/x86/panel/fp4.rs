@@ -328,7 +328,10 @@ pub(super) unsafe fn pack_nvfp4_vnni(
                 for (r, l) in lanes.iter_mut().enumerate() {
                     *l = read_u32(rows[r].add(i * NVFP4_BYTES + 4 * q));
                 }
-                _mm512_storeu_si512(dst.add(64 * q).cast(), _mm512_loadu_si512(lanes.as_ptr().cast()));
+                _mm512_storeu_si512(
+                    dst.add(64 * q).cast(),
+                    _mm512_loadu_si512(lanes.as_ptr().cast()),
+                );
             }
         }
     }
@@ -442,7 +445,10 @@ pub(super) unsafe fn nvfp4_lanes_vnni<const C: usize>(
                     let yq = y[c].add((2 * i + h) * Q8_0_BYTES + 2);
                     let ax = aux[c].add((2 * i + h) * AUX_BYTES);
                     let dy = _mm512_set1_ps(read_f32(ax));
-                    let sc = [_mm512_mul_ps(ue[2 * h], dy), _mm512_mul_ps(ue[2 * h + 1], dy)];
+                    let sc = [
+                        _mm512_mul_ps(ue[2 * h], dy),
+                        _mm512_mul_ps(ue[2 * h + 1], dy),
+                    ];
                     for (k, a) in acc_c.iter_mut().enumerate() {
                         let seed = _mm512_set1_epi32(read_u32(ax.add(8 + 4 * k)) as i32);
                         let s = _mm512_dpbusd_epi32(seed, nib[k], quad(yq.add(4 * k)));
@@ -496,14 +502,20 @@ pub(super) unsafe fn nvfp4_lanes_avx2<const C: usize>(
                         let yq = y[c].add((2 * i + h) * Q8_0_BYTES + 2);
                         let ax = aux[c].add((2 * i + h) * AUX_BYTES);
                         let dy = _mm256_set1_ps(read_f32(ax));
-                        let sc = [_mm256_mul_ps(ue[2 * h], dy), _mm256_mul_ps(ue[2 * h + 1], dy)];
+                        let sc = [
+                            _mm256_mul_ps(ue[2 * h], dy),
+                            _mm256_mul_ps(ue[2 * h + 1], dy),
+                        ];
                         for (k, a) in acc_c.iter_mut().enumerate() {
                             let (q, high) = nvfp4_lane(h, k);
                             let v = _mm256_loadu_si256(p.add(64 + 64 * q + 32 * half).cast());
                             let v = if high { _mm256_srli_epi16::<4>(v) } else { v };
                             let x = _mm256_shuffle_epi8(levels, _mm256_and_si256(v, low));
                             let seed = _mm256_set1_epi32(read_u32(ax.add(8 + 4 * k)) as i32);
-                            let m = _mm256_madd_epi16(_mm256_maddubs_epi16(x, quad(yq.add(4 * k))), ones);
+                            let m = _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(x, quad(yq.add(4 * k))),
+                                ones,
+                            );
                             let s = _mm256_add_epi32(m, seed);
                             *a = _mm256_fmadd_ps(sc[k / 4], _mm256_cvtepi32_ps(s), *a);
                         }

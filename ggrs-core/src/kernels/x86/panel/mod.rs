@@ -1234,12 +1234,8 @@ mod tests {
                             use crate::quants::k_quants::tiled::dot_tiled;
                             dot_tiled::<crate::quants::BlockIQ4XS>(k, row, &cols[c])
                         }
-                        Kind::MXFP4Chain => {
-                            crate::quants::mxfp4::dot_mxfp4_chain(k, row, &cols[c])
-                        }
-                        Kind::NVFP4Lanes => {
-                            crate::quants::nvfp4::dot_nvfp4_x86(k, row, &cols[c])
-                        }
+                        Kind::MXFP4Chain => crate::quants::mxfp4::dot_mxfp4_chain(k, row, &cols[c]),
+                        Kind::NVFP4Lanes => crate::quants::nvfp4::dot_nvfp4_x86(k, row, &cols[c]),
                     };
                     assert_eq!(
                         out[c][r].to_bits(),
