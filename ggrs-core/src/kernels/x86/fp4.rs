@@ -194,7 +194,13 @@ pub(crate) unsafe fn mxfp4_q8_0_chain<const R: usize, const C: usize>(
 unsafe fn block_sums8(v: &[__m256i; 8]) -> __m256i {
     // SAFETY: register-only AVX2 operations.
     unsafe {
-        let h: [__m256i; 4] = std::array::from_fn(|k| _mm256_hadd_epi32(v[2 * k], v[2 * k + 1]));
+        // No closure (`array::from_fn`): it would not inherit the caller's target features.
+        let h = [
+            _mm256_hadd_epi32(v[0], v[1]),
+            _mm256_hadd_epi32(v[2], v[3]),
+            _mm256_hadd_epi32(v[4], v[5]),
+            _mm256_hadd_epi32(v[6], v[7]),
+        ];
         // Lanes 0..4 / 4..8: the low / high halves of v[0..4] (g0) and v[4..8] (g1).
         let g0 = _mm256_hadd_epi32(h[0], h[1]);
         let g1 = _mm256_hadd_epi32(h[2], h[3]);
@@ -227,20 +233,26 @@ pub(crate) unsafe fn mxfp4_q8_0_chain_vnni<const R: usize, const C: usize>(
         let mut i = 0;
         while i + 8 <= nb {
             for r in 0..R {
-                let xb: [*const u8; 8] = std::array::from_fn(|b| x[r].add((i + b) * MX));
-                let l: [__m256i; 8] = std::array::from_fn(|b| mxfp4_levels(xb[b], table));
-                let labs: [__m256i; 8] = std::array::from_fn(|b| _mm256_abs_epi8(l[b]));
-                let dx: [f32; 8] = std::array::from_fn(|b| e8m0_half(*xb[b]));
+                // Loops rather than closures (`array::from_fn`), which might not inherit
+                // this function's target features.
+                let (mut l, mut labs, mut dx) = ([zero; 8], [zero; 8], [0f32; 8]);
+                for b in 0..8 {
+                    let xb = x[r].add((i + b) * MX);
+                    l[b] = mxfp4_levels(xb, table);
+                    labs[b] = _mm256_abs_epi8(l[b]);
+                    dx[b] = e8m0_half(*xb);
+                }
                 for c in 0..C {
-                    let yb: [*const u8; 8] = std::array::from_fn(|b| y[c].add((i + b) * Q8));
-                    let v: [__m256i; 8] = std::array::from_fn(|b| {
-                        let ys = _mm256_sign_epi8(q8_codes(yb[b]), l[b]);
-                        _mm256_dpbusd_epi32(zero, labs[b], ys)
-                    });
+                    let mut v = [zero; 8];
+                    for b in 0..8 {
+                        let ys = _mm256_sign_epi8(q8_codes(y[c].add((i + b) * Q8)), l[b]);
+                        v[b] = _mm256_dpbusd_epi32(zero, labs[b], ys);
+                    }
                     let mut sums = [0i32; 8];
                     _mm256_storeu_si256(sums.as_mut_ptr().cast(), block_sums8(&v));
                     for b in 0..8 {
-                        acc[r][c] = (sums[b] as f32).mul_add(dx[b] * f16_at(yb[b]), acc[r][c]);
+                        let dy = f16_at(y[c].add((i + b) * Q8));
+                        acc[r][c] = (sums[b] as f32).mul_add(dx[b] * dy, acc[r][c]);
                     }
                 }
             }

@@ -349,7 +349,10 @@ pub(super) unsafe fn pack_nvfp4_vnni(
 unsafe fn ue4m3_scales_512(d: __m512i) -> [__m512; 4] {
     // SAFETY: register-only AVX-512 F operations.
     unsafe {
-        std::array::from_fn(|s| {
+        // A loop, not `array::from_fn`: a closure here would not inherit the caller's
+        // target features and its intrinsics would not inline.
+        let mut out = [_mm512_setzero_ps(); 4];
+        for (s, o) in out.iter_mut().enumerate() {
             let byte = _mm512_and_si512(
                 _mm512_srlv_epi32(d, _mm512_set1_epi32(8 * s as i32)),
                 _mm512_set1_epi32(0xFF),
@@ -363,8 +366,9 @@ unsafe fn ue4m3_scales_512(d: __m512i) -> [__m512; 4] {
             let small = _mm512_cmplt_epi32_mask(t, _mm512_set1_epi32(8));
             let r = _mm512_mask_blend_ps(small, normal, sub);
             let nan = _mm512_cmpeq_epi32_mask(byte, _mm512_set1_epi32(0x7F));
-            _mm512_mask_mov_ps(r, nan, _mm512_setzero_ps())
-        })
+            *o = _mm512_mask_mov_ps(r, nan, _mm512_setzero_ps());
+        }
+        out
     }
 }
 
@@ -376,7 +380,8 @@ unsafe fn ue4m3_scales_512(d: __m512i) -> [__m512; 4] {
 unsafe fn ue4m3_scales_256(d: __m256i) -> [__m256; 4] {
     // SAFETY: register-only AVX2 operations.
     unsafe {
-        std::array::from_fn(|s| {
+        let mut out = [_mm256_setzero_ps(); 4];
+        for (s, o) in out.iter_mut().enumerate() {
             let byte = _mm256_and_si256(
                 _mm256_srlv_epi32(d, _mm256_set1_epi32(8 * s as i32)),
                 _mm256_set1_epi32(0xFF),
@@ -390,8 +395,9 @@ unsafe fn ue4m3_scales_256(d: __m256i) -> [__m256; 4] {
             let small = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), t));
             let r = _mm256_blendv_ps(normal, sub, small);
             let nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(byte, _mm256_set1_epi32(0x7F)));
-            _mm256_andnot_ps(nan, r)
-        })
+            *o = _mm256_andnot_ps(nan, r);
+        }
+        out
     }
 }
 
@@ -435,12 +441,13 @@ pub(super) unsafe fn nvfp4_lanes_vnni<const C: usize>(
             let ue = ue4m3_scales_512(_mm512_loadu_si512(p.cast()));
             for h in 0..2 {
                 // The levels (plus 12) of sub-blocks 2h and 2h + 1: lanes 0..8's operands.
-                let nib: [__m512i; 8] = std::array::from_fn(|k| {
+                let mut nib = [_mm512_setzero_si512(); 8];
+                for (k, n) in nib.iter_mut().enumerate() {
                     let (q, high) = nvfp4_lane(h, k);
                     let v = _mm512_loadu_si512(p.add(64 + 64 * q).cast());
                     let v = if high { _mm512_srli_epi16::<4>(v) } else { v };
-                    _mm512_shuffle_epi8(levels, _mm512_and_si512(v, low))
-                });
+                    *n = _mm512_shuffle_epi8(levels, _mm512_and_si512(v, low));
+                }
                 for (c, acc_c) in acc.iter_mut().enumerate() {
                     let yq = y[c].add((2 * i + h) * Q8_0_BYTES + 2);
                     let ax = aux[c].add((2 * i + h) * AUX_BYTES);
