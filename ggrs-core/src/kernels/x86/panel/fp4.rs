@@ -720,17 +720,17 @@ mod tests {
             if vnni() {
                 // SAFETY: the CPU runs AVX-512 (checked).
                 let got = unsafe { scales_512(&lanes) };
-                for r in 0..16 {
-                    for s in 0..4 {
-                        assert_eq!(got[s][r].to_bits(), want(r, s), "vnni lane {r} sub {s}");
+                for (s, g) in got.iter().enumerate() {
+                    for (r, v) in g.iter().enumerate() {
+                        assert_eq!(v.to_bits(), want(r, s), "vnni lane {r} sub {s}");
                     }
                 }
             }
             // SAFETY: `available` implies AVX2.
             let got = unsafe { scales_256(&lanes) };
-            for r in 0..16 {
-                for s in 0..4 {
-                    assert_eq!(got[s][r].to_bits(), want(r, s), "avx2 lane {r} sub {s}");
+            for (s, g) in got.iter().enumerate() {
+                for (r, v) in g.iter().enumerate() {
+                    assert_eq!(v.to_bits(), want(r, s), "avx2 lane {r} sub {s}");
                 }
             }
         }
