@@ -122,6 +122,7 @@ mod forms {
     wrappers!(tq2_0_avx2, BlockTQ2_0, ternary::tq2_0_q8_k);
     wrappers!(mxfp4_avx2, BlockMXFP4, fp4::mxfp4_q8_0);
     wrappers!(mxfp4_avx2_chain, BlockMXFP4, fp4::mxfp4_q8_0_chain);
+    wrappers!(mxfp4_vnni_chain, BlockMXFP4, fp4::mxfp4_q8_0_chain_vnni);
     wrappers!(nvfp4_avx2, BlockNVFP4, fp4::nvfp4_q8_0);
     wrappers!(q1_0_avx2, BlockQ1_0, lowbit::q1_0_q8_0);
     wrappers!(q2_0_avx2, BlockQ2_0, lowbit::q2_0_q8_0);
@@ -243,6 +244,7 @@ mod forms {
             (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain),
             (Isa::Avx2, DType::IQ4NL) => Some(iq4_nl_avx2_chain),
             (Isa::Avx2, DType::MXFP4) => Some(mxfp4_avx2_chain),
+            (Isa::Avx512Vnni, DType::MXFP4) => Some(mxfp4_vnni_chain),
             (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain),
             _ => None,
         }

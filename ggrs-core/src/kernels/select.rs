@@ -283,6 +283,7 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         DType::Q6K | DType::Q5K | DType::Q3K | DType::Q4K | DType::Q2K | DType::IQ4XS => {
             crate::quants::k_quants::QK_K
         }
+        DType::NVFP4 => 64,
         _ => 32,
     };
     if ne[1] < ROWS || !ne[0].is_multiple_of(values) || !panels_run() {
@@ -298,6 +299,8 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         (DType::Q6K, SumOrder::GgmlLanes) => Kind::Q6KLanes,
         (DType::Q5K, SumOrder::GgmlLanes) => Kind::Q5KLanes,
         (DType::IQ4NL, SumOrder::GgmlBlockChain) => Kind::IQ4NLChain,
+        (DType::MXFP4, SumOrder::GgmlBlockChain) => Kind::MXFP4Chain,
+        (DType::NVFP4, SumOrder::GgmlLanes) => Kind::NVFP4Lanes,
         (DType::IQ4XS, SumOrder::GgmlLanes) => Kind::IQ4XSLanes,
         (DType::Q3K, SumOrder::GgmlLanes) => Kind::Q3KLanes,
         (DType::Q4K, SumOrder::GgmlRepacked) => Kind::Q4KGemv,
@@ -324,9 +327,9 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
 pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
     let wide = crate::cpu::features().runs(Isa::Avx512Vnni) && kind.has_vnni_build();
     match (kind, wide) {
-        (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[8, 4],
+        (Kind::Q4_0Chain | Kind::IQ4NLChain | Kind::MXFP4Chain, true) => &[8, 4],
         (Kind::Q4_0Chain, false) => &[4, 3, 2],
-        (Kind::IQ4NLChain, false) => &[4],
+        (Kind::IQ4NLChain | Kind::MXFP4Chain, false) => &[4],
         (Kind::Q8_0Lanes, true) => &[2],
         // AVX2 has 16 vector registers: two columns' sixteen accumulators plus the eight
         // weight quads spill, and how much they spill moves with unrelated code changes;
@@ -334,8 +337,9 @@ pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q8_0Lanes, false) => &[],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, true) => &[2],
         (Kind::Q4_1Lanes | Kind::Q5_0Lanes | Kind::Q5_1Lanes, false) => &[4, 2],
-        (Kind::Q6KLanes, true) => &[2],
+        (Kind::Q6KLanes | Kind::NVFP4Lanes, true) => &[2],
         (Kind::Q6KLanes | Kind::Q3KLanes | Kind::IQ4XSLanes | Kind::Q5KLanes, _) => &[],
+        (Kind::NVFP4Lanes, false) => &[],
         (Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled, _) => &[8, 4, 2],
         (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
         (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],

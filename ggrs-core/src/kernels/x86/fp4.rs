@@ -7,7 +7,8 @@
 //!   (`fma(dy·dx, lanes, acc)`), added lane by lane, `hsum_float_8`, an odd last block in C
 //!   (one FMA, as GCC contracts it);
 //! - MXFP4, the repacked `mxfp4_8x8` GEMV/GEMM: per block the lanes' total,
-//!   `acc = fma(Σ, dx·dy, acc)`;
+//!   `acc = fma(Σ, dx·dy, acc)` (also an AVX-512 VNNI build, [`mxfp4_q8_0_chain_vnni`],
+//!   which sums eight blocks at a time);
 //! - NVFP4, `ggml_vec_dot_nvfp4_q8_0`: per Q8_0 block of the NVFP4 block, lanes 0–3 and
 //!   4–7 scaled by their sub-blocks' `ue4m3·dy`, one FMA into eight f32 lanes.
 //!
@@ -179,6 +180,98 @@ pub(crate) unsafe fn mxfp4_q8_0_chain<const R: usize, const C: usize>(
                     acc[r][c] = (s as f32).mul_add(dx * f16_at(yb), acc[r][c]);
                 }
             }
+        }
+        acc
+    }
+}
+
+/// The eight i32 lanes of each of `v[0..8]` summed: lane `b` of the result is `Σ v[b]`
+/// (exact integers, any order).
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[inline(always)]
+unsafe fn block_sums8(v: &[__m256i; 8]) -> __m256i {
+    // SAFETY: register-only AVX2 operations.
+    unsafe {
+        // No closure (`array::from_fn`): it would not inherit the caller's target features.
+        let h = [
+            _mm256_hadd_epi32(v[0], v[1]),
+            _mm256_hadd_epi32(v[2], v[3]),
+            _mm256_hadd_epi32(v[4], v[5]),
+            _mm256_hadd_epi32(v[6], v[7]),
+        ];
+        // Lanes 0..4 / 4..8: the low / high halves of v[0..4] (g0) and v[4..8] (g1).
+        let g0 = _mm256_hadd_epi32(h[0], h[1]);
+        let g1 = _mm256_hadd_epi32(h[2], h[3]);
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(g0, g1),
+            _mm256_permute2x128_si256::<0x31>(g0, g1),
+        )
+    }
+}
+
+/// MXFP4 · Q8_0 as ggml's repacked `mxfp4_8x8` GEMV/GEMM (one row of its eight), for CPUs
+/// with AVX-512 VNNI: eight blocks at a time, each block's products `|level| · sign(y,
+/// level)` (`vpsignb`, then `vpdpbusd`: the sums of [`mxfp4_q8_0_chain`] for any bytes),
+/// the eight blocks' sums reduced together ([`block_sums8`]) and then chained one FMA per
+/// block in order, `acc = fma(Σ, dx·dy, acc)`; the last `nb % 8` blocks one at a time.
+///
+/// # Safety
+/// See the module docs; the CPU also supports AVX-512 F/BW/VL and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn mxfp4_q8_0_chain_vnni<const R: usize, const C: usize>(
+    nb: usize,
+    x: [*const u8; R],
+    y: [*const u8; C],
+) -> [[f32; C]; R] {
+    // SAFETY: as in `mxfp4_q8_0`.
+    unsafe {
+        let table = levels_table();
+        let zero = _mm256_setzero_si256();
+        let mut acc = [[0f32; C]; R];
+        let mut i = 0;
+        while i + 8 <= nb {
+            for r in 0..R {
+                // Loops rather than closures (`array::from_fn`), which might not inherit
+                // this function's target features.
+                let (mut l, mut labs, mut dx) = ([zero; 8], [zero; 8], [0f32; 8]);
+                for b in 0..8 {
+                    let xb = x[r].add((i + b) * MX);
+                    l[b] = mxfp4_levels(xb, table);
+                    labs[b] = _mm256_abs_epi8(l[b]);
+                    dx[b] = e8m0_half(*xb);
+                }
+                for c in 0..C {
+                    let mut v = [zero; 8];
+                    for b in 0..8 {
+                        let ys = _mm256_sign_epi8(q8_codes(y[c].add((i + b) * Q8)), l[b]);
+                        v[b] = _mm256_dpbusd_epi32(zero, labs[b], ys);
+                    }
+                    let mut sums = [0i32; 8];
+                    _mm256_storeu_si256(sums.as_mut_ptr().cast(), block_sums8(&v));
+                    for b in 0..8 {
+                        let dy = f16_at(y[c].add((i + b) * Q8));
+                        acc[r][c] = (sums[b] as f32).mul_add(dx[b] * dy, acc[r][c]);
+                    }
+                }
+            }
+            i += 8;
+        }
+        while i < nb {
+            for r in 0..R {
+                let xb = x[r].add(i * MX);
+                let l = mxfp4_levels(xb, table);
+                let labs = _mm256_abs_epi8(l);
+                let dx = e8m0_half(*xb);
+                for c in 0..C {
+                    let yb = y[c].add(i * Q8);
+                    let ys = _mm256_sign_epi8(q8_codes(yb), l);
+                    let s = hsum_i32(_mm256_dpbusd_epi32(zero, labs, ys));
+                    acc[r][c] = (s as f32).mul_add(dx * f16_at(yb), acc[r][c]);
+                }
+            }
+            i += 1;
         }
         acc
     }

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `avx2.rs`, `avx512.rs` | block dot products in tiles (`dot_builds` wraps them) | AVX2 + FMA + F16C; AVX-512 F/BW/VL, VNNI |
 //! | `ternary.rs` | TQ1_0 / TQ2_0 dots in the order of ggml's AVX2 `ggml_vec_dot_tq*_0_q8_K` | AVX2 |
-//! | `fp4.rs` | MXFP4 (vec_dot and repacked orders) / NVFP4 dots in the orders of ggml's x86 kernels | AVX2 |
+//! | `fp4.rs` | MXFP4 (vec_dot and repacked orders) / NVFP4 dots in the orders of ggml's x86 kernels | AVX2; AVX-512 VNNI (MXFP4 repacked) |
 //! | `lowbit.rs` | Q1_0 / Q2_0 dots in the orders of ggml's AVX2 / generic `ggml_vec_dot_q*_0_q8_0` | AVX2 |
 //! | `tiled_avx2.rs` | k-quant and IQ4_XS dots in ggml's tiled order, and their panels | AVX2 |
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |

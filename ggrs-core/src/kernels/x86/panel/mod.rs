@@ -3,7 +3,8 @@
 //! VNNI kernels; `avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
 //! The same scheme serves Q4_1, Q5_0, Q5_1 (`lanes_vnni`, `avx2`) and Q6_K
 //! (`q6k_vnni`, `avx2`; layouts in [`Kind::block_at`]), Q5_K (`q5k`,
-//! `q5k_avx2`) and the i-quants IQ4_NL and IQ4_XS (`iq4`, `iq4_avx2`). Each kind's kernels
+//! `q5k_avx2`), the i-quants IQ4_NL and IQ4_XS (`iq4`, `iq4_avx2`), MXFP4 and NVFP4 (`fp4`). Each
+//! kind's kernels
 //! live in a submodule; this module is the hub they share (layout, packers, dispatch).
 //!
 //! # Layout
@@ -58,6 +59,7 @@
 //! the CPU runs); the pointer contracts are stated on each function.
 
 mod avx2;
+mod fp4;
 mod iq4;
 mod iq4_avx2;
 mod lanes_vnni;
@@ -160,6 +162,14 @@ pub(crate) enum Kind {
     /// AVX2 `ggml_vec_dot_q5_K_q8_K` (`panel::q5k`, `panel::q5k_avx2`), below eight columns,
     /// where llama.cpp runs that kernel (from eight on, its tiled order: `tiled_avx2`).
     Q5KLanes,
+    /// MXFP4 weights, one FMA per block ([`SumOrder::GgmlBlockChain`], ggml's repacked
+    /// `mxfp4_8x8` kernels); Q4_0's layout with bfloat16 scales (`panel::fp4`).
+    ///
+    /// [`SumOrder::GgmlBlockChain`]: crate::quants::dispatch::SumOrder::GgmlBlockChain
+    MXFP4Chain,
+    /// NVFP4 weights (64 values per block, four UE4M3 sub-block scales) against Q8_0, eight
+    /// lanes per element as ggml's `ggml_vec_dot_nvfp4_q8_0` (`panel::fp4`).
+    NVFP4Lanes,
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -200,7 +210,9 @@ impl Kind {
     /// Q5_0 and Q6_K.
     pub(crate) const fn panel_bytes(self, nb: usize) -> usize {
         match self.layout() {
-            Kind::Q4_0Chain | Kind::IQ4NLChain => nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64),
+            Kind::Q4_0Chain | Kind::IQ4NLChain | Kind::MXFP4Chain => {
+                nb / 2 * Q4_0_PAIR + nb % 2 * (64 + 4 * 64)
+            }
             Kind::Q3KLanes => nb * self::q3k::Q3K_PANEL_BYTES,
             Kind::Q4KGemv => nb * self::repacked::Q4K_PANEL_BYTES,
             Kind::Q2KGemv => nb * self::repacked::Q2K_PANEL_BYTES,
@@ -218,6 +230,7 @@ impl Kind {
             | Kind::Q2KGemv
             | Kind::IQ4XSLanes
             | Kind::Q5KLanes => 256,
+            Kind::NVFP4Lanes => 64,
             _ => 32,
         }
     }
@@ -280,11 +293,11 @@ impl Kind {
     pub(crate) const fn block_at(self, i: usize) -> BlockAt {
         let kind = self.layout();
         let base = match kind {
-            Kind::Q4_0Chain | Kind::IQ4NLChain => 0,
+            Kind::Q4_0Chain | Kind::IQ4NLChain | Kind::MXFP4Chain => 0,
             _ => i * kind.panel_bytes(1),
         };
         let (d, m, v, h, s) = match kind {
-            Kind::Q4_0Chain | Kind::IQ4NLChain => {
+            Kind::Q4_0Chain | Kind::IQ4NLChain | Kind::MXFP4Chain => {
                 let (d, v) = q4_0_at(i);
                 (d, 0, v, 0, 0)
             }
@@ -310,6 +323,8 @@ impl Kind {
                 use self::repacked::{Q4K_QS, Q4K_SC};
                 (base, base + 32, base + Q4K_QS, 0, base + Q4K_SC)
             }
+            // The rows' UE4M3 scale bytes (a dword per lane), then the 8 vectors of `qs`.
+            Kind::NVFP4Lanes => (base, 0, base + 64, 0, 0),
             Kind::Q5KLanes => {
                 use self::q5k::{h_at, v_at, Q5K_DMIN, Q5K_SC};
                 let (v, h) = (v_at(0, 0), h_at(0));
@@ -337,6 +352,8 @@ impl Kind {
             Kind::Q3KLanes => 110,
             Kind::Q4KGemv => 144,
             Kind::Q5KLanes => 176,
+            Kind::MXFP4Chain => self::fp4::MXFP4_BYTES,
+            Kind::NVFP4Lanes => self::fp4::NVFP4_BYTES,
             _ => 84,
         }
     }
@@ -361,7 +378,13 @@ impl Kind {
     /// none for the others.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self.layout() {
-            Kind::Q4_0Chain | Kind::Q8_0Lanes | Kind::Q5_0Lanes | Kind::IQ4NLChain => AUX_BYTES,
+            Kind::Q4_0Chain
+            | Kind::Q8_0Lanes
+            | Kind::Q5_0Lanes
+            | Kind::IQ4NLChain
+            | Kind::MXFP4Chain => AUX_BYTES,
+            // Two Q8_0 blocks per NVFP4 block.
+            Kind::NVFP4Lanes => 2 * AUX_BYTES,
             Kind::Q4KGemv | Kind::Q5KLanes => self::repacked::Q4K_AUX_BYTES,
             _ => 0,
         }
@@ -375,6 +398,7 @@ impl Kind {
             Kind::Q4_0Chain => 8,
             Kind::Q8_0Lanes | Kind::IQ4NLChain => 128,
             Kind::Q5_0Lanes => 16,
+            Kind::MXFP4Chain | Kind::NVFP4Lanes => self::fp4::OFFSET,
             _ => 0,
         }
     }
@@ -620,6 +644,8 @@ pub(crate) unsafe fn pack(
                 self::iq4::pack_iq4_xs_vnni(nb, rows, out, ahead)
             }
             (Kind::Q8_0Lanes, true) => pack_q8_0(nb, rows, out, ahead),
+            (Kind::MXFP4Chain, true) => self::fp4::pack_mxfp4_vnni(nb, rows, out, ahead),
+            (Kind::NVFP4Lanes, true) => self::fp4::pack_nvfp4_vnni(nb, rows, out, ahead),
             _ => pack_portable(kind, nb, rows, out),
         }
     }
@@ -666,6 +692,8 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q2KGemv => return self::repacked::pack_q2_k(nb, &src, dst),
         Kind::Q5KLanes => return self::q5k::pack_q5_k(nb, &src, dst),
         Kind::IQ4XSLanes => return self::iq4::pack_iq4_xs(nb, &src, dst),
+        Kind::MXFP4Chain => return self::fp4::pack_mxfp4(nb, &src, dst),
+        Kind::NVFP4Lanes => return self::fp4::pack_nvfp4(nb, &src, dst),
         _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
@@ -675,7 +703,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::Q4_1Lanes => (Some(2), None, 4),
         Kind::Q5_0Lanes => (None, Some(2), 6),
         Kind::Q5_1Lanes => (Some(2), Some(4), 8),
-        _ => unreachable!("the k-quants and IQ4_XS are packed by their own packers above"),
+        _ => unreachable!("the k-quants, IQ4_XS and the FP4 types have their own packers above"),
     };
     let flip = if kind == Kind::Q8_0Lanes && flips_q8_0() {
         0x80
@@ -941,6 +969,8 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
                 Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
                 Kind::Q5KLanes => self::q5k_avx2::q5_k_lanes::<C>(nb, panel, y, aux, out),
+                Kind::MXFP4Chain => self::fp4::mxfp4_chain_avx2::<C>(nb, panel, y, aux, out),
+                Kind::NVFP4Lanes => self::fp4::nvfp4_lanes_avx2::<C>(nb, panel, y, aux, out),
             }
             return;
         }
@@ -967,6 +997,8 @@ unsafe fn gemm_in<const C: usize>(
             Kind::IQ4XSTiled => iq4::iq4_xs_tiled::<C>(nb, panel, y),
             Kind::Q6KLanes => self::q6k_vnni::q6_k_lanes::<C>(nb, panel, y),
             Kind::Q5KLanes => self::q5k::q5_k_lanes::<C>(nb, panel, y, aux),
+            Kind::MXFP4Chain => self::fp4::mxfp4_chain_vnni::<C>(nb, panel, y, aux),
+            Kind::NVFP4Lanes => self::fp4::nvfp4_lanes_vnni::<C>(nb, panel, y, aux),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -995,7 +1027,7 @@ mod tests {
     use crate::quants::k_quants::repacked;
 
     /// Every kind.
-    const KINDS: [Kind; 17] = [
+    const KINDS: [Kind; 19] = [
         Kind::Q4_0Chain,
         Kind::Q8_0Lanes,
         Kind::Q4_1Lanes,
@@ -1013,6 +1045,8 @@ mod tests {
         Kind::IQ4XSLanes,
         Kind::IQ4XSTiled,
         Kind::Q5KLanes,
+        Kind::MXFP4Chain,
+        Kind::NVFP4Lanes,
     ];
 
     /// Whether a panel build runs here (the tests then check the one this CPU picks).
@@ -1057,6 +1091,15 @@ mod tests {
                 Kind::Q2KGemv => &[80, 82],
                 _ => &[0],
             };
+            if kind == Kind::MXFP4Chain {
+                // An E8M0 exponent byte: moderate scales (the products stay finite), and
+                // the two subnormal ones now and then.
+                blk[0] = match rng(seed) % 8 {
+                    0 => rng(seed) as u8 % 3,
+                    _ => 100 + (rng(seed) % 50) as u8,
+                };
+                continue;
+            }
             for &at in at {
                 let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
                 blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
@@ -1191,6 +1234,8 @@ mod tests {
                             use crate::quants::k_quants::tiled::dot_tiled;
                             dot_tiled::<crate::quants::BlockIQ4XS>(k, row, &cols[c])
                         }
+                        Kind::MXFP4Chain => crate::quants::mxfp4::dot_mxfp4_chain(k, row, &cols[c]),
+                        Kind::NVFP4Lanes => crate::quants::nvfp4::dot_nvfp4_x86(k, row, &cols[c]),
                     };
                     assert_eq!(
                         out[c][r].to_bits(),
