@@ -405,6 +405,19 @@ pub(crate) unsafe fn flash_attn_ext(
     } else {
         let n_groups = n_head / gs;
         let mut rows = split_range(n_q * n_groups * n3, n_chunks, chunk);
+        #[cfg(target_arch = "x86_64")]
+        if use_query_lanes_512(&a, gs) {
+            // Runs of up to eight consecutive queries of one head, one f64 lane each.
+            while !rows.is_empty() {
+                let r = rows.start;
+                let (iq1, iq2, iq3) = (r % n_q, (r / n_q) % n_head, r / (n_q * n_head));
+                let live = x86::QUERY_LANES.min(n_q - iq1).min(rows.len());
+                // SAFETY: indices in range; K and V are F16 with dk = dv = 32 and the CPU
+                // has AVX-512 (`use_query_lanes_512`).
+                unsafe { query_lanes_512(&a, iq1, live, iq2, iq3) };
+                rows.start += live;
+            }
+        }
         if use_query_groups(a.dk(), gs) {
             // Runs of up to QUERY_GROUP consecutive queries of one head together.
             while !rows.is_empty() {
@@ -741,6 +754,62 @@ unsafe fn query_group_keys_body<const G: usize>(
         }
     }
     std::array::from_fn(|j| (max[j], sum[j]))
+}
+
+/// Whether the one-row path runs [`query_lanes_512`]: the query-group case
+/// ([`use_query_groups`]) with `dk = dv = 32`, no soft-cap, on AVX-512 (the heads of
+/// all-MiniLM-L6-v2, BGE-small and other small encoders).
+#[cfg(target_arch = "x86_64")]
+fn use_query_lanes_512(a: &Attn, gs: usize) -> bool {
+    a.fast
+        && isa() >= Isa::Avx512
+        && use_query_groups(a.dk(), gs)
+        && a.dk() == x86::D32
+        && a.dv() == x86::D32
+        && a.softcap == 0.0
+}
+
+/// Queries `iq1..iq1 + live` (`live ≤ 8`) of head `(iq2, iq3)` through
+/// `x86::query_keys_d32_512` (each query's bits as [`one_row_keys`] alone), written to their
+/// output rows.
+///
+/// # Safety
+/// Indices in range; [`use_query_lanes_512`] holds; K and V are F16; this chunk owns the
+/// rows.
+#[cfg(target_arch = "x86_64")]
+unsafe fn query_lanes_512(a: &Attn, iq1: usize, live: usize, iq2: usize, iq3: usize) {
+    const G: usize = x86::QUERY_LANES;
+    let mut q = [[0f32; x86::D32]; G];
+    let mut masks = [None; G];
+    for (j, (qj, mj)) in q.iter_mut().zip(masks.iter_mut()).enumerate().take(live) {
+        // SAFETY: iq1 + j < n_q (live counts queries in range); indices in range (caller).
+        let (row, hr) = unsafe { (a.q_row(iq1 + j, iq2, iq3), a.head_rows(iq1 + j, iq2, iq3)) };
+        for (h, &x) in qj.iter_mut().zip(row) {
+            *h = h2f(f2h(x));
+        }
+        *mj = hr.mask;
+    }
+    // SAFETY: indices in range (caller).
+    let hr = unsafe { a.head_rows(iq1, iq2, iq3) };
+    let mut acc = [[0u16; x86::D32]; G];
+    // SAFETY: the CPU has AVX-512 F/BW/VL, AVX2, FMA and F16C (`use_query_lanes_512`); the
+    // head's key and value rows (F16, 32 values) and each query's mask row hold every key.
+    let res = unsafe {
+        x86::query_keys_d32_512(
+            &q,
+            live,
+            &masks,
+            (hr.k0 as *const u8, hr.knb, hr.v0 as *const u8, hr.vnb),
+            a.n_kv(),
+            a.scale,
+            &mut acc,
+        )
+    };
+    for (j, ((max, sum), acc)) in res.into_iter().zip(&acc).enumerate().take(live) {
+        // SAFETY: indices in range; this chunk owns these rows.
+        let out = unsafe { a.out_row(iq1 + j, iq2, iq3) };
+        finish_row(a, acc, out, iq2, max, sum);
+    }
 }
 
 /// glibc's `expf` of each value (`x86::exp::expf4`, four lanes at a time, where the CPU
@@ -1481,6 +1550,79 @@ mod x86_tests {
                                     h2f(*y)
                                 );
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 eight-query kernel for heads of 32 equals the one-query loop with the
+    /// portable primitives, query by query: masks that differ per query (−∞ runs, f16 and
+    /// f32, none), fewer live queries than lanes, spiky scores (exponentials out of the
+    /// table's range), a NaN key, 0 to 70 keys.
+    #[test]
+    fn query_lanes_equal_the_one_query_loop() {
+        if isa() < Isa::Avx512 {
+            return;
+        }
+        const D: usize = D32;
+        const G: usize = QUERY_LANES;
+        let scale = 1.0 / (D as f32).sqrt();
+        for (n, spiky) in [
+            (0, false),
+            (1, false),
+            (7, false),
+            (9, true),
+            (33, true),
+            (70, true),
+        ] {
+            let c = case(D, n, spiky, 11 + n as u64);
+            // Query g reads mask elements g.. of a row of n + G: shifted runs of −∞.
+            let wide: Vec<f32> = (0..n + G)
+                .map(|i| match (i % 11, i % 5) {
+                    (4, _) | (5, _) => f32::NEG_INFINITY,
+                    (_, 0) => -1.5,
+                    (_, 1) => 0.25,
+                    _ => 0.0,
+                })
+                .collect();
+            let wide16: Vec<u16> = wide.iter().map(|&x| f2h(x)).collect();
+            let mut seed = 5 + n as u64;
+            let q: [[f32; D]; G] =
+                std::array::from_fn(|_| std::array::from_fn(|_| h2f(f2h(rng(&mut seed) * 3.0))));
+            for live in [G, 3] {
+                for which in 0..3 {
+                    let masks: [Option<(*const u8, usize, bool)>; G] =
+                        std::array::from_fn(|g| match which {
+                            0 => None,
+                            1 => Some((wide16[g..].as_ptr() as *const u8, 2, true)),
+                            _ => Some((wide[g..].as_ptr() as *const u8, 4, false)),
+                        });
+                    let mut acc = [[0u16; D]; G];
+                    let rows = (
+                        c.k.as_ptr() as *const u8,
+                        2 * c.stride,
+                        c.v.as_ptr() as *const u8,
+                        2 * c.stride,
+                    );
+                    // SAFETY: AVX-512 (checked); the rows and mask rows cover keys 0..n.
+                    let r =
+                        unsafe { query_keys_d32_512(&q, live, &masks, rows, n, scale, &mut acc) };
+                    for g in 0..live {
+                        let mref = (which > 0).then_some(&wide[g..]);
+                        let (wa, wm, ws) = reference::<D>(&q[g], &c, mref, 0..n, scale);
+                        let what = format!("n={n} live={live} mask={which} query {g}");
+                        let (m, s) = r[g];
+                        assert!(same(m, wm), "{what}: M {m} vs {wm}");
+                        assert!(same(s, ws), "{what}: S {s} vs {ws}");
+                        for (x, y) in acc[g].iter().zip(&wa) {
+                            assert!(
+                                same(h2f(*x), h2f(*y)),
+                                "{what}: acc {} vs {}",
+                                h2f(*x),
+                                h2f(*y)
+                            );
                         }
                     }
                 }

@@ -394,6 +394,33 @@ impl<'t> Operands<'t> {
         unsafe { *(d.data.add(d.offset(i, i1, i2, i3)) as *mut f32) = v };
     }
 
+    /// Writes output elements `(i..i + R, j)` of this batch: `R` consecutive elements of
+    /// one output column, its address computed once (a plain `mul_mat`'s output; a
+    /// gathered one element by element).
+    ///
+    /// # Safety
+    /// `i + R ≤ n`, `j < m`, and the elements belong to the calling chunk.
+    #[inline(always)]
+    unsafe fn put_col<const R: usize>(&self, i: usize, j: usize, vals: [f32; R]) {
+        if self.gathered.is_some() {
+            for (r, &v) in vals.iter().enumerate() {
+                // SAFETY: forwarded.
+                unsafe { self.put(i + r, j, v) };
+            }
+            return;
+        }
+        let d = &self.task.dst;
+        let (i2, i3) = self.batch;
+        // SAFETY: the caller's guarantee: elements i..i + R of column j lie inside dst
+        // (`nb[0]` apart) and are this chunk's.
+        unsafe {
+            let p = d.data.add(d.offset(i, j, i2, i3));
+            for (r, &v) in vals.iter().enumerate() {
+                *(p.add(r * d.nb[0]) as *mut f32) = v;
+            }
+        }
+    }
+
     /// Rows × columns with a one-element kernel, in tiles where it has them. The tile
     /// kernels give every element the bits of the one-element kernel of the same build, so
     /// results do not depend on the tiling (or on the thread count).
@@ -546,12 +573,8 @@ impl<'t> Operands<'t> {
             let cblk = cb..(cb + B).min(cols.end);
             for i in (rows.start..full).step_by(R) {
                 let ar: [&[u8]; R] = std::array::from_fn(|r| self.a_row(i + r));
-                let put = |j: usize, col: [f32; R]| {
-                    for (r, &val) in col.iter().enumerate() {
-                        // SAFETY: an element of this chunk's tile.
-                        unsafe { self.put(i + r, j, val) };
-                    }
-                };
+                // SAFETY: elements i..i + R of column j are this chunk's tile's.
+                let put = |j: usize, col: [f32; R]| unsafe { self.put_col(i, j, col) };
                 let mut j = cb;
                 while j + C <= cblk.end {
                     let t = f16_lanes16_tile_f32::<R, C>(k, ar, std::array::from_fn(|c| wr(j + c)));

@@ -653,6 +653,198 @@ pub(crate) unsafe fn keys_group<const G: usize, const D: usize, const N: usize>(
     std::array::from_fn(|g| (max[g], sum[g]))
 }
 
+/// Head size of [`query_keys_d32_512`].
+pub(crate) const D32: usize = 32;
+
+/// Queries of one head that [`query_keys_d32_512`] runs together (one f64 lane each).
+pub(crate) const QUERY_LANES: usize = 8;
+
+/// Keys whose scores [`query_keys_d32_512`] computes together.
+const SCORE_KEYS: usize = 8;
+
+/// The one-row kernel of `kernels::attn` for up to [`QUERY_LANES`] queries of one head with
+/// `dk = dv = 32` (no soft-cap), on AVX-512: the queries share the key and value rows, and
+/// each query `g` (lane `g` of every vector) gets exactly the operations of the one-query
+/// key loop (`one_row_keys`), in the same order:
+///
+/// - **Score**: ggml's `ggml_vec_dot_f16` below 64 values adds each product `k·q`, rounded to
+///   f32, to an f64 sum in order. The query and key values are f16 values (the query rounded
+///   on entry), so each product is exact in f32 (11 + 11 significant bits, exponents far
+///   inside f32's range) and `fma(k, q, s)` in f64 gives the same sum step by step: each
+///   (query, key) pair is one chain of 32 f64 FMAs, eight queries per vector, eight keys'
+///   chains interleaved so their latencies overlap. Then `f32(s)·scale + mask`.
+/// - **Softmax and values**, key after key: the lanes whose mask value is not −∞ (and below
+///   `live`) take the online-softmax step of `attn::one_row_keys` (a new maximum gives
+///   `ms = expf(M_old − M)`, `vs = 1`, else `ms = 1`, `vs = expf(s − M)`, one
+///   [`expf16`] for the eight lanes), `y = f16(y·ms)` on a new maximum, then
+///   `y = f16(fma(v, vs, y))` and `S = fma(S, ms, vs)`; a lane whose mask is −∞ skips the
+///   key.
+///
+/// `q[g]` holds query `g`'s values rounded to f16; `masks[g]` its mask row (`(p, nb0, f16)`,
+/// element `ic` at `p + ic·nb0`) or `None` (no mask: 0); keys `0..n_kv` at `k0 + ic·knb` and
+/// values at `v0 + ic·vnb`, 32 f16 each. Lanes `live..` are ignored. Returns each query's
+/// `(M, S)` and leaves its unnormalised f16 accumulator in `acc_out[g]`.
+///
+/// # Safety
+/// The CPU supports AVX-512 F/BW/VL, AVX2, FMA and F16C; the rows and mask rows hold every key
+/// of `0..n_kv`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn query_keys_d32_512(
+    q: &[[f32; D32]; QUERY_LANES],
+    live: usize,
+    masks: &[Option<(*const u8, usize, bool)>; QUERY_LANES],
+    (k0, knb, v0, vnb): (*const u8, usize, *const u8, usize),
+    n_kv: usize,
+    scale: f32,
+    acc_out: &mut [[u16; D32]; QUERY_LANES],
+) -> [(f32, f32); QUERY_LANES] {
+    use std::arch::x86_64::{
+        __m256, __m256i, __m512d, _mm256_add_ps, _mm256_cmp_ps_mask, _mm256_loadu_ps,
+        _mm256_mask_blend_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_si256,
+        _mm256_storeu_ps, _mm256_storeu_si256, _mm256_sub_ps, _mm512_castps512_ps256,
+        _mm512_cvtpd_ps, _mm512_cvtph_ps, _mm512_cvtps_pd, _mm512_cvtps_ph, _mm512_fmadd_pd,
+        _mm512_fmadd_ps, _mm512_loadu_pd, _mm512_mul_ps, _mm512_set1_pd, _mm512_set1_ps,
+        _mm512_setzero_pd, _mm512_storeu_pd, _mm512_zextps256_ps512, _CMP_GT_OQ,
+    };
+    const G: usize = QUERY_LANES;
+    let all: u8 = if live >= G { 0xff } else { (1u8 << live) - 1 };
+    // The queries as f64, transposed: lane g of row i is value i of query g.
+    let mut qt = [[0f64; G]; D32];
+    for (g, qg) in q.iter().enumerate() {
+        for (i, &x) in qg.iter().enumerate() {
+            qt[i][g] = x as f64;
+        }
+    }
+    let mut acc = [[_mm256_setzero_si256(); 2]; G];
+    let (one, zero) = (_mm256_set1_ps(1.0), _mm256_set1_ps(0.0));
+    let scale_v = _mm256_set1_ps(scale);
+    let mut max = _mm256_set1_ps(f32::NEG_INFINITY); // M, lane g
+    let mut sum = _mm256_set1_ps(0.0); // S, lane g
+    let mut kd = [[0f64; D32]; SCORE_KEYS];
+    let mut mv = [[0f32; G]; SCORE_KEYS];
+    let mut lanes = [0u8; SCORE_KEYS];
+    let mut start = 0;
+    while start < n_kv {
+        let nb = (n_kv - start).min(SCORE_KEYS);
+        let mut any = 0u8;
+        for j in 0..nb {
+            let mut bits = 0u8;
+            for (g, m) in masks.iter().enumerate() {
+                let x = match *m {
+                    None => 0.0,
+                    // SAFETY: key start + j < n_kv lies in the mask row (caller); aligned;
+                    // f16 → f32 is exact.
+                    Some((p, nb0, f16m)) => unsafe {
+                        let e = p.add((start + j) * nb0);
+                        if f16m {
+                            half::f16::from_bits(*(e as *const u16)).to_f32()
+                        } else {
+                            *(e as *const f32)
+                        }
+                    },
+                };
+                mv[j][g] = x;
+                bits |= u8::from(x != f32::NEG_INFINITY) << g;
+            }
+            lanes[j] = bits & all;
+            any |= lanes[j];
+        }
+        if any == 0 {
+            start += nb;
+            continue;
+        }
+        // The block's key rows widened to f64 (exact).
+        for (j, row) in kd.iter_mut().enumerate().take(nb) {
+            // SAFETY: key start + j < n_kv: 32 f16 (64 bytes) at its row (caller).
+            unsafe {
+                let kp = k0.add((start + j) * knb) as *const __m256i;
+                for h in 0..2 {
+                    let w = _mm512_cvtph_ps(std::arch::x86_64::_mm256_loadu_si256(kp.add(h)));
+                    let lo = _mm512_cvtps_pd(_mm512_castps512_ps256(w));
+                    let hi = _mm512_cvtps_pd(std::arch::x86_64::_mm256_castpd_ps(
+                        std::arch::x86_64::_mm512_extractf64x4_pd::<1>(
+                            std::arch::x86_64::_mm512_castps_pd(w),
+                        ),
+                    ));
+                    _mm512_storeu_pd(row.as_mut_ptr().add(16 * h), lo);
+                    _mm512_storeu_pd(row.as_mut_ptr().add(16 * h + 8), hi);
+                }
+            }
+        }
+        // Scores: SCORE_KEYS chains of 32 f64 FMAs, eight queries per lane vector.
+        let mut dots: [__m512d; SCORE_KEYS] = [_mm512_setzero_pd(); SCORE_KEYS];
+        for (i, qi) in qt.iter().enumerate() {
+            // SAFETY: 8 f64 readable.
+            let qv = unsafe { _mm512_loadu_pd(qi.as_ptr()) };
+            for j in 0..SCORE_KEYS {
+                dots[j] = _mm512_fmadd_pd(qv, _mm512_set1_pd(kd[j][i]), dots[j]);
+            }
+        }
+        for j in 0..nb {
+            let lv = lanes[j];
+            if lv == 0 {
+                continue;
+            }
+            // SAFETY: 8 f32 readable.
+            let m = unsafe { _mm256_loadu_ps(mv[j].as_ptr()) };
+            let s: __m256 = _mm256_add_ps(_mm256_mul_ps(_mm512_cvtpd_ps(dots[j]), scale_v), m);
+            let up = _mm256_cmp_ps_mask::<_CMP_GT_OQ>(s, max) & lv;
+            let arg = _mm256_mask_blend_ps(up, _mm256_sub_ps(s, max), _mm256_sub_ps(max, s));
+            // Lanes that skip the key get 0 (their factors are never used).
+            let arg = _mm256_mask_blend_ps(lv, zero, arg);
+            let e = _mm512_castps512_ps256(expf16(_mm512_zextps256_ps512(arg)));
+            let ms = _mm256_mask_blend_ps(up, one, e);
+            let vs = _mm256_mask_blend_ps(up, e, one);
+            max = _mm256_mask_blend_ps(up, max, s);
+            sum = _mm256_mask_blend_ps(lv, sum, std::arch::x86_64::_mm256_fmadd_ps(sum, ms, vs));
+            let (mut msa, mut vsa) = ([0f32; G], [0f32; G]);
+            // SAFETY: 8 f32 writable in each.
+            unsafe {
+                _mm256_storeu_ps(msa.as_mut_ptr(), ms);
+                _mm256_storeu_ps(vsa.as_mut_ptr(), vs);
+            }
+            // SAFETY: key start + j < n_kv: 32 f16 (64 bytes) at its value row (caller).
+            let vw = unsafe {
+                let vp = v0.add((start + j) * vnb) as *const __m256i;
+                [
+                    _mm512_cvtph_ps(std::arch::x86_64::_mm256_loadu_si256(vp)),
+                    _mm512_cvtph_ps(std::arch::x86_64::_mm256_loadu_si256(vp.add(1))),
+                ]
+            };
+            for (g, y) in acc.iter_mut().enumerate() {
+                if lv >> g & 1 == 0 {
+                    continue;
+                }
+                if up >> g & 1 != 0 {
+                    let f = _mm512_set1_ps(msa[g]);
+                    for x in y.iter_mut() {
+                        *x = _mm512_cvtps_ph::<0>(_mm512_mul_ps(_mm512_cvtph_ps(*x), f));
+                    }
+                }
+                let w = _mm512_set1_ps(vsa[g]);
+                for (x, &v) in y.iter_mut().zip(&vw) {
+                    *x = _mm512_cvtps_ph::<0>(_mm512_fmadd_ps(v, w, _mm512_cvtph_ps(*x)));
+                }
+            }
+        }
+        start += nb;
+    }
+    for (a, o) in acc.iter().zip(acc_out.iter_mut()) {
+        for (h, y) in a.iter().enumerate() {
+            // SAFETY: 16 u16 writable at o[16h] (h < 2).
+            unsafe { _mm256_storeu_si256(o.as_mut_ptr().add(16 * h) as *mut __m256i, *y) };
+        }
+    }
+    let (mut ma, mut sa) = ([0f32; G], [0f32; G]);
+    // SAFETY: 8 f32 writable in each.
+    unsafe {
+        _mm256_storeu_ps(ma.as_mut_ptr(), max);
+        _mm256_storeu_ps(sa.as_mut_ptr(), sum);
+    }
+    std::array::from_fn(|g| (ma[g], sa[g]))
+}
+
 /// Query rows per register block of [`scores_512`] and [`weighted_values_512`].
 const RB: usize = 4;
 
