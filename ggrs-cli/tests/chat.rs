@@ -7,8 +7,7 @@
 use crate::common;
 #[path = "../../ggrs-llama/tests/common/glm1_chat.rs"]
 mod glm1_chat;
-#[path = "../../ggrs-llama/tests/common/mod.rs"]
-mod llama_common;
+use crate::llama_common;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -19,8 +19,7 @@
 //! renders is the oracle for the template.
 
 use crate::common;
-#[path = "../../ggrs-llama/tests/common/mod.rs"]
-mod llama_common;
+use crate::llama_common;
 
 use serde_json::{json, Value};
 

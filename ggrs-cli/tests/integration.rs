@@ -10,6 +10,9 @@ mod convert;
 mod gemma3_270m;
 mod grammar;
 mod hardening;
+/// ggrs-llama's test helpers (model fetching, reference files), shared with its tests.
+#[path = "../../ggrs-llama/tests/common/mod.rs"]
+mod llama_common;
 mod python_clients;
 mod reliability;
 mod serve;
