@@ -137,7 +137,7 @@ def main():
         sentences = [l.rstrip("\n") for l in f if l.strip()]
     t = str(a.threads)
     runs = {
-        "ggrs serve": [a.ggrs, "serve", "-m", a.model, "--embeddings", "-t", t, "--embd-batch", "2048"],
+        "ggrs serve": [a.ggrs, "serve", "-m", a.model, "--embeddings", "-t", t],
         # Slots share the context; the physical batch holds whole inputs (non-causal models).
         "llama-server": [a.llama_server, "-m", a.model, "--embeddings", "-t", t, "-tb", t, "-c", "8192",
                          "-np", "16", "-b", "2048", "-ub", "2048", "--no-warmup"],

@@ -118,7 +118,7 @@ pub struct Args {
     pooling: Option<String>,
     /// Most tokens the embedding worker evaluates in one step (raised to the model's
     /// context); separate from --batch-size, which is generation's.
-    #[arg(long, default_value_t = 2048, value_name = "N")]
+    #[arg(long, default_value_t = 512, value_name = "N")]
     embd_batch: usize,
     /// Where a reasoning model's `<think>` blocks go: `deepseek` (or `auto`,
     /// `deepseek-legacy`) into `reasoning_content`, `none` left in the content (as

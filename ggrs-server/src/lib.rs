@@ -114,9 +114,11 @@ pub struct ServerConfig {
     /// The embeddings' pooling (`--pooling`; `None`: the model file's).
     pub pooling: Option<ggrs_llama::Pooling>,
     /// Most tokens the embedding worker evaluates in one step (`--embd-batch`; default
-    /// 2048, raised to the model's context so that any input fits). Inputs are packed whole
-    /// (at most 64 per step): a larger step serves more short inputs at once and needs more
-    /// memory. The generation engine's `n_batch` is separate.
+    /// 512, raised to the model's context so that any input fits). Inputs are packed whole
+    /// (at most 64 per step). A larger step is not faster on a CPU: all-MiniLM-L6-v2 with 2
+    /// threads served 1,000 sentences at 452 /s (f16) and 615 /s (q8_0) in steps of 512
+    /// tokens against 338 and 538 /s in steps of 2048, its activations no longer fitting
+    /// the caches. The generation engine's `n_batch` is separate.
     pub embd_batch: usize,
     /// Where `<think>` blocks go (`--reasoning-format`; default `deepseek`:
     /// `reasoning_content`).
@@ -158,7 +160,7 @@ impl ServerConfig {
             embeddings: false,
             reranking: false,
             pooling: None,
-            embd_batch: 2048,
+            embd_batch: 512,
             reasoning_format: Default::default(),
             reasoning: Default::default(),
         }
