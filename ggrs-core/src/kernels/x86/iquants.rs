@@ -315,16 +315,22 @@ unsafe fn grid_panel<B: IqSimd>(nb: usize, x: &[*const u8], y: &[*const u8], out
     }
 }
 
+/// Declares the panel entry points of one build: each a `#[target_feature]` function that
+/// runs the calling module's `grid_panel::<Block>` (the AVX2 build here, the AVX-512 VNNI
+/// build in `iquants512.rs`), with the features and the CPU its safety contract names.
 macro_rules! iq_panels {
-    ($($(#[doc = $doc:expr])+ $name:ident => $B:ty;)+) => {
+    (
+        features = $features:literal, cpu = $cpu:literal;
+        $($(#[doc = $doc:expr])+ $name:ident => $B:ty;)+
+    ) => {
         $(
             $(#[doc = $doc])+
             ///
             /// # Safety
-            /// A CPU with AVX2, FMA and F16C; `nb` whole blocks readable at every row and
+            #[doc = concat!("A CPU with ", $cpu, "; `nb` whole blocks readable at every row and")]
             /// column pointer; `1 ≤ y.len() ≤ PANEL_COLS`; `out` holds `x.len()·PANEL_COLS`
             /// values.
-            #[target_feature(enable = "avx2,fma,f16c")]
+            #[target_feature(enable = $features)]
             pub(crate) unsafe fn $name(
                 nb: usize,
                 x: &[*const u8],
@@ -337,8 +343,10 @@ macro_rules! iq_panels {
         )+
     };
 }
+pub(crate) use iq_panels;
 
 iq_panels! {
+    features = "avx2,fma,f16c", cpu = "AVX2, FMA and F16C";
     /// IQ2_XXS panels in ggml's tiled order.
     iq2_xxs_panel => BlockIQ2XXS;
     /// IQ2_XS panels in ggml's tiled order.

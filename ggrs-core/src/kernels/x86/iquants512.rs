@@ -27,7 +27,7 @@ use std::mem::offset_of;
 
 use super::iq_decode::chunk_scales;
 use super::iq_decode512::{join, IqSimd512};
-use super::iquants::{iq1s_shift, tiled_block};
+use super::iquants::{iq1s_shift, iq_panels, tiled_block};
 use super::tiled_avx2::{accumulate8, padded, sums8, PanelFn, GROUP, PANEL_COLS};
 use super::util::{finish, hsum256, read_f32};
 use crate::dtype::DType;
@@ -322,30 +322,9 @@ unsafe fn grid_panel<B: IqSimd512>(nb: usize, x: &[*const u8], y: &[*const u8], 
     }
 }
 
-macro_rules! iq_panels {
-    ($($(#[doc = $doc:expr])+ $name:ident => $B:ty;)+) => {
-        $(
-            $(#[doc = $doc])+
-            ///
-            /// # Safety
-            /// A CPU with AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; `nb` whole blocks readable
-            /// at every row and column pointer; `1 ≤ y.len() ≤ PANEL_COLS`; `out` holds
-            /// `x.len()·PANEL_COLS` values.
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-            pub(crate) unsafe fn $name(
-                nb: usize,
-                x: &[*const u8],
-                y: &[*const u8],
-                out: &mut [f32],
-            ) {
-                // SAFETY: forwarded from the caller.
-                unsafe { grid_panel::<$B>(nb, x, y, out) }
-            }
-        )+
-    };
-}
-
 iq_panels! {
+    features = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    cpu = "AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI";
     /// IQ2_XXS panels in ggml's tiled order.
     iq2_xxs_panel_vnni => BlockIQ2XXS;
     /// IQ2_XS panels in ggml's tiled order.
