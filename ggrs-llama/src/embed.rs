@@ -331,6 +331,12 @@ impl Embedder {
             .unwrap_or_default()
     }
 
+    /// Sets (`Some`) or removes (`None`) a callback shown every matrix product of the model's
+    /// graphs after it is computed (see [`ggrs_core::Executor::set_matmul_observer`]).
+    pub fn set_matmul_observer(&mut self, f: Option<ggrs_core::MatMulObserver>) {
+        self.exec.set_matmul_observer(f);
+    }
+
     /// Width of one embedding (`n_embd`; for `rank`, the number of scores per input).
     pub fn n_embd(&self) -> usize {
         self.model.hparams.n_embd
