@@ -35,8 +35,12 @@ while (($#)); do
             ;;
         --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
             --ubatch-size | -ub | --n-gpu-layers | -ngl | -fa | --pooling-type | \
-            --cors-origins | --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
+            --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
             --grp-attn-w | --media-path | --reasoning-budget)
+            shift
+            ;;
+        --cors-origins)
+            args+=(--cors "$1")
             shift
             ;;
         --embedding | --embeddings) args+=(--embeddings) ;;

@@ -150,9 +150,15 @@ pub struct Args {
     #[arg(long, default_value_t = 600)]
     timeout: u64,
     /// Web page origins allowed to call the API from a browser (comma-separated URLs such
-    /// as http://localhost:3000, or `*` for any, as llama-server allows). Default: none but
-    /// the server's own page, and on a loopback address only requests for localhost.
-    #[arg(long, value_delimiter = ',', value_name = "ORIGINS")]
+    /// as http://localhost:3000; `localhost` for every page on a loopback origin, any port;
+    /// or `*` for any, as llama-server allows). Default: none but the server's own page, and
+    /// on a loopback address only requests for localhost.
+    #[arg(
+        long,
+        alias = "cors-origins",
+        value_delimiter = ',',
+        value_name = "ORIGINS"
+    )]
     cors: Vec<String>,
     /// Most bytes of text one request may have tokenized or rendered (prompts, messages,
     /// /tokenize content).

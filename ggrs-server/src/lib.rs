@@ -249,8 +249,12 @@ async fn serve_state(
         let _ = stream.set_nodelay(true);
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let mut http = hyper::server::conn::http1::Builder::new();
+        // Header names go out as `Content-Type`, not `content-type`: HTTP says case does not
+        // matter, but clients that copy headers into a plain dictionary (llama.cpp's own
+        // server tests among them) look them up as llama-server writes them.
         http.timer(TokioTimer::new())
-            .header_read_timeout(state.header_read_timeout);
+            .header_read_timeout(state.header_read_timeout)
+            .title_case_headers(true);
         let io = write_timeout::WriteTimeout::new(TokioIo::new(stream), state.write_timeout);
         let conn = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {

@@ -11,7 +11,10 @@
 //!   its requests name that host.
 //!
 //! `--cors '*'` turns all three off (llama-server's behaviour); `--cors URL,URL` allows those
-//! origins (and then answers them with CORS headers) and turns the `Host` check off.
+//! origins (and then answers them with CORS headers) and turns the `Host` check off;
+//! `--cors localhost` (llama-server's `--cors-origins localhost`) allows every page served
+//! from a loopback origin (`http://localhost:3000`, `http://127.0.0.1:5173`, `http://[::1]`,
+//! any port) and keeps the `Host` check.
 
 use axum::http::{header, HeaderMap, HeaderValue, Method};
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -25,6 +28,8 @@ pub(crate) struct OriginPolicy {
     any: bool,
     /// Origins that may call (`--cors URL,…`).
     allowed: Vec<String>,
+    /// Pages on loopback origins may call (`--cors localhost`).
+    loopback_origins: bool,
     /// Requests must name a loopback host (the server listens on loopback, no `--cors`).
     loopback_host_only: bool,
 }
@@ -33,34 +38,46 @@ impl OriginPolicy {
     /// The policy for `--cors` `origins` on a server listening on `host`.
     pub fn new(origins: &[String], host: &str) -> OriginPolicy {
         let any = origins.iter().any(|o| o.trim() == "*");
+        let loopback_origins = origins.iter().any(|o| o.trim() == "localhost");
         let allowed: Vec<String> = origins
             .iter()
             .map(|o| o.trim().trim_end_matches('/').to_string())
-            .filter(|o| !o.is_empty() && o != "*")
+            .filter(|o| !o.is_empty() && o != "*" && o != "localhost")
             .collect();
         OriginPolicy {
             loopback_host_only: !any && allowed.is_empty() && is_loopback_name(host),
             any,
             allowed,
+            loopback_origins,
         }
     }
 
-    /// The CORS layer: permissive for `*`, the allowed origins' list, or none at all.
+    /// The CORS layer: permissive for `*`, the allowed origins (a list, and loopback ones
+    /// for `localhost`), or none at all.
     pub fn layer(&self) -> Option<CorsLayer> {
         if self.any {
             return Some(CorsLayer::permissive());
         }
-        if self.allowed.is_empty() {
+        if self.allowed.is_empty() && !self.loopback_origins {
             return None;
         }
-        let list: Vec<HeaderValue> = self
-            .allowed
-            .iter()
-            .filter_map(|o| HeaderValue::from_str(o).ok())
-            .collect();
+        let allow = if self.loopback_origins {
+            let list = self.allowed.clone();
+            AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+                origin
+                    .to_str()
+                    .is_ok_and(|o| is_loopback_origin(o) || list.iter().any(|a| a == o))
+            })
+        } else {
+            AllowOrigin::list(
+                self.allowed
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok()),
+            )
+        };
         Some(
             CorsLayer::new()
-                .allow_origin(AllowOrigin::list(list))
+                .allow_origin(allow)
                 .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
                 .allow_headers([
                     header::AUTHORIZATION,
@@ -98,7 +115,10 @@ impl OriginPolicy {
                 .or_else(|| origin.strip_prefix("https://"))
                 == Some(h)
         });
-        if same || self.allowed.iter().any(|a| a == origin) {
+        if same
+            || self.allowed.iter().any(|a| a == origin)
+            || (self.loopback_origins && is_loopback_origin(origin))
+        {
             return Ok(());
         }
         Err(ApiError::forbidden(format!(
@@ -118,6 +138,15 @@ fn host_name(host: &str) -> &str {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
     }
+}
+
+/// An `Origin` (`scheme://host[:port]`) whose host is a loopback name: `http://localhost:3000`
+/// yes, `http://localhost.evil.com` no.
+fn is_loopback_origin(origin: &str) -> bool {
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|rest| !rest.contains('/') && is_loopback_name(host_name(rest)))
 }
 
 /// `localhost` (and its subdomains), 127.0.0.0/8 and ::1.
@@ -192,5 +221,42 @@ mod tests {
         // A non-loopback address names many hosts: no Host check.
         let p = OriginPolicy::new(&[], "0.0.0.0");
         assert!(p.check(&headers(&[("host", "myserver.lan:8080")])).is_ok());
+    }
+
+    #[test]
+    fn cors_localhost_allows_loopback_origins_only() {
+        let p = OriginPolicy::new(&["localhost".into()], "127.0.0.1");
+        assert!(p.layer().is_some());
+        for ok in [
+            "http://localhost",
+            "http://localhost:8080",
+            "https://127.0.0.1:3000",
+            "http://[::1]",
+            "http://[::1]:3000",
+            "http://app.localhost:5173",
+        ] {
+            let h = [("host", "127.0.0.1:8080"), ("origin", ok)];
+            assert!(p.check(&headers(&h)).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://web.mydomain.fr",
+            "http://notlocalhost",
+            "http://localhost.evil.com",
+            "http://127.0.0.1.evil.com",
+            "file://localhost",
+            "null",
+        ] {
+            let h = [("host", "127.0.0.1:8080"), ("origin", bad)];
+            assert!(p.check(&headers(&h)).is_err(), "{bad}");
+        }
+        // The Host check (DNS rebinding) stays.
+        assert!(p.check(&headers(&[("host", "rebound.example")])).is_err());
+        // With a list as well, both pass.
+        let p = OriginPolicy::new(
+            &["localhost".into(), "https://app.example".into()],
+            "127.0.0.1",
+        );
+        let h = [("host", "127.0.0.1"), ("origin", "https://app.example")];
+        assert!(p.check(&headers(&h)).is_ok());
     }
 }
