@@ -21,7 +21,9 @@ while (($#)); do
     case $a in
         --port | --host | --ctx-size | -c | --parallel | -np | --n-predict | -n | --batch-size | -b | \
             --threads | -t | --alias | --api-key | --pooling | --reasoning-format | --reasoning | -rea | \
-            --keep | -ctk | --cache-type-k | -ctv | --cache-type-v)
+            --keep | -ctk | --cache-type-k | -ctv | --cache-type-v | --temp | --seed | -s | \
+            --top-k | --top-p | --min-p | --repeat-penalty | --repeat-last-n | \
+            --presence-penalty | --frequency-penalty)
             args+=("$a" "$1")
             shift
             ;;
@@ -33,7 +35,7 @@ while (($#)); do
             model=$1
             shift
             ;;
-        --hf-repo | -hf | --hf-file | -hff | --model-url | --temp | --seed | \
+        --hf-repo | -hf | --hf-file | -hff | --model-url | \
             --ubatch-size | -ub | --n-gpu-layers | -ngl | -fa | --pooling-type | \
             --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
             --grp-attn-w | --media-path | --reasoning-budget)

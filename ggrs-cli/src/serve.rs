@@ -9,7 +9,7 @@ use ggrs_server::{ServerConfig, ServerError};
 
 use ggrs_llama::chat::reply::Reasoning;
 
-use crate::common::{checked_threads, model_path, reasoning_arg, template_arg};
+use crate::common::{checked_threads, model_path, reasoning_arg, template_arg, SamplingArgs};
 use crate::CliResult;
 
 /// Arguments of `ggrs serve` (llama-server's names).
@@ -179,6 +179,12 @@ pub struct Args {
     /// reading a stream has its connection closed and its request cancelled).
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     write_timeout: u64,
+    /// The samplers of requests that do not set them (as llama-server's command line).
+    #[command(
+        flatten,
+        next_help_heading = "Sampling defaults (a request's own fields win)"
+    )]
+    sampling: SamplingArgs,
 }
 
 /// Rewrites llama-server's short flags of several letters, which the argument parser does
@@ -270,6 +276,9 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.alias = a.alias.clone();
     c.chat_template = chat_template;
     c.n_predict = usize::try_from(a.n_predict).ok().filter(|&n| n > 0);
+    c.sampling = a.sampling.params()?;
+    // --seed N: the seed of every request that gives none; -1 or none: a random one each.
+    c.seed = a.sampling.seed.and_then(|s| u64::try_from(s).ok());
     c.api_keys = a.api_key.clone();
     c.cors = a.cors.clone();
     c.max_text_bytes = a.max_text_bytes;

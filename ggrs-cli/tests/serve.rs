@@ -29,6 +29,9 @@ fn help_lists_llama_servers_flags() {
         "--context-shift",
         "--keep",
         "--spec",
+        "--temp",
+        "--seed",
+        "--top-k",
     ] {
         assert!(out.contains(flag), "{flag} missing from\n{out}");
     }
@@ -130,10 +133,38 @@ fn serve_prints_its_address_and_answers() {
         "off",
         "--chat-template",
         &tpl,
+        // Sampling defaults for requests that leave them out, as llama-server's flags.
+        "--temp",
+        "1.5",
+        "--top-k",
+        "0",
+        "--min-p",
+        "0",
+        "--seed",
+        "42",
     ]);
     let (addr, health) = (server.addr.clone(), server.health.clone());
     let models = get(&addr, "/v1/models");
     let props = get(&addr, "/props");
+    // No seed in the requests: the server's --seed makes both draw the same tokens (at a
+    // temperature where the tiny random model's draws spread).
+    let sample = || {
+        common::json_body(&post(
+            &addr,
+            "/v1/completions",
+            r#"{"prompt": "Once upon", "max_tokens": 12}"#,
+        ))["choices"][0]["text"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let (first, second) = (sample(), sample());
+    let seeded_elsewhere = common::json_body(&post(
+        &addr,
+        "/v1/completions",
+        r#"{"prompt": "Once upon", "max_tokens": 12, "seed": 7}"#,
+    ))["choices"][0]["text"]
+        .as_str()
+        .map(str::to_owned);
     let rendered = post(
         &addr,
         "/apply-template",
@@ -144,6 +175,18 @@ fn serve_prints_its_address_and_answers() {
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     assert!(models.contains("\"id\":\"tiny\""), "{models}");
     assert!(props.contains("\"total_slots\":2"), "{props}");
+    let p = &common::json_body(&props)["default_generation_settings"]["params"];
+    assert_eq!(
+        (
+            p["temperature"].as_f64(),
+            p["top_k"].as_u64(),
+            p["seed"].as_i64()
+        ),
+        (Some(1.5), Some(0), Some(42)),
+        "{props}"
+    );
+    assert!(first.is_some() && first == second, "{first:?} {second:?}");
+    assert_ne!(first, seeded_elsewhere, "a request's own seed wins");
     assert!(props.contains("[assistant] "), "{props}");
     // -rea off: the template sees enable_thinking = false.
     assert!(

@@ -18,7 +18,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
 use crate::limits::{check_choices, check_rendered, check_text, off_thread, rendered_limit};
-use crate::params::{gen_options, messages, wrong_type, Body, Endpoint, GenOptions};
+use crate::params::{
+    gen_options, messages, wrong_type, Body, Endpoint, GenOptions, RequestDefaults,
+};
 use crate::state::{unix_now, AppState, Loaded};
 use crate::structured;
 use crate::tools;
@@ -65,7 +67,7 @@ pub(crate) fn read_chat(
     template: &ChatTemplate,
     mut vars: TemplateVars,
     reasoning: ReasoningFormat,
-    n_predict: Option<usize>,
+    defaults: &RequestDefaults,
     n_vocab: usize,
     queue: usize,
     max_text_bytes: usize,
@@ -110,7 +112,7 @@ pub(crate) fn read_chat(
         Some(Value::Bool(b)) => b,
         Some(v) => return Err(wrong_type("add_generation_prompt", "a boolean", &v)),
     };
-    let (opts, msgs) = chat_request(&body, n_predict, n_vocab, queue, max_text_bytes)?;
+    let (opts, msgs) = chat_request(&body, defaults, n_vocab, queue, max_text_bytes)?;
     Ok(ChatParts {
         opts,
         msgs,
@@ -163,7 +165,7 @@ fn read_and_render(
         template,
         l.vars.clone(),
         st.reasoning_format,
-        st.n_predict,
+        &st.defaults,
         l.model.hparams.n_vocab,
         l.handle.params().queue_capacity,
         st.max_text_bytes,
@@ -298,7 +300,7 @@ pub(crate) async fn read_completion(
         let mut opts = gen_options(
             &body,
             Endpoint::Completions,
-            st.n_predict,
+            &st.defaults,
             l.model.hparams.n_vocab,
         )?;
         let return_tokens = match native {
@@ -377,12 +379,12 @@ pub(crate) fn prompts(
 /// messages' text `max_text_bytes`.
 pub(crate) fn chat_request(
     body: &Body,
-    n_predict: Option<usize>,
+    defaults: &RequestDefaults,
     n_vocab: usize,
     queue: usize,
     max_text_bytes: usize,
 ) -> Result<(GenOptions, Vec<ggrs_llama::chat::Message>), ApiError> {
-    let opts = gen_options(body, Endpoint::Chat, n_predict, n_vocab)?;
+    let opts = gen_options(body, Endpoint::Chat, defaults, n_vocab)?;
     check_choices(queue, 1, opts.n)?;
     let msgs = messages(body)?;
     let text_bytes = msgs.iter().map(|m| m.content.len() + m.role.len()).sum();

@@ -7,7 +7,7 @@ use crate::completions::{chat_request, prompts, read_chat, render_chat};
 use crate::info::{check_detokenize, token_ids, tokenize_options};
 use crate::limits::Cancel;
 use crate::origins::OriginPolicy;
-use crate::params::{gen_options, Body, Endpoint};
+use crate::params::{gen_options, Body, Endpoint, RequestDefaults};
 
 /// A refusal: HTTP status and the field it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub fn check_request(
             t,
             Default::default(),
             Default::default(),
-            None,
+            &RequestDefaults::default(),
             n_vocab,
             queue,
             max_text_bytes,
@@ -106,13 +106,25 @@ pub fn check_request(
     let body = Body::parse(body).map_err(refuse)?;
     match path {
         "/v1/chat/completions" => {
-            let (opts, msgs) =
-                chat_request(&body, None, n_vocab, queue, max_text_bytes).map_err(refuse)?;
+            let (opts, msgs) = chat_request(
+                &body,
+                &RequestDefaults::default(),
+                n_vocab,
+                queue,
+                max_text_bytes,
+            )
+            .map_err(refuse)?;
             check_options(&opts, queue);
             assert!(!msgs.is_empty(), "a chat has messages");
         }
         "/v1/completions" => {
-            let opts = gen_options(&body, Endpoint::Completions, None, n_vocab).map_err(refuse)?;
+            let opts = gen_options(
+                &body,
+                Endpoint::Completions,
+                &RequestDefaults::default(),
+                n_vocab,
+            )
+            .map_err(refuse)?;
             let encode = |s: &str| Ok(s.bytes().map(u32::from).collect());
             let list = prompts(&body, max_text_bytes, queue, opts.n, encode).map_err(refuse)?;
             check_options(&opts, queue);

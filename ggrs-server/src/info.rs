@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
-use ggrs_llama::{ChatTemplate, SamplingParams};
+use ggrs_llama::ChatTemplate;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -88,13 +88,13 @@ pub(crate) async fn props(State(st): St) -> Response {
         Ok(l) => l,
         Err(e) => return e.into_response(),
     };
-    let d = SamplingParams::default();
+    let d = &st.defaults.sampling;
     let template = l.template.as_ref().map(template_text).unwrap_or_default();
     Json(json!({
         "default_generation_settings": {
             "n_ctx": l.handle.n_ctx_slot(),
             "params": {
-                "n_predict": st.n_predict.map_or(-1, |n| n as i64),
+                "n_predict": st.defaults.n_predict.map_or(-1, |n| n as i64),
                 "temperature": d.temperature,
                 "top_k": d.top_k,
                 "top_p": d.top_p,
@@ -103,6 +103,8 @@ pub(crate) async fn props(State(st): St) -> Response {
                 "repeat_last_n": d.penalty_last_n,
                 "presence_penalty": d.presence_penalty,
                 "frequency_penalty": d.frequency_penalty,
+                // llama-server's -1 (0xFFFFFFFF there): a random seed per request.
+                "seed": st.defaults.seed.map_or(-1, |s| s as i64),
                 "cache_prompt": true,
                 "reasoning_format": st.reasoning_format.name(),
                 "reasoning_in_content": false,

@@ -113,6 +113,11 @@ pub struct ServerConfig {
     pub reranking: bool,
     /// The embeddings' pooling (`--pooling`; `None`: the model file's).
     pub pooling: Option<ggrs_llama::Pooling>,
+    /// The samplers of a request that does not set them (`--temp`, `--top-k`, `--top-p`,
+    /// `--min-p`, the penalties; default llama-server's). Its `seed` is not used: see `seed`.
+    pub sampling: ggrs_llama::SamplingParams,
+    /// The seed of a request that gives none (`--seed`); `None`: a random one per request.
+    pub seed: Option<u64>,
     /// Most tokens the embedding worker evaluates in one step (`--embd-batch`; default
     /// 512, raised to the model's context so that any input fits). Inputs are packed whole
     /// (at most 64 per step). A larger step is not faster on a CPU: all-MiniLM-L6-v2 with 2
@@ -160,6 +165,8 @@ impl ServerConfig {
             embeddings: false,
             reranking: false,
             pooling: None,
+            sampling: Default::default(),
+            seed: None,
             embd_batch: 512,
             reasoning_format: Default::default(),
             reasoning: Default::default(),

@@ -351,12 +351,24 @@ fn check_sampling(p: &SamplingParams, n_vocab: usize) -> Result<(), ApiError> {
     p.validate().map_err(ApiError::bad_request)
 }
 
-/// Reads the options both completion endpoints share (llama-server's names and defaults).
-/// `n_predict_cap`: the server's `-n`; `n_vocab`: for `logit_bias`.
+/// What a request gets for the fields it leaves out (the server's command line, as
+/// llama-server's: `-n` caps every request, `--temp`, `--top-k`, …, `--seed` are defaults).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RequestDefaults {
+    /// The server's `-n`: the most tokens any request generates.
+    pub n_predict: Option<usize>,
+    /// The samplers' defaults (their `seed` is not used: see `seed`).
+    pub sampling: SamplingParams,
+    /// `--seed`: the seed of a request that gives none; `None`: a random one per request.
+    pub seed: Option<u64>,
+}
+
+/// Reads the options both completion endpoints share (llama-server's names; what a
+/// request leaves out comes from `defaults`); `n_vocab`: for `logit_bias`.
 pub(crate) fn gen_options(
     body: &Body,
     endpoint: Endpoint,
-    n_predict_cap: Option<usize>,
+    defaults: &RequestDefaults,
     n_vocab: usize,
 ) -> Result<GenOptions, ApiError> {
     let n = body.int("n")?.unwrap_or(1);
@@ -375,12 +387,12 @@ pub(crate) fn gen_options(
         }
     }
     let mut max_tokens = max_tokens(body)?;
-    if let Some(cap) = n_predict_cap {
+    if let Some(cap) = defaults.n_predict {
         max_tokens = max_tokens.min(cap);
     }
-    let d = SamplingParams::default();
+    let d = &defaults.sampling;
     let seed = match body.get("seed") {
-        None => random_seed(),
+        None => defaults.seed.unwrap_or_else(random_seed),
         Some(v) => match (v.as_u64(), as_int(v)) {
             (Some(s), _) => s,
             (None, Some(_)) => random_seed(), // negative: random, as llama-server's -1
@@ -602,14 +614,51 @@ mod tests {
 
     #[test]
     fn defaults_are_llama_servers() {
-        let o = gen_options(&body("{}"), Endpoint::Chat, None, 100).unwrap();
+        let none = RequestDefaults::default();
+        let o = gen_options(&body("{}"), Endpoint::Chat, &none, 100).unwrap();
         let d = SamplingParams::default();
         assert_eq!(o.params.sampling.temperature, d.temperature);
         assert_eq!(o.params.sampling.top_k, d.top_k);
         assert_eq!(o.params.max_tokens, usize::MAX);
         assert!(o.cache_prompt && !o.stream && !o.logprobs && o.n == 1);
-        let capped = gen_options(&body(r#"{"max_tokens": 50}"#), Endpoint::Chat, Some(8), 100);
+        let cap = RequestDefaults {
+            n_predict: Some(8),
+            ..Default::default()
+        };
+        let capped = gen_options(&body(r#"{"max_tokens": 50}"#), Endpoint::Chat, &cap, 100);
         assert_eq!(capped.unwrap().params.max_tokens, 8);
+    }
+
+    #[test]
+    fn server_defaults_fill_what_a_request_leaves_out() {
+        let server = RequestDefaults {
+            n_predict: None,
+            sampling: SamplingParams {
+                temperature: 0.3,
+                top_k: 7,
+                min_p: 0.0,
+                ..Default::default()
+            },
+            seed: Some(42),
+        };
+        let o = gen_options(&body("{}"), Endpoint::Chat, &server, 100).unwrap();
+        let s = &o.params.sampling;
+        assert_eq!((s.temperature, s.top_k, s.min_p, s.seed), (0.3, 7, 0.0, 42));
+        assert_eq!(s.top_p, SamplingParams::default().top_p);
+        let o = gen_options(
+            &body(r#"{"temperature": 1.5, "top_k": 3, "seed": 9}"#),
+            Endpoint::Chat,
+            &server,
+            100,
+        )
+        .unwrap();
+        let s = &o.params.sampling;
+        assert_eq!((s.temperature, s.top_k, s.seed), (1.5, 3, 9));
+        // Without a server seed, two requests without one get different seeds.
+        let none = RequestDefaults::default();
+        let a = gen_options(&body("{}"), Endpoint::Chat, &none, 100).unwrap();
+        let b = gen_options(&body("{}"), Endpoint::Chat, &none, 100).unwrap();
+        assert_ne!(a.params.sampling.seed, b.params.sampling.seed);
     }
 
     #[test]
@@ -621,7 +670,7 @@ mod tests {
                     "stream_options": {"include_usage": true}}"#,
             ),
             Endpoint::Completions,
-            None,
+            &RequestDefaults::default(),
             100,
         )
         .unwrap();
@@ -645,14 +694,20 @@ mod tests {
             (r#"{"max_tokens": 0}"#, "max_tokens"),
             (r#"{"stop": 3}"#, "stop"),
         ] {
-            let e = gen_options(&body(json), Endpoint::Chat, None, 100).unwrap_err();
+            let e = gen_options(
+                &body(json),
+                Endpoint::Chat,
+                &RequestDefaults::default(),
+                100,
+            )
+            .unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{json}: {e:?}");
         }
         // Neutral values of unsupported fields, and unknown fields, pass.
         gen_options(
             &body(r#"{"tools": [], "response_format": {"type": "text"}, "user": "x", "foo": 1}"#),
             Endpoint::Chat,
-            None,
+            &RequestDefaults::default(),
             100,
         )
         .unwrap();

@@ -72,7 +72,8 @@ pub(crate) struct AppState {
     pub webui: bool,
     pub timeout: Option<Duration>,
     pub max_body_bytes: usize,
-    pub n_predict: Option<usize>,
+    /// What requests get for the fields they leave out (`-n`, `--temp`, …, `--seed`).
+    pub defaults: crate::params::RequestDefaults,
     pub n_slots: usize,
     /// Most bytes of text tokenized or rendered per request.
     pub max_text_bytes: usize,
@@ -119,7 +120,11 @@ impl AppState {
             webui: config.webui,
             timeout: config.timeout,
             max_body_bytes: config.max_body_bytes,
-            n_predict: config.n_predict,
+            defaults: crate::params::RequestDefaults {
+                n_predict: config.n_predict,
+                sampling: config.sampling.clone(),
+                seed: config.seed,
+            },
             n_slots: config.engine.n_slots,
             max_text_bytes: config.max_text_bytes,
             max_connections: config.max_connections,
