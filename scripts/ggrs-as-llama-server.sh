@@ -48,6 +48,7 @@ while (($#)); do
         --embedding | --embeddings) args+=(--embeddings) ;;
         --reranking | --rerank) args+=(--reranking) ;;
         --metrics) args+=(--metrics) ;;
+        --slots | --no-slots) args+=("$a") ;;
         --context-shift | --no-context-shift) args+=("$a") ;;
         --no-ui | --no-webui) args+=(--no-webui) ;;
         *) ;; # --jinja, --no-jinja, --slots, --no-slots, --cont-batching, --offline, …

@@ -142,6 +142,11 @@ pub struct Args {
     /// Serve Prometheus metrics at /metrics.
     #[arg(long)]
     metrics: bool,
+    /// Answer /slots with 501 (it shows each slot's state; on by default, as llama-server's).
+    #[arg(long, overrides_with = "_slots")]
+    no_slots: bool,
+    #[arg(long = "slots", hide = true)]
+    _slots: bool,
     /// Do not serve the chat page at /.
     #[arg(long)]
     no_webui: bool,
@@ -287,6 +292,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.body_read_timeout = Duration::from_secs(a.body_timeout);
     c.write_timeout = Duration::from_secs(a.write_timeout);
     c.metrics = a.metrics;
+    c.slots_endpoint = !a.no_slots;
     c.embeddings = a.embeddings;
     c.reranking = a.reranking;
     c.embd_batch = a.embd_batch;

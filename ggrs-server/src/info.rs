@@ -125,6 +125,13 @@ pub(crate) async fn props(State(st): St) -> Response {
 
 /// `GET /slots`: each slot's state.
 pub(crate) async fn slots(State(st): St) -> Response {
+    if !st.slots_endpoint {
+        return ApiError::not_supported(
+            StatusCode::NOT_IMPLEMENTED,
+            "this server's slots endpoint is off (--no-slots)",
+        )
+        .into_response();
+    }
     let l = match ready(&st) {
         Ok(l) => l,
         Err(e) => return e.into_response(),

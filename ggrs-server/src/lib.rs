@@ -108,6 +108,9 @@ pub struct ServerConfig {
     /// generation. An embedding-only model (BERT) serves them with or without it (and
     /// `/rerank` when its file asks for `rank` pooling), and nothing else.
     pub embeddings: bool,
+    /// Serve `/slots` (each slot's state: busy, cached and generated tokens; default on, as
+    /// llama-server's; `--no-slots` turns it off).
+    pub slots_endpoint: bool,
     /// Serve `/rerank` and `/v1/rerank` with a reranker model (`--reranking`: `rank`
     /// pooling).
     pub reranking: bool,
@@ -163,6 +166,7 @@ impl ServerConfig {
             write_timeout: Duration::from_secs(60),
             cors: Vec::new(),
             embeddings: false,
+            slots_endpoint: true,
             reranking: false,
             pooling: None,
             sampling: Default::default(),

@@ -69,6 +69,8 @@ pub(crate) struct AppState {
     pub model_path: String,
     pub api_keys: Vec<String>,
     pub metrics: bool,
+    /// Whether `/slots` answers (`--no-slots` turns it off).
+    pub slots_endpoint: bool,
     pub webui: bool,
     pub timeout: Option<Duration>,
     pub max_body_bytes: usize,
@@ -117,6 +119,7 @@ impl AppState {
             model_path: config.model_path.display().to_string(),
             api_keys: config.api_keys.clone(),
             metrics: config.metrics,
+            slots_endpoint: config.slots_endpoint,
             webui: config.webui,
             timeout: config.timeout,
             max_body_bytes: config.max_body_bytes,

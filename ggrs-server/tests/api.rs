@@ -56,10 +56,11 @@ fn health_models_props_slots_page_and_tokenizer() {
 }
 
 #[test]
-fn metrics_only_with_the_flag_and_page_only_without_no_webui() {
+fn metrics_and_slots_only_with_their_flags_and_page_only_without_no_webui() {
     let mut c = config(1);
     c.metrics = false;
     c.webui = false;
+    c.slots_endpoint = false;
     let s = TestServer::start(c);
     let m = s.get("/metrics");
     assert_eq!(m.status, 501);
@@ -67,6 +68,13 @@ fn metrics_only_with_the_flag_and_page_only_without_no_webui() {
         .as_str()
         .unwrap()
         .contains("--metrics"));
+    // --no-slots: llama-server's 501 with an error body.
+    let sl = s.get("/slots");
+    assert_eq!(sl.status, 501);
+    assert!(sl.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--no-slots"));
     assert_eq!(s.get("/").status, 404);
     assert_eq!(s.get("/nowhere").status, 404);
 }
