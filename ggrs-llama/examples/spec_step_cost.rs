@@ -111,7 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let mut v: Vec<_> = by.into_iter().collect();
         v.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (name, t) in v.iter().take(6) {
+        for (name, t) in v.iter().take(12) {
             println!("      {:8.3} ms  {name}", t * 1e3);
         }
     }
