@@ -14,12 +14,11 @@
 //!
 //! # Layout
 //!
-//! One super-block of sixteen rows, [`BLOCK_BYTES`] (4928) bytes, in the order the kernel
+//! One super-block of sixteen rows, [`BLOCK_BYTES`] (4416) bytes, in the order the kernel
 //! reads it:
 //!
 //! ```text
 //!   [ d: 16 × f32 ]          the rows' d·FACTOR (the tiled order's block scale, IQ1: d/8)
-//!   [ seed_0 ] … [ seed_7 ]  lane r of seed_t: the i16 pair (−64·ls_2t, −64·ls_2t+1) of row r
 //!   [ ls: 16 × 16 bytes ]    multiplier j (16 values each) of row r at byte 16j + r
 //!   [ v_0 ] … [ v_63 ]       lane r of v_q: the weights w + 64 of values 4q..4q + 4 of row r
 //! ```
@@ -30,16 +29,12 @@
 //!
 //! # Arithmetic
 //!
-//! Per super-block, row and column the exact `s1 = Σ_j ls_j·Σ_{v in j} w_v·y_v`:
-//!
-//! - the accumulator starts at `Σ_t seed_t·(bsum_2t, bsum_2t+1)` (`vpdpwssd` against the
-//!   column's Q8_K group sums as a broadcast pair): `−64·Σ_j ls_j·bsum_j`, the weight offset
-//!   taken out exactly (the group sums must be the sums of the codes, as every Q8_K
-//!   quantizer writes them; `tiled_avx2`'s k-quant kernels rely on them too);
-//! - per multiplier group (16 values, or 32 for the types whose two halves of a sub-block
-//!   share the multiplier: `Q = 8` quads), `vpdpbusd` of the weight bytes with the column's
-//!   activation quads (broadcast) sums `Σ (w + 64)·y` exactly (at most 32·126·128), then
-//!   `vpmulld` by `ls` and a 32-bit add. Every partial sum stays below 2³¹ in magnitude.
+//! Per super-block, row and column the exact `s1 = Σ_j ls_j·Σ_{v in j} w_v·y_v`: per
+//! multiplier group `j` (16 values, or 32 for the types whose two halves of a sub-block share
+//! the multiplier: `Q = 8` quads) `vpdpbusd` of the weight bytes with the column's activation
+//! quads (broadcast) sums `Σ (w + 64)·y` from the group's seed `−64·Σ y`, which INIT writes
+//! after the column ([`activation_aux`]: one i32 per group), so the sum is `Σ w·y`, exact (at
+//! most 32·126·128 in magnitude on the way); then `vpmulld` by `ls` and a 32-bit add.
 //!
 //! Then `r = d·f32(s1)` and `acc = fma(r, d_y, acc)`: `tiled_avx2::accumulate8`'s steps, so
 //! every element has the oracle's bits (and `tiled_avx2`'s and `iquants512`'s panels').
@@ -47,7 +42,7 @@
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C), except
 //! [`pack_grid_portable`]; the kernels' pointer contracts are those of [`super::gemm`] (Q8_K
-//! rows, no side data), the packer's those of [`super::pack`].
+//! rows and [`activation_aux`]'s side data), the packer's those of [`super::pack`].
 
 use std::arch::x86_64::*;
 
@@ -65,16 +60,12 @@ use crate::quants::{
 const Q8_K_BYTES: usize = 292;
 /// Offset of the codes in a Q8_K block.
 const Q8_K_QS: usize = 4;
-/// Offset of the group sums in a Q8_K block.
-const Q8_K_BSUMS: usize = 260;
 
 /// What the packed weight bytes exceed the signed weights by.
 const OFFSET: i32 = 64;
 
-/// Offset of the seed vectors in a packed super-block.
-pub(super) const SEED_AT: usize = 64;
-/// Offset of the multiplier bytes.
-pub(super) const LS_AT: usize = SEED_AT + 8 * 64;
+/// Offset of the multiplier bytes in a packed super-block.
+pub(super) const LS_AT: usize = 64;
 /// Offset of the weight vectors.
 pub(super) const V_AT: usize = LS_AT + 16 * ROWS;
 /// Bytes of a packed super-block of sixteen rows (a multiple of 64).
@@ -106,6 +97,38 @@ pub(crate) const fn grid_kind(dtype: DType) -> Option<Kind> {
         DType::IQ1M => Kind::IQ1MTiled,
         _ => return None,
     })
+}
+
+/// Quads (four values) per multiplier group of grid kind `kind`: 4 for the types with one
+/// multiplier per 16 values (IQ2_XS, IQ2_S, IQ1_M), 8 for those whose multipliers come in
+/// equal pairs (one per 32 values: IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S).
+pub(super) const fn group_quads(kind: Kind) -> usize {
+    match kind {
+        Kind::IQ2XSTiled | Kind::IQ2STiled | Kind::IQ1MTiled => 4,
+        _ => 8,
+    }
+}
+
+/// Bytes of side data per Q8_K block of a column for grid kind `kind`: one i32 seed per
+/// multiplier group.
+pub(super) const fn aux_bytes(kind: Kind) -> usize {
+    4 * 64 / group_quads(kind)
+}
+
+/// The side data of a Q8_K row for grid kind `kind` ([`aux_bytes`] per block): per block and
+/// multiplier group, `−64 · Σ y` over the group's codes, little-endian i32.
+pub(super) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
+    let values = 4 * group_quads(kind);
+    for (blk, out) in row
+        .chunks_exact(Q8_K_BYTES)
+        .zip(aux.chunks_exact_mut(aux_bytes(kind)))
+    {
+        let codes = &blk[Q8_K_QS..Q8_K_QS + 256];
+        for (g, o) in codes.chunks_exact(values).zip(out.chunks_exact_mut(4)) {
+            let sum: i32 = g.iter().map(|&b| b as i8 as i32).sum();
+            o.copy_from_slice(&(-OFFSET * sum).to_le_bytes());
+        }
+    }
 }
 
 /// Bytes of one block of the weight type of grid kind `kind` (0 for the other kinds).
@@ -169,25 +192,14 @@ unsafe fn pack_grid<B: IqSimd>(nb: usize, rows: &[*const u8; ROWS], out: *mut u8
     }
 }
 
-/// The seeds and multiplier bytes of a packed super-block at `dst` from the rows'
-/// multipliers `ls[r][j]`.
+/// The multiplier bytes of a packed super-block at `dst` from the rows' multipliers
+/// `ls[r][j]`.
 ///
 /// # Safety
 /// [`BLOCK_BYTES`] writable at `dst`.
 #[inline(always)]
 unsafe fn write_scales(ls: &[[u8; 16]; ROWS], dst: *mut u8) {
     for (r, lr) in ls.iter().enumerate() {
-        for t in 0..8 {
-            let lo = (-OFFSET * lr[2 * t] as i32) as i16;
-            let hi = (-OFFSET * lr[2 * t + 1] as i32) as i16;
-            let pair = (lo as u16 as u32) | ((hi as u16 as u32) << 16);
-            // SAFETY: dword r of seed vector t lies inside the packed block (caller).
-            unsafe {
-                dst.add(SEED_AT + 64 * t + 4 * r)
-                    .cast::<u32>()
-                    .write_unaligned(pair)
-            };
-        }
         for (j, &l) in lr.iter().enumerate() {
             // SAFETY: byte r of multiplier j lies inside the packed block (caller).
             unsafe { *dst.add(LS_AT + 16 * j + r) = l };
@@ -257,9 +269,8 @@ pub(super) fn pack_grid_portable(kind: Kind, nb: usize, src: &[&[u8]; ROWS], dst
 }
 
 /// `C` columns against a packed grid panel of `nb` super-blocks in the tiled order (see the
-/// module docs): lane `r` of result `c` is row `r` · column `c`. `Q` is the quads per
-/// multiplier group: 4 (16 values: IQ2_XS, IQ2_S, IQ1_M) or 8 (32 values, both halves'
-/// multipliers equal: IQ2_XXS, IQ3_XXS, IQ3_S, IQ1_S).
+/// module docs): lane `r` of result `c` is row `r` · column `c`. `Q` is the kind's
+/// [`group_quads`].
 ///
 /// # Safety
 /// See the module docs.
@@ -269,22 +280,17 @@ unsafe fn grid_tiled<const Q: usize, const C: usize>(
     nb: usize,
     panel: *const u8,
     y: &[*const u8; C],
+    aux: &[*const u8; C],
 ) -> [__m512; C] {
-    // SAFETY: packed super-block i < nb of the panel and Q8_K block i of each column are
-    // readable (caller); unaligned loads.
+    // SAFETY: packed super-block i < nb of the panel, Q8_K block i of each column and its
+    // side data are readable (caller); unaligned loads.
     unsafe {
         let mut acc = [_mm512_setzero_ps(); C];
         for i in 0..nb {
             let p = panel.add(i * BLOCK_BYTES);
             let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8_K_BYTES));
+            let seeds: [*const u8; C] = std::array::from_fn(|c| aux[c].add(i * 4 * 64 / Q));
             let mut s1 = [_mm512_setzero_si512(); C];
-            for t in 0..8 {
-                let seed = _mm512_loadu_si512(p.add(SEED_AT + 64 * t).cast());
-                for c in 0..C {
-                    let b = _mm512_set1_epi32(read_u32(yb[c].add(Q8_K_BSUMS + 4 * t)) as i32);
-                    s1[c] = _mm512_dpwssd_epi32(s1[c], seed, b);
-                }
-            }
             for g in 0..64 / Q {
                 let ls = _mm_loadu_si128(p.add(LS_AT + 16 * (g * Q / 4)).cast());
                 let ls = _mm512_cvtepu8_epi32(ls);
@@ -293,7 +299,7 @@ unsafe fn grid_tiled<const Q: usize, const C: usize>(
                 });
                 for c in 0..C {
                     let yq = yb[c].add(Q8_K_QS + 4 * Q * g);
-                    let mut a = _mm512_setzero_si512();
+                    let mut a = _mm512_set1_epi32(read_u32(seeds[c].add(4 * g)) as i32);
                     for (e, we) in w.iter().enumerate() {
                         let q = _mm512_set1_epi32(read_u32(yq.add(4 * e)) as i32);
                         a = _mm512_dpbusd_epi32(a, *we, q);
@@ -321,23 +327,25 @@ pub(super) unsafe fn grid_tiled_vnni<const C: usize>(
     nb: usize,
     panel: *const u8,
     y: &[*const u8; C],
+    aux: &[*const u8; C],
 ) -> [__m512; C] {
     // SAFETY: forwarded from the caller.
     unsafe {
-        match kind {
-            Kind::IQ2XSTiled | Kind::IQ2STiled | Kind::IQ1MTiled => {
-                grid_tiled::<4, C>(nb, panel, y)
-            }
-            _ => grid_tiled::<8, C>(nb, panel, y),
+        match group_quads(kind) {
+            4 => grid_tiled::<4, C>(nb, panel, y, aux),
+            _ => grid_tiled::<8, C>(nb, panel, y, aux),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{gemm, pack, vnni};
+    use super::super::{activation_aux, gemm, pack, vnni};
     use super::*;
     use crate::quants::k_quants::tiled::dot_tiled;
+
+    /// Offset of the group sums in a Q8_K block.
+    const Q8_K_BSUMS: usize = 260;
 
     const KINDS: [Kind; 7] = [
         Kind::IQ2XXSTiled,
@@ -435,10 +443,19 @@ mod tests {
         pack_grid_portable(kind, nb, &src, &mut portable);
         assert!(panel == portable, "{kind:?} nb={nb}: the packers differ");
         let cols: Vec<Vec<u8>> = (0..C).map(|_| column(nb, seed)).collect();
+        let auxs: Vec<Vec<u8>> = cols
+            .iter()
+            .map(|q| {
+                let mut a = vec![0u8; nb * kind.aux_bytes()];
+                activation_aux(kind, q, &mut a);
+                a
+            })
+            .collect();
         let y: [*const u8; C] = std::array::from_fn(|c| cols[c].as_ptr());
+        let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
         let mut out = [[0f32; ROWS]; C];
-        // SAFETY: as above; Q8_K columns of nb blocks, no side data.
-        unsafe { gemm::<C>(kind, nb, panel.as_ptr(), &y, &y, &mut out) };
+        // SAFETY: as above; Q8_K columns of nb blocks and their side data.
+        unsafe { gemm::<C>(kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
         for (c, col) in cols.iter().enumerate() {
             for (r, row) in src.iter().enumerate() {
                 let want = oracle(t, k, row, col);

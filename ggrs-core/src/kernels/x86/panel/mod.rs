@@ -360,8 +360,8 @@ impl Kind {
                 (base, base + Q5K_DMIN, base + v, base + h, base + Q5K_SC)
             }
             k if k.is_grid() => {
-                use self::grid_vnni::{LS_AT, SEED_AT, V_AT};
-                (base, 0, base + V_AT, base + SEED_AT, base + LS_AT)
+                use self::grid_vnni::{LS_AT, V_AT};
+                (base, 0, base + V_AT, 0, base + LS_AT)
             }
             _ => {
                 use self::repacked::{Q2K_QS, Q2K_SC};
@@ -410,7 +410,7 @@ impl Kind {
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
     /// Q8_0 types with a code offset, the pair sums of Q4_K's repacked kinds and Q5_K's lanes,
-    /// none for the others.
+    /// the group seeds of the grid kinds (`panel::grid_vnni`), none for the others.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self.layout() {
             Kind::Q4_0Chain
@@ -421,6 +421,7 @@ impl Kind {
             // Two Q8_0 blocks per NVFP4 block.
             Kind::NVFP4Lanes => 2 * AUX_BYTES,
             Kind::Q4KGemv | Kind::Q5KLanes => self::repacked::Q4K_AUX_BYTES,
+            k if k.is_grid() => self::grid_vnni::aux_bytes(k),
             _ => 0,
         }
     }
@@ -466,6 +467,9 @@ pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     }
     if matches!(kind.layout(), Kind::Q4KGemv | Kind::Q5KLanes) {
         return self::repacked::activation_aux_q4_k(row, aux);
+    }
+    if kind.is_grid() {
+        return self::grid_vnni::activation_aux(kind, row, aux);
     }
     let o = kind.offset();
     for (blk, out) in row
@@ -1056,7 +1060,7 @@ unsafe fn gemm_in<const C: usize>(
             | Kind::IQ3XXSTiled
             | Kind::IQ3STiled
             | Kind::IQ1STiled
-            | Kind::IQ1MTiled => self::grid_vnni::grid_tiled_vnni::<C>(kind, nb, panel, y),
+            | Kind::IQ1MTiled => self::grid_vnni::grid_tiled_vnni::<C>(kind, nb, panel, y, aux),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
