@@ -23,8 +23,9 @@
 //!   [ v_0 ] … [ v_63 ]       lane r of v_q: the weights w + 64 of values 4q..4q + 4 of row r
 //! ```
 //!
-//! The weights `w` are `iquants::tiled_block`'s: `±magnitude` (IQ2/IQ3, at most 62 in
-//! magnitude) or `8·grid ± 1` (IQ1, at most 9), so `w + 64` is an unsigned byte (2..=126).
+//! The weights `w` are `iquants::tiled_block`'s (here from `iq_decode512`, 64 values at a
+//! time): `±magnitude` (IQ2/IQ3, at most 62 in magnitude) or `8·grid ± 1` (IQ1, at most 9),
+//! so `w + 64` is an unsigned byte (2..=126).
 //! `ls` are the odd multipliers `2s + 1` of the sixteen 16-value groups (at most 31).
 //!
 //! # Arithmetic
@@ -46,8 +47,7 @@
 
 use std::arch::x86_64::*;
 
-use super::super::iq_decode::IqSimd;
-use super::super::iquants::tiled_block;
+use super::super::iq_decode512::IqSimd512;
 use super::super::util::{read_f32, read_u32};
 use super::{prefetch, Ahead, Kind, ROWS};
 use crate::dtype::DType;
@@ -145,6 +145,30 @@ pub(super) const fn src_bytes(kind: Kind) -> usize {
     }
 }
 
+/// Values `64p .. 64p + 64` of the block at `xb` as packed weight bytes `w + 64` (see the
+/// module docs), from `iq_decode512`'s pair decoder: IQ2/IQ3 `64 ± magnitude` by the sign
+/// mask; IQ1 `64 + 8·grid ± 1` by the shift's sign mask (`iquants::tiled_block`'s weights).
+///
+/// # Safety
+/// One block readable at `xb`; `p < 4`; the module's CPU features.
+#[inline(always)]
+unsafe fn weight_bytes<B: IqSimd512>(xb: *const u8, p: usize) -> __m512i {
+    // SAFETY: forwarded to the decoder (caller); register operations otherwise.
+    unsafe {
+        let offset = _mm512_set1_epi8(OFFSET as i8);
+        let (g, neg) = B::pair(xb, p);
+        if B::GRID1 {
+            // 8·grid as a byte (grid −1, 0, 1), then ±1.
+            let g8 = _mm512_and_si512(_mm512_slli_epi16::<3>(g), _mm512_set1_epi8(-8));
+            let pm1 = _mm512_mask_blend_epi8(neg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+            _mm512_add_epi8(_mm512_add_epi8(g8, pm1), offset)
+        } else {
+            // 64 + mag, or 64 − mag under the mask.
+            _mm512_mask_sub_epi8(_mm512_add_epi8(g, offset), neg, offset, g)
+        }
+    }
+}
+
 /// Packs `nb` super-blocks of the sixteen rows `rows` of grid type `B` into `out`, decoding
 /// them (see the module docs).
 ///
@@ -152,7 +176,7 @@ pub(super) const fn src_bytes(kind: Kind) -> usize {
 /// The module's CPU features; `nb` whole blocks readable at every `rows[r]`;
 /// `nb · BLOCK_BYTES` bytes writable at `out`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn pack_grid<B: IqSimd>(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ahead) {
+unsafe fn pack_grid<B: IqSimd512>(nb: usize, rows: &[*const u8; ROWS], out: *mut u8, ahead: Ahead) {
     // Row r's decoded weight bytes at 256·r.
     #[repr(C, align(64))]
     struct Rows([u8; 256 * ROWS]);
@@ -160,7 +184,6 @@ unsafe fn pack_grid<B: IqSimd>(nb: usize, rows: &[*const u8; ROWS], out: *mut u8
     // SAFETY: reads stay inside block i < nb of each row (caller), writes inside `tmp` and
     // packed block i; unaligned accesses; the gathers read `tmp` (offsets below 256·16).
     unsafe {
-        let offset = _mm256_set1_epi8(OFFSET as i8);
         let gather = _mm512_mullo_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             _mm512_set1_epi32(256),
@@ -172,11 +195,9 @@ unsafe fn pack_grid<B: IqSimd>(nb: usize, rows: &[*const u8; ROWS], out: *mut u8
             let mut ls = [[0u8; 16]; ROWS];
             for r in 0..ROWS {
                 let xb = rows[r].add(i * B::BYTES);
-                // (The multipliers and the correction it also returns are unused here.)
-                let (w, _, _) = tiled_block::<B>(xb);
-                for (k, wk) in w.iter().enumerate() {
-                    let at = tmp.0.as_mut_ptr().add(256 * r + 32 * k);
-                    _mm256_store_si256(at.cast(), _mm256_add_epi8(*wk, offset));
+                for p in 0..4 {
+                    let at = tmp.0.as_mut_ptr().add(256 * r + 64 * p);
+                    _mm512_store_si512(at.cast(), weight_bytes::<B>(xb, p));
                 }
                 _mm_storeu_si128(ls[r].as_mut_ptr().cast(), B::ls_bytes(xb));
                 d[r] = B::d(xb) * B::FACTOR;
