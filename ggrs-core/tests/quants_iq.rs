@@ -5,7 +5,8 @@
 //! x86 order bit for bit on any bytes (short rows of 1–5 blocks, every tile form), and
 //! `mul_mat` through the executor (1–9 columns, 1–2 threads, SIMD and scalar) against the
 //! portable x86-order dot per element below eight columns and an oracle of ggml's tiled
-//! matmul from eight on. The orders themselves are checked against llama.cpp
+//! matmul from eight on (also through the AVX-512 VNNI panels: 16-row panels, 8–40
+//! columns). The orders themselves are checked against llama.cpp
 //! on real files by `ggrs-llama/tests/qwen05b_lowbit.rs`.
 
 mod common;
@@ -339,6 +340,52 @@ fn mul_mat_keeps_ggml_x86_orders() {
                     }
                 }
                 dispatch::force_scalar(false);
+            }
+        }
+    }
+}
+
+/// The grid panels (`kernels::x86::panel::grid_vnni`, AVX-512 VNNI: sixteen rows per panel,
+/// decoded once per node) through the executor: from eight columns on every element has the
+/// tiled oracle's bits, on any bytes, for row counts with rows past the last whole panel
+/// (which another kernel takes), 8–40 columns, short rows, one and two threads; and the
+/// panels switched off (`force_no_panels`: the tiled panels of `tiled_avx2` / `iquants512`)
+/// give the same bits. (Where the CPU has no AVX-512 VNNI both runs take the other path.)
+#[test]
+fn grid_panels_keep_the_tiled_order() {
+    let mut r = Lcg(5);
+    let mut s = 23u64;
+    let q8k = dispatch::activation_quantizer(DType::Q8K).expect("Q8_K converts");
+    for (t, ..) in TYPES {
+        for (k, n, ms) in [(QK, 40, &[8usize, 13][..]), (3 * QK, 33, &[9, 40][..])] {
+            let w: Vec<u8> = (0..n).flat_map(|_| random_weights(t, k, &mut s)).collect();
+            let rs = t.row_size(k);
+            for &m in ms {
+                let x: Vec<f32> = (0..k * m).map(|_| r.next()).collect();
+                let cols: Vec<Vec<u8>> = x
+                    .chunks_exact(k)
+                    .map(|c| {
+                        let mut b = vec![0u8; DType::Q8K.row_size(k)];
+                        q8k(c, &mut b);
+                        b
+                    })
+                    .collect();
+                for threads in [1, 2] {
+                    let got = run_mul_mat(t, &w, &x, k, n, m, threads);
+                    dispatch::force_no_panels(true);
+                    let off = run_mul_mat(t, &w, &x, k, n, m, threads);
+                    dispatch::force_no_panels(false);
+                    for j in 0..m {
+                        for i in 0..n {
+                            let row = &w[i * rs..(i + 1) * rs];
+                            let want = tiled_oracle(t, k, row, &cols[j]).to_bits();
+                            let what =
+                                format!("{t} k={k} n={n} m={m} threads={threads} [{i}, {j}]");
+                            assert_eq!(got[j * n + i].to_bits(), want, "{what}");
+                            assert_eq!(off[j * n + i].to_bits(), want, "{what}, panels off");
+                        }
+                    }
+                }
             }
         }
     }

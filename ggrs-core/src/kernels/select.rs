@@ -29,7 +29,8 @@
 //! | IQ4_NL (rows % 8 = 0), ≥ 16 rows | AVX2 and up | panels in the repacked `iq4_nl_8x8` order | Q8_0 rows + offset seeds |
 //! | IQ4_XS, ≥ 16 rows | AVX2 and up (tiled order from 8 columns: AVX-512 VNNI) | panels, one packed layout for both orders | Q8_K rows |
 //! | F16, ≥ 2 columns, k % 16 = 0, rows % 4 = 0 | AVX2, AVX-512 | tinyBLAS-order tiles over widened columns ([`Compute::F16Tiles`]) | F16 rows + the same rows as f32 |
-//! | Q2_K … Q6_K, IQ4_XS without a panel kind above, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
+//! | IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, ≥ 16 rows, ≥ 8 columns | AVX-512 VNNI | panels decoded once per node (`panel::grid_vnni`; not packed ahead) | Q8_K rows |
+//! | Q2_K … Q6_K, IQ4_XS, the grid i-quants without a panel kind above, ≥ 8 columns | AVX2 and up | tiled-order panels ([`Compute::TiledPanel`]) | Q8_K rows |
 //! | Q4_K, Q2_K repacked (rows % 8 = 0), no panels | any | GEMM order for the first 4·⌊m/4⌋ columns, GEMV for the rest ([`Element::Repacked`]) | Q8_K rows |
 //! | other ggml-order types | with a build keeping the order | the build's tiles ([`Element::Tiles`]) | vec-dot-type rows |
 //! | other ggml-order types | none (or `GGRS_FORCE_SCALAR`) | portable code in that order ([`Element::Dot`]) | vec-dot-type rows |
@@ -319,6 +320,24 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
     simd.then_some(kind)
 }
 
+/// The panel kind of a grid i-quant weight (IQ1_S … IQ3_S) of shape `ne` against `n_cols`
+/// columns per batch, when its product takes ggml's tiled order (eight columns or more) and
+/// the AVX-512 VNNI panels run (`panel::grid_vnni`: each panel decoded once per node and
+/// batch instead of once per sixteen columns). Not a [`panel_kind`]: the decoded panels are
+/// too large to keep ([`crate::kernels::PackedWeight`] does not pack these weights), and
+/// products with fewer columns take the one-column kernels.
+#[cfg(target_arch = "x86_64")]
+fn grid_panel_kind(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option<Kind> {
+    let kind = panel::grid_kind(dtype)?;
+    let fits = ne[1] >= ROWS && ne[0].is_multiple_of(kind.block_values());
+    (fits
+        && kind.takes_columns(n_cols)
+        && panels_run()
+        && dispatch::simd_allowed(Isa::Avx512Vnni)
+        && dispatch::tiled_panel(dtype, ne, n_cols).is_some())
+    .then_some(kind)
+}
+
 /// The column counts the panel kernel `kind` takes in one pass on this CPU, widest
 /// first (one column at a time after them); each column's bits do not depend on it. With
 /// AVX-512 there are 32 vector registers for the accumulators (one per column); AVX2 has
@@ -344,6 +363,17 @@ pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
         (Kind::Q4KGemv | Kind::Q2KGemv, _) => &[2],
         (Kind::Q4KGemm | Kind::Q2KGemm, true) => &[4, 2],
         (Kind::Q4KGemm | Kind::Q2KGemm, false) => &[2],
+        // (Their passes take every width up to eight: `panel_even_width`.)
+        (
+            Kind::IQ2XXSTiled
+            | Kind::IQ2XSTiled
+            | Kind::IQ2STiled
+            | Kind::IQ3XXSTiled
+            | Kind::IQ3STiled
+            | Kind::IQ1STiled
+            | Kind::IQ1MTiled,
+            _,
+        ) => &[],
     }
 }
 
@@ -360,6 +390,7 @@ pub(crate) fn panel_even_width(kind: Kind) -> Option<usize> {
     let wide = crate::cpu::features().runs(Isa::Avx512Vnni) && kind.has_vnni_build();
     match (kind, wide) {
         (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => Some(8),
+        (k, true) if k.is_grid() => Some(8),
         _ => None,
     }
 }
@@ -414,6 +445,16 @@ pub(crate) fn select(a: Weight, b: Activations, cols: usize) -> MatMulKernel {
             return MatMulKernel {
                 activation: rows(Some(ActivationForm::F16Widened)),
                 compute: Compute::F16Tiles {
+                    rest: element(a, b, cols),
+                },
+            };
+        }
+        if let Some(kind) = grid_panel_kind(a.dtype, a.ne, cols) {
+            return MatMulKernel {
+                activation: Some(ActivationForm::Panel(kind)),
+                compute: Compute::Panel {
+                    kind,
+                    first: kind.split(cols),
                     rest: element(a, b, cols),
                 },
             };

@@ -60,6 +60,7 @@
 
 mod avx2;
 mod fp4;
+mod grid_vnni;
 mod iq4;
 mod iq4_avx2;
 mod lanes_vnni;
@@ -170,6 +171,28 @@ pub(crate) enum Kind {
     /// NVFP4 weights (64 values per block, four UE4M3 sub-block scales) against Q8_0, eight
     /// lanes per element as ggml's `ggml_vec_dot_nvfp4_q8_0` (`panel::fp4`).
     NVFP4Lanes,
+    /// IQ2_XXS weights against Q8_K in ggml's tiled order, decoded when packed
+    /// (`panel::grid_vnni`; AVX-512 VNNI, eight columns or more, chosen by `select::select`
+    /// only: never packed ahead).
+    IQ2XXSTiled,
+    /// IQ2_XS, as [`Kind::IQ2XXSTiled`].
+    IQ2XSTiled,
+    /// IQ2_S, as [`Kind::IQ2XXSTiled`].
+    IQ2STiled,
+    /// IQ3_XXS, as [`Kind::IQ2XXSTiled`].
+    IQ3XXSTiled,
+    /// IQ3_S, as [`Kind::IQ2XXSTiled`].
+    IQ3STiled,
+    /// IQ1_S, as [`Kind::IQ2XXSTiled`].
+    IQ1STiled,
+    /// IQ1_M, as [`Kind::IQ2XXSTiled`].
+    IQ1MTiled,
+}
+
+/// The grid i-quant kind of weight type `dtype` (ggml's tiled order, `panel::grid_vnni`), if
+/// it is one.
+pub(crate) const fn grid_kind(dtype: crate::dtype::DType) -> Option<Kind> {
+    self::grid_vnni::grid_kind(dtype)
 }
 
 /// Where the parts of packed block `i` of a panel lie (byte offsets from the panel's start).
@@ -217,6 +240,7 @@ impl Kind {
             Kind::Q4KGemv => nb * self::repacked::Q4K_PANEL_BYTES,
             Kind::Q2KGemv => nb * self::repacked::Q2K_PANEL_BYTES,
             Kind::Q5KLanes => nb * self::q5k::Q5K_PANEL_BYTES,
+            k if k.is_grid() => nb * self::grid_vnni::BLOCK_BYTES,
             k => nb * ROWS * k.src_block_bytes() + matches!(k, Kind::Q8_0Lanes) as usize * nb * 32,
         }
     }
@@ -230,6 +254,7 @@ impl Kind {
             | Kind::Q2KGemv
             | Kind::IQ4XSLanes
             | Kind::Q5KLanes => 256,
+            k if k.is_grid() => 256,
             Kind::NVFP4Lanes => 64,
             _ => 32,
         }
@@ -241,6 +266,9 @@ impl Kind {
     /// their tiled twins have no build (no AVX-512 VNNI), and the Q5_K lanes, which have no
     /// tiled twin, from eight columns on everywhere.
     pub(crate) fn takes_columns(self, n_cols: usize) -> bool {
+        if self.is_grid() {
+            return n_cols >= crate::quants::k_quants::tiled::GGML_TILED_MIN_COLS && vnni();
+        }
         if self == Kind::Q5KLanes {
             return n_cols < crate::quants::k_quants::tiled::GGML_TILED_MIN_COLS;
         }
@@ -253,15 +281,16 @@ impl Kind {
     /// (all but the kinds with a twin, and the Q5_K lanes, whose products with eight columns
     /// or more take another kernel).
     pub(crate) const fn order_fixed(self) -> bool {
-        !matches!(
-            self,
-            Kind::Q4KGemv
-                | Kind::Q2KGemv
-                | Kind::Q6KLanes
-                | Kind::Q3KLanes
-                | Kind::IQ4XSLanes
-                | Kind::Q5KLanes
-        )
+        !self.is_grid()
+            && !matches!(
+                self,
+                Kind::Q4KGemv
+                    | Kind::Q2KGemv
+                    | Kind::Q6KLanes
+                    | Kind::Q3KLanes
+                    | Kind::IQ4XSLanes
+                    | Kind::Q5KLanes
+            )
     }
 
     /// The kernels of a product with `n_cols` columns per batch: `(first, count)` means the
@@ -330,6 +359,10 @@ impl Kind {
                 let (v, h) = (v_at(0, 0), h_at(0));
                 (base, base + Q5K_DMIN, base + v, base + h, base + Q5K_SC)
             }
+            k if k.is_grid() => {
+                use self::grid_vnni::{LS_AT, V_AT};
+                (base, 0, base + V_AT, 0, base + LS_AT)
+            }
             _ => {
                 use self::repacked::{Q2K_QS, Q2K_SC};
                 (base, base + 32, base + Q2K_QS, 0, base + Q2K_SC)
@@ -354,6 +387,7 @@ impl Kind {
             Kind::Q5KLanes => 176,
             Kind::MXFP4Chain => self::fp4::MXFP4_BYTES,
             Kind::NVFP4Lanes => self::fp4::NVFP4_BYTES,
+            k if k.is_grid() => self::grid_vnni::src_bytes(k),
             _ => 84,
         }
     }
@@ -369,13 +403,14 @@ impl Kind {
             | Kind::Q2KGemv
             | Kind::IQ4XSLanes
             | Kind::Q5KLanes => crate::dtype::DType::Q8K,
+            k if k.is_grid() => crate::dtype::DType::Q8K,
             _ => crate::dtype::DType::Q8_0,
         }
     }
 
     /// Bytes of side data per activation block ([`activation_aux`]): [`AUX_BYTES`] for the
     /// Q8_0 types with a code offset, the pair sums of Q4_K's repacked kinds and Q5_K's lanes,
-    /// none for the others.
+    /// the group seeds of the grid kinds (`panel::grid_vnni`), none for the others.
     pub(crate) const fn aux_bytes(self) -> usize {
         match self.layout() {
             Kind::Q4_0Chain
@@ -386,6 +421,7 @@ impl Kind {
             // Two Q8_0 blocks per NVFP4 block.
             Kind::NVFP4Lanes => 2 * AUX_BYTES,
             Kind::Q4KGemv | Kind::Q5KLanes => self::repacked::Q4K_AUX_BYTES,
+            k if k.is_grid() => self::grid_vnni::aux_bytes(k),
             _ => 0,
         }
     }
@@ -412,7 +448,12 @@ impl Kind {
     /// Whether this kind has an AVX2 build (the tests run every build the CPU has).
     #[cfg(test)]
     const fn has_avx2_build(self) -> bool {
-        !matches!(self, Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled)
+        !self.is_grid() && !matches!(self, Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled)
+    }
+
+    /// Whether this is one of the grid i-quant kinds (`panel::grid_vnni`).
+    pub(crate) const fn is_grid(self) -> bool {
+        self::grid_vnni::grid_type(self).is_some()
     }
 }
 
@@ -426,6 +467,9 @@ pub(crate) fn activation_aux(kind: Kind, row: &[u8], aux: &mut [u8]) {
     }
     if matches!(kind.layout(), Kind::Q4KGemv | Kind::Q5KLanes) {
         return self::repacked::activation_aux_q4_k(row, aux);
+    }
+    if kind.is_grid() {
+        return self::grid_vnni::activation_aux(kind, row, aux);
     }
     let o = kind.offset();
     for (blk, out) in row
@@ -646,6 +690,7 @@ pub(crate) unsafe fn pack(
             (Kind::Q8_0Lanes, true) => pack_q8_0(nb, rows, out, ahead),
             (Kind::MXFP4Chain, true) => self::fp4::pack_mxfp4_vnni(nb, rows, out, ahead),
             (Kind::NVFP4Lanes, true) => self::fp4::pack_nvfp4_vnni(nb, rows, out, ahead),
+            (k, true) if k.is_grid() => self::grid_vnni::pack_grid_vnni(k, nb, rows, out, ahead),
             _ => pack_portable(kind, nb, rows, out),
         }
     }
@@ -694,6 +739,7 @@ unsafe fn pack_portable(kind: Kind, nb: usize, rows: &[*const u8; ROWS], out: *m
         Kind::IQ4XSLanes => return self::iq4::pack_iq4_xs(nb, &src, dst),
         Kind::MXFP4Chain => return self::fp4::pack_mxfp4(nb, &src, dst),
         Kind::NVFP4Lanes => return self::fp4::pack_nvfp4(nb, &src, dst),
+        k if k.is_grid() => return self::grid_vnni::pack_grid_portable(k, nb, &src, dst),
         _ => {}
     }
     // File layout: f16 d, then f16 m (Q4_1, Q5_1), then the u32 fifth bits (Q5_0, Q5_1),
@@ -964,6 +1010,15 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q6KTiled | Kind::Q3KTiled | Kind::IQ4XSTiled => {
                     unreachable!("the tiled twins are only split off where VNNI runs (Kind::split)")
                 }
+                Kind::IQ2XXSTiled
+                | Kind::IQ2XSTiled
+                | Kind::IQ2STiled
+                | Kind::IQ3XXSTiled
+                | Kind::IQ3STiled
+                | Kind::IQ1STiled
+                | Kind::IQ1MTiled => {
+                    unreachable!("the grid kinds are only planned where VNNI runs (takes_columns)")
+                }
                 Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
@@ -999,6 +1054,13 @@ unsafe fn gemm_in<const C: usize>(
             Kind::Q5KLanes => self::q5k::q5_k_lanes::<C>(nb, panel, y, aux),
             Kind::MXFP4Chain => self::fp4::mxfp4_chain_vnni::<C>(nb, panel, y, aux),
             Kind::NVFP4Lanes => self::fp4::nvfp4_lanes_vnni::<C>(nb, panel, y, aux),
+            Kind::IQ2XXSTiled
+            | Kind::IQ2XSTiled
+            | Kind::IQ2STiled
+            | Kind::IQ3XXSTiled
+            | Kind::IQ3STiled
+            | Kind::IQ1STiled
+            | Kind::IQ1MTiled => self::grid_vnni::grid_tiled_vnni::<C>(kind, nb, panel, y, aux),
         };
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, a);
@@ -1236,6 +1298,7 @@ mod tests {
                         }
                         Kind::MXFP4Chain => crate::quants::mxfp4::dot_mxfp4_chain(k, row, &cols[c]),
                         Kind::NVFP4Lanes => crate::quants::nvfp4::dot_nvfp4_x86(k, row, &cols[c]),
+                        k => unreachable!("{k:?}: tested in panel::grid_vnni"),
                     };
                     assert_eq!(
                         out[c][r].to_bits(),
