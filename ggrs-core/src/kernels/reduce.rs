@@ -221,11 +221,21 @@ pub(crate) unsafe fn norm_mul_add(
         }
         let mut sums = [zero; NORM_ROWS];
         if g == NORM_ROWS {
+            // Eight named chains over rows cut to n (no bounds checks), so that the sums
+            // stay in registers.
+            let x: [&[f32]; NORM_ROWS] = std::array::from_fn(|k| &xs[k][..n]);
+            let [mut s0, mut s1, mut s2, mut s3, mut s4, mut s5, mut s6, mut s7] = sums;
             for i in 0..n {
-                for (s, x) in sums.iter_mut().zip(&xs) {
-                    *s += x[i] as f64;
-                }
+                s0 += x[0][i] as f64;
+                s1 += x[1][i] as f64;
+                s2 += x[2][i] as f64;
+                s3 += x[3][i] as f64;
+                s4 += x[4][i] as f64;
+                s5 += x[5][i] as f64;
+                s6 += x[6][i] as f64;
+                s7 += x[7][i] as f64;
             }
+            sums = [s0, s1, s2, s3, s4, s5, s6, s7];
         } else {
             for (s, x) in sums.iter_mut().zip(&xs).take(g) {
                 *s = x.iter().map(|&v| v as f64).sum();
