@@ -56,7 +56,7 @@ pub enum Op {
     /// `silu(a)·b`: halves of `src0`, or `src0` and `src1`.
     Swiglu,
     /// `gelu(a)·b` of `src0` and `src1`, GELU as ggml's CPU GeGLU computes it (see
-    /// `Context::geglu_split`).
+    /// `Context::geglu_split`); without `src1`, `gelu(a)` (`Context::gelu_ggml`: b = 1).
     Geglu,
     /// gpt-oss's clamped SwiGLU of `src0` (gate) and `src1` (up):
     /// `x·σ(alpha·x)·(y + 1)` with `x = min(gate, limit)`, `y = clamp(up, −limit, limit)`
@@ -103,6 +103,12 @@ pub enum Op {
     /// RMS normalisation of each row of `src0`, times `src1` element-wise (fused).
     RmsNormMul {
         /// Added to the mean square.
+        eps: f32,
+    },
+    /// Layer normalisation of each row of `src0`, times `src1` plus `src2` (if any),
+    /// element-wise (fused; the bits of `Norm`, `Mul` and `Add` one after the other).
+    NormMulAdd {
+        /// Added to the variance.
         eps: f32,
     },
     /// Rows of `src0` picked by the indices in `src1`.
@@ -250,6 +256,7 @@ impl Op {
             Op::Norm { .. } => "NORM",
             Op::RmsNorm { .. } => "RMS_NORM",
             Op::RmsNormMul { .. } => "RMS_NORM_MUL",
+            Op::NormMulAdd { .. } => "NORM_MUL_ADD",
             Op::GetRows => "GET_ROWS",
             Op::SetRows => "SET_ROWS",
             Op::MulMat { .. } => "MUL_MAT",
@@ -288,7 +295,10 @@ impl Op {
             Op::Hadamard { n } => format!("n={n}"),
             Op::Concat { dim } => format!("dim={dim}"),
             Op::ArgsortTopK { k } => format!("k={k}"),
-            Op::Norm { eps } | Op::RmsNorm { eps } | Op::RmsNormMul { eps } => {
+            Op::Norm { eps }
+            | Op::RmsNorm { eps }
+            | Op::RmsNormMul { eps }
+            | Op::NormMulAdd { eps } => {
                 format!("eps={eps:e}")
             }
             Op::SwigluOai { alpha, limit } => format!("alpha={alpha} limit={limit}"),

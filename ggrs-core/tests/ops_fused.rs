@@ -111,6 +111,60 @@ fn rms_norm_mul_gives_the_bits_of_rms_norm_then_mul() {
     }
 }
 
+/// `norm_mul_add` (LayerNorm in one node) has the bits of `norm`, `mul` and `add`, with
+/// and without a bias, on every layout and row count (the mean sums run eight rows side by
+/// side, then the rest one by one).
+#[test]
+fn norm_mul_add_gives_the_bits_of_norm_then_mul_then_add() {
+    for &(na, la, nw, lw) in CASES {
+        for bias in [true, false] {
+            let name = format!(
+                "norm_mul_add bias={bias} a{na:?} {} w{nw:?} {}",
+                la.label(),
+                lw.label()
+            );
+            let make = |ctx: &mut Context, rng: &mut Rng| -> Result<[Option<Tensor>; 3]> {
+                let (a, _) = input(ctx, rng, DType::F32, na, la, -2.0, 3.0)?;
+                let (w, _) = input(ctx, rng, DType::F32, nw, lw, -1.5, 1.5)?;
+                let (b, _) = input(ctx, rng, DType::F32, nw, Contig, -0.5, 0.5)?;
+                Ok([Some(a), Some(w), bias.then_some(b)])
+            };
+            for threads in [1, 2, 3] {
+                let fused = compute_with(&name, threads, |ctx, rng| {
+                    let [a, w, b] = make(ctx, rng)?;
+                    ctx.norm_mul_add(a.unwrap(), w.unwrap(), b, 1e-12)
+                });
+                let unfused = compute_with(&name, threads, |ctx, rng| {
+                    let [a, w, b] = make(ctx, rng)?;
+                    let h = ctx.norm(a.unwrap(), 1e-12)?;
+                    let h = ctx.mul(h, w.unwrap())?;
+                    match b {
+                        Some(b) => ctx.add(h, b),
+                        None => Ok(h),
+                    }
+                });
+                assert_same_bits(&name, threads, &unfused, &fused);
+            }
+        }
+    }
+    // A bias whose rows are shorter than a's is refused.
+    let mut ctx = Context::with_mem_size(DEFAULT_MEM);
+    let a = ctx.new_tensor_2d(DType::F32, 16, 3).unwrap();
+    let w = ctx.new_tensor_1d(DType::F32, 16).unwrap();
+    let b = ctx.new_tensor_1d(DType::F32, 8).unwrap();
+    let e = expect_err("short b", ctx.norm_mul_add(a, w, Some(b), 1e-6));
+    assert!(
+        matches!(
+            e,
+            Error::ShapeMismatch {
+                op: "NORM_MUL_ADD",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
 #[test]
 fn rms_norm_mul_rejects_bad_operands() {
     let mut ctx = Context::with_mem_size(DEFAULT_MEM);

@@ -130,6 +130,34 @@ fn geglu_is_ggml_gelu_of_the_gate_times_up() {
     assert!(ctx.geglu_split(a, b).is_err(), "shapes differ");
 }
 
+/// `gelu_ggml` (one source) has the bits of `geglu_split` with up values of one, also on a
+/// strided (transposed) input.
+#[test]
+fn gelu_ggml_is_geglu_with_ones() {
+    let (n0, n1) = (300, 3);
+    let mut g = values(13, n0 * n1, 12.0);
+    g[..6].copy_from_slice(&[-10.0, 10.0, -10.5, 10.5, 0.0, -0.0]);
+    let ones = vec![1.0f32; n0 * n1];
+    for threads in [1, 2] {
+        let want = run(&[&g, &ones], (n0, n1), threads, |c, i| {
+            c.geglu_split(i[0], i[1]).unwrap()
+        });
+        let got = run(&[&g], (n0, n1), threads, |c, i| c.gelu_ggml(i[0]).unwrap());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "{threads} threads");
+    }
+    let t = run(&[&g], (n0, n1), 2, |c, i| {
+        let t = c.transpose(i[0]).unwrap();
+        c.gelu_ggml(t).unwrap()
+    });
+    let d = run(&[&g], (n0, n1), 1, |c, i| c.gelu_ggml(i[0]).unwrap());
+    for r in 0..n1 {
+        for k in 0..n0 {
+            assert_eq!(t[k * n1 + r].to_bits(), d[r * n0 + k].to_bits());
+        }
+    }
+}
+
 /// Flash attention with `softcap` against `softmax(c·tanh(scale·k·q / c) + mask) · v`
 /// computed directly (f64, from the same f16 keys and values): the one-row kernel (few
 /// queries), the tiled kernel (64 queries or more) and the split-key path (one query, 512

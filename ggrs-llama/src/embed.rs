@@ -514,7 +514,7 @@ impl Embedder {
                 } else {
                     None
                 };
-                let mut pooled: Option<Tensor> = None;
+                let mut pooled: Vec<Tensor> = Vec::new();
                 for sp in shape.spans.as_slice() {
                     let (t0, l) = (sp.first_token as usize, sp.n_tokens as usize);
                     let p = match wts {
@@ -539,12 +539,9 @@ impl Embedder {
                         None if wts.is_none() => break, // pooled on the host
                         None => p,
                     };
-                    pooled = Some(match pooled {
-                        None => p,
-                        Some(acc) => ctx.concat(acc, p, 1)?,
-                    });
+                    pooled.push(p);
                 }
-                match pooled {
+                match crate::step::concat_tree(ctx, pooled, 1)? {
                     Some(p) => {
                         pooled_in_graph = true;
                         p

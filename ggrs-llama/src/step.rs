@@ -27,9 +27,8 @@ pub fn layer_norm(
     b: Option<Tensor>,
     eps: f32,
 ) -> Result<Tensor> {
-    let h = ctx.norm(x, eps)?;
-    let h = ctx.mul(h, w)?;
-    add_opt(ctx, h, b)
+    // One node with the bits of norm, mul and add.
+    Ok(ctx.norm_mul_add(x, w, b, eps)?)
 }
 
 /// The input tensors of one step (leaves the session fills before computing).
@@ -394,7 +393,7 @@ pub fn attend_cache(
     // only, exactly as in a lone session (same cells, padding and key splits), then the
     // spans' outputs are joined in token order.
     let qnb = ctx.meta(qq)?.nb;
-    let mut out: Option<Tensor> = None;
+    let mut parts = Vec::with_capacity(spans.len());
     for sp in spans {
         let (t0, ng) = (sp.first_token as usize, sp.n_tokens as usize);
         let (c0, nkv) = (sp.first_cell as usize, sp.n_kv as usize);
@@ -402,14 +401,33 @@ pub fn attend_cache(
         let kk = cache_view(ctx, k_cache, c0, nkv)?;
         let vv = cache_view(ctx, v_cache, c0, nkv)?;
         let m_g = ctx.view_2d(mask, nkv, ng, 4 * shape.n_kv, 4 * t0 * shape.n_kv)?;
-        let merged = attend(ctx, types, shape, q_g, kk, vv, m_g, scores, sinks)?; // [hd, nh, ng]
-        out = Some(match out {
-            None => merged,
-            Some(acc) => ctx.concat(acc, merged, 2)?,
-        });
+        parts.push(attend(ctx, types, shape, q_g, kk, vv, m_g, scores, sinks)?);
+        // [hd, nh, ng]
     }
-    let merged = out.expect("a step has at least one span");
+    let merged = concat_tree(ctx, parts, 2)?.expect("a step has at least one span");
     Ok(ctx.reshape_2d(merged, hd * nh, n)?)
+}
+
+/// `parts` joined in order along `dim` (`None` for no parts), as a balanced tree of
+/// `concat`s: each value is copied about log₂(parts) times rather than once per later part
+/// (a chain's quadratic copying), and the concats of a level are independent nodes.
+pub fn concat_tree(
+    ctx: &mut Context,
+    mut parts: Vec<Tensor>,
+    dim: usize,
+) -> Result<Option<Tensor>> {
+    while parts.len() > 1 {
+        let mut next = Vec::with_capacity(parts.len().div_ceil(2));
+        let mut it = parts.into_iter();
+        while let Some(a) = it.next() {
+            next.push(match it.next() {
+                Some(b) => ctx.concat(a, b, dim)?,
+                None => a,
+            });
+        }
+        parts = next;
+    }
+    Ok(parts.pop())
 }
 
 /// Attention of the queries `qq` (`[hd, n, nh]`) over keys `kk` and values `vv` (`[hd,

@@ -296,17 +296,23 @@ unsafe fn glu_rows_with(
     f: impl Fn(&mut [f32], &[f32], &[f32]),
 ) {
     let d = &task.dst;
-    let (s0, s1) = work.scratch.split_at_mut(task.s0().ne[0]);
-    let b = task.src[1]
-        .as_ref()
-        .expect("the builder gives a gated unit a second source");
+    let n0 = task.s0().ne[0];
+    let (s0, s1) = work.scratch.split_at_mut(n0);
+    // No second source (GELU alone, `Context::gelu_ggml`): the up values are ones.
+    let b = task.src[1].as_ref();
+    if b.is_none() {
+        s1[..n0].fill(1.0);
+    }
     for r in split_range(d.nrows(), n_chunks, chunk) {
         let (i1, i2, i3) = d.unravel_row(r);
-        // SAFETY: rows in range for dst and both sources (same shape); dst row owned.
+        // SAFETY: rows in range for dst and the sources (same shape); dst row owned.
         unsafe {
             let out = d.row_f32_mut(i1, i2, i3);
             let g = task.s0().load_row(i1, i2, i3, s0);
-            let u = b.load_row(i1, i2, i3, s1);
+            let u = match b {
+                Some(b) => b.load_row(i1, i2, i3, s1),
+                None => &s1[..n0],
+            };
             f(out, g, u);
         }
     }

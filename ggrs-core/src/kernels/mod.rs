@@ -408,6 +408,8 @@ fn plan_op(
             scratch_f32: s0ne0.max(ne0) * 2 + 16,
             ..TaskPlan::default()
         },
+        // Up to NORM_ROWS rows of the source and a row each of weight and bias.
+        Op::NormMulAdd { .. } => row_plan(ne0 * (reduce::NORM_ROWS + 2) + 16),
         _ => row_plan(s0ne0.max(ne0) * 2 + 16),
     }
 }
@@ -465,6 +467,7 @@ pub(crate) unsafe fn compute_chunk(task: &Task, chunk: usize, work: &mut Work) -
             Op::Norm { eps } => reduce::norm(task, eps, chunk, n, work),
             Op::RmsNorm { eps } => reduce::rms_norm(task, eps, chunk, n, work),
             Op::RmsNormMul { eps } => reduce::rms_norm_mul(task, eps, chunk, n, work),
+            Op::NormMulAdd { eps } => reduce::norm_mul_add(task, eps, chunk, n, work),
             Op::GetRows => return rows::get_rows(task, chunk, n),
             Op::SetRows => return rows::set_rows(task, chunk, n, work),
             Op::MulMat { .. } => matmul::compute(task, chunk, n, work),

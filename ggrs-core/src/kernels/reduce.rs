@@ -182,6 +182,113 @@ pub(crate) unsafe fn norm(task: &Task, eps: f32, chunk: usize, n_chunks: usize, 
     }
 }
 
+/// Rows whose mean sums [`norm_mul_add`] runs side by side.
+pub(crate) const NORM_ROWS: usize = 8;
+
+/// [`norm`] of each row times `w` plus `b` (if any), each value rounded at the same steps as
+/// the unfused `norm`, `mul` and `add` (`((c · scale) · w) + b`), so the same bits. The f64
+/// sums of the means, each one chain in order, run [`NORM_ROWS`] rows side by side (one row's
+/// chain of `n` dependent additions was most of `norm`'s time). w's and b's rows are
+/// broadcast (indices modulo their shapes).
+///
+/// # Safety
+/// See [`crate::kernels::compute_chunk`]; dst is a fresh dense F32 tensor of a's shape, and
+/// the scratch holds `(NORM_ROWS + 2) · a.ne[0]` values.
+// (Eight rows read at the same index: a range loop reads clearest.)
+#[allow(clippy::needless_range_loop)]
+pub(crate) unsafe fn norm_mul_add(
+    task: &Task,
+    eps: f32,
+    chunk: usize,
+    n_chunks: usize,
+    work: &mut Work,
+) {
+    let (d, a, w) = (&task.dst, task.s0(), task.s1());
+    let bias = task.src[2].as_ref();
+    let n = a.ne[0];
+    let (sx, rest) = work.scratch.split_at_mut(NORM_ROWS * n);
+    let (sw, rest) = rest.split_at_mut(n);
+    let sb = &mut rest[..n];
+    // The empty sum: the start of `Iterator::sum` over f64, as `norm` adds from it.
+    let zero: f64 = std::iter::empty::<f64>().sum();
+    let rows = split_range(a.nrows(), n_chunks, chunk);
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        let g = (rows.end - r0).min(NORM_ROWS);
+        let mut xs: [&[f32]; NORM_ROWS] = [&[]; NORM_ROWS];
+        for (k, s) in sx.chunks_mut(n).take(g).enumerate() {
+            let (i1, i2, i3) = a.unravel_row(r0 + k);
+            // SAFETY: row r0 + k < a.nrows(); the scratch chunk holds n values.
+            xs[k] = unsafe { a.load_row(i1, i2, i3, s) };
+        }
+        let mut sums = [zero; NORM_ROWS];
+        if g == NORM_ROWS {
+            // Eight named chains over rows cut to n (no bounds checks), so that the sums
+            // stay in registers.
+            let x: [&[f32]; NORM_ROWS] = std::array::from_fn(|k| &xs[k][..n]);
+            let [mut s0, mut s1, mut s2, mut s3, mut s4, mut s5, mut s6, mut s7] = sums;
+            for i in 0..n {
+                s0 += x[0][i] as f64;
+                s1 += x[1][i] as f64;
+                s2 += x[2][i] as f64;
+                s3 += x[3][i] as f64;
+                s4 += x[4][i] as f64;
+                s5 += x[5][i] as f64;
+                s6 += x[6][i] as f64;
+                s7 += x[7][i] as f64;
+            }
+            sums = [s0, s1, s2, s3, s4, s5, s6, s7];
+        } else {
+            for (s, x) in sums.iter_mut().zip(&xs).take(g) {
+                *s = x.iter().map(|&v| v as f64).sum();
+            }
+        }
+        for (k, (x, &sum)) in xs.iter().zip(&sums).take(g).enumerate() {
+            let (i1, i2, i3) = a.unravel_row(r0 + k);
+            // SAFETY: same shapes for a and dst; w's and b's indices are reduced modulo
+            // their shapes (the builder checked they divide a's); the dst row is this
+            // chunk's.
+            unsafe {
+                let out = d.row_f32_mut(i1, i2, i3);
+                let mean = sum as f32 / n as f32;
+                let mut sum2 = 0f64;
+                let np = n & !15;
+                for (o, v) in out[..np].chunks_exact_mut(16).zip(x[..np].chunks_exact(16)) {
+                    let mut sq = [0f32; 16];
+                    for ((o, &v), s) in o.iter_mut().zip(v).zip(&mut sq) {
+                        let c = v - mean;
+                        *o = c;
+                        *s = c * c;
+                    }
+                    sum2 += reduce16(&sq) as f64;
+                }
+                for (o, &v) in out[np..].iter_mut().zip(&x[np..]) {
+                    let c = v - mean;
+                    *o = c;
+                    sum2 += (c * c) as f64;
+                }
+                let variance = (sum2 / n as f64) as f32;
+                let scale = 1.0 / (variance + eps).sqrt();
+                let wr = w.load_row(i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3], sw);
+                match bias {
+                    Some(b) => {
+                        let br = b.load_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3], sb);
+                        for ((o, &wv), &bv) in out.iter_mut().zip(wr).zip(br) {
+                            *o = (*o * scale) * wv + bv;
+                        }
+                    }
+                    None => {
+                        for (o, &wv) in out.iter_mut().zip(wr) {
+                            *o = (*o * scale) * wv;
+                        }
+                    }
+                }
+            }
+        }
+        r0 += g;
+    }
+}
+
 /// RMS norm of each row (no weight).
 ///
 /// # Safety

@@ -179,6 +179,14 @@ impl Context {
         self.new_tensor_with(DType::F32, ng, Op::Geglu, [Some(g), Some(u), None])
     }
 
+    /// GELU as ggml's CPU `ggml_gelu` computes it (the f16 table: looked up at `a` rounded to
+    /// f16; 0 for `a ≤ −10`, `a` for `a ≥ 10`): the same bits as
+    /// `geglu_split(a, ones)`, without the tensor of ones. Any shape f32 → same shape.
+    pub fn gelu_ggml(&mut self, a: Tensor) -> Result<Tensor> {
+        let na = self.expect_type("GEGLU", "a", a, &[DType::F32])?.ne;
+        self.new_tensor_with(DType::F32, na, Op::Geglu, [Some(a), None, None])
+    }
+
     /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): g (gate), u (up): same shape f32 →
     /// same shape, `x·σ(alpha·x)·(y + 1)` with `x = min(g, limit)` and
     /// `y = clamp(u, −limit, limit)`, evaluated as ggml's CPU kernel does

@@ -34,4 +34,39 @@ impl Context {
             [Some(a), Some(w), None],
         )
     }
+
+    /// Layer normalisation of each row times a weight plus a bias, `norm(a, eps) · w + b`
+    /// in one node (BERT's LayerNorm): `out[i] = ((a[i] − μ) · (1/√(σ² + eps))) · w[i] + b[i]`
+    /// with [`Context::norm`]'s arithmetic.
+    ///
+    /// a: `[n0, n1, n2, n3]` f32 (any strides); w and b (if any): `[n0, m1, m2, m3]` f32 with
+    /// each `m_i` dividing `n_i` (broadcast as in [`Context::mul`]; usually `[n0]` vectors)
+    /// → `[n0, n1, n2, n3]` f32. Same bits as `add(mul(norm(a, eps), w), b)`.
+    pub fn norm_mul_add(
+        &mut self,
+        a: Tensor,
+        w: Tensor,
+        b: Option<Tensor>,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let na = self.expect_type("NORM_MUL_ADD", "a", a, &[DType::F32])?.ne;
+        for (name, t) in [("w", Some(w)), ("b", b)] {
+            let Some(t) = t else { continue };
+            let nt = self.expect_type("NORM_MUL_ADD", name, t, &[DType::F32])?.ne;
+            if nt[0] != na[0] || !can_repeat(&nt, &na) {
+                return Err(shape_err(
+                    "NORM_MUL_ADD",
+                    na,
+                    nt,
+                    "w and b must be [a.ne[0], m1, m2, m3] with each m_i dividing a.ne[i]",
+                ));
+            }
+        }
+        self.new_tensor_with(
+            DType::F32,
+            na,
+            Op::NormMulAdd { eps },
+            [Some(a), Some(w), b],
+        )
+    }
 }

@@ -194,19 +194,6 @@ impl BertModel {
     }
 }
 
-/// GELU as ggml's CPU kernel computes it (`x` rounded to f16, the f16 table's value): GeGLU
-/// with a value of 1 everywhere, which has exactly that arithmetic (see
-/// [`Context::geglu_split`]). `x`: `[n, m]` f32.
-fn gelu_ggml(ctx: &mut Context, x: Tensor) -> Result<Tensor> {
-    let ne = ctx.meta(x)?.ne;
-    let ones = ctx.new_tensor_2d(DType::F32, ne[0], ne[1])?;
-    ctx.set_name(ones, "ones")?;
-    if !ctx.is_no_alloc() {
-        ctx.set_f32(ones, &vec![1.0; ne[0] * ne[1]])?;
-    }
-    Ok(ctx.geglu_split(x, ones)?)
-}
-
 impl ArchModel for BertModel {
     fn build(
         &self,
@@ -277,7 +264,8 @@ impl ArchModel for BertModel {
                     let gate = ctx.mul_mat(w[g], ffn_inp)?;
                     ctx.swiglu_split(gate, up)?
                 }
-                None => gelu_ggml(ctx, up)?,
+                // GELU as ggml's CPU kernel computes it (the f16 table).
+                None => ctx.gelu_ggml(up)?,
             };
             let down = ctx.mul_mat(w[l.down], act)?;
             let down = add_opt(ctx, down, w.opt(l.down_b))?;

@@ -192,6 +192,50 @@ fn f16_tiles_equal_one_element_kernels() {
     }
 }
 
+/// The AVX-512 kernel that runs groups of 4 × 4 tiles and stores them itself gives, at
+/// every output, the portable one-element kernel's bits (several groups, an output column
+/// stride wider than the four rows, spare output untouched).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn f16_tile_groups_equal_one_element_kernels() {
+    if isa() < Isa::Avx512 {
+        return;
+    }
+    for n in [16usize, 48, 384, 1536] {
+        let rows: Vec<Vec<u8>> = (0..4).map(|s| f16s(&vals(n, 20 + s))).collect();
+        let cols: Vec<Vec<u8>> = (0..12).map(|s| f16s(&vals(n, 40 + s))).collect();
+        let wide: Vec<f32> = cols
+            .iter()
+            .flat_map(|r| r.chunks_exact(2).map(|h| half_at(h, 0)).collect::<Vec<_>>())
+            .collect();
+        let stride = 7;
+        let mut out = vec![f32::NAN; 12 * stride];
+        // SAFETY: AVX-512 (checked); n is a multiple of 16; each weight row holds 2n bytes,
+        // `wide` 12 columns of n values; `out` holds 4 values at each of 12 columns
+        // `stride` apart.
+        unsafe {
+            crate::kernels::x86::f16::f16_tiles_4x4_cols(
+                n,
+                std::array::from_fn(|r| rows[r].as_ptr()),
+                wide.as_ptr(),
+                n,
+                3,
+                out.as_mut_ptr(),
+                stride,
+            )
+        };
+        for (j, col) in cols.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
+                let want = dot_f16_lanes16_body(n, row, col).to_bits();
+                assert_eq!(out[j * stride + r].to_bits(), want, "n={n} ({r}, {j})");
+            }
+            assert!(out[j * stride + 4..(j + 1) * stride]
+                .iter()
+                .all(|x| x.is_nan()));
+        }
+    }
+}
+
 #[test]
 fn dots_are_close_to_exact_sums() {
     let n = 28 * 32;

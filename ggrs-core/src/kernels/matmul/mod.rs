@@ -569,13 +569,50 @@ impl<'t> Operands<'t> {
         let slot0 = m * (i2 + d.ne[2] * i3);
         let wr = |j: usize| &wide[(slot0 + j) * k..(slot0 + j + 1) * k];
         let full = rows.start + (rows.len() / R) * R;
-        for cb in cols.clone().step_by(B) {
-            let cblk = cb..(cb + B).min(cols.end);
+        // AVX-512's 4 × 4 tiles of a plain product with dense output columns: whole groups
+        // of four columns by one call that stores its results itself.
+        let direct = R == 4
+            && C == 4
+            && self.gathered.is_none()
+            && d.nb[0] == 4
+            && crate::cpu::isa() >= crate::cpu::Isa::Avx512
+            && k.is_multiple_of(16);
+        // Columns per block: on the direct path as many as keep the block's widened
+        // activations within about 24 KiB (L1), four to sixteen (measured on MiniLM's
+        // k = 1536 products: 4 columns 231 GFLOP/s against 205 with 16).
+        let bw = if direct {
+            (6144 / k.max(1) / 4 * 4).clamp(4, B)
+        } else {
+            B
+        };
+        for cb in cols.clone().step_by(bw) {
+            let cblk = cb..(cb + bw).min(cols.end);
             for i in (rows.start..full).step_by(R) {
                 let ar: [&[u8]; R] = std::array::from_fn(|r| self.a_row(i + r));
                 // SAFETY: elements i..i + R of column j are this chunk's tile's.
                 let put = |j: usize, col: [f32; R]| unsafe { self.put_col(i, j, col) };
                 let mut j = cb;
+                if direct {
+                    let groups = cblk.len() / 4;
+                    let a4: [*const u8; 4] = std::array::from_fn(|r| ar[r % R].as_ptr());
+                    // SAFETY: AVX-512 (checked); k is a multiple of 16 and each weight row
+                    // holds 2k bytes; columns j..j + 4·groups < m are widened rows of k
+                    // f32 in `wide`, consecutive slots k apart; output elements i..i + 4 of
+                    // those columns lie in dst (nb[0] = 4, columns nb[1] apart, a multiple
+                    // of 4 bytes) and are this chunk's.
+                    unsafe {
+                        crate::kernels::x86::f16::f16_tiles_4x4_cols(
+                            k,
+                            a4,
+                            wr(j).as_ptr(),
+                            k,
+                            groups,
+                            d.data.add(d.offset(i, j, i2, i3)) as *mut f32,
+                            d.nb[1] / 4,
+                        )
+                    };
+                    j += 4 * groups;
+                }
                 while j + C <= cblk.end {
                     let t = f16_lanes16_tile_f32::<R, C>(k, ar, std::array::from_fn(|c| wr(j + c)));
                     for c in 0..C {
