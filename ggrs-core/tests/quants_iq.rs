@@ -251,6 +251,51 @@ fn every_build_is_the_portable_order_on_any_bytes() {
     }
 }
 
+/// Q8_K activation bytes of `n` values: any codes, a small scale, the block sums the codes
+/// make (IQ1_S's kernels read its shift part from them).
+fn q8k_bytes(n: usize, s: &mut u64) -> Vec<u8> {
+    let mut y: Vec<u8> = (0..DType::Q8K.row_size(n)).map(|_| mix(s) as u8).collect();
+    for (i, blk) in y.chunks_exact_mut(DType::Q8K.type_size()).enumerate() {
+        blk[..4].copy_from_slice(&(0.02 * (i as f32 + 1.0)).to_le_bytes());
+        for j in 0..16 {
+            let sum: i16 = blk[4 + 16 * j..20 + 16 * j]
+                .iter()
+                .map(|&b| b as i8 as i16)
+                .sum();
+            blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&sum.to_le_bytes());
+        }
+    }
+    y
+}
+
+/// The one-column kernels prefetch ahead of each row and, near its end, into the rows
+/// after the call's (as far apart as its first two rows): rows in separate allocations and
+/// in any order, as long as an ffn_down row (19 blocks) or shorter than the prefetch
+/// distance, give every build the portable bits all the same.
+#[test]
+fn rows_anywhere_keep_the_portable_bits() {
+    let mut s = 11u64;
+    for (t, ..) in TYPES {
+        let dot = x86_dot(t);
+        for nb in [1usize, 9, 19] {
+            let n = nb * QK;
+            let rows: Vec<Vec<u8>> = (0..4).map(|_| random_weights(t, n, &mut s)).collect();
+            let y = q8k_bytes(n, &mut s);
+            let x: [&[u8]; 4] = [&rows[3], &rows[0], &rows[2], &rows[1]];
+            let want = x.map(|r| dot(n, r, &y).to_bits());
+            let builds = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes);
+            assert!(
+                !builds.is_empty() || !cfg!(target_arch = "x86_64"),
+                "{t}: no build"
+            );
+            for v in builds {
+                let got = (v.rows4)(n, x, &y).map(f32::to_bits);
+                assert_eq!(got, want, "{t} {:?} nb={nb}", v.isa);
+            }
+        }
+    }
+}
+
 /// The oracle of ggml's tiled order (prompts): per block `r = d_t·f32(s1)`,
 /// `acc = fma(r, d_y, acc)`, with `d_t` the block scale times the type's factor (IQ2: 1/8,
 /// IQ3_XXS: 1/4, IQ3_S: 1, IQ1: 1/8 with values `8·grid ± 1`) and `f32(s1)` read off the

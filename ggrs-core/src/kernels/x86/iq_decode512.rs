@@ -3,14 +3,17 @@
 //! bytes and the negative values as a 64-bit mask register.
 //!
 //! Every type has the generic form: `iq_decode`'s two 32-value chunks joined, their 0xFF
-//! byte masks moved to a mask register (the IQ1 types use it: gathering their rows measured
-//! slower). The others gather their grid rows with one `vpgatherdd` (IQ3: sixteen 4-byte
-//! rows) or `vpgatherqq` (IQ2: eight 8-byte rows) and take their signs as bits (IQ3_S and IQ2_S store one bit per value; IQ2_XS
-//! and the XXS types seven bits per eight values, the eighth making the count even, computed
-//! here with a parity fold on eight bytes at once), instead of building the vectors by
-//! inserts and byte compares. The
-//! bits are `IqBlock::codes`' either way: `iquants512`'s tests compare the kernels built on
-//! them with the portable ones on any bytes.
+//! byte masks moved to a mask register. Most take their grid rows from those chunks
+//! ([`grid_rows`]: indices computed in general registers, rows loaded one by one) and their
+//! signs as bits (IQ3_S and IQ2_S store one bit per value; IQ2_XS and the XXS types seven
+//! bits per eight values, the eighth making the count even, computed here with a parity fold
+//! on eight bytes at once), instead of byte compares; IQ1_M builds its shift-sign mask with
+//! one byte shuffle and test. Decoding streams from memory (`ggrs bench`'s tg, one column),
+//! measured with thread CPU time on a Zen 5: the `vpgatherdd`/`vpgatherqq` forms of the
+//! rows were slower than scalar loads for every type but IQ2_XS (IQ2_XXS 17.0 → 12.9 ns per
+//! block, IQ2_S 14.9 → 12.7, IQ3_S 22.0 → 20.4), and vector-built indices (extracted lane by
+//! lane) slower than scalar ones. The bits are `IqBlock::codes`' either way: the tests
+//! compare the kernels built on them with the portable ones on any bytes.
 //!
 //! # Safety
 //! Every function needs a CPU with AVX2 and AVX-512 F/BW, and one whole block of its type
@@ -21,8 +24,7 @@ use std::mem::offset_of;
 
 use super::iq_decode::IqSimd;
 use super::util::read_u32;
-use crate::quants::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
-use crate::quants::iq_grids::{IQ3S_GRID, IQ3XXS_GRID};
+use crate::quants::iq_grids::{IQ2XS_GRID, IQ3XXS_GRID};
 use crate::quants::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS,
 };
@@ -39,6 +41,17 @@ pub(super) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
 
 /// A grid i-quant block as the AVX-512 kernels read it.
 pub(super) trait IqSimd512: IqSimd {
+    /// The odd multipliers `2s + 1` of the sixteen 16-value groups as i16, in group order
+    /// ([`IqSimd::ls_bytes`] widened).
+    ///
+    /// # Safety
+    /// See the module docs (and AVX-512 VL/BW).
+    #[inline(always)]
+    unsafe fn scales16(xb: *const u8) -> __m256i {
+        // SAFETY: forwarded (caller: a readable block, the features).
+        unsafe { _mm256_cvtepu8_epi16(Self::ls_bytes(xb)) }
+    }
+
     /// Values `64p .. 64p + 64`: the grid bytes (magnitudes; IQ1: values −1, 0, 1) and the
     /// mask of negative values (IQ1: of negative shifts).
     ///
@@ -55,8 +68,95 @@ pub(super) trait IqSimd512: IqSimd {
     }
 }
 
-impl IqSimd512 for BlockIQ1S {}
-impl IqSimd512 for BlockIQ1M {}
+/// The grid rows of values `64p .. 64p + 64`: `iq_decode`'s two chunks (indices computed
+/// in general registers, rows loaded one by one, as ggml's AVX2 kernels do; their sign
+/// vectors unused), joined. Faster here than a `vpgatherdd`/`vpgatherqq` of the rows.
+///
+/// # Safety
+/// One block readable at `xb`; `p < 4`; AVX2 and AVX-512 F.
+#[inline(always)]
+unsafe fn grid_rows<B: IqSimd>(xb: *const u8, p: usize) -> __m512i {
+    // SAFETY: forwarded to the AVX2 decoder (caller: a readable block, p < 4).
+    unsafe {
+        let (g0, _) = B::chunk(xb, 2 * p);
+        let (g1, _) = B::chunk(xb, 2 * p + 1);
+        join(g0, g1)
+    }
+}
+
+impl IqSimd512 for BlockIQ1S {
+    #[inline(always)]
+    unsafe fn pair(xb: *const u8, p: usize) -> (__m512i, __mmask64) {
+        // SAFETY: bytes 8p..8p + 8 of `qs` and words 2p, 2p + 1 of `qh` (caller: p < 4, a
+        // readable block); AVX2, AVX-512 F (caller).
+        unsafe {
+            let qh = read_u32(xb.add(offset_of!(BlockIQ1S, qh) + 4 * p));
+            let rows = grid_rows::<Self>(xb, p);
+            // The shift sign of each 32 values: bit 15 of its word.
+            let lo = ((qh >> 15) & 1) as u64;
+            let hi = (qh >> 31) as u64;
+            let neg = lo.wrapping_neg() as u32 as u64 | hi.wrapping_neg() << 32;
+            (rows, neg)
+        }
+    }
+}
+
+impl IqSimd512 for BlockIQ1M {
+    #[inline(always)]
+    unsafe fn scales16(xb: *const u8) -> __m256i {
+        // SAFETY: the 8 scale bytes (caller: a readable block); AVX2, AVX-512 BW/VL.
+        unsafe {
+            // Group g's 3-bit field sits at bit 16(g / 4) + 3(g % 4) of the four scale
+            // words: shifted by 3j in 64-bit lane j, field (w, j) is at the bottom of 16-bit
+            // lane 4j + w; then put in group order (lane g from lane 4(g % 4) + g / 4).
+            let sc = xb
+                .add(offset_of!(BlockIQ1M, scales))
+                .cast::<u64>()
+                .read_unaligned();
+            let v = _mm256_srlv_epi64(
+                _mm256_set1_epi64x(sc as i64),
+                _mm256_setr_epi64x(0, 3, 6, 9),
+            );
+            let v = _mm256_and_si256(v, _mm256_set1_epi16(7));
+            let v = _mm256_or_si256(_mm256_add_epi16(v, v), _mm256_set1_epi16(1));
+            let order = _mm256_setr_epi16(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+            _mm256_permutexvar_epi16(order, v)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn pair(xb: *const u8, p: usize) -> (__m512i, __mmask64) {
+        // SAFETY: bytes 8p..8p + 8 of `qs` and 4p..4p + 4 of `qh` (caller: p < 4, a readable
+        // block); AVX2, AVX-512 F/BW (caller).
+        unsafe {
+            let qh = read_u32(xb.add(offset_of!(BlockIQ1M, qh) + 4 * p));
+            let rows = grid_rows::<Self>(xb, p);
+            // Byte j of the pair reads the sign bit of row j / 8: bit 3 or 7 of byte j / 16.
+            let pick = _mm512_set_epi64(
+                0x0303_0303_0303_0303,
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0x0101_0101_0101_0101,
+                0,
+                0,
+            );
+            let bytes = _mm512_shuffle_epi8(_mm512_set1_epi32(qh as i32), pick);
+            let bit = _mm512_set_epi64(
+                0x8080_8080_8080_8080u64 as i64,
+                0x0808_0808_0808_0808,
+                0x8080_8080_8080_8080u64 as i64,
+                0x0808_0808_0808_0808,
+                0x8080_8080_8080_8080u64 as i64,
+                0x0808_0808_0808_0808,
+                0x8080_8080_8080_8080u64 as i64,
+                0x0808_0808_0808_0808,
+            );
+            (rows, _mm512_test_epi8_mask(bytes, bit))
+        }
+    }
+}
 
 /// The sign masks of 64 values from two XXS sign-and-scale words (`lo` for the first 32):
 /// four 7-bit fields per word, each made a byte whose eighth bit makes its count of set
@@ -99,15 +199,11 @@ unsafe fn gather64(idx: __m512i, table: &[u64]) -> __m512i {
 impl IqSimd512 for BlockIQ2XXS {
     #[inline(always)]
     unsafe fn pair(xb: *const u8, p: usize) -> (__m512i, __mmask64) {
-        // SAFETY: bytes 16p..16p + 16 of `qs` (caller: p < 4, a readable block); grid
-        // indices are bytes (256 rows); AVX-512 F/BW (caller).
+        // SAFETY: bytes 16p..16p + 16 of `qs` (caller: p < 4, a readable block); AVX2,
+        // AVX-512 F/BW (caller).
         unsafe {
             let q = xb.add(offset_of!(BlockIQ2XXS, qs) + 16 * p);
-            let v = _mm_loadu_si128(q.cast());
-            // The four grid bytes of each chunk (bytes 0..4 and 8..12).
-            let pick = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, -1, -1, -1, -1, -1, -1, -1, -1);
-            let idx = _mm512_cvtepu8_epi64(_mm_shuffle_epi8(v, pick));
-            let mag = gather64(idx, &IQ2XXS_GRID);
+            let mag = grid_rows::<Self>(xb, p);
             (mag, xxs_sign_bits(read_u32(q.add(4)), read_u32(q.add(12))))
         }
     }
@@ -133,25 +229,11 @@ impl IqSimd512 for BlockIQ2XS {
 impl IqSimd512 for BlockIQ2S {
     #[inline(always)]
     unsafe fn pair(xb: *const u8, p: usize) -> (__m512i, __mmask64) {
-        // SAFETY: grid bytes 8p..8p + 8, high-bit bytes 2p, 2p + 1, sign bytes 32 + 8p..
-        // (caller: p < 4, a readable block); indices of 10 bits (1024 rows); AVX-512 F/BW.
+        // SAFETY: the grid rows as `iq_decode` reads them, sign bytes 32 + 8p..32 + 8p + 8
+        // of `qs` (caller: p < 4, a readable block); AVX2, AVX-512 F/BW (caller).
         unsafe {
             let q = xb.add(offset_of!(BlockIQ2S, qs));
-            let low = _mm512_cvtepu8_epi64(_mm_loadl_epi64(q.add(8 * p).cast()));
-            let qh = xb.add(offset_of!(BlockIQ2S, qh) + 2 * p);
-            let h = _mm512_setr_epi64(
-                *qh as i64,
-                *qh as i64,
-                *qh as i64,
-                *qh as i64,
-                *qh.add(1) as i64,
-                *qh.add(1) as i64,
-                *qh.add(1) as i64,
-                *qh.add(1) as i64,
-            );
-            let h = _mm512_srlv_epi64(h, _mm512_setr_epi64(0, 2, 4, 6, 0, 2, 4, 6));
-            let h = _mm512_slli_epi64::<8>(_mm512_and_si512(h, _mm512_set1_epi64(3)));
-            let mag = gather64(_mm512_or_si512(low, h), &IQ2S_GRID);
+            let mag = grid_rows::<Self>(xb, p);
             let signs = q.add(32 + 8 * p).cast::<u64>().read_unaligned();
             (mag, signs)
         }
@@ -161,19 +243,10 @@ impl IqSimd512 for BlockIQ2S {
 impl IqSimd512 for BlockIQ3S {
     #[inline(always)]
     unsafe fn pair(xb: *const u8, p: usize) -> (__m512i, __mmask64) {
-        // SAFETY: grid bytes 16p..16p + 16, high-bit bytes 2p, 2p + 1, sign bytes 8p..8p + 8
-        // (caller: p < 4, a readable block); the gather reads rows of the 512-row grid
-        // (indices below 512); AVX-512 F/BW (caller).
+        // SAFETY: the grid rows as `iq_decode` reads them, sign bytes 8p..8p + 8 (caller:
+        // p < 4, a readable block); AVX2, AVX-512 F/BW (caller).
         unsafe {
-            let q = xb.add(offset_of!(BlockIQ3S, qs) + 16 * p);
-            let qh = xb
-                .add(offset_of!(BlockIQ3S, qh) + 2 * p)
-                .cast::<u16>()
-                .read_unaligned();
-            let idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.cast()));
-            // Bit l of the two high-bit bytes is bit 8 of index l.
-            let idx = _mm512_mask_or_epi32(idx, qh, idx, _mm512_set1_epi32(256));
-            let mag = _mm512_i32gather_epi32::<4>(idx, IQ3S_GRID.as_ptr().cast());
+            let mag = grid_rows::<Self>(xb, p);
             let signs = xb.add(offset_of!(BlockIQ3S, signs) + 8 * p);
             (mag, signs.cast::<u64>().read_unaligned())
         }
@@ -184,12 +257,29 @@ impl IqSimd512 for BlockIQ3XXS {
     #[inline(always)]
     unsafe fn pair(xb: *const u8, p: usize) -> (__m512i, __mmask64) {
         // SAFETY: grid bytes 16p..16p + 16 and words 2p, 2p + 1 after the 64 grid bytes
-        // (caller: p < 4, a readable block); the gather reads rows of the 256-row grid;
-        // AVX-512 F/BW (caller).
+        // (caller: p < 4, a readable block); byte indices of the 256-row grid (indexing
+        // checks them too); AVX-512 F/BW (caller).
         unsafe {
             let q = xb.add(offset_of!(BlockIQ3XXS, qs));
-            let idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(q.add(16 * p).cast()));
-            let mag = _mm512_i32gather_epi32::<4>(idx, IQ3XXS_GRID.as_ptr().cast());
+            let g = |l: usize| IQ3XXS_GRID[*q.add(16 * p + l) as usize] as i32;
+            let mag = _mm512_setr_epi32(
+                g(0),
+                g(1),
+                g(2),
+                g(3),
+                g(4),
+                g(5),
+                g(6),
+                g(7),
+                g(8),
+                g(9),
+                g(10),
+                g(11),
+                g(12),
+                g(13),
+                g(14),
+                g(15),
+            );
             let aux = q.add(64 + 8 * p);
             (mag, xxs_sign_bits(read_u32(aux), read_u32(aux.add(4))))
         }

@@ -24,13 +24,46 @@ use std::mem::offset_of;
 use super::iq_decode::{chunk_scales, IqSimd};
 use super::ternary::load;
 use super::tiled_avx2::{accumulate8, padded, sums8, GROUP, PANEL_COLS};
-use super::util::{finish, hsum256, hsum_i32, read_f32, read_u16};
+use super::util::{finish, hsum256, hsum_i32, read_f32};
 use crate::quants::{
     BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockQ8K,
     BlockQuant,
 };
 
 const Q8K: usize = BlockQ8K::BYTES;
+
+/// Blocks a row's prefetch runs ahead of its decode in the `vec_dot` kernels (decoding
+/// streams each weight once, and the grid decode is too slow for the hardware prefetcher
+/// to stay ahead on its own).
+const AHEAD: usize = 8;
+
+/// Asks for the cache lines of the block `AHEAD` blocks after block `i` of row `r` of a
+/// kernel's `R` rows: in that row while it has that many blocks left, else the same place
+/// in the row `R` rows down (the first row of the next call's tile, rows lying as far apart
+/// as the first two: the matmul's rows are consecutive), so that the next tile's rows do
+/// not start cold. A hint only: any address is sound.
+#[inline(always)]
+pub(super) fn prefetch_ahead<B: BlockQuant, const R: usize>(
+    x: &[*const u8; R],
+    r: usize,
+    i: usize,
+    nb: usize,
+) {
+    let j = i + AHEAD;
+    let p = if j < nb || R == 1 {
+        x[r].wrapping_add(j * B::BYTES)
+    } else {
+        let stride = (x[1] as usize).wrapping_sub(x[0] as usize);
+        x[r].wrapping_add(R.wrapping_mul(stride))
+            .wrapping_add((j - nb) * B::BYTES)
+    };
+    let mut o = 0;
+    while o < B::BYTES {
+        // SAFETY: a prefetch never faults and reads nothing into the program.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
+        o += 64;
+    }
+}
 
 /// An IQ2/IQ3 type · Q8_K as ggml's AVX2 kernels: per row and block, each 32-value chunk
 /// decoded into registers once ([`IqSimd::chunk`]) and multiplied with the `C` columns.
@@ -52,6 +85,7 @@ unsafe fn iq_q8_k<B: IqSimd, const R: usize, const C: usize>(
             let dy: [f32; C] = yb.map(|p| read_f32(p.add(offset_of!(BlockQ8K, d))));
             for r in 0..R {
                 let xb = x[r].add(i * B::BYTES);
+                prefetch_ahead::<B, R>(&x, r, i, nb);
                 let ls = B::ls_bytes(xb);
                 let mut s = [_mm256_setzero_si256(); C];
                 for k in 0..8 {
@@ -88,18 +122,19 @@ unsafe fn iq_q8_k<B: IqSimd, const R: usize, const C: usize>(
 /// One IQ1_S block readable at `xb`, one Q8_K block at `yb`.
 #[inline(always)]
 pub(super) unsafe fn iq1s_shift(xb: *const u8, yb: *const u8) -> i32 {
-    // SAFETY: the caller guarantees both blocks; unaligned reads.
+    // SAFETY: the caller guarantees both blocks; unaligned loads; AVX2 (every caller is an
+    // AVX2 kernel).
     unsafe {
-        let mut sum = 0i32;
-        for ib in 0..8 {
-            let qh = read_u16(xb.add(offset_of!(BlockIQ1S, qh) + 2 * ib));
-            let ls = 2 * ((qh >> 12) & 7) as i32 + 1;
-            let ls = if qh & 0x8000 != 0 { -ls } else { ls };
-            let bs = yb.add(offset_of!(BlockQ8K, bsums) + 4 * ib);
-            let pair = read_u16(bs) as i16 as i32 + read_u16(bs.add(2)) as i16 as i32;
-            sum += pair * ls;
-        }
-        sum
+        let qh = _mm256_cvtepi16_epi32(_mm_loadu_si128(xb.add(offset_of!(BlockIQ1S, qh)).cast()));
+        // ls = 2·((qh >> 12) & 7) + 1, negated where bit 15 is set (qh sign-extended).
+        let ls = _mm256_and_si256(_mm256_srli_epi32::<11>(qh), _mm256_set1_epi32(14));
+        let ls = _mm256_or_si256(ls, _mm256_set1_epi32(1));
+        let neg = _mm256_srai_epi32::<31>(_mm256_slli_epi32::<16>(qh));
+        let ls = _mm256_sub_epi32(_mm256_xor_si256(ls, neg), neg);
+        // bsums[2ib] + bsums[2ib + 1] per lane ib.
+        let bs = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8K, bsums)).cast());
+        let pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+        hsum_i32(_mm256_mullo_epi32(pairs, ls))
     }
 }
 
@@ -128,6 +163,7 @@ unsafe fn iq1_q8_k<B: IqSimd, const M: bool, const R: usize, const C: usize>(
             let dy: [f32; C] = yb.map(|p| read_f32(p.add(offset_of!(BlockQ8K, d))));
             for r in 0..R {
                 let xb = x[r].add(i * B::BYTES);
+                prefetch_ahead::<B, R>(&x, r, i, nb);
                 let ls = B::ls_bytes(xb);
                 let mut s1 = [_mm256_setzero_si256(); C];
                 let mut s2 = [_mm256_setzero_si256(); C];

@@ -27,7 +27,7 @@ use std::mem::offset_of;
 
 use super::iq_decode::chunk_scales;
 use super::iq_decode512::{join, IqSimd512};
-use super::iquants::{iq1s_shift, iq_panels, tiled_block};
+use super::iquants::{iq1s_shift, iq_panels, prefetch_ahead, tiled_block};
 use super::tiled_avx2::{accumulate8, padded, sums8, PanelFn, GROUP, PANEL_COLS};
 use super::util::{finish, hsum256, read_f32};
 use crate::dtype::DType;
@@ -68,19 +68,33 @@ unsafe fn pair<B: IqSimd512>(
     }
 }
 
-/// Blocks a row's prefetch runs ahead of its decode in the `vec_dot` kernels (decoding
-/// streams each weight once, and the grid decode is too slow for the hardware prefetcher
-/// to stay ahead on its own).
-pub(super) const AHEAD: usize = 8;
-
-/// Asks for the cache lines of the block at `p` (a hint: any address is sound).
+/// Values `64p .. 64p + 64` of a block for the `vec_dot` kernels: as [`pair`], the i16
+/// multipliers picked with one `vpermw` from the block's sixteen ([`IqSimd512::scales16`]):
+/// lane `m` gets group `4p + m / 8`'s.
+///
+/// # Safety
+/// One block readable at `xb`; `p < 4`; AVX-512 F/BW.
 #[inline(always)]
-pub(super) fn prefetch_block<B: BlockQuant>(p: *const u8) {
-    let mut o = 0;
-    while o < B::BYTES {
-        // SAFETY: a prefetch never faults and reads nothing into the program.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
-        o += 64;
+unsafe fn pair_dot<B: IqSimd512>(
+    xb: *const u8,
+    ls16: __m512i,
+    p: usize,
+) -> (__m512i, __mmask64, __m512i) {
+    // SAFETY: forwarded to the decoders (caller: a readable block, p < 4, the features).
+    unsafe {
+        let (mag, neg) = B::pair(xb, p);
+        let base = _mm512_set_epi64(
+            0x0003_0003_0003_0003,
+            0x0003_0003_0003_0003,
+            0x0002_0002_0002_0002,
+            0x0002_0002_0002_0002,
+            0x0001_0001_0001_0001,
+            0x0001_0001_0001_0001,
+            0,
+            0,
+        );
+        let pick = _mm512_add_epi16(base, _mm512_set1_epi16(4 * p as i16));
+        (mag, neg, _mm512_permutexvar_epi16(pick, ls16))
     }
 }
 
@@ -123,13 +137,11 @@ unsafe fn iq_q8_k<B: IqSimd512, const R: usize, const C: usize>(
             let dy: [f32; C] = yb.map(|p| read_f32(p.add(offset_of!(BlockQ8K, d))));
             for r in 0..R {
                 let xb = x[r].add(i * B::BYTES);
-                if i + AHEAD < nb {
-                    prefetch_block::<B>(xb.add(AHEAD * B::BYTES));
-                }
-                let ls = B::ls_bytes(xb);
+                prefetch_ahead::<B, R>(&x, r, i, nb);
+                let ls16 = _mm512_castsi256_si512(B::scales16(xb));
                 let mut s = [_mm512_setzero_si512(); C];
                 for p in 0..4 {
-                    let (mag, neg, sc) = pair::<B>(xb, ls, p);
+                    let (mag, neg, sc) = pair_dot::<B>(xb, ls16, p);
                     for c in 0..C {
                         let q = negate(load64(yb[c].add(QS + 64 * p)), neg);
                         s[c] = _mm512_dpwssd_epi32(s[c], _mm512_maddubs_epi16(mag, q), sc);
@@ -176,16 +188,14 @@ unsafe fn iq1_q8_k<B: IqSimd512, const M: bool, const R: usize, const C: usize>(
             let dy: [f32; C] = yb.map(|p| read_f32(p.add(offset_of!(BlockQ8K, d))));
             for r in 0..R {
                 let xb = x[r].add(i * B::BYTES);
-                if i + AHEAD < nb {
-                    prefetch_block::<B>(xb.add(AHEAD * B::BYTES));
-                }
-                let ls = B::ls_bytes(xb);
+                prefetch_ahead::<B, R>(&x, r, i, nb);
+                let ls16 = _mm512_castsi256_si512(B::scales16(xb));
                 let mut s1 = [_mm512_setzero_si512(); C];
                 let mut s2 = [_mm512_setzero_si512(); C];
                 for p in 0..4 {
                     // (`pair`'s mask is IQ1's negative shifts here; the grid's signs come
                     // from the grid values themselves.)
-                    let (g, dneg, sc) = pair::<B>(xb, ls, p);
+                    let (g, dneg, sc) = pair_dot::<B>(xb, ls16, p);
                     let gneg = _mm512_movepi8_mask(g);
                     let mag = _mm512_abs_epi8(g);
                     for c in 0..C {
