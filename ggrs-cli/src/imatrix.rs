@@ -1,7 +1,7 @@
 //! `ggrs imatrix`: collect an importance matrix over a text (llama-imatrix), or show one.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ggrs_llama::imatrix::{collect, CollectOptions, Imatrix};
@@ -43,6 +43,10 @@ pub struct Args {
     /// Also write the file every N chunks (it is always written at the end).
     #[arg(long = "output-frequency", value_name = "N", default_value_t = 10)]
     output_frequency: usize,
+    /// Also keep a copy every N chunks, as OUTPUT.at_<chunks> (llama-imatrix's snapshots;
+    /// 0: none).
+    #[arg(long = "save-frequency", value_name = "N", default_value_t = 0)]
+    save_frequency: usize,
     /// Also collect output.weight.
     #[arg(long = "process-output")]
     process_output: bool,
@@ -88,12 +92,19 @@ pub fn run(mut a: Args) -> CliResult {
     let t0 = Instant::now();
     let mut out = std::io::stdout().lock();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let save = |m: &Imatrix| -> Result<(), ggrs_llama::imatrix::ImatrixError> {
+    let save_to = |m: &Imatrix, path: &Path| -> Result<(), ggrs_llama::imatrix::ImatrixError> {
         if a.output_format == "dat" {
-            m.save_dat(&a.output)
+            m.save_dat(path)
         } else {
-            m.save_gguf(&a.output)
+            m.save_gguf(path)
         }
+    };
+    let save = |m: &Imatrix| save_to(m, &a.output);
+    // llama-imatrix's snapshot name: the output's name plus `.at_<chunks>`.
+    let snapshot = |chunks: usize| {
+        let mut name = a.output.clone().into_os_string();
+        name.push(format!(".at_{chunks}"));
+        PathBuf::from(name)
     };
     let mut save_error = None;
     let (m, ppl) = collect(&mut session, &tokens, &opts, |p, so_far| {
@@ -101,6 +112,11 @@ pub fn run(mut a: Args) -> CliResult {
         let _ = out.flush();
         if a.output_frequency > 0 && p.chunks % a.output_frequency == 0 && p.chunks < n_chunks {
             if let Err(e) = save(&so_far()) {
+                save_error.get_or_insert(e);
+            }
+        }
+        if a.save_frequency > 0 && p.chunks % a.save_frequency == 0 {
+            if let Err(e) = save_to(&so_far(), &snapshot(p.chunks)) {
                 save_error.get_or_insert(e);
             }
         }

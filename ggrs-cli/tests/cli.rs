@@ -334,9 +334,29 @@ fn imatrix_collect_show_and_quantize_with_it() {
     let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
     let model = tiny();
     let (ok, stdout, err) = ggrs(&[
-        "imatrix", "-m", &model, "-p", &text, "-c", "32", "--chunks", "2", "-t", "2", "-o", im_s,
+        "imatrix",
+        "-m",
+        &model,
+        "-p",
+        &text,
+        "-c",
+        "32",
+        "--chunks",
+        "2",
+        "-t",
+        "2",
+        "-o",
+        im_s,
+        "--save-frequency",
+        "1",
     ]);
     assert!(ok, "{err}");
+    // --save-frequency 1: a snapshot after each chunk, as llama-imatrix names them; the
+    // last one holds what the output holds.
+    let at = |n: usize| std::path::PathBuf::from(format!("{im_s}.at_{n}"));
+    assert!(at(1).is_file() && at(2).is_file() && !at(3).exists());
+    assert_eq!(std::fs::read(at(2)).unwrap(), std::fs::read(&im).unwrap());
+    assert_ne!(std::fs::read(at(1)).unwrap(), std::fs::read(&im).unwrap());
     assert!(
         stdout.contains("[2]") && stdout.contains("Final estimate"),
         "{stdout}"
@@ -370,6 +390,9 @@ fn imatrix_collect_show_and_quantize_with_it() {
     assert!(err.contains("error:"), "{err}");
     let _ = std::fs::remove_file(&im);
     let _ = std::fs::remove_file(&out);
+    for n in [1, 2] {
+        let _ = std::fs::remove_file(at(n));
+    }
 }
 
 /// `-ctk`/`-ctv`: a quantized cache runs (and `ggrs bench` reports its bytes per token); a
