@@ -156,25 +156,7 @@ pub(crate) unsafe fn norm(task: &Task, eps: f32, chunk: usize, n_chunks: usize, 
             let x = a.load_row(i1, i2, i3, work.scratch);
             let out = d.row_f32_mut(i1, i2, i3);
             let sum: f64 = x.iter().map(|&v| v as f64).sum();
-            let mean = sum as f32 / n as f32;
-            let mut sum2 = 0f64;
-            let np = n & !15;
-            for (o, v) in out[..np].chunks_exact_mut(16).zip(x[..np].chunks_exact(16)) {
-                let mut sq = [0f32; 16];
-                for ((o, &v), s) in o.iter_mut().zip(v).zip(&mut sq) {
-                    let c = v - mean;
-                    *o = c;
-                    *s = c * c;
-                }
-                sum2 += reduce16(&sq) as f64;
-            }
-            for (o, &v) in out[np..].iter_mut().zip(&x[np..]) {
-                let c = v - mean;
-                *o = c;
-                sum2 += (c * c) as f64;
-            }
-            let variance = (sum2 / n as f64) as f32;
-            let scale = 1.0 / (variance + eps).sqrt();
+            let scale = center(out, x, sum as f32 / n as f32, eps);
             for o in out.iter_mut() {
                 *o *= scale;
             }
@@ -250,25 +232,7 @@ pub(crate) unsafe fn norm_mul_add(
             // chunk's.
             unsafe {
                 let out = d.row_f32_mut(i1, i2, i3);
-                let mean = sum as f32 / n as f32;
-                let mut sum2 = 0f64;
-                let np = n & !15;
-                for (o, v) in out[..np].chunks_exact_mut(16).zip(x[..np].chunks_exact(16)) {
-                    let mut sq = [0f32; 16];
-                    for ((o, &v), s) in o.iter_mut().zip(v).zip(&mut sq) {
-                        let c = v - mean;
-                        *o = c;
-                        *s = c * c;
-                    }
-                    sum2 += reduce16(&sq) as f64;
-                }
-                for (o, &v) in out[np..].iter_mut().zip(&x[np..]) {
-                    let c = v - mean;
-                    *o = c;
-                    sum2 += (c * c) as f64;
-                }
-                let variance = (sum2 / n as f64) as f32;
-                let scale = 1.0 / (variance + eps).sqrt();
+                let scale = center(out, x, sum as f32 / n as f32, eps);
                 let wr = w.load_row(i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3], sw);
                 match bias {
                     Some(b) => {
@@ -287,6 +251,33 @@ pub(crate) unsafe fn norm_mul_add(
         }
         r0 += g;
     }
+}
+
+/// ggml's LayerNorm middle step for one row of `out.len()` values (`x` at least as long):
+/// `out = x − mean`, and the scale
+/// `1/√(var + eps)` with the variance summed as ggml sums it (f32 squares sixteen at a time,
+/// `reduce16`, added in f64; the tail one by one).
+fn center(out: &mut [f32], x: &[f32], mean: f32, eps: f32) -> f32 {
+    let n = out.len();
+    let x = &x[..n];
+    let mut sum2 = 0f64;
+    let np = n & !15;
+    for (o, v) in out[..np].chunks_exact_mut(16).zip(x[..np].chunks_exact(16)) {
+        let mut sq = [0f32; 16];
+        for ((o, &v), s) in o.iter_mut().zip(v).zip(&mut sq) {
+            let c = v - mean;
+            *o = c;
+            *s = c * c;
+        }
+        sum2 += reduce16(&sq) as f64;
+    }
+    for (o, &v) in out[np..].iter_mut().zip(&x[np..]) {
+        let c = v - mean;
+        *o = c;
+        sum2 += (c * c) as f64;
+    }
+    let variance = (sum2 / n as f64) as f32;
+    1.0 / (variance + eps).sqrt()
 }
 
 /// RMS norm of each row (no weight).
