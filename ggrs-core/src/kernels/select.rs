@@ -346,7 +346,10 @@ fn grid_panel_kind(dtype: DType, ne: [usize; 4], n_cols: usize) -> Option<Kind> 
 pub(crate) fn panel_column_groups(kind: Kind) -> &'static [usize] {
     let wide = crate::cpu::features().runs(Isa::Avx512Vnni) && kind.has_vnni_build();
     match (kind, wide) {
-        (Kind::Q4_0Chain | Kind::IQ4NLChain | Kind::MXFP4Chain, true) => &[8, 4],
+        // (With VNNI, Q4_0's and IQ4_NL's passes take every width up to eight:
+        // `panel_even_width`, which the product asks first.)
+        (Kind::Q4_0Chain | Kind::IQ4NLChain, true) => &[],
+        (Kind::MXFP4Chain, true) => &[8, 4],
         (Kind::Q4_0Chain, false) => &[4, 3, 2],
         (Kind::IQ4NLChain | Kind::MXFP4Chain, false) => &[4],
         (Kind::Q8_0Lanes, true) => &[2],
