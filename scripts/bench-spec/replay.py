@@ -15,8 +15,8 @@ usage:
       last entry plus its last step per column).
 
 Policies (speedups are generated tokens per unit of time against one token per step):
-  current       ggrs-llama's NgramDrafter + DraftControl (the geometric acceptance model),
-                mirrored here;
+  current       ggrs-llama's NgramDrafter + DraftControl (the geometric acceptance model and
+                the measured cost of each step width), mirrored here;
   oracle length the same lookup, drafting exactly the tokens that will be accepted (an
                 upper bound for any draft-length control with this drafter);
   oracle tokens a drafter that knows the output and drafts 16 tokens every step (an upper
@@ -34,17 +34,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def lookup(h, max_n, min_match=2, max_match=64):
-    """NgramDrafter::lookup: the continuation of the longest (then latest) earlier match of
-    the history's suffix."""
+def lookup(h, max_n, resume=None, single=False, min_match=2, max_match=64):
+    """NgramDrafter::lookup_from: where the proposal for the history `h` starts, or None:
+    the longest (then latest) earlier match of the history's suffix (at least `min_match`
+    tokens); else, with `resume` (where the last copy had reached), the first single-token
+    match whose continuation starts at or after it; else, with `single`, the latest
+    single-token match."""
     n = len(h)
     if n < 2 or max_n == 0:
-        return []
+        return None
     last = h[-1]
-    best, best_len = None, 0
+    best, best_len, near = None, 0, None
     for i in range(n - 2, -1, -1):
         if h[i] != last:
             continue
+        if resume is not None and i + 1 >= resume:
+            near = i + 1
         cap = min(max_match, i + 1)
         ln = 0
         while ln < cap and h[i - ln] == h[n - 1 - ln]:
@@ -54,57 +59,99 @@ def lookup(h, max_n, min_match=2, max_match=64):
             if ln >= max_match:
                 break
     if best is not None and best_len >= max(min_match, 1):
-        return h[best + 1:min(best + 1 + max_n, n)]
-    return []
+        return best + 1
+    if near is not None:
+        return near
+    if best is not None and single:
+        return best + 1
+    return None
+
+
+class Drafter:
+    """NgramDrafter::draft: the lookup, resuming the last copy where no pair matches."""
+
+    def __init__(self):
+        self.copy = None
+
+    def draft(self, h, max_n):
+        resume = None
+        if self.copy is not None and len(h) >= self.copy[1]:
+            resume = self.copy[0] + (len(h) - self.copy[1])
+        at = lookup(h, max_n, resume, True)
+        if at is None:
+            return []
+        self.copy = (at, len(h))
+        return h[at:at + max_n]
 
 
 class Control:
-    """DraftControl (ggrs-llama/src/speculative/drafting.rs)."""
+    """DraftControl (ggrs-llama/src/speculative/drafting.rs): the geometric acceptance model
+    and the measured cost of each step width (here: the cost model's)."""
 
-    PRIOR, COST_PRIOR, RATE = 0.75, 0.4, 0.15
+    PRIOR, COST_PRIOR, RATE, WIDTH_RATE, GROW = 0.75, 0.1, 0.15, 0.3, 4
 
     def __init__(self):
-        self.accept, self.column_cost = self.PRIOR, self.COST_PRIOR
+        self.accept, self.column_cost, self.width = self.PRIOR, self.COST_PRIOR, {}
+        self.timed = False  # whether a one-token step has been timed (step_secs > 0)
+
+    def cost(self, w):
+        if w == 1:
+            return 1.0
+        if w in self.width:
+            return self.width[w]
+        lo = max([v for v in self.width if v < w], default=1)
+        lo_cost = self.width.get(lo, 1.0)
+        hi = min([v for v in self.width if v > w], default=None)
+        if hi is not None:
+            return lo_cost + (self.width[hi] - lo_cost) * (w - lo) / (hi - lo)
+        return lo_cost + max(self.column_cost, 0.01) * (w - lo)
 
     def limit(self, cap):
-        a, c = self.accept, max(self.column_cost, 0.01)
+        if not self.timed:
+            return 0
+        cap = min(cap, max(self.width, default=1) - 1 + self.GROW)
         best, best_rate, gain, p = 0, 1.0, 1.0, 1.0
         for k in range(1, cap + 1):
-            p *= a
+            p *= self.accept
             gain += p
-            if gain / (1.0 + c * k) > best_rate:
-                best, best_rate = k, gain / (1.0 + c * k)
+            if gain / self.cost(k + 1) > best_rate:
+                best, best_rate = k, gain / self.cost(k + 1)
         return best
 
     def plain_step(self):
+        self.timed = True
         self.accept += 0.05 * max(self.PRIOR - self.accept, 0.0)
         self.column_cost += 0.02 * min(self.COST_PRIOR - self.column_cost, 0.0)
+        for w in self.width:
+            self.width[w] += 0.02 * min(1.0 + self.COST_PRIOR * (w - 1) - self.width[w], 0.0)
 
     def spec_step(self, drafted, kept, step_cost):
         for i in range(min(drafted, kept + 1)):
             self.accept += self.RATE * ((1.0 if i < kept else 0.0) - self.accept)
-        c = (step_cost - 1.0) / drafted
-        self.column_cost += self.RATE * (min(max(c, 0.0), 2.0) - self.column_cost)
+        rel = min(max(step_cost, 1.0), 1.0 + 2.0 * drafted)
+        self.column_cost += self.RATE * ((rel - 1.0) / drafted - self.column_cost)
+        w = drafted + 1
+        self.width[w] = rel if w not in self.width else self.width[w] + self.WIDTH_RATE * (rel - self.width[w])
 
 
 def replay(prompt, out, cost, policy, draft_max=16):
     """One output under `policy`: (time in one-token steps, drafted, accepted)."""
     hist, pos = list(prompt) + [out[0]], 1
-    ctl = Control()
+    ctl, drafter = Control(), Drafter()
     t = drafted = accepted = 0
     while pos < len(out):
         cap = min(draft_max, len(out) - pos - 1)
         if policy == "oracle tokens":
             d = out[pos:pos + cap]
-        else:
-            d = lookup(hist, cap)
-            if policy == "current":
-                d = d[:ctl.limit(cap)] if cap > 0 else []
-            else:  # oracle length
-                j = 0
-                while j < len(d) and d[j] == out[pos + j]:
-                    j += 1
-                d = d[:j]
+        elif policy == "current":
+            k = ctl.limit(cap) if cap > 0 else 0
+            d = drafter.draft(hist, k) if k > 0 else []
+        else:  # oracle length
+            d = drafter.draft(hist, cap) if cap > 0 else []
+            j = 0
+            while j < len(d) and d[j] == out[pos + j]:
+                j += 1
+            d = d[:j]
         if not d:
             t += 1.0
             ctl.plain_step()

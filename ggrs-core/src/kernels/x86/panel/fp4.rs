@@ -37,7 +37,7 @@ use std::arch::x86_64::*;
 
 use super::super::util::{read_f32, read_u32};
 use super::avx2::prefetch_ahead;
-use super::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
+use super::{prefetch, q4_0_at, stream_ahead, Ahead, Kind, AUX_BYTES, Q4_0_PAIR, ROWS};
 use crate::quants::mxfp4::{e8m0_half, KVALUES_FP4};
 
 /// Bytes of a Q8_0 block (activations).
@@ -162,6 +162,9 @@ pub(super) unsafe fn mxfp4_chain_vnni<const C: usize>(
         let mut acc = [_mm512_setzero_ps(); C];
         for i in 0..nb {
             let (sc, vec) = q4_0_at(i);
+            if i % 2 == 0 {
+                stream_ahead(panel, sc, Q4_0_PAIR);
+            }
             // The bfloat16 scales widened: exact.
             let dx16 = _mm512_cvtepu16_epi32(_mm256_loadu_si256(panel.add(sc).cast()));
             let dx = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(dx16));
@@ -437,6 +440,7 @@ pub(super) unsafe fn nvfp4_lanes_vnni<const C: usize>(
         let bb = Kind::NVFP4Lanes.panel_bytes(1);
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         for i in 0..nb {
+            stream_ahead(panel, i * bb, bb);
             let p = panel.add(i * bb);
             let ue = ue4m3_scales_512(_mm512_loadu_si512(p.cast()));
             for h in 0..2 {

@@ -50,7 +50,7 @@
 use std::arch::x86_64::*;
 
 use super::super::util::{read_f32, read_u16, read_u32};
-use super::{prefetch, q4_0_at, Ahead, Kind, AUX_BYTES, ROWS};
+use super::{prefetch, q4_0_at, stream_ahead, Ahead, Kind, AUX_BYTES, Q4_0_PAIR, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;
 
 /// Bytes of a Q8_0 block (activations).
@@ -212,6 +212,9 @@ pub(super) unsafe fn iq4_nl_chain<const C: usize>(
         let mut acc = [_mm512_setzero_ps(); C];
         for i in 0..nb {
             let (sc, vec) = q4_0_at(i);
+            if i % 2 == 0 {
+                stream_ahead(panel, sc, Q4_0_PAIR);
+            }
             // Exact: every f16 is an f32.
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(sc).cast()));
             let p = panel.add(vec);
@@ -336,9 +339,9 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
         let bit3 = _mm512_set1_epi8(0x08);
         let zero = _mm512_setzero_si512();
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
+        let bb = Kind::IQ4XSLanes.panel_bytes(1);
         for i in 0..nb {
-            // No software prefetch: the block is read front to back, and the hardware
-            // prefetcher alone streams it faster (`docs/kernel-bench-notes.md`).
+            stream_ahead(panel, i * bb, bb);
             let at = Kind::IQ4XSLanes.block_at(i);
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(at.d).cast()));
             let scales = Scales::load(panel, at);

@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 use super::super::util::{f16_at, read_u32};
 use super::avx2::LanesType;
-use super::AUX_BYTES;
+use super::{stream_ahead, AUX_BYTES};
 
 /// Bit `g` of every byte of `h` moved to bit 4 (`0x10`), the other bits cleared: the fifth
 /// bits of quad `g` (see `panel::BlockAt::h`). The 16-bit shifts move no bit across a byte
@@ -66,10 +66,9 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
         let low = _mm512_set1_epi8(0x0F);
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         let mut summs = [_mm512_setzero_ps(); C];
-        // No software prefetch: every block is read front to back (`Kind::block_at`), which the
-        // hardware prefetcher streams faster on its own (`examples/kquant_decode_rate`;
-        // figures in `docs/kernel-bench-notes.md`).
+        let bb = T::KIND.panel_bytes(1);
         for i in 0..nb {
+            stream_ahead(panel, i * bb, bb);
             let at = T::KIND.block_at(i);
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(at.d).cast()));
             let mx = if T::MIN {

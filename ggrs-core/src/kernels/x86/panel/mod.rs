@@ -88,7 +88,7 @@ const Q8_0_BYTES: usize = 34;
 /// Bytes of a Q4_0 block.
 const Q4_0_BYTES: usize = 18;
 /// Bytes of two packed Q4_0 blocks of a panel: 64 bytes of f16 scales, 8 vectors.
-const Q4_0_PAIR: usize = 64 + 8 * 64;
+pub(super) const Q4_0_PAIR: usize = 64 + 8 * 64;
 
 /// Offsets in a packed Q4_0 panel of block `i`'s 16 f16 scales and of its first vector.
 #[inline(always)]
@@ -650,6 +650,30 @@ pub(super) fn prefetch_block(
     prefetch(Ahead { start, len: bytes }, part, parts);
 }
 
+/// How far ahead of the bytes they read (in bytes) the kernels streaming a packed copy
+/// prefetch ([`stream_ahead`]).
+const STREAM_AHEAD: usize = 16 << 10;
+
+/// Prefetches (into L1) the `len` bytes at `panel + at + STREAM_AHEAD`, one per 64-byte line:
+/// a kernel reading a packed copy ([`crate::kernels::PackedWeight`]), whose panels lie one
+/// after the other, calls it as it reaches the bytes at `at`, so the lines it will read a
+/// few panels on are in flight while it computes. The hardware prefetcher alone, which
+/// restarts at every 4 KiB page, left the products of several columns at the sum of their
+/// memory and arithmetic times and one column below the memory's rate (figures in
+/// `docs/kernel-bench-notes.md`).
+/// Past the copy's end this touches whatever follows (a prefetch never faults;
+/// `wrapping_add` keeps the address arithmetic defined).
+#[inline(always)]
+pub(super) fn stream_ahead(panel: *const u8, at: usize, len: usize) {
+    let ahead = panel.wrapping_add(at + STREAM_AHEAD);
+    let mut off = 0;
+    while off < len {
+        // SAFETY: a prefetch is a hint; it reads nothing and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
+        off += 64;
+    }
+}
+
 /// Prefetches (into L2) the `i`-th of `nb` even shares of `ahead`, one per 64-byte line.
 #[inline(always)]
 pub(super) fn prefetch(ahead: Ahead, i: usize, nb: usize) {
@@ -849,6 +873,10 @@ unsafe fn q4_0_chain<const C: usize>(
         let mut acc = [_mm512_setzero_ps(); C];
         for i in 0..nb {
             let (sc, vec) = q4_0_at(i);
+            if i % 2 == 0 {
+                // The pair's bytes, `STREAM_AHEAD` further on.
+                stream_ahead(panel, sc, Q4_0_PAIR);
+            }
             // Exact: every f16 is an f32.
             let dx = _mm512_cvtph_ps(_mm256_loadu_si256(panel.add(sc).cast()));
             let p = panel.add(vec);
@@ -920,6 +948,7 @@ unsafe fn q8_0_lanes<const C: usize>(
         let bb = Kind::Q8_0Lanes.panel_bytes(1);
         let mut acc = [[_mm512_setzero_ps(); 8]; C];
         for i in 0..nb {
+            stream_ahead(panel, i * bb, bb);
             let p = panel.add(i * bb);
             let dx = _mm512_loadu_ps(p.cast());
             for (c, acc_c) in acc.iter_mut().enumerate() {
