@@ -76,8 +76,12 @@ pub struct Context {
     tensors: Vec<TensorMeta>,
     external: Vec<Arc<dyn ExternalData>>,
     /// Changes whenever existing tensors' metadata may change (a rewind, any metadata
-    /// update): the executor reuses what it resolved for a graph only while this stays.
+    /// update).
     layout_gen: u64,
+    /// For each tensor, the `layout_gen` when it was made or its metadata last changed: the
+    /// executor reuses what it resolved for a graph while none of the tensors up to the
+    /// graph's last one changed ([`Context::layout_key_upto`]), whatever happened after it.
+    tensor_gen: Vec<u64>,
 }
 
 impl std::fmt::Debug for Context {
@@ -114,6 +118,7 @@ impl Context {
             tensors: Vec::new(),
             external: Vec::new(),
             layout_gen: 0,
+            tensor_gen: Vec::new(),
         }
     }
 
@@ -254,15 +259,21 @@ impl Context {
         }
         self.layout_gen += 1;
         self.tensors.truncate(cp.n_tensors);
+        self.tensor_gen.truncate(cp.n_tensors);
         self.external.truncate(cp.n_external);
         self.used = cp.used;
         Ok(())
     }
 
-    /// `(id, layout generation)`: equal between two moments only if no tensor's metadata
-    /// changed in between (see the field).
-    pub(crate) fn layout_key(&self) -> (u32, u64) {
-        (self.id, self.layout_gen)
+    /// `(id, generation)` of the first `n` tensors: equal between two moments only if none
+    /// of them was dropped, replaced or had its metadata changed in between (tensors made
+    /// after them, and rewinds that keep them, leave it alone). `u64::MAX`, which no
+    /// generation reaches, while fewer than `n` tensors exist.
+    pub(crate) fn layout_key_upto(&self, n: usize) -> (u32, u64) {
+        match self.tensor_gen.get(..n) {
+            Some(gens) => (self.id, gens.iter().copied().max().unwrap_or(0)),
+            None => (self.id, u64::MAX),
+        }
     }
 
     /// The metadata of `t`.
@@ -284,6 +295,7 @@ impl Context {
     pub(crate) fn meta_mut(&mut self, t: Tensor) -> Result<&mut TensorMeta> {
         self.meta(t)?;
         self.layout_gen += 1;
+        self.tensor_gen[t.id as usize] = self.layout_gen;
         Ok(&mut self.tensors[t.id as usize])
     }
 
@@ -404,6 +416,7 @@ impl Context {
             }
         }
         self.tensors.push(meta);
+        self.tensor_gen.push(self.layout_gen);
         Ok(Tensor {
             ctx: self.id,
             id: (self.tensors.len() - 1) as u32,

@@ -95,3 +95,77 @@ fn computing_an_unallocated_graph_is_an_error() -> Result<()> {
     assert!(matches!(err, ggrs_core::Error::NoData { .. }), "{err}");
     Ok(())
 }
+
+/// Two graphs kept in one deferred context, the second built after a checkpoint taken
+/// after the first (as a session keeps its one-token step below a wider one), computed in
+/// turn by one executor: each keeps its results (the executor keeps what it resolved for
+/// both); a rewind below the first and a different graph built in its place is computed
+/// as itself, never with what was resolved for the graph it replaced.
+#[test]
+fn an_executor_keeps_two_graphs_and_drops_replaced_ones() -> Result<()> {
+    let mut ctx = Context::with_mem_size(1 << 20);
+    ctx.set_deferred_alloc(true);
+    let x = ctx.new_tensor_1d(DType::F32, 64)?;
+    let base = ctx.checkpoint();
+    let graph_of = |ctx: &mut Context, s: f32| -> Result<(Tensor, Graph)> {
+        let y = ctx.scale(x, s)?;
+        let y = ctx.add(y, x)?;
+        let g = Graph::build(ctx, y)?;
+        ctx.alloc_graph(&g)?;
+        Ok((y, g))
+    };
+    let (ya, ga) = graph_of(&mut ctx, 2.0)?;
+    let above_a = ctx.checkpoint();
+    let (yb, gb) = graph_of(&mut ctx, 5.0)?;
+    let mut exec = Executor::new(2);
+    let v: Vec<f32> = (0..64).map(|i| i as f32 - 20.0).collect();
+    let times = |s: f32| v.iter().map(|a| a * s + a).collect::<Vec<f32>>();
+    for round in 0..3 {
+        ctx.set_f32(x, &v)?;
+        exec.compute(&mut ctx, &ga)?;
+        assert_eq!(
+            ctx.to_f32_vec(ya)?,
+            times(2.0),
+            "round {round}, first graph"
+        );
+        exec.compute(&mut ctx, &gb)?;
+        assert_eq!(
+            ctx.to_f32_vec(yb)?,
+            times(5.0),
+            "round {round}, second graph"
+        );
+        // The second graph replaced by another above the same checkpoint: the first stays.
+        ctx.rewind(above_a)?;
+        let (yc, gc) = graph_of(&mut ctx, -3.0)?;
+        exec.compute(&mut ctx, &gc)?;
+        assert_eq!(
+            ctx.to_f32_vec(yc)?,
+            times(-3.0),
+            "round {round}, replacement"
+        );
+        exec.compute(&mut ctx, &ga)?;
+        assert_eq!(
+            ctx.to_f32_vec(ya)?,
+            times(2.0),
+            "round {round}, first graph kept"
+        );
+        ctx.rewind(above_a)?;
+        let (yb2, gb2) = graph_of(&mut ctx, 5.0)?;
+        exec.compute(&mut ctx, &gb2)?;
+        assert_eq!(ctx.to_f32_vec(yb2)?, times(5.0));
+    }
+    // Everything rewound below the first graph (just computed, so resolved and kept) and
+    // made again with another op: the first graph's handles now name the new tensors (the
+    // same indices), and computing it runs what those tensors are now, not what was
+    // resolved for the old ones.
+    exec.compute(&mut ctx, &ga)?;
+    ctx.rewind(base)?;
+    let (yd, gd) = graph_of(&mut ctx, 7.0)?;
+    assert_eq!((yd, ga.nodes().last()), (ya, Some(&ya)));
+    ctx.set_f32(x, &v)?;
+    exec.compute(&mut ctx, &ga)?;
+    assert_eq!(ctx.to_f32_vec(ya)?, times(7.0));
+    exec.compute(&mut ctx, &gd)?;
+    assert_eq!(ctx.to_f32_vec(yd)?, times(7.0));
+    Ok(())
+}

@@ -118,9 +118,16 @@ pub struct Session {
     op_profile: Option<OpProfile>,
     /// The architecture's per-sequence state: each step's positions and mask.
     state: Box<dyn StepState>,
-    /// The graph of the last step, kept (with its tensors in the arena) and computed again
-    /// while steps have its shape: decoding one token at a time, the shape changes only when
-    /// the padded cache length does.
+    /// The graph of the last one-token step, kept (with its tensors in the arena, right
+    /// after `base`) and computed again while steps have its shape: decoding one token at a
+    /// time, the shape changes only when the padded cache length does.
+    one: Option<BuiltStep>,
+    /// Where the one-token graph's tensors end: other steps build after it, so that
+    /// speculative decoding, which alternates one-token steps with wider ones, keeps both
+    /// graphs (and the executor what it resolved for both) instead of building each anew.
+    one_end: Option<Checkpoint>,
+    /// The graph of the last step of more than one token, kept after the one-token graph
+    /// (or `base`) while steps have its shape.
     built: Option<BuiltStep>,
     /// Whether every weight's products keep each column's bits whatever its neighbours
     /// ([`ggrs_core::weights::columns_independent`]); if not, a step of several sequences in
@@ -389,6 +396,7 @@ impl Session {
         let kv_used = m.used_mem();
         m.set_deferred_alloc(true);
         let before = m.checkpoint();
+        let before_used = m.used_mem();
         // With regions every step attends per region (one shared-cache step over all the
         // cells never happens): measure the largest such steps instead.
         let one = worst;
@@ -448,11 +456,42 @@ impl Session {
                 });
             }
         }
+        // A one-token step's graph stays in the arena below the others (`Session::one`):
+        // room for the largest of those too.
+        let singles = SessionParams {
+            n_batch: 1,
+            ..params
+        };
+        let single_shapes = match params.n_streams > 1 {
+            true => worst_spans(&singles, window_cells),
+            false => vec![StepShape {
+                n_tokens: 1,
+                n_outputs: 1,
+                ..one
+            }],
+        };
+        let mut one_size = 0;
+        for shape in single_shapes {
+            for per_column in [false, true] {
+                m.rewind(before)?;
+                build_step(
+                    &mut m,
+                    &model,
+                    &w,
+                    &kv,
+                    StepShape {
+                        per_column,
+                        ..shape
+                    },
+                )?;
+                one_size = one_size.max(m.used_mem() - before_used);
+            }
+        }
         let mut size = 0;
         for shape in worst {
             m.rewind(before)?;
             build_step(&mut m, &model, &w, &kv, shape)?;
-            size = size.max(m.used_mem());
+            size = size.max(m.used_mem() + one_size);
         }
         // The graph that rotates the keys again after positions move (context shift), for
         // an architecture and a cache that can (see `Session::supports_shift`).
@@ -507,6 +546,8 @@ impl Session {
             n_outputs: 0,
             op_profile: None,
             state,
+            one: None,
+            one_end: None,
             built: None,
             columns_independent,
             prompt_state: None,
@@ -837,7 +878,7 @@ impl Session {
                 arch: self.model.arch_name().to_string(),
                 reason,
             })?;
-        self.built = None;
+        self.forget_steps();
         self.ctx.rewind(self.base)?;
         let done = (|| {
             let (inp, graph) =
@@ -970,11 +1011,18 @@ impl Session {
         Ok(())
     }
 
+    /// Forgets the kept step graphs (before a rewind to `base`).
+    fn forget_steps(&mut self) {
+        self.one = None;
+        self.one_end = None;
+        self.built = None;
+    }
+
     /// Runs `piece`, placed at `placed`; on error frees its cells and drops the step's graph.
     fn run_placed(&mut self, piece: &Batch, placed: &Placement, per_column: bool) -> Result<()> {
         if let Err(e) = self.run_piece(piece, placed, per_column) {
             self.kv.unplace(placed);
-            self.built = None;
+            self.forget_steps();
             self.ctx.rewind(self.base)?;
             return Err(e);
         }
@@ -1179,21 +1227,45 @@ impl Session {
             n_seqs: runs.as_ref().map_or(1, |r| r.len()),
             ..shape
         };
-        if self.built.as_ref().is_none_or(|b| b.shape != shape) {
+        // One-token steps keep their graph right after `base`, wider ones after it.
+        let single = shape.n_tokens == 1;
+        let kept = match single {
+            true => &self.one,
+            false => &self.built,
+        };
+        if kept.as_ref().is_none_or(|b| b.shape != shape) {
+            let from = match (single, self.one_end) {
+                (false, Some(end)) => end,
+                _ => {
+                    self.forget_steps();
+                    self.base
+                }
+            };
             self.built = None;
-            self.ctx.rewind(self.base)?;
+            self.ctx.rewind(from)?;
             let (inp, logits, graph) =
                 build_step(&mut self.ctx, &self.model, &self.weights, &self.kv, shape)?;
-            self.built = Some(BuiltStep {
+            let step = Some(BuiltStep {
                 shape,
                 inp,
                 logits,
                 graph,
             });
+            match single {
+                true => {
+                    self.one = step;
+                    self.one_end = Some(self.ctx.checkpoint());
+                }
+                false => self.built = step,
+            }
         }
+        let kept = match single {
+            true => &self.one,
+            false => &self.built,
+        };
         let Some(BuiltStep {
             inp, logits, graph, ..
-        }) = &self.built
+        }) = kept
         else {
             unreachable!("the step's graph was built just above")
         };

@@ -149,15 +149,24 @@ pub struct Executor {
     matmul_observer: Option<MatMulObserver>,
     profiling: bool,
     profile: Vec<NodeTiming>,
-    /// What the last computation resolved, reused when the same graph of the same
-    /// unchanged context comes again (token generation computes one graph many times).
-    prepared: Option<Prepared>,
+    /// What the last computations resolved (the most recent first, at most
+    /// [`PREPARED_KEPT`]), reused when the same graph comes again with its tensors unchanged
+    /// (token generation computes one graph many times; speculative decoding alternates
+    /// between a one-token graph and a wider one).
+    prepared: Vec<Prepared>,
 }
+
+/// How many resolved graphs an [`Executor`] keeps.
+const PREPARED_KEPT: usize = 2;
 
 /// A graph resolved and scheduled for this executor.
 struct Prepared {
-    /// Graph id, context layout key, profiling, observing: what the rest was made for.
+    /// Graph id, the context's layout key of the tensors up to the graph's last one (`upto`),
+    /// profiling, observing: what the rest was made for.
     key: PreparedKey,
+    /// One past the index of the graph's last tensor (its nodes and leaves; every tensor
+    /// a node reads was made before it).
+    upto: usize,
     /// With a matmul observer: the weight name of each `mul_mat`/`mul_mat_id` node.
     weight_names: Vec<Option<String>>,
     work_size: usize,
@@ -209,7 +218,7 @@ impl Executor {
             matmul_observer: None,
             profiling: false,
             profile: Vec::new(),
-            prepared: None,
+            prepared: Vec::new(),
         }
     }
 
@@ -303,19 +312,38 @@ impl Executor {
 
     /// Computes every node of `graph`, whose tensors live in `ctx`.
     pub fn compute(&mut self, ctx: &mut Context, graph: &Graph) -> Result<()> {
-        let key = (
-            graph.id(),
-            ctx.layout_key(),
-            self.profiling,
-            self.matmul_observer.is_some(),
-        );
-        if self.prepared.as_ref().is_none_or(|p| p.key != key) {
-            self.prepared = None;
-            self.prepared = Some(self.prepare(ctx, graph, key)?);
-        }
-        let Some(prep) = &self.prepared else {
-            unreachable!("prepared just above")
+        let key_of = |ctx: &Context, upto: usize| {
+            (
+                graph.id(),
+                ctx.layout_key_upto(upto),
+                self.profiling,
+                self.matmul_observer.is_some(),
+            )
         };
+        let hit = self
+            .prepared
+            .iter()
+            .position(|p| p.key == key_of(ctx, p.upto));
+        match hit {
+            Some(0) => {}
+            Some(i) => {
+                let p = self.prepared.remove(i);
+                self.prepared.insert(0, p);
+            }
+            None => {
+                let upto = graph
+                    .nodes()
+                    .iter()
+                    .chain(graph.leafs())
+                    .map(|t| t.id as usize + 1)
+                    .max()
+                    .unwrap_or(0);
+                let prep = self.prepare(ctx, graph, key_of(ctx, upto), upto)?;
+                self.prepared.insert(0, prep);
+                self.prepared.truncate(PREPARED_KEPT);
+            }
+        }
+        let prep = &self.prepared[0];
         let lines = prep.work_size.div_ceil(ARENA_ALIGN);
         if self.work.len() < lines {
             self.work.resize(lines, WorkLine([0; ARENA_ALIGN]));
@@ -365,7 +393,13 @@ impl Executor {
 
 impl Executor {
     /// Plans, resolves and schedules `graph` (whose tensors live in `ctx`) for this executor.
-    fn prepare(&self, ctx: &mut Context, graph: &Graph, key: PreparedKey) -> Result<Prepared> {
+    fn prepare(
+        &self,
+        ctx: &mut Context,
+        graph: &Graph,
+        key: PreparedKey,
+        upto: usize,
+    ) -> Result<Prepared> {
         let plan = self.plan(ctx, graph)?;
         let (tasks, packed) = resolve(ctx, graph, &plan)?;
         let shared_size = plan.nodes.iter().map(|p| p.work_shared).max().unwrap_or(0);
@@ -395,6 +429,7 @@ impl Executor {
         }
         Ok(Prepared {
             key,
+            upto,
             weight_names,
             work_size: plan.work_size,
             shared_size,
