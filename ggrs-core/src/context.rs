@@ -739,6 +739,28 @@ impl Context {
         }
     }
 
+    /// The values of a dense F32 tensor where they lie (no copy): `nelements()` of them in
+    /// logical order. An error for another type, a tensor with gaps between its elements, or
+    /// data not aligned for f32.
+    pub fn f32_data(&self, t: Tensor) -> Result<&[f32]> {
+        let m = self.meta(t)?;
+        let dense = m.nb[0] == 4
+            && m.nb[1] == 4 * m.ne[0]
+            && m.nb[2] == m.nb[1] * m.ne[1]
+            && m.nb[3] == m.nb[2] * m.ne[2];
+        let n = m.nelements();
+        let unsupported = |detail: &str| Error::UnsupportedType {
+            op: "f32_data",
+            dtype: m.dtype,
+            detail: detail.into(),
+        };
+        if m.dtype != DType::F32 || !dense || cfg!(target_endian = "big") {
+            return Err(unsupported("a dense little-endian F32 tensor is needed"));
+        }
+        bytemuck::try_cast_slice::<u8, f32>(&self.data(t)?[..4 * n])
+            .map_err(|_| unsupported("the tensor's data is not aligned for f32"))
+    }
+
     /// Mutable raw bytes spanned by `t`; fails for external (read-only) data.
     pub fn data_mut(&mut self, t: Tensor) -> Result<&mut [u8]> {
         let m = self.meta(t)?;

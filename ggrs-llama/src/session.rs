@@ -113,7 +113,12 @@ pub struct Session {
     weights: ImportedWeights,
     kv: KvCache,
     base: Checkpoint,
+    /// The last step's logits, when they are not `logits_in`.
     logits: Vec<f32>,
+    /// The last step's logits tensor, read where the step left it (in the arena, until the
+    /// next step or rewind): a step of one piece needs no copy of its rows (a verification
+    /// step of many columns has megabytes of them).
+    logits_in: Option<ggrs_core::Tensor>,
     n_outputs: usize,
     op_profile: Option<OpProfile>,
     /// The architecture's per-sequence state: each step's positions and mask.
@@ -543,6 +548,7 @@ impl Session {
             kv,
             base,
             logits: Vec::new(),
+            logits_in: None,
             n_outputs: 0,
             op_profile: None,
             state,
@@ -681,6 +687,7 @@ impl Session {
         self.kv.clear();
         self.state.clear();
         self.logits.clear();
+        self.logits_in = None;
         self.n_outputs = 0;
     }
 
@@ -945,6 +952,7 @@ impl Session {
         }
         // Rows in batch order (pieces may have taken the entries in another order).
         if order.windows(2).any(|w| w[0] > w[1]) {
+            self.own_logits()?;
             let nv = self.model.hparams.n_vocab;
             let mut rows: Vec<(usize, usize)> =
                 order.iter().enumerate().map(|(r, &i)| (i, r)).collect();
@@ -998,6 +1006,7 @@ impl Session {
     /// Checks that `n` more tokens fit in the cache, rotates moved keys and forgets the last
     /// step's logits.
     fn start_step(&mut self, n: usize) -> Result<()> {
+        self.logits_in = None;
         self.apply_shift()?;
         if n > self.kv.size() - self.kv.used() {
             return Err(LlamaError::ContextFull {
@@ -1016,6 +1025,18 @@ impl Session {
         self.one = None;
         self.one_end = None;
         self.built = None;
+        self.logits_in = None;
+    }
+
+    /// Copies the logits still in the arena (`logits_in`) into `logits`, before anything
+    /// can overwrite or drop them.
+    fn own_logits(&mut self) -> Result<()> {
+        if let Some(t) = self.logits_in.take() {
+            let nv = self.model.hparams.n_vocab;
+            let rows = self.ctx.f32_data(t)?;
+            self.logits.extend_from_slice(&rows[..self.n_outputs * nv]);
+        }
+        Ok(())
     }
 
     /// Runs `piece`, placed at `placed`; on error frees its cells and drops the step's graph.
@@ -1180,6 +1201,8 @@ impl Session {
     }
 
     fn run_piece(&mut self, piece: &Batch, placed: &Placement, per_column: bool) -> Result<()> {
+        // An earlier piece's logits, before this piece's graph may take their place.
+        self.own_logits()?;
         let n = piece.len();
         let outputs: Vec<i32> = (0..n)
             .filter(|&i| piece.logits[i])
@@ -1335,7 +1358,18 @@ impl Session {
             }
         }
         if !outputs.is_empty() {
-            self.ctx.append_f32(logits, &mut self.logits)?;
+            let nv = self.model.hparams.n_vocab;
+            // The first piece's rows stay where they are when they can be read as f32.
+            let in_place = self.n_outputs == 0
+                && self.logits.is_empty()
+                && self
+                    .ctx
+                    .f32_data(logits)
+                    .is_ok_and(|v| v.len() >= outputs.len() * nv);
+            match in_place {
+                true => self.logits_in = Some(logits),
+                false => self.ctx.append_f32(logits, &mut self.logits)?,
+            }
             self.n_outputs += outputs.len();
         }
         Ok(())
@@ -1357,7 +1391,16 @@ impl Session {
 
     /// Logits of the last step: `n_outputs × n_vocab` values, one row per output.
     pub fn all_logits(&self) -> &[f32] {
-        &self.logits
+        match self.logits_in {
+            // Checked readable (dense f32, enough rows) when the step set it; it stays so
+            // until the next step or rewind, which clear it first. (Empty otherwise.)
+            Some(t) => self
+                .ctx
+                .f32_data(t)
+                .map(|v| &v[..self.n_outputs * self.model.hparams.n_vocab])
+                .unwrap_or(&[]),
+            None => &self.logits,
+        }
     }
 
     /// Rows in [`Session::all_logits`].
@@ -1371,6 +1414,6 @@ impl Session {
         if self.n_outputs == 0 {
             return &[];
         }
-        &self.logits[(self.n_outputs - 1) * nv..self.n_outputs * nv]
+        &self.all_logits()[(self.n_outputs - 1) * nv..self.n_outputs * nv]
     }
 }
