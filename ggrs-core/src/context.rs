@@ -744,21 +744,13 @@ impl Context {
     /// data not aligned for f32.
     pub fn f32_data(&self, t: Tensor) -> Result<&[f32]> {
         let m = self.meta(t)?;
-        let dense = m.nb[0] == 4
-            && m.nb[1] == 4 * m.ne[0]
-            && m.nb[2] == m.nb[1] * m.ne[1]
-            && m.nb[3] == m.nb[2] * m.ne[2];
-        let n = m.nelements();
-        let unsupported = |detail: &str| Error::UnsupportedType {
-            op: "f32_data",
-            dtype: m.dtype,
-            detail: detail.into(),
-        };
-        if m.dtype != DType::F32 || !dense || cfg!(target_endian = "big") {
-            return Err(unsupported("a dense little-endian F32 tensor is needed"));
-        }
-        bytemuck::try_cast_slice::<u8, f32>(&self.data(t)?[..4 * n])
-            .map_err(|_| unsupported("the tensor's data is not aligned for f32"))
+        crate::types::dense_f32(m.dtype, &m.ne, &m.nb, self.data(t)?).ok_or_else(|| {
+            Error::UnsupportedType {
+                op: "f32_data",
+                dtype: m.dtype,
+                detail: "a dense little-endian F32 tensor aligned for f32 is needed".into(),
+            }
+        })
     }
 
     /// Mutable raw bytes spanned by `t`; fails for external (read-only) data.

@@ -152,6 +152,23 @@ pub(crate) fn gather_f32(
     Ok(out)
 }
 
+/// The values of a tensor of `dtype`, shape `ne` and strides `nb` whose data starts at
+/// `bytes`, read in place: `Some` for dense little-endian F32 data aligned for f32.
+pub(crate) fn dense_f32<'a>(
+    dtype: DType,
+    ne: &[usize; 4],
+    nb: &[usize; 4],
+    bytes: &'a [u8],
+) -> Option<&'a [f32]> {
+    let n: usize = ne.iter().product();
+    let dense =
+        nb[0] == 4 && nb[1] == 4 * ne[0] && nb[2] == nb[1] * ne[1] && nb[3] == nb[2] * ne[2];
+    if cfg!(target_endian = "big") || dtype != DType::F32 || !dense || bytes.len() < 4 * n {
+        return None;
+    }
+    bytemuck::try_cast_slice::<u8, f32>(&bytes[..4 * n]).ok()
+}
+
 /// As [`gather_f32`], appending to `out` (whose spare capacity is reused).
 pub(crate) fn gather_f32_into(
     dtype: DType,
@@ -166,14 +183,10 @@ pub(crate) fn gather_f32_into(
         detail: "no conversion from this type to f32".into(),
     })?;
     let n: usize = ne.iter().product();
-    let dense =
-        nb[0] == 4 && nb[1] == 4 * ne[0] && nb[2] == nb[1] * ne[1] && nb[3] == nb[2] * ne[2];
-    if cfg!(target_endian = "little") && dtype == DType::F32 && dense && bytes.len() >= 4 * n {
+    if let Some(v) = dense_f32(dtype, ne, nb, bytes) {
         // Dense little-endian f32 (e.g. logits): one copy.
-        if let Ok(v) = bytemuck::try_cast_slice::<u8, f32>(&bytes[..4 * n]) {
-            out.extend_from_slice(v);
-            return Ok(());
-        }
+        out.extend_from_slice(v);
+        return Ok(());
     }
     let start = out.len();
     out.resize(start + n, 0.0);
