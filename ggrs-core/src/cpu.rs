@@ -71,7 +71,59 @@ pub struct CpuFeatures {
 
 impl CpuFeatures {
     /// Probes the CPU and the environment now (use [`features`] for the cached answer).
+    ///
+    /// `GGRS_MAX_ISA` (`scalar`, `avx2`, `avx512`, `avx512vnni`; on AArch64 `neon`,
+    /// `neon-dotprod`) caps what the process sees: the extensions above that level read as
+    /// absent, so every kernel choice is the one a CPU without them makes (to run the AVX2
+    /// kernels on an AVX-512 machine, say). An unknown value is reported on standard error
+    /// and ignored.
     pub fn detect() -> Self {
+        let f = Self::detect_cpu();
+        match std::env::var("GGRS_MAX_ISA") {
+            Ok(v) if !v.is_empty() => match parse_isa(&v) {
+                Some(cap) => f.capped(cap),
+                None => {
+                    eprintln!(
+                        "ggrs: GGRS_MAX_ISA={v:?} is not one of {}; ignored",
+                        ISA_NAMES.map(|(n, _)| n).join(", ")
+                    );
+                    f
+                }
+            },
+            _ => f,
+        }
+    }
+
+    /// These features as a CPU whose best instruction set is at most `cap` has them (the
+    /// extensions above `cap` cleared; `Scalar` also sets [`Self::force_scalar`]).
+    pub fn capped(self, cap: Isa) -> Self {
+        let mut f = self;
+        if cap < Isa::Avx512Vnni {
+            f.avx512vnni = false;
+        }
+        if cap < Isa::Avx512 {
+            (f.avx512f, f.avx512bw, f.avx512vl) = (false, false, false);
+        }
+        if cap < Isa::Avx2 {
+            (f.avx2, f.fma, f.f16c) = (false, false, false);
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if cap < Isa::NeonDotprod {
+                f.dotprod = false;
+            }
+            if cap < Isa::Neon {
+                f.neon = false;
+            }
+        }
+        if cap == Isa::Scalar {
+            f.force_scalar = true;
+        }
+        f
+    }
+
+    /// The CPU's own features and `GGRS_FORCE_SCALAR`.
+    fn detect_cpu() -> Self {
         let force_scalar =
             std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| v != "0" && !v.is_empty());
         #[allow(unused_mut)]
@@ -146,6 +198,29 @@ impl CpuFeatures {
     }
 }
 
+/// The names `GGRS_MAX_ISA` takes, and their instruction sets.
+const ISA_NAMES: [(&str, Isa); ISA_COUNT] = [
+    ("scalar", Isa::Scalar),
+    ("avx2", Isa::Avx2),
+    ("avx512", Isa::Avx512),
+    ("avx512vnni", Isa::Avx512Vnni),
+    #[cfg(target_arch = "aarch64")]
+    ("neon", Isa::Neon),
+    #[cfg(target_arch = "aarch64")]
+    ("neon-dotprod", Isa::NeonDotprod),
+];
+
+#[cfg(target_arch = "aarch64")]
+const ISA_COUNT: usize = 6;
+#[cfg(not(target_arch = "aarch64"))]
+const ISA_COUNT: usize = 4;
+
+/// The instruction set a `GGRS_MAX_ISA` value names (case-insensitive), if any.
+pub fn parse_isa(name: &str) -> Option<Isa> {
+    let name = name.trim().to_ascii_lowercase();
+    ISA_NAMES.iter().find(|(n, _)| *n == name).map(|&(_, i)| i)
+}
+
 /// This CPU's features, probed once per process (see [`CpuFeatures::detect`]).
 pub fn features() -> &'static CpuFeatures {
     static FEATURES: OnceLock<CpuFeatures> = OnceLock::new();
@@ -204,5 +279,71 @@ mod tests {
         assert_eq!(forced.best_isa(), Isa::Scalar);
         // The CPU still runs the code; the dispatcher is what declines it.
         assert!(forced.runs(Isa::Avx512Vnni));
+    }
+
+    #[test]
+    fn a_cap_hides_the_extensions_above_it() {
+        let vnni = CpuFeatures {
+            avx2: true,
+            fma: true,
+            f16c: true,
+            avx512f: true,
+            avx512bw: true,
+            avx512vl: true,
+            avx512vnni: true,
+            ..CpuFeatures::default()
+        };
+        assert_eq!(vnni.capped(Isa::Avx512Vnni), vnni);
+        assert_eq!(vnni.capped(Isa::Avx512).best_isa(), Isa::Avx512);
+        let avx2 = vnni.capped(Isa::Avx2);
+        assert_eq!(avx2.best_isa(), Isa::Avx2);
+        assert!(!avx2.runs(Isa::Avx512) && !avx2.avx512f && avx2.f16c);
+        let scalar = vnni.capped(Isa::Scalar);
+        assert_eq!(scalar.best_isa(), Isa::Scalar);
+        assert!(!scalar.runs(Isa::Avx2) && scalar.force_scalar);
+        // A cap above what the CPU has changes nothing.
+        let plain = CpuFeatures {
+            avx2: true,
+            fma: true,
+            f16c: true,
+            ..CpuFeatures::default()
+        };
+        assert_eq!(plain.capped(Isa::Avx512Vnni), plain);
+        assert_eq!(parse_isa(" AVX2 "), Some(Isa::Avx2));
+        assert_eq!(parse_isa("avx512vnni"), Some(Isa::Avx512Vnni));
+        assert_eq!(parse_isa("sse4"), None);
+    }
+
+    /// `GGRS_MAX_ISA` read from the environment: in a child process of this test binary with
+    /// `GGRS_MAX_ISA=avx2` (read once per process), the kernels run at AVX2 at most.
+    #[test]
+    fn the_environment_caps_the_process() {
+        if let Some(cap) = std::env::var("GGRS_MAX_ISA")
+            .ok()
+            .and_then(|v| parse_isa(&v))
+        {
+            assert!(isa() <= cap, "isa {:?} above GGRS_MAX_ISA {cap:?}", isa());
+            assert!(!features().runs(Isa::Avx512) || cap >= Isa::Avx512);
+            return;
+        }
+        if !CpuFeatures::detect_cpu().runs(Isa::Avx2) {
+            return;
+        }
+        let exe = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "cpu::tests::the_environment_caps_the_process",
+                "--nocapture",
+            ])
+            .env("GGRS_MAX_ISA", "avx2")
+            .output()
+            .expect("run the test binary");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "GGRS_MAX_ISA=avx2 run failed:\n{text}"
+        );
+        assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
     }
 }

@@ -106,3 +106,24 @@ fn qwen05b_source_equals_llama_cpp_digits() {
         rep.greedy_prefix_ok
     );
 }
+
+/// The downloaded file, the recipe files and q4_0 again on the AVX2 kernels, in child
+/// processes with `GGRS_MAX_ISA=avx2`, where the CPU would otherwise run its AVX-512 ones:
+/// every ISA's build of every kernel keeps the reference's order, and a CPU without AVX-512
+/// runs these (a whole file catches what the kernel tests' panels do not: the packing, the
+/// dispatch, the prefetching). Skipped where the CPU's best is AVX2 or less (the tests above
+/// ran them already) and inside such a child.
+#[test]
+fn qwen05b_files_equal_llama_cpp_on_the_avx2_kernels() {
+    use ggrs_core::cpu::{self, Isa};
+    if std::env::var_os("GGRS_MAX_ISA").is_some() || cpu::isa() <= Isa::Avx2 {
+        return;
+    }
+    for test in [
+        "qwen05b_source_equals_llama_cpp_digits",
+        "qwen05b_recipes_equal_llama_cpp_digits",
+        "qwen05b_q4_0_matches_llama_cpp",
+    ] {
+        common::again_with_env(module_path!(), test, "GGRS_MAX_ISA", "avx2");
+    }
+}

@@ -708,3 +708,33 @@ pub fn test_name(module: &str, name: &str) -> String {
         None => name.to_string(),
     }
 }
+
+/// Runs the test `name` of the module `module` (its `module_path!()`) again in a child process
+/// of this test binary with the environment variable `key` set to `value` (for the switches
+/// read once per process, such as `GGRS_MAX_ISA`), and fails when that run fails or runs
+/// no test.
+pub fn again_with_env(module: &str, name: &str, key: &str, value: &str) {
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            &test_name(module, name),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(key, value)
+        .output()
+        .expect("run the test binary");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success(),
+        "{name} with {key}={value} failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "{name} with {key}={value} ran no test:\n{stdout}"
+    );
+}

@@ -30,23 +30,16 @@ use super::{q4_0_at, q6_k_qh, q6_k_ql, Kind, AUX_BYTES, ROWS};
 /// Bytes of a Q8_0 block (activations).
 const Q8_0_BYTES: usize = 34;
 
-/// How many packed blocks ahead the kernels prefetch.
-const PREFETCH_BLOCKS: usize = 4;
-
-/// Prefetches (into L1) packed block `i + PREFETCH_BLOCKS` of `bytes` bytes from `panel`:
-/// the weights stream from memory once (a second half re-reads them from L1), and the
-/// hardware prefetcher alone left the lane kernels at about two thirds of the memory's rate.
-/// Past the panel's end this fetches the next panel's first blocks (a prefetch never faults;
-/// `wrapping_add` keeps the address arithmetic defined).
+/// Prefetches (into L1) the bytes [`super::stream_ahead`]'s distance past packed block `i`
+/// (of `bytes` bytes) of `panel`, called in the first half's pass (the second re-reads the
+/// panel from cache). Four blocks ahead, as before, left the products at their memory time
+/// plus their arithmetic: `GGRS_MAX_ISA=avx2 cargo run --release -p ggrs-core --example
+/// kquant_decode_rate -- TYPE 896 4864 24 2 30 COLS` on the AVX-512 Zen 5 (ms, one column /
+/// eight): Q8_0 2.58 → 2.00 / 8.04 → 8.10, Q4_1 1.72 → 1.25 / 7.03 → 5.86, Q5_0 2.75 →
+/// 1.69 / 8.64 → 7.51, IQ4_NL 1.98 → 1.14 / 6.79 → 5.57 (`docs/kernel-bench-notes.md`).
 #[inline(always)]
 pub(super) fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
-    let ahead = panel.wrapping_add((i + PREFETCH_BLOCKS) * bytes);
-    let mut off = 0;
-    while off < bytes {
-        // SAFETY: a prefetch is a hint; it reads nothing and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
-        off += 64;
-    }
+    super::stream_ahead(panel, i * bytes, bytes);
 }
 
 /// Each row's eight lane accumulators (`a[g]`, lane `r` = row `r`) added in ggml's
@@ -105,6 +98,10 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
             let mut acc = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let (sc, vec) = q4_0_at(i);
+                if half == 0 && i % 2 == 0 {
+                    // The pair's bytes, `STREAM_AHEAD` further on.
+                    super::stream_ahead(panel, sc, super::Q4_0_PAIR);
+                }
                 // Exact: every f16 is an f32.
                 let dxh = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
                 let p = panel.add(vec + 32 * half);

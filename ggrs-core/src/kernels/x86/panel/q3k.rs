@@ -229,6 +229,10 @@ pub(super) unsafe fn q3_k_avx2(nb: usize, panel: *const u8, y: *const u8, out: &
             for i in 0..nb {
                 let p = panel.add(i * Q3K_PANEL_BYTES);
                 if half == 0 {
+                    // The block `STREAM_AHEAD` further on, while this pass streams it.
+                    super::stream_ahead(panel, i * Q3K_PANEL_BYTES, Q3K_PANEL_BYTES);
+                }
+                if half == 0 {
                     prefetch_ahead(panel, i);
                 }
                 let yb = y.add(i * Q8K_BYTES);
