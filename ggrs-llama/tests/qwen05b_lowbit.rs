@@ -83,22 +83,7 @@ fn again_scalar(test: &str) {
         eprintln!("{test}: the GGRS_FORCE_SCALAR=1 run is skipped (GGRS_LOWBIT_SIMD_ONLY=1)");
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            &common::test_name(module_path!(), test),
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("GGRS_FORCE_SCALAR", "1")
-        .output()
-        .expect("run the test binary");
-    let text = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{text}");
-    assert!(
-        out.status.success(),
-        "GGRS_FORCE_SCALAR=1 run failed:\n{text}"
-    );
+    common::again_with_env(module_path!(), test, "GGRS_FORCE_SCALAR", "1");
 }
 
 /// TQ2_0 (`ffn_down`; Q4_0, Q5_0 and Q8_0 elsewhere): ggml's AVX2 `ggml_vec_dot_tq2_0_q8_K`
