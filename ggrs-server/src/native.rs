@@ -130,11 +130,12 @@ impl Native {
         });
         if self.opts.logprobs && !self.opts.stream {
             let tok = self.l.model.tokenizer();
+            let post = self.opts.params.post_sampling_probs;
             v["completion_probabilities"] = c
                 .tokens
                 .iter()
                 .zip(&c.logprobs)
-                .map(|(&id, (lp, top))| chat_logprob(tok, id, *lp, top))
+                .map(|(&id, (lp, top))| chat_logprob(tok, id, *lp, top, post))
                 .collect();
         }
         v
@@ -169,8 +170,13 @@ impl Native {
                         });
                         if me.opts.logprobs && !t.flush {
                             let tok = me.l.model.tokenizer();
-                            v["completion_probabilities"] =
-                                json!([chat_logprob(tok, t.id, t.logprob, &t.top_logprobs)]);
+                            v["completion_probabilities"] = json!([chat_logprob(
+                                tok,
+                                t.id,
+                                t.logprob,
+                                &t.top_logprobs,
+                                me.opts.params.post_sampling_probs,
+                            )]);
                         }
                         (v, left)
                     }
