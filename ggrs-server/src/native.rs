@@ -96,6 +96,7 @@ impl Native {
             "stop": p.stop,
             "ignore_eos": p.ignore_eos,
             "n_probs": p.top_logprobs,
+            "post_sampling_probs": p.post_sampling_probs,
             "stream": self.opts.stream,
             // Samplers ggrs does not have, at llama-server's values that turn them off.
             "adaptive_target": -1.0,

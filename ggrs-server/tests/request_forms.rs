@@ -243,6 +243,8 @@ fn post_sampling_probabilities() {
     let a = s.post("/completion", &post);
     assert_eq!(a.status, 200, "{}", a.body);
     assert_eq!(a.body["tokens"], plain["tokens"], "sampling is unchanged");
+    assert_eq!(a.body["generation_settings"]["post_sampling_probs"], true);
+    assert_eq!(plain["generation_settings"]["post_sampling_probs"], false);
     let probs = a.body["completion_probabilities"]
         .as_array()
         .expect("probs");
