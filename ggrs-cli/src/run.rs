@@ -115,6 +115,7 @@ pub fn run(a: Args) -> CliResult {
         stop: a.stop.clone(),
         ignore_eos: a.ignore_eos,
         top_logprobs: a.top_logprobs,
+        post_sampling_probs: false,
         constraint: a.grammar.constraint(model.tokenizer())?,
     };
     let mut out = std::io::stdout().lock();

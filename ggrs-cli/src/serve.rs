@@ -18,7 +18,7 @@ pub struct Args {
     /// GGUF model file [default: the model made by scripts/fetch-model.sh]
     #[arg(short = 'm', long)]
     model: Option<PathBuf>,
-    /// Address to listen on.
+    /// Address to listen on, or several separated by commas (127.0.0.1,::1).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Port to listen on (0: any free port).

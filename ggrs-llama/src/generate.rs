@@ -25,6 +25,11 @@ pub struct GenerateParams {
     pub ignore_eos: bool,
     /// Report the `top_logprobs` most likely tokens at each step (0: none).
     pub top_logprobs: usize,
+    /// Report log-probabilities under the distribution the token is drawn from (after the
+    /// biases, penalties, top-k, top-p, min-p and temperature; tokens of no probability
+    /// are not among the alternatives) instead of the model's own: llama-server's
+    /// `post_sampling_probs`.
+    pub post_sampling_probs: bool,
     /// A grammar or JSON Schema the output must follow (masks tokens before sampling).
     pub constraint: Option<Constraint>,
 }
@@ -37,6 +42,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             ignore_eos: false,
             top_logprobs: 0,
+            post_sampling_probs: false,
             constraint: None,
         }
     }
@@ -66,7 +72,8 @@ pub struct TokenEvent {
     /// a stop string (so it may be empty, and later events may carry more than one token's
     /// text).
     pub text: String,
-    /// Log-probability of the token under the model (before sampling transforms).
+    /// Log-probability of the token under the model (before sampling transforms; with
+    /// [`GenerateParams::post_sampling_probs`], under the distribution it was drawn from).
     pub logprob: f32,
     /// The most likely tokens and their log-probabilities, if asked for.
     pub top_logprobs: Vec<(u32, f32)>,
@@ -301,15 +308,29 @@ impl Picker {
             return Ok(Pick::Stop(StopReason::MaxTokens));
         }
         // A constraint masks what cannot continue the output before any other transform.
-        let id = match &mut self.constraint {
+        let masked;
+        let sampled = match &mut self.constraint {
             Some(c) if c.engaged() => {
-                let mut masked = logits.to_vec();
-                c.mask(&mut masked)?;
-                self.sampler.try_sample(&masked)
+                let mut m = logits.to_vec();
+                c.mask(&mut m)?;
+                masked = m;
+                &masked
             }
-            _ => self.sampler.try_sample(logits),
-        }
-        .map_err(|e| LlamaError::InvalidArgument(e.to_string()))?;
+            _ => logits,
+        };
+        let (id, post) = if self.params.post_sampling_probs {
+            let (id, dist) = self
+                .sampler
+                .try_sample_with_probs(sampled)
+                .map_err(|e| LlamaError::InvalidArgument(e.to_string()))?;
+            (id, Some(dist))
+        } else {
+            let id = self
+                .sampler
+                .try_sample(sampled)
+                .map_err(|e| LlamaError::InvalidArgument(e.to_string()))?;
+            (id, None)
+        };
         self.sampler.accept(id);
         if let Some(c) = &mut self.constraint {
             let piece = if c.engaged() {
@@ -319,7 +340,10 @@ impl Picker {
             };
             c.accept(tok, id, &piece)?;
         }
-        let (lp, top) = token_logprobs(logits, id, self.params.top_logprobs);
+        let (lp, top) = match post {
+            Some(dist) => post_sampling_logprobs(&dist, id, self.params.top_logprobs),
+            None => token_logprobs(logits, id, self.params.top_logprobs),
+        };
         self.tokens.push(id);
         self.logprobs.push((lp, top.clone()));
         if !self.params.ignore_eos && tok.is_eog(id) {
@@ -626,6 +650,17 @@ pub fn token_logprobs(logits: &[f32], id: u32, top: usize) -> (f32, Vec<(u32, f3
     } else {
         top_logprobs_of(logits, id)
     };
+    (lp, best)
+}
+
+/// The log-probability of `id` under `dist` (a sampler's post-sampling distribution, most
+/// likely first; −∞ when `id` is not in it) and its first `top` entries with theirs.
+fn post_sampling_logprobs(dist: &[(u32, f32)], id: u32, top: usize) -> (f32, Vec<(u32, f32)>) {
+    let lp = dist
+        .iter()
+        .find(|d| d.0 == id)
+        .map_or(f32::NEG_INFINITY, |d| d.1.ln());
+    let best = dist.iter().take(top).map(|&(t, p)| (t, p.ln())).collect();
     (lp, best)
 }
 

@@ -401,6 +401,56 @@ impl Sampler {
     /// [`NoCandidates`]; an adjusted logit that overflows to +∞ counts as the largest finite
     /// value.
     pub fn try_sample(&mut self, logits: &[f32]) -> Result<u32, NoCandidates> {
+        match self.chain(logits)? {
+            Chain::Certain(id) => Ok(id),
+            Chain::Scaled(cand) => Ok(self.draw_from(&cand, &softmax(&cand))),
+        }
+    }
+
+    /// [`Sampler::try_sample`] (the same token), with the distribution the token was drawn
+    /// from: the candidates the sampler chain (biases, penalties, top-k, top-p, min-p,
+    /// temperature) leaves and their probabilities, most likely first, tokens of no
+    /// probability left out (a greedy pick is one token of probability 1). llama-server's
+    /// "post-sampling probabilities".
+    pub fn try_sample_with_probs(
+        &mut self,
+        logits: &[f32],
+    ) -> Result<(u32, Vec<(u32, f32)>), NoCandidates> {
+        match self.chain(logits)? {
+            Chain::Certain(id) => Ok((id, vec![(id, 1.0)])),
+            Chain::Scaled(cand) => {
+                let pr = softmax(&cand);
+                let id = self.draw_from(&cand, &pr);
+                let dist = cand
+                    .iter()
+                    .zip(&pr)
+                    .map(|(&(t, _), &q)| (t, q as f32))
+                    .filter(|&(_, q)| q > 0.0)
+                    .collect();
+                Ok((id, dist))
+            }
+        }
+    }
+
+    /// The token of `cand` (probabilities `pr`) that this position's [`draw`] falls on.
+    fn draw_from(&self, cand: &[(u32, f32)], pr: &[f64]) -> u32 {
+        let r = draw(self.params.seed, self.stream, self.position);
+        let mut cum = 0.0;
+        for (i, &q) in pr.iter().enumerate() {
+            cum += q;
+            if r < cum {
+                return cand[i].0;
+            }
+        }
+        // Rounding left the sum below the draw: the last candidate (`chain` never gives an
+        // empty list, so the index exists).
+        cand[cand.len() - 1].0
+    }
+
+    /// The sampler chain up to the draw: the logits biased and penalised, then greedy, or
+    /// the candidates top-k, top-p and min-p keep with their logits divided by the
+    /// temperature.
+    fn chain(&self, logits: &[f32]) -> Result<Chain, NoCandidates> {
         // The logits as biased and penalised (a copy only when something changes them).
         let adjusted: Vec<f32>;
         let l: &[f32] = if self.params.logit_bias.is_empty() && !self.penalizes() {
@@ -428,7 +478,7 @@ impl Sampler {
         if p.temperature < MIN_TEMPERATURE || l.len() <= 1 {
             let best = argmax(l);
             return match l.get(best as usize) {
-                Some(x) if *x > f32::NEG_INFINITY => Ok(best),
+                Some(x) if *x > f32::NEG_INFINITY => Ok(Chain::Certain(best)),
                 _ => Err(NoCandidates),
             };
         }
@@ -451,14 +501,8 @@ impl Sampler {
         if cand.is_empty() {
             return Err(NoCandidates);
         }
-        let probs = |c: &[(u32, f32)]| -> Vec<f64> {
-            let max = c[0].1;
-            let e: Vec<f64> = c.iter().map(|&(_, x)| ((x - max) as f64).exp()).collect();
-            let s: f64 = e.iter().sum();
-            e.into_iter().map(|x| x / s).collect()
-        };
         if p.top_p < 1.0 {
-            let pr = probs(&cand);
+            let pr = softmax(&cand);
             let mut cum = 0.0;
             let mut keep = cand.len();
             for (i, &q) in pr.iter().enumerate() {
@@ -481,19 +525,26 @@ impl Sampler {
         if !cand[0].1.is_finite() {
             // Divided by a small temperature the largest logit overflowed: all the
             // probability is on it.
-            return Ok(cand[0].0);
+            return Ok(Chain::Certain(cand[0].0));
         }
-        let pr = probs(&cand);
-        let r = draw(p.seed, self.stream, self.position);
-        let mut cum = 0.0;
-        for (i, &q) in pr.iter().enumerate() {
-            cum += q;
-            if r < cum {
-                return Ok(cand[i].0);
-            }
-        }
-        Ok(cand[cand.len() - 1].0)
+        Ok(Chain::Scaled(cand))
     }
+}
+
+/// What the sampler chain leaves to draw from.
+enum Chain {
+    /// One token has all the probability.
+    Certain(u32),
+    /// Candidates (at least one) and their logits over the temperature, most likely first.
+    Scaled(Vec<(u32, f32)>),
+}
+
+/// The probabilities of candidates sorted by logit, most likely first (not empty).
+fn softmax(c: &[(u32, f32)]) -> Vec<f64> {
+    let max = c[0].1;
+    let e: Vec<f64> = c.iter().map(|&(_, x)| ((x - max) as f64).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
 }
 
 #[cfg(test)]
@@ -551,6 +602,45 @@ mod tests {
         let mut other = Sampler::with_stream(free, 1);
         let alt: Vec<u32> = (0..64).map(|_| pick(&mut other, &logits())).collect();
         assert_ne!(alt, first);
+    }
+
+    /// The distribution reported with a pick is the one the pick is drawn from: the same
+    /// token as a plain pick, probabilities summing to 1 over what top-k keeps, most likely
+    /// first; a greedy pick is certain.
+    #[test]
+    fn post_sampling_probs_are_the_drawn_distribution() {
+        for seed in 0..20 {
+            let params = SamplingParams {
+                seed,
+                top_k: 3,
+                top_p: 1.0,
+                min_p: 0.0,
+                temperature: 1.5,
+                ..SamplingParams::default()
+            };
+            let mut a = Sampler::new(params.clone());
+            let mut b = Sampler::new(params);
+            let (id, dist) = a.try_sample_with_probs(&logits()).unwrap();
+            assert_eq!(id, b.try_sample(&logits()).unwrap());
+            assert_eq!(dist.len(), 3);
+            let ids: Vec<u32> = dist.iter().map(|d| d.0).collect();
+            assert_eq!(
+                ids,
+                top_logprobs(&logits(), 3)
+                    .iter()
+                    .map(|t| t.0)
+                    .collect::<Vec<_>>()
+            );
+            assert!(ids.contains(&id));
+            assert!(dist.windows(2).all(|w| w[0].1 >= w[1].1));
+            let total: f32 = dist.iter().map(|d| d.1).sum();
+            assert!((total - 1.0).abs() < 1e-5, "{total}");
+        }
+        let mut g = Sampler::new(SamplingParams::greedy());
+        assert_eq!(
+            g.try_sample_with_probs(&logits()).unwrap(),
+            (1, vec![(1, 1.0)])
+        );
     }
 
     #[test]

@@ -655,6 +655,7 @@ impl NativeModel {
             stop,
             ignore_eos,
             top_logprobs: top_logprobs.min(n_vocab),
+            post_sampling_probs: false,
             constraint,
         };
         params

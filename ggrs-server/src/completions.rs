@@ -17,7 +17,10 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
-use crate::limits::{check_choices, check_rendered, check_text, off_thread, rendered_limit};
+use crate::limits::{
+    check_choices, check_rendered, check_text, off_thread, rendered_limit, Cancel,
+};
+use crate::logit_bias::Vocab;
 use crate::params::{
     gen_options, messages, wrong_type, Body, Endpoint, GenOptions, RequestDefaults,
 };
@@ -59,7 +62,7 @@ pub(crate) struct ChatParts {
 }
 
 /// Reads an OpenAI chat body against `template` (the server's settings: `n_predict`,
-/// `reasoning`, the model's `vars`, `n_vocab`, the `queue` and `max_text_bytes`), with no
+/// `reasoning`, the model's `vars`, its `vocab`, the `queue` and `max_text_bytes`), with no
 /// model needed: the fuzz target runs this too.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_chat(
@@ -68,7 +71,7 @@ pub(crate) fn read_chat(
     mut vars: TemplateVars,
     reasoning: ReasoningFormat,
     defaults: &RequestDefaults,
-    n_vocab: usize,
+    vocab: &dyn Vocab,
     queue: usize,
     max_text_bytes: usize,
 ) -> Result<ChatParts, ApiError> {
@@ -112,7 +115,7 @@ pub(crate) fn read_chat(
         Some(Value::Bool(b)) => b,
         Some(v) => return Err(wrong_type("add_generation_prompt", "a boolean", &v)),
     };
-    let (opts, msgs) = chat_request(&body, defaults, n_vocab, queue, max_text_bytes)?;
+    let (opts, msgs) = chat_request(&body, defaults, vocab, queue, max_text_bytes)?;
     Ok(ChatParts {
         opts,
         msgs,
@@ -166,7 +169,7 @@ fn read_and_render(
         l.vars.clone(),
         st.reasoning_format,
         &st.defaults,
-        l.model.hparams.n_vocab,
+        &*l.model,
         l.handle.params().queue_capacity,
         st.max_text_bytes,
     )?;
@@ -297,12 +300,7 @@ pub(crate) async fn read_completion(
         let (st, l) = (st2, l2);
         let mut body = Body::parse(&bytes)?;
         let spec = structured::spec(&mut body)?;
-        let mut opts = gen_options(
-            &body,
-            Endpoint::Completions,
-            &st.defaults,
-            l.model.hparams.n_vocab,
-        )?;
+        let mut opts = gen_options(&body, Endpoint::Completions, &st.defaults, &*l.model)?;
         let return_tokens = match native {
             // llama-server's endpoint has no `n`.
             true => {
@@ -311,14 +309,19 @@ pub(crate) async fn read_completion(
             }
             false => false,
         };
-        let encode = |text: &str| {
-            cancel.check()?;
+        let encode = |text: &str, add_special: bool| {
             l.model
-                .encode_prompt(text)
+                .text()
+                .encode(l.model.tokenizer(), text, add_special, true)
                 .map_err(|e| ApiError::invalid("prompt", e.to_string()))
         };
-        let queue = l.handle.params().queue_capacity;
-        let prompts = prompts(&body, st.max_text_bytes, queue, opts.n, encode)?;
+        let limits = PromptLimits {
+            max_text_bytes: st.max_text_bytes,
+            queue: l.handle.params().queue_capacity,
+            n: opts.n,
+            n_vocab: l.model.hparams.n_vocab,
+        };
+        let prompts = prompts(&body, limits, cancel, encode)?;
         let req = CompletionRequest {
             opts,
             prompts,
@@ -331,48 +334,61 @@ pub(crate) async fn read_completion(
     Ok((l, req))
 }
 
-/// `prompt`: a string, a list of token ids, or a list of those (one choice set each; with
-/// `n` choices each, at most `queue` in all). Strings (at most `max_text_bytes` in all) are
-/// tokenized by `encode`.
+/// `prompt` in every form llama-server takes (those of [`crate::embed_inputs`]): a string,
+/// a list of token ids with strings mixed in (`[12, "text", 34]`), an object with
+/// `prompt_string`, or a list of those, one choice set each (with `n` choices each, at most
+/// `queue` in all). Strings (at most `max_text_bytes` in all) are tokenized by
+/// `tokenize(text, add_special)`, BOS only where a prompt starts with a string; every token
+/// id must be below `n_vocab`.
 pub(crate) fn prompts(
     body: &Body,
-    max_text_bytes: usize,
-    queue: usize,
-    n: usize,
-    encode: impl Fn(&str) -> Result<Vec<u32>, ApiError>,
+    limits: PromptLimits,
+    cancel: &Cancel,
+    tokenize: impl Fn(&str, bool) -> Result<Vec<u32>, ApiError>,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
     const F: &str = "prompt";
-    const EXPECTED: &str = "a string, a list of token ids, or a list of those";
-    let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
-        match v {
-            Value::String(s) => encode(s),
-            Value::Array(ids) => ids
-                .iter()
-                .map(|t| {
-                    t.as_u64()
-                        .filter(|&t| t <= u32::MAX as u64)
-                        .map(|t| t as u32)
-                        .ok_or_else(|| wrong_type(F, EXPECTED, t))
-                })
-                .collect(),
-            v => Err(wrong_type(F, EXPECTED, v)),
+    let Some(v) = body.get(F) else {
+        return Err(ApiError::invalid(F, "'prompt' is required"));
+    };
+    let n_vocab = limits.n_vocab;
+    let check = |i: usize, ids: &[u32]| {
+        if ids.is_empty() {
+            return Err(ApiError::invalid(F, format!("prompt {i} is empty")));
+        }
+        match ids.iter().find(|&&t| t as usize >= n_vocab) {
+            Some(t) => Err(ApiError::invalid(
+                F,
+                format!(
+                    "token id {t} in prompt {i} is out of range: ids are below {n_vocab} (the \
+                     vocabulary size)"
+                ),
+            )),
+            None => Ok(()),
         }
     };
-    let items: Vec<&Value> = match body.get(F) {
-        None => return Err(ApiError::invalid(F, "'prompt' is required")),
-        Some(Value::Array(a)) if a.iter().any(|x| x.is_string() || x.is_array()) => {
-            a.iter().collect()
-        }
-        Some(v) => vec![v],
-    };
-    check_choices(queue, items.len(), n)?;
-    let text_bytes = items.iter().filter_map(|v| v.as_str()).map(str::len).sum();
-    check_text(max_text_bytes, F, text_bytes)?;
-    let list = items.into_iter().map(one).collect::<Result<Vec<_>, _>>()?;
-    if list.is_empty() || list.iter().any(Vec::is_empty) {
-        return Err(ApiError::invalid(F, "the prompt is empty"));
-    }
+    let list = crate::embed_inputs::inputs(
+        F,
+        v,
+        limits.max_text_bytes,
+        cancel,
+        |_, text, add_special| tokenize(text, add_special),
+        check,
+    )?;
+    check_choices(limits.queue, list.len(), limits.n)?;
     Ok(list)
+}
+
+/// What a completion request's prompts are checked against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PromptLimits {
+    /// The server's limit on a request's text.
+    pub max_text_bytes: usize,
+    /// Requests the engine's queue holds.
+    pub queue: usize,
+    /// Choices per prompt.
+    pub n: usize,
+    /// Token ids are below this.
+    pub n_vocab: usize,
 }
 
 /// A chat request's options and conversation, checked: the choices fit the `queue`, the
@@ -380,11 +396,11 @@ pub(crate) fn prompts(
 pub(crate) fn chat_request(
     body: &Body,
     defaults: &RequestDefaults,
-    n_vocab: usize,
+    vocab: &dyn Vocab,
     queue: usize,
     max_text_bytes: usize,
 ) -> Result<(GenOptions, Vec<ggrs_llama::chat::Message>), ApiError> {
-    let opts = gen_options(body, Endpoint::Chat, defaults, n_vocab)?;
+    let opts = gen_options(body, Endpoint::Chat, defaults, vocab)?;
     check_choices(queue, 1, opts.n)?;
     let msgs = messages(body)?;
     let text_bytes = msgs.iter().map(|m| m.content.len() + m.role.len()).sum();
@@ -484,14 +500,33 @@ fn piece(tok: &Tokenizer, id: u32) -> Vec<u8> {
 /// A token, its log-probability and the most likely alternatives.
 type TokenLogprobs<'a> = (u32, f32, &'a [(u32, f32)]);
 
-/// One token's log-probabilities in the chat form.
-pub(crate) fn chat_logprob(tok: &Tokenizer, id: u32, lp: f32, top: &[(u32, f32)]) -> Value {
+/// One token's log-probabilities in the chat form (`logprob`, `top_logprobs`); with
+/// `post_sampling` (llama-server's `post_sampling_probs`: `lp` and `top` are of the
+/// distribution the sampler drew from), probabilities as llama-server gives them: `prob`,
+/// `top_probs`.
+pub(crate) fn chat_logprob(
+    tok: &Tokenizer,
+    id: u32,
+    lp: f32,
+    top: &[(u32, f32)],
+    post_sampling: bool,
+) -> Value {
     let entry = |id: u32, lp: f32| {
         let b = piece(tok, id);
-        json!({"id": id, "token": String::from_utf8_lossy(&b), "logprob": lp, "bytes": b})
+        let mut e = json!({"id": id, "token": String::from_utf8_lossy(&b), "bytes": b});
+        match post_sampling {
+            true => e["prob"] = json!(lp.exp()),
+            false => e["logprob"] = json!(lp),
+        }
+        e
     };
     let mut e = entry(id, lp);
-    e["top_logprobs"] = top.iter().map(|&(t, l)| entry(t, l)).collect();
+    let key = if post_sampling {
+        "top_probs"
+    } else {
+        "top_logprobs"
+    };
+    e[key] = top.iter().map(|&(t, l)| entry(t, l)).collect();
     e
 }
 
@@ -524,7 +559,12 @@ fn completion_logprobs(tok: &Tokenizer, items: &[TokenLogprobs], mut offset: usi
 
 /// Per-token log-probabilities of a finished choice (without the end-of-generation token,
 /// which is not part of the text).
-fn choice_logprobs(tok: &Tokenizer, c: &Completion, endpoint: Endpoint) -> Value {
+fn choice_logprobs(
+    tok: &Tokenizer,
+    c: &Completion,
+    endpoint: Endpoint,
+    post_sampling: bool,
+) -> Value {
     let n = match c.stop {
         StopReason::EndOfGeneration(_) => c.tokens.len().saturating_sub(1),
         _ => c.tokens.len(),
@@ -539,7 +579,7 @@ fn choice_logprobs(tok: &Tokenizer, c: &Completion, endpoint: Endpoint) -> Value
     match endpoint {
         Endpoint::Chat => json!({"content": items
             .iter()
-            .map(|&(id, lp, top)| chat_logprob(tok, id, lp, top))
+            .map(|&(id, lp, top)| chat_logprob(tok, id, lp, top, post_sampling))
             .collect::<Vec<_>>()}),
         Endpoint::Completions => completion_logprobs(tok, &items, 0),
     }
@@ -678,7 +718,7 @@ fn answer(
         .enumerate()
         .map(|(i, c)| {
             let lp = if opts.logprobs {
-                choice_logprobs(tok, c, endpoint)
+                choice_logprobs(tok, c, endpoint, opts.params.post_sampling_probs)
             } else {
                 Value::Null
             };
@@ -821,7 +861,13 @@ impl StreamState {
                 let lp = if !self.opts.logprobs {
                     Value::Null
                 } else if self.endpoint == Endpoint::Chat {
-                    json!({"content": [chat_logprob(tok, t.id, t.logprob, &t.top_logprobs)]})
+                    json!({"content": [chat_logprob(
+                        tok,
+                        t.id,
+                        t.logprob,
+                        &t.top_logprobs,
+                        self.opts.params.post_sampling_probs,
+                    )]})
                 } else {
                     completion_logprobs(tok, &[(t.id, t.logprob, &t.top_logprobs)], self.sent[i])
                 };

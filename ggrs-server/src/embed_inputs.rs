@@ -4,8 +4,9 @@
 //! - a list of token ids: one input, as given;
 //! - a list mixing token ids and strings (`[12, 34, "text", 56]`): one input, the strings
 //!   tokenized in place (special tokens added only to a string that comes first);
-//! - `{"prompt_string": "text"}` and `{"content": [{"type": "text", "text": …}, …]}` (the
-//!   text parts joined): one input, as a string;
+//! - `{"prompt_string": "text"}` (or a mixed list in place of the text) and
+//!   `{"content": [{"type": "text", "text": …}, …]}` (the text parts joined): one input, as
+//!   a string (a list);
 //! - a list of the above (strings, lists, objects): one input each.
 //!
 //! An input whose tokens are empty (an empty string on a model that adds no special token,
@@ -114,20 +115,7 @@ impl<'a> Input<'a> {
         let invalid = |m: String| ApiError::invalid(field, format!("input {i}: {m}"));
         match x {
             Value::String(t) => Ok(Input::Text(t.clone())),
-            Value::Array(a) => a
-                .iter()
-                .map(|p| match p {
-                    Value::String(t) => Ok(Part::Text(t)),
-                    p => p
-                        .as_u64()
-                        .and_then(|x| u32::try_from(x).ok())
-                        .map(Part::Id)
-                        .ok_or_else(|| {
-                            invalid("a list holds token ids (integers) and strings".into())
-                        }),
-                })
-                .collect::<Result<_, _>>()
-                .map(Input::Mixed),
+            Value::Array(a) => Input::mixed(a).map_err(invalid),
             Value::Object(o) => {
                 if let Some(p) = o.get("prompt_string") {
                     let has_media = o
@@ -138,10 +126,15 @@ impl<'a> Input<'a> {
                             "`multimodal_data`: this model reads text only".into(),
                         ));
                     }
-                    return p
-                        .as_str()
-                        .map(|t| Input::Text(t.to_string()))
-                        .ok_or_else(|| invalid("`prompt_string` must be a string".into()));
+                    return match p {
+                        Value::String(t) => Ok(Input::Text(t.clone())),
+                        Value::Array(a) => Input::mixed(a).map_err(invalid),
+                        _ => Err(invalid(
+                            "`prompt_string` must be a string or a list of token ids and \
+                             strings"
+                                .into(),
+                        )),
+                    };
                 }
                 let Some(Value::Array(parts)) = o.get("content") else {
                     return Err(invalid(
@@ -169,6 +162,21 @@ impl<'a> Input<'a> {
             }
             _ => Err(shape_error(field)),
         }
+    }
+
+    /// A list of token ids and strings (`[12, "text", 34]`) as one input.
+    fn mixed(a: &'a [Value]) -> Result<Input<'a>, String> {
+        a.iter()
+            .map(|p| match p {
+                Value::String(t) => Ok(Part::Text(t)),
+                p => p
+                    .as_u64()
+                    .and_then(|x| u32::try_from(x).ok())
+                    .map(Part::Id)
+                    .ok_or_else(|| "a list holds token ids (integers) and strings".to_string()),
+            })
+            .collect::<Result<_, _>>()
+            .map(Input::Mixed)
     }
 
     /// Bytes of text to tokenize.
@@ -224,6 +232,10 @@ mod tests {
             [vec![1, 97, 2], vec![5, 6], vec![1, 98, 2]]
         );
         assert_eq!(
+            run(json!({"prompt_string": [7, "b"]})).unwrap(),
+            run(json!([7, "b"])).unwrap()
+        );
+        assert_eq!(
             run(json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}))
                 .unwrap(),
             run(json!("ab")).unwrap()
@@ -239,6 +251,8 @@ mod tests {
             json!({"content": [{"type": "unknown"}]}),
             json!({"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}),
             json!({"prompt_string": "a", "multimodal_data": ["AAAA"]}),
+            json!({"prompt_string": 3}),
+            json!({"prompt_string": [1, null]}),
             json!({"other": 1}),
             json!([["a", {"x": 1}]]),
         ] {

@@ -3,9 +3,10 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::completions::{chat_request, prompts, read_chat, render_chat};
+use crate::completions::{chat_request, prompts, read_chat, render_chat, PromptLimits};
 use crate::info::{check_detokenize, token_ids, tokenize_options};
 use crate::limits::Cancel;
+use crate::logit_bias::ByteVocab;
 use crate::origins::OriginPolicy;
 use crate::params::{gen_options, Body, Endpoint, RequestDefaults};
 
@@ -23,7 +24,7 @@ pub struct Refusal {
 /// Checks a request to `path` with `headers` and `body` as the server does before it
 /// touches a model (a vocabulary of `n_vocab` tokens, a queue of `queue` requests, a text
 /// limit of `max_text_bytes`); strings of a prompt count as one token per byte, and so do
-/// the texts of embedding inputs; a `/detokenize` piece is 1–16 bytes. With a `template`, a chat
+/// the texts of embedding inputs and of `logit_bias` keys; a `/detokenize` piece is 1–16 bytes. With a `template`, a chat
 /// request (`/v1/chat/completions`, `/apply-template`, `/v1/messages`,
 /// `/v1/messages/count_tokens`, `/v1/responses`) is read as the server reads it (tools, `tool_choice`, `grammar`,
 /// `json_schema`, `response_format`, template options) and rendered within the server's
@@ -44,6 +45,7 @@ pub fn check_request(
             map.append(k, v);
         }
     }
+    let vocab = ByteVocab(n_vocab);
     let refuse = |e: crate::error::ApiError| {
         assert!(
             (400..500).contains(&e.status.as_u16()),
@@ -92,12 +94,12 @@ pub fn check_request(
             Default::default(),
             Default::default(),
             &RequestDefaults::default(),
-            n_vocab,
+            &vocab,
             queue,
             max_text_bytes,
         )
         .map_err(refuse)?;
-        check_options(&parts.opts, queue);
+        check_options(&parts.opts, queue, n_vocab);
         assert!(!parts.msgs.is_empty(), "a chat has messages");
         let text = render_chat(&parts, t, max_text_bytes).map_err(refuse)?;
         assert!(text.len() <= crate::limits::rendered_limit(max_text_bytes));
@@ -109,12 +111,12 @@ pub fn check_request(
             let (opts, msgs) = chat_request(
                 &body,
                 &RequestDefaults::default(),
-                n_vocab,
+                &vocab,
                 queue,
                 max_text_bytes,
             )
             .map_err(refuse)?;
-            check_options(&opts, queue);
+            check_options(&opts, queue, n_vocab);
             assert!(!msgs.is_empty(), "a chat has messages");
         }
         "/v1/completions" => {
@@ -122,14 +124,24 @@ pub fn check_request(
                 &body,
                 Endpoint::Completions,
                 &RequestDefaults::default(),
-                n_vocab,
+                &vocab,
             )
             .map_err(refuse)?;
-            let encode = |s: &str| Ok(s.bytes().map(u32::from).collect());
-            let list = prompts(&body, max_text_bytes, queue, opts.n, encode).map_err(refuse)?;
-            check_options(&opts, queue);
+            let encode = |s: &str, _: bool| Ok(s.bytes().map(u32::from).collect());
+            let limits = PromptLimits {
+                max_text_bytes,
+                queue,
+                n: opts.n,
+                n_vocab,
+            };
+            let list = prompts(&body, limits, &Cancel::default(), encode).map_err(refuse)?;
+            check_options(&opts, queue, n_vocab);
             assert!(!list.is_empty() && list.iter().all(|p| !p.is_empty()));
             assert!(list.len() * opts.n <= queue, "the choices fit the queue");
+            assert!(
+                list.iter().flatten().all(|&t| (t as usize) < n_vocab),
+                "prompt ids are in the vocabulary"
+            );
         }
         "/tokenize" => {
             let (content, ..) = tokenize_options(&body, max_text_bytes).map_err(refuse)?;
@@ -199,8 +211,16 @@ pub fn check_request(
 }
 
 /// What the engine relies on in accepted options.
-fn check_options(o: &crate::params::GenOptions, queue: usize) {
+fn check_options(o: &crate::params::GenOptions, queue: usize, n_vocab: usize) {
     assert!(o.n >= 1 && o.n <= queue, "n = {}", o.n);
+    assert!(
+        o.params
+            .sampling
+            .logit_bias
+            .iter()
+            .all(|&(t, _)| (t as usize) < n_vocab),
+        "logit_bias ids are in the vocabulary"
+    );
     assert!(o.params.max_tokens >= 1);
     assert!(o.params.top_logprobs <= 20);
     assert!(

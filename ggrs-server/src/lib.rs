@@ -31,6 +31,7 @@ pub mod fuzzing;
 mod handler;
 mod info;
 mod limits;
+mod logit_bias;
 mod native;
 mod origins;
 mod params;
@@ -60,7 +61,8 @@ pub struct ServerConfig {
     pub model_options: ModelOptions,
     /// Slots, context, batch, threads and queue of the engine.
     pub engine: EngineParams,
-    /// Address to listen on (`--host`).
+    /// Address to listen on (`--host`), or several separated by commas
+    /// (`127.0.0.1,::1`, as llama-server reads its `--host`): see [`ServerConfig::hosts`].
     pub host: String,
     /// Port (`--port`; 0: any free port, see [`Server::local_addr`]).
     pub port: u16,
@@ -177,6 +179,21 @@ impl ServerConfig {
         }
     }
 
+    /// The addresses of [`ServerConfig::host`]: split at commas, trimmed, an IPv6 address's
+    /// brackets removed (`[::1]` is `::1`), empty entries left out.
+    pub fn hosts(&self) -> Vec<&str> {
+        self.host
+            .split(',')
+            .map(|h| {
+                let h = h.trim();
+                h.strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(h)
+            })
+            .filter(|h| !h.is_empty())
+            .collect()
+    }
+
     /// The model's name in responses: the alias, else the file name.
     pub fn model_id(&self) -> String {
         self.alias.clone().unwrap_or_else(|| {
@@ -218,11 +235,22 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let state = state::AppState::new(&config);
     state::spawn_loader(state.clone(), config)?;
-    serve_state(listener, state, shutdown).await
+    serve_state(vec![listener], state, shutdown).await
+}
+
+/// Accepts a connection on whichever of `listeners` (at least one) has one first.
+async fn accept_any(
+    listeners: &[tokio::net::TcpListener],
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    if let [one] = listeners {
+        return one.accept().await;
+    }
+    let pending = listeners.iter().map(|l| Box::pin(l.accept()));
+    futures_util::future::select_all(pending).await.0
 }
 
 async fn serve_state(
-    listener: tokio::net::TcpListener,
+    listeners: Vec<tokio::net::TcpListener>,
     state: Arc<state::AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
@@ -240,7 +268,7 @@ async fn serve_state(
         };
         let Ok(permit) = permit else { break };
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            a = accept_any(&listeners) => a,
             _ = &mut shutdown => break,
         };
         let stream = match accepted {
@@ -280,16 +308,24 @@ async fn serve_state(
 /// A server running on its own threads (see [`start`]); dropping it stops it at once
 /// (open connections are closed and their requests cancelled).
 pub struct Server {
-    addr: SocketAddr,
+    /// The bound addresses, in the order of [`ServerConfig::hosts`] (at least one).
+    addrs: Vec<SocketAddr>,
     state: Arc<state::AppState>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<Result<(), ServerError>>>,
 }
 
 impl Server {
-    /// The address it listens on (with the port chosen when [`ServerConfig::port`] is 0).
+    /// The address it listens on (with the port chosen when [`ServerConfig::port`] is 0);
+    /// the first one when it listens on several.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        // `start` binds at least one address before it makes a `Server`.
+        self.addrs[0]
+    }
+
+    /// Every address it listens on, in the order of [`ServerConfig::hosts`].
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
     }
 
     /// Blocks until the model is loaded and the engine runs, or returns why it failed.
@@ -320,17 +356,37 @@ impl Drop for Server {
     }
 }
 
-/// Binds the address at once (so a port in use is an error here), then serves on a thread
-/// of its own with a small tokio runtime while the model loads in the background.
+/// Binds the addresses at once (so a port in use is an error here), then serves on a thread
+/// of its own with a small tokio runtime while the model loads in the background. With
+/// several hosts and port 0, the first host's free port is the port of all.
 pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
-    let addr = format!("{}:{}", config.host, config.port);
-    let bind_err = |source| ServerError::Bind {
-        addr: addr.clone(),
-        source,
-    };
-    let std_listener = std::net::TcpListener::bind(&addr).map_err(bind_err)?;
-    std_listener.set_nonblocking(true).map_err(bind_err)?;
-    let local = std_listener.local_addr().map_err(bind_err)?;
+    let hosts = config.hosts();
+    if hosts.is_empty() {
+        return Err(ServerError::Bind {
+            addr: config.host.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address given"),
+        });
+    }
+    let mut port = config.port;
+    let mut std_listeners = Vec::with_capacity(hosts.len());
+    for host in hosts {
+        let addr = match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        };
+        let bind_err = |source| ServerError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        let l = std::net::TcpListener::bind((host, port)).map_err(bind_err)?;
+        l.set_nonblocking(true).map_err(bind_err)?;
+        port = l.local_addr().map_err(bind_err)?.port();
+        std_listeners.push(l);
+    }
+    let addrs = std_listeners
+        .iter()
+        .map(std::net::TcpListener::local_addr)
+        .collect::<Result<Vec<_>, _>>()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.http_threads.max(1))
         .thread_name("ggrs-http")
@@ -347,15 +403,18 @@ pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
             // then the runtime with it: open connections close, which cancels their
             // requests.
             runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(std_listener)?;
+                let listeners = std_listeners
+                    .into_iter()
+                    .map(tokio::net::TcpListener::from_std)
+                    .collect::<Result<Vec<_>, _>>()?;
                 tokio::select! {
-                    r = serve_state(listener, serve_state_, std::future::pending()) => r,
+                    r = serve_state(listeners, serve_state_, std::future::pending()) => r,
                     _ = rx => Ok(()),
                 }
             })
         })?;
     Ok(Server {
-        addr: local,
+        addrs,
         state,
         shutdown: Some(tx),
         thread: Some(thread),

@@ -96,6 +96,7 @@ impl Native {
             "stop": p.stop,
             "ignore_eos": p.ignore_eos,
             "n_probs": p.top_logprobs,
+            "post_sampling_probs": p.post_sampling_probs,
             "stream": self.opts.stream,
             // Samplers ggrs does not have, at llama-server's values that turn them off.
             "adaptive_target": -1.0,
@@ -130,11 +131,12 @@ impl Native {
         });
         if self.opts.logprobs && !self.opts.stream {
             let tok = self.l.model.tokenizer();
+            let post = self.opts.params.post_sampling_probs;
             v["completion_probabilities"] = c
                 .tokens
                 .iter()
                 .zip(&c.logprobs)
-                .map(|(&id, (lp, top))| chat_logprob(tok, id, *lp, top))
+                .map(|(&id, (lp, top))| chat_logprob(tok, id, *lp, top, post))
                 .collect();
         }
         v
@@ -169,8 +171,13 @@ impl Native {
                         });
                         if me.opts.logprobs && !t.flush {
                             let tok = me.l.model.tokenizer();
-                            v["completion_probabilities"] =
-                                json!([chat_logprob(tok, t.id, t.logprob, &t.top_logprobs)]);
+                            v["completion_probabilities"] = json!([chat_logprob(
+                                tok,
+                                t.id,
+                                t.logprob,
+                                &t.top_logprobs,
+                                me.opts.params.post_sampling_probs,
+                            )]);
                         }
                         (v, left)
                     }

@@ -35,7 +35,8 @@ pub(crate) struct OriginPolicy {
 }
 
 impl OriginPolicy {
-    /// The policy for `--cors` `origins` on a server listening on `host`.
+    /// The policy for `--cors` `origins` on a server listening on `host` (one address, or
+    /// several separated by commas: the `Host` check applies when all are loopback).
     pub fn new(origins: &[String], host: &str) -> OriginPolicy {
         let any = origins.iter().any(|o| o.trim() == "*");
         let loopback_origins = origins.iter().any(|o| o.trim() == "localhost");
@@ -45,7 +46,13 @@ impl OriginPolicy {
             .filter(|o| !o.is_empty() && o != "*" && o != "localhost")
             .collect();
         OriginPolicy {
-            loopback_host_only: !any && allowed.is_empty() && is_loopback_name(host),
+            loopback_host_only: !any
+                && allowed.is_empty()
+                && host
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .all(is_loopback_name),
             any,
             allowed,
             loopback_origins,
@@ -199,6 +206,17 @@ mod tests {
             ("origin", "https://evil.example"),
         ];
         assert!(p.check(&headers(&other)).is_err());
+    }
+
+    /// Several addresses: the `Host` check holds when every one is loopback.
+    #[test]
+    fn several_hosts_check_hosts_only_when_all_are_loopback() {
+        let evil = headers(&[("host", "evil.example:8080")]);
+        let both = OriginPolicy::new(&[], "127.0.0.1,::1");
+        assert!(both.check(&evil).is_err());
+        assert!(both.check(&headers(&[("host", "[::1]:8080")])).is_ok());
+        let open = OriginPolicy::new(&[], "127.0.0.1, 0.0.0.0");
+        assert!(open.check(&evil).is_ok());
     }
 
     #[test]

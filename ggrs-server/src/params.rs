@@ -8,6 +8,7 @@ use ggrs_llama::{GenerateParams, SamplingParams};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::logit_bias::{self, Vocab};
 
 /// Which endpoint a body is for (their `logprobs` fields differ).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +20,8 @@ pub(crate) enum Endpoint {
 /// A request body: a JSON object.
 pub(crate) struct Body(Map<String, Value>);
 
-fn type_name(v: &Value) -> &'static str {
+/// The JSON type of `v`, for error messages ("a string", "an object", …).
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -105,7 +107,7 @@ impl Body {
 }
 
 /// An integer (a float with no fraction counts, as JSON writers may write `3.0`).
-fn as_int(v: &Value) -> Option<i64> {
+pub(crate) fn as_int(v: &Value) -> Option<i64> {
     if let Some(i) = v.as_i64() {
         return Some(i);
     }
@@ -228,45 +230,6 @@ fn stop_strings(body: &Body) -> Result<Vec<String>, ApiError> {
     }
 }
 
-/// `logit_bias`: `{"token id": bias}` (OpenAI), or `[[id, bias], …]` (llama-server); a
-/// bias of `false` bans the token.
-fn logit_bias(body: &Body, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
-    const F: &str = "logit_bias";
-    let entry = |id: Option<i64>, bias: &Value| -> Result<(u32, f32), ApiError> {
-        let id = id
-            .filter(|&i| i >= 0 && (i as u64) < n_vocab as u64)
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    F,
-                    format!("'{F}' keys must be token ids below {n_vocab} (the vocabulary size)"),
-                )
-            })?;
-        let b = match bias {
-            Value::Bool(false) => f32::NEG_INFINITY,
-            v => v
-                .as_f64()
-                .map(|x| x as f32)
-                .ok_or_else(|| wrong_type(F, "a map of token ids to numbers (or false)", v))?,
-        };
-        Ok((id as u32, b))
-    };
-    match body.get(F) {
-        None => Ok(Vec::new()),
-        Some(Value::Object(m)) => m
-            .iter()
-            .map(|(k, v)| entry(k.trim().parse::<i64>().ok(), v))
-            .collect(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|pair| match pair.as_array().map(Vec::as_slice) {
-                Some([id, bias]) => entry(as_int(id), bias),
-                _ => Err(wrong_type(F, "a list of [token id, bias] pairs", pair)),
-            })
-            .collect(),
-        Some(v) => Err(wrong_type(F, "an object", v)),
-    }
-}
-
 /// The token limit: the first of `max_completion_tokens`, `max_tokens`, `n_predict` given
 /// (each one present must be an integer); -1 is no limit (as llama-server reads it),
 /// other values below 1 are refused (as OpenAI refuses them).
@@ -364,12 +327,12 @@ pub(crate) struct RequestDefaults {
 }
 
 /// Reads the options both completion endpoints share (llama-server's names; what a
-/// request leaves out comes from `defaults`); `n_vocab`: for `logit_bias`.
+/// request leaves out comes from `defaults`); `vocab`: for `logit_bias`.
 pub(crate) fn gen_options(
     body: &Body,
     endpoint: Endpoint,
     defaults: &RequestDefaults,
-    n_vocab: usize,
+    vocab: &dyn Vocab,
 ) -> Result<GenOptions, ApiError> {
     let n = body.int("n")?.unwrap_or(1);
     if !(1..=MAX_N as i64).contains(&n) {
@@ -416,9 +379,9 @@ pub(crate) fn gen_options(
         presence_penalty: body.f32("presence_penalty")?.unwrap_or(d.presence_penalty),
         penalty_last_n: repeat_last_n,
         seed,
-        logit_bias: logit_bias(body, n_vocab)?,
+        logit_bias: logit_bias::read(body.get("logit_bias"), vocab)?,
     };
-    check_sampling(&sampling, n_vocab)?;
+    check_sampling(&sampling, vocab.n_vocab())?;
     let (logprobs, top_logprobs) = match endpoint {
         Endpoint::Chat => {
             let on = body.bool("logprobs")?.unwrap_or(false);
@@ -438,6 +401,8 @@ pub(crate) fn gen_options(
             (top.is_some(), top.unwrap_or(0))
         }
     };
+    // llama-server's: the probabilities reported are those the sampler chain leaves.
+    let post_sampling_probs = body.bool("post_sampling_probs")?.unwrap_or(false);
     let include_usage = match body.get("stream_options") {
         None => false,
         Some(Value::Object(o)) => match o.get("include_usage") {
@@ -454,6 +419,7 @@ pub(crate) fn gen_options(
             stop: stop_strings(body)?,
             ignore_eos: body.bool("ignore_eos")?.unwrap_or(false),
             top_logprobs,
+            post_sampling_probs: logprobs && post_sampling_probs,
             constraint: None,
         },
         n,
@@ -608,6 +574,9 @@ fn content(v: Option<&Value>, at: &str) -> Result<String, ApiError> {
 mod tests {
     use super::*;
 
+    /// A vocabulary of 100 ids, text keys tokenized to their bytes.
+    const V: crate::logit_bias::ByteVocab = crate::logit_bias::ByteVocab(100);
+
     fn body(s: &str) -> Body {
         Body::parse(s.as_bytes()).expect("valid test JSON")
     }
@@ -615,7 +584,7 @@ mod tests {
     #[test]
     fn defaults_are_llama_servers() {
         let none = RequestDefaults::default();
-        let o = gen_options(&body("{}"), Endpoint::Chat, &none, 100).unwrap();
+        let o = gen_options(&body("{}"), Endpoint::Chat, &none, &V).unwrap();
         let d = SamplingParams::default();
         assert_eq!(o.params.sampling.temperature, d.temperature);
         assert_eq!(o.params.sampling.top_k, d.top_k);
@@ -625,7 +594,7 @@ mod tests {
             n_predict: Some(8),
             ..Default::default()
         };
-        let capped = gen_options(&body(r#"{"max_tokens": 50}"#), Endpoint::Chat, &cap, 100);
+        let capped = gen_options(&body(r#"{"max_tokens": 50}"#), Endpoint::Chat, &cap, &V);
         assert_eq!(capped.unwrap().params.max_tokens, 8);
     }
 
@@ -641,7 +610,7 @@ mod tests {
             },
             seed: Some(42),
         };
-        let o = gen_options(&body("{}"), Endpoint::Chat, &server, 100).unwrap();
+        let o = gen_options(&body("{}"), Endpoint::Chat, &server, &V).unwrap();
         let s = &o.params.sampling;
         assert_eq!((s.temperature, s.top_k, s.min_p, s.seed), (0.3, 7, 0.0, 42));
         assert_eq!(s.top_p, SamplingParams::default().top_p);
@@ -649,15 +618,15 @@ mod tests {
             &body(r#"{"temperature": 1.5, "top_k": 3, "seed": 9}"#),
             Endpoint::Chat,
             &server,
-            100,
+            &V,
         )
         .unwrap();
         let s = &o.params.sampling;
         assert_eq!((s.temperature, s.top_k, s.seed), (1.5, 3, 9));
         // Without a server seed, two requests without one get different seeds.
         let none = RequestDefaults::default();
-        let a = gen_options(&body("{}"), Endpoint::Chat, &none, 100).unwrap();
-        let b = gen_options(&body("{}"), Endpoint::Chat, &none, 100).unwrap();
+        let a = gen_options(&body("{}"), Endpoint::Chat, &none, &V).unwrap();
+        let b = gen_options(&body("{}"), Endpoint::Chat, &none, &V).unwrap();
         assert_ne!(a.params.sampling.seed, b.params.sampling.seed);
     }
 
@@ -671,7 +640,7 @@ mod tests {
             ),
             Endpoint::Completions,
             &RequestDefaults::default(),
-            100,
+            &V,
         )
         .unwrap();
         assert_eq!(o.params.stop, vec!["a".to_string()]);
@@ -694,13 +663,8 @@ mod tests {
             (r#"{"max_tokens": 0}"#, "max_tokens"),
             (r#"{"stop": 3}"#, "stop"),
         ] {
-            let e = gen_options(
-                &body(json),
-                Endpoint::Chat,
-                &RequestDefaults::default(),
-                100,
-            )
-            .unwrap_err();
+            let e = gen_options(&body(json), Endpoint::Chat, &RequestDefaults::default(), &V)
+                .unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{json}: {e:?}");
         }
         // Neutral values of unsupported fields, and unknown fields, pass.
@@ -708,9 +672,39 @@ mod tests {
             &body(r#"{"tools": [], "response_format": {"type": "text"}, "user": "x", "foo": 1}"#),
             Endpoint::Chat,
             &RequestDefaults::default(),
-            100,
+            &V,
         )
         .unwrap();
+    }
+
+    /// `post_sampling_probs` asks for the sampler's probabilities only with probabilities
+    /// asked for; `logit_bias` by text reaches the sampler as the same ids would.
+    #[test]
+    fn post_sampling_probs_and_logit_bias_text() {
+        let read = |json: &str| {
+            gen_options(
+                &body(json),
+                Endpoint::Completions,
+                &RequestDefaults::default(),
+                &V,
+            )
+        };
+        let on = read(r#"{"n_probs": 3, "post_sampling_probs": true}"#).unwrap();
+        assert!(on.logprobs && on.params.post_sampling_probs && on.params.top_logprobs == 3);
+        let off = read(r#"{"post_sampling_probs": true}"#).unwrap();
+        assert!(!off.logprobs && !off.params.post_sampling_probs);
+        let e = read(r#"{"n_probs": 3, "post_sampling_probs": 1}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("post_sampling_probs"));
+        let by_text = read(r#"{"logit_bias": [["AB", false]]}"#).unwrap();
+        let by_id = read(r#"{"logit_bias": {"65": false, "66": false}}"#).unwrap();
+        assert_eq!(
+            by_text.params.sampling.logit_bias,
+            by_id.params.sampling.logit_bias
+        );
+        assert_eq!(
+            by_id.params.sampling.logit_bias,
+            vec![(65, f32::NEG_INFINITY), (66, f32::NEG_INFINITY)]
+        );
     }
 
     #[test]

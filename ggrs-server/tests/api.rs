@@ -630,3 +630,35 @@ fn llama_server_completion_endpoint() {
     // `/completions` is llama-server's own format too (`/v1/completions` is OpenAI's).
     assert_eq!(s.post("/completions", &ask).body["content"], v["content"]);
 }
+
+/// `--host 127.0.0.1,::1` (llama-server's list form): both addresses serve, on one port;
+/// skipped where the machine has no IPv6 loopback.
+#[test]
+fn several_host_addresses_serve_on_one_port() {
+    if std::net::TcpListener::bind(("::1", 0)).is_err() {
+        eprintln!("no IPv6 loopback: skipped");
+        return;
+    }
+    let mut c = config(1);
+    c.host = "127.0.0.1, [::1]".into();
+    let s = TestServer::start(c);
+    let addrs = s.server.local_addrs().to_vec();
+    assert_eq!(addrs.len(), 2, "{addrs:?}");
+    assert!(addrs[0].is_ipv4() && addrs[1].is_ipv6(), "{addrs:?}");
+    assert_eq!(addrs[0].port(), addrs[1].port());
+    assert_eq!(s.server.local_addr(), addrs[0]);
+    let agent = common::agent();
+    for a in &addrs {
+        let url = format!("http://{a}/completion");
+        let r = agent
+            .post(&url)
+            .send_json(json!({"prompt": "Once upon a time", "n_predict": 2}))
+            .expect("an answer");
+        assert_eq!(r.status().as_u16(), 200, "{a}");
+    }
+    // An address that cannot be bound is an error naming it.
+    let mut bad = config(1);
+    bad.host = "127.0.0.1,192.0.2.1".into();
+    let e = ggrs_server::start(bad).err().expect("not bound");
+    assert!(e.to_string().contains("192.0.2.1"), "{e}");
+}

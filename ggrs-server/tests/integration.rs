@@ -9,6 +9,7 @@ mod context_shift;
 mod embeddings;
 mod hardening;
 mod hybrids;
+mod request_forms;
 mod responsive;
 mod serving;
 mod speculative;
