@@ -30,6 +30,7 @@ mod error;
 pub mod fuzzing;
 mod handler;
 mod info;
+mod json_values;
 mod limits;
 mod logit_bias;
 mod native;

@@ -14,7 +14,7 @@ use ggrs_llama::Model;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::params::wrong_type;
+use crate::json_values::wrong_type;
 
 const F: &str = "logit_bias";
 
@@ -72,7 +72,7 @@ pub(crate) fn read(v: Option<&Value>, vocab: &dyn Vocab) -> Result<Vec<(u32, f32
                     Value::String(text) => {
                         out.extend(text_tokens(text, vocab)?.into_iter().map(|t| (t, bias)))
                     }
-                    t => match crate::params::as_int(t) {
+                    t => match crate::json_values::as_int(t) {
                         Some(id) => out.push((token_id(id, vocab)?, bias)),
                         None => {
                             return Err(wrong_type(
@@ -106,7 +106,7 @@ fn bias_value(v: &Value) -> Result<f32, ApiError> {
                 F,
                 format!(
                     "a bias in '{F}' must be a number or false, not {}",
-                    crate::params::type_name(v)
+                    crate::json_values::type_name(v)
                 ),
             )
         }),

@@ -8,6 +8,7 @@ use ggrs_llama::{GenerateParams, SamplingParams};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+pub(crate) use crate::json_values::{as_int, type_name, wrong_type};
 use crate::logit_bias::{self, Vocab};
 
 /// Which endpoint a body is for (their `logprobs` fields differ).
@@ -19,26 +20,6 @@ pub(crate) enum Endpoint {
 
 /// A request body: a JSON object.
 pub(crate) struct Body(Map<String, Value>);
-
-/// The JSON type of `v`, for error messages ("a string", "an object", …).
-pub(crate) fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// 400: `field` has the wrong type.
-pub(crate) fn wrong_type(field: &str, expected: &str, v: &Value) -> ApiError {
-    ApiError::invalid(
-        field,
-        format!("'{field}' must be {expected}, not {}", type_name(v)),
-    )
-}
 
 impl Body {
     /// Parses `bytes` as a JSON object.
@@ -104,19 +85,6 @@ impl Body {
             )),
         }
     }
-}
-
-/// An integer (a float with no fraction counts, as JSON writers may write `3.0`).
-pub(crate) fn as_int(v: &Value) -> Option<i64> {
-    if let Some(i) = v.as_i64() {
-        return Some(i);
-    }
-    if let Some(u) = v.as_u64() {
-        return Some(u.min(i64::MAX as u64) as i64);
-    }
-    v.as_f64()
-        .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
-        .map(|f| f as i64)
 }
 
 /// Fields that would change the output in a way this server does not implement, with the
