@@ -30,16 +30,31 @@ use super::{q4_0_at, q6_k_qh, q6_k_ql, Kind, AUX_BYTES, ROWS};
 /// Bytes of a Q8_0 block (activations).
 const Q8_0_BYTES: usize = 34;
 
-/// Prefetches (into L1) the bytes [`super::stream_ahead`]'s distance past packed block `i`
-/// (of `bytes` bytes) of `panel`, called in the first half's pass (the second re-reads the
-/// panel from cache). Four blocks ahead, as before, left the products at their memory time
-/// plus their arithmetic: `GGRS_MAX_ISA=avx2 cargo run --release -p ggrs-core --example
-/// kquant_decode_rate -- TYPE 896 4864 24 2 30 COLS` on the AVX-512 Zen 5 (ms, one column /
-/// eight): Q8_0 2.58 → 2.00 / 8.04 → 8.10, Q4_1 1.72 → 1.25 / 7.03 → 5.86, Q5_0 2.75 →
-/// 1.69 / 8.64 → 7.51, IQ4_NL 1.98 → 1.14 / 6.79 → 5.57 (`docs/kernel-bench-notes.md`).
+/// The prefetch of the two-half kernels here at the `len` bytes at `at` of a packed panel of
+/// `panel_bytes`: the first half's pass streams them [`super::stream_ahead`]'s distance ahead
+/// (four blocks ahead, as before, left the products at their memory time plus their
+/// arithmetic: `GGRS_MAX_ISA=avx2 cargo run --release -p ggrs-core --example
+/// kquant_decode_rate -- TYPE 896 4864 24 2 30 COLS` on the AVX-512 Zen 5, one column / eight
+/// (ms): Q8_0 2.58 → 2.00 / 8.04 → 8.10, Q4_1 1.72 → 1.25 / 7.03 → 5.86, Q5_0 2.75 → 1.69 /
+/// 8.64 → 7.51, IQ4_NL 1.98 → 1.14 / 6.79 → 5.57; `docs/kernel-bench-notes.md`). With one
+/// column the second half's pass (which re-reads the panel from cache) fetches the same bytes
+/// of the next panel, so that the stream from memory does not pause for half of every panel
+/// (Q4_K, same command, one column, medians of six rounds: 1.48 → 1.29 ms); with several
+/// columns the products are bound by arithmetic and those prefetches cost more than they
+/// save.
 #[inline(always)]
-pub(super) fn prefetch_ahead(panel: *const u8, i: usize, bytes: usize) {
-    super::stream_ahead(panel, i * bytes, bytes);
+pub(super) fn stream_halves<const C: usize>(
+    panel: *const u8,
+    half: usize,
+    at: usize,
+    len: usize,
+    panel_bytes: usize,
+) {
+    if half == 0 {
+        super::stream_ahead(panel, at, len);
+    } else if C == 1 {
+        super::fetch_lines(panel, panel_bytes + at, len);
+    }
 }
 
 /// Each row's eight lane accumulators (`a[g]`, lane `r` = row `r`) added in ggml's
@@ -86,6 +101,7 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
         let ones = _mm256_set1_epi16(1);
+        let pb = Kind::Q4_0Chain.panel_bytes(nb);
         // One half panel (eight rows) at a time, and within a block one quad group of codes
         // at a time against every column: the group's two code vectors, the columns' 16-bit
         // sums and their accumulators stay in registers for up to four columns (the second
@@ -98,9 +114,9 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
             let mut acc = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let (sc, vec) = q4_0_at(i);
-                if half == 0 && i % 2 == 0 {
-                    // The pair's bytes, `STREAM_AHEAD` further on.
-                    super::stream_ahead(panel, sc, super::Q4_0_PAIR);
+                if i % 2 == 0 {
+                    // The pair's bytes (see `stream_halves`).
+                    stream_halves::<C>(panel, half, sc, super::Q4_0_PAIR, pb);
                 }
                 // Exact: every f16 is an f32.
                 let dxh = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
@@ -155,9 +171,7 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
-                if half == 0 {
-                    prefetch_ahead(panel, i, bb);
-                }
+                stream_halves::<C>(panel, half, i * bb, bb, bb * nb);
                 let p = panel.add(i * bb);
                 let dx = _mm256_loadu_ps(p.add(32 * half).cast());
                 let mut w = [_mm256_setzero_si256(); 8];
@@ -276,9 +290,8 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
             let mut summs = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let at = T::KIND.block_at(i);
-                if half == 0 {
-                    prefetch_ahead(panel, i, T::KIND.panel_bytes(1));
-                }
+                let bb = T::KIND.panel_bytes(1);
+                stream_halves::<C>(panel, half, i * bb, bb, T::KIND.panel_bytes(nb));
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
                 let mx = if T::MIN {
                     _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.m + 16 * half).cast()))
@@ -391,9 +404,8 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
             let ctrl = _mm256_loadu_si256(ctrl.as_ptr().cast());
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
-                if half == 0 {
-                    prefetch_ahead(panel, i, Kind::Q6KLanes.panel_bytes(1));
-                }
+                let bb = Kind::Q6KLanes.panel_bytes(1);
+                stream_halves::<C>(panel, half, i * bb, bb, Kind::Q6KLanes.panel_bytes(nb));
                 let at = Kind::Q6KLanes.block_at(i);
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
                 // Scale j of each row, as the same i16 in both halves of its lane.

@@ -36,7 +36,7 @@
 use std::arch::x86_64::*;
 
 use super::super::util::{read_f32, read_u32};
-use super::avx2::prefetch_ahead;
+use super::avx2::stream_halves;
 use super::{prefetch, q4_0_at, stream_ahead, Ahead, Kind, AUX_BYTES, Q4_0_PAIR, ROWS};
 use crate::quants::mxfp4::{e8m0_half, KVALUES_FP4};
 
@@ -237,9 +237,13 @@ pub(super) unsafe fn mxfp4_chain_avx2<const C: usize>(
         for half in 0..2 {
             let mut acc = [_mm256_setzero_ps(); C];
             for i in 0..nb {
-                if half == 0 {
-                    prefetch_ahead(panel, i, block);
-                }
+                stream_halves::<C>(
+                    panel,
+                    half,
+                    i * block,
+                    block,
+                    Kind::MXFP4Chain.panel_bytes(nb),
+                );
                 let (sc, vec) = q4_0_at(i);
                 let dx16 = _mm256_cvtepu16_epi32(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
                 let dx = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(dx16));
@@ -503,9 +507,7 @@ pub(super) unsafe fn nvfp4_lanes_avx2<const C: usize>(
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
-                if half == 0 {
-                    prefetch_ahead(panel, i, bb);
-                }
+                stream_halves::<C>(panel, half, i * bb, bb, Kind::NVFP4Lanes.panel_bytes(nb));
                 let p = panel.add(i * bb);
                 let ue = ue4m3_scales_256(_mm256_loadu_si256(p.add(32 * half).cast()));
                 for h in 0..2 {

@@ -18,7 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::super::util::{read_f32, read_u32};
-use super::avx2::{lanes_total, prefetch_ahead};
+use super::avx2::{lanes_total, stream_halves};
 use super::{q4_0_at, Kind, AUX_BYTES, ROWS};
 use crate::quants::iq4::KVALUES_IQ4NL;
 
@@ -85,9 +85,13 @@ pub(super) unsafe fn iq4_nl_chain<const C: usize>(
         for half in 0..2 {
             let mut acc = [_mm256_setzero_ps(); C];
             for i in 0..nb {
-                if half == 0 {
-                    prefetch_ahead(panel, i, block);
-                }
+                stream_halves::<C>(
+                    panel,
+                    half,
+                    i * block,
+                    block,
+                    Kind::IQ4NLChain.panel_bytes(nb),
+                );
                 let (sc, vec) = q4_0_at(i);
                 // Exact: every f16 is an f32.
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
@@ -147,9 +151,13 @@ pub(super) unsafe fn iq4_xs_lanes<const C: usize>(
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
-                if half == 0 {
-                    prefetch_ahead(panel, i, bytes);
-                }
+                stream_halves::<C>(
+                    panel,
+                    half,
+                    i * bytes,
+                    bytes,
+                    Kind::IQ4XSLanes.panel_bytes(nb),
+                );
                 let at = Kind::IQ4XSLanes.block_at(i);
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(at.d + 16 * half).cast()));
                 let sl = _mm256_loadu_si256(panel.add(at.s + 32 * half).cast());

@@ -665,11 +665,19 @@ const STREAM_AHEAD: usize = 16 << 10;
 /// `wrapping_add` keeps the address arithmetic defined).
 #[inline(always)]
 pub(super) fn stream_ahead(panel: *const u8, at: usize, len: usize) {
-    let ahead = panel.wrapping_add(at + STREAM_AHEAD);
+    fetch_lines(panel, at + STREAM_AHEAD, len);
+}
+
+/// Prefetches (into L1) the `len` bytes at `panel + at`, one per 64-byte line (past the
+/// copy's end whatever follows: a prefetch never faults, `wrapping_add` keeps the address
+/// arithmetic defined).
+#[inline(always)]
+pub(super) fn fetch_lines(panel: *const u8, at: usize, len: usize) {
+    let from = panel.wrapping_add(at);
     let mut off = 0;
     while off < len {
         // SAFETY: a prefetch is a hint; it reads nothing and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off).cast()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(from.wrapping_add(off).cast()) };
         off += 64;
     }
 }

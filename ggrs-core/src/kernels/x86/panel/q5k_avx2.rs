@@ -50,10 +50,13 @@ pub(super) unsafe fn q5_k_lanes<const C: usize>(
             let mut summs = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let p = panel.add(i * Q5K_PANEL_BYTES);
-                if half == 0 {
-                    // The block `STREAM_AHEAD` further on, while this pass streams it.
-                    super::stream_ahead(panel, i * Q5K_PANEL_BYTES, Q5K_PANEL_BYTES);
-                }
+                super::avx2::stream_halves::<C>(
+                    panel,
+                    half,
+                    i * Q5K_PANEL_BYTES,
+                    Q5K_PANEL_BYTES,
+                    nb * Q5K_PANEL_BYTES,
+                );
                 let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));
                 let ax: [*const u8; C] = std::array::from_fn(|c| aux[c].add(i * Q4K_AUX_BYTES));
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * half).cast()));

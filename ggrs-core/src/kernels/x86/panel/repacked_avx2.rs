@@ -80,10 +80,13 @@ pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
             let mut accm = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let p = panel.add(i * Q4K_PANEL_BYTES);
-                if half == 0 {
-                    // The block `STREAM_AHEAD` further on, while this pass streams it.
-                    super::stream_ahead(panel, i * Q4K_PANEL_BYTES, Q4K_PANEL_BYTES);
-                }
+                super::avx2::stream_halves::<C>(
+                    panel,
+                    half,
+                    i * Q4K_PANEL_BYTES,
+                    Q4K_PANEL_BYTES,
+                    nb * Q4K_PANEL_BYTES,
+                );
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * half).cast()));
                 let mx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(32 + 16 * half).cast()));
                 let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));
@@ -179,10 +182,13 @@ pub(super) unsafe fn q2_k<const C: usize, const GEMM: bool>(
             let mut accm = [_mm256_setzero_ps(); C];
             for i in 0..nb {
                 let p = panel.add(i * Q2K_PANEL_BYTES);
-                if half == 0 {
-                    // The block `STREAM_AHEAD` further on, while this pass streams it.
-                    super::stream_ahead(panel, i * Q2K_PANEL_BYTES, Q2K_PANEL_BYTES);
-                }
+                super::avx2::stream_halves::<C>(
+                    panel,
+                    half,
+                    i * Q2K_PANEL_BYTES,
+                    Q2K_PANEL_BYTES,
+                    nb * Q2K_PANEL_BYTES,
+                );
                 let dx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * half).cast()));
                 let mx = _mm256_cvtph_ps(_mm_loadu_si128(p.add(32 + 16 * half).cast()));
                 let yb: [*const u8; C] = std::array::from_fn(|c| y[c].add(i * Q8K_BYTES));
