@@ -183,16 +183,7 @@ impl ServerConfig {
     /// The addresses of [`ServerConfig::host`]: split at commas, trimmed, an IPv6 address's
     /// brackets removed (`[::1]` is `::1`), empty entries left out.
     pub fn hosts(&self) -> Vec<&str> {
-        self.host
-            .split(',')
-            .map(|h| {
-                let h = h.trim();
-                h.strip_prefix('[')
-                    .and_then(|h| h.strip_suffix(']'))
-                    .unwrap_or(h)
-            })
-            .filter(|h| !h.is_empty())
-            .collect()
+        origins::host_list(&self.host)
     }
 
     /// The model's name in responses: the alias, else the file name.

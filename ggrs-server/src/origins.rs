@@ -48,11 +48,7 @@ impl OriginPolicy {
         OriginPolicy {
             loopback_host_only: !any
                 && allowed.is_empty()
-                && host
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|h| !h.is_empty())
-                    .all(is_loopback_name),
+                && host_list(host).into_iter().all(is_loopback_name),
             any,
             allowed,
             loopback_origins,
@@ -157,6 +153,20 @@ fn is_loopback_origin(origin: &str) -> bool {
 }
 
 /// `localhost` (and its subdomains), 127.0.0.0/8 and ::1.
+/// The addresses of a `--host` value: split at commas, trimmed, an IPv6 address's brackets
+/// removed (`[::1]` is `::1`), empty entries left out ([`crate::ServerConfig::hosts`]).
+pub(crate) fn host_list(host: &str) -> Vec<&str> {
+    host.split(',')
+        .map(|h| {
+            let h = h.trim();
+            h.strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(h)
+        })
+        .filter(|h| !h.is_empty())
+        .collect()
+}
+
 fn is_loopback_name(name: &str) -> bool {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     if name == "localhost" || name.ends_with(".localhost") {
