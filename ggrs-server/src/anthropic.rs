@@ -21,7 +21,8 @@ use serde_json::{json, Map, Value};
 use crate::completions::{prepare_chat, stream_state, submit, wait_all_timed, StreamState};
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
-use crate::params::{wrong_type, Body};
+use crate::json_values::wrong_type;
+use crate::params::Body;
 use crate::state::AppState;
 use crate::translate::{self, Pump, Translate};
 

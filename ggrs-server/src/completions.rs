@@ -17,13 +17,12 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, St};
+use crate::json_values::wrong_type;
 use crate::limits::{
     check_choices, check_rendered, check_text, off_thread, rendered_limit, Cancel,
 };
 use crate::logit_bias::Vocab;
-use crate::params::{
-    gen_options, messages, wrong_type, Body, Endpoint, GenOptions, RequestDefaults,
-};
+use crate::params::{gen_options, messages, Body, Endpoint, GenOptions, RequestDefaults};
 use crate::state::{unix_now, AppState, Loaded};
 use crate::structured;
 use crate::tools;

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::handler::{body_bytes, ready, ready_model, St};
+use crate::json_values::wrong_type;
 use crate::limits::{check_text, off_thread, rendered_limit};
-use crate::params::wrong_type;
 use crate::params::Body;
 
 /// The chat page, compiled in.

@@ -8,7 +8,7 @@ use ggrs_llama::{GenerateParams, SamplingParams};
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-pub(crate) use crate::json_values::{as_int, type_name, wrong_type};
+use crate::json_values::{as_int, type_name, wrong_type};
 use crate::logit_bias::{self, Vocab};
 
 /// Which endpoint a body is for (their `logprobs` fields differ).

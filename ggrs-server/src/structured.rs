@@ -7,7 +7,8 @@ use ggrs_llama::Tokenizer;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::params::{wrong_type, Body};
+use crate::json_values::wrong_type;
+use crate::params::Body;
 
 /// What the request asks the output to follow (none: free text), and the field that asked.
 pub(crate) fn spec(body: &mut Body) -> Result<Option<(&'static str, GrammarSpec)>, ApiError> {

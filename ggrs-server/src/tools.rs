@@ -6,7 +6,8 @@ use ggrs_llama::ChatTemplate;
 use serde_json::Value;
 
 use crate::error::ApiError;
-use crate::params::{wrong_type, Body};
+use crate::json_values::wrong_type;
+use crate::params::Body;
 
 /// The request's tools (none when it offers none), taken from the body.
 /// `parallel_tool_calls` defaults to false, as llama-server has it: a small model allowed
