@@ -38,6 +38,7 @@
 
 mod error;
 mod mapping;
+mod names;
 mod reader;
 mod split;
 mod value;
@@ -47,11 +48,9 @@ pub use error::GgufError;
 pub use mapping::HugePageReport;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use mapping::HUGE as HUGE_PAGE;
+pub use names::{split_path, split_prefix, SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_KEY};
 pub use reader::{GgufFile, SplitPart, TensorInfo};
-pub use split::{
-    plan_split, split_path, split_prefix, split_writers, write_merged, write_split, SplitLimit,
-    WriteProgress, SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_KEY,
-};
+pub use split::{plan_split, split_writers, write_merged, write_split, SplitLimit, WriteProgress};
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorDataWriter};
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::error::GgufError;
 use super::mapping::{FileMap, HugePageReport};
-use super::split::{split_path, split_prefix, SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_KEY};
+use super::names::{split_path, split_prefix, SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_KEY};
 use super::value::{Value, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH};
 use crate::context::{Context, ExternalData};
@@ -462,7 +462,8 @@ impl GgufFile {
         self.alignment
     }
 
-    /// File offset where the data section starts (tensor offsets are relative to it).
+    /// File offset where the data section starts (tensor offsets are relative to it; for a
+    /// split model, the first part's, in [`GgufFile::data`]).
     pub fn data_offset(&self) -> usize {
         self.data_start
     }
@@ -499,7 +500,9 @@ impl GgufFile {
     }
 
     /// The whole file's bytes, to make tensors that point into it with
-    /// [`Context::new_tensor_external`] (at `data_offset() + info.offset`).
+    /// [`Context::new_tensor_external`] (at `data_offset() + info.offset`). For a split
+    /// model, every part's bytes one after the other, each starting at its
+    /// [`SplitPart::start`] (the gaps between them read as zeros).
     pub fn data(&self) -> Arc<dyn ExternalData> {
         Arc::clone(&self.data)
     }
