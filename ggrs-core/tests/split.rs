@@ -133,6 +133,16 @@ fn split_by_tensor_count_reads_as_the_original() {
     }
     // Every file is protected from being an output.
     assert_eq!(split.sources().count(), 3);
+    // The parts are mapped from their files, not copied: a mapped page can be released (and
+    // read back from the file).
+    let embd = split.tensor("token_embd.weight").unwrap();
+    let before = split.tensor_data(embd).to_vec();
+    if cfg!(target_os = "linux") {
+        assert!(split.release_pages(split.tensor_data(embd)) > 0);
+    }
+    assert!(split.tensor_data(embd) == &before[..]);
+    let last = split.tensors().last().unwrap();
+    assert!(split.release_pages(split.tensor_data(last)) <= last.size);
 }
 
 #[test]
