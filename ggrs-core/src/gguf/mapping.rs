@@ -82,7 +82,7 @@ impl FileMap {
             return Ok(FileMap {
                 inner: Inner::Placed { ptr, len },
                 files: vec![file],
-                parts: vec![0..len],
+                parts: std::iter::once(0..len).collect(),
             });
         }
         // SAFETY: the mapping is read-only and private to this process; memmap2 keeps it
@@ -94,7 +94,7 @@ impl FileMap {
         Ok(FileMap {
             inner: Inner::Plain(map),
             files: vec![file],
-            parts: vec![0..len],
+            parts: std::iter::once(0..len).collect(),
         })
     }
 
