@@ -164,12 +164,23 @@ impl GgufFile {
                 first: split_prefix(path, no, count).map(|p| split_path(&p, 0, count)),
             });
         }
-        drop(file);
-        GgufFile::open_split(path, count)
+        GgufFile::open_split(path, count, file)
     }
 
-    /// Opens the `count` parts of a split model whose first part is `first`.
-    fn open_split(first: &Path, count: u32) -> Result<GgufFile> {
+    /// Opens the `count` parts of a split model whose first part is `first`, already parsed
+    /// as `head` (whose metadata and tensor infos are kept: they do not depend on where the
+    /// file is mapped).
+    fn open_split(first: &Path, count: u32, head: GgufFile) -> Result<GgufFile> {
+        let head_len = head.data.bytes().len();
+        let mut first_part = Some(Parsed {
+            version: head.version,
+            alignment: head.alignment,
+            data_start: head.data_start,
+            metadata: head.metadata,
+            kv_index: head.kv_index,
+            tensors: head.tensors,
+            tensor_index: head.tensor_index,
+        });
         let prefix = split_prefix(first, 0, count).ok_or_else(|| GgufError::SplitName {
             path: first.to_path_buf(),
             count,
@@ -200,6 +211,11 @@ impl GgufFile {
                 Err(e) => return Err(io(e)),
             };
             let len = file.metadata().map_err(io)?.len();
+            if no == 0 && len != head_len as u64 {
+                return Err(io(std::io::Error::other(
+                    "the file changed while it was being opened",
+                )));
+            }
             let len = usize::try_from(len).map_err(|_| {
                 io(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -236,7 +252,10 @@ impl GgufFile {
                 path: path.clone(),
                 source: Box::new(source),
             };
-            let p = parse(&bytes[range.clone()]).map_err(in_part)?;
+            let p = match first_part.take() {
+                Some(p) => p,
+                None => parse(&bytes[range.clone()]).map_err(in_part)?,
+            };
             let mismatch = |detail: String| GgufError::SplitMismatch {
                 path: path.clone(),
                 detail,
