@@ -260,6 +260,22 @@ fn parts_are_the_bytes_llama_gguf_split_writes() {
             std::fs::remove_file(f.unwrap().path()).unwrap();
         }
     }
+    // A first part without tensors (llama-gguf-split --no-tensor-first-split) reads too.
+    let prefix = d.0.join("empty-first");
+    let st = std::process::Command::new(&tool)
+        .args(["--no-tensor-first-split", "--split-max-tensors", "15"])
+        .arg(&src)
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let f = GgufFile::open(split_path(&prefix, 0, 3)).unwrap();
+    assert_eq!(f.parts()[0].n_tensors, 0);
+    assert_same_model(&orig, &f);
 }
 
 /// Writes one part by hand: `split.no`, `split.count`, `split.tensors.count` as given, one

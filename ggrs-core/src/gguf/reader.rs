@@ -265,8 +265,8 @@ impl GgufFile {
                 match v.map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok())) {
                     Some(Some(n)) => Ok(n),
                     Some(None) => Err(mismatch(format!(
-                        "{k} is not a count ({:?})",
-                        v.map(|v| v.type_name())
+                        "{k} is not a count ({})",
+                        v.map_or("", |v| v.type_name())
                     ))),
                     None => Err(mismatch(format!("the part has no {k} key"))),
                 }
