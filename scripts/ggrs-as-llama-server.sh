@@ -20,7 +20,7 @@ while (($#)); do
     shift
     case $a in
         --port | --host | --ctx-size | -c | --parallel | -np | --n-predict | -n | --batch-size | -b | \
-            --threads | -t | --alias | --api-key | --pooling | --reasoning-format | --reasoning | -rea | \
+            --threads | -t | --alias | --tags | --api-key | --pooling | --reasoning-format | --reasoning | -rea | \
             --keep | -ctk | --cache-type-k | -ctv | --cache-type-v | --temp | --seed | -s | \
             --top-k | --top-p | --min-p | --repeat-penalty | --repeat-last-n | \
             --presence-penalty | --frequency-penalty)
@@ -37,7 +37,7 @@ while (($#)); do
             ;;
         --hf-repo | -hf | --hf-file | -hff | --model-url | \
             --ubatch-size | -ub | --n-gpu-layers | -ngl | -fa | --pooling-type | \
-            --tags | --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
+            --cache-ram | --sleep-idle-seconds | --grp-attn-n | \
             --grp-attn-w | --media-path | --reasoning-budget)
             shift
             ;;

@@ -14,7 +14,8 @@
 #  - the server it starts is scripts/lib/llama-server-local.sh, which replaces `--hf-repo`
 #    (and `--hf-file`) by a local file (the table is in that script: the stories260K preset
 #    becomes the tiny random-weight llama of shared/reference/tiny, tinygemma3 the tiny gemma3,
-#    Qwen2.5 repos the default model) and then starts llama-server or
+#    Qwen2.5 repos the default model, the split stories15M that tiny llama in three parts) and
+#    then starts llama-server or
 #    scripts/ggrs-as-llama-server.sh.
 # Tests marked `slow` (they need multi-GB models from Hugging Face) are deselected.
 #

@@ -9,7 +9,7 @@ use crate::CliResult;
 /// Arguments of `ggrs inspect`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The GGUF file.
+    /// The GGUF file (for a split model, its first part: every part is read and listed).
     file: PathBuf,
     /// Array elements shown before summarising.
     #[arg(long, default_value_t = 8)]
@@ -65,6 +65,24 @@ pub fn run(a: Args) -> CliResult {
         f.tensors().len(),
         f.alignment()
     );
+    if !f.parts().is_empty() {
+        println!();
+        println!("split model, {} parts:", f.parts().len());
+        println!(
+            "{:<5} {:<9} {:>12} {:>12}  file",
+            "part", "tensors", "bytes", "data at"
+        );
+        for (i, p) in f.parts().iter().enumerate() {
+            println!(
+                "{:<5} {:<9} {:>12} {:>12}  {}",
+                i + 1,
+                p.n_tensors,
+                p.size,
+                p.data_offset,
+                p.path.display()
+            );
+        }
+    }
     println!();
     println!("{:<4} {:<44} {:<8} value", "#", "key", "type");
     for (i, (k, v)) in f.metadata().iter().enumerate() {
@@ -80,15 +98,27 @@ pub fn run(a: Args) -> CliResult {
         return Ok(());
     }
     println!();
+    // A split model's table also says where each tensor is: its part and its offset in
+    // that part's data section.
+    let split = !f.parts().is_empty();
+    let extra = if split {
+        format!(" {:>12} {:>4}", "offset", "part")
+    } else {
+        String::new()
+    };
     println!(
-        "{:<5} {:<36} {:<6} {:<26} {:>12}",
+        "{:<5} {:<36} {:<6} {:<26} {:>12}{extra}",
         "#", "tensor", "type", "shape (ne)", "bytes"
     );
     let mut total = 0u64;
     for (i, t) in f.tensors().iter().enumerate() {
         total += t.size as u64;
+        let extra = match f.tensor_part(&t.name) {
+            Some((part, offset)) if split => format!(" {offset:>12} {:>4}", part + 1),
+            _ => String::new(),
+        };
         println!(
-            "{:<5} {:<36} {:<6} {:<26} {:>12}",
+            "{:<5} {:<36} {:<6} {:<26} {:>12}{extra}",
             i + 1,
             t.name,
             t.dtype.name(),

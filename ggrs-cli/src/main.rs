@@ -14,6 +14,7 @@ mod profile;
 mod quantize;
 mod run;
 mod serve;
+mod split;
 mod tokenize;
 
 use std::process::ExitCode;
@@ -46,6 +47,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Write a copy of a GGUF model with its weights converted to another type.
     Quantize(quantize::Args),
+    /// Split a GGUF model into parts as llama-gguf-split does, or merge parts (--merge).
+    Split(split::Args),
     /// Collect an importance matrix over a text for quantizing (like llama-imatrix).
     Imatrix(imatrix::Args),
     /// Convert a Hugging Face checkpoint directory (safetensors) to a GGUF model.
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Split(a) => split::run(a),
         Command::Imatrix(a) => imatrix::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Serve(a) => serve::run(a),

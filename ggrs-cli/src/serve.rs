@@ -97,9 +97,15 @@ pub struct Args {
     /// comma-separated). /health, /v1/models and the page stay open.
     #[arg(long = "api-key", value_delimiter = ',')]
     api_key: Vec<String>,
-    /// Model name reported by /v1/models and in answers [default: the file name].
+    /// Model names, separated by commas (as llama-server's --alias): /v1/models lists them
+    /// all as `aliases`, and the first in sorted order is the `id` reported there and in
+    /// answers [default: the file name].
     #[arg(long)]
     alias: Option<String>,
+    /// Informational tags of the model, separated by commas: /v1/models lists them as
+    /// `tags` (as llama-server's --tags).
+    #[arg(long)]
+    tags: Option<String>,
     /// The chat format instead of the model's: a file holding a Jinja template, a name of
     /// llama.cpp's built-in formats (llama3, gemma, phi3, chatml, command-r, gpt-oss, chatglm3, chatglm4), or a
     /// Jinja template's text.
@@ -279,6 +285,7 @@ fn config(a: &Args) -> Result<ServerConfig, String> {
     c.host = a.host.clone();
     c.port = a.port;
     c.alias = a.alias.clone();
+    c.tags = a.tags.clone();
     c.chat_template = chat_template;
     c.n_predict = usize::try_from(a.n_predict).ok().filter(|&n| n > 0);
     c.sampling = a.sampling.params()?;

@@ -16,3 +16,4 @@ mod llama_common;
 mod python_clients;
 mod reliability;
 mod serve;
+mod split;

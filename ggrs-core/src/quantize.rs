@@ -244,12 +244,22 @@ fn write_quantized(
         plan.order.clone()
     };
     let mut w = GgufWriter::new();
-    // The writer refuses an output that is the input file under any name.
-    w.protect(input.source().cloned());
+    // The writer refuses an output that is the input file (or, for a split model, any of
+    // its parts) under any name.
+    w.protect(input.sources().cloned());
     // Every key in its place, `general.alignment` included (which sets the writer's
-    // alignment): a file without it has the default alignment, and so will the output.
+    // alignment): a file without it has the default alignment, and so will the output. The
+    // keys of a split input's first part are left out: the output is one file (as
+    // llama-quantize removes them too).
+    let split_keys = [
+        crate::gguf::SPLIT_NO_KEY,
+        crate::gguf::SPLIT_COUNT_KEY,
+        crate::gguf::SPLIT_TENSORS_KEY,
+    ];
     for (k, v) in input.metadata() {
-        w.add_kv(k.clone(), v.clone())?;
+        if !split_keys.contains(&k.as_str()) {
+            w.add_kv(k.clone(), v.clone())?;
+        }
     }
     let version = ("general.quantization_version".to_string(), Value::U32(2));
     for (k, v) in std::iter::once(&version).chain(&plan.metadata) {

@@ -26,4 +26,5 @@ mod quants_iq4;
 mod repacked_k;
 mod rope_yarn;
 mod softcap_geglu;
+mod split;
 mod ssm_ops;

@@ -32,6 +32,7 @@ mod qwen05b;
 mod qwen05b_lowbit;
 mod reliability;
 mod speculative;
+mod split_models;
 mod tiny_bert;
 mod tiny_chatglm;
 mod tiny_families;

@@ -41,7 +41,8 @@ pub(crate) async fn health(State(st): St) -> Response {
     }
 }
 
-/// `GET /v1/models`: the one model, by its alias or file name.
+/// `GET /v1/models`: the one model, by its first alias or file name, with every alias and
+/// tag (`aliases`, `tags`, as llama-server lists them).
 pub(crate) async fn models(State(st): St) -> Response {
     let mut meta = json!({});
     // The engine's model, or an embedding-only server's.
@@ -62,6 +63,8 @@ pub(crate) async fn models(State(st): St) -> Response {
         "object": "list",
         "data": [{
             "id": st.model_id,
+            "aliases": st.aliases,
+            "tags": st.tags,
             "object": "model",
             "created": st.created,
             "owned_by": "ggrs",

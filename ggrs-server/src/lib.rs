@@ -67,8 +67,13 @@ pub struct ServerConfig {
     pub host: String,
     /// Port (`--port`; 0: any free port, see [`Server::local_addr`]).
     pub port: u16,
-    /// The model name `/v1/models` reports (`--alias`; default: the file name).
+    /// The model's names (`--alias`), separated by commas as llama-server reads them
+    /// (`a,b`): `/v1/models` lists them as `aliases` and reports the first in sorted order
+    /// as the model's `id` (default: the file name); see [`ServerConfig::aliases`].
     pub alias: Option<String>,
+    /// Informational tags of the model (`--tags`), separated by commas: `/v1/models` lists
+    /// them as `tags`.
+    pub tags: Option<String>,
     /// The chat format: a llama.cpp built-in format name or a Jinja template's text
     /// (`--chat-template`; default: the model's).
     pub chat_template: Option<String>,
@@ -154,6 +159,7 @@ impl ServerConfig {
             host: "127.0.0.1".into(),
             port: 8080,
             alias: None,
+            tags: None,
             chat_template: None,
             n_predict: None,
             api_keys: Vec::new(),
@@ -186,14 +192,26 @@ impl ServerConfig {
         origins::host_list(&self.host)
     }
 
-    /// The model's name in responses: the alias, else the file name.
+    /// The model's name in responses: the first of [`ServerConfig::aliases`], else the file
+    /// name (of the first part, for a split model).
     pub fn model_id(&self) -> String {
-        self.alias.clone().unwrap_or_else(|| {
+        self.aliases().into_iter().next().unwrap_or_else(|| {
             self.model_path.file_name().map_or_else(
                 || self.model_path.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
             )
         })
+    }
+
+    /// The names of `--alias`, as llama-server keeps them: split at commas, trimmed, empty
+    /// ones dropped, sorted and each once.
+    pub fn aliases(&self) -> Vec<String> {
+        comma_set(self.alias.as_deref())
+    }
+
+    /// The tags of `--tags`, read as [`ServerConfig::aliases`] reads names.
+    pub fn tags(&self) -> Vec<String> {
+        comma_set(self.tags.as_deref())
     }
 }
 
@@ -418,4 +436,17 @@ pub fn run(config: ServerConfig) -> Result<(), ServerError> {
     let server = start(config)?;
     server.wait_ready()?;
     server.wait()
+}
+
+/// The distinct non-empty trimmed items of a comma-separated list, sorted (llama-server keeps
+/// `--alias` and `--tags` in a `std::set`).
+fn comma_set(list: Option<&str>) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = list
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    set.into_iter().collect()
 }

@@ -66,6 +66,9 @@ pub(crate) struct Counters {
 /// State shared by all handlers.
 pub(crate) struct AppState {
     pub model_id: String,
+    /// `--alias`'s names and `--tags`' tags, as `/v1/models` lists them.
+    pub aliases: Vec<String>,
+    pub tags: Vec<String>,
     pub model_path: String,
     pub api_keys: Vec<String>,
     pub metrics: bool,
@@ -116,6 +119,8 @@ impl AppState {
     pub fn new(config: &ServerConfig) -> Arc<AppState> {
         Arc::new(AppState {
             model_id: config.model_id(),
+            aliases: config.aliases(),
+            tags: config.tags(),
             model_path: config.model_path.display().to_string(),
             api_keys: config.api_keys.clone(),
             metrics: config.metrics,

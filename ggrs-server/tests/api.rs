@@ -18,6 +18,8 @@ fn health_models_props_slots_page_and_tokenizer() {
     let m = s.get("/v1/models");
     assert_eq!(m.status, 200);
     assert_eq!(m.body["data"][0]["id"], "tiny");
+    assert_eq!(m.body["data"][0]["aliases"], json!(["tiny"]));
+    assert_eq!(m.body["data"][0]["tags"], json!([]));
     assert_eq!(m.body["data"][0]["meta"]["n_vocab"], 32000);
     let p = s.get("/props");
     assert_eq!(p.body["total_slots"], 2);
@@ -53,6 +55,34 @@ fn health_models_props_slots_page_and_tokenizer() {
     );
     let bad = s.post("/detokenize", &json!({"tokens": [99999999]}));
     assert_eq!(bad.status, 400);
+}
+
+/// `--alias a,b` and `--tags`, as llama-server reads and lists them: trimmed, sorted, each
+/// once; the first alias is the model's id, on `/v1/models` and `/models`, and in answers.
+#[test]
+fn several_aliases_and_tags_are_listed() {
+    let mut c = config(1);
+    c.alias = Some("tinyllama-2, fim,code,,fim".into());
+    c.tags = Some("chat,fim,small".into());
+    let s = TestServer::start(c);
+    for path in ["/v1/models", "/models"] {
+        let m = s.get(path);
+        assert_eq!(m.status, 200);
+        let model = &m.body["data"][0];
+        assert_eq!(
+            model["aliases"],
+            json!(["code", "fim", "tinyllama-2"]),
+            "{path}"
+        );
+        assert_eq!(model["tags"], json!(["chat", "fim", "small"]), "{path}");
+        assert_eq!(model["id"], "code", "{path}");
+    }
+    let r = s.post(
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 1, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body["model"], "code");
 }
 
 #[test]

@@ -20,11 +20,40 @@ minilm() {
     echo "$out"
 }
 
+# The tiny random-weight llama in three parts, as llama-gguf-split cuts it (12 tensors a
+# part; `ggrs split` where llama.cpp's tool is not built, which writes the same bytes), made
+# once beside the other derived models: the first part's path. Stands in for the harness's
+# split stories15M (tinyllamas/split/stories15M-q8_0-00001-of-00003.gguf).
+split_tiny() {
+    local dir=${XDG_CACHE_HOME:-$HOME/.cache}/ggrs/models/derived/split
+    local first=$dir/tiny-llama-f16-00001-of-00003.gguf
+    if [[ ! -f $dir/tiny-llama-f16-00003-of-00003.gguf ]]; then
+        local tmp
+        mkdir -p "$dir"
+        tmp=$(mktemp -d "$dir/.make.XXXXXX")
+        local tool
+        tool=$(dirname "${LLAMA_SERVER_REAL:-/nonexistent/x}")/llama-gguf-split
+        if [[ -x $tool ]]; then
+            "$tool" --split-max-tensors 12 "$tiny/tiny-llama-f16.gguf" "$tmp/tiny-llama-f16" >&2
+        else
+            "${GGRS_BIN:?}" split --split-max-tensors 12 "$tiny/tiny-llama-f16.gguf" \
+                "$tmp/tiny-llama-f16" >&2
+        fi
+        mv "$tmp"/tiny-llama-f16-0000?-of-00003.gguf "$dir/"
+        rmdir "$tmp"
+    fi
+    echo "$first"
+}
+
 # An HF repo (with its optional :QUANT) and --hf-file -> a local GGUF file.
 local_model() {
     case $1:${2:-} in
         ggml-org/models:bert-bge-small/*)
             minilm
+            return
+            ;;
+        ggml-org/models:tinyllamas/split/*-00001-of-00003.gguf)
+            split_tiny
             return
             ;;
         ggml-org/models:?*)

@@ -237,4 +237,99 @@ pub enum GgufError {
         #[source]
         source: Box<crate::Error>,
     },
+
+    /// A part of a split model (other than the first) failed to parse.
+    #[error("{}: {source}", path.display())]
+    InPart {
+        /// The part.
+        path: PathBuf,
+        /// What is wrong with it.
+        #[source]
+        source: Box<GgufError>,
+    },
+
+    /// The file opened is a later part of a split model: models are opened by their first
+    /// part (as llama.cpp requires too).
+    #[error(
+        "{}: this is part {no} of {count} of a split model; open the first part instead{}",
+        path.display(),
+        first.as_ref().map_or(String::new(), |f| format!(", {}", f.display()))
+    )]
+    SplitNotFirst {
+        /// The file opened.
+        path: PathBuf,
+        /// Its part number, from 1 (`split.no` + 1).
+        no: u32,
+        /// The number of parts (`split.count`).
+        count: u32,
+        /// The first part's name, when the file is named as llama-gguf-split names parts.
+        first: Option<PathBuf>,
+    },
+
+    /// The first part of a split model is not named `PREFIX-00001-of-NNNNN.gguf`, so the
+    /// other parts cannot be found.
+    #[error(
+        "{}: the file is the first of {count} parts of a split model, but its name does not \
+         end in `-00001-of-{count:05}.gguf`, so the other parts cannot be found: keep the \
+         names llama-gguf-split gave the parts (PREFIX-00001-of-{count:05}.gguf, …)",
+        path.display()
+    )]
+    SplitName {
+        /// The file opened.
+        path: PathBuf,
+        /// The number of parts it declares.
+        count: u32,
+    },
+
+    /// A part of a split model is not there.
+    #[error(
+        "{}: part {no} of {count} of the split model {} is missing: put every part in the \
+         same directory, named as llama-gguf-split names them",
+        path.display(),
+        first.display()
+    )]
+    SplitMissing {
+        /// The missing part's expected name.
+        path: PathBuf,
+        /// Its part number, from 1.
+        no: u32,
+        /// The number of parts.
+        count: u32,
+        /// The first part.
+        first: PathBuf,
+    },
+
+    /// A part's split keys disagree with its place (wrong `split.no`, another `split.count`,
+    /// a missing or mistyped key), or the parts' tensors do not add up to
+    /// `split.tensors.count`.
+    #[error("{}: {detail}", path.display())]
+    SplitMismatch {
+        /// The part at fault.
+        path: PathBuf,
+        /// What disagrees.
+        detail: String,
+    },
+
+    /// A split that cannot be made ([`plan_split`](super::plan_split)): a zero limit, a
+    /// tensor larger than the size limit, too many parts.
+    #[error("cannot split the model: {detail}")]
+    SplitPlan {
+        /// Why.
+        detail: String,
+    },
+
+    /// Two parts of a split model hold a tensor of the same name.
+    #[error(
+        "tensor `{name}` is in two parts of the split model: {} and {}",
+        first.display(),
+        second.display()
+    )]
+    SplitDuplicateTensor {
+        /// The tensor name.
+        name: String,
+        /// The part where it is first.
+        first: PathBuf,
+        /// The part where it is again.
+        second: PathBuf,
+    },
 }

@@ -11,6 +11,12 @@
 //! so that reading a few bytes there (an embedding row) does not read or map 2 MiB.
 //!
 //! On other systems (and if the placed mapping fails) a plain `memmap2` mapping is used.
+//!
+//! The parts of a split model ([`FileMap::open_parts`]) are mapped one after the other into
+//! one reserved range of addresses, each at a 2 MiB boundary, so that the whole model is one
+//! slice of bytes (the gaps between parts read as zeros) and a tensor is still an offset into
+//! it. Where that placement is impossible the parts are read into one anonymous map instead
+//! (a copy, the only case that is not zero-copy).
 
 use std::fs::File;
 use std::io;
@@ -22,12 +28,16 @@ pub(crate) const HUGE: usize = 2 << 20;
 /// The base page size release and advice ranges are rounded to.
 const PAGE: usize = 4096;
 
-/// A whole file mapped read-only and private.
+/// A whole file (or the parts of a split file, one after the other) mapped read-only and
+/// private.
 pub(crate) struct FileMap {
     inner: Inner,
-    /// Kept open for page-cache advice ([`FileMap::settle_huge_pages`]).
+    /// Kept open for page-cache advice ([`FileMap::settle_huge_pages`]): the file, or every
+    /// part.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    file: File,
+    files: Vec<File>,
+    /// Where each file lies in the mapping (one range for a single file).
+    parts: Vec<Range<usize>>,
 }
 
 enum Inner {
@@ -38,6 +48,9 @@ enum Inner {
         len: usize,
     },
     Plain(memmap2::Mmap),
+    /// The parts of a split file read into one anonymous map (placement failed): releasing
+    /// its pages would lose their contents, so [`FileMap::release`] leaves them.
+    Copied(memmap2::Mmap),
 }
 
 // SAFETY: the mapping is read-only (PROT_READ, private) and lives until the `FileMap` is
@@ -68,7 +81,8 @@ impl FileMap {
         if let Some((ptr, len)) = place(&file, len) {
             return Ok(FileMap {
                 inner: Inner::Placed { ptr, len },
-                file,
+                files: vec![file],
+                parts: std::iter::once(0..len).collect(),
             });
         }
         // SAFETY: the mapping is read-only and private to this process; memmap2 keeps it
@@ -77,11 +91,53 @@ impl FileMap {
         // reader of mapped model files (llama.cpp included), the callers document that the
         // file must not change while it is open.
         let map = unsafe { memmap2::Mmap::map(&file) }?;
-        let _ = len;
         Ok(FileMap {
             inner: Inner::Plain(map),
-            file,
+            files: vec![file],
+            parts: std::iter::once(0..len).collect(),
         })
+    }
+
+    /// Maps the files `parts` (each with its length, every length `> 0`) one after the
+    /// other, each starting at a multiple of 2 MiB from the start of the mapping (gaps read
+    /// as zeros). On Linux this is one reservation with each file mapped into it (no copy);
+    /// elsewhere, or if that fails, the files are read into an anonymous map. Returns the
+    /// map; [`FileMap::part_ranges`] says where each file lies in it.
+    pub(crate) fn open_parts(parts: Vec<(File, usize)>) -> io::Result<FileMap> {
+        let mut ranges = Vec::with_capacity(parts.len());
+        let mut at = 0usize;
+        for (_, len) in &parts {
+            let end = at.checked_add(*len).ok_or_else(too_large)?;
+            ranges.push(at..end);
+            at = end.checked_next_multiple_of(HUGE).ok_or_else(too_large)?;
+        }
+        let total = ranges.last().map_or(0, |r| r.end);
+        let files: Vec<File> = parts.into_iter().map(|(f, _)| f).collect();
+        #[cfg(target_os = "linux")]
+        if let Some(ptr) = place_parts(&files, &ranges, total) {
+            return Ok(FileMap {
+                inner: Inner::Placed { ptr, len: total },
+                files,
+                parts: ranges,
+            });
+        }
+        let mut map = memmap2::MmapMut::map_anon(total.max(1))?;
+        for (mut file, r) in files.iter().zip(&ranges) {
+            use std::io::{Read, Seek};
+            file.seek(io::SeekFrom::Start(0))?;
+            file.read_exact(&mut map[r.clone()])?;
+        }
+        Ok(FileMap {
+            inner: Inner::Copied(map.make_read_only()?),
+            files,
+            parts: ranges,
+        })
+    }
+
+    /// Where each file lies in the mapping, in the order given (one range for a single
+    /// file).
+    pub(crate) fn part_ranges(&self) -> &[Range<usize>] {
+        &self.parts
     }
 
     /// The mapped bytes.
@@ -91,6 +147,7 @@ impl FileMap {
             // SAFETY: `ptr` maps `len` readable bytes until `self` is dropped (see `place`).
             Inner::Placed { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
             Inner::Plain(map) => map,
+            Inner::Copied(map) => &map[..self.parts.last().map_or(0, |r| r.end)],
         }
     }
 
@@ -117,6 +174,8 @@ impl FileMap {
                 map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
                     .is_ok()
             },
+            // Anonymous memory has no file to fault its contents back in from.
+            Inner::Copied(_) => false,
         };
         if done {
             to - from
@@ -143,12 +202,17 @@ impl FileMap {
             .filter(|r| r.start < r.end)
             .collect();
         let base = self.bytes().as_ptr() as usize;
-        // The 2 MiB units of the mapping that the ranges overlap (the file's last partial
-        // unit cannot be a huge page).
+        // The 2 MiB units of the mapping that the ranges overlap (a file's last partial unit
+        // cannot be a huge page, nor can a unit across two parts of a split file).
+        let whole = |u: usize| {
+            self.parts
+                .iter()
+                .any(|p| u * HUGE >= base + p.start && (u + 1) * HUGE <= base + p.end)
+        };
         let mut units: Vec<usize> = ranges
             .iter()
             .flat_map(|r| (base + r.start) / HUGE..(base + r.end).div_ceil(HUGE))
-            .filter(|&u| (u + 1) * HUGE <= base + len)
+            .filter(|&u| whole(u))
             .collect();
         units.sort_unstable();
         units.dedup();
@@ -180,12 +244,9 @@ impl FileMap {
                 // dropped, which only costs reading them again.
                 let ok = unsafe {
                     libc::madvise(*ptr as *mut _, *len, libc::MADV_DONTNEED) == 0
-                        && libc::posix_fadvise(
-                            self.file.as_raw_fd(),
-                            0,
-                            0,
-                            libc::POSIX_FADV_DONTNEED,
-                        ) == 0
+                        && self.files.iter().all(|f| {
+                            libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) == 0
+                        })
                 };
                 if ok {
                     self.touch(&ranges);
@@ -284,6 +345,73 @@ fn system_has_file_huge_pages() -> bool {
             .find_map(|l| l.strip_prefix("FileHugePages:"))
             .is_some_and(|v| kib(v) > 0)
     })
+}
+
+fn too_large() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "the parts together are larger than the address space",
+    )
+}
+
+/// Maps each of `files` read-only and private at its range of `ranges` (offsets from a 2 MiB
+/// boundary; each range starts on one) inside one reservation of `total` bytes, whose gaps
+/// stay mapped as anonymous zeros; `None` if any step fails (nothing stays mapped).
+#[cfg(target_os = "linux")]
+fn place_parts(files: &[File], ranges: &[Range<usize>], total: usize) -> Option<*const u8> {
+    use std::os::fd::AsRawFd;
+    let span = total.checked_add(HUGE)?;
+    // SAFETY: an anonymous reservation at an address of the kernel's choice touches no
+    // existing mapping. It is readable (zero pages) so that the whole range, gaps between
+    // parts included, is memory a slice may cover.
+    let res = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if res == libc::MAP_FAILED {
+        return None;
+    }
+    let lo = res as usize;
+    let at = lo.next_multiple_of(HUGE);
+    for (file, r) in files.iter().zip(ranges) {
+        // SAFETY: `at + r.start .. at + r.end` lies inside our own reservation (`at - lo <
+        // HUGE`, `r.end <= total`), so MAP_FIXED replaces only memory this function
+        // reserved; the file is mapped read-only and private.
+        let map = unsafe {
+            libc::mmap(
+                (at + r.start) as *mut _,
+                r.len(),
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            // SAFETY: releases the whole reservation, file mappings made in it included;
+            // nothing borrows any of it yet.
+            unsafe { libc::munmap(res, span) };
+            return None;
+        }
+    }
+    let end = (at + total).next_multiple_of(PAGE);
+    // SAFETY: both unmaps release the parts of our reservation before `at` and after the last
+    // file mapping's last page; nothing else lives there.
+    unsafe {
+        if at > lo {
+            libc::munmap(res, at - lo);
+        }
+        if lo + span > end {
+            libc::munmap(end as *mut _, lo + span - end);
+        }
+    }
+    Some(at as *const u8)
 }
 
 /// Maps `len` bytes of `file` read-only and private at a 2 MiB boundary; `None` if any step

@@ -29,12 +29,18 @@
 //! # let _ = (arch, embd); Ok(()) }
 //! ```
 //!
+//! A model split into parts by llama-gguf-split (`NAME-00001-of-00003.gguf`, …) opens by its
+//! first part and reads as one file (see [`GgufFile::open`]); [`write_split`] and
+//! [`write_merged`] write such parts and join them again.
+//!
 //! [`GgufWriter`] collects metadata and tensor infos, then writes the file front to back,
 //! asking for each tensor's bytes in turn, so a converter never holds more than one tensor.
 
 mod error;
 mod mapping;
+mod names;
 mod reader;
+mod split;
 mod value;
 mod writer;
 
@@ -42,7 +48,9 @@ pub use error::GgufError;
 pub use mapping::HugePageReport;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use mapping::HUGE as HUGE_PAGE;
-pub use reader::{GgufFile, TensorInfo};
+pub use names::{split_path, split_prefix, SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_KEY};
+pub use reader::{GgufFile, SplitPart, TensorInfo};
+pub use split::{plan_split, split_writers, write_merged, write_split, SplitLimit, WriteProgress};
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorDataWriter};
 

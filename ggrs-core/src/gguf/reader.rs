@@ -9,11 +9,12 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::error::GgufError;
 use super::mapping::{FileMap, HugePageReport};
+use super::names::{split_path, split_prefix, SPLIT_COUNT_KEY, SPLIT_NO_KEY, SPLIT_TENSORS_KEY};
 use super::value::{Value, ValueType};
 use super::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAGIC, MAX_ARRAY_DEPTH};
 use crate::context::{Context, ExternalData};
@@ -42,7 +43,10 @@ pub struct TensorInfo {
     pub ne: [usize; 4],
     /// Number of axes stored in the file (1 to 4).
     pub n_dims: usize,
-    /// Byte offset of the data, relative to the start of the data section.
+    /// Byte offset of the data, relative to the start of the data section: for a split
+    /// model ([`GgufFile::parts`]), relative to the first part's data section in
+    /// [`GgufFile::data`], where the parts lie one after the other (see
+    /// [`GgufFile::tensor_part`] for the offset in the part's own file).
     pub offset: u64,
     /// Bytes of data: `dtype.row_size(ne[0]) * ne[1] * ne[2] * ne[3]`.
     pub size: usize,
@@ -60,11 +64,31 @@ impl TensorInfo {
     }
 }
 
+/// One file of a model split across several ([`GgufFile::parts`]), as llama-gguf-split
+/// writes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitPart {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Where its data section starts in the file.
+    pub data_offset: usize,
+    /// How many tensors it holds.
+    pub n_tensors: usize,
+    /// Where the file starts in [`GgufFile::data`].
+    pub start: usize,
+}
+
 /// A parsed GGUF file: its metadata, tensor infos and the bytes they point into.
 ///
 /// Parsing validates the whole header, metadata and tensor-info region and every tensor's
 /// data range; tensor data itself is not read until asked for, and never copied. A
 /// `GgufFile` is `Send + Sync` and can be shared across threads.
+///
+/// A model split into parts (`NAME-00001-of-00003.gguf`, …, as llama-gguf-split writes and
+/// llama.cpp loads) is opened by its first part and reads as one file: the first part's
+/// metadata, every part's tensors in one table ([`GgufFile::parts`] lists the files).
 pub struct GgufFile {
     data: Arc<dyn ExternalData>,
     /// The mapping behind `data`, when the file was opened from disk (see `release_pages`).
@@ -78,6 +102,12 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     /// The file this was opened from (for outputs to refuse it), when opened from disk.
     source: Option<crate::outfile::Protected>,
+    /// The parts of a split model, in order (empty for a single file).
+    parts: Vec<SplitPart>,
+    /// For a split model: the part of each tensor, indexed like `tensors`.
+    tensor_parts: Vec<u32>,
+    /// Every part but the first, as inputs to protect (empty for a single file).
+    more_sources: Vec<crate::outfile::Protected>,
 }
 
 impl fmt::Debug for GgufFile {
@@ -89,6 +119,7 @@ impl fmt::Debug for GgufFile {
             .field("data_start", &self.data_start)
             .field("metadata", &self.metadata.len())
             .field("tensors", &self.tensors.len())
+            .field("parts", &self.parts.len())
             .finish()
     }
 }
@@ -104,8 +135,227 @@ impl GgufFile {
     ///
     /// The file must not be modified or truncated while the `GgufFile` (or any tensor
     /// loaded from it) is alive: the mapping shows the file's current contents.
+    ///
+    /// The first part of a split model (`split.count` > 1, `split.no` 0) opens the whole
+    /// model: the other parts are found by llama.cpp's naming (`PREFIX-%05d-of-%05d.gguf`),
+    /// mapped after the first in one range of addresses (no copy on Linux) and checked: every
+    /// part present ([`GgufError::SplitMissing`]), each part's `split.no` its place and its
+    /// `split.count` the first's, the tensors adding up to `split.tensors.count`
+    /// ([`GgufError::SplitMismatch`]), no tensor in two parts
+    /// ([`GgufError::SplitDuplicateTensor`]). A later part is refused with the first part's
+    /// name ([`GgufError::SplitNotFirst`]): the keys that describe the model are only in the
+    /// first, and llama.cpp refuses the same way.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
+        let file = GgufFile::open_single(path)?;
+        let count = split_key(&file, SPLIT_COUNT_KEY, path)?.unwrap_or(0);
+        if count <= 1 {
+            return Ok(file);
+        }
+        let no = split_key(&file, SPLIT_NO_KEY, path)?.ok_or_else(|| GgufError::SplitMismatch {
+            path: path.to_path_buf(),
+            detail: format!("the file has {SPLIT_COUNT_KEY} = {count} but no {SPLIT_NO_KEY}"),
+        })?;
+        if no != 0 {
+            return Err(GgufError::SplitNotFirst {
+                path: path.to_path_buf(),
+                no: no + 1,
+                count,
+                first: split_prefix(path, no, count).map(|p| split_path(&p, 0, count)),
+            });
+        }
+        GgufFile::open_split(path, count, file)
+    }
+
+    /// Opens the `count` parts of a split model whose first part is `first`, already parsed
+    /// as `head` (whose metadata and tensor infos are kept: they do not depend on where the
+    /// file is mapped).
+    fn open_split(first: &Path, count: u32, head: GgufFile) -> Result<GgufFile> {
+        let head_len = head.data.bytes().len();
+        let mut first_part = Some(Parsed {
+            version: head.version,
+            alignment: head.alignment,
+            data_start: head.data_start,
+            metadata: head.metadata,
+            kv_index: head.kv_index,
+            tensors: head.tensors,
+            tensor_index: head.tensor_index,
+        });
+        let prefix = split_prefix(first, 0, count).ok_or_else(|| GgufError::SplitName {
+            path: first.to_path_buf(),
+            count,
+        })?;
+        let mut files = Vec::with_capacity(count as usize);
+        let mut paths = Vec::with_capacity(count as usize);
+        let mut sources = Vec::with_capacity(count as usize);
+        for no in 0..count {
+            let path = if no == 0 {
+                first.to_path_buf()
+            } else {
+                split_path(&prefix, no, count)
+            };
+            let io = |source| GgufError::Io {
+                path: path.clone(),
+                source,
+            };
+            let file = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(GgufError::SplitMissing {
+                        path,
+                        no: no + 1,
+                        count,
+                        first: first.to_path_buf(),
+                    })
+                }
+                Err(e) => return Err(io(e)),
+            };
+            let len = file.metadata().map_err(io)?.len();
+            if no == 0 && len != head_len as u64 {
+                return Err(io(std::io::Error::other(
+                    "the file changed while it was being opened",
+                )));
+            }
+            let len = usize::try_from(len).map_err(|_| {
+                io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the file is larger than the address space",
+                ))
+            })?;
+            if len == 0 {
+                return Err(GgufError::InPart {
+                    path,
+                    source: Box::new(GgufError::BadMagic { found: Vec::new() }),
+                });
+            }
+            if let Some(id) = crate::outfile::FileId::of_file(&file) {
+                sources.push(crate::outfile::Protected {
+                    id,
+                    path: path.clone(),
+                });
+            }
+            files.push((file, len));
+            paths.push(path);
+        }
+        let map = Arc::new(FileMap::open_parts(files).map_err(|source| GgufError::Io {
+            path: first.to_path_buf(),
+            source,
+        })?);
+        let bytes = map.bytes();
+        let mut head: Option<Parsed> = None;
+        let mut parts = Vec::with_capacity(paths.len());
+        let mut tensors = Vec::new();
+        let mut tensor_parts = Vec::new();
+        let mut tensor_index: HashMap<String, usize> = HashMap::new();
+        for (no, (path, range)) in paths.iter().zip(map.part_ranges()).enumerate() {
+            let in_part = |source| GgufError::InPart {
+                path: path.clone(),
+                source: Box::new(source),
+            };
+            let p = match first_part.take() {
+                Some(p) => p,
+                None => parse(&bytes[range.clone()]).map_err(in_part)?,
+            };
+            let mismatch = |detail: String| GgufError::SplitMismatch {
+                path: path.clone(),
+                detail,
+            };
+            let key = |k: &str| -> Result<u32> {
+                let v = p.kv_index.get(k).map(|&i| &p.metadata[i].1);
+                match v.map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok())) {
+                    Some(Some(n)) => Ok(n),
+                    Some(None) => Err(mismatch(format!(
+                        "{k} is not a count ({})",
+                        v.map_or("", |v| v.type_name())
+                    ))),
+                    None => Err(mismatch(format!("the part has no {k} key"))),
+                }
+            };
+            let (got_no, got_count) = (key(SPLIT_NO_KEY)?, key(SPLIT_COUNT_KEY)?);
+            if got_no as usize != no || got_count != count {
+                return Err(mismatch(format!(
+                    "expected part {} of {count} ({SPLIT_NO_KEY} = {no}, {SPLIT_COUNT_KEY} = \
+                     {count}), the file says part {} of {got_count} ({SPLIT_NO_KEY} = \
+                     {got_no}, {SPLIT_COUNT_KEY} = {got_count}): are parts of two splits mixed?",
+                    no + 1,
+                    got_no as u64 + 1,
+                )));
+            }
+            let base = head.as_ref().map_or(p.data_start, |h| h.data_start);
+            let part_data = range.start + p.data_start;
+            for t in &p.tensors {
+                if let Some(&j) = tensor_index.get(&t.name) {
+                    return Err(GgufError::SplitDuplicateTensor {
+                        name: t.name.clone(),
+                        first: paths[tensor_parts[j] as usize].clone(),
+                        second: path.clone(),
+                    });
+                }
+                tensor_index.insert(t.name.clone(), tensors.len());
+                let mut t = t.clone();
+                // The first part starts the mapping, so later parts' data lies past its data
+                // section's start: the offset stays non-negative.
+                t.offset += (part_data - base) as u64;
+                tensors.push(t);
+                tensor_parts.push(no as u32);
+            }
+            parts.push(SplitPart {
+                path: path.clone(),
+                size: range.len() as u64,
+                data_offset: p.data_start,
+                n_tensors: p.tensors.len(),
+                start: range.start,
+            });
+            if head.is_none() {
+                head = Some(p);
+            }
+        }
+        let head = head.expect("a split model has at least two parts");
+        let expected = head
+            .kv_index
+            .get(SPLIT_TENSORS_KEY)
+            .map(|&i| &head.metadata[i].1);
+        if let Some(v) = expected {
+            let n = v.as_i64().ok_or_else(|| GgufError::SplitMismatch {
+                path: first.to_path_buf(),
+                detail: format!("{SPLIT_TENSORS_KEY} is not a count ({})", v.type_name()),
+            })?;
+            if n != tensors.len() as i64 {
+                let listing: Vec<String> = parts
+                    .iter()
+                    .map(|p| format!("{} in {}", p.n_tensors, p.path.display()))
+                    .collect();
+                return Err(GgufError::SplitMismatch {
+                    path: first.to_path_buf(),
+                    detail: format!(
+                        "{SPLIT_TENSORS_KEY} = {n}, but the {count} parts hold {} tensors ({}): \
+                         a part is damaged or from another split",
+                        tensors.len(),
+                        listing.join(", ")
+                    ),
+                });
+            }
+        }
+        let mut sources = sources.into_iter();
+        Ok(GgufFile {
+            data: map.clone(),
+            map: Some(map),
+            version: head.version,
+            alignment: head.alignment,
+            data_start: head.data_start,
+            metadata: head.metadata,
+            kv_index: head.kv_index,
+            tensors,
+            tensor_index,
+            source: sources.next(),
+            parts,
+            tensor_parts,
+            more_sources: sources.collect(),
+        })
+    }
+
+    /// [`GgufFile::open`] without looking for split parts.
+    fn open_single(path: &Path) -> Result<GgufFile> {
         let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
@@ -182,6 +432,9 @@ impl GgufFile {
             tensors: parsed.tensors,
             tensor_index: parsed.tensor_index,
             source: None,
+            parts: Vec::new(),
+            tensor_parts: Vec::new(),
+            more_sources: Vec::new(),
         })
     }
 
@@ -190,6 +443,32 @@ impl GgufFile {
     /// parsed from memory.
     pub fn source(&self) -> Option<&crate::outfile::Protected> {
         self.source.as_ref()
+    }
+
+    /// Every file this was opened from (the first part and the others, for a split model),
+    /// as inputs a writer must not overwrite.
+    pub fn sources(&self) -> impl Iterator<Item = &crate::outfile::Protected> + '_ {
+        self.source.iter().chain(&self.more_sources)
+    }
+
+    /// The files of a split model, in order (empty for a single file).
+    pub fn parts(&self) -> &[SplitPart] {
+        &self.parts
+    }
+
+    /// Where tensor `name` lies in a split model: its part's index in [`GgufFile::parts`]
+    /// and its offset in that part's data section, as the part's tensor info says. For a
+    /// single file, part 0 and the tensor's offset. `None` for an unknown name.
+    pub fn tensor_part(&self, name: &str) -> Option<(usize, u64)> {
+        let i = *self.tensor_index.get(name)?;
+        let info = &self.tensors[i];
+        let Some(&no) = self.tensor_parts.get(i) else {
+            return Some((0, info.offset));
+        };
+        let part = &self.parts[no as usize];
+        // Inverts the shift `open_split` made: every term is within the mapping.
+        let at = self.data_start as u64 + info.offset;
+        Some((no as usize, at - (part.start + part.data_offset) as u64))
     }
 
     /// The format version (2 or 3).
@@ -202,7 +481,8 @@ impl GgufFile {
         self.alignment
     }
 
-    /// File offset where the data section starts (tensor offsets are relative to it).
+    /// File offset where the data section starts (tensor offsets are relative to it; for a
+    /// split model, the first part's, in [`GgufFile::data`]).
     pub fn data_offset(&self) -> usize {
         self.data_start
     }
@@ -239,7 +519,9 @@ impl GgufFile {
     }
 
     /// The whole file's bytes, to make tensors that point into it with
-    /// [`Context::new_tensor_external`] (at `data_offset() + info.offset`).
+    /// [`Context::new_tensor_external`] (at `data_offset() + info.offset`). For a split
+    /// model, every part's bytes one after the other, each starting at its
+    /// [`SplitPart::start`] (the gaps between them read as zeros).
     pub fn data(&self) -> Arc<dyn ExternalData> {
         Arc::clone(&self.data)
     }
@@ -262,6 +544,21 @@ impl GgufFile {
             .new_tensor_external(info.dtype, info.shape(), self.data(), offset)
             .map_err(wrap)?;
         ctx.set_name(t, name).map_err(wrap)
+    }
+}
+
+/// The value of split key `key` of `file` as a count (any integer type; llama-gguf-split
+/// writes u16), `None` when absent.
+fn split_key(file: &GgufFile, key: &str, path: &Path) -> Result<Option<u32>> {
+    let Some(v) = file.get(key) else {
+        return Ok(None);
+    };
+    match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+        Some(n) => Ok(Some(n)),
+        None => Err(GgufError::SplitMismatch {
+            path: path.to_path_buf(),
+            detail: format!("{key} is not a count ({})", v.type_name()),
+        }),
     }
 }
 
