@@ -370,7 +370,7 @@ fn every_build_the_cpu_runs_is_listed() {
             .collect();
         assert_eq!(got, simd32, "{t}");
     }
-    let avx2: Vec<Isa> = isas
+    let avx2_and_vnni: Vec<Isa> = isas
         .iter()
         .copied()
         .filter(|&i| matches!(i, Isa::Avx2 | Isa::Avx2Vnni))
@@ -380,8 +380,9 @@ fn every_build_the_cpu_runs_is_listed() {
             .iter()
             .map(|v| v.isa)
             .collect();
-        assert_eq!(got, avx2, "{t}");
+        assert_eq!(got, avx2_and_vnni, "{t}");
     }
+    let avx2: Vec<Isa> = isas.iter().copied().filter(|&i| i == Isa::Avx2).collect();
     let got: Vec<Isa> = dispatch::vec_dot_variants_in(DType::Q4_0, SumOrder::GgmlBlockChain)
         .iter()
         .map(|v| v.isa)
