@@ -399,19 +399,18 @@ unsafe fn q8_0_lanes_in<D: QuadSum, const C: usize>(
                 stream_halves::<C>(panel, half, i * bb, bb, bb * nb);
                 let p = panel.add(i * bb);
                 let dx = _mm256_loadu_ps(p.add(32 * half).cast());
-                let mut w = [_mm256_setzero_si256(); 8];
-                for (g, wg) in w.iter_mut().enumerate() {
-                    // The codes as this build's packer stores them (`flips_q8_0`).
-                    *wg = _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast());
-                }
                 for (c, acc_c) in acc.iter_mut().enumerate() {
                     let yq = y[c].add(i * Q8_0_BYTES + 2);
                     let ax = aux[c].add(i * AUX_BYTES);
                     let d = _mm256_mul_ps(dx, _mm256_set1_ps(read_f32(ax)));
                     for (g, lane) in acc_c.iter_mut().enumerate() {
+                        // The codes as this build's packer stores them (`flips_q8_0`), loaded
+                        // where they are used (fewer live registers; the columns of a pass
+                        // share the loads).
+                        let w = _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast());
                         // The seeds `−128 · Σ y` of the quads, for flipped codes only.
                         let seed = D::FLIPS_Q8.then(|| ax.add(8 + 4 * g));
-                        let (u, ys) = D::q8_operands(w[g], quad(yq.add(4 * g)));
+                        let (u, ys) = D::q8_operands(w, quad(yq.add(4 * g)));
                         let s = D::finish(D::add(D::start(seed), u, ys), seed);
                         *lane = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *lane);
                     }
