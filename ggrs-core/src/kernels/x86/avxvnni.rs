@@ -242,11 +242,11 @@ mod tests {
                             assert_eq!(one.to_bits(), want, "{what}: one");
                         }
                     }
-                    for c in 0..4 {
-                        let col = (vnni.rows4)(k, wr, yr[c]);
-                        for r in 0..4 {
-                            let want = oracle(k, wr[r], yr[c]).to_bits();
-                            assert_eq!(col[r].to_bits(), want, "{t} {order:?} 4 × 1 ({r}, {c})");
+                    for (c, yc) in yr.iter().enumerate() {
+                        let col = (vnni.rows4)(k, wr, yc);
+                        for (r, got) in col.iter().enumerate() {
+                            let want = oracle(k, wr[r], yc).to_bits();
+                            assert_eq!(got.to_bits(), want, "{t} {order:?} 4 × 1 ({r}, {c})");
                         }
                     }
                 }

@@ -11,7 +11,7 @@
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
 //! | `iq_decode.rs` | IQ2/IQ3 grid i-quant blocks decoded into registers (for `iquants.rs`) | AVX2 |
 //! | `iquants512.rs`, `iq_decode512.rs` | the grid i-quants' dots and panels of `iquants.rs`, 64 values per instruction | AVX-512 VNNI |
-//! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
+//! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 (some with AVX-VNNI builds) |
 //! | `quantize.rs` | activation quantizers (f32 → Q8_0, Q8_1, Q8_K) | AVX2 |
 //! | `f16.rs` | f16 widening, F16 / F32 dots in ggml's orders, f16 tiles | F16C, AVX2, AVX-512 |
 //! | `exp.rs` | vectorised `expf` (glibc's and ggml's), SwiGLU groups | AVX2 + FMA, AVX-512 F |

@@ -11,8 +11,8 @@
 //!   quads, products summed in 16 bits (each `vpmaddubsw` pair is at most 2·15·127 in
 //!   magnitude, eight of them 30 480 < 2¹⁵), widened, plus the seed `−8 · Σ y`; then
 //!   `acc = fma(s, dx·dy, acc)` per block.
-//! - Q8_0 lanes: the packed codes are `x` itself (the portable packer, which CPUs without
-//!   VNNI use, leaves them signed: [`super::flips_q8_0`]); `|x|` (at most 128,
+//! - Q8_0 lanes: the packed codes are `x` itself (the portable packer leaves them signed
+//!   where this build runs: [`super::flips_q8_0`]); `|x|` (at most 128,
 //!   as an unsigned byte) against `y` carrying `x`'s sign (`vpsignb`: the activations come
 //!   from the Q8_0 quantizer, so |y| ≤ 127 and the negation is exact), pairs at most
 //!   2·128·127 < 2¹⁵. Eight accumulators per row, one per quad, added at the end in
@@ -23,8 +23,10 @@
 //! [`QuadSum`]: `vpdpbusd` (VEX) accumulates four products straight into each 32-bit lane,
 //! seeded with the correction (the side data's `−o · Σ y`), instead of the 16-bit stage and
 //! `vpmaddwd` by ones; their Q8_0 panels hold the codes as `x + 128`, as the AVX-512 VNNI
-//! kernel's do ([`super::flips_q8_0`]). The same exact integers, the same f32 steps: the
-//! same bits as the AVX2 and the AVX-512 VNNI builds.
+//! kernel's do ([`super::flips_q8_0`]). Q4_K's repacked kernels (`repacked_avx2`) multiply
+//! their 16-bit sums by the scales with `vpdpwssd` there (`vpmaddwd` and an add fused; the
+//! Q6_K lanes, which could do the same, measured no faster). The same exact integers, the
+//! same f32 steps: the same bits as the AVX2 and the AVX-512 VNNI builds.
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C (the `*_vnni` builds also
@@ -639,38 +641,6 @@ pub(super) unsafe fn q6_k_lanes<const C: usize>(
     y: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    // SAFETY: forwarded from the caller.
-    unsafe { q6_k_lanes_in::<Plain, C>(nb, panel, y, out) }
-}
-
-/// [`q6_k_lanes`], AVX-VNNI build: `vpdpwssd` multiplies the 16-bit pair sums by the scales
-/// and adds them in one instruction (the same exact integers).
-///
-/// # Safety
-/// As [`q6_k_lanes`], on a CPU with AVX-VNNI too.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-pub(super) unsafe fn q6_k_lanes_vnni<const C: usize>(
-    nb: usize,
-    panel: *const u8,
-    y: &[*const u8; C],
-    out: &mut [[f32; ROWS]; C],
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { q6_k_lanes_in::<Vex, C>(nb, panel, y, out) }
-}
-
-/// The body of [`q6_k_lanes`] and [`q6_k_lanes_vnni`].
-///
-/// # Safety
-/// As the builds.
-#[inline(always)]
-unsafe fn q6_k_lanes_in<D: QuadSum, const C: usize>(
-    nb: usize,
-    panel: *const u8,
-    y: &[*const u8; C],
-    out: &mut [[f32; ROWS]; C],
-) {
     // SAFETY: packed super-block i < nb of the panel and Q8_K block i of each column are
     // readable (caller); unaligned loads; the stores write `out`'s arrays.
     unsafe {
@@ -726,8 +696,11 @@ unsafe fn q6_k_lanes_in<D: QuadSum, const C: usize>(
                                     let u = _mm256_or_si256(lo, q6_high(qh, m));
                                     let k = 4 * n + m;
                                     let yq = quad(q8.add(32 * k + 4 * l));
-                                    let p = _mm256_maddubs_epi16(u, yq);
-                                    *lane = D::wssd(*lane, p, sc[2 * k + l / 4]);
+                                    let p = _mm256_madd_epi16(
+                                        _mm256_maddubs_epi16(u, yq),
+                                        sc[2 * k + l / 4],
+                                    );
+                                    *lane = _mm256_add_epi32(*lane, p);
                                 }
                             }
                         }

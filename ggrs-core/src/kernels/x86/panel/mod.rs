@@ -1064,7 +1064,6 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes if vex => k::lanes_vnni::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
-                Kind::Q6KLanes if vex => k::q6_k_lanes_vnni::<C>(nb, panel, y, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
                 Kind::Q3KLanes => {
                     for (o, &yc) in out.iter_mut().zip(y) {
@@ -1413,8 +1412,8 @@ mod tests {
         builds
     }
 
-    /// The AVX-VNNI panel builds (Q4_0 chain, Q8_0, Q4_1, Q5_0 and Q5_1 lanes, Q6_K lanes,
-    /// Q4_K's repacked GEMV and GEMM) for column counts 1 to 8, on random and on extreme
+    /// The AVX-VNNI panel builds (Q4_0 chain, Q8_0, Q4_1, Q5_0 and Q5_1 lanes, Q4_K's
+    /// repacked GEMV and GEMM; the Q6_K lanes, which run their AVX2 build there, beside them) for column counts 1 to 8, on random and on extreme
     /// blocks (the largest and smallest codes and scales; activations −128 and 127):
     /// every element has the bits of the portable ggml-order kernel, as the AVX2 and AVX-512
     /// VNNI builds do. Fails if the AVX-VNNI build did not run where the CPU has it.

@@ -9,7 +9,9 @@
 //! scale pair `(sc, sc)` adds both halves times the scale exactly in 32 bits; a Q2_K
 //! sub-block's four quads sum to at most 3072, widened by `vpmaddwd` by ones, and the two
 //! sub-blocks of a scale pair go through one `vpmaddwd` against `(sc0, sc1)`. The f32 work is
-//! the VNNI kernels' (the oracle's order), so both builds give the same bits.
+//! the VNNI kernels' (the oracle's order), so both builds give the same bits. Q4_K also has
+//! an AVX-VNNI build ([`q4_k_vnni`]), whose `vpdpwssd` fuses the scale's `vpmaddwd` with the
+//! add.
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
