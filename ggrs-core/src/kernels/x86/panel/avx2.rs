@@ -19,7 +19,9 @@
 //!   ggml's tree.
 //!
 //! AVX-VNNI builds (`*_vnni`, for CPUs whose best level is `cpu::Isa::Avx2Vnni`) of the
-//! Q4_0 chain, the Q8_0 lanes and the Q4_1 / Q5_0 / Q5_1 lanes share these bodies through
+//! Q4_0 chain, the Q8_0 lanes and the lanes kernel (which `panel::gemm` runs for Q5_0 with
+//! several columns only: the others measured no faster than the AVX2 builds) share these
+//! bodies through
 //! [`QuadSum`]: `vpdpbusd` (VEX) accumulates four products straight into each 32-bit lane,
 //! seeded with the correction (the side data's `−o · Σ y`), instead of the 16-bit stage and
 //! `vpmaddwd` by ones; their Q8_0 panels hold the codes as `x + 128`, as the AVX-512 VNNI

@@ -1,8 +1,8 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
 //! VNNI kernels; `avx2` the kernels for CPUs without AVX-512 VNNI (same layout, same bits),
-//! with AVX-VNNI builds of the Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 ones for the CPUs whose best
-//! level is `cpu::Isa::Avx2Vnni` ([`Build`]).
+//! with AVX-VNNI builds of the Q4_0, Q8_0 and Q5_0 ones (and `repacked_avx2`'s Q4_K) for the
+//! CPUs whose best level is `cpu::Isa::Avx2Vnni` ([`Build`]).
 //! The same scheme serves Q4_1, Q5_0, Q5_1 (`lanes_vnni`, `avx2`) and Q6_K
 //! (`q6k_vnni`, `avx2`; layouts in [`Kind::block_at`]), Q5_K (`q5k`,
 //! `q5k_avx2`), the i-quants IQ4_NL and IQ4_XS (`iq4`, `iq4_avx2`), MXFP4 and NVFP4 (`fp4`). Each
@@ -1058,11 +1058,13 @@ unsafe fn gemm_in<const C: usize>(
                 Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
                 Kind::Q8_0Lanes if vex => k::q8_0_lanes_vnni::<C>(nb, panel, y, aux, out),
                 Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
-                Kind::Q4_1Lanes if vex => k::lanes_vnni::<k::Q4_1, C>(nb, panel, y, aux, out),
                 Kind::Q4_1Lanes => k::lanes::<k::Q4_1, C>(nb, panel, y, aux, out),
-                Kind::Q5_0Lanes if vex => k::lanes_vnni::<k::Q5_0, C>(nb, panel, y, aux, out),
+                // Q4_1's and Q5_1's AVX-VNNI builds measured no faster than their AVX2 ones,
+                // Q5_0's only with several columns (`docs/kernel-bench-notes.md`).
+                Kind::Q5_0Lanes if vex && C > 1 => {
+                    k::lanes_vnni::<k::Q5_0, C>(nb, panel, y, aux, out)
+                }
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
-                Kind::Q5_1Lanes if vex => k::lanes_vnni::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
                 Kind::Q3KLanes => {
@@ -1412,8 +1414,8 @@ mod tests {
         builds
     }
 
-    /// The AVX-VNNI panel builds (Q4_0 chain, Q8_0, Q4_1, Q5_0 and Q5_1 lanes, Q4_K's
-    /// repacked GEMV and GEMM; the Q6_K lanes, which run their AVX2 build there, beside them) for column counts 1 to 8, on random and on extreme
+    /// The AVX-VNNI panel builds (Q4_0 chain, Q8_0 and Q5_0 lanes, Q4_K's repacked GEMV and
+    /// GEMM; the Q4_1, Q5_1 and Q6_K lanes, which run their AVX2 builds there, beside them) for column counts 1 to 8, on random and on extreme
     /// blocks (the largest and smallest codes and scales; activations −128 and 127):
     /// every element has the bits of the portable ggml-order kernel, as the AVX2 and AVX-512
     /// VNNI builds do. Fails if the AVX-VNNI build did not run where the CPU has it.
