@@ -1,8 +1,9 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
 //! VNNI kernels; `avx2` the kernels for CPUs without AVX-512 VNNI (same layout, same bits),
-//! with AVX-VNNI builds of the Q4_0, Q8_0 and Q5_0 ones (and `repacked_avx2`'s Q4_K) for the
-//! CPUs whose best level is `cpu::Isa::Avx2Vnni` ([`Build`]).
+//! with AVX-VNNI builds of the Q4_0, Q8_0 and Q5_0 ones (and `repacked_avx2`'s Q4_K; these
+//! two with several columns only) for the CPUs whose best level is `cpu::Isa::Avx2Vnni`
+//! ([`Build`]).
 //! The same scheme serves Q4_1, Q5_0, Q5_1 (`lanes_vnni`, `avx2`) and Q6_K
 //! (`q6k_vnni`, `avx2`; layouts in [`Kind::block_at`]), Q5_K (`q5k`,
 //! `q5k_avx2`), the i-quants IQ4_NL and IQ4_XS (`iq4`, `iq4_avx2`), MXFP4 and NVFP4 (`fp4`). Each
@@ -1086,9 +1087,10 @@ unsafe fn gemm_in<const C: usize>(
                 | Kind::IQ1MTiled => {
                     unreachable!("the grid kinds are only planned where VNNI runs (takes_columns)")
                 }
-                Kind::Q4KGemv if vex => r::q4_k_vnni::<C, false>(nb, panel, y, aux, out),
+                // (Q4_K's AVX-VNNI build, like Q5_0's, only with several columns.)
+                Kind::Q4KGemv if vex && C > 1 => r::q4_k_vnni::<C, false>(nb, panel, y, aux, out),
                 Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
-                Kind::Q4KGemm if vex => r::q4_k_vnni::<C, true>(nb, panel, y, aux, out),
+                Kind::Q4KGemm if vex && C > 1 => r::q4_k_vnni::<C, true>(nb, panel, y, aux, out),
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
                 Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
