@@ -16,14 +16,28 @@
 //! println!("kernels run at {:?}", cpu::isa());
 //! assert!(cpu::isa() >= Isa::Scalar);
 //! ```
+//!
+//! # AVX-VNNI
+//!
+//! [`Isa::Avx2Vnni`] is AVX2 with the VEX-encoded VNNI instructions (`vpdpbusd`,
+//! `vpdpwssd` on 256 bits: Intel's client CPUs since Alder Lake, Sierra Forest). It sorts
+//! between [`Isa::Avx2`] and [`Isa::Avx512`], so `isa() >= Isa::Avx2` (the AVX2 kernels
+//! may run) holds for it and `isa() >= Isa::Avx512` does not; but AVX-512 does not imply
+//! AVX-VNNI (Skylake-X, Ice Lake and Zen 4 lack it), so the AVX-VNNI builds are chosen for
+//! `isa() == Isa::Avx2Vnni` only, never by `>=`. [`CpuFeatures::best_isa`] picks it only on
+//! CPUs without AVX-512 (which have their own VNNI builds, or none);
+//! [`CpuFeatures::runs`]`(Isa::Avx2Vnni)` says whether the CPU could run those builds at all
+//! (so that tests on an AVX-512 machine with AVX-VNNI exercise them too), and
+//! `GGRS_MAX_ISA=avx2vnni` makes such a machine choose them.
 
 use std::sync::OnceLock;
 
 /// An instruction set kernels are written for, the one vocabulary of the crate's dispatch.
 ///
 /// Variants are ordered so that on x86-64 a higher one includes the lower ones
-/// (`Avx512Vnni > Avx512 > Avx2 > Scalar`); the AArch64 ones sort below every x86 one, so an
-/// x86 test such as `isa() >= Isa::Avx2` is false on AArch64.
+/// (`Avx512Vnni > Avx512 > Avx2Vnni > Avx2 > Scalar`), except that [`Isa::Avx512`] does not
+/// include AVX-VNNI (see the module docs: its builds are chosen by `==`); the AArch64 ones
+/// sort below every x86 one, so an x86 test such as `isa() >= Isa::Avx2` is false on AArch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
     /// Portable code: the reference.
@@ -36,6 +50,9 @@ pub enum Isa {
     NeonDotprod,
     /// x86-64 AVX2 with FMA and F16C.
     Avx2,
+    /// x86-64 AVX2 with FMA, F16C and AVX-VNNI (the VEX forms of `vpdpbusd`, `vpdpwssd`),
+    /// on a CPU without AVX-512 (see the module docs).
+    Avx2Vnni,
     /// x86-64 AVX-512 F/BW/VL (with FMA, F16C), without VNNI instructions.
     Avx512,
     /// x86-64 AVX-512 F/BW/VL with VNNI (`vpdpbusd`, `vpdpwssd`).
@@ -61,6 +78,8 @@ pub struct CpuFeatures {
     pub avx512vl: bool,
     /// x86-64 AVX-512 VNNI (`vpdpbusd`, `vpdpwssd`).
     pub avx512vnni: bool,
+    /// x86-64 AVX-VNNI (the VEX-encoded 128/256-bit `vpdpbusd`, `vpdpwssd`).
+    pub avxvnni: bool,
     /// AArch64 Advanced SIMD.
     pub neon: bool,
     /// AArch64 dot-product extension (`sdot`).
@@ -72,7 +91,7 @@ pub struct CpuFeatures {
 impl CpuFeatures {
     /// Probes the CPU and the environment now (use [`features`] for the cached answer).
     ///
-    /// `GGRS_MAX_ISA` (`scalar`, `avx2`, `avx512`, `avx512vnni`; on AArch64 `neon`,
+    /// `GGRS_MAX_ISA` (`scalar`, `avx2`, `avx2vnni`, `avx512`, `avx512vnni`; on AArch64 `neon`,
     /// `neon-dotprod`) caps what the process sees: the extensions above that level read as
     /// absent, so every kernel choice is the one a CPU without them makes (to run the AVX2
     /// kernels on an AVX-512 machine, say). An unknown value is reported on standard error
@@ -103,6 +122,9 @@ impl CpuFeatures {
         }
         if cap < Isa::Avx512 {
             (f.avx512f, f.avx512bw, f.avx512vl) = (false, false, false);
+        }
+        if cap < Isa::Avx2Vnni {
+            f.avxvnni = false;
         }
         if cap < Isa::Avx2 {
             (f.avx2, f.fma, f.f16c) = (false, false, false);
@@ -141,6 +163,7 @@ impl CpuFeatures {
             f.avx512bw = has!("avx512bw");
             f.avx512vl = has!("avx512vl");
             f.avx512vnni = has!("avx512vnni");
+            f.avxvnni = has!("avxvnni");
         }
         #[cfg(target_arch = "aarch64")]
         {
@@ -162,11 +185,13 @@ impl CpuFeatures {
     }
 
     /// The best instruction set kernels may use: the best this CPU runs, or
-    /// [`Isa::Scalar`] when [`Self::force_scalar`] switched SIMD off.
+    /// [`Isa::Scalar`] when [`Self::force_scalar`] switched SIMD off. [`Isa::Avx2Vnni`] only
+    /// on CPUs without the AVX-512 kernels' features (see the module docs).
     pub fn best_isa(&self) -> Isa {
         let order = [
             Isa::Avx512Vnni,
             Isa::Avx512,
+            Isa::Avx2Vnni,
             Isa::Avx2,
             #[cfg(target_arch = "aarch64")]
             Isa::NeonDotprod,
@@ -183,11 +208,13 @@ impl CpuFeatures {
     }
 
     /// Whether this CPU can execute code built for `isa` (regardless of
-    /// [`Self::force_scalar`], which the dispatcher applies).
+    /// [`Self::force_scalar`], which the dispatcher applies). `Avx2Vnni` holds on AVX-512
+    /// CPUs with AVX-VNNI too, though [`Self::best_isa`] never picks it there.
     pub fn runs(&self, isa: Isa) -> bool {
         match isa {
             Isa::Scalar => true,
             Isa::Avx2 => self.avx2_fma_f16c(),
+            Isa::Avx2Vnni => self.avx2_fma_f16c() && self.avxvnni,
             Isa::Avx512 => self.avx512(),
             Isa::Avx512Vnni => self.avx512() && self.avx512vnni,
             #[cfg(target_arch = "aarch64")]
@@ -202,6 +229,7 @@ impl CpuFeatures {
 const ISA_NAMES: [(&str, Isa); ISA_COUNT] = [
     ("scalar", Isa::Scalar),
     ("avx2", Isa::Avx2),
+    ("avx2vnni", Isa::Avx2Vnni),
     ("avx512", Isa::Avx512),
     ("avx512vnni", Isa::Avx512Vnni),
     #[cfg(target_arch = "aarch64")]
@@ -211,9 +239,9 @@ const ISA_NAMES: [(&str, Isa); ISA_COUNT] = [
 ];
 
 #[cfg(target_arch = "aarch64")]
-const ISA_COUNT: usize = 6;
+const ISA_COUNT: usize = 7;
 #[cfg(not(target_arch = "aarch64"))]
-const ISA_COUNT: usize = 4;
+const ISA_COUNT: usize = 5;
 
 /// The instruction set a `GGRS_MAX_ISA` value names (case-insensitive), if any.
 pub fn parse_isa(name: &str) -> Option<Isa> {
@@ -272,6 +300,37 @@ mod tests {
         };
         assert_eq!(no_vnni.best_isa(), Isa::Avx512);
         assert!(Isa::Avx512Vnni > Isa::Avx512 && Isa::Avx512 > Isa::Avx2);
+        // AVX-VNNI: chosen on a CPU without AVX-512 only, though AVX-512 CPUs with it run
+        // its builds; it includes AVX2 (`>=`), and AVX2 alone does not run it.
+        let avx_vnni = CpuFeatures {
+            avxvnni: true,
+            ..avx2
+        };
+        assert_eq!(avx_vnni.best_isa(), Isa::Avx2Vnni);
+        assert!(avx_vnni.runs(Isa::Avx2Vnni) && avx_vnni.runs(Isa::Avx2));
+        assert!(!avx_vnni.runs(Isa::Avx512) && !avx2.runs(Isa::Avx2Vnni));
+        assert!(Isa::Avx2Vnni > Isa::Avx2 && Isa::Avx2Vnni < Isa::Avx512);
+        let both = CpuFeatures {
+            avxvnni: true,
+            ..vnni
+        };
+        assert_eq!(both.best_isa(), Isa::Avx512Vnni);
+        assert!(both.runs(Isa::Avx2Vnni));
+        assert_eq!(
+            CpuFeatures {
+                avxvnni: true,
+                ..no_vnni
+            }
+            .best_isa(),
+            Isa::Avx512
+        );
+        // AVX-VNNI without the AVX2 kernels' F16C is nothing the kernels use.
+        let no_f16c = CpuFeatures {
+            f16c: false,
+            ..avx_vnni
+        };
+        assert_eq!(no_f16c.best_isa(), Isa::Scalar);
+        assert!(!no_f16c.runs(Isa::Avx2Vnni));
         let forced = CpuFeatures {
             force_scalar: true,
             ..vnni
@@ -291,13 +350,20 @@ mod tests {
             avx512bw: true,
             avx512vl: true,
             avx512vnni: true,
+            avxvnni: true,
             ..CpuFeatures::default()
         };
         assert_eq!(vnni.capped(Isa::Avx512Vnni), vnni);
         assert_eq!(vnni.capped(Isa::Avx512).best_isa(), Isa::Avx512);
+        // `avx2vnni` on an AVX-512 machine with AVX-VNNI: the AVX-VNNI builds' choice.
+        let avx2vnni = vnni.capped(Isa::Avx2Vnni);
+        assert_eq!(avx2vnni.best_isa(), Isa::Avx2Vnni);
+        assert!(avx2vnni.avxvnni && !avx2vnni.avx512f && !avx2vnni.avx512vnni);
+        // `avx2` keeps meaning the plain AVX2 kernels: AVX-VNNI cleared too.
         let avx2 = vnni.capped(Isa::Avx2);
         assert_eq!(avx2.best_isa(), Isa::Avx2);
         assert!(!avx2.runs(Isa::Avx512) && !avx2.avx512f && avx2.f16c);
+        assert!(!avx2.avxvnni && !avx2.runs(Isa::Avx2Vnni));
         let scalar = vnni.capped(Isa::Scalar);
         assert_eq!(scalar.best_isa(), Isa::Scalar);
         assert!(!scalar.runs(Isa::Avx2) && scalar.force_scalar);
@@ -309,7 +375,9 @@ mod tests {
             ..CpuFeatures::default()
         };
         assert_eq!(plain.capped(Isa::Avx512Vnni), plain);
+        assert_eq!(plain.capped(Isa::Avx2Vnni).best_isa(), Isa::Avx2);
         assert_eq!(parse_isa(" AVX2 "), Some(Isa::Avx2));
+        assert_eq!(parse_isa("avx2vnni"), Some(Isa::Avx2Vnni));
         assert_eq!(parse_isa("avx512vnni"), Some(Isa::Avx512Vnni));
         assert_eq!(parse_isa("sse4"), None);
     }
@@ -324,6 +392,7 @@ mod tests {
         {
             assert!(isa() <= cap, "isa {:?} above GGRS_MAX_ISA {cap:?}", isa());
             assert!(!features().runs(Isa::Avx512) || cap >= Isa::Avx512);
+            assert!(!features().avxvnni || cap >= Isa::Avx2Vnni);
             return;
         }
         if !CpuFeatures::detect_cpu().runs(Isa::Avx2) {

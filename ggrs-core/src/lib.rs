@@ -149,7 +149,8 @@
 //!   once at run time from [`cpu::isa`], the one instruction-set vocabulary ([`cpu::Isa`]).
 //!   Set the environment variable `GGRS_FORCE_SCALAR=1` to force the plain versions (to
 //!   compare against them, or to rule out a SIMD bug), `GGRS_MAX_ISA=avx2` (for example) to
-//!   run what a CPU without AVX-512 runs ([`cpu::CpuFeatures::detect`]).
+//!   run what a CPU without AVX-512 runs, `GGRS_MAX_ISA=avx2vnni` what one with AVX-VNNI
+//!   runs ([`cpu::CpuFeatures::detect`]).
 //! - [`weights`]: weights prepared once for the kernels ([`weights::prepare`]: panel
 //!   layouts on huge pages) and the per-column property batch invariance needs
 //!   ([`weights::columns_independent`]), so that a model loader names no kernel.

@@ -47,6 +47,14 @@ fn avx2_only(t: DType) -> bool {
     )
 }
 
+/// Whether `t` has an AVX-VNNI build (`kernels/x86/avxvnni.rs`).
+fn has_avx_vnni_build(t: DType) -> bool {
+    matches!(
+        t,
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::Q4_1 | DType::Q5_1 | DType::IQ4NL
+    )
+}
+
 /// ggml's `kvalues_iq4nl`: the 16 levels an IQ4_NL / IQ4_XS index selects.
 const IQ4_LEVELS: [i32; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
@@ -313,6 +321,9 @@ fn cpu_isas() -> Vec<Isa> {
         let avx512 = avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vl");
         if avx2 {
             v.push(Isa::Avx2);
+            if has!("avxvnni") {
+                v.push(Isa::Avx2Vnni);
+            }
         }
         if avx512 {
             v.push(Isa::Avx512);
@@ -335,12 +346,13 @@ fn every_build_the_cpu_runs_is_listed() {
             .map(|v| v.isa)
             .collect();
         // The 32-value types have no AVX-512 build without VNNI (AVX2's serves); Q4_1, Q5_1
-        // and the i-quants have AVX2 builds only.
+        // and the i-quants have AVX2 builds only (Q4_1, Q5_1 and IQ4_NL also AVX-VNNI ones).
         let want: Vec<Isa> = isas
             .iter()
             .copied()
             .filter(|&i| t.block_size() == QK_K || i != Isa::Avx512)
-            .filter(|&i| !avx2_only(t) || i <= Isa::Avx2)
+            .filter(|&i| !avx2_only(t) || i <= Isa::Avx2Vnni)
+            .filter(|&i| i != Isa::Avx2Vnni || has_avx_vnni_build(t))
             .collect();
         assert_eq!(got, want, "{t}");
     }
@@ -349,7 +361,7 @@ fn every_build_the_cpu_runs_is_listed() {
     let simd32: Vec<Isa> = isas
         .iter()
         .copied()
-        .filter(|&i| i == Isa::Avx2 || i == Isa::Avx512Vnni)
+        .filter(|&i| matches!(i, Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512Vnni))
         .collect();
     for t in [DType::Q4_0, DType::Q5_0, DType::Q8_0] {
         let got: Vec<Isa> = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes)
@@ -358,21 +370,26 @@ fn every_build_the_cpu_runs_is_listed() {
             .collect();
         assert_eq!(got, simd32, "{t}");
     }
-    let avx2: Vec<Isa> = isas.iter().copied().filter(|&i| i == Isa::Avx2).collect();
+    let avx2_and_vnni: Vec<Isa> = isas
+        .iter()
+        .copied()
+        .filter(|&i| matches!(i, Isa::Avx2 | Isa::Avx2Vnni))
+        .collect();
     for t in [DType::Q4_1, DType::Q5_1] {
         let got: Vec<Isa> = dispatch::vec_dot_variants_in(t, SumOrder::GgmlLanes)
             .iter()
             .map(|v| v.isa)
             .collect();
-        assert_eq!(got, avx2, "{t}");
+        assert_eq!(got, avx2_and_vnni, "{t}");
     }
+    let avx2: Vec<Isa> = isas.iter().copied().filter(|&i| i == Isa::Avx2).collect();
     let got: Vec<Isa> = dispatch::vec_dot_variants_in(DType::Q4_0, SumOrder::GgmlBlockChain)
         .iter()
         .map(|v| v.isa)
         .collect();
     assert_eq!(got, simd32);
-    // IQ4_NL in both orders, IQ4_XS in its lanes: the AVX2 builds.
-    let avx2: Vec<Isa> = isas.iter().copied().filter(|&i| i == Isa::Avx2).collect();
+    // IQ4_NL in both orders, IQ4_XS in its lanes: the AVX2 builds (and IQ4_NL's AVX-VNNI
+    // ones).
     for (t, order) in [
         (DType::IQ4NL, SumOrder::GgmlLanes),
         (DType::IQ4NL, SumOrder::GgmlBlockChain),
@@ -382,7 +399,12 @@ fn every_build_the_cpu_runs_is_listed() {
             .iter()
             .map(|v| v.isa)
             .collect();
-        assert_eq!(got, avx2, "{t} {order:?}");
+        let want: Vec<Isa> = isas
+            .iter()
+            .copied()
+            .filter(|&i| i == Isa::Avx2 || (i == Isa::Avx2Vnni && has_avx_vnni_build(t)))
+            .collect();
+        assert_eq!(got, want, "{t} {order:?}");
     }
     assert!(dispatch::vec_dot_variants_in(DType::IQ4XS, SumOrder::GgmlBlockChain).is_empty());
     for t in [
@@ -1089,23 +1111,27 @@ fn best_build_is_selected_and_env_forces_scalar() {
     let forced = std::env::var("GGRS_FORCE_SCALAR").is_ok_and(|v| !v.is_empty() && v != "0");
     let best = *cpu_isas().last().expect("scalar at least");
     for t in SIMD_TYPES {
-        // Q4_1 and Q5_1 have AVX2 builds only.
-        let best = if matches!(t, DType::Q4_1 | DType::Q5_1) {
-            best.min(Isa::Avx2)
-        } else {
-            best
-        };
         let isa = dispatch::active_variant(t).expect("block type").isa;
-        let best = if avx2_only(t) {
+        // Where the CPU's best is AVX-VNNI (no AVX-512), the types without such a build run
+        // their AVX2 one; on AVX-512 CPUs, the types with AVX2 builds only (Q4_1, Q5_1, the
+        // i-quants) run those.
+        let best = if best == Isa::Avx2Vnni {
+            if has_avx_vnni_build(t) {
+                best
+            } else {
+                Isa::Avx2
+            }
+        } else if avx2_only(t) {
             best.min(Isa::Avx2)
         } else {
             best
         };
         assert_eq!(isa, if forced { Isa::Scalar } else { best }, "{t}");
         if matches!(t, DType::Q4_1 | DType::Q5_1) {
-            // `mul_mat` runs them in ggml's order: the AVX2 build, or portable code.
+            // `mul_mat` runs them in ggml's order: the AVX2 (or AVX-VNNI) build, or portable
+            // code.
             let v = dispatch::active_variant_in(t, SumOrder::GgmlLanes);
-            let want = (!forced && best == Isa::Avx2).then_some(Isa::Avx2);
+            let want = (!forced && matches!(best, Isa::Avx2 | Isa::Avx2Vnni)).then_some(best);
             assert_eq!(v.map(|v| v.isa), want, "{t}");
         }
     }

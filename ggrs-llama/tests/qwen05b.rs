@@ -127,3 +127,29 @@ fn qwen05b_files_equal_llama_cpp_on_the_avx2_kernels() {
         common::again_with_env(module_path!(), test, "GGRS_MAX_ISA", "avx2");
     }
 }
+
+/// The downloaded file, q4_0 and q8_0 again on the AVX-VNNI kernels (the AVX2 builds with
+/// `vpdpbusd` / `vpdpwssd` in VEX form, which Intel's client CPUs without AVX-512 run), in
+/// child processes with `GGRS_MAX_ISA=avx2vnni`: the downloaded file's logits to llama.cpp's
+/// digits (its Q4_K and Q6_K panels, its Q5_0 and Q8_0 weights), q4_0 and q8_0 (the Q4_0
+/// chain and Q8_0 lanes panels, every column count of the prompts and greedy steps) within
+/// their tolerances. Three files only, to keep the run short (the kernel tests compare every
+/// AVX-VNNI build bit for bit). Skipped where the CPU has no AVX-VNNI, where its best level
+/// is AVX-VNNI already (the tests above ran them), and inside such a child.
+#[test]
+fn qwen05b_files_equal_llama_cpp_on_the_avx_vnni_kernels() {
+    use ggrs_core::cpu::{self, Isa};
+    if std::env::var_os("GGRS_MAX_ISA").is_some()
+        || !cpu::features().runs(Isa::Avx2Vnni)
+        || cpu::isa() == Isa::Avx2Vnni
+    {
+        return;
+    }
+    for test in [
+        "qwen05b_source_equals_llama_cpp_digits",
+        "qwen05b_q4_0_matches_llama_cpp",
+        "qwen05b_q8_0_matches_llama_cpp",
+    ] {
+        common::again_with_env(module_path!(), test, "GGRS_MAX_ISA", "avx2vnni");
+    }
+}

@@ -10,7 +10,7 @@ use crate::dtype::DType;
 use crate::kernels::aarch64::neon;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::x86::{
-    avx2, avx512, fp4, iquants, iquants512, lowbit, quantize, ternary, tiled_avx2,
+    avx2, avx512, avxvnni, fp4, iquants, iquants512, lowbit, quantize, ternary, tiled_avx2,
 };
 use crate::quants::{
     BlockQuant, FromF32Fn, VecDot4Kernel, VecDotKernel, VecDotRows4Kernel, VecDotTileKernel,
@@ -150,6 +150,15 @@ mod forms {
     wrappers!(q4_k_vnni, BlockQ4K, avx512::q4_k_q8_k_vnni);
     wrappers!(q6_k_vnni, BlockQ6K, avx512::q6_k_q8_k_vnni);
 
+    wrappers!(q4_0_avxvnni, BlockQ4_0, avxvnni::q4_0_q8_0);
+    wrappers!(q5_0_avxvnni, BlockQ5_0, avxvnni::q5_0_q8_0);
+    wrappers!(q8_0_avxvnni, BlockQ8_0, avxvnni::q8_0_q8_0);
+    wrappers!(q4_1_avxvnni, BlockQ4_1, avxvnni::q4_1_q8_1);
+    wrappers!(q5_1_avxvnni, BlockQ5_1, avxvnni::q5_1_q8_1);
+    wrappers!(iq4_nl_avxvnni, BlockIQ4NL, avxvnni::iq4_nl_q8_0);
+    wrappers!(q4_0_avxvnni_chain, BlockQ4_0, avxvnni::q4_0_q8_0_chain);
+    wrappers!(iq4_nl_avxvnni_chain, BlockIQ4NL, avxvnni::iq4_nl_q8_0_chain);
+
     wrappers!(q4_0_avx2_chain, BlockQ4_0, avx2::q4_0_q8_0_chain);
     wrappers!(q4_0_vnni_chain, BlockQ4_0, avx512::q4_0_q8_0_chain_vnni);
 
@@ -218,6 +227,12 @@ mod forms {
             (Isa::Avx2, DType::IQ3S) => iq3_s_avx2,
             (Isa::Avx2, DType::IQ1S) => iq1_s_avx2,
             (Isa::Avx2, DType::IQ1M) => iq1_m_avx2,
+            (Isa::Avx2Vnni, DType::Q4_0) => q4_0_avxvnni,
+            (Isa::Avx2Vnni, DType::Q5_0) => q5_0_avxvnni,
+            (Isa::Avx2Vnni, DType::Q8_0) => q8_0_avxvnni,
+            (Isa::Avx2Vnni, DType::Q4_1) => q4_1_avxvnni,
+            (Isa::Avx2Vnni, DType::Q5_1) => q5_1_avxvnni,
+            (Isa::Avx2Vnni, DType::IQ4NL) => iq4_nl_avxvnni,
             (Isa::Avx512, DType::Q4K) => q4_k_avx512,
             (Isa::Avx512, DType::Q6K) => q6_k_avx512,
             (Isa::Avx512Vnni, DType::Q4_0) => q4_0_vnni,
@@ -244,6 +259,8 @@ mod forms {
             (Isa::Avx2, DType::Q4_0) => Some(q4_0_avx2_chain),
             (Isa::Avx2, DType::IQ4NL) => Some(iq4_nl_avx2_chain),
             (Isa::Avx2, DType::MXFP4) => Some(mxfp4_avx2_chain),
+            (Isa::Avx2Vnni, DType::Q4_0) => Some(q4_0_avxvnni_chain),
+            (Isa::Avx2Vnni, DType::IQ4NL) => Some(iq4_nl_avxvnni_chain),
             (Isa::Avx512Vnni, DType::MXFP4) => Some(mxfp4_vnni_chain),
             (Isa::Avx512Vnni, DType::Q4_0) => Some(q4_0_vnni_chain),
             _ => None,

@@ -314,7 +314,7 @@ pub(crate) fn panel_kind(dtype: DType, ne: [usize; 4]) -> Option<Kind> {
         (_, SumOrder::GgmlRepacked) | (DType::Q3K, _) => true,
         _ => matches!(
             active_variant_in(dtype, order)?.isa,
-            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Vnni
+            Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512 | Isa::Avx512Vnni
         ),
     };
     simd.then_some(kind)

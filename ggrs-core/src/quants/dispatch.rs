@@ -106,7 +106,7 @@ fn scalar_variant(dtype: DType) -> Option<VecDotVariant> {
 
 /// The SIMD instruction sets, best first.
 #[cfg(not(target_arch = "aarch64"))]
-const SIMD_ISAS: [Isa; 3] = [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2];
+const SIMD_ISAS: [Isa; 4] = [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2Vnni, Isa::Avx2];
 /// The SIMD instruction sets, best first.
 #[cfg(target_arch = "aarch64")]
 const SIMD_ISAS: [Isa; 2] = [Isa::NeonDotprod, Isa::Neon];
@@ -390,11 +390,13 @@ pub(crate) fn simd_allowed(isa: Isa) -> bool {
 
 /// True when [`crate::cpu::isa`] lets kernels of `isa` run (`GGRS_FORCE_SCALAR` allows
 /// none). On x86-64 the AVX-512 builds go together (VNNI is the caller's check, as NEON's
-/// `dotprod` is on AArch64).
+/// `dotprod` is on AArch64); the AVX-VNNI builds run only where `isa()` is exactly
+/// [`Isa::Avx2Vnni`] (AVX-512 does not imply AVX-VNNI: see `cpu`).
 fn allowed(isa: Isa) -> bool {
     match isa {
         Isa::Scalar => true,
         Isa::Avx2 => crate::cpu::isa() >= Isa::Avx2,
+        Isa::Avx2Vnni => crate::cpu::isa() == Isa::Avx2Vnni,
         Isa::Avx512 | Isa::Avx512Vnni => crate::cpu::isa() >= Isa::Avx512,
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod => !simd_off(),

@@ -488,6 +488,26 @@ impl BlockDecode for Q5_0Block {
     }
 }
 
+/// IQ4_NL: the levels (−127..=113) plus 128, offset 128 (|x| ≤ 127: only for exact
+/// `BiasedDot`s, i.e. VNNI; the AVX2 kernels widen the levels instead, [`iq4_nl_q8_0`]).
+pub(super) struct IQ4NLBlock;
+
+const _: () = assert!(offset_of!(BlockIQ4NL, d) == 0);
+
+impl BlockDecode for IQ4NLBlock {
+    const BYTES: usize = IQ4NL;
+    const OFFSET: u8 = 128;
+
+    #[inline(always)]
+    unsafe fn decode_unsigned(p: *const u8) -> __m256i {
+        // SAFETY: the block's 16 index bytes (caller); the table lookup is register-only.
+        unsafe {
+            let levels = iq4_levels(p.add(offset_of!(BlockIQ4NL, qs)));
+            _mm256_xor_si256(levels, _mm256_set1_epi8(-128))
+        }
+    }
+}
+
 /// Q4_1: codes 0..=15 (the offset is unused: the minimum is a term of its own).
 pub(super) struct Q4_1Block;
 /// Q5_1: codes 0..=31 (as [`Q4_1Block`]).
@@ -529,8 +549,9 @@ impl BlockDecode for Q5_1Block {
 
 /// Shared loop of Q4_1 and Q5_1 against Q8_1, in the order of ggml's x86
 /// `ggml_vec_dot_q4_1_q8_1` / `ggml_vec_dot_q5_1_q8_1`: per block, eight exact lane sums
-/// of four `code·activation` products (`vpmaddubsw`, `vpmaddwd` by ones: unsigned codes,
-/// signed activations), `lane = fma(dx·dy, lane_sum, lane)`, and beside it
+/// of four `code·activation` products (`D`'s activation-side lanes with no correction:
+/// unsigned codes, signed activations; `vpmaddubsw` + `vpmaddwd` by ones, or `vpdpbusd`),
+/// `lane = fma(dx·dy, lane_sum, lane)`, and beside it
 /// `summs = fma(mx, sy, summs)` (`mx` the weight block's minimum, `sy` the activation
 /// block's `d·Σq`); at the end `hsum(lanes) + summs`, the lanes added as ggml's
 /// `hsum_float_8`.
@@ -538,7 +559,7 @@ impl BlockDecode for Q5_1Block {
 /// # Safety
 /// As the kernels.
 #[inline(always)]
-unsafe fn blocks_min<X: BlockDecode, const R: usize, const C: usize>(
+pub(super) unsafe fn blocks_min<X: BlockDecode, D: BiasedDot, const R: usize, const C: usize>(
     nb: usize,
     x: [*const u8; R],
     y: [*const u8; C],
@@ -546,7 +567,7 @@ unsafe fn blocks_min<X: BlockDecode, const R: usize, const C: usize>(
     // SAFETY: block i < nb of each row is readable (caller); unaligned loads; the CPU
     // features are the caller's guarantee.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
+        let zero = _mm256_setzero_si256();
         let mut acc = [[_mm256_setzero_ps(); C]; R];
         let mut summs = [[0f32; C]; R];
         for i in 0..nb {
@@ -566,7 +587,7 @@ unsafe fn blocks_min<X: BlockDecode, const R: usize, const C: usize>(
                 sy[c] = f16_at(yb.add(offset_of!(BlockQ8_1, s)));
                 let v = _mm256_loadu_si256(yb.add(offset_of!(BlockQ8_1, qs)).cast());
                 for r in 0..R {
-                    let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(xs[r], v), ones);
+                    let lanes = D::act_lanes(zero, xs[r], v);
                     let d = _mm256_set1_ps(dx[r] * dy);
                     acc[r][c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r][c]);
                 }
@@ -635,7 +656,7 @@ pub(crate) unsafe fn q4_1_q8_1<const R: usize, const C: usize>(
     y: [*const u8; C],
 ) -> [[f32; C]; R] {
     // SAFETY: forwarded from the caller.
-    unsafe { blocks_min::<Q4_1Block, R, C>(nb, x, y) }
+    unsafe { blocks_min::<Q4_1Block, Maddubs, R, C>(nb, x, y) }
 }
 
 /// Q5_1 × Q8_1 in ggml's x86 order (see [`blocks_min`] and the module docs).
@@ -649,7 +670,7 @@ pub(crate) unsafe fn q5_1_q8_1<const R: usize, const C: usize>(
     y: [*const u8; C],
 ) -> [[f32; C]; R] {
     // SAFETY: forwarded from the caller.
-    unsafe { blocks_min::<Q5_1Block, R, C>(nb, x, y) }
+    unsafe { blocks_min::<Q5_1Block, Maddubs, R, C>(nb, x, y) }
 }
 
 /// Q4_0 × Q8_0 (see the module docs for the contract).

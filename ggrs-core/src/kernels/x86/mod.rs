@@ -3,6 +3,7 @@
 //! | file | what | instruction sets |
 //! |---|---|---|
 //! | `avx2.rs`, `avx512.rs` | block dot products in tiles (`dot_builds` wraps them) | AVX2 + FMA + F16C; AVX-512 F/BW/VL, VNNI |
+//! | `avxvnni.rs` | `avx2.rs`'s 32-value dot products with `vpdpbusd` (VEX) | AVX2 + AVX-VNNI |
 //! | `ternary.rs` | TQ1_0 / TQ2_0 dots in the order of ggml's AVX2 `ggml_vec_dot_tq*_0_q8_K` | AVX2 |
 //! | `fp4.rs` | MXFP4 (vec_dot and repacked orders) / NVFP4 dots in the orders of ggml's x86 kernels | AVX2; AVX-512 VNNI (MXFP4 repacked) |
 //! | `lowbit.rs` | Q1_0 / Q2_0 dots in the orders of ggml's AVX2 / generic `ggml_vec_dot_q*_0_q8_0` | AVX2 |
@@ -10,7 +11,7 @@
 //! | `repacked_k.rs` | Q4_K / Q2_K in the order of ggml's repacked GEMV / GEMM | AVX2 |
 //! | `iq_decode.rs` | IQ2/IQ3 grid i-quant blocks decoded into registers (for `iquants.rs`) | AVX2 |
 //! | `iquants512.rs`, `iq_decode512.rs` | the grid i-quants' dots and panels of `iquants.rs`, 64 values per instruction | AVX-512 VNNI |
-//! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 |
+//! | `panel/` | `mul_mat`'s panel kernels (sixteen weight rows per panel) and packers | AVX-512 VNNI, AVX2 (some with AVX-VNNI builds) |
 //! | `quantize.rs` | activation quantizers (f32 → Q8_0, Q8_1, Q8_K) | AVX2 |
 //! | `f16.rs` | f16 widening, F16 / F32 dots in ggml's orders, f16 tiles | F16C, AVX2, AVX-512 |
 //! | `exp.rs` | vectorised `expf` (glibc's and ggml's), SwiGLU groups | AVX2 + FMA, AVX-512 F |
@@ -28,7 +29,8 @@
 //!
 //! SIMD dot products of block-quantized rows: Q4_0·Q8_0, Q5_0·Q8_0, Q8_0·Q8_0, Q4_K·Q8_K and
 //! Q6_K·Q8_K, for x86-64 AVX2 and AVX-512 (with and without VNNI); Q4_1·Q8_1, Q5_1·Q8_1,
-//! IQ4_NL·Q8_0 and IQ4_XS·Q8_K for AVX2 (which AVX-512 machines run too).
+//! IQ4_NL·Q8_0 and IQ4_XS·Q8_K for AVX2 (which AVX-512 machines run too); Q4_0, Q5_0, Q8_0,
+//! Q4_1, Q5_1 and IQ4_NL also for AVX2 with AVX-VNNI (`avxvnni.rs`, the same bits).
 //!
 //! # How the kernels are built
 //!
@@ -110,6 +112,8 @@ pub(crate) mod attn_quant;
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avxvnni;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod exp;
 #[cfg(target_arch = "x86_64")]

@@ -11,16 +11,28 @@
 //!   quads, products summed in 16 bits (each `vpmaddubsw` pair is at most 2·15·127 in
 //!   magnitude, eight of them 30 480 < 2¹⁵), widened, plus the seed `−8 · Σ y`; then
 //!   `acc = fma(s, dx·dy, acc)` per block.
-//! - Q8_0 lanes: the packed codes are `x` itself (the portable packer, which CPUs without
-//!   VNNI use, leaves them signed: [`super::flips_q8_0`]); `|x|` (at most 128,
+//! - Q8_0 lanes: the packed codes are `x` itself (the portable packer leaves them signed
+//!   where this build runs: [`super::flips_q8_0`]); `|x|` (at most 128,
 //!   as an unsigned byte) against `y` carrying `x`'s sign (`vpsignb`: the activations come
 //!   from the Q8_0 quantizer, so |y| ≤ 127 and the negation is exact), pairs at most
 //!   2·128·127 < 2¹⁵. Eight accumulators per row, one per quad, added at the end in
 //!   ggml's tree.
 //!
+//! AVX-VNNI builds (`*_vnni`, for CPUs whose best level is `cpu::Isa::Avx2Vnni`) of the
+//! Q4_0 chain, the Q8_0 lanes and the lanes kernel (which `panel::gemm` runs for Q5_0 with
+//! several columns only: the others measured no faster than the AVX2 builds) share these
+//! bodies through
+//! [`QuadSum`]: `vpdpbusd` (VEX) accumulates four products straight into each 32-bit lane,
+//! seeded with the correction (the side data's `−o · Σ y`), instead of the 16-bit stage and
+//! `vpmaddwd` by ones; their Q8_0 panels hold the codes as `x + 128`, as the AVX-512 VNNI
+//! kernel's do ([`super::flips_q8_0`]). Q4_K's repacked kernels (`repacked_avx2`) multiply
+//! their 16-bit sums by the scales with `vpdpwssd` there (`vpmaddwd` and an add fused; the
+//! Q6_K lanes, which could do the same, measured no faster). The same exact integers, the
+//! same f32 steps: the same bits as the AVX2 and the AVX-512 VNNI builds.
+//!
 //! # Safety
-//! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
-//! those of [`super::gemm`].
+//! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C (the `*_vnni` builds also
+//! AVX-VNNI); the pointer contracts are those of [`super::gemm`].
 
 use std::arch::x86_64::*;
 
@@ -83,6 +95,158 @@ unsafe fn quad(p: *const u8) -> __m256i {
     unsafe { _mm256_set1_epi32(read_u32(p) as i32) }
 }
 
+/// How the kernels here sum four `unsigned × signed` byte products per 32-bit lane: a
+/// running sum started with [`QuadSum::start`], products added with [`QuadSum::add`], exact
+/// 32-bit sums from [`QuadSum::finish`]. A seed (the correction `−o · Σ y`, an `i32` in the
+/// side data, or none) goes in at the start or at the end, whichever the build prefers.
+pub(super) trait QuadSum {
+    /// Whether this build's Q8_0 panels hold the codes as `x + 128` ([`super::flips_q8_0`]),
+    /// so that their sums start from the seeds `−128 · Σ y`.
+    const FLIPS_Q8: bool;
+    /// A running sum with the seed at `seed` (an `i32` in every lane; `None`: zero).
+    ///
+    /// # Safety
+    /// Four bytes readable at `seed`; the CPU supports the implementation's instructions.
+    unsafe fn start(seed: Option<*const u8>) -> __m256i;
+    /// `acc` plus, per 32-bit lane, the four products of the unsigned bytes of `u` and the
+    /// signed bytes of `s` (through 16-bit pair sums in [`Plain`]: the caller bounds every
+    /// 16-bit sum of its additions below 2¹⁵).
+    ///
+    /// # Safety
+    /// As `start`.
+    unsafe fn add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i;
+    /// Two running sums added.
+    ///
+    /// # Safety
+    /// As `start`.
+    unsafe fn join(a: __m256i, b: __m256i) -> __m256i;
+    /// The exact 32-bit lane sums of `acc`, seed included (`seed` as given to `start`).
+    ///
+    /// # Safety
+    /// As `start`.
+    unsafe fn finish(acc: __m256i, seed: Option<*const u8>) -> __m256i;
+    /// The operands of `add` for the packed Q8_0 codes `w` (as this build's panels hold
+    /// them: [`super::flips_q8_0`]) against the signed activations `y`.
+    ///
+    /// # Safety
+    /// As `start`.
+    unsafe fn q8_operands(w: __m256i, y: __m256i) -> (__m256i, __m256i);
+    /// `acc` plus, per 32-bit lane, the two products of its signed 16-bit halves in `a` and
+    /// `b` (`vpmaddwd` then an add, or `vpdpwssd`: the same exact sum unless both products
+    /// are −32768·−32768, which no caller makes).
+    ///
+    /// # Safety
+    /// As `start`.
+    unsafe fn wssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i;
+}
+
+/// AVX2: `vpmaddubsw` pairs summed in 16 bits, `vpmaddwd` by ones, the seed added last;
+/// Q8_0 codes signed, `|x|` against `y` carrying `x`'s sign.
+pub(super) struct Plain;
+/// AVX-VNNI: `vpdpbusd` (VEX) from the seed; Q8_0 codes stored as `x + 128`.
+pub(super) struct Vex;
+
+/// The `i32` at `seed` in every lane, or zero.
+///
+/// # Safety
+/// Four bytes readable at `seed`; AVX.
+#[inline(always)]
+unsafe fn seed_of(seed: Option<*const u8>) -> __m256i {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match seed {
+            Some(p) => _mm256_set1_epi32(read_u32(p) as i32),
+            None => _mm256_setzero_si256(),
+        }
+    }
+}
+
+impl QuadSum for Plain {
+    const FLIPS_Q8: bool = false;
+
+    #[inline(always)]
+    unsafe fn start(_seed: Option<*const u8>) -> __m256i {
+        // SAFETY: register-only AVX operation.
+        unsafe { _mm256_setzero_si256() }
+    }
+
+    #[inline(always)]
+    unsafe fn add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: register-only AVX2 operations (the caller guarantees AVX2).
+        unsafe { _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s)) }
+    }
+
+    #[inline(always)]
+    unsafe fn join(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: as `add`.
+        unsafe { _mm256_add_epi16(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(acc: __m256i, seed: Option<*const u8>) -> __m256i {
+        // SAFETY: as `add`; the seed's bytes are the caller's guarantee.
+        unsafe {
+            let s = _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+            match seed {
+                Some(_) => _mm256_add_epi32(s, seed_of(seed)),
+                None => s,
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn q8_operands(w: __m256i, y: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: as `add`. `vpsignb` negates `y` exactly: the activations come from the
+        // Q8_0 quantizer (|y| ≤ 127), and `|x|` (at most 128) is read unsigned.
+        unsafe { (_mm256_abs_epi8(w), _mm256_sign_epi8(y, w)) }
+    }
+
+    #[inline(always)]
+    unsafe fn wssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: as `add`.
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)) }
+    }
+}
+
+impl QuadSum for Vex {
+    const FLIPS_Q8: bool = true;
+
+    #[inline(always)]
+    unsafe fn start(seed: Option<*const u8>) -> __m256i {
+        // SAFETY: forwarded from the caller.
+        unsafe { seed_of(seed) }
+    }
+
+    #[inline(always)]
+    unsafe fn add(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: only inlined into the `*_vnni` builds, compiled with (and run on CPUs
+        // with) AVX-VNNI.
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+
+    #[inline(always)]
+    unsafe fn join(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: register-only AVX2 operation.
+        unsafe { _mm256_add_epi32(a, b) }
+    }
+
+    #[inline(always)]
+    unsafe fn finish(acc: __m256i, _seed: Option<*const u8>) -> __m256i {
+        acc
+    }
+
+    #[inline(always)]
+    unsafe fn q8_operands(w: __m256i, y: __m256i) -> (__m256i, __m256i) {
+        (w, y)
+    }
+
+    #[inline(always)]
+    unsafe fn wssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: as `add`.
+        unsafe { _mm256_dpwssd_avx_epi32(acc, a, b) }
+    }
+}
+
 /// `C` columns against a Q4_0 panel in the chain order; `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
@@ -96,20 +260,53 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe { q4_0_chain_in::<Plain, C>(nb, panel, y, aux, out) }
+}
+
+/// [`q4_0_chain`], AVX-VNNI build.
+///
+/// # Safety
+/// As [`super::gemm`], on a CPU with AVX2, FMA, F16C and AVX-VNNI.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q4_0_chain_vnni<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { q4_0_chain_in::<Vex, C>(nb, panel, y, aux, out) }
+}
+
+/// The body of [`q4_0_chain`] and [`q4_0_chain_vnni`].
+///
+/// # Safety
+/// As the builds.
+#[inline(always)]
+unsafe fn q4_0_chain_in<D: QuadSum, const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
     // SAFETY: packed block i < nb of the panel, Q8_0 block i of each column and its side
     // data are readable (caller); unaligned loads; the stores write `out`'s arrays.
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
         let pb = Kind::Q4_0Chain.panel_bytes(nb);
         // One half panel (eight rows) at a time, and within a block one quad group of codes
         // at a time against every column: the group's two code vectors, the columns' 16-bit
         // sums and their accumulators stay in registers for up to four columns (the second
         // half re-reads the panel from L1). Measured on AMD EPYC (AVX2, one L1-resident
         // panel, four columns): 6.4 ns a block and column, against 7.5 ns for the
-        // block-outer loop with both halves' accumulators, which spilled. The 16-bit sums
-        // are exact integers in any order of addition; the f32 steps are the one-column
-        // kernel's, in its order.
+        // block-outer loop with both halves' accumulators, which spilled. The sums (16-bit
+        // pair sums at most 30 480 in magnitude, or 32-bit ones) are exact integers in any
+        // order of addition; the f32 steps are the one-column kernel's, in its order. Two
+        // running sums per column (low and high nibbles), to halve the dependency chains.
         for half in 0..2 {
             let mut acc = [_mm256_setzero_ps(); C];
             for i in 0..nb {
@@ -121,24 +318,22 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
                 // Exact: every f16 is an f32.
                 let dxh = _mm256_cvtph_ps(_mm_loadu_si128(panel.add(sc + 16 * half).cast()));
                 let p = panel.add(vec + 32 * half);
-                let mut s16 = [_mm256_setzero_si256(); C];
+                let seed: [_; C] = std::array::from_fn(|c| Some(aux[c].add(i * AUX_BYTES + 4)));
+                let mut s_lo: [__m256i; C] = std::array::from_fn(|c| D::start(seed[c]));
+                let mut s_hi = [D::start(None); C];
                 for g in 0..4 {
                     let v = _mm256_loadu_si256(p.add(64 * g).cast());
                     let lo = _mm256_and_si256(v, low);
                     let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                    for (c, s) in s16.iter_mut().enumerate() {
+                    for c in 0..C {
                         let yq = y[c].add(i * Q8_0_BYTES + 2 + 4 * g);
-                        let m = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, quad(yq)),
-                            _mm256_maddubs_epi16(hi, quad(yq.add(16))),
-                        );
-                        *s = _mm256_add_epi16(*s, m);
+                        s_lo[c] = D::add(s_lo[c], lo, quad(yq));
+                        s_hi[c] = D::add(s_hi[c], hi, quad(yq.add(16)));
                     }
                 }
                 for (c, a) in acc.iter_mut().enumerate() {
                     let ax = aux[c].add(i * AUX_BYTES);
-                    let seed = _mm256_set1_epi32(read_u32(ax.add(4)) as i32);
-                    let s = _mm256_add_epi32(_mm256_madd_epi16(s16[c], ones), seed);
+                    let s = D::finish(D::join(s_lo[c], s_hi[c]), seed[c]);
                     let d = _mm256_mul_ps(dxh, _mm256_set1_ps(read_f32(ax)));
                     *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *a);
                 }
@@ -153,7 +348,8 @@ pub(super) unsafe fn q4_0_chain<const C: usize>(
 /// `C` columns against a Q8_0 panel in the lane order; `out[c][r]` row `r` · column `c`.
 ///
 /// # Safety
-/// As [`super::gemm`], on a CPU with AVX2, FMA and F16C.
+/// As [`super::gemm`], on a CPU with AVX2, FMA and F16C; the panel packed with signed
+/// codes ([`super::flips_q8_0`] false).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q8_0_lanes<const C: usize>(
@@ -163,10 +359,43 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    // SAFETY: as `q4_0_chain`.
+    // SAFETY: forwarded from the caller.
+    unsafe { q8_0_lanes_in::<Plain, C>(nb, panel, y, aux, out) }
+}
+
+/// [`q8_0_lanes`], AVX-VNNI build.
+///
+/// # Safety
+/// As [`super::gemm`], on a CPU with AVX2, FMA, F16C and AVX-VNNI; the panel packed with
+/// the codes as `x + 128` ([`super::flips_q8_0`] true).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q8_0_lanes_vnni<const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { q8_0_lanes_in::<Vex, C>(nb, panel, y, aux, out) }
+}
+
+/// The body of [`q8_0_lanes`] and [`q8_0_lanes_vnni`].
+///
+/// # Safety
+/// As the builds.
+#[inline(always)]
+unsafe fn q8_0_lanes_in<D: QuadSum, const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: as `q4_0_chain_in`.
     unsafe {
         let bb = Kind::Q8_0Lanes.panel_bytes(1);
-        let ones = _mm256_set1_epi16(1);
         // One half panel at a time: its eight accumulators per column stay in registers.
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
@@ -174,19 +403,19 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
                 stream_halves::<C>(panel, half, i * bb, bb, bb * nb);
                 let p = panel.add(i * bb);
                 let dx = _mm256_loadu_ps(p.add(32 * half).cast());
-                let mut w = [_mm256_setzero_si256(); 8];
-                let mut wabs = [_mm256_setzero_si256(); 8];
-                for g in 0..8 {
-                    // Signed codes: the portable packer does not flip them for this build.
-                    w[g] = _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast());
-                    wabs[g] = _mm256_abs_epi8(w[g]);
-                }
                 for (c, acc_c) in acc.iter_mut().enumerate() {
                     let yq = y[c].add(i * Q8_0_BYTES + 2);
-                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(read_f32(aux[c].add(i * AUX_BYTES))));
+                    let ax = aux[c].add(i * AUX_BYTES);
+                    let d = _mm256_mul_ps(dx, _mm256_set1_ps(read_f32(ax)));
                     for (g, lane) in acc_c.iter_mut().enumerate() {
-                        let ys = _mm256_sign_epi8(quad(yq.add(4 * g)), w[g]);
-                        let s = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[g], ys), ones);
+                        // The codes as this build's packer stores them (`flips_q8_0`), loaded
+                        // where they are used (fewer live registers; the columns of a pass
+                        // share the loads).
+                        let w = _mm256_loadu_si256(p.add(64 + 64 * g + 32 * half).cast());
+                        // The seeds `−128 · Σ y` of the quads, for flipped codes only.
+                        let seed = D::FLIPS_Q8.then(|| ax.add(8 + 4 * g));
+                        let (u, ys) = D::q8_operands(w, quad(yq.add(4 * g)));
+                        let s = D::finish(D::add(D::start(seed), u, ys), seed);
                         *lane = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *lane);
                     }
                 }
@@ -279,12 +508,44 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe { lanes_in::<T, Plain, C>(nb, panel, y, aux, out) }
+}
+
+/// [`lanes`], AVX-VNNI build.
+///
+/// # Safety
+/// As [`super::gemm`], on a CPU with AVX2, FMA, F16C and AVX-VNNI.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn lanes_vnni<T: LanesType, const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { lanes_in::<T, Vex, C>(nb, panel, y, aux, out) }
+}
+
+/// The body of [`lanes`] and [`lanes_vnni`].
+///
+/// # Safety
+/// As the builds.
+#[inline(always)]
+unsafe fn lanes_in<T: LanesType, D: QuadSum, const C: usize>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
     // Activation block bytes and where its codes start (Q8_1: d, s, codes; Q8_0: d, codes).
     let (yb, yq) = if T::MIN { (36, 4) } else { (Q8_0_BYTES, 2) };
-    // SAFETY: as `q4_0_chain`.
+    // SAFETY: as `q4_0_chain_in`.
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
-        let ones = _mm256_set1_epi16(1);
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             let mut summs = [_mm256_setzero_ps(); C];
@@ -323,13 +584,9 @@ pub(super) unsafe fn lanes<T: LanesType, const C: usize>(
                     }
                     let q = b.add(yq);
                     for (g, lane) in acc[c].iter_mut().enumerate() {
-                        let mut s =
-                            _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], quad(q.add(4 * g))), ones);
-                        if !T::MIN {
-                            // Side data exist only for the types without a minimum.
-                            let seed = read_u32(aux[c].add(i * AUX_BYTES + 8 + 4 * g));
-                            s = _mm256_add_epi32(s, _mm256_set1_epi32(seed as i32));
-                        }
+                        // Side data exist only for the types without a minimum.
+                        let seed = (!T::MIN).then(|| aux[c].add(i * AUX_BYTES + 8 + 4 * g));
+                        let s = D::finish(D::add(D::start(seed), u[g], quad(q.add(4 * g))), seed);
                         *lane = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *lane);
                     }
                 }

@@ -544,7 +544,7 @@ pub(super) unsafe fn nvfp4_lanes_avx2<const C: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{activation_aux, available, gemm_in, pack, pack_portable, vnni};
+    use super::super::{activation_aux, available, gemm_in, pack, pack_portable, vnni, Build};
     use super::*;
     use crate::quants::mxfp4::dot_mxfp4_chain;
     use crate::quants::nvfp4::dot_nvfp4_x86;
@@ -584,13 +584,13 @@ mod tests {
     }
 
     /// The builds this CPU runs (true: VNNI).
-    fn builds() -> Vec<bool> {
+    fn builds() -> Vec<Build> {
         let mut b = Vec::new();
         if vnni() {
-            b.push(true);
+            b.push(Build::Avx512Vnni);
         }
         if crate::cpu::features().avx2_fma_f16c() {
-            b.push(false);
+            b.push(Build::Avx2);
         }
         b
     }

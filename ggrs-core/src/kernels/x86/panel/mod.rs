@@ -1,6 +1,9 @@
 //! Panel kernels for `mul_mat` on x86-64: Q4_0 and Q8_0 weights, sixteen rows at a time,
 //! one weight row per 32-bit lane. This module holds the layout, its packers and the AVX-512
-//! VNNI kernels; `avx2` the kernels for CPUs with AVX2 only (same layout, same bits).
+//! VNNI kernels; `avx2` the kernels for CPUs without AVX-512 VNNI (same layout, same bits),
+//! with AVX-VNNI builds of the Q4_0, Q8_0 and Q5_0 ones (and `repacked_avx2`'s Q4_K; these
+//! two with several columns only) for the CPUs whose best level is `cpu::Isa::Avx2Vnni`
+//! ([`Build`]).
 //! The same scheme serves Q4_1, Q5_0, Q5_1 (`lanes_vnni`, `avx2`) and Q6_K
 //! (`q6k_vnni`, `avx2`; layouts in [`Kind::block_at`]), Q5_K (`q5k`,
 //! `q5k_avx2`), the i-quants IQ4_NL and IQ4_XS (`iq4`, `iq4_avx2`), MXFP4 and NVFP4 (`fp4`). Each
@@ -728,17 +731,46 @@ pub(crate) unsafe fn pack(
     }
 }
 
-/// Whether packed Q8_0 codes are stored as `x + 128` (for the VNNI kernel's unsigned
+/// Whether packed Q8_0 codes are stored as `x + 128` (for the VNNI kernels' unsigned
 /// operand) rather than as `x` (for the AVX2 kernel's sign trick): the layout follows the
-/// build this CPU runs, so that neither kernel converts codes per use.
+/// build this CPU runs ([`build`]), so that neither kernel converts codes per use.
 pub(crate) fn flips_q8_0() -> bool {
-    vnni()
+    build() != Build::Avx2
 }
 
-/// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel::avx2`).
+/// Whether this CPU runs the AVX-512 VNNI builds (else the AVX2 ones, `panel::avx2`, or
+/// their AVX-VNNI builds: [`build`]).
 #[inline]
 pub(super) fn vnni() -> bool {
     crate::cpu::features().runs(crate::cpu::Isa::Avx512Vnni)
+}
+
+/// A build of the panel kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Build {
+    /// AVX2 (`panel::avx2` and the other `*_avx2` modules).
+    Avx2,
+    /// AVX2 with AVX-VNNI: `panel::avx2`'s `*_vnni` builds where a kind has one, the AVX2
+    /// kernels for the others.
+    AvxVnni,
+    /// AVX-512 VNNI.
+    Avx512Vnni,
+}
+
+/// The panel build this CPU runs: AVX-512 VNNI where it has it; AVX-VNNI where the CPU's
+/// best level is `Isa::Avx2Vnni` (no AVX-512: the AVX-VNNI builds are chosen by `==`, never
+/// on an AVX-512 CPU without VNNI, see `cpu`); else AVX2 (before
+/// `dispatch::force_scalar` and the other switches, which the caller applies).
+#[inline]
+pub(crate) fn build() -> Build {
+    let f = crate::cpu::features();
+    if vnni() {
+        Build::Avx512Vnni
+    } else if !f.avx512() && f.runs(crate::cpu::Isa::Avx2Vnni) {
+        Build::AvxVnni
+    } else {
+        Build::Avx2
+    }
 }
 
 /// Whether this CPU runs a panel kernel: AVX-512 VNNI, or AVX2 with FMA and F16C (before
@@ -997,27 +1029,18 @@ pub(crate) unsafe fn gemm<const C: usize>(
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
 ) {
-    // SAFETY: forwarded from the caller (`vnni()` picks the build this CPU runs).
-    unsafe {
-        gemm_in(
-            vnni() && kind.has_vnni_build(),
-            kind,
-            nb,
-            panel,
-            y,
-            aux,
-            out,
-        )
-    }
+    // SAFETY: forwarded from the caller (`build()` is the build this CPU runs).
+    unsafe { gemm_in(build(), kind, nb, panel, y, aux, out) }
 }
 
-/// [`gemm`] by the AVX-512 VNNI build (`vnni`, which `kind` must have) or the AVX2 one.
+/// [`gemm`] by the build `build` (the AVX-512 VNNI build, which every kind has, the AVX-VNNI
+/// builds where `kind` has one, else the AVX2 build).
 ///
 /// # Safety
-/// As [`gemm`], on a CPU that runs the chosen build; for Q8_0 the panel was packed for that
-/// build ([`flips_q8_0`]).
+/// As [`gemm`], on a CPU that runs `build`; for Q8_0 the panel was packed with the codes
+/// flipped for the VNNI builds and not for the AVX2 one ([`flips_q8_0`]).
 unsafe fn gemm_in<const C: usize>(
-    vnni: bool,
+    build: Build,
     kind: Kind,
     nb: usize,
     panel: *const u8,
@@ -1027,13 +1050,21 @@ unsafe fn gemm_in<const C: usize>(
 ) {
     // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
     unsafe {
-        if !vnni {
+        if build != Build::Avx512Vnni {
             use self::avx2 as k;
             use self::repacked_avx2 as r;
+            let vex = build == Build::AvxVnni;
             match kind {
+                Kind::Q4_0Chain if vex => k::q4_0_chain_vnni::<C>(nb, panel, y, aux, out),
                 Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
+                Kind::Q8_0Lanes if vex => k::q8_0_lanes_vnni::<C>(nb, panel, y, aux, out),
                 Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
                 Kind::Q4_1Lanes => k::lanes::<k::Q4_1, C>(nb, panel, y, aux, out),
+                // Q4_1's and Q5_1's AVX-VNNI builds measured no faster than their AVX2 ones,
+                // Q5_0's only with several columns (`docs/kernel-bench-notes.md`).
+                Kind::Q5_0Lanes if vex && C > 1 => {
+                    k::lanes_vnni::<k::Q5_0, C>(nb, panel, y, aux, out)
+                }
                 Kind::Q5_0Lanes => k::lanes::<k::Q5_0, C>(nb, panel, y, aux, out),
                 Kind::Q5_1Lanes => k::lanes::<k::Q5_1, C>(nb, panel, y, aux, out),
                 Kind::Q6KLanes => k::q6_k_lanes::<C>(nb, panel, y, out),
@@ -1056,7 +1087,10 @@ unsafe fn gemm_in<const C: usize>(
                 | Kind::IQ1MTiled => {
                     unreachable!("the grid kinds are only planned where VNNI runs (takes_columns)")
                 }
+                // (Q4_K's AVX-VNNI build, like Q5_0's, only with several columns.)
+                Kind::Q4KGemv if vex && C > 1 => r::q4_k_vnni::<C, false>(nb, panel, y, aux, out),
                 Kind::Q4KGemv => r::q4_k::<C, false>(nb, panel, y, aux, out),
+                Kind::Q4KGemm if vex && C > 1 => r::q4_k_vnni::<C, true>(nb, panel, y, aux, out),
                 Kind::Q4KGemm => r::q4_k::<C, true>(nb, panel, y, aux, out),
                 Kind::Q2KGemv => r::q2_k::<C, false>(nb, panel, y, out),
                 Kind::Q2KGemm => r::q2_k::<C, true>(nb, panel, y, out),
@@ -1208,12 +1242,14 @@ mod tests {
     }
 
     fn run<const C: usize>(kind: Kind, nb: usize, seed: &mut u64) {
-        run_in::<C>(kind, nb, seed, false)
+        run_in::<C>(kind, nb, seed, false);
     }
 
     /// [`run`]; where `extreme`, the weights have extreme bytes ([`weights_in`]) and the odd
-    /// (raw Q8_K) columns codes −128 and 127 only.
-    fn run_in<const C: usize>(kind: Kind, nb: usize, seed: &mut u64, extreme: bool) {
+    /// columns codes −128 and 127 only (raw Q8_K, Q8_1 and Q8_0 blocks; the AVX2 Q8_0 build,
+    /// whose sign trick needs the quantizer's |y| ≤ 127, then sits out). Returns the builds
+    /// it checked.
+    fn run_in<const C: usize>(kind: Kind, nb: usize, seed: &mut u64, extreme: bool) -> Vec<Build> {
         let k = nb * kind.block_values();
         let rs = nb * kind.src_block_bytes();
         let w = weights_in(kind, ROWS, nb, seed, extreme);
@@ -1226,7 +1262,9 @@ mod tests {
                     .collect();
                 let mut q = vec![0u8; kind.activation().row_size(k)];
                 match kind.activation() {
-                    crate::dtype::DType::Q8_1 => quantize_row_q8_1_x86(&x, &mut q),
+                    crate::dtype::DType::Q8_1 if !(extreme && c % 2 == 1) => {
+                        quantize_row_q8_1_x86(&x, &mut q)
+                    }
                     // Odd columns: random codes (−128 included) with a finite scale and their
                     // block sums (which the k-quant kernels rely on).
                     // (IQ4_XS: −127 at least, as Q8_K's quantizer writes; ggml's sign trick
@@ -1261,6 +1299,26 @@ mod tests {
                         crate::quants::k_quants::q8_k::quantize_row_q8_k_ref(&x, &mut q)
                             .expect("whole Q8_K blocks")
                     }
+                    // Extreme odd Q8_0 / Q8_1 columns: codes −128 and 127, finite scales
+                    // (and sums: any finite value is a valid operand).
+                    t if extreme && c % 2 == 1 => {
+                        let (bytes, hdr) = if t == crate::dtype::DType::Q8_1 {
+                            (36, 4)
+                        } else {
+                            (Q8_0_BYTES, 2)
+                        };
+                        for blk in q.chunks_exact_mut(bytes) {
+                            for b in blk[hdr..].iter_mut() {
+                                *b = [0x80u8, 0x7F][rng(seed) as usize % 2];
+                            }
+                            for at in (0..hdr).step_by(2) {
+                                let d = (rng(seed) % 2000) as f32 / 1000.0 - 1.0;
+                                blk[at..at + 2]
+                                    .copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+                            }
+                        }
+                    }
+                    crate::dtype::DType::Q8_1 => unreachable!("the first arm's columns"),
                     _ => quantize_row_q8_0_x86(&x, &mut q),
                 }
                 q
@@ -1278,18 +1336,27 @@ mod tests {
         let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
         // SAFETY: the CPU was checked; the buffers hold nb blocks each.
         unsafe { pack(kind, nb, &rows, panel.as_mut_ptr(), Ahead::NONE) };
-        // Every build of the kind this CPU runs (Q8_0's layout depends on the build: only
-        // the one the CPU picks reads it).
+        // Every build of the kind this CPU runs (Q8_0's layout depends on the build: the
+        // VNNI builds read flipped codes, the AVX2 one signed codes).
         let f = crate::cpu::features();
         let mut builds = Vec::new();
         if vnni() && kind.has_vnni_build() {
-            builds.push(true);
+            builds.push(Build::Avx512Vnni);
         }
-        let avx2_reads = kind != Kind::Q8_0Lanes || builds.is_empty();
+        if f.runs(crate::cpu::Isa::Avx2Vnni) && kind.has_avx2_build() {
+            builds.push(Build::AvxVnni);
+        }
+        let avx2_reads = kind != Kind::Q8_0Lanes || !flips_q8_0();
         if f.avx2_fma_f16c() && kind.has_avx2_build() && avx2_reads {
-            builds.push(false);
+            builds.push(Build::Avx2);
         }
-        for build in builds {
+        if kind == Kind::Q8_0Lanes && !flips_q8_0() {
+            builds.retain(|&b| b == Build::Avx2);
+        }
+        if kind == Kind::Q8_0Lanes && extreme && C > 1 {
+            builds.retain(|&b| b != Build::Avx2);
+        }
+        for &build in &builds {
             let mut out = [[0f32; ROWS]; C];
             // SAFETY: the CPU runs `build` (checked above); the buffers hold nb blocks each.
             unsafe { gemm_in::<C>(build, kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
@@ -1340,9 +1407,51 @@ mod tests {
                     assert_eq!(
                         out[c][r].to_bits(),
                         want.to_bits(),
-                        "{kind:?} vnni={build} nb={nb} C={C} row {r} col {c}: {} vs {want}",
+                        "{kind:?} {build:?} nb={nb} C={C} row {r} col {c}: {} vs {want}",
                         out[c][r]
                     );
+                }
+            }
+        }
+        builds
+    }
+
+    /// The AVX-VNNI panel builds (Q4_0 chain, Q8_0 and Q5_0 lanes, Q4_K's repacked GEMV and
+    /// GEMM; the Q4_1, Q5_1 and Q6_K lanes, which run their AVX2 builds there, beside them) for column counts 1 to 8, on random and on extreme
+    /// blocks (the largest and smallest codes and scales; activations −128 and 127):
+    /// every element has the bits of the portable ggml-order kernel, as the AVX2 and AVX-512
+    /// VNNI builds do. Fails if the AVX-VNNI build did not run where the CPU has it.
+    #[test]
+    fn avx_vnni_panels_are_bit_identical() {
+        if !cpu_ok() {
+            return;
+        }
+        let runs = crate::cpu::features().runs(crate::cpu::Isa::Avx2Vnni);
+        let mut seed = 31u64;
+        for extreme in [false, true] {
+            for kind in [
+                Kind::Q4_0Chain,
+                Kind::Q8_0Lanes,
+                Kind::Q4_1Lanes,
+                Kind::Q5_0Lanes,
+                Kind::Q5_1Lanes,
+                Kind::Q6KLanes,
+                Kind::Q4KGemv,
+                Kind::Q4KGemm,
+            ] {
+                for nb in [1usize, 2, 3, 9] {
+                    let mut ran = Vec::new();
+                    ran.extend(run_in::<1>(kind, nb, &mut seed, extreme));
+                    ran.extend(run_in::<2>(kind, nb, &mut seed, extreme));
+                    ran.extend(run_in::<3>(kind, nb, &mut seed, extreme));
+                    ran.extend(run_in::<4>(kind, nb, &mut seed, extreme));
+                    ran.extend(run_in::<5>(kind, nb, &mut seed, extreme));
+                    if !matches!(kind, Kind::Q6KLanes) {
+                        ran.extend(run_in::<8>(kind, nb, &mut seed, extreme));
+                    }
+                    // (Q8_0's AVX-VNNI build reads the flipped codes only.)
+                    let want = runs && (kind != Kind::Q8_0Lanes || flips_q8_0());
+                    assert_eq!(ran.contains(&Build::AvxVnni), want, "{kind:?}: {ran:?}");
                 }
             }
         }

@@ -9,7 +9,9 @@
 //! scale pair `(sc, sc)` adds both halves times the scale exactly in 32 bits; a Q2_K
 //! sub-block's four quads sum to at most 3072, widened by `vpmaddwd` by ones, and the two
 //! sub-blocks of a scale pair go through one `vpmaddwd` against `(sc0, sc1)`. The f32 work is
-//! the VNNI kernels' (the oracle's order), so both builds give the same bits.
+//! the VNNI kernels' (the oracle's order), so both builds give the same bits. Q4_K also has
+//! an AVX-VNNI build ([`q4_k_vnni`]), whose `vpdpwssd` fuses the scale's `vpmaddwd` with the
+//! add (`panel::gemm` runs it for passes of several columns: with one it measured no faster).
 //!
 //! # Safety
 //! Every `unsafe fn` here needs a CPU with AVX2, FMA and F16C; the pointer contracts are
@@ -18,6 +20,7 @@
 use std::arch::x86_64::*;
 
 use super::super::util::{read_f32, read_u32};
+use super::avx2::{Plain, QuadSum, Vex};
 use super::repacked::{
     Q2K_PANEL_BYTES, Q2K_QS, Q2K_SC, Q4K_AUX_BYTES, Q4K_MIN, Q4K_PANEL_BYTES, Q4K_QS, Q4K_SC,
     Q8K_BSUMS, Q8K_BYTES, Q8K_QS,
@@ -65,6 +68,40 @@ unsafe fn store<const C: usize>(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { q4_k_in::<Plain, C, GEMM>(nb, panel, y, aux, out) }
+}
+
+/// [`q4_k`], AVX-VNNI build: `vpdpwssd` multiplies the 16-bit sums by the scale pair and adds
+/// them in one instruction (the same exact integers).
+///
+/// # Safety
+/// As [`q4_k`], on a CPU with AVX-VNNI too.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(super) unsafe fn q4_k_vnni<const C: usize, const GEMM: bool>(
+    nb: usize,
+    panel: *const u8,
+    y: &[*const u8; C],
+    aux: &[*const u8; C],
+    out: &mut [[f32; ROWS]; C],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { q4_k_in::<Vex, C, GEMM>(nb, panel, y, aux, out) }
+}
+
+/// The body of [`q4_k`] and [`q4_k_vnni`].
+///
+/// # Safety
+/// As the builds.
+#[inline(always)]
+unsafe fn q4_k_in<D: QuadSum, const C: usize, const GEMM: bool>(
     nb: usize,
     panel: *const u8,
     y: &[*const u8; C],
@@ -125,7 +162,7 @@ pub(super) unsafe fn q4_k<const C: usize, const GEMM: bool>(
                                     _mm256_add_epi16(m(6), m(7)),
                                 ),
                             );
-                            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(a16, scp));
+                            s[c] = D::wssd(s[c], a16, scp);
                         }
                     }
                     let mp = _mm256_cvtepu8_epi16(_mm_loadu_si128(
