@@ -415,57 +415,15 @@ fn place_parts(files: &[File], ranges: &[Range<usize>], total: usize) -> Option<
 }
 
 /// Maps `len` bytes of `file` read-only and private at a 2 MiB boundary; `None` if any step
-/// of the placement fails (nothing stays mapped).
+/// of the placement fails (nothing stays mapped). A split model's placement with one part.
 #[cfg(target_os = "linux")]
 fn place(file: &File, len: usize) -> Option<(*const u8, usize)> {
-    use std::os::fd::AsRawFd;
-    let span = len.checked_add(HUGE)?;
-    // SAFETY: an anonymous PROT_NONE reservation at an address of the kernel's choice touches
-    // no existing mapping.
-    let res = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if res == libc::MAP_FAILED {
-        return None;
-    }
-    let lo = res as usize;
-    let at = lo.next_multiple_of(HUGE);
-    let end = (at + len).next_multiple_of(PAGE);
-    // SAFETY: `at..at + len` lies inside our own reservation (`at - lo < HUGE`), so MAP_FIXED
-    // replaces only memory this function reserved; the file is mapped read-only and private.
-    let map = unsafe {
-        libc::mmap(
-            at as *mut _,
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE | libc::MAP_FIXED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    // SAFETY: both unmaps release the parts of our reservation before `at` and after the
-    // file mapping's last page, or the whole reservation if the file mapping failed; nothing
-    // else lives there.
-    unsafe {
-        if map == libc::MAP_FAILED {
-            libc::munmap(res, span);
-            return None;
-        }
-        if at > lo {
-            libc::munmap(res, at - lo);
-        }
-        if lo + span > end {
-            libc::munmap(end as *mut _, lo + span - end);
-        }
-    }
-    Some((map as *const u8, len))
+    place_parts(
+        std::slice::from_ref(file),
+        std::slice::from_ref(&(0..len)),
+        len,
+    )
+    .map(|p| (p, len))
 }
 
 #[cfg(test)]
