@@ -912,8 +912,9 @@ mod panels {
                     let ys: [*const u8; $c] = std::array::from_fn(|c| y(j + c));
                     let xs: [*const u8; $c] = std::array::from_fn(|c| aux(j + c));
                     let mut out = [[0f32; ROWS]; $c];
-                    // SAFETY: the caller's guarantees (j + $c ≤ end ≤ m).
-                    unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out) };
+                    // SAFETY: the caller's guarantees (j + $c ≤ end ≤ m). The first pass
+                    // streams the panel from memory; the later ones find it in cache.
+                    unsafe { panel::gemm::<$c>(kind, nb, buf, &ys, &xs, &mut out, j == 0) };
                     for (c, col) in out.iter().enumerate() {
                         put(j + c, col);
                     }

@@ -345,7 +345,8 @@ unsafe fn q4_0_chain_in<D: QuadSum, const C: usize>(
     }
 }
 
-/// `C` columns against a Q8_0 panel in the lane order; `out[c][r]` row `r` · column `c`.
+/// `C` columns against a Q8_0 panel in the lane order; `out[c][r]` row `r` · column `c`;
+/// `stream`: the first pass over the panel, which prefetches it (see [`super::gemm`]).
 ///
 /// # Safety
 /// As [`super::gemm`], on a CPU with AVX2, FMA and F16C; the panel packed with signed
@@ -358,9 +359,10 @@ pub(super) unsafe fn q8_0_lanes<const C: usize>(
     y: &[*const u8; C],
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
+    stream: bool,
 ) {
     // SAFETY: forwarded from the caller.
-    unsafe { q8_0_lanes_in::<Plain, C>(nb, panel, y, aux, out) }
+    unsafe { q8_0_lanes_in::<Plain, C>(nb, panel, y, aux, out, stream) }
 }
 
 /// [`q8_0_lanes`], AVX-VNNI build.
@@ -376,9 +378,10 @@ pub(super) unsafe fn q8_0_lanes_vnni<const C: usize>(
     y: &[*const u8; C],
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
+    stream: bool,
 ) {
     // SAFETY: forwarded from the caller.
-    unsafe { q8_0_lanes_in::<Vex, C>(nb, panel, y, aux, out) }
+    unsafe { q8_0_lanes_in::<Vex, C>(nb, panel, y, aux, out, stream) }
 }
 
 /// The body of [`q8_0_lanes`] and [`q8_0_lanes_vnni`].
@@ -392,6 +395,7 @@ unsafe fn q8_0_lanes_in<D: QuadSum, const C: usize>(
     y: &[*const u8; C],
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
+    stream: bool,
 ) {
     // SAFETY: as `q4_0_chain_in`.
     unsafe {
@@ -400,7 +404,17 @@ unsafe fn q8_0_lanes_in<D: QuadSum, const C: usize>(
         for half in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; C];
             for i in 0..nb {
-                stream_halves::<C>(panel, half, i * bb, bb, bb * nb);
+                // Only on the first pass over the panel (`stream`): a prompt's later passes
+                // (one column each here) find it in cache, and their prefetches only cost
+                // (the AVX-512 Zen 5, `kquant_decode_rate q8_0 896 4864 24 2 30 16`, three
+                // rounds without any prefetch, ms: AVX2 build 16.2 → 14.5, AVX-VNNI build
+                // 16.1 → 12.7; one column needs them in the model: tg64 98 → 69–80 t/s).
+                // With prefetch on the first pass only, `ggrs bench -p 512 -n 64 -r 2` on q8_0,
+                // two rounds: pp512 296 / 289 → 347 / 339 t/s (`GGRS_MAX_ISA=avx2vnni`),
+                // 286 / 293 → 302 / 319 (`avx2`), tg64 within the noise.
+                if stream {
+                    stream_halves::<C>(panel, half, i * bb, bb, bb * nb);
+                }
                 let p = panel.add(i * bb);
                 let dx = _mm256_loadu_ps(p.add(32 * half).cast());
                 for (c, acc_c) in acc.iter_mut().enumerate() {

@@ -629,7 +629,7 @@ mod tests {
             .map(|b| {
                 let mut out = [[0f32; ROWS]; C];
                 // SAFETY: the CPU runs build `b`; the buffers hold nb blocks each.
-                unsafe { gemm_in::<C>(b, kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
+                unsafe { gemm_in::<C>(b, kind, nb, panel.as_ptr(), &y, &aux, &mut out, true) };
                 out
             })
             .collect()

@@ -476,7 +476,7 @@ mod tests {
         let aux: [*const u8; C] = std::array::from_fn(|c| auxs[c].as_ptr());
         let mut out = [[0f32; ROWS]; C];
         // SAFETY: as above; Q8_K columns of nb blocks and their side data.
-        unsafe { gemm::<C>(kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
+        unsafe { gemm::<C>(kind, nb, panel.as_ptr(), &y, &aux, &mut out, true) };
         for (c, col) in cols.iter().enumerate() {
             for (r, row) in src.iter().enumerate() {
                 let want = oracle(t, k, row, col);

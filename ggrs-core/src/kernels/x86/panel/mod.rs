@@ -1018,6 +1018,10 @@ unsafe fn q8_0_lanes<const C: usize>(
 /// for the same `kind`): `out[c][r]` is row `r` · column `c`, with the bits of ggml's order
 /// for `kind` (see the module docs).
 ///
+/// `stream` says whether this is the first pass over the panel, where the kernels stream it
+/// ahead from memory; on later passes (the next columns of a prompt) the AVX2 Q8_0 kernels
+/// skip their prefetches, which only cost there (the other kernels stream regardless).
+///
 /// # Safety
 /// [`available`] holds; a packed panel of `nb` blocks readable at `panel`, `nb` activation
 /// blocks at every `y[c]` and `nb · kind.aux_bytes()` bytes at every `aux[c]`.
@@ -1028,9 +1032,10 @@ pub(crate) unsafe fn gemm<const C: usize>(
     y: &[*const u8; C],
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
+    stream: bool,
 ) {
     // SAFETY: forwarded from the caller (`build()` is the build this CPU runs).
-    unsafe { gemm_in(build(), kind, nb, panel, y, aux, out) }
+    unsafe { gemm_in(build(), kind, nb, panel, y, aux, out, stream) }
 }
 
 /// [`gemm`] by the build `build` (the AVX-512 VNNI build, which every kind has, the AVX-VNNI
@@ -1039,6 +1044,7 @@ pub(crate) unsafe fn gemm<const C: usize>(
 /// # Safety
 /// As [`gemm`], on a CPU that runs `build`; for Q8_0 the panel was packed with the codes
 /// flipped for the VNNI builds and not for the AVX2 one ([`flips_q8_0`]).
+#[allow(clippy::too_many_arguments)]
 unsafe fn gemm_in<const C: usize>(
     build: Build,
     kind: Kind,
@@ -1047,6 +1053,7 @@ unsafe fn gemm_in<const C: usize>(
     y: &[*const u8; C],
     aux: &[*const u8; C],
     out: &mut [[f32; ROWS]; C],
+    stream: bool,
 ) {
     // SAFETY: forwarded from the caller; the stores write `out`'s arrays of 16 f32.
     unsafe {
@@ -1057,8 +1064,8 @@ unsafe fn gemm_in<const C: usize>(
             match kind {
                 Kind::Q4_0Chain if vex => k::q4_0_chain_vnni::<C>(nb, panel, y, aux, out),
                 Kind::Q4_0Chain => k::q4_0_chain::<C>(nb, panel, y, aux, out),
-                Kind::Q8_0Lanes if vex => k::q8_0_lanes_vnni::<C>(nb, panel, y, aux, out),
-                Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out),
+                Kind::Q8_0Lanes if vex => k::q8_0_lanes_vnni::<C>(nb, panel, y, aux, out, stream),
+                Kind::Q8_0Lanes => k::q8_0_lanes::<C>(nb, panel, y, aux, out, stream),
                 Kind::Q4_1Lanes => k::lanes::<k::Q4_1, C>(nb, panel, y, aux, out),
                 // Q4_1's and Q5_1's AVX-VNNI builds measured no faster than their AVX2 ones,
                 // Q5_0's only with several columns (`docs/kernel-bench-notes.md`).
@@ -1359,7 +1366,7 @@ mod tests {
         for &build in &builds {
             let mut out = [[0f32; ROWS]; C];
             // SAFETY: the CPU runs `build` (checked above); the buffers hold nb blocks each.
-            unsafe { gemm_in::<C>(build, kind, nb, panel.as_ptr(), &y, &aux, &mut out) };
+            unsafe { gemm_in::<C>(build, kind, nb, panel.as_ptr(), &y, &aux, &mut out, true) };
             for c in 0..C {
                 for r in 0..ROWS {
                     let row = &w[r * rs..(r + 1) * rs];
