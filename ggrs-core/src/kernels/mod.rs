@@ -524,3 +524,13 @@ fn flash_attn_v_type(task: &Task) -> DType {
         .expect("the builder gives flash_attn_ext a value tensor")
         .dtype
 }
+
+/// The kernels' tests' deterministic generator: the high 31 bits of a 64-bit linear
+/// congruential step of `seed` (Knuth's MMIX constants).
+#[cfg(test)]
+pub(crate) fn test_rng(seed: &mut u64) -> u32 {
+    *seed = seed
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    (*seed >> 33) as u32
+}

@@ -1000,12 +1000,7 @@ mod tests {
     use crate::kernels::packed::PackedWeight;
     use crate::{compute_graph, Context, ContextParams, DType, Graph};
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// `n` rows of `k` values of `dtype` with random codes and f16 scales in [−1, 1).
     fn weights(dtype: DType, k: usize, n: usize, seed: &mut u64) -> Vec<u8> {

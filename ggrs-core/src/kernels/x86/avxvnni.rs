@@ -135,12 +135,7 @@ mod tests {
     use crate::dtype::DType;
     use crate::quants::dispatch::{vec_dot_variants_in, SumOrder};
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// Bytes before the codes of a block of `t` (its f16 scale, and minimum or sum).
     fn header(t: DType) -> usize {

@@ -549,12 +549,7 @@ mod tests {
     use crate::quants::mxfp4::dot_mxfp4_chain;
     use crate::quants::nvfp4::dot_nvfp4_x86;
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// Sixteen rows of `nb` blocks of `kind`'s type: any bytes, MXFP4's exponents 0..=200
     /// (both subnormal scales included; the sums stay finite). NVFP4's scale bytes take all

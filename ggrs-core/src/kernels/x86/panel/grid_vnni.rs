@@ -378,12 +378,7 @@ mod tests {
         Kind::IQ1MTiled,
     ];
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// Sixteen rows of `nb` blocks: any bytes (every grid entry, sign and multiplier), or
     /// all 0x00 / all 0xFF blocks now and then, with finite f16 scales.

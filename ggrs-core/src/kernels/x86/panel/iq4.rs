@@ -461,12 +461,7 @@ mod tests {
     use crate::quants::k_quants::tiled::dot_tiled;
     use crate::quants::BlockIQ4XS;
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// The builds this CPU runs.
     fn builds() -> Vec<Isa> {

@@ -1194,12 +1194,7 @@ mod tests {
         available()
     }
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// `rows` weight rows of `nb` blocks with random codes (all 256 byte values for Q8_0,
     /// −128 included) and random f16 scales.

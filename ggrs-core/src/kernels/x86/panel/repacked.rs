@@ -345,12 +345,7 @@ mod tests {
     use crate::kernels::x86::panel::{self, Kind};
     use crate::quants::k_quants::repacked;
 
-    fn rng(seed: &mut u64) -> u32 {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (*seed >> 33) as u32
-    }
+    use crate::kernels::test_rng as rng;
 
     /// `ROWS` rows of `nb` blocks of `bytes`: random bytes (every code, scale and minimum
     /// pattern) with finite f16 `d` and `dmin` at `halves`; some blocks at the extremes (all
