@@ -9,7 +9,7 @@ use crate::common;
 #[allow(dead_code)]
 mod generator;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use ggrs_core::gguf::GgufFile;
@@ -19,22 +19,6 @@ use ggrs_llama::quantize::{quantize, FileType, RecipeOptions};
 use ggrs_llama::{Model, Session, SessionParams};
 
 /// A directory for this test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("ggrs-gen-model-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("temp dir");
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Evaluates a prompt and 3 greedy steps; every logit must be finite and the logits must
 /// not all be equal. Returns the greedy tokens.
 fn run_model(path: &Path) -> Vec<u32> {
@@ -86,7 +70,7 @@ fn run_model(path: &Path) -> Vec<u32> {
 #[test]
 fn narrow_models_of_every_architecture_run() {
     let tiny_dir = common::reference_dir().join("tiny");
-    let dir = TempDir::new("narrow");
+    let dir = crate::common::ScratchDir::new("gen-model", "narrow");
     for (arch, _) in generator::ARCHS {
         // The hybrids repeat their tiny model's pattern of 4 recurrent and attention layers:
         // 4 layers are the whole pattern (2 would leave LFM2 without attention). Gemma 4's 4
@@ -196,7 +180,7 @@ fn narrow_models_of_every_architecture_run() {
 fn same_seed_same_file_other_seed_other_values() {
     let tiny_dir = common::reference_dir().join("tiny");
     let tiny = generator::tiny_file(&tiny_dir, "llama").expect("llama");
-    let dir = TempDir::new("seed");
+    let dir = crate::common::ScratchDir::new("gen-model", "seed");
     let opts = generator::GenOptions {
         width: 128,
         layers: 1,

@@ -10,23 +10,6 @@ use std::sync::Arc;
 use ggrs_core::gguf::{plan_split, split_path, write_split, GgufFile, SplitLimit};
 use ggrs_llama::{Model, ModelOptions, Session, SessionParams};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("ggrs-llama-split-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Splits `src` into `parts` parts (by tensor count) with ggrs; returns the first part.
 fn split_with_ggrs(src: &Path, parts: usize, prefix: &Path) -> PathBuf {
     let file = GgufFile::open(src).unwrap();
@@ -82,7 +65,7 @@ fn assert_same(a: &(Vec<f32>, Vec<u32>), b: &(Vec<f32>, Vec<u32>), what: &str) {
 #[test]
 fn tiny_llama_split_in_three_computes_the_same_bits() {
     let src = common::reference_dir().join("tiny/tiny-llama-f16.gguf");
-    let d = TempDir::new("tiny");
+    let d = crate::common::ScratchDir::new("llama-split", "tiny");
     let prompt = [1u32, 15, 27, 3, 99];
     let whole = run(&src, &prompt);
     let first = split_with_ggrs(&src, 3, &d.0.join("ggrs"));
@@ -151,7 +134,7 @@ fn qwen05b_q4_0_split_in_three_generates_the_same_tokens() {
     let Some(src) = common::qwen05b("q4_0") else {
         return;
     };
-    let d = TempDir::new("qwen05b");
+    let d = crate::common::ScratchDir::new("llama-split", "qwen05b");
     let model = Model::load(&src).unwrap();
     let prompt = model.encode_prompt("The capital of France is").unwrap();
     drop(model);

@@ -118,22 +118,6 @@ fn prompt_logits(model: &Arc<Model>, prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {
 }
 
 /// A directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("ggrs-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).expect("create temp dir");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn quantized_copy(src: &Path, dir: &Path, kind: &str) -> PathBuf {
     let out = dir.join(format!("tiny-chatglm-{kind}.gguf"));
     let input = GgufFile::open(src).expect("open f16");
@@ -155,7 +139,7 @@ fn quantized_copies_keep_the_argmax() {
     let prompts: Vec<Vec<u32>> = refs.iter().map(|r| r.tokens.clone()).collect();
     let base = prompt_logits(&f16, &prompts);
     let nv = f16.hparams.n_vocab;
-    let tmp = TempDir::new("tiny-chatglm-quant");
+    let tmp = crate::common::ScratchDir::new("chatglm", "tiny-chatglm-quant");
     for (kind, dtype) in [("q8_0", DType::Q8_0), ("q4_0", DType::Q4_0)] {
         let path = quantized_copy(&src, &tmp.0, kind);
         let q = Arc::new(Model::load(&path).expect("load quantized copy"));

@@ -85,6 +85,26 @@ impl Drop for ScratchFile {
     }
 }
 
+/// A scratch directory `ggrs-<prefix>-<pid>-<name>` in the temporary directory, made empty
+/// when created and removed with its contents when dropped (per test, as [`ScratchFile`]).
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    pub fn new(prefix: &str, name: &str) -> Self {
+        let pid = std::process::id();
+        let d = std::env::temp_dir().join(format!("ggrs-{prefix}-{pid}-{name}"));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create the scratch directory");
+        ScratchDir(d)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The GGUF file at `src` with metadata key `key` set to `value` (added when absent), as
 /// bytes in memory (load them with `GgufFile::from_bytes`).
 pub fn gguf_with_key(src: &std::path::Path, key: &str, value: ggrs_core::gguf::Value) -> Vec<u8> {
